@@ -1,0 +1,43 @@
+// Grouped GEMMs over expert-grouped buffers: bf16/f16 and FP8 block-scaled.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "moekit/tensor.h"
+
+namespace moekit {
+
+enum class Activation {
+  kNone,
+  kSiluAndMul,  // b holds 2N rows (gate then up); c = silu(a.gate^T) * (a.up^T)
+};
+
+// MoEGroupedGemmFwd.
+//   contiguous: a [P, Kd], c [P, N], layout_metadata[e] = inclusive end row of expert e.
+//   masked:     a [E, max_m, Kd], c [E, max_m, N], layout_metadata[e] = row count <= max_m.
+// b is [E, N, Kd] ([E, 2N, Kd] with kSiluAndMul). c dtype: a's dtype or f32.
+// Rows outside every expert's block (padding, or past a masked count) are left untouched.
+struct GroupedGemmArgs {
+  TensorView a;
+  TensorView b;
+  TensorView layout_metadata;  // [E] i32
+  PermutedLayout layout;
+  Activation activation = Activation::kNone;
+  TensorView c;
+};
+
+void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
+
+// MoEGroupedGemmFP8Fwd (DeepGEMM-style masked layout, 128-wide block scales).
+struct GroupedGemmFP8Args {
+  TensorView a;                // [E, max_m, Kd] fp8e4m3
+  TensorView a_scale;          // [E, max_m, ceil(Kd/128)] f32
+  TensorView b;                // [E, N, Kd] fp8e4m3
+  TensorView b_scale;          // [E, ceil(N/128), ceil(Kd/128)] f32
+  TensorView layout_metadata;  // [E] i32 masked counts
+  TensorView c;                // out [E, max_m, N] bf16
+};
+
+void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream);
+
+}  // namespace moekit

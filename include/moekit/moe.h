@@ -1,0 +1,81 @@
+// Expert MLPs and whole MoE layers.
+//   MLP_e(x) = w_down[e] . (silu(w_gate[e] . x) * (w_up[e] . x)), f32 accumulation,
+//   the F-wide activation rounded to the op's dtype before the down projection.
+// Ops that need scratch take a Workspace of at least *_workspace_size(args) bytes
+// (the size depends only on shapes and dtypes, so it may be queried with null pointers).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "moekit/routing.h"
+#include "moekit/tensor.h"
+
+namespace moekit {
+
+// MoEExpertMLPFwd: the MLP of each expert on its rows of a contiguous permuted buffer.
+struct ExpertMLPArgs {
+  TensorView expert_input;     // [P, H] bf16 / f16
+  TensorView layout_metadata;  // [E] i32 inclusive physical ends
+  PermutedLayout layout;       // contiguous(alignment)
+  TensorView w_gate_up;        // [E, 2F, H]
+  TensorView w_down;           // [E, H, F]
+  TensorView expert_output;    // out [P, H]; padding rows untouched
+  Workspace workspace;
+};
+size_t expert_mlp_workspace_size(const ExpertMLPArgs& args);
+void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream);
+
+// FusedMoEExpertsFwd: output[t] = sum_{k: id>=0} w[t,k] * MLP_{id[t,k]}(x_t).
+struct FusedMoEExpertsArgs {
+  TensorView hidden_states;  // [T, H] bf16 / f16
+  TensorView w_gate_up;      // [E, 2F, H]
+  TensorView w_down;         // [E, H, F]
+  TensorView topk_weights;   // [T, K] f32
+  TensorView topk_ids;       // [T, K] i32 in [0, E) or -1
+  TensorView output;         // out [T, H], fully overwritten
+  Workspace workspace;
+};
+size_t fused_moe_experts_workspace_size(const FusedMoEExpertsArgs& args);
+void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream);
+
+// IndexedExpertMLPFwd: the same contract, built for T <= 64 (routes read straight
+// from topk_ids, no sort); correct for every T.
+using IndexedExpertMLPArgs = FusedMoEExpertsArgs;
+size_t indexed_expert_mlp_workspace_size(const IndexedExpertMLPArgs& args);
+void indexed_expert_mlp(const IndexedExpertMLPArgs& args, cudaStream_t stream);
+
+// FusedMoEFwd: fused_topk followed by fused_moe_experts.
+struct FusedMoEArgs {
+  TensorView hidden_states;    // [T, H] bf16 / f16
+  TensorView gating_output;    // [T, E] bf16 / f16 / f32
+  TensorView correction_bias;  // optional [E] f32
+  TopKParams params;
+  TensorView w_gate_up;  // [E, 2F, H]
+  TensorView w_down;     // [E, H, F]
+  TensorView output;     // out [T, H]
+  Workspace workspace;
+};
+size_t fused_moe_workspace_size(const FusedMoEArgs& args);
+void fused_moe(const FusedMoEArgs& args, cudaStream_t stream);
+
+// FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared expert weight 1).
+struct FusedMoESharedExpertArgs {
+  FusedMoEArgs moe;             // moe.output receives the sum
+  TensorView shared_w_gate_up;  // [2S, H]
+  TensorView shared_w_down;     // [H, S]
+};
+size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args);
+void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream);
+
+// SharedExpertMLPFwd: a dense gated MLP.
+struct SharedExpertMLPArgs {
+  TensorView hidden_states;  // [T, H] bf16 / f16
+  TensorView w_gate_up;      // [2S, H]
+  TensorView w_down;         // [H, S]
+  TensorView output;         // out [T, H]
+  Workspace workspace;
+};
+size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args);
+void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream);
+
+}  // namespace moekit

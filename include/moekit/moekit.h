@@ -1,0 +1,9 @@
+// moekit: Mixture-of-Experts kernels for NVIDIA Hopper. One include for the whole API.
+#pragma once
+
+#include "moekit/error.h"
+#include "moekit/gemm.h"
+#include "moekit/moe.h"
+#include "moekit/permute.h"
+#include "moekit/routing.h"
+#include "moekit/tensor.h"

@@ -1,0 +1,57 @@
+// Device-side element types and conversions shared by the kernels.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "moekit/error.h"
+#include "moekit/tensor.h"
+
+namespace moekit::detail {
+
+__device__ __forceinline__ float to_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_float(__half v) {
+  return __half2float(v);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ float silu(float z) {
+  return z / (1.0f + __expf(-z));
+}
+
+}  // namespace moekit::detail
+
+// Runs the body with `scalar_t` bound to the CUDA type of a 16-bit float dtype.
+#define MOEKIT_DISPATCH_HALF(DTYPE, OPNAME, ...)                                          \
+  do {                                                                                    \
+    if ((DTYPE) == ::moekit::DType::kBF16) {                                              \
+      using scalar_t = __nv_bfloat16;                                                     \
+      __VA_ARGS__();                                                                      \
+    } else if ((DTYPE) == ::moekit::DType::kF16) {                                        \
+      using scalar_t = __half;                                                            \
+      __VA_ARGS__();                                                                      \
+    } else {                                                                              \
+      throw ::moekit::Error(std::string("moekit::") + (OPNAME) + ": unsupported dtype " + \
+                            ::moekit::dtype_name(DTYPE));                                 \
+    }                                                                                     \
+  } while (0)

@@ -1,0 +1,105 @@
+// CPU tests of the core: views, host dtype conversions, validation messages, accuracy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/check.h"
+#include "core/host_dtype.h"
+#include "reference/accuracy.h"
+#include "reference/host_tensor.h"
+
+namespace moekit {
+namespace {
+
+TEST(TensorView, ContiguousViewHasRowMajorStrides) {
+  float buf[24];
+  TensorView v = make_view(buf, DType::kF32, {2, 3, 4});
+  EXPECT_EQ(v.numel(), 24);
+  EXPECT_EQ(v.stride[0], 12);
+  EXPECT_EQ(v.stride[2], 1);
+  EXPECT_TRUE(v.is_contiguous());
+  EXPECT_EQ(v.describe(), "f32[2, 3, 4]");
+  v.stride[2] = 2;
+  EXPECT_FALSE(v.is_contiguous());
+}
+
+TEST(TensorView, PermutedRowsMatchesSpec) {
+  EXPECT_EQ(permuted_rows(100, 8, 32, 1), 800);
+  EXPECT_EQ(permuted_rows(100, 8, 32, 128), 800 + 32 * 127);
+}
+
+TEST(HostDtype, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(host::float_to_bf16(1.0f), 0x3f80);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0).
+  EXPECT_EQ(host::float_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  EXPECT_EQ(host::float_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  EXPECT_FLOAT_EQ(host::bf16_to_float(0xc040), -3.0f);
+}
+
+TEST(HostDtype, F16RoundTripsAndRounds) {
+  EXPECT_EQ(host::float_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(host::float_to_f16(-2.0f), 0xc000);
+  EXPECT_FLOAT_EQ(host::f16_to_float(0x3555), 0.333251953125f);
+  EXPECT_EQ(host::float_to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(host::float_to_f16(1e6f), 0x7c00);
+  EXPECT_EQ(host::float_to_f16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+  for (int b = 0; b < 0x7c00; b += 7) {
+    float f = host::f16_to_float(static_cast<uint16_t>(b));
+    EXPECT_EQ(host::float_to_f16(f), b);
+  }
+}
+
+TEST(HostDtype, Fp8E4M3CoversItsRange) {
+  EXPECT_FLOAT_EQ(host::fp8e4m3_to_float(0x7e), 448.0f);
+  EXPECT_FLOAT_EQ(host::fp8e4m3_to_float(0x01), std::ldexp(1.0f, -9));
+  EXPECT_TRUE(std::isnan(host::fp8e4m3_to_float(0x7f)));
+  EXPECT_EQ(host::float_to_fp8e4m3(1000.0f), 0x7e);  // saturates
+  EXPECT_EQ(host::float_to_fp8e4m3(-1.0f), 0xb8);
+  for (int b = 0; b < 0x7f; ++b) {
+    EXPECT_EQ(host::float_to_fp8e4m3(host::fp8e4m3_to_float(static_cast<uint8_t>(b))), b);
+  }
+}
+
+TEST(ArgCheck, NamesArgumentExpectationAndValue) {
+  detail::ArgCheck check("fused_topk");
+  float buf[8];
+  TensorView ids = make_view(buf, DType::kF32, {2, 4});
+  try {
+    check.tensor("topk_ids", ids, {DType::kI32}, {2, 4});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "moekit::fused_topk: argument 'topk_ids': expected dtype i32, got f32[2, 4]");
+  }
+  TensorView w = make_view(buf, DType::kF32, {2, 3});
+  EXPECT_THROW(check.tensor("topk_weights", w, {DType::kF32}, {2, 4}), Error);
+  EXPECT_NO_THROW(check.tensor("topk_weights", w, {DType::kF32}, {2, detail::kAnyDim}));
+  EXPECT_THROW(check.tensor("bias", TensorView{}, {DType::kF32}, {4}), Error);
+  EXPECT_NO_THROW(check.optional_tensor("bias", TensorView{}, {DType::kF32}, {4}));
+  TensorView null_view = make_view(nullptr, DType::kF32, {2, 3});
+  EXPECT_THROW(check.tensor("x", null_view, {DType::kF32}, {2, 3}), Error);
+  TensorView empty_null = make_view(nullptr, DType::kF32, {0, 3});
+  EXPECT_NO_THROW(check.tensor("x", empty_null, {DType::kF32}, {0, 3}));
+  TensorView misaligned = make_view(reinterpret_cast<char*>(buf) + 2, DType::kF32, {1});
+  EXPECT_THROW(check.tensor("x", misaligned, {DType::kF32}, {1}), Error);
+  EXPECT_THROW(check.workspace(Workspace{}, 16), Error);
+}
+
+TEST(Accuracy, FlagsErrorsAndNonFinite) {
+  HostTensor ref(DType::kF32, {4}), out(DType::kF32, {4});
+  for (int i = 0; i < 4; ++i) {
+    ref.set(i, 1.0 + i);
+    out.set(i, 1.0 + i);
+  }
+  Tolerance tol = tolerance_for(DType::kBF16);
+  EXPECT_TRUE(compare(out.view(), ref.view(), tol).pass(tol));
+  out.set(2, 3.5);
+  Accuracy a = compare(out.view(), ref.view(), tol);
+  EXPECT_DOUBLE_EQ(a.err_ratio, 0.25);
+  EXPECT_FALSE(a.pass(tol));
+  out.set(2, NAN);
+  EXPECT_EQ(compare(out.view(), ref.view(), tol).nonfinite, 1);
+}
+
+}  // namespace
+}  // namespace moekit
