@@ -1,0 +1,45 @@
+// Internal entry to the grouped-GEMM engine, shared by the public GEMM ops and
+// the MLP / MoE compositions (which need row structures the public op lacks,
+// e.g. one dense group whose row count is only known on the host).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "moekit/gemm.h"
+#include "moekit/tensor.h"
+
+namespace moekit::detail {
+
+enum class GemmRows {
+  kContiguous,  // a [P, k]: group g owns rows [align_up(end[g-1], alignment), end[g])
+  kMasked,      // a [G, max_m, k]: group g owns rows [0, count[g]) of its slab
+  kDense,       // a [m, k] with one group (num_groups == 1): all m rows
+};
+
+// c[row, :] = act(a[row, :] . b[g]^T) for every row of every group g.
+// b is [G, n, k] ([G, 2n, k] gate rows then up rows for kSiluAndMul).
+// Accumulates in f32; c is in out_dtype (== in_dtype, or f32). Rows outside
+// every group are never written. All pointers are device pointers.
+struct GroupedGemmProblem {
+  DType in_dtype = DType::kBF16;  // bf16 or f16 (a and b)
+  DType out_dtype = DType::kBF16;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  int num_groups = 1;
+  int64_t n = 0;  // output columns
+  int64_t k = 0;  // reduction length
+  Activation activation = Activation::kNone;
+  GemmRows rows = GemmRows::kDense;
+  const int32_t* layout_metadata = nullptr;  // device [G]: contiguous ends or masked counts
+  int alignment = 1;                         // kContiguous
+  int64_t max_m = 0;                         // kMasked
+  int64_t m = 0;                             // kContiguous: P (rows allocated); kDense: rows
+};
+
+// Validates nothing (callers have); launches on `stream`. m == 0 or n == 0 is a no-op.
+void run_grouped_gemm(const GroupedGemmProblem& problem, cudaStream_t stream);
+
+}  // namespace moekit::detail
