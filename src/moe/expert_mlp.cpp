@@ -1,0 +1,158 @@
+// MoEExpertMLPFwd and SharedExpertMLPFwd: two grouped GEMMs each (gate/up with the
+// silu_and_mul epilogue into a workspace activation buffer, then down).
+#include "gemm/grouped_gemm.h"
+#include "moe/moe_internal.h"
+#include "moe/moe_validate.h"
+#include "moekit/moe.h"
+
+namespace moekit {
+namespace detail {
+
+void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t* layout_metadata,
+                          int alignment, int64_t E, int64_t H, int64_t F, const void* w_gate_up,
+                          const void* w_down, void* act, void* out, cudaStream_t stream) {
+  GroupedGemmProblem up;
+  up.in_dtype = dtype;
+  up.out_dtype = dtype;  // the activation is rounded to the op's dtype (SPEC)
+  up.a = in;
+  up.b = w_gate_up;
+  up.c = act;
+  up.num_groups = static_cast<int>(E);
+  up.n = F;
+  up.k = H;
+  up.activation = Activation::kSiluAndMul;
+  up.rows = GemmRows::kContiguous;
+  up.layout_metadata = layout_metadata;
+  up.alignment = alignment;
+  up.m = P;
+  run_grouped_gemm(up, stream);
+
+  GroupedGemmProblem down = up;
+  down.a = act;
+  down.b = w_down;
+  down.c = out;
+  down.n = H;
+  down.k = F;
+  down.activation = Activation::kNone;
+  run_grouped_gemm(down, stream);
+}
+
+}  // namespace detail
+
+namespace {
+
+struct ExpertMLPPlan {
+  detail::MoEShapes s;
+  int64_t P = 0;
+};
+
+// Shapes from the views alone (no throwing: used by the size query too).
+ExpertMLPPlan expert_mlp_plan(const ExpertMLPArgs& a) {
+  ExpertMLPPlan p;
+  p.s.dtype = a.expert_input.dtype;
+  p.P = detail::dim_or_zero(a.expert_input, 0);
+  p.s.H = detail::dim_or_zero(a.expert_input, 1);
+  p.s.E = detail::dim_or_zero(a.w_gate_up, 0);
+  p.s.F = detail::dim_or_zero(a.w_gate_up, 1) / 2;
+  return p;
+}
+
+size_t expert_mlp_act_bytes(const ExpertMLPPlan& p) {
+  return static_cast<size_t>(p.P * p.s.F) * dtype_size(p.s.dtype);
+}
+
+}  // namespace
+
+size_t expert_mlp_workspace_size(const ExpertMLPArgs& args) {
+  ExpertMLPPlan p = expert_mlp_plan(args);
+  if (p.P == 0) return 0;
+  detail::WorkspaceCarver ws(nullptr);
+  ws.take(expert_mlp_act_bytes(p));
+  return ws.bytes();
+}
+
+void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
+  detail::ArgCheck c("moe_expert_mlp");
+  detail::MoEShapes s = detail::check_hidden(c, "expert_input", args.expert_input);
+  const int64_t P = s.T;
+  detail::check_mlp_weights(c, s, "w_gate_up", args.w_gate_up, "w_down", args.w_down,
+                            "expert_input", args.expert_input, /*experts=*/true);
+  c.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {s.E});
+  c.require(args.layout.kind == PermutedLayout::Kind::kContiguous, "layout",
+            "a contiguous(alignment) layout", "masked");
+  c.require(args.layout.alignment >= 1, "layout", "alignment >= 1",
+            "alignment " + detail::str(args.layout.alignment));
+  c.tensor("expert_output", args.expert_output, {DType::kBF16, DType::kF16}, {P, s.H}, 16);
+  c.same_dtype("expert_output", args.expert_output, "expert_input", args.expert_input);
+  const size_t needed = expert_mlp_workspace_size(args);
+  c.workspace(args.workspace, needed);
+  if (P == 0) return;
+
+  detail::WorkspaceCarver ws(args.workspace.data);
+  void* act = ws.take(expert_mlp_act_bytes(expert_mlp_plan(args)));
+  detail::run_expert_mlp_gemms(s.dtype, args.expert_input.data, P,
+                               static_cast<const int32_t*>(args.layout_metadata.data),
+                               args.layout.alignment, s.E, s.H, s.F, args.w_gate_up.data,
+                               args.w_down.data, act, args.expert_output.data, stream);
+}
+
+// ---- SharedExpertMLPFwd ----
+
+size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args) {
+  const int64_t T = detail::dim_or_zero(args.hidden_states, 0);
+  const int64_t S = detail::dim_or_zero(args.w_gate_up, 0) / 2;
+  if (T == 0) return 0;
+  detail::WorkspaceCarver ws(nullptr);
+  ws.take(static_cast<size_t>(T * S) * dtype_size(args.hidden_states.dtype));
+  return ws.bytes();
+}
+
+namespace detail {
+
+// Dense gated MLP: act = silu_and_mul(x . w_gate_up^T) [T, S] in the dtype, then
+// out = act . w_down^T [T, H] in out_dtype (the dtype, or f32 for a later sum).
+void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
+                   const void* w_gate_up, const void* w_down, void* act, void* out, DType out_dtype,
+                   cudaStream_t stream) {
+  GroupedGemmProblem up;
+  up.in_dtype = dtype;
+  up.out_dtype = dtype;
+  up.a = x;
+  up.b = w_gate_up;
+  up.c = act;
+  up.num_groups = 1;
+  up.n = S;
+  up.k = H;
+  up.activation = Activation::kSiluAndMul;
+  up.rows = GemmRows::kDense;
+  up.m = T;
+  run_grouped_gemm(up, stream);
+
+  GroupedGemmProblem down = up;
+  down.out_dtype = out_dtype;
+  down.a = act;
+  down.b = w_down;
+  down.c = out;
+  down.n = H;
+  down.k = S;
+  down.activation = Activation::kNone;
+  run_grouped_gemm(down, stream);
+}
+
+}  // namespace detail
+
+void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
+  detail::ArgCheck c("shared_expert_mlp");
+  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", args.hidden_states);
+  detail::check_mlp_weights(c, s, "w_gate_up", args.w_gate_up, "w_down", args.w_down,
+                            "hidden_states", args.hidden_states, /*experts=*/false);
+  detail::check_output(c, "output", args.output, s, "hidden_states", args.hidden_states);
+  c.workspace(args.workspace, shared_expert_mlp_workspace_size(args));
+  if (s.T == 0) return;
+  detail::WorkspaceCarver ws(args.workspace.data);
+  void* act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
+  detail::run_dense_mlp(s.dtype, args.hidden_states.data, s.T, s.H, s.F, args.w_gate_up.data,
+                        args.w_down.data, act, args.output.data, s.dtype, stream);
+}
+
+}  // namespace moekit

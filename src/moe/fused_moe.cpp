@@ -1,0 +1,327 @@
+// FusedMoEExpertsFwd, IndexedExpertMLPFwd, FusedMoEFwd and FusedMoESharedExpertFwd:
+// compositions of routing, permutation, grouped GEMMs and the direct small-batch
+// kernels. See docs/moe.md for the workspace layouts and the path heuristics.
+#include <algorithm>
+
+#include "moe/moe_internal.h"
+#include "moe/moe_validate.h"
+#include "moekit/moe.h"
+#include "moekit/permute.h"
+#include "moekit/routing.h"
+
+namespace moekit {
+namespace detail {
+namespace {
+
+// The permuted path packs experts tightly (alignment 1): the grouped GEMM tiles
+// each expert's rows on its own, so padding would only cost workspace.
+constexpr int kPermutedAlignment = 1;
+
+size_t elems_bytes(int64_t n, DType dtype) {
+  return static_cast<size_t>(n) * dtype_size(dtype);
+}
+
+// Sub-buffers of the routed-experts workspace, in carving order.
+struct RoutedBuffers {
+  // direct path
+  void* act = nullptr;    // [T*K, F] dtype, row = route
+  float* down = nullptr;  // [T*K, H] f32, row = route
+  // permuted path
+  void* permuted = nullptr;  // [P, H] dtype; reused as the expert output
+  void* perm_act = nullptr;  // [P, F] dtype
+  int32_t* layout_metadata = nullptr;
+  int32_t* inverse = nullptr;  // [T*K]
+  Workspace pre_ws;
+};
+
+PrePermuteArgs pre_permute_args(const MoEShapes& s, const void* hidden, const int32_t* ids,
+                                const RoutedBuffers& b) {
+  const int64_t P =
+      permuted_rows(s.T, static_cast<int>(s.K), static_cast<int>(s.E), kPermutedAlignment);
+  PrePermuteArgs a;
+  a.hidden_states = make_view(hidden, s.dtype, {s.T, s.H});
+  a.local_expert_ids = make_view(ids, DType::kI32, {s.T, s.K});
+  a.num_local_experts = static_cast<int>(s.E);
+  a.layout = PermutedLayout::contiguous(kPermutedAlignment);
+  a.permuted = make_view(b.permuted, s.dtype, {P, s.H});
+  a.layout_metadata = make_view(b.layout_metadata, DType::kI32, {s.E});
+  a.inverse_indices = make_view(b.inverse, DType::kI32, {s.T * s.K});
+  a.workspace = b.pre_ws;
+  return a;
+}
+
+RoutedBuffers carve_routed(const MoEShapes& s, bool direct, WorkspaceCarver& ws) {
+  RoutedBuffers b;
+  const int64_t R = s.T * s.K;
+  if (direct) {
+    b.act = ws.take(elems_bytes(R * s.F, s.dtype));
+    b.down = static_cast<float*>(ws.take(elems_bytes(R * s.H, DType::kF32)));
+    return b;
+  }
+  const int64_t P =
+      permuted_rows(s.T, static_cast<int>(s.K), static_cast<int>(s.E), kPermutedAlignment);
+  b.permuted = ws.take(elems_bytes(P * s.H, s.dtype));
+  b.perm_act = ws.take(elems_bytes(P * s.F, s.dtype));
+  b.layout_metadata = static_cast<int32_t*>(ws.take(elems_bytes(s.E, DType::kI32)));
+  b.inverse = static_cast<int32_t*>(ws.take(elems_bytes(R, DType::kI32)));
+  const size_t pre_bytes = pre_permute_workspace_size(pre_permute_args(s, nullptr, nullptr, b));
+  b.pre_ws.data = pre_bytes ? ws.take(pre_bytes) : nullptr;
+  b.pre_ws.bytes = pre_bytes;
+  return b;
+}
+
+}  // namespace
+
+size_t routed_experts_workspace_size(const MoEShapes& s, bool direct) {
+  if (s.T == 0) return 0;
+  WorkspaceCarver ws(nullptr);
+  carve_routed(s, direct, ws);
+  return ws.bytes();
+}
+
+// Carves the routed buffers from the carver's current position.
+static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_t stream) {
+  const MoEShapes& s = p.s;
+  if (s.T == 0) return;
+  RoutedBuffers b = carve_routed(s, p.direct, ws);
+  CombineProblem comb;
+  comb.out_dtype = s.dtype;
+  comb.topk_weights = p.topk_weights;
+  comb.topk_ids = p.topk_ids;
+  comb.E = s.E;
+  comb.addend = p.addend;
+  comb.out = p.output;
+  comb.T = s.T;
+  comb.K = s.K;
+  comb.H = s.H;
+  if (p.direct) {
+    // Sort-free: stage 1 and 2 read the routes straight from topk_ids.
+    launch_direct_gate_up(s, p.hidden, p.w_gate_up, p.topk_ids, b.act, stream);
+    launch_direct_down(s, b.act, p.w_down, p.topk_ids, b.down, stream);
+    comb.rows_dtype = DType::kF32;
+    comb.rows = b.down;
+    comb.num_rows = s.T * s.K;
+    launch_combine(comb, stream);
+    return;
+  }
+  const PrePermuteArgs pre = pre_permute_args(s, p.hidden, p.topk_ids, b);
+  moe_pre_permute(pre, stream);
+  const int64_t P = pre.permuted.size(0);
+  // The expert output overwrites the permuted input (dead after the first GEMM).
+  run_expert_mlp_gemms(s.dtype, b.permuted, P, b.layout_metadata, kPermutedAlignment, s.E, s.H, s.F,
+                       p.w_gate_up, p.w_down, b.perm_act, b.permuted, stream);
+  if (p.addend == nullptr) {
+    PostPermuteArgs post;
+    post.expert_output = make_view(b.permuted, s.dtype, {P, s.H});
+    post.topk_weights = make_view(p.topk_weights, DType::kF32, {s.T, s.K});
+    post.inverse_indices = make_view(b.inverse, DType::kI32, {s.T * s.K});
+    post.out = make_view(p.output, s.dtype, {s.T, s.H});
+    moe_post_permute(post, stream);
+  } else {
+    comb.rows_dtype = s.dtype;
+    comb.rows = b.permuted;
+    comb.num_rows = P;
+    comb.inverse = b.inverse;
+    launch_combine(comb, stream);
+  }
+}
+
+void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t stream) {
+  WorkspaceCarver ws(workspace);
+  run_routed_carved(p, ws, stream);
+}
+
+}  // namespace detail
+
+namespace {
+
+// ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
+
+detail::MoEShapes experts_shapes(const FusedMoEExpertsArgs& a) {
+  detail::MoEShapes s;
+  s.dtype = a.hidden_states.dtype;
+  s.T = detail::dim_or_zero(a.hidden_states, 0);
+  s.H = detail::dim_or_zero(a.hidden_states, 1);
+  s.E = detail::dim_or_zero(a.w_gate_up, 0);
+  s.F = detail::dim_or_zero(a.w_gate_up, 1) / 2;
+  s.K = detail::dim_or_zero(a.topk_ids, 1);
+  return s;
+}
+
+detail::MoEShapes check_experts_args(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a) {
+  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
+  detail::check_mlp_weights(c, s, "w_gate_up", a.w_gate_up, "w_down", a.w_down, "hidden_states",
+                            a.hidden_states, /*experts=*/true);
+  detail::check_topk(c, s, a.topk_weights, a.topk_ids);
+  detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
+  return s;
+}
+
+void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct,
+                    cudaStream_t stream) {
+  detail::ArgCheck c(op);
+  detail::MoEShapes s = check_experts_args(c, a);
+  const bool direct = allow_direct && detail::direct_path_eligible(s);
+  c.workspace(a.workspace, detail::routed_experts_workspace_size(s, direct));
+  if (s.T == 0) return;
+  detail::RoutedExperts p;
+  p.s = s;
+  p.direct = direct;
+  p.hidden = a.hidden_states.data;
+  p.w_gate_up = a.w_gate_up.data;
+  p.w_down = a.w_down.data;
+  p.topk_weights = static_cast<const float*>(a.topk_weights.data);
+  p.topk_ids = static_cast<const int32_t*>(a.topk_ids.data);
+  p.output = a.output.data;
+  detail::run_routed_experts(p, a.workspace.data, stream);
+}
+
+}  // namespace
+
+size_t fused_moe_experts_workspace_size(const FusedMoEExpertsArgs& args) {
+  return detail::routed_experts_workspace_size(experts_shapes(args), /*direct=*/false);
+}
+
+void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream) {
+  run_experts_op("fused_moe_experts", args, /*allow_direct=*/false, stream);
+}
+
+size_t indexed_expert_mlp_workspace_size(const IndexedExpertMLPArgs& args) {
+  const detail::MoEShapes s = experts_shapes(args);
+  return detail::routed_experts_workspace_size(s, detail::direct_path_eligible(s));
+}
+
+void indexed_expert_mlp(const IndexedExpertMLPArgs& args, cudaStream_t stream) {
+  run_experts_op("indexed_expert_mlp", args, /*allow_direct=*/true, stream);
+}
+
+// ---- FusedMoEFwd / FusedMoESharedExpertFwd ----
+
+namespace {
+
+detail::MoEShapes moe_shapes(const FusedMoEArgs& a) {
+  detail::MoEShapes s;
+  s.dtype = a.hidden_states.dtype;
+  s.T = detail::dim_or_zero(a.hidden_states, 0);
+  s.H = detail::dim_or_zero(a.hidden_states, 1);
+  s.E = detail::dim_or_zero(a.w_gate_up, 0);
+  s.F = detail::dim_or_zero(a.w_gate_up, 1) / 2;
+  s.K = std::max(a.params.top_k, 0);
+  return s;
+}
+
+// The whole-layer ops pick the direct path for small batches (docs/moe.md).
+bool layer_uses_direct(const detail::MoEShapes& s) {
+  return detail::direct_path_eligible(s);
+}
+
+struct LayerBuffers {
+  float* topk_weights = nullptr;  // [T, K]
+  int32_t* topk_ids = nullptr;    // [T, K]
+  void* shared_act = nullptr;     // [T, S] dtype (shared expert only)
+  float* shared_out = nullptr;    // [T, H] f32 (shared expert only)
+};
+
+// Topk buffers, then (shared expert) its activation and f32 output, then the
+// routed-experts buffers.
+LayerBuffers carve_layer(const detail::MoEShapes& s, int64_t S, detail::WorkspaceCarver& ws) {
+  LayerBuffers b;
+  b.topk_weights = static_cast<float*>(ws.take(static_cast<size_t>(s.T * s.K) * 4));
+  b.topk_ids = static_cast<int32_t*>(ws.take(static_cast<size_t>(s.T * s.K) * 4));
+  if (S > 0) {
+    b.shared_act = ws.take(static_cast<size_t>(s.T * S) * dtype_size(s.dtype));
+    b.shared_out = static_cast<float*>(ws.take(static_cast<size_t>(s.T * s.H) * 4));
+  }
+  return b;
+}
+
+size_t layer_workspace_size(const detail::MoEShapes& s, int64_t S) {
+  if (s.T == 0) return 0;
+  detail::WorkspaceCarver ws(nullptr);
+  carve_layer(s, S, ws);
+  return ws.bytes() + detail::routed_experts_workspace_size(s, layer_uses_direct(s));
+}
+
+detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs& a) {
+  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
+  detail::check_mlp_weights(c, s, "w_gate_up", a.w_gate_up, "w_down", a.w_down, "hidden_states",
+                            a.hidden_states, /*experts=*/true);
+  c.tensor("gating_output", a.gating_output, {DType::kBF16, DType::kF16, DType::kF32}, {s.T, s.E});
+  c.optional_tensor("correction_bias", a.correction_bias, {DType::kF32}, {s.E});
+  c.require(a.params.top_k >= 1 && a.params.top_k <= s.E, "params.top_k",
+            "1 <= top_k <= num_experts (" + detail::str(s.E) + ")", detail::str(a.params.top_k));
+  s.K = a.params.top_k;
+  c.require(s.T * s.K <= INT32_MAX, "hidden_states", "at most 2^31-1 routes (T*top_k)",
+            a.hidden_states.describe());
+  detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
+  return s;
+}
+
+// Routing (fused_topk into the workspace), optional shared MLP, routed experts.
+void run_layer(const FusedMoEArgs& a, const detail::MoEShapes& s, const TensorView* shared_gu,
+               const TensorView* shared_down, int64_t S, cudaStream_t stream) {
+  detail::WorkspaceCarver ws(a.workspace.data);
+  LayerBuffers b = carve_layer(s, S, ws);
+  FusedTopKArgs topk;
+  topk.gating_output = a.gating_output;
+  topk.correction_bias = a.correction_bias;
+  topk.params = a.params;
+  topk.topk_weights = make_view(b.topk_weights, DType::kF32, {s.T, s.K});
+  topk.topk_ids = make_view(b.topk_ids, DType::kI32, {s.T, s.K});
+  // First launch of the op: fused_topk validates the routing params before it.
+  fused_topk(topk, stream);
+  if (S > 0) {
+    // The shared expert's output stays f32 and is added in the routed combine, so
+    // the layer output is rounded once.
+    detail::run_dense_mlp(s.dtype, a.hidden_states.data, s.T, s.H, S, shared_gu->data,
+                          shared_down->data, b.shared_act, b.shared_out, DType::kF32, stream);
+  }
+  detail::RoutedExperts p;
+  p.s = s;
+  p.direct = layer_uses_direct(s);
+  p.hidden = a.hidden_states.data;
+  p.w_gate_up = a.w_gate_up.data;
+  p.w_down = a.w_down.data;
+  p.topk_weights = b.topk_weights;
+  p.topk_ids = b.topk_ids;
+  p.addend = b.shared_out;
+  p.output = a.output.data;
+  detail::run_routed_carved(p, ws, stream);
+}
+
+int64_t shared_inner(const FusedMoESharedExpertArgs& a) {
+  return detail::dim_or_zero(a.shared_w_gate_up, 0) / 2;
+}
+
+}  // namespace
+
+size_t fused_moe_workspace_size(const FusedMoEArgs& args) {
+  return layer_workspace_size(moe_shapes(args), 0);
+}
+
+void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
+  detail::ArgCheck c("fused_moe");
+  detail::MoEShapes s = check_layer_args(c, args);
+  c.workspace(args.workspace, layer_workspace_size(s, 0));
+  if (s.T == 0) return;
+  run_layer(args, s, nullptr, nullptr, 0, stream);
+}
+
+size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args) {
+  return layer_workspace_size(moe_shapes(args.moe), shared_inner(args));
+}
+
+void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream) {
+  detail::ArgCheck c("fused_moe_shared_expert");
+  detail::MoEShapes s = check_layer_args(c, args.moe);
+  detail::MoEShapes shared = s;
+  detail::check_mlp_weights(c, shared, "shared_w_gate_up", args.shared_w_gate_up, "shared_w_down",
+                            args.shared_w_down, "hidden_states", args.moe.hidden_states,
+                            /*experts=*/false);
+  const int64_t S = shared.F;
+  c.workspace(args.moe.workspace, layer_workspace_size(s, S));
+  if (s.T == 0) return;
+  run_layer(args.moe, s, &args.shared_w_gate_up, &args.shared_w_down, S, stream);
+}
+
+}  // namespace moekit

@@ -1,0 +1,108 @@
+// Internal pieces of the MoE compositions: workspace carving, shapes, the
+// direct ("indexed") small-batch kernels and the weighted combine.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "moekit/tensor.h"
+
+namespace moekit::detail {
+
+// Carves 256-byte-aligned sub-buffers out of a workspace in a fixed order. With a
+// null base it only counts, so *_workspace_size and the ops share one layout.
+class WorkspaceCarver {
+ public:
+  explicit WorkspaceCarver(void* base) : base_(static_cast<char*>(base)) {}
+  void* take(size_t bytes) {
+    void* p = base_ ? base_ + offset_ : nullptr;
+    offset_ += (bytes + 255) / 256 * 256;
+    return p;
+  }
+  size_t bytes() const { return offset_; }
+
+ private:
+  char* base_;
+  size_t offset_ = 0;
+};
+
+// Shapes of a routed MoE problem (validated by the caller).
+struct MoEShapes {
+  DType dtype = DType::kBF16;  // hidden states, weights and output
+  int64_t T = 0, H = 0, E = 0, F = 0, K = 0;
+};
+
+// Limits of the direct path: routes are decoded per block from topk_ids in shared
+// memory (T*K ids, an E-bit presence bitmap); an expert's weight offsets are 32-bit.
+constexpr int64_t kDirectMaxTokens = 64;
+constexpr int64_t kDirectMaxRoutes = 1024;
+constexpr int64_t kDirectMaxExperts = 4096;
+
+inline bool direct_path_eligible(const MoEShapes& s) {
+  return s.T <= kDirectMaxTokens && s.T * s.K <= kDirectMaxRoutes && s.E <= kDirectMaxExperts &&
+         2 * s.F * s.H < (int64_t{1} << 31);
+}
+
+// Routed experts on device pointers: output[t] = sum_k w[t,k] * MLP_id(x_t)
+// (+ addend[t] when addend != nullptr, an f32 [T, H] term added before the single
+// rounding). `direct` picks the sort-free small-batch path (requires
+// direct_path_eligible) over pre-permute -> grouped GEMMs -> combine.
+struct RoutedExperts {
+  MoEShapes s;
+  bool direct = false;
+  const void* hidden = nullptr;     // [T, H]
+  const void* w_gate_up = nullptr;  // [E, 2F, H]
+  const void* w_down = nullptr;     // [E, H, F]
+  const float* topk_weights = nullptr;
+  const int32_t* topk_ids = nullptr;
+  const float* addend = nullptr;  // optional [T, H] f32
+  void* output = nullptr;         // [T, H]
+};
+size_t routed_experts_workspace_size(const MoEShapes& s, bool direct);
+void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t stream);
+
+// Expert MLP on a contiguous permuted buffer: gate/up grouped GEMM with
+// silu_and_mul into act [P, F], then the down grouped GEMM into out [P, H].
+// `out` may alias `in` (the input is dead once the first GEMM has run).
+void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t* layout_metadata,
+                          int alignment, int64_t E, int64_t H, int64_t F, const void* w_gate_up,
+                          const void* w_down, void* act, void* out, cudaStream_t stream);
+
+// Dense gated MLP (shared expert): act = silu_and_mul(x . w_gate_up^T) [T, S] in the
+// dtype, then out = act . w_down^T [T, H] in out_dtype (the dtype, or f32).
+void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
+                   const void* w_gate_up, const void* w_down, void* act, void* out, DType out_dtype,
+                   cudaStream_t stream);
+
+// ---- kernels (moe_kernels.cu) ----
+
+// Stage 1 of the direct path: act[r, :] = round(silu(x_t . w_gate[e]^T) * (x_t . w_up[e]^T))
+// for every route r = t*K + k with e = topk_ids[r] in [0, E). act is [T*K, F].
+void launch_direct_gate_up(const MoEShapes& s, const void* hidden, const void* w_gate_up,
+                           const int32_t* topk_ids, void* act, cudaStream_t stream);
+// Stage 2: down[r, :] = act[r, :] . w_down[e]^T in f32 for every valid route. down is [T*K, H].
+void launch_direct_down(const MoEShapes& s, const void* act, const void* w_down,
+                        const int32_t* topk_ids, float* down, cudaStream_t stream);
+
+// out[t, :] = round(sum_k in k order over valid routes of w[t,k] * rows[row(t,k), :]
+//                   (+ addend[t, :])), f32 accumulation; tokens without routes get
+// zeros (or the addend). Row of route r: inverse[r] when `inverse` (valid when in
+// [0, num_rows)), else r itself (valid when topk_ids[r] is in [0, E)).
+struct CombineProblem {
+  DType out_dtype = DType::kBF16;
+  DType rows_dtype = DType::kBF16;  // out_dtype or f32
+  const void* rows = nullptr;
+  int64_t num_rows = 0;
+  const int32_t* inverse = nullptr;
+  const int32_t* topk_ids = nullptr;
+  int64_t E = 0;
+  const float* topk_weights = nullptr;
+  const float* addend = nullptr;
+  void* out = nullptr;
+  int64_t T = 0, K = 0, H = 0;
+};
+void launch_combine(const CombineProblem& p, cudaStream_t stream);
+
+}  // namespace moekit::detail
