@@ -37,7 +37,21 @@ struct GroupedGemmProblem {
   int alignment = 1;                         // kContiguous
   int64_t max_m = 0;                         // kMasked
   int64_t m = 0;                             // kContiguous: P (rows allocated); kDense: rows
+  // Kernel configuration: -1 = heuristic (docs/gemm.md), else a GemmConfig value
+  // (forces one; tests use this to cover every config the heuristic can pick).
+  int config = -1;
 };
+
+// The tile configurations of the bf16/f16 engine (docs/gemm.md).
+enum GemmConfig : int {
+  kGemmConfigDecode = 0,   // 32x128 tiles, 4 warps: few rows per group, streams b
+  kGemmConfigPrefill = 1,  // 128x256 tiles, 8 warps: many rows per group
+  kGemmConfigCount = 2,
+};
+
+// The config run_grouped_gemm would pick for `problem` (problem.config, else the
+// MOEKIT_GEMM_CONFIG environment variable, else the heuristic).
+int select_grouped_gemm_config(const GroupedGemmProblem& problem);
 
 // Validates nothing (callers have); launches on `stream`. m == 0 or n == 0 is a no-op.
 void run_grouped_gemm(const GroupedGemmProblem& problem, cudaStream_t stream);

@@ -1,0 +1,120 @@
+// Host side of the grouped-GEMM engine: config selection and dispatch.
+#include "gemm/grouped_gemm.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/check.h"
+#include "gemm/grouped_gemm_fp8.h"
+#include "gemm/launch.h"
+#include "moekit/error.h"
+
+namespace moekit::detail {
+namespace {
+
+// MOEKIT_GEMM_CONFIG = decode | prefill | 0 | 1 forces a config (benchmarks, tuning);
+// unset or anything else: -1 (heuristic).
+int env_config() {
+  static const int value = [] {
+    const char* s = std::getenv("MOEKIT_GEMM_CONFIG");
+    if (!s) return -1;
+    if (!std::strcmp(s, "decode") || !std::strcmp(s, "0")) return 0;
+    if (!std::strcmp(s, "prefill") || !std::strcmp(s, "1")) return 1;
+    return -1;
+  }();
+  return value;
+}
+
+int sm_count() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 132;  // an H100 / H200
+  }
+  return count;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Shared heuristic of both engines: few rows per group -> the decode config (small m
+// tiles, b streamed once); else the prefill config, unless its big tiles would not
+// give every SM at least one tile (then the smaller decode tiles spread better).
+int pick(int64_t rows_per_group, int64_t groups, int64_t prefill_bm, int64_t prefill_tiles_n) {
+  if (rows_per_group <= 64) return 0;
+  const int64_t prefill_tiles = groups * ceil_div(rows_per_group, prefill_bm) * prefill_tiles_n;
+  if (prefill_tiles < sm_count()) return 0;
+  return 1;
+}
+
+}  // namespace
+
+int select_grouped_gemm_config(const GroupedGemmProblem& p) {
+  if (p.config >= 0) return p.config;
+  if (env_config() >= 0) return env_config();
+  int64_t groups = p.rows == GemmRows::kDense ? 1 : p.num_groups;
+  if (groups < 1) groups = 1;
+  int64_t rows_per_group = 0;
+  switch (p.rows) {
+    case GemmRows::kContiguous: {
+      // P = routed rows + G*(alignment-1) alignment padding (permuted_rows): discount it.
+      const int64_t padding = groups * (p.alignment > 1 ? p.alignment - 1 : 0);
+      rows_per_group = (p.m > padding ? p.m - padding : 0) / groups;
+      break;
+    }
+    case GemmRows::kMasked:
+      rows_per_group = p.max_m;  // an upper bound: the counts live on the device
+      break;
+    case GemmRows::kDense:
+      rows_per_group = p.m;
+      break;
+  }
+  const int64_t out_cols_per_tile = p.activation == Activation::kSiluAndMul ? 128 : 256;
+  return pick(rows_per_group, groups, 128, ceil_div(p.n, out_cols_per_tile));
+}
+
+void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
+  const char* op = "moe_grouped_gemm";
+  const int64_t rows = p.rows == GemmRows::kMasked ? p.max_m : p.m;
+  if (rows <= 0 || p.n <= 0 || (p.rows != GemmRows::kDense && p.num_groups <= 0)) return;
+  const int config = select_grouped_gemm_config(p);
+  if (config < 0 || config >= kGemmConfigCount) {
+    throw Error(std::string("moekit::") + op + ": config: expected -1.." +
+                std::to_string(kGemmConfigCount - 1) + ", got " + std::to_string(config));
+  }
+  if (p.in_dtype == DType::kBF16) {
+    launch_grouped_gemm_bf16(p, config, stream);
+  } else if (p.in_dtype == DType::kF16) {
+    launch_grouped_gemm_f16(p, config, stream);
+  } else {
+    throw Error(std::string("moekit::") + op + ": unsupported input dtype " +
+                dtype_name(p.in_dtype));
+  }
+  check_launch(op);
+}
+
+int select_grouped_gemm_fp8_config(const GroupedGemmFP8Problem& p) {
+  if (p.config >= 0) return p.config;
+  if (env_config() >= 0) return env_config();
+  const int64_t groups = p.num_groups < 1 ? 1 : p.num_groups;
+  return pick(p.max_m, groups, 128, ceil_div(p.n, 128));
+}
+
+void run_grouped_gemm_fp8(const GroupedGemmFP8Problem& p, cudaStream_t stream) {
+  const char* op = "moe_grouped_gemm_fp8";
+  if (p.max_m <= 0 || p.n <= 0 || p.num_groups <= 0) return;
+  const int config = select_grouped_gemm_fp8_config(p);
+  if (config < 0 || config >= kFp8ConfigCount) {
+    throw Error(std::string("moekit::") + op + ": config: expected -1.." +
+                std::to_string(kFp8ConfigCount - 1) + ", got " + std::to_string(config));
+  }
+  launch_grouped_gemm_fp8(p, config, stream);
+  check_launch(op);
+}
+
+}  // namespace moekit::detail

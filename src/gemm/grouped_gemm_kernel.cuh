@@ -1,0 +1,112 @@
+// The bf16/f16 grouped-GEMM kernel: tile scheduler -> mainloop -> epilogue.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "gemm/epilogue.cuh"
+#include "gemm/mainloop.cuh"
+#include "gemm/tile_scheduler.cuh"
+#include "moekit/error.h"
+
+namespace moekit::detail::gemm {
+
+struct GemmParams {
+  const void* a;
+  const void* b;
+  void* c;
+  RowsDesc rows;
+  int64_t n;  // output columns
+  int64_t k;  // reduction length in elements
+  int n_tiles;
+  int silu;  // Activation::kSiluAndMul: b has 2n rows per group
+};
+
+template <class Cfg, class In, class Out, class Mma>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    grouped_gemm_kernel(const __grid_constant__ GemmParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  TileCoord t;
+  if (!find_tile<Cfg::THREADS>(p.rows, Cfg::BM, p.n_tiles, blockIdx.x, t)) return;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
+  const bool silu = p.silu != 0;
+  const int64_t k_bytes = p.k * static_cast<int64_t>(sizeof(In));
+
+  TileLoader<Cfg> loader;
+  loader.fallback = static_cast<const char*>(p.a);
+  loader.k_bytes = k_bytes;
+  loader.chunk = tid % Cfg::CHUNKS;
+  loader.row_base = tid / Cfg::CHUNKS;
+#pragma unroll
+  for (int i = 0; i < Cfg::A_ITERS; ++i) {
+    const int r = loader.row_base + i * Cfg::ROW_STEP;
+    loader.a_row[i] = r < t.rows ? static_cast<const char*>(p.a) + (t.row0 + r) * k_bytes : nullptr;
+  }
+  const int64_t b_group_rows = silu ? 2 * p.n : p.n;
+  const char* b_group = static_cast<const char*>(p.b) + t.group * b_group_rows * k_bytes;
+#pragma unroll
+  for (int i = 0; i < Cfg::B_ITERS; ++i) {
+    const int r = loader.row_base + i * Cfg::ROW_STEP;
+    int64_t col, b_row;
+    if (!silu) {
+      col = static_cast<int64_t>(t.n_tile) * Cfg::BN + r;
+      b_row = col;
+    } else {
+      // Per warp column block of WN b rows: WN/2 gate rows, then the matching up rows.
+      const int w = r / Cfg::WN, rr = r % Cfg::WN, half = Cfg::WN / 2;
+      col =
+          static_cast<int64_t>(t.n_tile) * (Cfg::BN / 2) + w * half + (rr < half ? rr : rr - half);
+      b_row = rr < half ? col : p.n + col;
+    }
+    loader.b_row[i] = col < p.n ? b_group + b_row * k_bytes : nullptr;
+  }
+
+  float acc[Cfg::MF][Cfg::NF][4];
+#pragma unroll
+  for (int mf = 0; mf < Cfg::MF; ++mf)
+#pragma unroll
+    for (int nf = 0; nf < Cfg::NF; ++nf)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mf][nf][i] = 0.f;
+
+  const int valid_mf = valid_fragments<Cfg>(t.rows, wm);
+  const uint32_t s_a0 = smem_addr(smem);
+  const uint32_t s_b0 = s_a0 + Cfg::STAGES * Cfg::A_STAGE_BYTES;
+  const int k_tiles = static_cast<int>((k_bytes + Cfg::BK_BYTES - 1) / Cfg::BK_BYTES);
+  run_pipeline<Cfg>(
+      k_tiles,
+      [&](int stage, int kt) {
+        loader.load(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES, kt);
+      },
+      [&](int stage, int) {
+        warp_mma_tile<Cfg, Mma>(s_a0 + stage * Cfg::A_STAGE_BYTES,
+                                s_b0 + stage * Cfg::B_STAGE_BYTES, acc, wm, wn, lane, valid_mf);
+      });
+
+  store_tile<Cfg, Out>(acc, static_cast<Out*>(p.c), p.n, t.row0, t.rows, t.n_tile, silu, wm, wn,
+                       lane);
+}
+
+// Launches the kernel over an upper bound of tiles (no host sync on the metadata).
+template <class Cfg, class In, class Out, class Mma>
+void launch_grouped_gemm_kernel(GemmParams p, cudaStream_t stream, const char* op) {
+  const int64_t out_cols_per_tile = p.silu ? Cfg::BN / 2 : Cfg::BN;
+  const int64_t n_tiles = (p.n + out_cols_per_tile - 1) / out_cols_per_tile;
+  const int64_t tiles = max_tiles(p.rows, Cfg::BM, static_cast<int>(n_tiles));
+  if (tiles <= 0) return;
+  if (n_tiles > INT_MAX || tiles > INT_MAX) {
+    throw Error(std::string("moekit::") + op + ": problem too large for one launch (" +
+                std::to_string(tiles) + " tiles)");
+  }
+  p.n_tiles = static_cast<int>(n_tiles);
+  auto kernel = grouped_gemm_kernel<Cfg, In, Out, Mma>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+  kernel<<<static_cast<unsigned>(tiles), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
+}
+
+}  // namespace moekit::detail::gemm

@@ -1,0 +1,16 @@
+// Per-input-dtype launchers of the bf16/f16 engine (one .cu each, so they compile in
+// parallel). `config` is a GemmConfig value.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "gemm/grouped_gemm.h"
+#include "gemm/grouped_gemm_fp8.h"
+
+namespace moekit::detail {
+
+void launch_grouped_gemm_bf16(const GroupedGemmProblem& problem, int config, cudaStream_t stream);
+void launch_grouped_gemm_f16(const GroupedGemmProblem& problem, int config, cudaStream_t stream);
+void launch_grouped_gemm_fp8(const GroupedGemmFP8Problem& problem, int config, cudaStream_t stream);
+
+}  // namespace moekit::detail

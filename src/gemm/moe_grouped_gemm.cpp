@@ -1,0 +1,127 @@
+// MoEGroupedGemmFwd and MoEGroupedGemmFP8Fwd: validation, then the engine.
+#include <string>
+
+#include "core/check.h"
+#include "gemm/grouped_gemm.h"
+#include "gemm/grouped_gemm_fp8.h"
+#include "moekit/gemm.h"
+
+namespace moekit {
+namespace {
+
+using detail::kAnyDim;
+
+// The scheduler scans every group's metadata in every block: keep E bounded.
+constexpr int64_t kMaxExperts = 1024;
+
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
+
+}  // namespace
+
+void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
+  detail::ArgCheck check("moe_grouped_gemm");
+  const bool silu = args.activation == Activation::kSiluAndMul;
+  check.require(args.activation == Activation::kNone || silu, "activation",
+                "Activation::kNone or Activation::kSiluAndMul",
+                "value " + str(static_cast<int>(args.activation)));
+  const bool masked = args.layout.kind == PermutedLayout::Kind::kMasked;
+  check.require(masked || args.layout.kind == PermutedLayout::Kind::kContiguous, "layout.kind",
+                "kContiguous or kMasked", "value " + str(static_cast<int>(args.layout.kind)));
+  if (masked) {
+    check.require(args.layout.max_m >= 0, "layout.max_m", "max_m >= 0", str(args.layout.max_m));
+  } else {
+    check.require(args.layout.alignment >= 1, "layout.alignment", "alignment >= 1",
+                  str(args.layout.alignment));
+  }
+
+  // b [E, N or 2N, Kd] fixes E, N and Kd; a's dtype is the input dtype.
+  if (masked) {
+    check.tensor("a", args.a, {DType::kBF16, DType::kF16}, {kAnyDim, args.layout.max_m, kAnyDim},
+                 16);
+  } else {
+    check.tensor("a", args.a, {DType::kBF16, DType::kF16}, {kAnyDim, kAnyDim}, 16);
+  }
+  check.tensor("b", args.b, {DType::kBF16, DType::kF16}, {kAnyDim, kAnyDim, kAnyDim}, 16);
+  check.same_dtype("b", args.b, "a", args.a);
+  const int64_t E = args.b.shape[0], b_rows = args.b.shape[1], Kd = args.b.shape[2];
+  check.require(E <= kMaxExperts, "b", "at most " + str(kMaxExperts) + " experts (dim 0)",
+                args.b.describe());
+  check.require(Kd % 8 == 0, "b", "Kd (dim 2) a multiple of 8", args.b.describe());
+  if (silu) {
+    check.require(b_rows % 2 == 0, "b",
+                  "2N rows per expert (gate then up) with silu_and_mul, an even dim 1",
+                  args.b.describe());
+  }
+  const int64_t N = silu ? b_rows / 2 : b_rows;
+  check.require(N % 8 == 0, "b",
+                std::string(silu ? "dim 1 = 2N" : "dim 1 = N") + " with N a multiple of 8",
+                args.b.describe());
+  const int64_t a_k = args.a.shape[args.a.ndim - 1];
+  check.require(a_k == Kd, "a", "Kd = " + str(Kd) + " columns (b's dim 2)", args.a.describe());
+  if (masked) {
+    check.require(args.a.shape[0] == E, "a", "dim 0 = E = " + str(E) + " (b's dim 0)",
+                  args.a.describe());
+  }
+  check.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {E});
+  const int64_t rows = masked ? args.layout.max_m : args.a.shape[0];
+  if (masked) {
+    check.tensor("c", args.c, {args.a.dtype, DType::kF32}, {E, rows, N}, 16);
+  } else {
+    check.tensor("c", args.c, {args.a.dtype, DType::kF32}, {rows, N}, 16);
+  }
+
+  detail::GroupedGemmProblem p;
+  p.in_dtype = args.a.dtype;
+  p.out_dtype = args.c.dtype;
+  p.a = args.a.data;
+  p.b = args.b.data;
+  p.c = args.c.data;
+  p.num_groups = static_cast<int>(E);
+  p.n = N;
+  p.k = Kd;
+  p.activation = args.activation;
+  p.layout_metadata = static_cast<const int32_t*>(args.layout_metadata.data);
+  if (masked) {
+    p.rows = detail::GemmRows::kMasked;
+    p.max_m = args.layout.max_m;
+  } else {
+    p.rows = detail::GemmRows::kContiguous;
+    p.alignment = args.layout.alignment;
+    p.m = rows;
+  }
+  detail::run_grouped_gemm(p, stream);
+}
+
+void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream) {
+  detail::ArgCheck check("moe_grouped_gemm_fp8");
+  check.tensor("a", args.a, {DType::kFP8E4M3}, {kAnyDim, kAnyDim, kAnyDim}, 16);
+  const int64_t E = args.a.shape[0], max_m = args.a.shape[1], Kd = args.a.shape[2];
+  check.require(E <= kMaxExperts, "a", "at most " + str(kMaxExperts) + " experts (dim 0)",
+                args.a.describe());
+  check.require(Kd % 16 == 0, "a", "Kd (dim 2) a multiple of 16", args.a.describe());
+  check.tensor("b", args.b, {DType::kFP8E4M3}, {E, kAnyDim, Kd}, 16);
+  const int64_t N = args.b.shape[1];
+  check.require(N % 8 == 0, "b", "N (dim 1) a multiple of 8", args.b.describe());
+  const int64_t KB = (Kd + 127) / 128, NB = (N + 127) / 128;
+  check.tensor("a_scale", args.a_scale, {DType::kF32}, {E, max_m, KB});
+  check.tensor("b_scale", args.b_scale, {DType::kF32}, {E, NB, KB});
+  check.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {E});
+  check.tensor("c", args.c, {DType::kBF16}, {E, max_m, N}, 16);
+
+  detail::GroupedGemmFP8Problem p;
+  p.a = args.a.data;
+  p.a_scale = static_cast<const float*>(args.a_scale.data);
+  p.b = args.b.data;
+  p.b_scale = static_cast<const float*>(args.b_scale.data);
+  p.c = args.c.data;
+  p.layout_metadata = static_cast<const int32_t*>(args.layout_metadata.data);
+  p.num_groups = static_cast<int>(E);
+  p.max_m = max_m;
+  p.n = N;
+  p.k = Kd;
+  detail::run_grouped_gemm_fp8(p, stream);
+}
+
+}  // namespace moekit

@@ -1,0 +1,389 @@
+// CPU tests of the grouped GEMMs: references on hand-computed cases, validation
+// errors for each kind of bad input, and the config heuristic.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/host_dtype.h"
+#include "gemm/grouped_gemm.h"
+#include "gemm/grouped_gemm_fp8.h"
+#include "moekit/error.h"
+#include "moekit/gemm.h"
+#include "moekit/reference.h"
+#include "reference/host_tensor.h"
+
+namespace moekit {
+namespace {
+
+HostTensor meta_tensor(const std::vector<int32_t>& values) {
+  HostTensor t(DType::kI32, {static_cast<int64_t>(values.size())});
+  std::memcpy(t.data(), values.data(), values.size() * 4);
+  return t;
+}
+
+double silu(double z) {
+  return z / (1.0 + std::exp(-z));
+}
+
+// a: 5 rows x 8, contiguous alignment 2 over 2 experts: expert 0 rows [0, 1),
+// padding row 1, expert 1 rows [2, 5). b[e] rows are scaled unit vectors.
+TEST(GemmReference, ContiguousHandComputed) {
+  HostTensor a(DType::kF32, {5, 8}), b(DType::kF32, {2, 8, 8}), c(DType::kF32, {5, 8});
+  for (int r = 0; r < 5; ++r)
+    for (int k = 0; k < 8; ++k) a.set(r * 8 + k, r + 0.5 * k);
+  // b[0] = identity; b[1] = 2 * (row j picks column 7 - j).
+  for (int j = 0; j < 8; ++j) {
+    b.set(j * 8 + j, 1.0);
+    b.set(64 + j * 8 + (7 - j), 2.0);
+  }
+  c.fill_bytes(0xFF);
+  HostTensor meta = meta_tensor({1, 5});
+  GroupedGemmArgs args;
+  args.a = a.view();
+  args.b = b.view();
+  args.c = c.view();
+  args.layout_metadata = meta.view();
+  args.layout = PermutedLayout::contiguous(2);
+  reference::moe_grouped_gemm(args);
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_DOUBLE_EQ(c.at(j), 0 + 0.5 * j);  // row 0, expert 0
+    EXPECT_TRUE(std::isnan(c.at(8 + j)));    // padding row untouched (0xFFFFFFFF = NaN)
+    for (int r = 2; r < 5; ++r) EXPECT_DOUBLE_EQ(c.at(r * 8 + j), 2 * (r + 0.5 * (7 - j)));
+  }
+}
+
+TEST(GemmReference, SiluAndMulRoundsOnceToOutput) {
+  // One expert, one row a = [1, 0, ..], gate row 0 = 3*e0, up row 0 = 0.7*e0 (N = 8).
+  HostTensor a(DType::kBF16, {1, 8}), b(DType::kBF16, {1, 16, 8}), c(DType::kBF16, {1, 8});
+  a.set(0, 1.0);
+  for (int j = 0; j < 8; ++j) {
+    b.set(j * 8, 0.25 * (j + 1));        // gate_j = 0.25 (j+1)
+    b.set((8 + j) * 8, -0.5 * (j + 1));  // up_j = -0.5 (j+1)
+  }
+  HostTensor meta = meta_tensor({1});
+  GroupedGemmArgs args;
+  args.a = a.view();
+  args.b = b.view();
+  args.c = c.view();
+  args.layout_metadata = meta.view();
+  args.activation = Activation::kSiluAndMul;
+  reference::moe_grouped_gemm(args);
+  for (int j = 0; j < 8; ++j) {
+    const double want = host::round_to(DType::kBF16, silu(0.25 * (j + 1)) * (-0.5 * (j + 1)));
+    EXPECT_DOUBLE_EQ(c.at(j), want);
+  }
+}
+
+TEST(GemmReference, MaskedLeavesRowsPastCountUntouched) {
+  HostTensor a(DType::kF16, {2, 3, 8}), b(DType::kF16, {2, 8, 8}), c(DType::kF32, {2, 3, 8});
+  for (int i = 0; i < 48; ++i) a.set(i, 1.0);
+  for (int i = 0; i < 128; ++i) b.set(i, i < 64 ? 0.5 : 0.25);
+  c.fill_bytes(0xFF);
+  HostTensor meta = meta_tensor({2, 0});
+  GroupedGemmArgs args;
+  args.a = a.view();
+  args.b = b.view();
+  args.c = c.view();
+  args.layout_metadata = meta.view();
+  args.layout = PermutedLayout::masked(3);
+  reference::moe_grouped_gemm(args);
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_DOUBLE_EQ(c.at(0 * 8 + j), 4.0);
+    EXPECT_DOUBLE_EQ(c.at(1 * 8 + j), 4.0);
+    EXPECT_TRUE(std::isnan(c.at(2 * 8 + j)));
+    for (int r = 3; r < 6; ++r) EXPECT_TRUE(std::isnan(c.at(r * 8 + j)));
+  }
+}
+
+TEST(GemmReference, Fp8AppliesScalesPerBlock) {
+  // Kd = 144: two k blocks (128 + 16); N = 136: two n blocks (128 + 8).
+  const int64_t Kd = 144, N = 136;
+  HostTensor a(DType::kFP8E4M3, {1, 2, Kd}), b(DType::kFP8E4M3, {1, N, Kd});
+  HostTensor as(DType::kF32, {1, 2, 2}), bs(DType::kF32, {1, 2, 2}), c(DType::kBF16, {1, 2, N});
+  for (int k = 0; k < Kd; ++k) a.set(k, 1.0);  // row 0 all ones; row 1 (masked out) zeros
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < Kd; ++k) b.set(n * Kd + k, k < 128 ? 0.5 : 2.0);
+  as.set(0, 2.0);   // row 0, kb 0
+  as.set(1, 3.0);   // row 0, kb 1
+  bs.set(0, 1.0);   // n block 0, kb 0
+  bs.set(1, 0.5);   // n block 0, kb 1
+  bs.set(2, 4.0);   // n block 1, kb 0
+  bs.set(3, 0.25);  // n block 1, kb 1
+  c.fill_bytes(0xFF);
+  HostTensor meta = meta_tensor({1});
+  GroupedGemmFP8Args args;
+  args.a = a.view();
+  args.a_scale = as.view();
+  args.b = b.view();
+  args.b_scale = bs.view();
+  args.layout_metadata = meta.view();
+  args.c = c.view();
+  reference::moe_grouped_gemm_fp8(args);
+  // block 0 partial = 128 * 0.5 = 64; block 1 partial = 16 * 2 = 32.
+  EXPECT_DOUBLE_EQ(c.at(0), 2.0 * 1.0 * 64 + 3.0 * 0.5 * 32);     // 176
+  EXPECT_DOUBLE_EQ(c.at(130), 2.0 * 4.0 * 64 + 3.0 * 0.25 * 32);  // 536
+  EXPECT_TRUE(std::isnan(c.at(N + 5)));                           // row 1 untouched
+}
+
+// ---------------------------------------------------------------------------
+// Validation: each bad input names its argument. Views point at a host buffer:
+// validation throws before anything is launched.
+
+alignas(256) static uint8_t g_buf[1 << 16];
+
+TensorView view(DType dt, std::initializer_list<int64_t> shape, size_t offset = 0) {
+  return make_view(g_buf + offset, dt, shape);
+}
+
+void expect_arg_error(const std::function<void()>& fn, const std::string& arg) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one naming '" << arg << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("argument '" + arg + "'"), std::string::npos) << e.what();
+  }
+}
+
+GroupedGemmArgs good_contiguous() {
+  GroupedGemmArgs a;
+  a.a = view(DType::kBF16, {10, 16});
+  a.b = view(DType::kBF16, {2, 24, 16});
+  a.layout_metadata = view(DType::kI32, {2});
+  a.layout = PermutedLayout::contiguous(1);
+  a.c = view(DType::kBF16, {10, 24});
+  return a;
+}
+
+GroupedGemmArgs good_masked() {
+  GroupedGemmArgs a;
+  a.a = view(DType::kF16, {2, 5, 16});
+  a.b = view(DType::kF16, {2, 32, 16});
+  a.layout_metadata = view(DType::kI32, {2});
+  a.layout = PermutedLayout::masked(5);
+  a.activation = Activation::kSiluAndMul;
+  a.c = view(DType::kF32, {2, 5, 16});
+  return a;
+}
+
+TEST(GemmValidation, RejectsEachBadInput) {
+  using M = std::function<void(GroupedGemmArgs&)>;
+  auto bad = [](GroupedGemmArgs args, const M& mutate, const std::string& arg) {
+    mutate(args);
+    expect_arg_error([&] { moe_grouped_gemm(args, nullptr); }, arg);
+  };
+  for (auto make : {good_contiguous, good_masked}) {
+    bad(
+        make(), [](auto& x) { x.a.dtype = DType::kF32; }, "a");
+    bad(
+        make(), [](auto& x) { x.b.dtype = x.a.dtype == DType::kBF16 ? DType::kF16 : DType::kBF16; },
+        "b");
+    bad(
+        make(),
+        [](auto& x) {
+          x.b = view(x.a.dtype, {2, 24});
+        },
+        "b");
+    bad(
+        make(), [](auto& x) { x.layout_metadata = view(DType::kF32, {2}); }, "layout_metadata");
+    bad(
+        make(), [](auto& x) { x.layout_metadata = view(DType::kI32, {3}); }, "layout_metadata");
+    bad(
+        make(), [](auto& x) { x.c.dtype = DType::kI32; }, "c");
+    bad(
+        make(), [](auto& x) { x.c = TensorView{}; }, "c");
+    bad(
+        make(), [](auto& x) { x.a.data = g_buf + 2; }, "a");  // not 16-byte aligned
+    bad(
+        make(), [](auto& x) { x.b.data = nullptr; }, "b");
+    bad(
+        make(), [](auto& x) { x.a.stride[0] += 8; }, "a");  // not contiguous
+    bad(
+        make(), [](auto& x) { x.activation = static_cast<Activation>(7); }, "activation");
+  }
+  // Contiguous specifics.
+  bad(
+      good_contiguous(),
+      [](auto& x) {
+        x.a = view(DType::kBF16, {10, 24});
+      },
+      "a");  // Kd
+  bad(
+      good_contiguous(),
+      [](auto& x) {
+        x.a = view(DType::kBF16, {2, 10, 16});
+      },
+      "a");
+  bad(
+      good_contiguous(),
+      [](auto& x) {
+        x.b = view(DType::kBF16, {2, 24, 12});
+      },
+      "b");  // Kd % 8
+  bad(
+      good_contiguous(),
+      [](auto& x) {
+        x.b = view(DType::kBF16, {2, 20, 16});
+      },
+      "b");  // N % 8
+  bad(
+      good_contiguous(),
+      [](auto& x) {
+        x.b = view(DType::kBF16, {1025, 24, 16});
+      },
+      "b");
+  bad(
+      good_contiguous(),
+      [](auto& x) {
+        x.c = view(DType::kBF16, {9, 24});
+      },
+      "c");
+  bad(
+      good_contiguous(),
+      [](auto& x) {
+        x.c = view(DType::kBF16, {10, 16});
+      },
+      "c");
+  bad(
+      good_contiguous(),
+      [](auto& x) {
+        x.c = view(DType::kF16, {10, 24});
+      },
+      "c");  // not a's
+  bad(
+      good_contiguous(), [](auto& x) { x.layout.alignment = 0; }, "layout.alignment");
+  // silu_and_mul: b's 24 rows are 2N, N = 12 is not a multiple of 8.
+  bad(
+      good_contiguous(), [](auto& x) { x.activation = Activation::kSiluAndMul; }, "b");
+  // Masked specifics.
+  bad(
+      good_masked(), [](auto& x) { x.layout.max_m = 6; }, "a");
+  bad(
+      good_masked(), [](auto& x) { x.layout.max_m = -1; }, "layout.max_m");
+  bad(
+      good_masked(),
+      [](auto& x) {
+        x.a = view(DType::kF16, {3, 5, 16});
+      },
+      "a");  // E
+  bad(
+      good_masked(),
+      [](auto& x) {
+        x.b = view(DType::kF16, {2, 24, 16});
+      },
+      "b");  // 2N, N=12
+  bad(
+      good_masked(),
+      [](auto& x) {
+        x.b = view(DType::kF16, {2, 34, 16});
+      },
+      "b");  // N = 17
+  bad(
+      good_masked(),
+      [](auto& x) {
+        x.c = view(DType::kF32, {2, 5, 32});
+      },
+      "c");  // N, not 2N
+  bad(
+      good_masked(),
+      [](auto& x) {
+        x.c = view(DType::kF32, {5, 16});
+      },
+      "c");
+  bad(
+      good_masked(), [](auto& x) { x.layout.kind = static_cast<PermutedLayout::Kind>(5); },
+      "layout.kind");
+}
+
+GroupedGemmFP8Args good_fp8() {
+  GroupedGemmFP8Args a;
+  a.a = view(DType::kFP8E4M3, {2, 4, 144});
+  a.a_scale = view(DType::kF32, {2, 4, 2});
+  a.b = view(DType::kFP8E4M3, {2, 136, 144});
+  a.b_scale = view(DType::kF32, {2, 2, 2});
+  a.layout_metadata = view(DType::kI32, {2});
+  a.c = view(DType::kBF16, {2, 4, 136});
+  return a;
+}
+
+TEST(GemmValidation, Fp8RejectsEachBadInput) {
+  using M = std::function<void(GroupedGemmFP8Args&)>;
+  auto bad = [](const M& mutate, const std::string& arg) {
+    GroupedGemmFP8Args args = good_fp8();
+    mutate(args);
+    expect_arg_error([&] { moe_grouped_gemm_fp8(args, nullptr); }, arg);
+  };
+  bad([](auto& x) { x.a.dtype = DType::kBF16; }, "a");
+  bad([](auto& x) { x.a = view(DType::kFP8E4M3, {2, 4, 136}); }, "a");  // Kd % 16
+  bad([](auto& x) { x.a = view(DType::kFP8E4M3, {1025, 4, 144}); }, "a");
+  bad([](auto& x) { x.b = view(DType::kFP8E4M3, {2, 136, 128}); }, "b");  // Kd mismatch
+  bad([](auto& x) { x.b = view(DType::kFP8E4M3, {3, 136, 144}); }, "b");  // E mismatch
+  bad([](auto& x) { x.b = view(DType::kFP8E4M3, {2, 132, 144}); }, "b");  // N % 8
+  bad([](auto& x) { x.b.dtype = DType::kBF16; }, "b");
+  bad([](auto& x) { x.a_scale = view(DType::kF32, {2, 4, 1}); }, "a_scale");  // floor, not ceil
+  bad([](auto& x) { x.a_scale.dtype = DType::kBF16; }, "a_scale");
+  bad([](auto& x) { x.b_scale = view(DType::kF32, {2, 1, 2}); }, "b_scale");
+  bad([](auto& x) { x.b_scale = TensorView{}; }, "b_scale");
+  bad([](auto& x) { x.layout_metadata = view(DType::kI32, {4}); }, "layout_metadata");
+  bad([](auto& x) { x.c.dtype = DType::kF32; }, "c");
+  bad([](auto& x) { x.c = view(DType::kBF16, {2, 5, 136}); }, "c");
+  bad([](auto& x) { x.a.data = g_buf + 8; }, "a");
+}
+
+TEST(GemmValidation, MessageSaysWhatWasExpectedAndWhatCame) {
+  GroupedGemmArgs args = good_contiguous();
+  args.b = view(DType::kBF16, {2, 24, 24});
+  try {
+    moe_grouped_gemm(args, nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "moekit::moe_grouped_gemm: argument 'a': expected Kd = 24 columns (b's dim 2), got "
+              "bf16[10, 16]");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Config heuristic (docs/gemm.md). Without a GPU the SM count defaults to 132.
+
+TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
+  detail::GroupedGemmProblem p;
+  p.rows = detail::GemmRows::kContiguous;
+  p.num_groups = 256;
+  p.n = 4096;
+  p.k = 7168;
+  p.m = 4096;  // 16 rows per expert
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecode);
+  p.m = 32768;  // 128 rows per expert
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
+  p.alignment = 128;
+  p.m = 4096 + 256 * 127;  // alignment padding is not counted as rows
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecode);
+  p.config = detail::kGemmConfigPrefill;  // forced
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
+
+  detail::GroupedGemmProblem dense;
+  dense.rows = detail::GemmRows::kDense;
+  dense.n = 512;
+  dense.k = 512;
+  dense.m = 256;  // 2 x 2 prefill tiles: too few for the GPU
+  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
+  dense.m = 8192;
+  dense.n = 4096;
+  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigPrefill);
+
+  detail::GroupedGemmFP8Problem f;
+  f.num_groups = 32;
+  f.max_m = 64;
+  f.n = 4096;
+  f.k = 7168;
+  EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigDecode);
+  f.max_m = 512;
+  EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigPrefill);
+}
+
+}  // namespace
+}  // namespace moekit
