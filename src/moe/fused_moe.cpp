@@ -8,6 +8,7 @@
 #include "moekit/moe.h"
 #include "moekit/permute.h"
 #include "moekit/routing.h"
+#include "permute/permute_kernels.h"
 
 namespace moekit {
 namespace detail {
@@ -135,6 +136,17 @@ void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t st
 
 namespace {
 
+// The permuted path sorts routes with moe_pre_permute, which handles up to
+// kPermuteMaxExperts experts; the direct path handles up to kDirectMaxExperts.
+void check_path_experts(const detail::ArgCheck& c, const detail::MoEShapes& s, bool direct,
+                        const TensorView& w_gate_up) {
+  const int64_t max_e = direct ? detail::kDirectMaxExperts : detail::kPermuteMaxExperts;
+  c.require(s.E <= max_e, "w_gate_up",
+            "at most " + detail::str(max_e) + " experts (dim 0)" +
+                (direct ? "" : " for this batch size (sorted path)"),
+            w_gate_up.describe());
+}
+
 // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
 
 detail::MoEShapes experts_shapes(const FusedMoEExpertsArgs& a) {
@@ -162,6 +174,7 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   detail::ArgCheck c(op);
   detail::MoEShapes s = check_experts_args(c, a);
   const bool direct = allow_direct && detail::direct_path_eligible(s);
+  check_path_experts(c, s, direct, a.w_gate_up);
   c.workspace(a.workspace, detail::routed_experts_workspace_size(s, direct));
   if (s.T == 0) return;
   detail::RoutedExperts p;
@@ -302,6 +315,7 @@ size_t fused_moe_workspace_size(const FusedMoEArgs& args) {
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
   detail::ArgCheck c("fused_moe");
   detail::MoEShapes s = check_layer_args(c, args);
+  check_path_experts(c, s, layer_uses_direct(s), args.w_gate_up);
   c.workspace(args.workspace, layer_workspace_size(s, 0));
   if (s.T == 0) return;
   run_layer(args, s, nullptr, nullptr, 0, stream);
@@ -319,6 +333,7 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
                             args.shared_w_down, "hidden_states", args.moe.hidden_states,
                             /*experts=*/false);
   const int64_t S = shared.F;
+  check_path_experts(c, s, layer_uses_direct(s), args.moe.w_gate_up);
   c.workspace(args.moe.workspace, layer_workspace_size(s, S));
   if (s.T == 0) return;
   run_layer(args.moe, s, &args.shared_w_gate_up, &args.shared_w_down, S, stream);

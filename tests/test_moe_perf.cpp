@@ -1,0 +1,93 @@
+// Timing of the routed-experts paths on DeepSeek-V3 shapes (H=7168, F=2048, E=256,
+// K=8, bf16). Opt-in (MOEKIT_PERF=1): it needs ~23 GB of GPU memory and prints
+// times and the bandwidth of the active experts' weights; it asserts nothing.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <vector>
+
+#include "moekit/moe.h"
+#include "support/gpu.h"
+#include "test_moe_common.h"
+
+namespace moekit {
+namespace {
+
+using testing::DeviceTensor;
+using testing::DeviceWorkspace;
+
+TEST(MoEPerf, DeepSeekV3RoutedExperts) {
+  MOEKIT_REQUIRE_GPU();
+  const char* env = std::getenv("MOEKIT_PERF");
+  if (!env || env[0] != '1') GTEST_SKIP() << "set MOEKIT_PERF=1 to time the MoE paths";
+  const int64_t H = 7168, F = 2048, E = 256, K = 8;
+  const DType dt = DType::kBF16;
+  // Weights: a constant bit pattern (bf16 0x3c3c ~ 0.0115) is enough for timing.
+  void *wgu = nullptr, *wd = nullptr;
+  const size_t wgu_bytes = size_t(E) * 2 * F * H * 2, wd_bytes = size_t(E) * H * F * 2;
+  ASSERT_EQ(cudaMalloc(&wgu, wgu_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&wd, wd_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemset(wgu, 0x3c, wgu_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMemset(wd, 0x3c, wd_bytes), cudaSuccess);
+  cudaEvent_t t0, t1;
+  cudaEventCreate(&t0);
+  cudaEventCreate(&t1);
+  struct Run {
+    int64_t T;
+    bool indexed;
+  };
+  const Run runs[] = {{1, true},   {1, false}, {8, true},   {32, true},
+                      {32, false}, {64, true}, {64, false}, {512, false}};
+  for (const Run& run : runs) {
+    const int64_t T = run.T;
+    std::mt19937_64 rng(11 + T);
+    HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
+    HostTensor w = moetest::make_topk_weights(rng, T, K);
+    HostTensor ids = moetest::make_ids(rng, T, K, E, moetest::Ids::kDistinct);
+    std::set<int32_t> active(ids.as<int32_t>(), ids.as<int32_t>() + T * K);
+    DeviceTensor dx(x), dw(w), dids(ids);
+    DeviceTensor out(dt, {T, H});
+    FusedMoEExpertsArgs a;
+    a.hidden_states = dx.view();
+    a.w_gate_up = make_view(wgu, dt, {E, 2 * F, H});
+    a.w_down = make_view(wd, dt, {E, H, F});
+    a.topk_weights = dw.view();
+    a.topk_ids = dids.view();
+    a.output = out.view();
+    const size_t bytes =
+        run.indexed ? indexed_expert_mlp_workspace_size(a) : fused_moe_experts_workspace_size(a);
+    DeviceWorkspace ws(bytes);
+    a.workspace = ws.get();
+    auto call = [&] {
+      if (run.indexed) {
+        indexed_expert_mlp(a, nullptr);
+      } else {
+        fused_moe_experts(a, nullptr);
+      }
+    };
+    for (int i = 0; i < 3; ++i) call();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const int iters = T >= 32 ? 10 : 50;
+    cudaEventRecord(t0);
+    for (int i = 0; i < iters; ++i) call();
+    cudaEventRecord(t1);
+    ASSERT_EQ(cudaEventSynchronize(t1), cudaSuccess);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, t0, t1);
+    ms /= iters;
+    const double weight_bytes = double(active.size()) * 3.0 * F * H * 2;
+    std::printf("[perf] %-19s T=%-4lld active=%3zu  %8.3f ms  %7.0f GB/s of active weights\n",
+                run.indexed ? "indexed_expert_mlp" : "fused_moe_experts", (long long)T,
+                active.size(), ms, weight_bytes / (ms * 1e-3) / 1e9);
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  cudaFree(wgu);
+  cudaFree(wd);
+}
+
+}  // namespace
+}  // namespace moekit
