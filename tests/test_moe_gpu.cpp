@@ -378,6 +378,7 @@ TEST(MoEGpu, FusedMoELayersMatchReference) {
       {b, f, 0, 256, 64, 128, 8, 128, true},   {b, f, 1, 256, 64, 128, 8, 128, true},
       {h, f, 37, 256, 64, 128, 8, 256, false}, {b, f, 100, 256, 64, 128, 8, 128, true},
       {h, f, 200, 136, 32, 72, 4, 72, false},  {b, f, 16, 64, 256, 32, 8, 64, true},
+      {h, f, 40, 256, 8, 128, 4, 0, false},    {b, f, 40, 256, 8, 128, 4, 128, false},
   };
   uint64_t seed = 3000;
   for (const LayerCase& c : cases) {

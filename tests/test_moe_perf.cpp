@@ -83,6 +83,52 @@ TEST(MoEPerf, DeepSeekV3RoutedExperts) {
                 run.indexed ? "indexed_expert_mlp" : "fused_moe_experts", (long long)T,
                 active.size(), ms, weight_bytes / (ms * 1e-3) / 1e9);
   }
+  // The whole layer with a shared expert (ds-v3-grouped-t*: S = 2048, grouped sigmoid
+  // routing with bias).
+  const int64_t S = 2048;
+  void *sgu = nullptr, *sd = nullptr;
+  ASSERT_EQ(cudaMalloc(&sgu, size_t(2 * S * H * 2)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&sd, size_t(H * S * 2)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(sgu, 0x3c, size_t(2 * S * H * 2)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(sd, 0x3c, size_t(H * S * 2)), cudaSuccess);
+  for (int64_t T : {1, 32, 64, 512}) {
+    std::mt19937_64 rng(99 + T);
+    HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
+    HostTensor logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
+    HostTensor bias = moetest::normal(rng, DType::kF32, {E}, 0.1);
+    DeviceTensor dx(x), dlogits(logits), dbias(bias);
+    DeviceTensor out(dt, {T, H});
+    FusedMoESharedExpertArgs a;
+    a.moe.hidden_states = dx.view();
+    a.moe.gating_output = dlogits.view();
+    a.moe.correction_bias = dbias.view();
+    a.moe.params.top_k = static_cast<int>(K);
+    a.moe.params.scoring_func = ScoringFunc::kSigmoid;
+    a.moe.params.renormalize = true;
+    a.moe.params.num_expert_group = 8;
+    a.moe.params.topk_group = 4;
+    a.moe.params.routed_scaling_factor = 2.5f;
+    a.moe.w_gate_up = make_view(wgu, dt, {E, 2 * F, H});
+    a.moe.w_down = make_view(wd, dt, {E, H, F});
+    a.moe.output = out.view();
+    a.shared_w_gate_up = make_view(sgu, dt, {2 * S, H});
+    a.shared_w_down = make_view(sd, dt, {H, S});
+    DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(a));
+    a.moe.workspace = ws.get();
+    for (int i = 0; i < 3; ++i) fused_moe_shared_expert(a, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const int iters = T >= 32 ? 10 : 50;
+    cudaEventRecord(t0);
+    for (int i = 0; i < iters; ++i) fused_moe_shared_expert(a, nullptr);
+    cudaEventRecord(t1);
+    ASSERT_EQ(cudaEventSynchronize(t1), cudaSuccess);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, t0, t1);
+    std::printf("[perf] fused_moe_shared_expert ds-v3-grouped T=%-4lld %8.3f ms\n", (long long)T,
+                ms / iters);
+  }
+  cudaFree(sgu);
+  cudaFree(sd);
   cudaEventDestroy(t0);
   cudaEventDestroy(t1);
   cudaFree(wgu);

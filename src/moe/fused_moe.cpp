@@ -223,9 +223,13 @@ detail::MoEShapes moe_shapes(const FusedMoEArgs& a) {
   return s;
 }
 
-// The whole-layer ops pick the direct path for small batches (docs/moe.md).
+// The whole-layer ops pick the direct path for small batches with few routes per
+// expert (docs/moe.md): beyond ~16 routes per expert its 8-route chunks re-read each
+// weight tile (from L2) while the sorted path's GEMM tiles take 64+ rows at once.
+constexpr int64_t kDirectMaxRoutesPerExpert = 16;
+
 bool layer_uses_direct(const detail::MoEShapes& s) {
-  return detail::direct_path_eligible(s);
+  return detail::direct_path_eligible(s) && s.T * s.K <= kDirectMaxRoutesPerExpert * s.E;
 }
 
 struct LayerBuffers {
