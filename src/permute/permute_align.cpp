@@ -1,0 +1,63 @@
+// MoEPermuteAlignFwd: sizes, validation, then the kernel launch(es) (permute_align.cu).
+#include <string>
+
+#include "core/check.h"
+#include "moekit/permute.h"
+#include "permute/permute_kernels.h"
+
+namespace moekit {
+
+int64_t permute_align_sorted_size(int64_t num_routes, int num_experts, int block_size) {
+  return num_routes + static_cast<int64_t>(num_experts) * (block_size - 1);
+}
+
+int64_t permute_align_num_blocks(int64_t num_routes, int num_experts, int block_size) {
+  const int64_t s = permute_align_sorted_size(num_routes, num_experts, block_size);
+  return block_size > 0 ? (s + block_size - 1) / block_size : 0;
+}
+
+size_t permute_align_workspace_size(const PermuteAlignArgs& args) {
+  const int64_t routes = args.topk_ids.ndim == 2 ? args.topk_ids.numel() : 0;
+  if (routes <= detail::kAlignSingleBlockMaxRoutes || args.num_experts <= 0) return 0;
+  return detail::route_chunk_workspace_bytes(routes, args.num_experts);
+}
+
+void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
+  detail::ArgCheck check("moe_permute_align");
+  const auto any = detail::kAnyDim;
+  check.tensor("topk_ids", args.topk_ids, {DType::kI32}, {any, any});
+  const int64_t T = args.topk_ids.size(0), K = args.topk_ids.size(1);
+  check.require(K >= 1, "topk_ids", "at least one route per token (dim 1 >= 1)",
+                args.topk_ids.describe());
+  check.require(args.num_experts >= 1 && args.num_experts <= detail::kPermuteMaxExperts,
+                "num_experts", "1 to " + std::to_string(detail::kPermuteMaxExperts),
+                std::to_string(args.num_experts));
+  const int bs = args.block_size;
+  check.require(bs >= 16 && bs <= 256 && (bs & (bs - 1)) == 0, "block_size",
+                "a power of two from 16 to 256", std::to_string(bs));
+  const int64_t N = T * K;
+  const int64_t S = permute_align_sorted_size(N, args.num_experts, bs);
+  check.require(S + bs <= INT32_MAX, "topk_ids",
+                "T*K + num_experts*(block_size-1) below 2^31 (i32 positions)",
+                args.topk_ids.describe());
+  const int64_t NB = permute_align_num_blocks(N, args.num_experts, bs);
+  check.tensor("sorted_token_ids", args.sorted_token_ids, {DType::kI32}, {S});
+  check.tensor("expert_ids", args.expert_ids, {DType::kI32}, {NB});
+  check.tensor("num_tokens_post_padded", args.num_tokens_post_padded, {DType::kI32}, {1});
+  check.workspace(args.workspace, permute_align_workspace_size(args));
+
+  detail::AlignLaunch l;
+  l.topk_ids = args.topk_ids.ptr<const int32_t>();
+  l.num_routes = static_cast<int>(N);
+  l.num_experts = args.num_experts;
+  l.block_size = bs;
+  l.sorted_token_ids = args.sorted_token_ids.ptr<int32_t>();
+  l.sorted_size = static_cast<int>(S);
+  l.expert_ids = args.expert_ids.ptr<int32_t>();
+  l.num_blocks = static_cast<int>(NB);
+  l.num_tokens_post_padded = args.num_tokens_post_padded.ptr<int32_t>();
+  l.workspace = args.workspace.data;
+  detail::launch_permute_align(l, stream);
+}
+
+}  // namespace moekit

@@ -1,0 +1,149 @@
+// MoEPermuteAlignFwd kernels. Up to kAlignSingleBlockMaxRoutes routes: one block
+// of 1024 threads stages the ids in shared memory, counts, scans and scatters
+// (one launch). Above: chunk counts + scan (route_sort.cu), then a scatter kernel
+// per chunk. Padding / tail slots get the sentinel T*K and expert_ids is filled
+// one warp per block of block_size slots, so every output element is written once.
+#include "core/check.h"
+#include "permute/permute_kernels.h"
+#include "permute/route_sort.cuh"
+
+namespace moekit::detail {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+
+// One warp per block b of block_size slots (b = gwarp, gwarp + nwarps, ...):
+// expert_ids[b], and the sentinel in every slot of b that holds no route.
+__device__ void align_fill(int gwarp, int nwarps, int num_experts, int block_size, const int* start,
+                           const int* cnt, int total, int sentinel, int32_t* sorted,
+                           int sorted_size, int32_t* expert_ids, int num_blocks) {
+  const int lane = threadIdx.x & 31;
+  for (int b = gwarp; b < num_blocks; b += nwarps) {
+    const int p0 = b * block_size;
+    int expert = -1, fill_from = p0;
+    if (p0 < total) {
+      // The first expert whose padded range ends past p0 (empty experts end at their start).
+      int lo = 0, hi = num_experts - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (start[mid] + route::align_up(cnt[mid], block_size) > p0) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      expert = lo;
+      fill_from = max(p0, start[lo] + cnt[lo]);
+    }
+    if (lane == 0) expert_ids[b] = expert;
+    const int p_end = min(p0 + block_size, sorted_size);
+    for (int p = fill_from + lane; p < p_end; p += 32) sorted[p] = sentinel;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    align_single_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
+                        int block_size, int32_t* __restrict__ sorted, int sorted_size,
+                        int32_t* __restrict__ expert_ids, int num_blocks,
+                        int32_t* __restrict__ num_post) {
+  extern __shared__ int smem[];
+  int* s_ids = smem;                             // [num_routes]
+  int* warp_cnt = s_ids + num_routes;            // [kWarps][E]
+  int* start = warp_cnt + kWarps * num_experts;  // [E]
+  int* cnt = start + num_experts;                // [E]
+  const int tid = threadIdx.x;
+#pragma unroll 8
+  for (int i = tid; i < num_routes; i += kThreads) {
+    const int e = __ldg(ids + i);
+    s_ids[i] = route::valid_id(e, num_experts) ? e : -1;  // out-of-range ids drop like -1
+  }
+  for (int i = tid; i < kWarps * num_experts; i += kThreads) warp_cnt[i] = 0;
+  __syncthreads();
+  route::warp_counts(s_ids, num_routes, num_experts, warp_cnt);
+  __syncthreads();
+  for (int e = tid; e < num_experts; e += kThreads) {
+    int c = 0;
+    for (int w = 0; w < kWarps; ++w) c += warp_cnt[w * num_experts + e];
+    cnt[e] = c;
+    start[e] = route::align_up(c, block_size);
+  }
+  __syncthreads();
+  const int total = route::block_exclusive_scan(start, num_experts);
+  route::warp_offsets(warp_cnt, num_experts, start, nullptr);
+  __syncthreads();
+  route::warp_scatter(s_ids, num_routes, num_experts, warp_cnt, [&](int i, int pos) {
+    if (pos >= 0) sorted[pos] = i;
+  });
+  align_fill(tid >> 5, kWarps, num_experts, block_size, start, cnt, total, num_routes, sorted,
+             sorted_size, expert_ids, num_blocks);
+  if (tid == 0) *num_post = total;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    align_scatter_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
+                         int block_size, const int32_t* __restrict__ chunk_offsets,
+                         const int32_t* __restrict__ g_start, const int32_t* __restrict__ g_cnt,
+                         int32_t* __restrict__ sorted, int sorted_size,
+                         int32_t* __restrict__ expert_ids, int num_blocks) {
+  extern __shared__ int smem[];
+  int* s_ids = smem;                             // [kRouteChunk]
+  int* warp_cnt = s_ids + kRouteChunk;           // [kWarps][E]
+  int* start = warp_cnt + kWarps * num_experts;  // [E]
+  int* cnt = start + num_experts;                // [E]
+  const int tid = threadIdx.x;
+  const int c0 = blockIdx.x * kRouteChunk;
+  const int len = min(kRouteChunk, num_routes - c0);
+#pragma unroll 8
+  for (int i = tid; i < len; i += kThreads) {
+    const int e = __ldg(ids + c0 + i);
+    s_ids[i] = route::valid_id(e, num_experts) ? e : -1;
+  }
+  for (int i = tid; i < kWarps * num_experts; i += kThreads) warp_cnt[i] = 0;
+  for (int e = tid; e < num_experts; e += kThreads) {
+    start[e] = g_start[e];
+    cnt[e] = g_cnt[e];
+  }
+  __syncthreads();
+  route::warp_counts(s_ids, len, num_experts, warp_cnt);
+  __syncthreads();
+  route::warp_offsets(warp_cnt, num_experts, start,
+                      chunk_offsets + static_cast<int64_t>(blockIdx.x) * num_experts);
+  __syncthreads();
+  route::warp_scatter(s_ids, len, num_experts, warp_cnt, [&](int i, int pos) {
+    if (pos >= 0) sorted[pos] = c0 + i;
+  });
+  const int last = num_experts - 1;
+  const int total = start[last] + route::align_up(cnt[last], block_size);
+  align_fill(blockIdx.x * kWarps + (tid >> 5), gridDim.x * kWarps, num_experts, block_size, start,
+             cnt, total, num_routes, sorted, sorted_size, expert_ids, num_blocks);
+}
+
+}  // namespace
+
+void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
+  const int E = l.num_experts;
+  if (l.num_routes <= kAlignSingleBlockMaxRoutes) {
+    const int smem = (l.num_routes + (kWarps + 2) * E) * 4;
+    constexpr int kMaxSmem = (kAlignSingleBlockMaxRoutes + (kWarps + 2) * kPermuteMaxExperts) * 4;
+    allow_large_smem(reinterpret_cast<const void*>(align_single_kernel), kMaxSmem, 0);
+    align_single_kernel<<<1, kThreads, smem, stream>>>(
+        l.topk_ids, l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size, l.expert_ids,
+        l.num_blocks, l.num_tokens_post_padded);
+  } else {
+    launch_route_chunk_count_scan(l.topk_ids, l.num_routes, E, l.block_size, l.workspace, nullptr,
+                                  l.num_tokens_post_padded, stream);
+    const int chunks = (l.num_routes + kRouteChunk - 1) / kRouteChunk;
+    const int32_t* offsets = static_cast<const int32_t*>(l.workspace);
+    const int32_t* start = offsets + static_cast<int64_t>(chunks) * E;
+    const int smem = (kRouteChunk + (kWarps + 2) * E) * 4;
+    constexpr int kMaxSmem = (kRouteChunk + (kWarps + 2) * kPermuteMaxExperts) * 4;
+    allow_large_smem(reinterpret_cast<const void*>(align_scatter_kernel), kMaxSmem, 1);
+    align_scatter_kernel<<<chunks, kThreads, smem, stream>>>(
+        l.topk_ids, l.num_routes, E, l.block_size, offsets, start, start + E, l.sorted_token_ids,
+        l.sorted_size, l.expert_ids, l.num_blocks);
+  }
+  check_launch("moe_permute_align");
+}
+
+}  // namespace moekit::detail

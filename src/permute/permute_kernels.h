@@ -1,0 +1,85 @@
+// Internal: kernel launches of the permute ops, called by the .cpp files after
+// validation, and the sizing rules both sides share.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "moekit/tensor.h"
+
+namespace moekit::detail {
+
+constexpr int kPermuteMaxExperts = 512;
+// PermuteAlign runs as a single block (ids staged in shared memory) up to this
+// many routes; above it, three kernels over chunks of kRouteChunk routes.
+constexpr int64_t kAlignSingleBlockMaxRoutes = 32768;
+// PrePermute runs as one fused kernel (each block recounts all ids) up to this
+// many routes; above it, count / scan / scatter / copy kernels.
+constexpr int64_t kPrePermuteFusedMaxRoutes = 4096;
+constexpr int kRouteChunk = 8192;
+
+// Scratch of the multi-kernel paths: per-chunk expert counts [chunks, E], then
+// expert starts [E] and counts [E] (i32), rounded up to 256 bytes.
+inline size_t route_chunk_workspace_bytes(int64_t num_routes, int num_experts) {
+  const int64_t chunks = (num_routes + kRouteChunk - 1) / kRouteChunk;
+  const size_t bytes = static_cast<size_t>(chunks + 2) * static_cast<size_t>(num_experts) * 4;
+  return (bytes + 255) / 256 * 256;
+}
+
+struct AlignLaunch {
+  const int32_t* topk_ids = nullptr;
+  int num_routes = 0;  // T*K
+  int num_experts = 0;
+  int block_size = 0;
+  int32_t* sorted_token_ids = nullptr;
+  int sorted_size = 0;
+  int32_t* expert_ids = nullptr;
+  int num_blocks = 0;
+  int32_t* num_tokens_post_padded = nullptr;
+  void* workspace = nullptr;  // route_chunk_workspace_bytes() when multi-block
+};
+void launch_permute_align(const AlignLaunch& l, cudaStream_t stream);
+
+struct PrePermuteLaunch {
+  const void* hidden = nullptr;  // [T, H], rows of row_bytes (a multiple of 16)
+  int64_t row_bytes = 0;
+  const int32_t* ids = nullptr;  // [T, K]
+  int num_routes = 0;
+  int top_k = 0;
+  int num_experts = 0;
+  int alignment = 1;
+  void* permuted = nullptr;
+  int32_t* layout_metadata = nullptr;
+  int32_t* inverse_indices = nullptr;
+  void* workspace = nullptr;
+};
+void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream);
+
+struct PostPermuteLaunch {
+  const void* expert_output = nullptr;  // [P, H]
+  DType in_dtype = DType::kUndefined;
+  int64_t num_rows = 0;  // P
+  int64_t hidden = 0;    // H, a multiple of 8
+  const float* topk_weights = nullptr;
+  const int32_t* inverse_indices = nullptr;
+  int64_t num_tokens = 0;
+  int top_k = 0;
+  void* out = nullptr;
+  DType out_dtype = DType::kUndefined;
+};
+void launch_post_permute(const PostPermuteLaunch& l, cudaStream_t stream);
+
+// Multi-kernel building blocks shared by PermuteAlign and PrePermute (route_sort.cu).
+// counts[c][e] = routes of chunk c with id e; then, in place, the number of such
+// routes in earlier chunks; start[e] / cnt[e] in the workspace tail; optional
+// layout_metadata[e] = start + cnt and num_tokens_post_padded = padded total.
+void launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_experts,
+                                   int alignment, void* workspace, int32_t* layout_metadata,
+                                   int32_t* num_post_padded, cudaStream_t stream);
+
+// Allows a kernel more than 48 KiB of dynamic shared memory (once per device).
+void allow_large_smem(const void* kernel, int bytes, int slot);
+
+}  // namespace moekit::detail

@@ -1,0 +1,44 @@
+// MoEPostPermuteFwd: validation, then one kernel launch (post_permute.cu).
+#include <string>
+
+#include "core/check.h"
+#include "moekit/permute.h"
+#include "permute/permute_kernels.h"
+
+namespace moekit {
+
+void moe_post_permute(const PostPermuteArgs& args, cudaStream_t stream) {
+  detail::ArgCheck check("moe_post_permute");
+  const auto any = detail::kAnyDim;
+  check.tensor("expert_output", args.expert_output, {DType::kBF16, DType::kF16, DType::kF32},
+               {any, any}, 16);
+  const int64_t P = args.expert_output.size(0), H = args.expert_output.size(1);
+  check.require(H >= 8 && H % 8 == 0, "expert_output", "a hidden size that is a multiple of 8",
+                args.expert_output.describe());
+  check.tensor("topk_weights", args.topk_weights, {DType::kF32}, {any, any});
+  const int64_t T = args.topk_weights.size(0), K = args.topk_weights.size(1);
+  check.require(K >= 1 && K <= INT32_MAX, "topk_weights",
+                "at least one route per token (dim 1 >= 1)", args.topk_weights.describe());
+  check.tensor("inverse_indices", args.inverse_indices, {DType::kI32}, {T * K});
+  const DType in = args.expert_output.dtype;
+  if (in == DType::kF32) {
+    check.tensor("out", args.out, {DType::kF32}, {T, H}, 16);
+  } else {
+    check.tensor("out", args.out, {in, DType::kF32}, {T, H}, 16);
+  }
+
+  detail::PostPermuteLaunch l;
+  l.expert_output = args.expert_output.data;
+  l.in_dtype = in;
+  l.num_rows = P;
+  l.hidden = H;
+  l.topk_weights = args.topk_weights.ptr<const float>();
+  l.inverse_indices = args.inverse_indices.ptr<const int32_t>();
+  l.num_tokens = T;
+  l.top_k = static_cast<int>(K);
+  l.out = args.out.data;
+  l.out_dtype = args.out.dtype;
+  detail::launch_post_permute(l, stream);
+}
+
+}  // namespace moekit

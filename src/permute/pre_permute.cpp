@@ -1,0 +1,63 @@
+// MoEPrePermuteFwd: validation, then the kernel launch(es) (pre_permute.cu).
+#include <string>
+
+#include "core/check.h"
+#include "moekit/permute.h"
+#include "permute/permute_kernels.h"
+
+namespace moekit {
+
+size_t pre_permute_workspace_size(const PrePermuteArgs& args) {
+  const int64_t routes = args.local_expert_ids.ndim == 2 ? args.local_expert_ids.numel() : 0;
+  if (routes <= detail::kPrePermuteFusedMaxRoutes || args.num_local_experts <= 0) return 0;
+  return detail::route_chunk_workspace_bytes(routes, args.num_local_experts);
+}
+
+void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
+  detail::ArgCheck check("moe_pre_permute");
+  const auto any = detail::kAnyDim;
+  check.tensor("hidden_states", args.hidden_states, {DType::kBF16, DType::kF16, DType::kF32},
+               {any, any}, 16);
+  const int64_t T = args.hidden_states.size(0), H = args.hidden_states.size(1);
+  check.require(H >= 8 && H % 8 == 0, "hidden_states", "a hidden size that is a multiple of 8",
+                args.hidden_states.describe());
+  const int64_t row_bytes = H * static_cast<int64_t>(dtype_size(args.hidden_states.dtype));
+  check.require(row_bytes / 16 * 64 <= INT32_MAX, "hidden_states", "rows of at most 2^27 bytes",
+                args.hidden_states.describe());
+  check.tensor("local_expert_ids", args.local_expert_ids, {DType::kI32}, {T, any});
+  const int64_t K = args.local_expert_ids.size(1);
+  check.require(K >= 1, "local_expert_ids", "at least one route per token (dim 1 >= 1)",
+                args.local_expert_ids.describe());
+  const int E = args.num_local_experts;
+  check.require(E >= 1 && E <= detail::kPermuteMaxExperts, "num_local_experts",
+                "1 to " + std::to_string(detail::kPermuteMaxExperts), std::to_string(E));
+  check.require(args.layout.kind == PermutedLayout::Kind::kContiguous, "layout",
+                "a contiguous(alignment) layout", "a masked layout");
+  const int A = args.layout.alignment;
+  check.require(A >= 1, "layout.alignment", ">= 1", std::to_string(A));
+  const int64_t N = T * K;
+  const int64_t P = N + static_cast<int64_t>(E) * (A - 1);
+  check.require(P < INT32_MAX, "permuted",
+                "T*K + num_local_experts*(alignment-1) below 2^31 rows (i32 indices)",
+                std::to_string(P) + " rows");
+  check.tensor("permuted", args.permuted, {args.hidden_states.dtype}, {P, H}, 16);
+  check.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {E});
+  check.tensor("inverse_indices", args.inverse_indices, {DType::kI32}, {N});
+  check.workspace(args.workspace, pre_permute_workspace_size(args));
+
+  detail::PrePermuteLaunch l;
+  l.hidden = args.hidden_states.data;
+  l.row_bytes = row_bytes;
+  l.ids = args.local_expert_ids.ptr<const int32_t>();
+  l.num_routes = static_cast<int>(N);
+  l.top_k = static_cast<int>(K);
+  l.num_experts = E;
+  l.alignment = A;
+  l.permuted = args.permuted.data;
+  l.layout_metadata = args.layout_metadata.ptr<int32_t>();
+  l.inverse_indices = args.inverse_indices.ptr<int32_t>();
+  l.workspace = args.workspace.data;
+  detail::launch_pre_permute(l, stream);
+}
+
+}  // namespace moekit

@@ -1,0 +1,207 @@
+// MoEPrePermuteFwd kernels.
+// Up to kPrePermuteFusedMaxRoutes routes: ONE kernel. Each block owns <= 32 routes;
+// it issues the loads of its source rows first, then recounts all ids (cheap at
+// this size) to get the expert starts, ranks its routes with __match_any_sync,
+// writes inverse_indices and stores the rows (16-byte vectors).
+// Above: chunk counts + scan (route_sort.cu), a scatter kernel that writes
+// inverse_indices per chunk, and a copy kernel driven by inverse_indices.
+#include <algorithm>
+
+#include "core/check.h"
+#include "permute/permute_kernels.h"
+#include "permute/route_sort.cuh"
+
+namespace moekit::detail {
+namespace {
+
+constexpr int kCopyThreads = 256;
+constexpr int kPreload = 8;        // 16-byte vectors per thread loaded before the ranks are known
+constexpr int kMaxFusedRows = 32;  // routes per block of the fused kernel (one warp ranks them)
+constexpr int kScatterThreads = 1024;
+constexpr int kScatterWarps = kScatterThreads / 32;
+constexpr int kMaxCopyRows = 64;
+
+// Copies work items [f_begin, work) step kCopyThreads, 4 in flight per thread:
+// item f = (row r of the block, 16-byte column col); dest[r] < 0 skips the row.
+__device__ __forceinline__ void copy_items(const uint4* __restrict__ hidden, int V, int r0,
+                                           int top_k, const int* dest, int f_begin, int work,
+                                           uint4* __restrict__ permuted) {
+  for (int f = f_begin; f < work; f += 4 * kCopyThreads) {
+    uint4 buf[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int g = f + j * kCopyThreads;
+      if (g < work) {
+        const int r = g / V;
+        const int col = g - r * V;
+        buf[j] = __ldg(hidden + static_cast<int64_t>((r0 + r) / top_k) * V + col);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int g = f + j * kCopyThreads;
+      if (g < work) {
+        const int r = g / V;
+        const int d = dest[r];
+        if (d >= 0) permuted[static_cast<int64_t>(d) * V + (g - r * V)] = buf[j];
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kCopyThreads)
+    pre_permute_fused_kernel(const uint4* __restrict__ hidden, int V,
+                             const int32_t* __restrict__ ids, int num_routes, int top_k,
+                             int num_experts, int alignment, int rows_per_block,
+                             uint4* __restrict__ permuted, int32_t* __restrict__ layout_metadata,
+                             int32_t* __restrict__ inverse) {
+  __shared__ int hist[kPermuteMaxExperts];
+  __shared__ int before[kPermuteMaxExperts];
+  __shared__ int start[kPermuteMaxExperts];
+  __shared__ int dest[kMaxFusedRows];
+  const int tid = threadIdx.x;
+  const int r0 = blockIdx.x * rows_per_block;
+  const int nr = min(rows_per_block, num_routes - r0);
+  const int work = nr * V;
+
+  // Source rows are known up front: start their loads before the counting.
+  uint4 pre[kPreload];
+#pragma unroll
+  for (int j = 0; j < kPreload; ++j) {
+    const int g = tid + j * kCopyThreads;
+    if (g < work) {
+      const int r = g / V;
+      pre[j] = __ldg(hidden + static_cast<int64_t>((r0 + r) / top_k) * V + (g - r * V));
+    }
+  }
+
+  for (int e = tid; e < num_experts; e += kCopyThreads) {
+    hist[e] = 0;
+    before[e] = 0;
+  }
+  __syncthreads();
+#pragma unroll 4
+  for (int i = tid; i < num_routes; i += kCopyThreads) {
+    const int e = __ldg(ids + i);
+    if (route::valid_id(e, num_experts)) {
+      atomicAdd(&hist[e], 1);  // order-free sums
+      if (i < r0) atomicAdd(&before[e], 1);
+    }
+  }
+  __syncthreads();
+  for (int e = tid; e < num_experts; e += kCopyThreads)
+    start[e] = route::align_up(hist[e], alignment);
+  __syncthreads();
+  route::block_exclusive_scan(start, num_experts);
+  if (blockIdx.x == 0) {
+    for (int e = tid; e < num_experts; e += kCopyThreads) layout_metadata[e] = start[e] + hist[e];
+  }
+  if (tid < 32) {
+    const int lane = tid;
+    const int i = r0 + lane;
+    int e = lane < nr ? __ldg(ids + i) : -1;
+    if (!route::valid_id(e, num_experts)) e = -1;
+    const unsigned peers = __match_any_sync(route::kFullMask, e);
+    const int rank = __popc(peers & ((1u << lane) - 1u));
+    const int pos = e >= 0 ? start[e] + before[e] + rank : -1;
+    if (lane < nr) {
+      dest[lane] = pos;
+      inverse[i] = pos;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kPreload; ++j) {
+    const int g = tid + j * kCopyThreads;
+    if (g < work) {
+      const int r = g / V;
+      const int d = dest[r];
+      if (d >= 0) permuted[static_cast<int64_t>(d) * V + (g - r * V)] = pre[j];
+    }
+  }
+  copy_items(hidden, V, r0, top_k, dest, tid + kPreload * kCopyThreads, work, permuted);
+}
+
+__global__ void __launch_bounds__(kScatterThreads)
+    pre_permute_scatter_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
+                               const int32_t* __restrict__ chunk_offsets,
+                               const int32_t* __restrict__ g_start, int32_t* __restrict__ inverse) {
+  extern __shared__ int smem[];
+  int* s_ids = smem;                                    // [kRouteChunk]
+  int* warp_cnt = s_ids + kRouteChunk;                  // [kScatterWarps][E]
+  int* start = warp_cnt + kScatterWarps * num_experts;  // [E]
+  const int tid = threadIdx.x;
+  const int c0 = blockIdx.x * kRouteChunk;
+  const int len = min(kRouteChunk, num_routes - c0);
+#pragma unroll 8
+  for (int i = tid; i < len; i += kScatterThreads) {
+    const int e = __ldg(ids + c0 + i);
+    s_ids[i] = route::valid_id(e, num_experts) ? e : -1;
+  }
+  for (int i = tid; i < kScatterWarps * num_experts; i += kScatterThreads) warp_cnt[i] = 0;
+  for (int e = tid; e < num_experts; e += kScatterThreads) start[e] = g_start[e];
+  __syncthreads();
+  route::warp_counts(s_ids, len, num_experts, warp_cnt);
+  __syncthreads();
+  route::warp_offsets(warp_cnt, num_experts, start,
+                      chunk_offsets + static_cast<int64_t>(blockIdx.x) * num_experts);
+  __syncthreads();
+  route::warp_scatter(s_ids, len, num_experts, warp_cnt,
+                      [&](int i, int pos) { inverse[c0 + i] = pos; });
+}
+
+__global__ void __launch_bounds__(kCopyThreads)
+    pre_permute_copy_kernel(const uint4* __restrict__ hidden, int V,
+                            const int32_t* __restrict__ inverse, int num_routes, int top_k,
+                            int rows_per_block, uint4* __restrict__ permuted) {
+  __shared__ int dest[kMaxCopyRows];
+  const int r0 = blockIdx.x * rows_per_block;
+  const int nr = min(rows_per_block, num_routes - r0);
+  if (threadIdx.x < nr) dest[threadIdx.x] = __ldg(inverse + r0 + threadIdx.x);
+  __syncthreads();
+  copy_items(hidden, V, r0, top_k, dest, threadIdx.x, nr * V, permuted);
+}
+
+}  // namespace
+
+void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
+  const int N = l.num_routes, E = l.num_experts;
+  const int V = static_cast<int>(l.row_bytes / 16);  // validated: 64 * V < 2^31
+  const uint4* hidden = static_cast<const uint4*>(l.hidden);
+  uint4* permuted = static_cast<uint4*>(l.permuted);
+  if (N <= kPrePermuteFusedMaxRoutes) {
+    if (N == 0) {
+      // No routes: every expert block is empty; still one block writes the metadata.
+      pre_permute_fused_kernel<<<1, kCopyThreads, 0, stream>>>(
+          hidden, V, l.ids, 0, l.top_k, E, l.alignment, 1, permuted, l.layout_metadata,
+          l.inverse_indices);
+    } else {
+      // Enough blocks to fill the GPU, at least ~256 vectors per block, at most 32 rows.
+      int64_t rows = (N + 527) / 528;
+      rows = std::max<int64_t>(rows, (256 + V - 1) / V);
+      rows = std::min<int64_t>(std::max<int64_t>(rows, 1), kMaxFusedRows);
+      const int blocks = static_cast<int>((N + rows - 1) / rows);
+      pre_permute_fused_kernel<<<blocks, kCopyThreads, 0, stream>>>(
+          hidden, V, l.ids, N, l.top_k, E, l.alignment, static_cast<int>(rows), permuted,
+          l.layout_metadata, l.inverse_indices);
+    }
+  } else {
+    launch_route_chunk_count_scan(l.ids, N, E, l.alignment, l.workspace, l.layout_metadata, nullptr,
+                                  stream);
+    const int chunks = (N + kRouteChunk - 1) / kRouteChunk;
+    const int32_t* offsets = static_cast<const int32_t*>(l.workspace);
+    const int32_t* start = offsets + static_cast<int64_t>(chunks) * E;
+    const int smem = (kRouteChunk + (kScatterWarps + 1) * E) * 4;
+    constexpr int kMaxSmem = (kRouteChunk + (kScatterWarps + 1) * kPermuteMaxExperts) * 4;
+    allow_large_smem(reinterpret_cast<const void*>(pre_permute_scatter_kernel), kMaxSmem, 2);
+    pre_permute_scatter_kernel<<<chunks, kScatterThreads, smem, stream>>>(l.ids, N, E, offsets,
+                                                                          start, l.inverse_indices);
+    const int64_t rows = std::min<int64_t>(kMaxCopyRows, std::max<int64_t>(1, 2048 / V));
+    const int64_t blocks = (N + rows - 1) / rows;
+    pre_permute_copy_kernel<<<static_cast<unsigned>(blocks), kCopyThreads, 0, stream>>>(
+        hidden, V, l.inverse_indices, N, l.top_k, static_cast<int>(rows), permuted);
+  }
+  check_launch("moe_pre_permute");
+}
+
+}  // namespace moekit::detail

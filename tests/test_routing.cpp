@@ -1,0 +1,513 @@
+// FusedTopKFwd: CPU reference vs hand-computed cases, validation errors, and
+// (with a Hopper GPU) the kernel vs the reference on fresh random inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "moekit/error.h"
+#include "moekit/reference.h"
+#include "moekit/routing.h"
+#include "reference/host_tensor.h"
+#include "support/gpu.h"
+
+namespace moekit {
+namespace {
+
+double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+
+struct TopKOut {
+  HostTensor w, ids;
+};
+
+TopKOut run_reference(const HostTensor& g, const HostTensor* bias, const TopKParams& p) {
+  const int64_t T = g.shape()[0];
+  TopKOut o{HostTensor(DType::kF32, {T, p.top_k}), HostTensor(DType::kI32, {T, p.top_k})};
+  FusedTopKArgs a;
+  a.gating_output = g.view();
+  if (bias) a.correction_bias = bias->view();
+  a.params = p;
+  a.topk_weights = o.w.view();
+  a.topk_ids = o.ids.view();
+  reference::fused_topk(a);
+  return o;
+}
+
+HostTensor f32_tensor(std::vector<int64_t> shape, std::vector<double> v) {
+  HostTensor t(DType::kF32, std::move(shape));
+  for (size_t i = 0; i < v.size(); ++i) t.set(static_cast<int64_t>(i), v[i]);
+  return t;
+}
+
+// ---------------------------------------------------------------- CPU: reference
+
+TEST(FusedTopKReference, SoftmaxHandComputed) {
+  HostTensor g = f32_tensor({1, 4}, {1, 2, 3, 4});
+  TopKParams p;
+  p.top_k = 2;
+  const double s = std::exp(1.0) + std::exp(2.0) + std::exp(3.0) + std::exp(4.0);
+  TopKOut o = run_reference(g, nullptr, p);
+  EXPECT_EQ(o.ids.as<int32_t>()[0], 3);
+  EXPECT_EQ(o.ids.as<int32_t>()[1], 2);
+  EXPECT_FLOAT_EQ(o.w.as<float>()[0], static_cast<float>(std::exp(4.0) / s));
+  EXPECT_FLOAT_EQ(o.w.as<float>()[1], static_cast<float>(std::exp(3.0) / s));
+
+  p.renormalize = true;
+  p.routed_scaling_factor = 2.5f;
+  o = run_reference(g, nullptr, p);
+  const double r = std::exp(4.0) + std::exp(3.0);
+  EXPECT_FLOAT_EQ(o.w.as<float>()[0], static_cast<float>(2.5 * std::exp(4.0) / r));
+  EXPECT_FLOAT_EQ(o.w.as<float>()[1], static_cast<float>(2.5 * std::exp(3.0) / r));
+}
+
+TEST(FusedTopKReference, SigmoidBiasSelectsButDoesNotWeigh) {
+  HostTensor g = f32_tensor({1, 4}, {0, 1, -1, 2});
+  HostTensor bias = f32_tensor({4}, {0.5, 0, 1.0, 0});
+  TopKParams p;
+  p.top_k = 2;
+  p.scoring_func = ScoringFunc::kSigmoid;
+  // sel = {1.0, 0.731, 1.269, 0.881}: experts 2 then 0; weights are the unbiased scores.
+  TopKOut o = run_reference(g, &bias, p);
+  EXPECT_EQ(o.ids.as<int32_t>()[0], 2);
+  EXPECT_EQ(o.ids.as<int32_t>()[1], 0);
+  EXPECT_FLOAT_EQ(o.w.as<float>()[0], static_cast<float>(sigmoid(-1)));
+  EXPECT_FLOAT_EQ(o.w.as<float>()[1], 0.5f);
+  p.renormalize = true;
+  o = run_reference(g, &bias, p);
+  EXPECT_FLOAT_EQ(o.w.as<float>()[0], static_cast<float>(sigmoid(-1) / (sigmoid(-1) + 0.5)));
+  // Without the bias: experts 3 then 1.
+  o = run_reference(g, nullptr, p);
+  EXPECT_EQ(o.ids.as<int32_t>()[0], 3);
+  EXPECT_EQ(o.ids.as<int32_t>()[1], 1);
+}
+
+TEST(FusedTopKReference, GroupedTopK) {
+  // 4 groups of 2. Without a bias a group scores its best sel: groups 0 (5) and 2 (4.5)
+  // are kept, so the picks are 0 and 4 although expert 2 (4) beats expert 4's group-mate.
+  HostTensor g = f32_tensor({1, 8}, {5, -5, 4, 3.9, 4.5, -5, 0, -0.1});
+  TopKParams p;
+  p.top_k = 2;
+  p.scoring_func = ScoringFunc::kSigmoid;
+  p.num_expert_group = 4;
+  p.topk_group = 2;
+  TopKOut o = run_reference(g, nullptr, p);
+  EXPECT_EQ(o.ids.as<int32_t>()[0], 0);
+  EXPECT_EQ(o.ids.as<int32_t>()[1], 4);
+  // With a (zero) bias a group scores the sum of its two best: group 1 (1.96) then
+  // group 0 (1.0) beat group 2 (0.996), so the picks are 0 and 2.
+  HostTensor zero_bias(DType::kF32, {8});
+  o = run_reference(g, &zero_bias, p);
+  EXPECT_EQ(o.ids.as<int32_t>()[0], 0);
+  EXPECT_EQ(o.ids.as<int32_t>()[1], 2);
+  EXPECT_FLOAT_EQ(o.w.as<float>()[1], static_cast<float>(sigmoid(4)));
+}
+
+TEST(FusedTopKReference, TiesGoToTheLowerId) {
+  HostTensor g = f32_tensor({2, 6}, {1, 1, 1, 1, 1, 1, 0, 2, 0, 2, 0, 2});
+  TopKParams p;
+  p.top_k = 3;
+  TopKOut o = run_reference(g, nullptr, p);
+  const int32_t* ids = o.ids.as<int32_t>();
+  EXPECT_EQ(std::vector<int>(ids, ids + 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(std::vector<int>(ids + 3, ids + 6), (std::vector<int>{1, 3, 5}));
+}
+
+// ---------------------------------------------------------------- CPU: validation
+
+class FusedTopKValidation : public ::testing::Test {
+ protected:
+  static constexpr int64_t T = 4, E = 16;
+  std::vector<float> g = std::vector<float>(T * E), bias = std::vector<float>(E),
+                     w = std::vector<float>(T * 8);
+  std::vector<int32_t> ids = std::vector<int32_t>(T * 8);
+  FusedTopKArgs args() {
+    FusedTopKArgs a;
+    a.gating_output = make_view(g.data(), DType::kF32, {T, E});
+    a.params.top_k = 8;
+    a.topk_weights = make_view(w.data(), DType::kF32, {T, 8});
+    a.topk_ids = make_view(ids.data(), DType::kI32, {T, 8});
+    return a;
+  }
+  // Expects moekit::Error naming `arg`.
+  void expect_error(const FusedTopKArgs& a, const std::string& arg) {
+    try {
+      fused_topk(a, nullptr);
+      ADD_FAILURE() << "no error for bad '" << arg << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + arg + "'"), std::string::npos) << e.what();
+    }
+  }
+};
+
+TEST_F(FusedTopKValidation, RejectsBadDtypes) {
+  FusedTopKArgs a = args();
+  a.gating_output.dtype = DType::kI32;
+  expect_error(a, "gating_output");
+  a = args();
+  a.topk_ids.dtype = DType::kF32;
+  expect_error(a, "topk_ids");
+  a = args();
+  a.topk_weights.dtype = DType::kBF16;
+  expect_error(a, "topk_weights");
+  a = args();
+  a.correction_bias = make_view(bias.data(), DType::kBF16, {E});
+  expect_error(a, "correction_bias");
+}
+
+TEST_F(FusedTopKValidation, RejectsBadShapes) {
+  FusedTopKArgs a = args();
+  a.topk_weights = make_view(w.data(), DType::kF32, {T, 7});
+  expect_error(a, "topk_weights");
+  a = args();
+  a.topk_ids = make_view(ids.data(), DType::kI32, {T - 1, 8});
+  expect_error(a, "topk_ids");
+  a = args();
+  a.correction_bias = make_view(bias.data(), DType::kF32, {E - 1});
+  expect_error(a, "correction_bias");
+  a = args();
+  a.gating_output = make_view(g.data(), DType::kF32, {T * E});
+  expect_error(a, "gating_output");
+  a = args();
+  a.gating_output.stride[0] = E + 1;  // not contiguous
+  expect_error(a, "gating_output");
+  std::vector<float> big(2 * 513);
+  a = args();
+  a.gating_output = make_view(big.data(), DType::kF32, {2, 513});
+  expect_error(a, "gating_output");
+}
+
+TEST_F(FusedTopKValidation, RejectsBadParams) {
+  FusedTopKArgs a = args();
+  a.params.top_k = 0;
+  expect_error(a, "top_k");
+  a.params.top_k = 17;
+  expect_error(a, "top_k");
+  std::vector<float> small(T * 4);
+  a = args();
+  a.gating_output = make_view(small.data(), DType::kF32, {T, 4});  // top_k 8 > E 4
+  expect_error(a, "top_k");
+  a = args();
+  a.params.routed_scaling_factor = NAN;
+  expect_error(a, "routed_scaling_factor");
+  a.params.routed_scaling_factor = INFINITY;
+  expect_error(a, "routed_scaling_factor");
+  a = args();
+  a.params.scoring_func = static_cast<ScoringFunc>(7);
+  expect_error(a, "scoring_func");
+  a = args();
+  a.params.num_expert_group = 3;  // does not divide 16
+  a.params.topk_group = 1;
+  expect_error(a, "num_expert_group");
+  a.params.num_expert_group = -4;
+  expect_error(a, "num_expert_group");
+  a.params.num_expert_group = 4;
+  a.params.topk_group = 0;
+  expect_error(a, "topk_group");
+  a.params.topk_group = 5;
+  expect_error(a, "topk_group");
+  a.params.topk_group = 1;  // 1 group of 4 experts cannot hold 8 picks
+  expect_error(a, "top_k");
+  a = args();
+  a.params.topk_group = 2;  // without grouping
+  expect_error(a, "topk_group");
+}
+
+TEST_F(FusedTopKValidation, RejectsNullPointers) {
+  FusedTopKArgs a = args();
+  a.topk_ids.data = nullptr;
+  expect_error(a, "topk_ids");
+  a = args();
+  a.gating_output.data = nullptr;
+  expect_error(a, "gating_output");
+  a = args();
+  a.topk_weights = TensorView{};
+  expect_error(a, "topk_weights");
+  a = args();
+  a.topk_weights.data = reinterpret_cast<char*>(w.data()) + 2;  // misaligned f32
+  expect_error(a, "topk_weights");
+}
+
+// ---------------------------------------------------------------- GPU
+
+// True when the row's decisions are unambiguous in f32: the group scores at the
+// kept / dropped boundary and every adjacent pair among the top K+1 sel values of
+// the kept groups are either exactly equal (decided by the tie rule on both sides)
+// or apart by more than eps relative.
+bool row_is_tie_free(const HostTensor& g, const HostTensor* bias, int64_t t, const TopKParams& p,
+                     double eps = 1e-5) {
+  const int E = static_cast<int>(g.shape()[1]);
+  std::vector<double> score(E), sel(E);
+  for (int e = 0; e < E; ++e) score[e] = g.at(t * E + e);
+  if (p.scoring_func == ScoringFunc::kSoftmax) {
+    const double m = *std::max_element(score.begin(), score.end());
+    double s = 0;
+    for (double& v : score) s += (v = std::exp(v - m));
+    for (double& v : score) v /= s;
+  } else {
+    for (double& v : score) v = sigmoid(v);
+  }
+  for (int e = 0; e < E; ++e) sel[e] = score[e] + (bias ? bias->at(e) : 0.0);
+  auto near = [&](double a, double b) {
+    return a != b && std::abs(a - b) <= eps * std::max(std::abs(a), std::abs(b));
+  };
+  std::vector<bool> allowed(E, true);
+  if (p.num_expert_group > 0 && p.topk_group < p.num_expert_group) {
+    const int ng = p.num_expert_group, G = E / ng;
+    std::vector<double> gs(ng);
+    for (int gi = 0; gi < ng; ++gi) {
+      std::vector<double> v(sel.begin() + gi * G, sel.begin() + (gi + 1) * G);
+      std::sort(v.rbegin(), v.rend());
+      gs[gi] = (bias && G >= 2) ? v[0] + v[1] : v[0];
+    }
+    std::vector<int> order(ng);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return gs[a] > gs[b]; });
+    // Only the boundary between the last kept and the first dropped group decides.
+    if (near(gs[order[p.topk_group - 1]], gs[order[p.topk_group]])) return false;
+    std::vector<bool> kept(ng, false);
+    for (int r = 0; r < p.topk_group; ++r) kept[order[r]] = true;
+    for (int e = 0; e < E; ++e) allowed[e] = kept[e / G];
+  }
+  std::vector<double> v;
+  for (int e = 0; e < E; ++e)
+    if (allowed[e]) v.push_back(sel[e]);
+  std::sort(v.rbegin(), v.rend());
+  for (int r = 0; r < p.top_k && r + 1 < static_cast<int>(v.size()); ++r)
+    if (near(v[r], v[r + 1])) return false;
+  return true;
+}
+
+struct TopKCase {
+  DType dtype;
+  int64_t T;
+  int E;
+  TopKParams p;
+  bool bias = false;
+  double stddev = 1.0;
+  int int_levels = 0;     // > 0: logits drawn from {0, .., int_levels-1} (many exact ties)
+  double bias_std = 0.1;  // 0: an all-zero bias (keeps ties exact, switches group scoring)
+};
+
+std::string describe(const TopKCase& c) {
+  const TopKParams& p = c.p;
+  return std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.T) +
+         " E=" + std::to_string(c.E) + " K=" + std::to_string(p.top_k) +
+         (p.scoring_func == ScoringFunc::kSoftmax ? " softmax" : " sigmoid") +
+         (c.bias ? " bias" : "") + (p.renormalize ? " renorm" : "") +
+         " groups=" + std::to_string(p.num_expert_group) + "/" + std::to_string(p.topk_group) +
+         " scale=" + std::to_string(p.routed_scaling_factor) +
+         (c.int_levels ? " int-levels=" + std::to_string(c.int_levels) : "");
+}
+
+void fill_row(HostTensor& g, int64_t t, const TopKCase& c, std::mt19937_64& rng) {
+  std::normal_distribution<double> normal(0.0, c.stddev);
+  std::uniform_int_distribution<int> level(0, std::max(c.int_levels - 1, 0));
+  for (int e = 0; e < c.E; ++e)
+    g.set(t * c.E + e, c.int_levels ? static_cast<double>(level(rng)) : normal(rng));
+}
+
+void check_topk_case(const TopKCase& c, uint64_t seed) {
+  SCOPED_TRACE(describe(c));
+  std::mt19937_64 rng(seed);
+  HostTensor g(c.dtype, {c.T, c.E});
+  HostTensor bias(DType::kF32, {c.E});
+  if (c.bias && c.bias_std > 0) bias.fill_normal(rng, c.bias_std);
+  const HostTensor* bias_p = c.bias ? &bias : nullptr;
+  for (int64_t t = 0; t < c.T; ++t) {
+    int tries = 0;
+    do {
+      fill_row(g, t, c, rng);
+      ASSERT_LT(++tries, 200) << "could not draw a tie-free row";
+    } while (!row_is_tie_free(g, bias_p, t, c.p));
+  }
+  TopKOut ref = run_reference(g, bias_p, c.p);
+
+  testing::DeviceTensor dg(g), dbias(bias);
+  testing::DeviceTensor dw(DType::kF32, {c.T, c.p.top_k}, 0xFF);    // NaN poison
+  testing::DeviceTensor dids(DType::kI32, {c.T, c.p.top_k}, 0x5A);  // 0x5a5a5a5a poison
+  FusedTopKArgs a;
+  a.gating_output = dg.view();
+  if (c.bias) a.correction_bias = dbias.view();
+  a.params = c.p;
+  a.topk_weights = dw.view();
+  a.topk_ids = dids.view();
+  fused_topk(a, nullptr);
+  MOEKIT_CUDA_OK(cudaDeviceSynchronize());
+  HostTensor w = dw.download(), ids = dids.download();
+
+  const int64_t n = c.T * c.p.top_k;
+  int64_t id_mismatch = 0, w_mismatch = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids.as<int32_t>()[i] != ref.ids.as<int32_t>()[i]) {
+      if (id_mismatch++ < 5)
+        ADD_FAILURE() << "id mismatch at token " << i / c.p.top_k << " k " << i % c.p.top_k
+                      << ": got " << ids.as<int32_t>()[i] << ", want " << ref.ids.as<int32_t>()[i];
+    }
+    const double got = w.as<float>()[i], want = ref.w.as<float>()[i];
+    if (!(std::abs(got - want) <= 1e-6 * std::abs(want))) {
+      if (w_mismatch++ < 5)
+        ADD_FAILURE() << "weight mismatch at " << i << ": got " << got << ", want " << want;
+    }
+  }
+  EXPECT_EQ(id_mismatch, 0);
+  EXPECT_EQ(w_mismatch, 0);
+
+  // Bit-identical on a second run.
+  fused_topk(a, nullptr);
+  MOEKIT_CUDA_OK(cudaDeviceSynchronize());
+  HostTensor w2 = dw.download(), ids2 = dids.download();
+  EXPECT_EQ(std::memcmp(w.data(), w2.data(), w.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(ids.data(), ids2.data(), ids.nbytes()), 0);
+}
+
+TopKParams params(int k, ScoringFunc sf, bool renorm, int ng = 0, int tg = 0, float scale = 1.f) {
+  TopKParams p;
+  p.top_k = k;
+  p.scoring_func = sf;
+  p.renormalize = renorm;
+  p.num_expert_group = ng;
+  p.topk_group = tg;
+  p.routed_scaling_factor = scale;
+  return p;
+}
+
+constexpr ScoringFunc kSoftmax = ScoringFunc::kSoftmax;
+constexpr ScoringFunc kSigmoid = ScoringFunc::kSigmoid;
+
+TEST(FusedTopKGpu, MatchesReferenceOnRandomInputs) {
+  MOEKIT_REQUIRE_GPU();
+  std::vector<TopKCase> cases = {
+      {DType::kF32, 1, 128, params(8, kSoftmax, true)},
+      {DType::kF32, 37, 128, params(8, kSoftmax, false)},
+      {DType::kF32, 133, 384, params(8, kSigmoid, true), false},
+      {DType::kF32, 133, 384, params(8, kSigmoid, true), true},
+      {DType::kF32, 100, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true},
+      {DType::kF32, 100, 256, params(8, kSoftmax, false, 8, 4), false},
+      {DType::kF32, 64, 160, params(8, kSigmoid, true, 0, 0, 2.5f), true},
+      {DType::kF32, 50, 512, params(16, kSoftmax, true), false},
+      {DType::kF32, 50, 512, params(16, kSigmoid, false, 16, 3, 1.5f), true},
+      {DType::kF32, 50, 512, params(16, kSigmoid, true, 512, 20), true},  // groups of one
+      {DType::kF32, 29, 96, params(4, kSoftmax, true, 3, 2), false},
+      {DType::kF32, 17, 8, params(8, kSoftmax, false), false},  // K == E
+      {DType::kF32, 17, 1, params(1, kSigmoid, false), true},   // E == 1
+      {DType::kF32, 9, 33, params(5, kSoftmax, true), false},   // E just past a warp
+      {DType::kF32, 9, 64, params(2, kSigmoid, true, 2, 1), true},
+      {DType::kF32, 9, 64, params(2, kSigmoid, true, 4, 4), true},  // every group kept
+      {DType::kBF16, 513, 128, params(8, kSoftmax, true)},
+      {DType::kF16, 513, 128, params(8, kSoftmax, true)},
+      {DType::kBF16, 333, 384, params(8, kSigmoid, true), true},
+      {DType::kF16, 333, 384, params(8, kSigmoid, true), true},
+      {DType::kBF16, 64, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true},
+      {DType::kF16, 64, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true},
+      {DType::kBF16, 31, 512, params(16, kSoftmax, false), false},
+  };
+  uint64_t seed = 1234;
+  for (const TopKCase& c : cases) check_topk_case(c, seed++);
+}
+
+TEST(FusedTopKGpu, EmptyAndLargeBatches) {
+  MOEKIT_REQUIRE_GPU();
+  check_topk_case({DType::kBF16, 0, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true}, 7);
+  check_topk_case({DType::kBF16, 65536, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true}, 8);
+  check_topk_case({DType::kF32, 65536, 128, params(8, kSoftmax, true)}, 9);
+}
+
+TEST(FusedTopKGpu, TiesGoToTheLowerId) {
+  MOEKIT_REQUIRE_GPU();
+  // Logits from a handful of integer levels: most rows hold exact ties in and around
+  // the top-k (and, with groups, tied group scores).
+  std::vector<TopKCase> cases = {
+      {DType::kBF16, 200, 128, params(8, kSoftmax, true), false, 1.0, 3},
+      {DType::kF32, 200, 384, params(8, kSigmoid, true), false, 1.0, 4},
+      {DType::kBF16, 200, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true, 1.0, 4, 0.0},
+      {DType::kF16, 200, 512, params(16, kSoftmax, false, 32, 7), false, 1.0, 2},
+      {DType::kF32, 50, 64, params(8, kSoftmax, false), false, 1.0, 1},  // all equal
+  };
+  uint64_t seed = 99;
+  for (const TopKCase& c : cases) check_topk_case(c, seed++);
+  // Direct check of the rule: all-equal logits pick experts 0..K-1 in order.
+  HostTensor g(DType::kF32, {3, 64});
+  testing::DeviceTensor dg(g), dw(DType::kF32, {3, 8}), dids(DType::kI32, {3, 8});
+  FusedTopKArgs a;
+  a.gating_output = dg.view();
+  a.params = params(8, kSoftmax, true);
+  a.topk_weights = dw.view();
+  a.topk_ids = dids.view();
+  fused_topk(a, nullptr);
+  HostTensor ids = dids.download(), w = dw.download();
+  for (int i = 0; i < 24; ++i) {
+    EXPECT_EQ(ids.as<int32_t>()[i], i % 8);
+    EXPECT_FLOAT_EQ(w.as<float>()[i], 0.125f);
+  }
+}
+
+// Per-call device time of seed-page shapes: a CUDA graph of back-to-back calls.
+TEST(FusedTopKGpu, TimingOfSeedShapes) {
+  MOEKIT_REQUIRE_GPU();
+  struct Shape {
+    const char* name;
+    DType dtype;
+    int64_t T;
+    int E;
+    TopKParams p;
+    bool bias;
+  };
+  std::vector<Shape> shapes = {
+      {"kimi-k2-t32", DType::kBF16, 32, 384, params(8, kSigmoid, true), false},
+      {"kimi-k2-t4096", DType::kBF16, 4096, 384, params(8, kSigmoid, true), false},
+      {"qwen3-235b-t512", DType::kBF16, 512, 128, params(8, kSoftmax, true), false},
+      {"qwen3-235b-t4096", DType::kBF16, 4096, 128, params(8, kSoftmax, true), false},
+      {"kimi-k2-t512-bias", DType::kBF16, 512, 384, params(8, kSigmoid, true), true},
+      {"ds-v3-grouped-t1", DType::kBF16, 1, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true},
+      {"ds-v3-grouped-t4096", DType::kBF16, 4096, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true},
+  };
+  cudaStream_t s;
+  MOEKIT_CUDA_OK(cudaStreamCreate(&s));
+  for (const Shape& sh : shapes) {
+    std::mt19937_64 rng(5);
+    HostTensor g(sh.dtype, {sh.T, sh.E}), bias(DType::kF32, {sh.E});
+    g.fill_normal(rng);
+    bias.fill_normal(rng, 0.1);
+    testing::DeviceTensor dg(g), db(bias), dw(DType::kF32, {sh.T, 8}), di(DType::kI32, {sh.T, 8});
+    FusedTopKArgs a;
+    a.gating_output = dg.view();
+    if (sh.bias) a.correction_bias = db.view();
+    a.params = sh.p;
+    a.topk_weights = dw.view();
+    a.topk_ids = di.view();
+    constexpr int kReps = 50;
+    fused_topk(a, s);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    MOEKIT_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < kReps; ++i) fused_topk(a, s);
+    MOEKIT_CUDA_OK(cudaStreamEndCapture(s, &graph));
+    MOEKIT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    MOEKIT_CUDA_OK(cudaGraphLaunch(exec, s));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, s);
+    for (int i = 0; i < 5; ++i) cudaGraphLaunch(exec, s);
+    cudaEventRecord(e1, s);
+    MOEKIT_CUDA_OK(cudaEventSynchronize(e1));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    printf("[timing] fused_topk %-22s %7.2f us/call\n", sh.name, 1000.0 * ms / (5 * kReps));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
+}  // namespace moekit
