@@ -1,0 +1,946 @@
+"""moekit's twelve operators as PyTorch ops.
+
+Each op is a ``torch.library`` custom op ``torch.ops.moekit.<name>`` with a CUDA
+kernel (moekit's C++ op, called through the raw binding on the current CUDA
+stream) and a fake (meta) implementation, so ``torch.compile`` traces it and CUDA
+graphs capture it. Outputs and workspaces come from PyTorch's caching allocator.
+
+The functions here (also exported as ``moekit.<name>``) call the C++ op directly in
+plain eager mode, skipping the dispatcher's boxing, and go through
+``torch.ops.moekit.<name>`` whenever something must see the op: ``torch.compile``,
+a dispatch or function mode (FakeTensorMode, make_fx, FlopCounterMode, ...), or a
+tensor subclass. ``set_eager_fast_path(False)`` (or ``MOEKIT_EAGER_FAST_PATH=0``)
+always takes the dispatcher.
+
+All tensors must be contiguous CUDA tensors on one device. The ops are not
+differentiable (inference kernels). Shapes: T tokens, H hidden, E experts, K top_k,
+F expert intermediate size, S shared intermediate size, P permuted rows.
+"""
+
+import os
+
+import torch
+
+from . import _moekit as _raw
+from ._moekit import MoekitError
+
+__all__ = [
+    "fused_topk",
+    "moe_permute_align",
+    "moe_pre_permute",
+    "moe_post_permute",
+    "moe_grouped_gemm",
+    "moe_grouped_gemm_fp8",
+    "moe_expert_mlp",
+    "fused_moe_experts",
+    "indexed_expert_mlp",
+    "fused_moe",
+    "fused_moe_shared_expert",
+    "shared_expert_mlp",
+    "set_eager_fast_path",
+    "TORCH_DTYPES",
+]
+
+# torch dtype -> moekit dtype code (the C++ DType values).
+TORCH_DTYPES = {
+    torch.bfloat16: _raw.DTYPES["bf16"],
+    torch.float16: _raw.DTYPES["f16"],
+    torch.float32: _raw.DTYPES["f32"],
+    torch.int32: _raw.DTYPES["i32"],
+    torch.float8_e4m3fn: _raw.DTYPES["fp8e4m3"],
+}
+_DT_GET = TORCH_DTYPES.get
+_Tensor = torch.Tensor
+_empty = torch.empty
+_f32, _i32, _u8, _bf16 = torch.float32, torch.int32, torch.uint8, torch.bfloat16
+
+# Stream and device lookups: the raw C entry points cost ~0.1 us; the public
+# torch.cuda.current_stream() builds a Python Stream object each call.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+if _raw_stream is None:  # a torch without CUDA: the kernels can never run anyway
+
+    def _raw_stream(device):
+        return torch.cuda.current_stream(device).cuda_stream
+
+
+_current_device = getattr(torch._C, "_cuda_getDevice", lambda: -1)
+_is_compiling = torch.compiler.is_compiling
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack
+_function_mode_on = torch._C._is_torch_function_mode_enabled
+
+_fast_path = os.environ.get("MOEKIT_EAGER_FAST_PATH", "1") != "0"
+
+
+def set_eager_fast_path(enabled: bool) -> bool:
+    """Call the C++ op directly in plain eager mode (default) or always through
+    ``torch.ops.moekit.*``. Returns the previous setting."""
+    global _fast_path
+    old, _fast_path = _fast_path, bool(enabled)
+    return old
+
+
+def _eager(first, *rest):
+    # The direct path is only safe when nothing needs to see the op in the dispatcher;
+    # a non-CUDA first tensor (meta, cpu) also goes there, to its meta or error kernel.
+    if not _fast_path or _is_compiling() or _dispatch_stack_len() or _function_mode_on():
+        return False
+    if type(first) is not _Tensor or not first.is_cuda:
+        return False
+    for t in rest:
+        if t is not None and type(t) is not _Tensor:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _v(t):
+    # The raw binding's fast tensor form; an unsupported dtype goes as its name so
+    # that the C++ side can say what came.
+    return (t.data_ptr(), _DT_GET(t.dtype) or str(t.dtype), t.shape, t.stride())
+
+
+def _vo(t):
+    return None if t is None else _v(t)
+
+
+def _fail(op, arg, expected, got):
+    raise MoekitError(f"moekit::{op}: argument '{arg}': expected {expected}, got {got}")
+
+
+def _device(op, names, *tensors):
+    """The CUDA device index shared by all (non-None) tensors; raises otherwise."""
+    dev = None
+    first = None
+    for name, t in zip(names, tensors):
+        if t is None:
+            continue
+        try:
+            d = t.get_device()
+        except AttributeError:
+            _fail(op, name, "a torch.Tensor", type(t).__name__)
+        if d < 0:
+            _fail(op, name, "a CUDA tensor", f"a tensor on {t.device}")
+        if dev is None:
+            dev, first = d, name
+        elif d != dev:
+            _fail(op, name, f"a tensor on cuda:{dev} (the device of '{first}')", f"cuda:{d}")
+    return dev
+
+
+def _dims(t, n):
+    """t.shape as exactly n sizes (zeros where t has fewer dims), so that outputs
+    can be allocated before the C++ op rejects a wrong rank with a clear message."""
+    s = t.shape
+    if len(s) == n:
+        return s
+    return (tuple(s) + (0,) * n)[:n]
+
+
+def _workspace(nbytes, device):
+    if nbytes == 0:
+        return None, 0
+    w = _empty(nbytes, dtype=_u8, device=device)
+    return w, w.data_ptr()
+
+
+def _on_device(dev, fn, *args):
+    with torch.cuda.device(dev):
+        return fn(*args)
+
+
+def _nonneg(x):
+    return x if x > 0 else 0
+
+
+# ---------------------------------------------------------------- shapes
+# Shared by the CUDA kernels and the fake (meta) implementations.
+
+
+def _topk_out(gating_output, top_k):
+    T, _ = _dims(gating_output, 2)
+    K = _nonneg(top_k)
+    return (T, K)
+
+
+def _align_sizes(topk_ids, num_experts, block_size):
+    T, K = _dims(topk_ids, 2)
+    n = T * K
+    bs = block_size if block_size > 0 else 1
+    sorted_size = n + _nonneg(num_experts) * (bs - 1)
+    return sorted_size, (sorted_size + bs - 1) // bs
+
+
+def _pre_sizes(hidden_states, local_expert_ids, num_local_experts, alignment):
+    T, K = _dims(local_expert_ids, 2)
+    _, H = _dims(hidden_states, 2)
+    E = _nonneg(num_local_experts)
+    P = T * K + E * (_nonneg(alignment - 1))
+    return P, H, E, T * K
+
+
+def _post_shape(expert_output, topk_weights):
+    T, _ = _dims(topk_weights, 2)
+    _, H = _dims(expert_output, 2)
+    return (T, H)
+
+
+def _gemm_shape(a, b, masked, activation):
+    _, Nb, _ = _dims(b, 3)
+    N = Nb // 2 if activation == "silu_and_mul" else Nb
+    if masked:
+        E, M, _ = _dims(a, 3)
+        return (E, M, N)
+    P, _ = _dims(a, 2)
+    return (P, N)
+
+
+def _fp8_shape(a, b):
+    E, M, _ = _dims(a, 3)
+    _, N, _ = _dims(b, 3)
+    return (E, M, N)
+
+
+def _rows_like(x):
+    return _dims(x, 2)
+
+
+# ---------------------------------------------------------------- CUDA kernels
+# Each takes the schema's arguments in order, allocates outputs (and a workspace)
+# on x's device with the caching allocator, and enqueues the op on the current stream.
+
+
+def _fused_topk_cuda(
+    gating_output,
+    top_k,
+    renormalize=False,
+    scoring_func="softmax",
+    num_expert_group=0,
+    topk_group=0,
+    routed_scaling_factor=1.0,
+    correction_bias=None,
+):
+    op = "fused_topk"
+    dev = _device(op, ("gating_output", "correction_bias"), gating_output, correction_bias)
+    if dev != _current_device():
+        return _on_device(
+            dev, _fused_topk_cuda, gating_output, top_k, renormalize, scoring_func,
+            num_expert_group, topk_group, routed_scaling_factor, correction_bias,
+        )  # fmt: skip
+    shape = _topk_out(gating_output, top_k)
+    device = gating_output.device
+    weights = _empty(shape, dtype=_f32, device=device)
+    ids = _empty(shape, dtype=_i32, device=device)
+    _raw.fused_topk(
+        _v(gating_output), _vo(correction_bias), _v(weights), _v(ids), top_k, renormalize,
+        scoring_func, num_expert_group, topk_group, routed_scaling_factor, _raw_stream(dev),
+    )  # fmt: skip
+    return weights, ids
+
+
+def _moe_permute_align_cuda(topk_ids, num_experts, block_size=64):
+    op = "moe_permute_align"
+    dev = _device(op, ("topk_ids",), topk_ids)
+    if dev != _current_device():
+        return _on_device(dev, _moe_permute_align_cuda, topk_ids, num_experts, block_size)
+    sorted_size, num_blocks = _align_sizes(topk_ids, num_experts, block_size)
+    device = topk_ids.device
+    sorted_ids = _empty(sorted_size, dtype=_i32, device=device)
+    expert_ids = _empty(num_blocks, dtype=_i32, device=device)
+    ntpp = _empty(1, dtype=_i32, device=device)
+    vi, vs, ve, vn = _v(topk_ids), _v(sorted_ids), _v(expert_ids), _v(ntpp)
+    nbytes = _raw.permute_align_workspace_size(vi, num_experts, block_size, vs, ve, vn)
+    ws, ws_ptr = _workspace(nbytes, device)
+    _raw.moe_permute_align(
+        vi, num_experts, block_size, vs, ve, vn, ws_ptr, nbytes, _raw_stream(dev)
+    )
+    return sorted_ids, expert_ids, ntpp
+
+
+def _moe_pre_permute_cuda(hidden_states, local_expert_ids, num_local_experts, alignment=1):
+    op = "moe_pre_permute"
+    dev = _device(op, ("hidden_states", "local_expert_ids"), hidden_states, local_expert_ids)
+    if dev != _current_device():
+        return _on_device(
+            dev, _moe_pre_permute_cuda, hidden_states, local_expert_ids, num_local_experts,
+            alignment,
+        )  # fmt: skip
+    P, H, E, TK = _pre_sizes(hidden_states, local_expert_ids, num_local_experts, alignment)
+    device = hidden_states.device
+    permuted = _empty((P, H), dtype=hidden_states.dtype, device=device)
+    metadata = _empty(E, dtype=_i32, device=device)
+    inverse = _empty(TK, dtype=_i32, device=device)
+    vx, vid, vp, vm, vinv = (
+        _v(hidden_states), _v(local_expert_ids), _v(permuted), _v(metadata), _v(inverse),
+    )  # fmt: skip
+    nbytes = _raw.pre_permute_workspace_size(vx, vid, num_local_experts, alignment, vp, vm, vinv)
+    ws, ws_ptr = _workspace(nbytes, device)
+    _raw.moe_pre_permute(
+        vx, vid, num_local_experts, alignment, vp, vm, vinv, ws_ptr, nbytes, _raw_stream(dev)
+    )
+    return permuted, metadata, inverse
+
+
+def _moe_post_permute_cuda(expert_output, topk_weights, inverse_indices, out_dtype=None):
+    op = "moe_post_permute"
+    dev = _device(
+        op, ("expert_output", "topk_weights", "inverse_indices"),
+        expert_output, topk_weights, inverse_indices,
+    )  # fmt: skip
+    if dev != _current_device():
+        return _on_device(
+            dev, _moe_post_permute_cuda, expert_output, topk_weights, inverse_indices, out_dtype
+        )
+    out = _empty(
+        _post_shape(expert_output, topk_weights),
+        dtype=out_dtype if out_dtype is not None else expert_output.dtype,
+        device=expert_output.device,
+    )
+    _raw.moe_post_permute(
+        _v(expert_output), _v(topk_weights), _v(inverse_indices), _v(out), _raw_stream(dev)
+    )
+    return out
+
+
+def _moe_grouped_gemm_cuda(
+    a, b, layout_metadata, masked=False, alignment=1, activation="none", out_dtype=None
+):
+    op = "moe_grouped_gemm"
+    dev = _device(op, ("a", "b", "layout_metadata"), a, b, layout_metadata)
+    if dev != _current_device():
+        return _on_device(
+            dev, _moe_grouped_gemm_cuda, a, b, layout_metadata, masked, alignment, activation,
+            out_dtype,
+        )  # fmt: skip
+    c = _empty(
+        _gemm_shape(a, b, masked, activation),
+        dtype=out_dtype if out_dtype is not None else a.dtype,
+        device=a.device,
+    )
+    max_m = a.shape[1] if masked and a.dim() == 3 else 0
+    _raw.moe_grouped_gemm(
+        _v(a), _v(b), _v(layout_metadata), masked, alignment, max_m, activation, _v(c),
+        _raw_stream(dev),
+    )  # fmt: skip
+    return c
+
+
+def _moe_grouped_gemm_fp8_cuda(a, a_scale, b, b_scale, layout_metadata):
+    op = "moe_grouped_gemm_fp8"
+    dev = _device(
+        op, ("a", "a_scale", "b", "b_scale", "layout_metadata"),
+        a, a_scale, b, b_scale, layout_metadata,
+    )  # fmt: skip
+    if dev != _current_device():
+        return _on_device(
+            dev, _moe_grouped_gemm_fp8_cuda, a, a_scale, b, b_scale, layout_metadata
+        )
+    c = _empty(_fp8_shape(a, b), dtype=_bf16, device=a.device)
+    _raw.moe_grouped_gemm_fp8(
+        _v(a), _v(a_scale), _v(b), _v(b_scale), _v(layout_metadata), _v(c), _raw_stream(dev)
+    )
+    return c
+
+
+def _moe_expert_mlp_cuda(expert_input, layout_metadata, w_gate_up, w_down, alignment=1):
+    op = "moe_expert_mlp"
+    dev = _device(
+        op, ("expert_input", "layout_metadata", "w_gate_up", "w_down"),
+        expert_input, layout_metadata, w_gate_up, w_down,
+    )  # fmt: skip
+    if dev != _current_device():
+        return _on_device(
+            dev, _moe_expert_mlp_cuda, expert_input, layout_metadata, w_gate_up, w_down,
+            alignment,
+        )  # fmt: skip
+    device = expert_input.device
+    out = _empty(_rows_like(expert_input), dtype=expert_input.dtype, device=device)
+    vx, vm, vg, vd, vo = (
+        _v(expert_input), _v(layout_metadata), _v(w_gate_up), _v(w_down), _v(out),
+    )  # fmt: skip
+    nbytes = _raw.expert_mlp_workspace_size(vx, vm, alignment, vg, vd, vo)
+    ws, ws_ptr = _workspace(nbytes, device)
+    _raw.moe_expert_mlp(vx, vm, alignment, vg, vd, vo, ws_ptr, nbytes, _raw_stream(dev))
+    return out
+
+
+def _experts_impl(op, size_fn, run_fn, hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
+    dev = _device(
+        op, ("hidden_states", "w_gate_up", "w_down", "topk_weights", "topk_ids"),
+        hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+    )  # fmt: skip
+    if dev != _current_device():
+        return _on_device(
+            dev, _experts_impl, op, size_fn, run_fn, hidden_states, w_gate_up, w_down,
+            topk_weights, topk_ids,
+        )  # fmt: skip
+    device = hidden_states.device
+    out = _empty(_rows_like(hidden_states), dtype=hidden_states.dtype, device=device)
+    vx, vg, vd, vw, vi, vo = (
+        _v(hidden_states), _v(w_gate_up), _v(w_down), _v(topk_weights), _v(topk_ids), _v(out),
+    )  # fmt: skip
+    nbytes = size_fn(vx, vg, vd, vw, vi, vo)
+    ws, ws_ptr = _workspace(nbytes, device)
+    run_fn(vx, vg, vd, vw, vi, vo, ws_ptr, nbytes, _raw_stream(dev))
+    return out
+
+
+def _fused_moe_experts_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
+    return _experts_impl(
+        "fused_moe_experts", _raw.fused_moe_experts_workspace_size, _raw.fused_moe_experts,
+        hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+    )  # fmt: skip
+
+
+def _indexed_expert_mlp_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
+    return _experts_impl(
+        "indexed_expert_mlp", _raw.indexed_expert_mlp_workspace_size, _raw.indexed_expert_mlp,
+        hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+    )  # fmt: skip
+
+
+def _fused_moe_cuda(
+    hidden_states,
+    gating_output,
+    w_gate_up,
+    w_down,
+    top_k,
+    renormalize=False,
+    scoring_func="softmax",
+    num_expert_group=0,
+    topk_group=0,
+    routed_scaling_factor=1.0,
+    correction_bias=None,
+):
+    op = "fused_moe"
+    dev = _device(
+        op, ("hidden_states", "gating_output", "w_gate_up", "w_down", "correction_bias"),
+        hidden_states, gating_output, w_gate_up, w_down, correction_bias,
+    )  # fmt: skip
+    if dev != _current_device():
+        return _on_device(
+            dev, _fused_moe_cuda, hidden_states, gating_output, w_gate_up, w_down, top_k,
+            renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor,
+            correction_bias,
+        )  # fmt: skip
+    device = hidden_states.device
+    out = _empty(_rows_like(hidden_states), dtype=hidden_states.dtype, device=device)
+    vx, vl, vb, vg, vd, vo = (
+        _v(hidden_states), _v(gating_output), _vo(correction_bias), _v(w_gate_up), _v(w_down),
+        _v(out),
+    )  # fmt: skip
+    params = (top_k, renormalize, scoring_func, num_expert_group, topk_group,
+              routed_scaling_factor)  # fmt: skip
+    nbytes = _raw.fused_moe_workspace_size(vx, vl, vb, vg, vd, vo, *params)
+    ws, ws_ptr = _workspace(nbytes, device)
+    _raw.fused_moe(vx, vl, vb, vg, vd, vo, *params, ws_ptr, nbytes, _raw_stream(dev))
+    return out
+
+
+def _fused_moe_shared_expert_cuda(
+    hidden_states,
+    gating_output,
+    w_gate_up,
+    w_down,
+    shared_w_gate_up,
+    shared_w_down,
+    top_k,
+    renormalize=False,
+    scoring_func="softmax",
+    num_expert_group=0,
+    topk_group=0,
+    routed_scaling_factor=1.0,
+    correction_bias=None,
+):
+    op = "fused_moe_shared_expert"
+    dev = _device(
+        op,
+        ("hidden_states", "gating_output", "w_gate_up", "w_down", "shared_w_gate_up",
+         "shared_w_down", "correction_bias"),
+        hidden_states, gating_output, w_gate_up, w_down, shared_w_gate_up, shared_w_down,
+        correction_bias,
+    )  # fmt: skip
+    if dev != _current_device():
+        return _on_device(
+            dev, _fused_moe_shared_expert_cuda, hidden_states, gating_output, w_gate_up, w_down,
+            shared_w_gate_up, shared_w_down, top_k, renormalize, scoring_func, num_expert_group,
+            topk_group, routed_scaling_factor, correction_bias,
+        )  # fmt: skip
+    device = hidden_states.device
+    out = _empty(_rows_like(hidden_states), dtype=hidden_states.dtype, device=device)
+    views = (
+        _v(hidden_states), _v(gating_output), _vo(correction_bias), _v(w_gate_up), _v(w_down),
+        _v(shared_w_gate_up), _v(shared_w_down), _v(out),
+        top_k, renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor,
+    )  # fmt: skip
+    nbytes = _raw.fused_moe_shared_expert_workspace_size(*views)
+    ws, ws_ptr = _workspace(nbytes, device)
+    _raw.fused_moe_shared_expert(*views, ws_ptr, nbytes, _raw_stream(dev))
+    return out
+
+
+def _shared_expert_mlp_cuda(hidden_states, w_gate_up, w_down):
+    op = "shared_expert_mlp"
+    dev = _device(
+        op, ("hidden_states", "w_gate_up", "w_down"), hidden_states, w_gate_up, w_down
+    )
+    if dev != _current_device():
+        return _on_device(dev, _shared_expert_mlp_cuda, hidden_states, w_gate_up, w_down)
+    device = hidden_states.device
+    out = _empty(_rows_like(hidden_states), dtype=hidden_states.dtype, device=device)
+    vx, vg, vd, vo = _v(hidden_states), _v(w_gate_up), _v(w_down), _v(out)
+    nbytes = _raw.shared_expert_mlp_workspace_size(vx, vg, vd, vo)
+    ws, ws_ptr = _workspace(nbytes, device)
+    _raw.shared_expert_mlp(vx, vg, vd, vo, ws_ptr, nbytes, _raw_stream(dev))
+    return out
+
+
+# ---------------------------------------------------------------- fake (meta) kernels
+
+
+def _fused_topk_fake(gating_output, top_k, renormalize=False, scoring_func="softmax",
+                     num_expert_group=0, topk_group=0, routed_scaling_factor=1.0,
+                     correction_bias=None):  # fmt: skip
+    shape = _topk_out(gating_output, top_k)
+    return (gating_output.new_empty(shape, dtype=_f32), gating_output.new_empty(shape, dtype=_i32))
+
+
+def _moe_permute_align_fake(topk_ids, num_experts, block_size=64):
+    if block_size <= 0:
+        _fail("moe_permute_align", "block_size", "a power of two in [16, 256]", block_size)
+    sorted_size, num_blocks = _align_sizes(topk_ids, num_experts, block_size)
+    return (
+        topk_ids.new_empty(sorted_size, dtype=_i32),
+        topk_ids.new_empty(num_blocks, dtype=_i32),
+        topk_ids.new_empty(1, dtype=_i32),
+    )
+
+
+def _moe_pre_permute_fake(hidden_states, local_expert_ids, num_local_experts, alignment=1):
+    P, H, E, TK = _pre_sizes(hidden_states, local_expert_ids, num_local_experts, alignment)
+    return (
+        hidden_states.new_empty((P, H)),
+        hidden_states.new_empty(E, dtype=_i32),
+        hidden_states.new_empty(TK, dtype=_i32),
+    )
+
+
+def _moe_post_permute_fake(expert_output, topk_weights, inverse_indices, out_dtype=None):
+    dtype = out_dtype if out_dtype is not None else expert_output.dtype
+    return expert_output.new_empty(_post_shape(expert_output, topk_weights), dtype=dtype)
+
+
+def _moe_grouped_gemm_fake(a, b, layout_metadata, masked=False, alignment=1, activation="none",
+                           out_dtype=None):  # fmt: skip
+    dtype = out_dtype if out_dtype is not None else a.dtype
+    return a.new_empty(_gemm_shape(a, b, masked, activation), dtype=dtype)
+
+
+def _moe_grouped_gemm_fp8_fake(a, a_scale, b, b_scale, layout_metadata):
+    return a.new_empty(_fp8_shape(a, b), dtype=_bf16)
+
+
+def _moe_expert_mlp_fake(expert_input, layout_metadata, w_gate_up, w_down, alignment=1):
+    return expert_input.new_empty(_rows_like(expert_input))
+
+
+def _experts_fake(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
+    return hidden_states.new_empty(_rows_like(hidden_states))
+
+
+def _fused_moe_fake(hidden_states, gating_output, w_gate_up, w_down, top_k, renormalize=False,
+                    scoring_func="softmax", num_expert_group=0, topk_group=0,
+                    routed_scaling_factor=1.0, correction_bias=None):  # fmt: skip
+    return hidden_states.new_empty(_rows_like(hidden_states))
+
+
+def _fused_moe_shared_expert_fake(hidden_states, gating_output, w_gate_up, w_down,
+                                  shared_w_gate_up, shared_w_down, top_k, renormalize=False,
+                                  scoring_func="softmax", num_expert_group=0, topk_group=0,
+                                  routed_scaling_factor=1.0, correction_bias=None):  # fmt: skip
+    return hidden_states.new_empty(_rows_like(hidden_states))
+
+
+def _shared_expert_mlp_fake(hidden_states, w_gate_up, w_down):
+    return hidden_states.new_empty(_rows_like(hidden_states))
+
+
+# ---------------------------------------------------------------- registration
+
+_TOPK_PARAMS = (
+    'int top_k, bool renormalize=False, str scoring_func="softmax", int num_expert_group=0, '
+    "int topk_group=0, float routed_scaling_factor=1.0, Tensor? correction_bias=None"
+)
+
+_SCHEMAS = {
+    "fused_topk": (
+        f"(Tensor gating_output, {_TOPK_PARAMS}) -> (Tensor topk_weights, Tensor topk_ids)",
+        _fused_topk_cuda, _fused_topk_fake,
+    ),
+    "moe_permute_align": (
+        "(Tensor topk_ids, int num_experts, int block_size=64) -> "
+        "(Tensor sorted_token_ids, Tensor expert_ids, Tensor num_tokens_post_padded)",
+        _moe_permute_align_cuda, _moe_permute_align_fake,
+    ),
+    "moe_pre_permute": (
+        "(Tensor hidden_states, Tensor local_expert_ids, int num_local_experts, "
+        "int alignment=1) -> (Tensor permuted, Tensor layout_metadata, Tensor inverse_indices)",
+        _moe_pre_permute_cuda, _moe_pre_permute_fake,
+    ),
+    "moe_post_permute": (
+        "(Tensor expert_output, Tensor topk_weights, Tensor inverse_indices, "
+        "ScalarType? out_dtype=None) -> Tensor",
+        _moe_post_permute_cuda, _moe_post_permute_fake,
+    ),
+    "moe_grouped_gemm": (
+        "(Tensor a, Tensor b, Tensor layout_metadata, bool masked=False, int alignment=1, "
+        'str activation="none", ScalarType? out_dtype=None) -> Tensor',
+        _moe_grouped_gemm_cuda, _moe_grouped_gemm_fake,
+    ),
+    "moe_grouped_gemm_fp8": (
+        "(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor layout_metadata) -> Tensor",
+        _moe_grouped_gemm_fp8_cuda, _moe_grouped_gemm_fp8_fake,
+    ),
+    "moe_expert_mlp": (
+        "(Tensor expert_input, Tensor layout_metadata, Tensor w_gate_up, Tensor w_down, "
+        "int alignment=1) -> Tensor",
+        _moe_expert_mlp_cuda, _moe_expert_mlp_fake,
+    ),
+    "fused_moe_experts": (
+        "(Tensor hidden_states, Tensor w_gate_up, Tensor w_down, Tensor topk_weights, "
+        "Tensor topk_ids) -> Tensor",
+        _fused_moe_experts_cuda, _experts_fake,
+    ),
+    "indexed_expert_mlp": (
+        "(Tensor hidden_states, Tensor w_gate_up, Tensor w_down, Tensor topk_weights, "
+        "Tensor topk_ids) -> Tensor",
+        _indexed_expert_mlp_cuda, _experts_fake,
+    ),
+    "fused_moe": (
+        "(Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
+        f"{_TOPK_PARAMS}) -> Tensor",
+        _fused_moe_cuda, _fused_moe_fake,
+    ),
+    "fused_moe_shared_expert": (
+        "(Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
+        f"Tensor shared_w_gate_up, Tensor shared_w_down, {_TOPK_PARAMS}) -> Tensor",
+        _fused_moe_shared_expert_cuda, _fused_moe_shared_expert_fake,
+    ),
+    "shared_expert_mlp": (
+        "(Tensor hidden_states, Tensor w_gate_up, Tensor w_down) -> Tensor",
+        _shared_expert_mlp_cuda, _shared_expert_mlp_fake,
+    ),
+}  # fmt: skip
+
+
+def _cpu_kernel(name):
+    def kernel(*args, **kwargs):
+        schema = getattr(torch.ops.moekit, name).default._schema
+        for a, value in zip(schema.arguments, list(args) + list(kwargs.values())):
+            if isinstance(value, _Tensor) and value.device.type != "cuda":
+                _fail(name, a.name, "a CUDA tensor", f"a tensor on {value.device}")
+        _fail(name, schema.arguments[0].name, "CUDA tensors", "tensors on the CPU")
+
+    return kernel
+
+
+_lib = torch.library.Library("moekit", "DEF")
+_OPS = {}
+for _name, (_schema, _cuda, _fake) in _SCHEMAS.items():
+    _lib.define(_name + _schema)
+    _lib.impl(_name, _cuda, "CUDA")
+    _lib.impl(_name, _cpu_kernel(_name), "CPU")
+    torch.library.register_fake("moekit::" + _name, _fake, lib=_lib)
+    _OPS[_name] = getattr(torch.ops.moekit, _name).default
+assert tuple(_OPS) == tuple(_raw.OPS), "torch layer and raw binding disagree on the op list"
+
+_op_fused_topk = _OPS["fused_topk"]
+_op_moe_permute_align = _OPS["moe_permute_align"]
+_op_moe_pre_permute = _OPS["moe_pre_permute"]
+_op_moe_post_permute = _OPS["moe_post_permute"]
+_op_moe_grouped_gemm = _OPS["moe_grouped_gemm"]
+_op_moe_grouped_gemm_fp8 = _OPS["moe_grouped_gemm_fp8"]
+_op_moe_expert_mlp = _OPS["moe_expert_mlp"]
+_op_fused_moe_experts = _OPS["fused_moe_experts"]
+_op_indexed_expert_mlp = _OPS["indexed_expert_mlp"]
+_op_fused_moe = _OPS["fused_moe"]
+_op_fused_moe_shared_expert = _OPS["fused_moe_shared_expert"]
+_op_shared_expert_mlp = _OPS["shared_expert_mlp"]
+
+
+# ---------------------------------------------------------------- public functions
+
+
+def fused_topk(
+    gating_output,
+    top_k,
+    renormalize=False,
+    scoring_func="softmax",
+    num_expert_group=0,
+    topk_group=0,
+    routed_scaling_factor=1.0,
+    correction_bias=None,
+):
+    """FusedTopKFwd: route each token to its top_k experts.
+
+    Args:
+        gating_output: [T, E] bf16, f16 or f32 router logits.
+        top_k: K, experts per token (1 <= K <= E).
+        renormalize: divide the K weights by their sum.
+        scoring_func: "softmax" (over E) or "sigmoid".
+        num_expert_group, topk_group: grouped routing (DeepSeek-V3): split E into
+            num_expert_group groups, keep the topk_group best; 0 = no grouping.
+        routed_scaling_factor: multiplies the final weights.
+        correction_bias: optional [E] f32 added to the scores for selection only.
+
+    Returns:
+        (topk_weights [T, K] f32, topk_ids [T, K] i32), ids by descending score,
+        ties to the lower id; weights are the unbiased scores.
+    """
+    if _eager(gating_output, correction_bias):
+        return _fused_topk_cuda(
+            gating_output, top_k, renormalize, scoring_func, num_expert_group, topk_group,
+            routed_scaling_factor, correction_bias,
+        )  # fmt: skip
+    return _op_fused_topk(
+        gating_output, top_k, renormalize, scoring_func, num_expert_group, topk_group,
+        routed_scaling_factor, correction_bias,
+    )  # fmt: skip
+
+
+def moe_permute_align(topk_ids, num_experts, block_size=64):
+    """MoEPermuteAlignFwd (vLLM's moe_align_block_size).
+
+    Args:
+        topk_ids: [T, K] i32, ids in [0, num_experts) or -1 (dropped).
+        num_experts: E.
+        block_size: a power of two in [16, 256].
+
+    Returns:
+        (sorted_token_ids [T*K + E*(block_size-1)] i32: per expert in id order, the
+        flat route indices t*K+k that chose it, ascending, padded with T*K to a
+        multiple of block_size; expert_ids [ceil(len(sorted_token_ids)/block_size)]
+        i32: the expert of each block, -1 past the last used one;
+        num_tokens_post_padded [1] i32). Entries past num_tokens_post_padded are
+        unspecified.
+    """
+    if _eager(topk_ids):
+        return _moe_permute_align_cuda(topk_ids, num_experts, block_size)
+    return _op_moe_permute_align(topk_ids, num_experts, block_size)
+
+
+def moe_pre_permute(hidden_states, local_expert_ids, num_local_experts, alignment=1):
+    """MoEPrePermuteFwd: gather token rows into an expert-grouped buffer.
+
+    Args:
+        hidden_states: [T, H] bf16 or f16.
+        local_expert_ids: [T, K] i32, ids in [0, num_local_experts) or -1.
+        num_local_experts: E.
+        alignment: each expert's block starts at a multiple of this many rows.
+
+    Returns:
+        (permuted [P, H] with P = T*K + E*(alignment-1) (padding rows are left
+        uninitialized), layout_metadata [E] i32 (inclusive end row of each expert's
+        block), inverse_indices [T*K] i32 (the row of route t*K+k, or -1)).
+    """
+    if _eager(hidden_states, local_expert_ids):
+        return _moe_pre_permute_cuda(hidden_states, local_expert_ids, num_local_experts, alignment)
+    return _op_moe_pre_permute(hidden_states, local_expert_ids, num_local_experts, alignment)
+
+
+def moe_post_permute(expert_output, topk_weights, inverse_indices, out_dtype=None):
+    """MoEPostPermuteFwd: weighted combine back to token order.
+
+    Args:
+        expert_output: [P, H] bf16 or f16.
+        topk_weights: [T, K] f32.
+        inverse_indices: [T*K] i32, the row of each route in expert_output, or -1.
+        out_dtype: expert_output's dtype (default) or torch.float32.
+
+    Returns:
+        out [T, H]: out[t] = sum over k with inverse >= 0 of
+        w[t,k] * expert_output[inverse[t*K+k]], in f32 and k order (zeros for a token
+        without routes).
+    """
+    if _eager(expert_output, topk_weights, inverse_indices):
+        return _moe_post_permute_cuda(expert_output, topk_weights, inverse_indices, out_dtype)
+    return _op_moe_post_permute(expert_output, topk_weights, inverse_indices, out_dtype)
+
+
+def moe_grouped_gemm(
+    a, b, layout_metadata, masked=False, alignment=1, activation="none", out_dtype=None
+):
+    """MoEGroupedGemmFwd: one GEMM per expert, c rows = a rows . b[e]^T.
+
+    Args:
+        a: contiguous layout: [P, Kd] bf16/f16 with expert e's rows in
+            [align_up(end_{e-1}, alignment), end_e); masked layout: [E, max_m, Kd].
+        b: [E, N, Kd] ([E, 2N, Kd], gate rows then up rows, with silu_and_mul).
+        layout_metadata: [E] i32: inclusive end rows (contiguous) or row counts
+            <= max_m (masked).
+        masked: use the masked layout.
+        alignment: contiguous layout block alignment.
+        activation: "none" or "silu_and_mul" (c = silu(a.gate^T) * (a.up^T)).
+        out_dtype: a's dtype (default) or torch.float32.
+
+    Returns:
+        c: [P, N] (contiguous) or [E, max_m, N] (masked). Rows outside every
+        expert's block are left uninitialized.
+    """
+    if _eager(a, b, layout_metadata):
+        return _moe_grouped_gemm_cuda(
+            a, b, layout_metadata, masked, alignment, activation, out_dtype
+        )
+    return _op_moe_grouped_gemm(a, b, layout_metadata, masked, alignment, activation, out_dtype)
+
+
+def moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata):
+    """MoEGroupedGemmFP8Fwd: DeepGEMM-style masked grouped GEMM, FP8 block scales.
+
+    Args:
+        a: [E, max_m, Kd] float8_e4m3fn.
+        a_scale: [E, max_m, ceil(Kd/128)] f32 (per token, per 128 columns).
+        b: [E, N, Kd] float8_e4m3fn.
+        b_scale: [E, ceil(N/128), ceil(Kd/128)] f32 (per 128x128 block).
+        layout_metadata: [E] i32 masked row counts (<= max_m).
+
+    Returns:
+        c: [E, max_m, N] bf16; rows at or past each count are left uninitialized.
+    """
+    if _eager(a, a_scale, b, b_scale, layout_metadata):
+        return _moe_grouped_gemm_fp8_cuda(a, a_scale, b, b_scale, layout_metadata)
+    return _op_moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata)
+
+
+def moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment=1):
+    """MoEExpertMLPFwd: each expert's gated MLP on its rows of a permuted buffer.
+
+    Args:
+        expert_input: [P, H] bf16/f16, contiguous(alignment) layout.
+        layout_metadata: [E] i32 inclusive end rows.
+        w_gate_up: [E, 2F, H] (gate rows then up rows).
+        w_down: [E, H, F].
+        alignment: block alignment of the layout.
+
+    Returns:
+        expert_output [P, H]: row r of expert e = w_down[e] . (silu(gate . x) * (up . x));
+        padding rows are left uninitialized.
+    """
+    if _eager(expert_input, layout_metadata, w_gate_up, w_down):
+        return _moe_expert_mlp_cuda(expert_input, layout_metadata, w_gate_up, w_down, alignment)
+    return _op_moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment)
+
+
+def fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
+    """FusedMoEExpertsFwd: the experts half of a MoE layer.
+
+    Args:
+        hidden_states: [T, H] bf16/f16.
+        w_gate_up: [E, 2F, H]; w_down: [E, H, F] (same dtype).
+        topk_weights: [T, K] f32; topk_ids: [T, K] i32 in [0, E) or -1.
+
+    Returns:
+        output [T, H] = sum over k with id >= 0 of w[t,k] * MLP_id(x_t).
+    """
+    if _eager(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
+        return _fused_moe_experts_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
+    return _op_fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
+
+
+def indexed_expert_mlp(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
+    """IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64 (routes
+    read straight from topk_ids, no sort); correct for every T. Same shapes as
+    fused_moe_experts."""
+    if _eager(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
+        return _indexed_expert_mlp_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
+    return _op_indexed_expert_mlp(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
+
+
+def fused_moe(
+    hidden_states,
+    gating_output,
+    w_gate_up,
+    w_down,
+    top_k,
+    renormalize=False,
+    scoring_func="softmax",
+    num_expert_group=0,
+    topk_group=0,
+    routed_scaling_factor=1.0,
+    correction_bias=None,
+):
+    """FusedMoEFwd: a whole routed MoE layer (fused_topk then fused_moe_experts).
+
+    Args:
+        hidden_states: [T, H] bf16/f16.
+        gating_output: [T, E] bf16/f16/f32 router logits.
+        w_gate_up: [E, 2F, H]; w_down: [E, H, F].
+        top_k, renormalize, scoring_func, num_expert_group, topk_group,
+        routed_scaling_factor, correction_bias ([E] f32 or None): as in fused_topk.
+
+    Returns:
+        output [T, H].
+    """
+    if _eager(hidden_states, gating_output, w_gate_up, w_down, correction_bias):
+        return _fused_moe_cuda(
+            hidden_states, gating_output, w_gate_up, w_down, top_k, renormalize, scoring_func,
+            num_expert_group, topk_group, routed_scaling_factor, correction_bias,
+        )  # fmt: skip
+    return _op_fused_moe(
+        hidden_states, gating_output, w_gate_up, w_down, top_k, renormalize, scoring_func,
+        num_expert_group, topk_group, routed_scaling_factor, correction_bias,
+    )  # fmt: skip
+
+
+def fused_moe_shared_expert(
+    hidden_states,
+    gating_output,
+    w_gate_up,
+    w_down,
+    shared_w_gate_up,
+    shared_w_down,
+    top_k,
+    renormalize=False,
+    scoring_func="softmax",
+    num_expert_group=0,
+    topk_group=0,
+    routed_scaling_factor=1.0,
+    correction_bias=None,
+):
+    """FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared weight 1).
+
+    Args:
+        as fused_moe, plus shared_w_gate_up [2S, H] and shared_w_down [H, S].
+
+    Returns:
+        output [T, H].
+    """
+    if _eager(hidden_states, gating_output, w_gate_up, w_down, shared_w_gate_up, shared_w_down,
+              correction_bias):  # fmt: skip
+        return _fused_moe_shared_expert_cuda(
+            hidden_states, gating_output, w_gate_up, w_down, shared_w_gate_up, shared_w_down,
+            top_k, renormalize, scoring_func, num_expert_group, topk_group,
+            routed_scaling_factor, correction_bias,
+        )  # fmt: skip
+    return _op_fused_moe_shared_expert(
+        hidden_states, gating_output, w_gate_up, w_down, shared_w_gate_up, shared_w_down, top_k,
+        renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor,
+        correction_bias,
+    )  # fmt: skip
+
+
+def shared_expert_mlp(hidden_states, w_gate_up, w_down):
+    """SharedExpertMLPFwd: a dense gated MLP.
+
+    Args:
+        hidden_states: [T, H] bf16/f16.
+        w_gate_up: [2S, H] (gate rows then up rows); w_down: [H, S].
+
+    Returns:
+        output [T, H] = w_down . (silu(gate . x) * (up . x)).
+    """
+    if _eager(hidden_states, w_gate_up, w_down):
+        return _shared_expert_mlp_cuda(hidden_states, w_gate_up, w_down)
+    return _op_shared_expert_mlp(hidden_states, w_gate_up, w_down)
+

@@ -1,0 +1,732 @@
+// moekit._moekit: the raw Python binding of moekit's C++ API (nanobind).
+//
+// It does not link against libtorch. A tensor argument is one of
+//   - a tuple (data_ptr, dtype, shape[, strides]): ints, a dtype code (DTYPES) and
+//     int sequences, strides in elements (contiguous when left out). This is the
+//     fast path the torch layer uses: no DLPack capsule is built per call;
+//   - any object with __dlpack__ (or a DLPack capsule) that lives on a CUDA device;
+//   - None, for an absent optional tensor.
+// Every op takes the CUDA stream as an int (cudaStream_t; 0 = the legacy default
+// stream) and, where it needs scratch, a workspace pointer and size in bytes (query
+// the size with <op>_workspace_size, which takes the same tensors; pointers may be 0).
+// Bad input raises moekit.MoekitError (a ValueError) with the C++ message.
+#include <Python.h>
+#include <cuda_runtime_api.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "moekit/moekit.h"
+
+namespace nb = nanobind;
+using namespace moekit;
+
+namespace {
+
+constexpr int kDLCUDA = 2;
+constexpr int kDLCUDAManaged = 13;
+
+[[noreturn]] void fail(const char* op, const char* arg, const std::string& expected,
+                       const std::string& got) {
+  throw Error(std::string("moekit::") + op + ": argument '" + arg + "': expected " + expected +
+              ", got " + got);
+}
+
+std::string type_of(PyObject* o) { return Py_TYPE(o)->tp_name; }
+
+std::string repr_of(PyObject* o) {
+  PyObject* r = PyObject_Str(o);
+  if (!r) {
+    PyErr_Clear();
+    return "<" + type_of(o) + ">";
+  }
+  const char* s = PyUnicode_AsUTF8(r);
+  std::string out = s ? s : "?";
+  Py_DECREF(r);
+  if (!s) PyErr_Clear();
+  return out;
+}
+
+constexpr const char* kTensorForms =
+    "a CUDA tensor (DLPack), a (data_ptr, dtype, shape[, strides]) tuple or None";
+
+// Reads an int from a Python int; fails naming the argument otherwise.
+int64_t as_int(PyObject* o, const char* op, const char* arg, const char* what) {
+  if (!PyLong_Check(o)) fail(op, arg, std::string("an int ") + what, type_of(o));
+  long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    fail(op, arg, std::string("an int64 ") + what, repr_of(o));
+  }
+  return v;
+}
+
+// Fills shape or strides from a tuple or list of ints; returns the count.
+int read_dims(PyObject* seq, int64_t* out, const char* op, const char* arg, const char* what) {
+  if (!PyTuple_Check(seq) && !PyList_Check(seq)) {
+    fail(op, arg, std::string("a tuple of ints as ") + what, type_of(seq));
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n > kMaxDims) {
+    fail(op, arg, "at most " + std::to_string(kMaxDims) + " dimensions",
+         std::to_string(n) + " (" + what + " " + repr_of(seq) + ")");
+  }
+  PyObject** items = PySequence_Fast_ITEMS(seq);
+  for (Py_ssize_t i = 0; i < n; ++i) out[i] = as_int(items[i], op, arg, what);
+  return static_cast<int>(n);
+}
+
+DType dtype_from_code(PyObject* o, const char* op, const char* arg) {
+  constexpr const char* kExpected = "a dtype code 1..5 (bf16, f16, f32, i32, fp8e4m3)";
+  if (PyUnicode_Check(o)) {
+    // The torch layer passes the name of a dtype it cannot map, for the message.
+    fail(op, arg, "dtype bf16, f16, f32, i32 or fp8e4m3", repr_of(o));
+  }
+  if (!PyLong_Check(o)) fail(op, arg, kExpected, type_of(o));
+  long code = PyLong_AsLong(o);
+  if (code < static_cast<long>(DType::kBF16) || code > static_cast<long>(DType::kFP8E4M3)) {
+    if (PyErr_Occurred()) PyErr_Clear();
+    fail(op, arg, kExpected, repr_of(o));
+  }
+  return static_cast<DType>(code);
+}
+
+DType dtype_from_dlpack(nb::dlpack::dtype dt, const char* op, const char* arg) {
+  using C = nb::dlpack::dtype_code;
+  if (dt.lanes == 1) {
+    if (dt.code == uint8_t(C::Bfloat) && dt.bits == 16) return DType::kBF16;
+    if (dt.code == uint8_t(C::Float) && dt.bits == 16) return DType::kF16;
+    if (dt.code == uint8_t(C::Float) && dt.bits == 32) return DType::kF32;
+    if (dt.code == uint8_t(C::Int) && dt.bits == 32) return DType::kI32;
+    if (dt.code == uint8_t(C::Float8_E4M3FN) && dt.bits == 8) return DType::kFP8E4M3;
+  }
+  fail(op, arg, "dtype bf16, f16, f32, i32 or fp8e4m3",
+       "DLPack dtype (code " + std::to_string(dt.code) + ", bits " + std::to_string(dt.bits) +
+           ", lanes " + std::to_string(dt.lanes) + ")");
+}
+
+const char* dl_device_name(int type) {
+  switch (type) {
+    case 1:
+      return "cpu";
+    case 2:
+      return "cuda";
+    case 3:
+      return "cuda_host (pinned host memory)";
+    case 13:
+      return "cuda_managed";
+    default:
+      return "a non-CUDA device";
+  }
+}
+
+// Converts the tensor arguments of one call. DLPack imports stay referenced until
+// the converter goes out of scope, i.e. until the op has been enqueued.
+class Converter {
+ public:
+  explicit Converter(const char* op) : op_(op) {}
+
+  TensorView operator()(nb::handle h, const char* arg) {
+    PyObject* o = h.ptr();
+    if (o == Py_None) return TensorView{};
+    if (PyTuple_Check(o)) return from_tuple(o, arg);
+    return from_dlpack(h, arg);
+  }
+
+  const char* op() const { return op_; }
+
+ private:
+  TensorView from_tuple(PyObject* t, const char* arg) {
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    if (n != 3 && n != 4) {
+      fail(op_, arg, "a (data_ptr, dtype, shape[, strides]) tuple",
+           "a tuple of " + std::to_string(n) + " items");
+    }
+    TensorView v;
+    PyObject* p = PyTuple_GET_ITEM(t, 0);
+    if (!PyLong_Check(p)) fail(op_, arg, "an int data pointer", type_of(p));
+    v.data = PyLong_AsVoidPtr(p);
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      fail(op_, arg, "a data pointer that fits 64 bits", repr_of(p));
+    }
+    v.dtype = dtype_from_code(PyTuple_GET_ITEM(t, 1), op_, arg);
+    v.ndim = read_dims(PyTuple_GET_ITEM(t, 2), v.shape, op_, arg, "shape");
+    if (n == 4 && PyTuple_GET_ITEM(t, 3) != Py_None) {
+      int m = read_dims(PyTuple_GET_ITEM(t, 3), v.stride, op_, arg, "strides");
+      if (m != v.ndim) {
+        fail(op_, arg, "as many strides as dimensions (" + std::to_string(v.ndim) + ")",
+             std::to_string(m));
+      }
+    } else {
+      int64_t s = 1;
+      for (int d = v.ndim - 1; d >= 0; --d) {
+        v.stride[d] = s;
+        s *= v.shape[d];
+      }
+    }
+    return v;
+  }
+
+  TensorView from_dlpack(nb::handle h, const char* arg) {
+    if (n_keep_ == kMaxKeep) fail(op_, arg, "at most 12 DLPack tensors per call", "more");
+    nb::ndarray<>& a = keep_[n_keep_];
+    if (!nb::try_cast(h, a, /*convert=*/false)) {
+      if (PyErr_Occurred()) PyErr_Clear();
+      fail(op_, arg, kTensorForms, "an object of type " + type_of(h.ptr()));
+    }
+    ++n_keep_;
+    int dev = a.device_type();
+    if (dev != kDLCUDA && dev != kDLCUDAManaged) {
+      fail(op_, arg, "a tensor on a CUDA device",
+           std::string("a tensor on ") + dl_device_name(dev));
+    }
+    if (a.ndim() > static_cast<size_t>(kMaxDims)) {
+      fail(op_, arg, "at most " + std::to_string(kMaxDims) + " dimensions",
+           std::to_string(a.ndim()));
+    }
+    TensorView v;
+    v.data = a.data();
+    v.dtype = dtype_from_dlpack(a.dtype(), op_, arg);
+    v.ndim = static_cast<int>(a.ndim());
+    int64_t s = 1;
+    for (int d = v.ndim - 1; d >= 0; --d) {
+      v.shape[d] = static_cast<int64_t>(a.shape(d));
+      v.stride[d] = a.stride_ptr() ? a.stride(d) : s;
+      s *= v.shape[d];
+    }
+    return v;
+  }
+
+  static constexpr int kMaxKeep = 12;
+  const char* op_;
+  nb::ndarray<> keep_[kMaxKeep];
+  int n_keep_ = 0;
+};
+
+cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+Workspace as_workspace(uintptr_t ptr, size_t bytes) {
+  return Workspace{reinterpret_cast<void*>(ptr), bytes};
+}
+
+ScoringFunc parse_scoring(const char* s, const char* op) {
+  if (std::strcmp(s, "softmax") == 0) return ScoringFunc::kSoftmax;
+  if (std::strcmp(s, "sigmoid") == 0) return ScoringFunc::kSigmoid;
+  fail(op, "scoring_func", "'softmax' or 'sigmoid'", std::string("'") + s + "'");
+}
+
+Activation parse_activation(const char* s, const char* op) {
+  if (std::strcmp(s, "none") == 0) return Activation::kNone;
+  if (std::strcmp(s, "silu_and_mul") == 0) return Activation::kSiluAndMul;
+  fail(op, "activation", "'none' or 'silu_and_mul'", std::string("'") + s + "'");
+}
+
+TopKParams make_params(int top_k, bool renormalize, const char* scoring_func,
+                       int num_expert_group, int topk_group, float routed_scaling_factor,
+                       const char* op) {
+  TopKParams p;
+  p.top_k = top_k;
+  p.renormalize = renormalize;
+  p.scoring_func = parse_scoring(scoring_func, op);
+  p.num_expert_group = num_expert_group;
+  p.topk_group = topk_group;
+  p.routed_scaling_factor = routed_scaling_factor;
+  return p;
+}
+
+// ---- argument builders, shared by each op and its workspace-size query ----
+
+FusedTopKArgs topk_args(Converter& cv, nb::handle gating_output, nb::handle correction_bias,
+                        nb::handle topk_weights, nb::handle topk_ids, int top_k,
+                        bool renormalize, const char* scoring_func, int num_expert_group,
+                        int topk_group, float routed_scaling_factor) {
+  FusedTopKArgs a;
+  a.gating_output = cv(gating_output, "gating_output");
+  a.correction_bias = cv(correction_bias, "correction_bias");
+  a.topk_weights = cv(topk_weights, "topk_weights");
+  a.topk_ids = cv(topk_ids, "topk_ids");
+  a.params = make_params(top_k, renormalize, scoring_func, num_expert_group, topk_group,
+                         routed_scaling_factor, cv.op());
+  return a;
+}
+
+PermuteAlignArgs align_args(Converter& cv, nb::handle topk_ids, int num_experts, int block_size,
+                            nb::handle sorted_token_ids, nb::handle expert_ids,
+                            nb::handle num_tokens_post_padded) {
+  PermuteAlignArgs a;
+  a.topk_ids = cv(topk_ids, "topk_ids");
+  a.num_experts = num_experts;
+  a.block_size = block_size;
+  a.sorted_token_ids = cv(sorted_token_ids, "sorted_token_ids");
+  a.expert_ids = cv(expert_ids, "expert_ids");
+  a.num_tokens_post_padded = cv(num_tokens_post_padded, "num_tokens_post_padded");
+  return a;
+}
+
+PrePermuteArgs pre_args(Converter& cv, nb::handle hidden_states, nb::handle local_expert_ids,
+                        int num_local_experts, int alignment, nb::handle permuted,
+                        nb::handle layout_metadata, nb::handle inverse_indices) {
+  PrePermuteArgs a;
+  a.hidden_states = cv(hidden_states, "hidden_states");
+  a.local_expert_ids = cv(local_expert_ids, "local_expert_ids");
+  a.num_local_experts = num_local_experts;
+  a.layout = PermutedLayout::contiguous(alignment);
+  a.permuted = cv(permuted, "permuted");
+  a.layout_metadata = cv(layout_metadata, "layout_metadata");
+  a.inverse_indices = cv(inverse_indices, "inverse_indices");
+  return a;
+}
+
+PermutedLayout make_layout(bool masked, int alignment, int64_t max_m) {
+  return masked ? PermutedLayout::masked(max_m) : PermutedLayout::contiguous(alignment);
+}
+
+ExpertMLPArgs mlp_args(Converter& cv, nb::handle expert_input, nb::handle layout_metadata,
+                       int alignment, nb::handle w_gate_up, nb::handle w_down,
+                       nb::handle expert_output) {
+  ExpertMLPArgs a;
+  a.expert_input = cv(expert_input, "expert_input");
+  a.layout_metadata = cv(layout_metadata, "layout_metadata");
+  a.layout = PermutedLayout::contiguous(alignment);
+  a.w_gate_up = cv(w_gate_up, "w_gate_up");
+  a.w_down = cv(w_down, "w_down");
+  a.expert_output = cv(expert_output, "expert_output");
+  return a;
+}
+
+FusedMoEExpertsArgs experts_args(Converter& cv, nb::handle hidden_states, nb::handle w_gate_up,
+                                 nb::handle w_down, nb::handle topk_weights, nb::handle topk_ids,
+                                 nb::handle output) {
+  FusedMoEExpertsArgs a;
+  a.hidden_states = cv(hidden_states, "hidden_states");
+  a.w_gate_up = cv(w_gate_up, "w_gate_up");
+  a.w_down = cv(w_down, "w_down");
+  a.topk_weights = cv(topk_weights, "topk_weights");
+  a.topk_ids = cv(topk_ids, "topk_ids");
+  a.output = cv(output, "output");
+  return a;
+}
+
+FusedMoEArgs moe_args(Converter& cv, nb::handle hidden_states, nb::handle gating_output,
+                      nb::handle correction_bias, nb::handle w_gate_up, nb::handle w_down,
+                      nb::handle output, int top_k, bool renormalize, const char* scoring_func,
+                      int num_expert_group, int topk_group, float routed_scaling_factor) {
+  FusedMoEArgs a;
+  a.hidden_states = cv(hidden_states, "hidden_states");
+  a.gating_output = cv(gating_output, "gating_output");
+  a.correction_bias = cv(correction_bias, "correction_bias");
+  a.w_gate_up = cv(w_gate_up, "w_gate_up");
+  a.w_down = cv(w_down, "w_down");
+  a.output = cv(output, "output");
+  a.params = make_params(top_k, renormalize, scoring_func, num_expert_group, topk_group,
+                         routed_scaling_factor, cv.op());
+  return a;
+}
+
+FusedMoESharedExpertArgs shared_moe_args(Converter& cv, nb::handle hidden_states,
+                                         nb::handle gating_output, nb::handle correction_bias,
+                                         nb::handle w_gate_up, nb::handle w_down,
+                                         nb::handle shared_w_gate_up, nb::handle shared_w_down,
+                                         nb::handle output, int top_k, bool renormalize,
+                                         const char* scoring_func, int num_expert_group,
+                                         int topk_group, float routed_scaling_factor) {
+  FusedMoESharedExpertArgs a;
+  a.moe = moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down, output,
+                   top_k, renormalize, scoring_func, num_expert_group, topk_group,
+                   routed_scaling_factor);
+  a.shared_w_gate_up = cv(shared_w_gate_up, "shared_w_gate_up");
+  a.shared_w_down = cv(shared_w_down, "shared_w_down");
+  return a;
+}
+
+SharedExpertMLPArgs shared_mlp_args(Converter& cv, nb::handle hidden_states, nb::handle w_gate_up,
+                                    nb::handle w_down, nb::handle output) {
+  SharedExpertMLPArgs a;
+  a.hidden_states = cv(hidden_states, "hidden_states");
+  a.w_gate_up = cv(w_gate_up, "w_gate_up");
+  a.w_down = cv(w_down, "w_down");
+  a.output = cv(output, "output");
+  return a;
+}
+
+using nb::arg;
+
+}  // namespace
+
+NB_MODULE(_moekit, m) {
+  m.doc() =
+      "Raw binding of moekit's C++ API (no torch needed). Tensors are "
+      "(data_ptr, dtype, shape[, strides]) tuples, DLPack CUDA tensors or None; "
+      "streams are ints (cudaStream_t). The torch ops live in moekit.ops.";
+
+  nb::exception<Error>(m, "MoekitError", PyExc_ValueError);
+
+  nb::dict codes;
+  codes["bf16"] = static_cast<int>(DType::kBF16);
+  codes["f16"] = static_cast<int>(DType::kF16);
+  codes["f32"] = static_cast<int>(DType::kF32);
+  codes["i32"] = static_cast<int>(DType::kI32);
+  codes["fp8e4m3"] = static_cast<int>(DType::kFP8E4M3);
+  m.attr("DTYPES") = codes;
+  m.attr("OPS") = nb::make_tuple(
+      "fused_topk", "moe_permute_align", "moe_pre_permute", "moe_post_permute",
+      "moe_grouped_gemm", "moe_grouped_gemm_fp8", "moe_expert_mlp", "fused_moe_experts",
+      "indexed_expert_mlp", "fused_moe", "fused_moe_shared_expert", "shared_expert_mlp");
+  m.attr("__version__") = "0.1.0";
+
+  m.def(
+      "dtype_size", [](int code) { return dtype_size(static_cast<DType>(code)); }, arg("code"),
+      "Bytes per element of a dtype code (0 for an unknown code).");
+  m.def(
+      "dtype_name", [](int code) { return std::string(dtype_name(static_cast<DType>(code))); },
+      arg("code"));
+  m.def("permuted_rows", &permuted_rows, arg("num_tokens"), arg("top_k"),
+        arg("num_local_experts"), arg("alignment"),
+        "Rows of a contiguous(alignment) permuted buffer: T*K + E*(alignment-1).");
+  m.def("permute_align_sorted_size", &permute_align_sorted_size, arg("num_routes"),
+        arg("num_experts"), arg("block_size"), "T*K + E*(block_size-1).");
+  m.def("permute_align_num_blocks", &permute_align_num_blocks, arg("num_routes"),
+        arg("num_experts"), arg("block_size"), "ceil(sorted_size / block_size).");
+  m.def(
+      "describe",
+      [](nb::handle t) {
+        Converter cv("describe");
+        return cv(t, "t").describe();
+      },
+      arg("t").none(), "How moekit sees a tensor argument, e.g. 'bf16[512, 4096]'.");
+  m.def(
+      "device_count",
+      []() {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess) {
+          cudaGetLastError();
+          return 0;
+        }
+        return n;
+      },
+      "CUDA devices visible to moekit's runtime (0 without a driver or GPU).");
+
+  // ---- FusedTopKFwd ----
+  m.def(
+      "fused_topk",
+      [](nb::handle gating_output, nb::handle correction_bias, nb::handle topk_weights,
+         nb::handle topk_ids, int top_k, bool renormalize, const char* scoring_func,
+         int num_expert_group, int topk_group, float routed_scaling_factor, uintptr_t stream) {
+        Converter cv("fused_topk");
+        fused_topk(topk_args(cv, gating_output, correction_bias, topk_weights, topk_ids, top_k,
+                             renormalize, scoring_func, num_expert_group, topk_group,
+                             routed_scaling_factor),
+                   as_stream(stream));
+      },
+      arg("gating_output").none(), arg("correction_bias").none(), arg("topk_weights").none(), arg("topk_ids").none(),
+      arg("top_k"), arg("renormalize") = false, arg("scoring_func") = "softmax",
+      arg("num_expert_group") = 0, arg("topk_group") = 0, arg("routed_scaling_factor") = 1.0f,
+      arg("stream") = 0,
+      "FusedTopKFwd: gating_output [T, E] bf16/f16/f32, correction_bias [E] f32 or None -> "
+      "topk_weights [T, K] f32, topk_ids [T, K] i32 (written in place).");
+
+  // ---- MoEPermuteAlignFwd ----
+  m.def(
+      "permute_align_workspace_size",
+      [](nb::handle topk_ids, int num_experts, int block_size, nb::handle sorted_token_ids,
+         nb::handle expert_ids, nb::handle num_tokens_post_padded) {
+        Converter cv("moe_permute_align");
+        return permute_align_workspace_size(align_args(cv, topk_ids, num_experts, block_size,
+                                                       sorted_token_ids, expert_ids,
+                                                       num_tokens_post_padded));
+      },
+      arg("topk_ids").none(), arg("num_experts"), arg("block_size"), arg("sorted_token_ids").none(),
+      arg("expert_ids").none(), arg("num_tokens_post_padded").none());
+  m.def(
+      "moe_permute_align",
+      [](nb::handle topk_ids, int num_experts, int block_size, nb::handle sorted_token_ids,
+         nb::handle expert_ids, nb::handle num_tokens_post_padded, uintptr_t workspace,
+         size_t workspace_bytes, uintptr_t stream) {
+        Converter cv("moe_permute_align");
+        PermuteAlignArgs a = align_args(cv, topk_ids, num_experts, block_size, sorted_token_ids,
+                                        expert_ids, num_tokens_post_padded);
+        a.workspace = as_workspace(workspace, workspace_bytes);
+        moe_permute_align(a, as_stream(stream));
+      },
+      arg("topk_ids").none(), arg("num_experts"), arg("block_size"), arg("sorted_token_ids").none(),
+      arg("expert_ids").none(), arg("num_tokens_post_padded").none(), arg("workspace"),
+      arg("workspace_bytes"), arg("stream") = 0,
+      "MoEPermuteAlignFwd: topk_ids [T, K] i32 -> sorted_token_ids [T*K + E*(bs-1)] i32, "
+      "expert_ids [ceil(len/bs)] i32, num_tokens_post_padded [1] i32.");
+
+  // ---- MoEPrePermuteFwd ----
+  m.def(
+      "pre_permute_workspace_size",
+      [](nb::handle hidden_states, nb::handle local_expert_ids, int num_local_experts,
+         int alignment, nb::handle permuted, nb::handle layout_metadata,
+         nb::handle inverse_indices) {
+        Converter cv("moe_pre_permute");
+        return pre_permute_workspace_size(pre_args(cv, hidden_states, local_expert_ids,
+                                                   num_local_experts, alignment, permuted,
+                                                   layout_metadata, inverse_indices));
+      },
+      arg("hidden_states").none(), arg("local_expert_ids").none(), arg("num_local_experts"), arg("alignment"),
+      arg("permuted").none(), arg("layout_metadata").none(), arg("inverse_indices").none());
+  m.def(
+      "moe_pre_permute",
+      [](nb::handle hidden_states, nb::handle local_expert_ids, int num_local_experts,
+         int alignment, nb::handle permuted, nb::handle layout_metadata,
+         nb::handle inverse_indices, uintptr_t workspace, size_t workspace_bytes,
+         uintptr_t stream) {
+        Converter cv("moe_pre_permute");
+        PrePermuteArgs a = pre_args(cv, hidden_states, local_expert_ids, num_local_experts,
+                                    alignment, permuted, layout_metadata, inverse_indices);
+        a.workspace = as_workspace(workspace, workspace_bytes);
+        moe_pre_permute(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("local_expert_ids").none(), arg("num_local_experts"), arg("alignment"),
+      arg("permuted").none(), arg("layout_metadata").none(), arg("inverse_indices").none(), arg("workspace"),
+      arg("workspace_bytes"), arg("stream") = 0,
+      "MoEPrePermuteFwd: hidden_states [T, H], local_expert_ids [T, K] i32 -> permuted [P, H] "
+      "(P = T*K + E*(alignment-1)), layout_metadata [E] i32, inverse_indices [T*K] i32.");
+
+  // ---- MoEPostPermuteFwd ----
+  m.def(
+      "moe_post_permute",
+      [](nb::handle expert_output, nb::handle topk_weights, nb::handle inverse_indices,
+         nb::handle out, uintptr_t stream) {
+        Converter cv("moe_post_permute");
+        PostPermuteArgs a;
+        a.expert_output = cv(expert_output, "expert_output");
+        a.topk_weights = cv(topk_weights, "topk_weights");
+        a.inverse_indices = cv(inverse_indices, "inverse_indices");
+        a.out = cv(out, "out");
+        moe_post_permute(a, as_stream(stream));
+      },
+      arg("expert_output").none(), arg("topk_weights").none(), arg("inverse_indices").none(), arg("out").none(),
+      arg("stream") = 0,
+      "MoEPostPermuteFwd: expert_output [P, H], topk_weights [T, K] f32, inverse_indices "
+      "[T*K] i32 -> out [T, H] (expert_output's dtype or f32).");
+
+  // ---- MoEGroupedGemmFwd ----
+  m.def(
+      "moe_grouped_gemm",
+      [](nb::handle a, nb::handle b, nb::handle layout_metadata, bool masked, int alignment,
+         int64_t max_m, const char* activation, nb::handle c, uintptr_t stream) {
+        Converter cv("moe_grouped_gemm");
+        GroupedGemmArgs g;
+        g.a = cv(a, "a");
+        g.b = cv(b, "b");
+        g.layout_metadata = cv(layout_metadata, "layout_metadata");
+        g.layout = make_layout(masked, alignment, max_m);
+        g.activation = parse_activation(activation, cv.op());
+        g.c = cv(c, "c");
+        moe_grouped_gemm(g, as_stream(stream));
+      },
+      arg("a").none(), arg("b").none(), arg("layout_metadata").none(), arg("masked"), arg("alignment"), arg("max_m"),
+      arg("activation"), arg("c").none(), arg("stream") = 0,
+      "MoEGroupedGemmFwd: contiguous a [P, Kd] -> c [P, N]; masked a [E, max_m, Kd] -> c "
+      "[E, max_m, N]; b [E, N, Kd] ([E, 2N, Kd] with activation='silu_and_mul').");
+
+  // ---- MoEGroupedGemmFP8Fwd ----
+  m.def(
+      "moe_grouped_gemm_fp8",
+      [](nb::handle a, nb::handle a_scale, nb::handle b, nb::handle b_scale,
+         nb::handle layout_metadata, nb::handle c, uintptr_t stream) {
+        Converter cv("moe_grouped_gemm_fp8");
+        GroupedGemmFP8Args g;
+        g.a = cv(a, "a");
+        g.a_scale = cv(a_scale, "a_scale");
+        g.b = cv(b, "b");
+        g.b_scale = cv(b_scale, "b_scale");
+        g.layout_metadata = cv(layout_metadata, "layout_metadata");
+        g.c = cv(c, "c");
+        moe_grouped_gemm_fp8(g, as_stream(stream));
+      },
+      arg("a").none(), arg("a_scale").none(), arg("b").none(), arg("b_scale").none(), arg("layout_metadata").none(), arg("c").none(),
+      arg("stream") = 0,
+      "MoEGroupedGemmFP8Fwd: a [E, max_m, Kd] fp8e4m3, a_scale [E, max_m, Kd/128] f32, b "
+      "[E, N, Kd] fp8e4m3, b_scale [E, N/128, Kd/128] f32, layout_metadata [E] i32 -> c "
+      "[E, max_m, N] bf16.");
+
+  // ---- MoEExpertMLPFwd ----
+  m.def(
+      "expert_mlp_workspace_size",
+      [](nb::handle expert_input, nb::handle layout_metadata, int alignment, nb::handle w_gate_up,
+         nb::handle w_down, nb::handle expert_output) {
+        Converter cv("moe_expert_mlp");
+        return expert_mlp_workspace_size(mlp_args(cv, expert_input, layout_metadata, alignment,
+                                                  w_gate_up, w_down, expert_output));
+      },
+      arg("expert_input").none(), arg("layout_metadata").none(), arg("alignment"), arg("w_gate_up").none(),
+      arg("w_down").none(), arg("expert_output").none());
+  m.def(
+      "moe_expert_mlp",
+      [](nb::handle expert_input, nb::handle layout_metadata, int alignment, nb::handle w_gate_up,
+         nb::handle w_down, nb::handle expert_output, uintptr_t workspace,
+         size_t workspace_bytes, uintptr_t stream) {
+        Converter cv("moe_expert_mlp");
+        ExpertMLPArgs a = mlp_args(cv, expert_input, layout_metadata, alignment, w_gate_up,
+                                   w_down, expert_output);
+        a.workspace = as_workspace(workspace, workspace_bytes);
+        moe_expert_mlp(a, as_stream(stream));
+      },
+      arg("expert_input").none(), arg("layout_metadata").none(), arg("alignment"), arg("w_gate_up").none(),
+      arg("w_down").none(), arg("expert_output").none(), arg("workspace"), arg("workspace_bytes"),
+      arg("stream") = 0,
+      "MoEExpertMLPFwd: expert_input [P, H], layout_metadata [E] i32, w_gate_up [E, 2F, H], "
+      "w_down [E, H, F] -> expert_output [P, H].");
+
+  // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
+  m.def(
+      "fused_moe_experts_workspace_size",
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down,
+         nb::handle topk_weights, nb::handle topk_ids, nb::handle output) {
+        Converter cv("fused_moe_experts");
+        return fused_moe_experts_workspace_size(
+            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output));
+      },
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("topk_weights").none(),
+      arg("topk_ids").none(), arg("output").none());
+  m.def(
+      "fused_moe_experts",
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down,
+         nb::handle topk_weights, nb::handle topk_ids, nb::handle output, uintptr_t workspace,
+         size_t workspace_bytes, uintptr_t stream) {
+        Converter cv("fused_moe_experts");
+        FusedMoEExpertsArgs a =
+            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output);
+        a.workspace = as_workspace(workspace, workspace_bytes);
+        fused_moe_experts(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("topk_weights").none(),
+      arg("topk_ids").none(), arg("output").none(), arg("workspace"), arg("workspace_bytes"),
+      arg("stream") = 0,
+      "FusedMoEExpertsFwd: hidden_states [T, H], w_gate_up [E, 2F, H], w_down [E, H, F], "
+      "topk_weights [T, K] f32, topk_ids [T, K] i32 -> output [T, H].");
+  m.def(
+      "indexed_expert_mlp_workspace_size",
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down,
+         nb::handle topk_weights, nb::handle topk_ids, nb::handle output) {
+        Converter cv("indexed_expert_mlp");
+        return indexed_expert_mlp_workspace_size(
+            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output));
+      },
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("topk_weights").none(),
+      arg("topk_ids").none(), arg("output").none());
+  m.def(
+      "indexed_expert_mlp",
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down,
+         nb::handle topk_weights, nb::handle topk_ids, nb::handle output, uintptr_t workspace,
+         size_t workspace_bytes, uintptr_t stream) {
+        Converter cv("indexed_expert_mlp");
+        IndexedExpertMLPArgs a =
+            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output);
+        a.workspace = as_workspace(workspace, workspace_bytes);
+        indexed_expert_mlp(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("topk_weights").none(),
+      arg("topk_ids").none(), arg("output").none(), arg("workspace"), arg("workspace_bytes"),
+      arg("stream") = 0, "IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64.");
+
+  // ---- FusedMoEFwd ----
+  m.def(
+      "fused_moe_workspace_size",
+      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
+         nb::handle w_gate_up, nb::handle w_down, nb::handle output, int top_k, bool renormalize,
+         const char* scoring_func, int num_expert_group, int topk_group,
+         float routed_scaling_factor) {
+        Converter cv("fused_moe");
+        return fused_moe_workspace_size(moe_args(
+            cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down, output, top_k,
+            renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor));
+      },
+      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("top_k"), arg("renormalize"),
+      arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
+      arg("routed_scaling_factor"));
+  m.def(
+      "fused_moe",
+      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
+         nb::handle w_gate_up, nb::handle w_down, nb::handle output, int top_k, bool renormalize,
+         const char* scoring_func, int num_expert_group, int topk_group,
+         float routed_scaling_factor, uintptr_t workspace, size_t workspace_bytes,
+         uintptr_t stream) {
+        Converter cv("fused_moe");
+        FusedMoEArgs a =
+            moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down, output,
+                     top_k, renormalize, scoring_func, num_expert_group, topk_group,
+                     routed_scaling_factor);
+        a.workspace = as_workspace(workspace, workspace_bytes);
+        fused_moe(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("top_k"), arg("renormalize"),
+      arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
+      arg("routed_scaling_factor"), arg("workspace"), arg("workspace_bytes"), arg("stream") = 0,
+      "FusedMoEFwd: fused_topk then fused_moe_experts -> output [T, H].");
+
+  // ---- FusedMoESharedExpertFwd ----
+  m.def(
+      "fused_moe_shared_expert_workspace_size",
+      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
+         nb::handle w_gate_up, nb::handle w_down, nb::handle shared_w_gate_up,
+         nb::handle shared_w_down, nb::handle output, int top_k, bool renormalize,
+         const char* scoring_func, int num_expert_group, int topk_group,
+         float routed_scaling_factor) {
+        Converter cv("fused_moe_shared_expert");
+        return fused_moe_shared_expert_workspace_size(shared_moe_args(
+            cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down,
+            shared_w_gate_up, shared_w_down, output, top_k, renormalize, scoring_func,
+            num_expert_group, topk_group, routed_scaling_factor));
+      },
+      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("shared_w_gate_up").none(), arg("shared_w_down").none(),
+      arg("output").none(), arg("top_k"), arg("renormalize"), arg("scoring_func"),
+      arg("num_expert_group"), arg("topk_group"), arg("routed_scaling_factor"));
+  m.def(
+      "fused_moe_shared_expert",
+      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
+         nb::handle w_gate_up, nb::handle w_down, nb::handle shared_w_gate_up,
+         nb::handle shared_w_down, nb::handle output, int top_k, bool renormalize,
+         const char* scoring_func, int num_expert_group, int topk_group,
+         float routed_scaling_factor, uintptr_t workspace, size_t workspace_bytes,
+         uintptr_t stream) {
+        Converter cv("fused_moe_shared_expert");
+        FusedMoESharedExpertArgs a = shared_moe_args(
+            cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down,
+            shared_w_gate_up, shared_w_down, output, top_k, renormalize, scoring_func,
+            num_expert_group, topk_group, routed_scaling_factor);
+        a.moe.workspace = as_workspace(workspace, workspace_bytes);
+        fused_moe_shared_expert(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("shared_w_gate_up").none(), arg("shared_w_down").none(),
+      arg("output").none(), arg("top_k"), arg("renormalize"), arg("scoring_func"),
+      arg("num_expert_group"), arg("topk_group"), arg("routed_scaling_factor"),
+      arg("workspace"), arg("workspace_bytes"), arg("stream") = 0,
+      "FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) -> output [T, H].");
+
+  // ---- SharedExpertMLPFwd ----
+  m.def(
+      "shared_expert_mlp_workspace_size",
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle output) {
+        Converter cv("shared_expert_mlp");
+        return shared_expert_mlp_workspace_size(
+            shared_mlp_args(cv, hidden_states, w_gate_up, w_down, output));
+      },
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("output").none());
+  m.def(
+      "shared_expert_mlp",
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle output,
+         uintptr_t workspace, size_t workspace_bytes, uintptr_t stream) {
+        Converter cv("shared_expert_mlp");
+        SharedExpertMLPArgs a = shared_mlp_args(cv, hidden_states, w_gate_up, w_down, output);
+        a.workspace = as_workspace(workspace, workspace_bytes);
+        shared_expert_mlp(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("workspace"),
+      arg("workspace_bytes"), arg("stream") = 0,
+      "SharedExpertMLPFwd: hidden_states [T, H], w_gate_up [2S, H], w_down [H, S] -> "
+      "output [T, H].");
+}

@@ -1,0 +1,537 @@
+"""moekit's torch ops on an sm_90 GPU against the PyTorch float32 references in
+torch_reference.py, on random and edge inputs; CUDA-graph capture of the fused MoE
+layer; torch.compile; errors; streams. Skipped, saying why, without such a GPU."""
+
+import math
+
+import pytest
+
+from mk_support import DEVICE, SELFCHECK, gpu_skip_reason, requires_real_gpu
+
+pytestmark = pytest.mark.skipif(gpu_skip_reason() is not None, reason=str(gpu_skip_reason()))
+
+if gpu_skip_reason() is None:
+    import torch
+
+    import moekit
+    import torch_reference as ref
+
+    if SELFCHECK:
+        import ref_ops as ops
+    else:
+        ops = moekit
+        torch.backends.cuda.matmul.allow_tf32 = False  # f32 references in full f32
+    bf16, f16, f32, i32 = torch.bfloat16, torch.float16, torch.float32, torch.int32
+    ACC = ref.ACCURACY
+else:  # collection still needs the names used in parametrize lists
+    bf16 = f16 = f32 = i32 = None
+
+
+def gen(seed):
+    return torch.Generator(device=DEVICE).manual_seed(seed)
+
+
+def randn(shape, dtype, g, scale=1.0):
+    return (torch.randn(shape, generator=g, device=DEVICE) * scale).to(dtype)
+
+
+def uniform(shape, g, lo=0.0, hi=1.0):
+    return torch.rand(shape, generator=g, device=DEVICE) * (hi - lo) + lo
+
+
+def weights(E, F, H, dtype, g):
+    """w_gate_up [E, 2F, H], w_down [E, H, F] ~ N(0, 1/in_features)."""
+    return (randn((E, 2 * F, H), dtype, g, 1 / math.sqrt(H)),
+            randn((E, H, F), dtype, g, 1 / math.sqrt(F)))  # fmt: skip
+
+
+def random_counts(E, total, g, zeros=True):
+    """total rows split over E experts, some experts empty."""
+    cuts = torch.randint(0, total + 1, (E - 1,), generator=gen(int(total) + E)).sort().values
+    counts = torch.diff(torch.cat([torch.tensor([0]), cuts, torch.tensor([total])])).tolist()
+    if zeros and E > 2:
+        counts[0] += counts[1]
+        counts[1] = 0
+    return counts
+
+
+def topk_ids(T, E, K, g, kind="distinct"):
+    """[T, K] i32 routes: distinct per row, with duplicates, some -1 and out-of-range
+    ids, or all to one expert."""
+    if T == 0:
+        return torch.zeros((0, K), dtype=i32, device=DEVICE)
+    if kind == "distinct":
+        ids = uniform((T, E), g).argsort(dim=1)[:, :K]
+    elif kind == "dups":
+        ids = torch.randint(0, E, (T, K), generator=g, device=DEVICE)
+    elif kind == "neg":
+        ids = torch.randint(0, E, (T, K), generator=g, device=DEVICE)
+        r = uniform((T, K), g)
+        ids = torch.where(r < 0.15, torch.full_like(ids, -1), ids)
+        ids = torch.where((r >= 0.15) & (r < 0.2), torch.full_like(ids, E + 3), ids)
+    elif kind == "one_expert":
+        ids = torch.full((T, K), min(3, E - 1), device=DEVICE)
+    else:
+        raise ValueError(kind)
+    return ids.to(i32).contiguous()
+
+
+# ---------------------------------------------------------------- FusedTopKFwd
+
+TOPK_CASES = [
+    # E, K, renormalize, scoring, groups, topk_group, scale, bias
+    (8, 2, True, "softmax", 0, 0, 1.0, False),
+    (128, 8, False, "softmax", 0, 0, 1.0, False),
+    (384, 8, True, "sigmoid", 0, 0, 2.827, True),
+    (256, 8, True, "sigmoid", 8, 4, 2.5, True),
+    (64, 4, False, "softmax", 4, 2, 1.0, False),
+    (160, 6, True, "sigmoid", 0, 0, 1.0, False),
+]
+
+
+@pytest.mark.parametrize("T", [1, 77])
+@pytest.mark.parametrize("dtype", [bf16, f16, f32])
+@pytest.mark.parametrize("case", TOPK_CASES)
+def test_fused_topk(case, dtype, T):
+    E, K, renorm, scoring, G, tg, scale, has_bias = case
+    g = gen(1000 + E + T)
+    logits = randn((T, E), dtype, g)
+    bias = randn((E,), f32, g, 0.1) if has_bias else None
+    w, ids = ops.fused_topk(logits, K, renorm, scoring, G, tg, scale, bias)
+    assert w.shape == (T, K) and ids.shape == (T, K)
+    assert w.dtype == f32 and ids.dtype == i32
+    _, rids, score, sel = ref.fused_topk(logits, K, renorm, scoring, G, tg, scale, bias)
+    got = ids.long()
+    assert ((got >= 0) & (got < E)).all(), "ids out of range"
+    assert (got.sort(dim=1).values.diff(dim=1) != 0).all(), "an expert chosen twice"
+    got_sel, ref_sel = sel.gather(1, got), sel.gather(1, rids)
+    assert torch.isfinite(got_sel).all(), "an expert outside the kept groups was chosen"
+    # Ids must match; a swap is only allowed between near-equal scores (f32 rounding).
+    near = (got_sel - ref_sel).abs() <= 1e-6 * ref_sel.abs().clamp(min=1.0)
+    assert ((got == rids) | near).all(), f"ids differ:\n{got}\n{rids}"
+    expected_w = ref.topk_weights_for(score, got, renorm, scale)
+    torch.testing.assert_close(w, expected_w, rtol=1e-5, atol=1e-7)
+
+
+def test_fused_topk_no_tokens():
+    logits = torch.zeros((0, 64), dtype=bf16, device=DEVICE)
+    w, ids = ops.fused_topk(logits, 4, True)
+    assert w.shape == (0, 4) and ids.shape == (0, 4)
+
+
+# ---------------------------------------------------------------- MoEPermuteAlignFwd
+
+
+@pytest.mark.parametrize(
+    "E,bs,T,K,kind",
+    [
+        (8, 16, 1, 2, "distinct"),
+        (128, 64, 33, 8, "distinct"),
+        (384, 64, 512, 8, "distinct"),
+        (256, 256, 100, 8, "dups"),
+        (16, 16, 64, 4, "neg"),
+        (32, 32, 40, 4, "one_expert"),
+        (8, 64, 0, 2, "distinct"),
+    ],
+)
+def test_moe_permute_align(E, bs, T, K, kind):
+    ids = topk_ids(T, E, K, gen(2000 + E + T), kind)
+    sorted_ids, expert_ids, ntpp = ops.moe_permute_align(ids, E, bs)
+    size = T * K + E * (bs - 1)
+    assert sorted_ids.shape == (size,) and expert_ids.shape == (-(-size // bs),)
+    assert ntpp.shape == (1,)
+    assert sorted_ids.dtype == expert_ids.dtype == ntpp.dtype == i32
+    ref_sorted, ref_blocks = ref.moe_permute_align(ids.cpu(), E, bs)
+    n = int(ntpp.item())
+    assert n == len(ref_sorted)
+    assert sorted_ids[:n].tolist() == ref_sorted
+    assert expert_ids[: n // bs].tolist() == ref_blocks
+    assert (expert_ids[n // bs :] == -1).all()
+
+
+# ---------------------------------------------------------------- MoEPrePermuteFwd
+
+
+@pytest.mark.parametrize("dtype", [bf16, f16])
+@pytest.mark.parametrize(
+    "T,K,E,A,H,kind",
+    [
+        (32, 2, 4, 1, 128, "distinct"),
+        (1, 8, 16, 1, 2048, "distinct"),
+        (37, 2, 4, 8, 128, "neg"),
+        (100, 8, 32, 16, 512, "dups"),
+        (256, 1, 8, 128, 256, "distinct"),
+        (40, 4, 8, 4, 64, "one_expert"),
+        (0, 2, 4, 1, 128, "distinct"),
+    ],
+)
+def test_moe_pre_permute(dtype, T, K, E, A, H, kind):
+    g = gen(3000 + T + E)
+    x = randn((T, H), dtype, g)
+    ids = topk_ids(T, E, K, g, kind)
+    permuted, meta, inverse = ops.moe_pre_permute(x, ids, E, A)
+    assert permuted.shape == (T * K + E * (A - 1), H) and permuted.dtype == dtype
+    assert meta.shape == (E,) and inverse.shape == (T * K,)
+    rows, ends, ref_inverse = ref.moe_pre_permute(x.cpu(), ids.cpu(), E, A)
+    assert meta.tolist() == ends
+    assert inverse.tolist() == ref_inverse
+    if rows:
+        r = torch.tensor(list(rows.keys()), device=DEVICE)
+        t = torch.tensor(list(rows.values()), device=DEVICE)
+        assert torch.equal(permuted[r], x[t]), "gathered rows differ from their tokens"
+
+
+# ---------------------------------------------------------------- MoEPostPermuteFwd
+
+
+@pytest.mark.parametrize("dtype,out_dtype", [(bf16, None), (f16, None), (bf16, f32), (f16, f32)])
+@pytest.mark.parametrize("T,K,H,A", [(32, 2, 128, 1), (1, 8, 2048, 1), (100, 8, 512, 16),
+                                     (0, 2, 128, 1)])  # fmt: skip
+def test_moe_post_permute(dtype, out_dtype, T, K, H, A):
+    E = 8
+    g = gen(4000 + T + H)
+    ids = topk_ids(T, E, K, g, "neg")
+    if T > 2:
+        ids[2] = -1  # a token with no route gets zeros
+    _, ends, inverse = ref.moe_pre_permute(torch.zeros(T, 1), ids.cpu(), E, A)
+    P = T * K + E * (A - 1)
+    expert_output = randn((P, H), dtype, g)
+    w = uniform((T, K), g)
+    inv = torch.tensor(inverse, dtype=i32, device=DEVICE).reshape(T * K)
+    out = ops.moe_post_permute(expert_output, w, inv, out_dtype)
+    want = out_dtype or dtype
+    assert out.shape == (T, H) and out.dtype == want
+    expected = ref.moe_post_permute(expert_output, w, inv, out_dtype)
+    if T:
+        ref.assert_close(out, expected, ACC[want], "moe_post_permute")
+    if T > 2:
+        assert (out[2] == 0).all()
+
+
+# ---------------------------------------------------------------- MoEGroupedGemmFwd
+
+
+@pytest.mark.parametrize("dtype", [bf16, f16])
+@pytest.mark.parametrize(
+    "E,N,Kd,A,activation,out_f32,total",
+    [
+        (8, 192, 256, 1, "none", False, 300),
+        (8, 200, 264, 64, "none", False, 129),
+        (4, 128, 512, 1, "silu_and_mul", False, 200),
+        (6, 96, 128, 16, "none", True, 77),
+        (16, 64, 2048, 1, "none", False, 16),
+        (5, 136, 256, 8, "silu_and_mul", True, 1),
+    ],
+)
+def test_moe_grouped_gemm_contiguous(dtype, E, N, Kd, A, activation, out_f32, total):
+    g = gen(5000 + E + N + Kd)
+    counts = random_counts(E, total, g)
+    _, ends = ref.layout_ends(counts, A)
+    P = total + E * (A - 1)
+    Nb = 2 * N if activation == "silu_and_mul" else N
+    a = randn((P, Kd), dtype, g)
+    b = randn((E, Nb, Kd), dtype, g, 1 / math.sqrt(Kd))
+    meta = torch.tensor(ends, dtype=i32, device=DEVICE)
+    out_dtype = f32 if out_f32 else None
+    c = ops.moe_grouped_gemm(a, b, meta, False, A, activation, out_dtype)
+    assert c.shape == (P, N) and c.dtype == (out_dtype or dtype)
+    expected, valid = ref.moe_grouped_gemm(a, b, meta, False, A, activation, out_dtype)
+    ref.assert_close(c[valid], expected[valid], ACC[c.dtype], "moe_grouped_gemm")
+
+
+@pytest.mark.parametrize("dtype", [bf16, f16])
+@pytest.mark.parametrize("activation", ["none", "silu_and_mul"])
+def test_moe_grouped_gemm_masked(dtype, activation):
+    E, M, N, Kd = 4, 64, 192, 256
+    g = gen(5100)
+    Nb = 2 * N if activation == "silu_and_mul" else N
+    a = randn((E, M, Kd), dtype, g)
+    b = randn((E, Nb, Kd), dtype, g, 1 / math.sqrt(Kd))
+    meta = torch.tensor([0, 1, 64, 37], dtype=i32, device=DEVICE)
+    c = ops.moe_grouped_gemm(a, b, meta, True, 1, activation)
+    assert c.shape == (E, M, N) and c.dtype == dtype
+    expected, valid = ref.moe_grouped_gemm(a, b, meta, True, 1, activation)
+    ref.assert_close(c[valid], expected[valid], ACC[dtype], "moe_grouped_gemm masked")
+
+
+# ---------------------------------------------------------------- MoEGroupedGemmFP8Fwd
+
+
+@pytest.mark.parametrize(
+    "E,M,N,Kd,counts",
+    [
+        (4, 64, 256, 384, [0, 5, 64, 33]),
+        (2, 128, 272, 208, [128, 77]),
+        (8, 16, 128, 128, [16, 1, 0, 16, 9, 3, 16, 2]),
+    ],
+)
+def test_moe_grouped_gemm_fp8(E, M, N, Kd, counts):
+    g = gen(6000 + N + Kd)
+    fp8 = torch.float8_e4m3fn
+    kb, nb = -(-Kd // 128), -(-N // 128)
+    a = randn((E, M, Kd), f32, g).to(fp8)
+    b = randn((E, N, Kd), f32, g).to(fp8)
+    a_scale = uniform((E, M, kb), g, 0.25, 1.75)
+    b_scale = uniform((E, nb, kb), g, 0.25, 1.75) / math.sqrt(Kd)
+    meta = torch.tensor(counts, dtype=i32, device=DEVICE)
+    c = ops.moe_grouped_gemm_fp8(a, a_scale, b, b_scale, meta)
+    assert c.shape == (E, M, N) and c.dtype == bf16
+    expected, valid = ref.moe_grouped_gemm_fp8(a, a_scale, b, b_scale, meta)
+    ref.assert_close(c[valid], expected[valid], ACC["fp8"], "moe_grouped_gemm_fp8")
+
+
+# ---------------------------------------------------------------- MoEExpertMLPFwd
+
+
+@pytest.mark.parametrize("dtype", [bf16, f16])
+@pytest.mark.parametrize("E,H,F,A,total", [(8, 256, 128, 1, 300), (4, 512, 96, 16, 77),
+                                           (16, 128, 64, 1, 1)])  # fmt: skip
+def test_moe_expert_mlp(dtype, E, H, F, A, total):
+    g = gen(7000 + E + H + F)
+    counts = random_counts(E, total, g)
+    _, ends = ref.layout_ends(counts, A)
+    P = total + E * (A - 1)
+    x = randn((P, H), dtype, g)
+    w13, w2 = weights(E, F, H, dtype, g)
+    meta = torch.tensor(ends, dtype=i32, device=DEVICE)
+    out = ops.moe_expert_mlp(x, meta, w13, w2, A)
+    assert out.shape == (P, H) and out.dtype == dtype
+    expected, valid = ref.moe_expert_mlp(x, meta, w13, w2, A)
+    ref.assert_close(out[valid], expected[valid], ACC[dtype], "moe_expert_mlp")
+
+
+# ---------------------------------------------------------------- experts / indexed
+
+
+@pytest.mark.parametrize("op", ["fused_moe_experts", "indexed_expert_mlp"])
+@pytest.mark.parametrize("dtype", [bf16, f16])
+@pytest.mark.parametrize(
+    "T,E,K,H,F,kind",
+    [
+        (1, 16, 4, 256, 96, "distinct"),
+        (5, 16, 4, 256, 96, "distinct"),
+        (64, 8, 2, 512, 128, "distinct"),
+        (130, 16, 4, 256, 96, "neg"),
+        (33, 16, 4, 256, 96, "one_expert"),
+        (20, 8, 8, 128, 64, "dups"),
+        (0, 8, 2, 128, 64, "distinct"),
+    ],
+)
+def test_routed_experts(op, dtype, T, E, K, H, F, kind):
+    g = gen(8000 + T + E + K)
+    x = randn((T, H), dtype, g)
+    w13, w2 = weights(E, F, H, dtype, g)
+    ids = topk_ids(T, E, K, g, kind)
+    w = uniform((T, K), g)
+    out = getattr(ops, op)(x, w13, w2, w, ids)
+    assert out.shape == (T, H) and out.dtype == dtype
+    if T:
+        expected = ref.fused_moe_experts(x, w13, w2, w, ids)
+        ref.assert_close(out, expected, ACC[dtype], op)
+
+
+# ---------------------------------------------------------------- whole layers
+
+ROUTING = {
+    "softmax": dict(top_k=4, renormalize=True),
+    "grouped_bias": dict(top_k=4, renormalize=True, scoring_func="sigmoid", num_expert_group=4,
+                         topk_group=2, routed_scaling_factor=2.5),  # fmt: skip
+}
+
+
+def _layer_inputs(T, dtype, routing, seed, E=16, H=256, F=96, S=0):
+    g = gen(seed)
+    x = randn((T, H), dtype, g)
+    logits = randn((T, E), f32, g)
+    w13, w2 = weights(E, F, H, dtype, g)
+    params = dict(ROUTING[routing])
+    if routing == "grouped_bias":
+        params["correction_bias"] = randn((E,), f32, g, 0.1)
+    shared = weights(1, S, H, dtype, g) if S else None
+    if shared:
+        shared = (shared[0][0].contiguous(), shared[1][0].contiguous())
+    return x, logits, w13, w2, shared, params
+
+
+@pytest.mark.parametrize("routing", ["softmax", "grouped_bias"])
+@pytest.mark.parametrize("dtype", [bf16, f16])
+@pytest.mark.parametrize("T", [1, 37, 128])
+def test_fused_moe(routing, dtype, T):
+    x, logits, w13, w2, _, p = _layer_inputs(T, dtype, routing, 9000 + T)
+    out = ops.fused_moe(x, logits, w13, w2, **p)
+    assert out.shape == x.shape and out.dtype == dtype
+    ref.assert_close(out, ref.fused_moe(x, logits, w13, w2, **p), ACC[dtype], "fused_moe")
+
+
+@pytest.mark.parametrize("routing", ["softmax", "grouped_bias"])
+@pytest.mark.parametrize("dtype", [bf16, f16])
+@pytest.mark.parametrize("T", [1, 64])
+def test_fused_moe_shared_expert(routing, dtype, T):
+    x, logits, w13, w2, (s13, s2), p = _layer_inputs(T, dtype, routing, 9500 + T, S=128)
+    out = ops.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
+    assert out.shape == x.shape and out.dtype == dtype
+    expected = ref.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
+    ref.assert_close(out, expected, ACC[dtype], "fused_moe_shared_expert")
+
+
+@pytest.mark.parametrize("dtype", [bf16, f16])
+@pytest.mark.parametrize("T", [1, 33, 256, 0])
+def test_shared_expert_mlp(dtype, T):
+    H, S = 256, 192
+    g = gen(9900 + T)
+    x = randn((T, H), dtype, g)
+    w13, w2 = weights(1, S, H, dtype, g)
+    w13, w2 = w13[0].contiguous(), w2[0].contiguous()
+    out = ops.shared_expert_mlp(x, w13, w2)
+    assert out.shape == (T, H) and out.dtype == dtype
+    if T:
+        ref.assert_close(out, ref.shared_expert_mlp(x, w13, w2), ACC[dtype], "shared_expert_mlp")
+
+
+# ---------------------------------------------------------------- graphs, compile, paths
+
+
+@requires_real_gpu
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_cuda_graph_fused_moe_shared_expert(fast_path):
+    """Capture the whole fused MoE layer (routing, routed experts, shared expert) in a
+    CUDA graph, then replay it on new inputs copied into the captured tensors."""
+    T, dtype = 48, bf16
+    x, logits, w13, w2, (s13, s2), p = _layer_inputs(T, dtype, "grouped_bias", 11, S=128)
+    old = moekit.ops.set_eager_fast_path(fast_path)
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up outside the capture
+            for _ in range(2):
+                moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
+    finally:
+        moekit.ops.set_eager_fast_path(old)
+    g = gen(12)
+    for _ in range(3):
+        x.copy_(randn(x.shape, dtype, g))
+        logits.copy_(randn(logits.shape, f32, g))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = ref.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
+        ref.assert_close(out, expected, ACC[dtype], "graph replay")
+        first = out.clone()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first), "replays differ"
+
+
+def _layer(x, logits, w13, w2, s13, s2):
+    y = moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, 4, True, "sigmoid", 4, 2,
+                                       2.5)  # fmt: skip
+    return y * 0.5 + x
+
+
+@requires_real_gpu
+def test_torch_compile_fullgraph():
+    args = _layer_inputs(64, bf16, "softmax", 13, S=128)
+    x, logits, w13, w2, (s13, s2), _ = args
+    eager = _layer(x, logits, w13, w2, s13, s2)
+    torch._dynamo.reset()
+    compiled = torch.compile(_layer, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x, logits, w13, w2, s13, s2), eager)
+    # New shapes: dynamic shapes flow through the fake implementation.
+    x2, logits2 = x[:17].contiguous(), logits[:17].contiguous()
+    assert torch.equal(compiled(x2, logits2, w13, w2, s13, s2), _layer(x2, logits2, w13, w2, s13,
+                                                                        s2))  # fmt: skip
+
+
+@requires_real_gpu
+def test_torch_compile_inductor_cudagraphs():
+    x, logits, w13, w2, (s13, s2), _ = _layer_inputs(32, bf16, "softmax", 14, S=128)
+    eager = _layer(x, logits, w13, w2, s13, s2)
+    torch._dynamo.reset()
+    compiled = torch.compile(_layer, fullgraph=True, mode="reduce-overhead")
+    for _ in range(3):  # the third call replays the captured graph
+        out = compiled(x, logits, w13, w2, s13, s2).clone()
+    torch.testing.assert_close(out, eager, rtol=1.6e-2, atol=1e-2)
+
+
+@requires_real_gpu
+@pytest.mark.parametrize("name", ["fused_topk", "moe_grouped_gemm", "moe_pre_permute",
+                                  "fused_moe", "shared_expert_mlp"])  # fmt: skip
+def test_opcheck(name):
+    g = gen(15)
+    T, E, H, F = 24, 8, 128, 64
+    x = randn((T, H), bf16, g)
+    logits = randn((T, E), f32, g)
+    w13, w2 = weights(E, F, H, bf16, g)
+    args = {
+        "fused_topk": (logits, 2, True),
+        # All rows belong to an expert (no uninitialized padding to compare).
+        "moe_grouped_gemm": (x, w13, torch.tensor([3, 3, 10, 11, 15, 20, 22, 24], dtype=i32,
+                                                  device=DEVICE)),  # fmt: skip
+        "moe_pre_permute": (x, topk_ids(T, E, 2, g), E),
+        "fused_moe": (x, logits, w13, w2, 2, True),
+        "shared_expert_mlp": (x, w13[0].contiguous(), w2[0].contiguous()),
+    }[name]
+    torch.library.opcheck(getattr(torch.ops.moekit, name).default, args,
+                          test_utils=("test_schema", "test_faketensor",
+                                      "test_aot_dispatch_dynamic"))  # fmt: skip
+
+
+@requires_real_gpu
+def test_paths_agree_and_are_deterministic():
+    x, logits, w13, w2, (s13, s2), p = _layer_inputs(40, bf16, "grouped_bias", 16, S=128)
+    a = moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
+    b = torch.ops.moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
+    old = moekit.ops.set_eager_fast_path(False)
+    try:
+        c = moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
+    finally:
+        moekit.ops.set_eager_fast_path(old)
+    assert torch.equal(a, b) and torch.equal(a, c)
+
+
+@requires_real_gpu
+def test_runs_on_the_current_stream():
+    H, S = 256, 128
+    g = gen(17)
+    x = randn((64, H), bf16, g)
+    w13, w2 = weights(1, S, H, bf16, g)
+    w13, w2 = w13[0].contiguous(), w2[0].contiguous()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(20_000_000)  # keep the stream busy: a wrong stream would race
+        out = moekit.shared_expert_mlp(x, w13, w2)
+        done = torch.cuda.Event()
+        done.record(stream)
+    torch.cuda.current_stream().wait_event(done)
+    ref.assert_close(out, ref.shared_expert_mlp(x, w13, w2), ACC[bf16], "on a side stream")
+
+
+@requires_real_gpu
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_bad_input_raises_moekit_error(fast_path):
+    g = gen(18)
+    T, E, H, F = 8, 8, 128, 64
+    x = randn((T, H), bf16, g)
+    logits = randn((T, E), f32, g)
+    w13, w2 = weights(E, F, H, bf16, g)
+    old = moekit.ops.set_eager_fast_path(fast_path)
+    try:
+        with pytest.raises(moekit.MoekitError, match=r"moekit::fused_moe: argument 'gating_output'"):
+            moekit.fused_moe(x, logits[:5], w13, w2, 2)
+        with pytest.raises(ValueError, match=r"argument 'w_down'.*contiguous"):
+            moekit.fused_moe(x, logits, w13, w2.transpose(1, 2).contiguous().transpose(1, 2), 2)
+        with pytest.raises(moekit.MoekitError, match=r"argument 'topk_ids'.*torch.int64"):
+            moekit.fused_moe_experts(x, w13, w2, torch.ones(T, 2, device=DEVICE),
+                                     torch.zeros(T, 2, dtype=torch.int64, device=DEVICE))
+        with pytest.raises(moekit.MoekitError, match=r"argument 'w_down'.*CUDA tensor"):
+            moekit.fused_moe(x, logits, w13, w2.cpu(), 2)
+        with pytest.raises(moekit.MoekitError, match=r"argument 'scoring_func'"):
+            moekit.fused_topk(logits, 2, scoring_func="tanh")
+        with pytest.raises(moekit.MoekitError, match=r"moekit::fused_topk: argument 'top_k'"):
+            moekit.fused_topk(logits, E + 1)
+    finally:
+        moekit.ops.set_eager_fast_path(old)

@@ -1,0 +1,145 @@
+"""The torch layer without a GPU: op registration, fake (meta) implementations,
+torch.compile / make_fx tracing, and errors for non-CUDA tensors. Skipped, saying
+so, where PyTorch is not installed."""
+
+import pytest
+
+from mk_support import requires_torch, torch_skip_reason
+
+pytestmark = requires_torch
+
+if torch_skip_reason() is None:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    import moekit
+
+    bf16, f16, f32, i32 = torch.bfloat16, torch.float16, torch.float32, torch.int32
+
+
+def meta(*shape, dtype=None):
+    return torch.empty(shape, dtype=dtype or bf16, device="meta")
+
+
+def test_all_ops_registered_with_docstrings():
+    for name in moekit.OPS:
+        op = getattr(torch.ops.moekit, name).default
+        assert op._schema.name == "moekit::" + name
+        fn = getattr(moekit, name)
+        assert fn is getattr(moekit.ops, name)
+        assert "Returns" in fn.__doc__ or "Same shapes" in fn.__doc__, name
+    assert moekit.ops.TORCH_DTYPES[torch.float8_e4m3fn] == moekit.DTYPES["fp8e4m3"]
+
+
+def test_schema_argument_names_match_the_functions():
+    import inspect
+
+    for name in moekit.OPS:
+        schema = getattr(torch.ops.moekit, name).default._schema
+        params = list(inspect.signature(getattr(moekit, name)).parameters)
+        assert [a.name for a in schema.arguments] == params, name
+
+
+def _meta_cases():
+    T, E, K, H, F, S = 6, 8, 2, 64, 32, 48
+    x, logits = meta(T, H), meta(T, E, dtype=f32)
+    w13, w2 = meta(E, 2 * F, H), meta(E, H, F)
+    ids, w = meta(T, K, dtype=i32), meta(T, K, dtype=f32)
+    fp8 = torch.float8_e4m3fn
+    return [
+        ("fused_topk", (logits, K), [((T, K), f32), ((T, K), i32)]),
+        ("moe_permute_align", (ids, E, 16),
+         [((T * K + E * 15,), i32), ((-(-(T * K + E * 15) // 16),), i32), ((1,), i32)]),
+        ("moe_pre_permute", (x, ids, E, 4), [((T * K + E * 3, H), bf16), ((E,), i32),
+                                             ((T * K,), i32)]),
+        ("moe_post_permute", (meta(20, H), w, meta(T * K, dtype=i32), f32), [((T, H), f32)]),
+        ("moe_grouped_gemm", (meta(20, H), w13, meta(E, dtype=i32)), [((20, 2 * F), bf16)]),
+        ("moe_grouped_gemm", (meta(20, H), w13, meta(E, dtype=i32), False, 1, "silu_and_mul",
+                              f32), [((20, F), f32)]),
+        ("moe_grouped_gemm", (meta(E, 16, H, dtype=f16), meta(E, 40, H, dtype=f16),
+                              meta(E, dtype=i32), True), [((E, 16, 40), f16)]),
+        ("moe_grouped_gemm_fp8", (meta(E, 16, 256, dtype=fp8), meta(E, 16, 2, dtype=f32),
+                                  meta(E, 384, 256, dtype=fp8), meta(E, 3, 2, dtype=f32),
+                                  meta(E, dtype=i32)), [((E, 16, 384), bf16)]),
+        ("moe_expert_mlp", (meta(20, H), meta(E, dtype=i32), w13, w2), [((20, H), bf16)]),
+        ("fused_moe_experts", (x, w13, w2, w, ids), [((T, H), bf16)]),
+        ("indexed_expert_mlp", (x, w13, w2, w, ids), [((T, H), bf16)]),
+        ("fused_moe", (x, logits, w13, w2, K), [((T, H), bf16)]),
+        ("fused_moe_shared_expert", (x, logits, w13, w2, meta(2 * S, H), meta(H, S), K),
+         [((T, H), bf16)]),
+        ("shared_expert_mlp", (x, meta(2 * S, H), meta(H, S)), [((T, H), bf16)]),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", _meta_cases(), ids=lambda c: c[0] if isinstance(c, str) else None)
+def test_fake_implementations_on_meta_tensors(case):
+    name, args, expected = case
+    for call in (getattr(moekit, name), getattr(torch.ops.moekit, name).default):
+        out = call(*args)
+        outs = out if isinstance(out, tuple) else (out,)
+        assert [(tuple(o.shape), o.dtype) for o in outs] == expected, name
+        assert all(o.device.type == "meta" for o in outs)
+
+
+def test_fake_tensor_mode_with_cuda_tensors():
+    with FakeTensorMode():
+        x = torch.empty(5, 64, dtype=bf16, device="cuda")
+        logits = torch.empty(5, 16, device="cuda")
+        w13 = torch.empty(16, 64, 64, dtype=bf16, device="cuda")
+        w2 = torch.empty(16, 64, 32, dtype=bf16, device="cuda")
+        out = moekit.fused_moe(x, logits, w13, w2, 4, True, "sigmoid", 4, 2, 2.5)
+        assert out.shape == (5, 64) and out.device.type == "cuda" and out.dtype == bf16
+        w, ids = moekit.fused_topk(logits, 3)
+        assert w.device.type == "cuda" and ids.dtype == i32 and w.shape == (5, 3)
+
+
+def _layer(x, logits, w13, w2, s13, s2):
+    y = moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, 2, True)
+    return y * 0.5 + x
+
+
+def test_make_fx_records_the_custom_op():
+    args = (meta(4, 64), meta(4, 8, dtype=f32), meta(8, 32, 64), meta(8, 64, 16),
+            meta(32, 64), meta(64, 16))  # fmt: skip
+    gm = make_fx(_layer, tracing_mode="fake")(*args)
+    assert "torch.ops.moekit.fused_moe_shared_expert.default" in gm.code
+
+
+def test_torch_compile_fullgraph_traces_through():
+    args = (meta(4, 64), meta(4, 8, dtype=f32), meta(8, 32, 64), meta(8, 64, 16),
+            meta(32, 64), meta(64, 16))  # fmt: skip
+    torch._dynamo.reset()
+    compiled = torch.compile(_layer, fullgraph=True, backend="aot_eager")
+    out = compiled(*args)
+    assert out.shape == (4, 64) and out.device.type == "meta"
+    # A second token count reuses or recompiles the graph; either way no graph break.
+    args2 = (meta(9, 64), meta(9, 8, dtype=f32)) + args[2:]
+    assert compiled(*args2).shape == (9, 64)
+
+
+@pytest.mark.parametrize("use_dispatcher", [False, True])
+def test_cpu_tensors_are_rejected_naming_the_argument(use_dispatcher):
+    x = torch.zeros(4, 64, dtype=bf16)
+    logits = torch.zeros(4, 8)
+    w13, w2 = torch.zeros(8, 32, 64, dtype=bf16), torch.zeros(8, 64, 16, dtype=bf16)
+    fn = torch.ops.moekit.fused_moe.default if use_dispatcher else moekit.fused_moe
+    with pytest.raises(moekit.MoekitError,
+                       match=r"moekit::fused_moe: argument 'hidden_states': expected a CUDA "
+                             r"tensor, got a tensor on cpu"):  # fmt: skip
+        fn(x, logits, w13, w2, 2)
+    with pytest.raises(ValueError, match=r"moekit::fused_topk: argument 'gating_output'"):
+        (torch.ops.moekit.fused_topk.default if use_dispatcher else moekit.fused_topk)(logits, 2)
+
+
+def test_non_tensor_arguments_are_rejected():
+    with pytest.raises((TypeError, RuntimeError)):
+        moekit.shared_expert_mlp("x", None, None)
+
+
+def test_fast_path_switch():
+    old = moekit.ops.set_eager_fast_path(False)
+    try:
+        assert moekit.ops.set_eager_fast_path(True) is False
+    finally:
+        moekit.ops.set_eager_fast_path(old)
