@@ -1,0 +1,924 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
+#include <string>
+
+#include "moekit/error.h"
+#include "reference/gpu_reference.h"
+
+namespace moekit::gpu_reference {
+namespace {
+
+constexpr int kRowsPerBlock = 8;   // rows of one expert per GEMM thread block
+constexpr int kColsPerBlock = 64;  // output columns per GEMM thread block (8 per warp)
+constexpr int kChunk = 1024;       // reduction columns staged in shared memory at a time
+constexpr int kThreads = 256;
+constexpr int kSortThreads = 1024;
+
+// ---- element access --------------------------------------------------------------------
+
+__device__ __forceinline__ float ld(const float* p, int64_t i) {
+  return p[i];
+}
+__device__ __forceinline__ float ld(const __half* p, int64_t i) {
+  return __half2float(p[i]);
+}
+__device__ __forceinline__ float ld(const __nv_bfloat16* p, int64_t i) {
+  return __bfloat162float(p[i]);
+}
+__device__ __forceinline__ float ld(const __nv_fp8_e4m3* p, int64_t i) {
+  return static_cast<float>(p[i]);
+}
+
+template <class T>
+__device__ __forceinline__ T cvt(float v);
+template <>
+__device__ __forceinline__ float cvt<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half cvt<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 cvt<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ float silu_ref(float z) {
+  return z / (1.0f + expf(-z));
+}
+
+__host__ __device__ inline int64_t align_up(int64_t x, int64_t a) {
+  return (x + a - 1) / a * a;
+}
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+void check_launch(const char* what) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw Error(std::string("moekit::gpu_reference::") + what + ": " + cudaGetErrorString(e));
+}
+
+void check_experts(const char* what, int64_t e) {
+  if (e > kMaxExperts || e < 0)
+    throw Error(std::string("moekit::gpu_reference::") + what + ": at most " +
+                std::to_string(kMaxExperts) + " experts, got " + std::to_string(e));
+}
+
+// Carves 256-byte aligned pieces out of a scratch buffer (or, with a null base,
+// only adds up the size).
+struct Carver {
+  char* base;
+  size_t off = 0;
+  template <class T>
+  T* take(int64_t n) {
+    off = (off + 255) / 256 * 256;
+    T* p = base ? reinterpret_cast<T*>(base + off) : nullptr;
+    off += static_cast<size_t>(n) * sizeof(T);
+    return p;
+  }
+};
+
+// ---- routing ----------------------------------------------------------------------------
+
+template <class T>
+__global__ void topk_kernel(const T* logits, int64_t num_tokens, int E, const float* bias, int K,
+                            bool renormalize, bool use_sigmoid, int num_groups, int topk_group,
+                            float scale, float* weights, int32_t* ids) {
+  int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= num_tokens) return;
+  const T* l = logits + t * E;
+  float mx = -INFINITY, sum = 0.f;
+  if (!use_sigmoid) {
+    for (int e = 0; e < E; ++e) mx = fmaxf(mx, ld(l, e));
+    for (int e = 0; e < E; ++e) sum += expf(ld(l, e) - mx);
+  }
+  auto score = [&](int e) {
+    float x = ld(l, e);
+    return use_sigmoid ? 1.0f / (1.0f + expf(-x)) : expf(x - mx) / sum;
+  };
+  auto sel = [&](int e) { return score(e) + (bias ? bias[e] : 0.0f); };
+  const bool grouped = num_groups > 1 && num_groups <= 64 && topk_group < num_groups;
+  const int gsize = grouped ? E / num_groups : E;
+  uint64_t kept = ~0ull;
+  if (grouped) {
+    // Keep the topk_group best groups (group score: top-2 sum with a bias, else max).
+    kept = 0;
+    for (int s = 0; s < topk_group; ++s) {
+      int best = -1;
+      float best_v = -INFINITY;
+      for (int g = 0; g < num_groups; ++g) {
+        if ((kept >> g) & 1) continue;
+        float m1 = -INFINITY, m2 = -INFINITY;
+        for (int e = g * gsize; e < (g + 1) * gsize; ++e) {
+          float v = sel(e);
+          if (v > m1) {
+            m2 = m1;
+            m1 = v;
+          } else if (v > m2) {
+            m2 = v;
+          }
+        }
+        float gs = bias ? m1 + m2 : m1;
+        if (best < 0 || gs > best_v) {
+          best = g;
+          best_v = gs;
+        }
+      }
+      if (best >= 0) kept |= 1ull << best;
+    }
+  }
+  // Top-K in the order (sel descending, id ascending): pick k is the largest key
+  // strictly after pick k-1.
+  float prev_v = INFINITY;
+  int prev_id = -1;
+  float wsum = 0.f;
+  for (int k = 0; k < K; ++k) {
+    int best = -1;
+    float best_v = -INFINITY;
+    for (int e = 0; e < E; ++e) {
+      if (grouped && !((kept >> (e / gsize)) & 1)) continue;
+      float v = sel(e);
+      if (!(v < prev_v || (v == prev_v && e > prev_id))) continue;
+      if (best < 0 || v > best_v) {
+        best = e;
+        best_v = v;
+      }
+    }
+    ids[t * K + k] = best;
+    float w = best >= 0 ? score(best) : 0.0f;
+    weights[t * K + k] = w;
+    wsum += w;
+    if (best >= 0) {
+      prev_v = best_v;
+      prev_id = best;
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    float w = weights[t * K + k];
+    if (renormalize && wsum > 0) w /= wsum;
+    weights[t * K + k] = w * scale;
+  }
+}
+
+// Stable counting sort of routes by expert, in one thread block. Route r (= t*K + k)
+// is valid when 0 <= ids[r] < E and its token passes the mask. Each expert's routes
+// start at a multiple of `bs`; optional outputs: sorted[pos] = r (the rest `sentinel`),
+// block_expert[b] (-1 past the last used block), total (padded length), inverse[r]
+// (pos or -1) and ends[e] (start + count).
+__global__ void sort_routes_kernel(const int32_t* ids, int64_t num_routes, int K, int E, int bs,
+                                   const uint8_t* token_mask, int32_t* sorted, int64_t sorted_len,
+                                   int32_t sentinel, int32_t* block_expert, int64_t num_blocks,
+                                   int32_t* total, int32_t* inverse, int32_t* ends) {
+  __shared__ int32_t counts[kMaxExperts];
+  __shared__ int32_t cursor[kMaxExperts];
+  const int tid = threadIdx.x;
+  auto expert_of = [&](int64_t r) -> int {
+    int e = ids[r];
+    if (e < 0 || e >= E) return -1;
+    if (token_mask && !token_mask[r / K]) return -1;
+    return e;
+  };
+  if (sorted)
+    for (int64_t i = tid; i < sorted_len; i += blockDim.x) sorted[i] = sentinel;
+  if (block_expert)
+    for (int64_t i = tid; i < num_blocks; i += blockDim.x) block_expert[i] = -1;
+  for (int e = tid; e < E; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int64_t r = tid; r < num_routes; r += blockDim.x) {
+    int e = expert_of(r);
+    if (e >= 0) atomicAdd(&counts[e], 1);  // integer counts: order-independent
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int64_t run = 0;
+    for (int e = 0; e < E; ++e) {
+      cursor[e] = static_cast<int32_t>(run);
+      int64_t padded = align_up(counts[e], bs);
+      if (block_expert)
+        for (int64_t b = run / bs; b < (run + padded) / bs && b < num_blocks; ++b)
+          block_expert[b] = e;
+      if (ends) ends[e] = static_cast<int32_t>(run + counts[e]);
+      run += padded;
+    }
+    if (total) *total = static_cast<int32_t>(run);
+  }
+  __syncthreads();
+  if (tid >= 32) return;
+  // One warp scatters in route order: ranks within each 32-route chunk come from
+  // match_any, so every expert's routes stay in ascending order.
+  const int lane = tid;
+  const unsigned lt = (1u << lane) - 1;
+  for (int64_t base = 0; base < num_routes; base += 32) {
+    int64_t r = base + lane;
+    int e = r < num_routes ? expert_of(r) : -1;
+    int key = e >= 0 ? e : -(lane + 1);
+    unsigned peers = __match_any_sync(0xffffffffu, key);
+    if (e >= 0) {
+      int pos = cursor[e] + __popc(peers & lt);
+      if (sorted) sorted[pos] = static_cast<int32_t>(r);
+      if (inverse) inverse[r] = pos;
+    } else if (r < num_routes && inverse) {
+      inverse[r] = -1;
+    }
+    __syncwarp();
+    if (e >= 0 && lane == __ffs(peers) - 1) cursor[e] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+// Row blocks of a permuted layout: rows[b*8 + i] lists the rows of block b (all of
+// expert block_expert[b]), -1 for unused slots. Layouts: contiguous (ends in meta,
+// blocks start at align_up(end of the previous expert)), masked (counts in meta,
+// rows e*max_m + m), or dense (dense_m >= 0: rows [0, dense_m) of one expert).
+__global__ void layout_blocks_kernel(const int32_t* meta, int E, int alignment, int64_t max_m,
+                                     int64_t rows_alloc, int64_t dense_m, const uint8_t* row_mask,
+                                     int32_t* rows, int32_t* block_expert, int64_t num_blocks) {
+  __shared__ int32_t offs[kMaxExperts];
+  const int tid = threadIdx.x;
+  for (int64_t i = tid; i < num_blocks * kRowsPerBlock; i += blockDim.x) rows[i] = -1;
+  for (int64_t i = tid; i < num_blocks; i += blockDim.x) block_expert[i] = -1;
+  const int n_experts = dense_m >= 0 ? 1 : E;
+  auto range = [&](int e, int64_t& lo, int64_t& hi) {
+    if (dense_m >= 0) {
+      lo = 0;
+      hi = dense_m;
+    } else if (max_m > 0) {
+      lo = e * max_m;
+      hi = lo + min(max(static_cast<int64_t>(meta[e]), int64_t(0)), max_m);
+    } else {
+      lo = align_up(e ? max(static_cast<int64_t>(meta[e - 1]), int64_t(0)) : 0, alignment);
+      hi = min(static_cast<int64_t>(meta[e]), rows_alloc);
+      if (hi < lo) hi = lo;
+    }
+  };
+  __syncthreads();
+  for (int e = tid; e < n_experts; e += blockDim.x) {
+    int64_t lo, hi, n = 0;
+    range(e, lo, hi);
+    for (int64_t r = lo; r < hi; ++r) n += (!row_mask || row_mask[r]) ? 1 : 0;
+    offs[e] = static_cast<int32_t>((n + kRowsPerBlock - 1) / kRowsPerBlock);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int32_t run = 0;
+    for (int e = 0; e < n_experts; ++e) {
+      int32_t n = offs[e];
+      offs[e] = run;
+      run += n;
+    }
+  }
+  __syncthreads();
+  for (int e = tid; e < n_experts; e += blockDim.x) {
+    int64_t lo, hi, j = 0;
+    range(e, lo, hi);
+    int64_t off = offs[e];
+    for (int64_t r = lo; r < hi; ++r) {
+      if (row_mask && !row_mask[r]) continue;
+      int64_t b = off + j / kRowsPerBlock;
+      if (b >= num_blocks) break;
+      rows[b * kRowsPerBlock + j % kRowsPerBlock] = static_cast<int32_t>(r);
+      if (j % kRowsPerBlock == 0) block_expert[b] = e;
+      ++j;
+    }
+  }
+}
+
+// ---- GEMM --------------------------------------------------------------------------------
+
+// c[row] = a[row / a_div] . b[e]^T over the rows of each block (FP8: with the 1x128
+// activation scales and 128x128 weight scales applied per 128-column block of k).
+template <class TA, class TB, class TC, bool kFP8>
+__global__ void __launch_bounds__(kThreads)
+    gemm_rows_kernel(const TA* a, int64_t lda, int a_div, const TB* b, int64_t n, int64_t k,
+                     const float* a_scale, const float* b_scale, const int32_t* rows,
+                     const int32_t* block_expert, TC* c, int64_t ldc) {
+  __shared__ float as[kRowsPerBlock][kChunk];
+  const int e = block_expert[blockIdx.x];
+  if (e < 0) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t kb_count = (k + 127) / 128, nb_count = (n + 127) / 128;
+  int32_t row[kRowsPerBlock];
+#pragma unroll
+  for (int i = 0; i < kRowsPerBlock; ++i) row[i] = rows[blockIdx.x * kRowsPerBlock + i];
+  float acc[8][kRowsPerBlock];
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int i = 0; i < kRowsPerBlock; ++i) acc[j][i] = 0.f;
+  const TB* be = b + static_cast<int64_t>(e) * n * k;
+  for (int64_t k0 = 0; k0 < k; k0 += kChunk) {
+    const int len = static_cast<int>(min(static_cast<int64_t>(kChunk), k - k0));
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kRowsPerBlock * kChunk; idx += kThreads) {
+      int i = idx / kChunk, kk = idx % kChunk;
+      float v = 0.f;
+      if (row[i] >= 0 && kk < len) {
+        int64_t ar = row[i] / a_div;
+        v = ld(a, ar * lda + k0 + kk);
+        if (kFP8) v *= a_scale[ar * kb_count + (k0 + kk) / 128];
+      }
+      as[i][kk] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int64_t col = static_cast<int64_t>(blockIdx.y) * kColsPerBlock + warp * 8 + j;
+      if (col >= n) continue;
+      const TB* brow = be + col * k + k0;
+      for (int kk = lane * 8; kk < len; kk += 32 * 8) {
+        float w[8];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) w[q] = kk + q < len ? ld(brow, kk + q) : 0.f;
+        float s = 1.f;
+        if (kFP8)
+          s = b_scale[(static_cast<int64_t>(e) * nb_count + col / 128) * kb_count +
+                      (k0 + kk) / 128];
+#pragma unroll
+        for (int i = 0; i < kRowsPerBlock; ++i) {
+          float d = 0.f;
+#pragma unroll
+          for (int q = 0; q < 8; ++q) d += as[i][kk + q] * w[q];
+          acc[j][i] += kFP8 ? d * s : d;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int64_t col = static_cast<int64_t>(blockIdx.y) * kColsPerBlock + warp * 8 + j;
+#pragma unroll
+    for (int i = 0; i < kRowsPerBlock; ++i) {
+      float v = acc[j][i];
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == i && col < n && row[i] >= 0)
+        c[static_cast<int64_t>(row[i]) * ldc + col] = cvt<TC>(v);
+    }
+  }
+}
+
+// out[r, f] = silu(h[r, f]) * h[r, F + f], rounded to TOut, for the listed rows.
+template <class TOut>
+__global__ void act_rows_kernel(const float* h, int64_t F, const int32_t* rows, TOut* out) {
+#pragma unroll 1
+  for (int i = 0; i < kRowsPerBlock; ++i) {
+    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
+    if (r < 0) continue;
+    for (int64_t f = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; f < F;
+         f += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+      const float* hr = h + static_cast<int64_t>(r) * 2 * F;
+      out[static_cast<int64_t>(r) * F + f] = cvt<TOut>(silu_ref(hr[f]) * hr[F + f]);
+    }
+  }
+}
+
+template <class TOut>
+__global__ void round_rows_kernel(const float* y, int64_t H, const int32_t* rows, TOut* out) {
+#pragma unroll 1
+  for (int i = 0; i < kRowsPerBlock; ++i) {
+    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
+    if (r < 0) continue;
+    for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
+         h += static_cast<int64_t>(gridDim.y) * blockDim.x)
+      out[static_cast<int64_t>(r) * H + h] = cvt<TOut>(y[static_cast<int64_t>(r) * H + h]);
+  }
+}
+
+// out[t] = sum_k valid w[t,k] * y[t*K+k] (+ shared[t]), in f32, k order; rounded once.
+template <class TOut>
+__global__ void combine_kernel(const int32_t* ids, const float* w, const float* y,
+                               const float* shared, int64_t H, int K, int E,
+                               const uint8_t* token_mask, TOut* out) {
+  const int64_t t = blockIdx.x;
+  if (token_mask && !token_mask[t]) return;
+  for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
+       h += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    float acc = 0.f;
+    for (int k = 0; k < K; ++k) {
+      int id = ids[t * K + k];
+      if (id < 0 || id >= E) continue;
+      acc += w[t * K + k] * y[(t * K + k) * H + h];
+    }
+    if (shared) acc += shared[t * H + h];
+    out[t * H + h] = cvt<TOut>(acc);
+  }
+}
+
+template <class TIn, class TOut>
+__global__ void post_permute_kernel(const TIn* x, const float* w, const int32_t* inverse, int64_t H,
+                                    int K, TOut* out) {
+  const int64_t t = blockIdx.x;
+  for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
+       h += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    float acc = 0.f;
+    for (int k = 0; k < K; ++k) {
+      int32_t p = inverse[t * K + k];
+      if (p >= 0) acc += w[t * K + k] * ld(x, static_cast<int64_t>(p) * H + h);
+    }
+    out[t * H + h] = cvt<TOut>(acc);
+  }
+}
+
+__global__ void gather_rows_kernel(const uint16_t* src, const int32_t* inverse, int64_t H, int K,
+                                   uint16_t* dst) {
+  const int64_t r = blockIdx.x;
+  const int32_t p = inverse[r];
+  if (p < 0) return;
+  for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
+       h += static_cast<int64_t>(gridDim.y) * blockDim.x)
+    dst[static_cast<int64_t>(p) * H + h] = src[(r / K) * H + h];
+}
+
+// ---- host helpers -------------------------------------------------------------------------
+
+unsigned grid_y(int64_t cols, int64_t per) {
+  return static_cast<unsigned>(std::min<int64_t>(ceil_div(std::max<int64_t>(cols, 1), per), 65535));
+}
+
+bool is_half(DType d) {
+  return d == DType::kBF16 || d == DType::kF16;
+}
+
+void require(bool ok, const char* what, const std::string& msg) {
+  if (!ok) throw Error(std::string("moekit::gpu_reference::") + what + ": " + msg);
+}
+
+// Runs `fn` with scalar_t bound to the CUDA type of a bf16/f16 dtype.
+template <class Fn>
+void dispatch_half(DType d, const char* what, Fn&& fn) {
+  if (d == DType::kBF16) {
+    fn(__nv_bfloat16{});
+  } else if (d == DType::kF16) {
+    fn(__half{});
+  } else {
+    require(false, what, std::string("unsupported dtype ") + dtype_name(d));
+  }
+}
+
+template <class TA, class TB, class TC, bool kFP8>
+void launch_gemm(const TA* a, int64_t lda, int a_div, const TB* b, int64_t n, int64_t k,
+                 const float* a_scale, const float* b_scale, const int32_t* rows,
+                 const int32_t* block_expert, int64_t num_blocks, TC* c, int64_t ldc,
+                 cudaStream_t stream) {
+  if (num_blocks <= 0 || n <= 0) return;
+  dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(ceil_div(n, kColsPerBlock)));
+  gemm_rows_kernel<TA, TB, TC, kFP8><<<grid, kThreads, 0, stream>>>(
+      a, lda, a_div, b, n, k, a_scale, b_scale, rows, block_expert, c, ldc);
+  check_launch("gemm");
+}
+
+void launch_layout_blocks(const int32_t* meta, int E, int alignment, int64_t max_m,
+                          int64_t rows_alloc, int64_t dense_m, const uint8_t* mask, int32_t* rows,
+                          int32_t* block_expert, int64_t num_blocks, cudaStream_t stream) {
+  layout_blocks_kernel<<<1, kSortThreads, 0, stream>>>(
+      meta, E, alignment, max_m, rows_alloc, dense_m, mask, rows, block_expert, num_blocks);
+  check_launch("layout_blocks");
+}
+
+// Blocks for a permuted layout of `rows_total` rows over E experts.
+int64_t layout_num_blocks(int64_t rows_total, int64_t E) {
+  return ceil_div(rows_total, kRowsPerBlock) + E;
+}
+
+// The routed-MLP pipeline shared by FusedMoEExperts / FusedMoE / FusedMoESharedExpert.
+struct RoutedScratch {
+  int32_t* sorted;
+  int32_t* block_expert;
+  float* h;
+  void* act;
+  float* y;
+  int64_t num_blocks;
+};
+
+RoutedScratch carve_routed(Carver& cv, int64_t T, int K, int64_t E, int64_t F, int64_t H,
+                           DType dt) {
+  RoutedScratch s;
+  int64_t routes = T * K;
+  int64_t sorted_len = routes + E * (kRowsPerBlock - 1);
+  s.num_blocks = ceil_div(sorted_len, kRowsPerBlock);
+  s.sorted = cv.take<int32_t>(s.num_blocks * kRowsPerBlock);
+  s.block_expert = cv.take<int32_t>(s.num_blocks);
+  s.h = cv.take<float>(routes * 2 * F);
+  s.act = cv.take<uint8_t>(routes * F * static_cast<int64_t>(dtype_size(dt)));
+  s.y = cv.take<float>(routes * H);
+  return s;
+}
+
+struct DenseScratch {
+  int32_t* rows;
+  int32_t* block_expert;
+  float* h;
+  void* act;
+  float* y;
+  int64_t num_blocks;
+};
+
+DenseScratch carve_dense(Carver& cv, int64_t T, int64_t S, int64_t H, DType dt) {
+  DenseScratch s;
+  s.num_blocks = layout_num_blocks(T, 1);
+  s.rows = cv.take<int32_t>(s.num_blocks * kRowsPerBlock);
+  s.block_expert = cv.take<int32_t>(s.num_blocks);
+  s.h = cv.take<float>(T * 2 * S);
+  s.act = cv.take<uint8_t>(T * S * static_cast<int64_t>(dtype_size(dt)));
+  s.y = cv.take<float>(T * H);
+  return s;
+}
+
+// y[r] = MLP(x[r / a_div]) in f32 for the rows of the blocks (f32 gate/up, activation
+// rounded to scalar_t).
+template <class scalar_t>
+void mlp_rows(const scalar_t* x, int a_div, const scalar_t* w_gate_up, const scalar_t* w_down,
+              int64_t F, int64_t H, const int32_t* rows, const int32_t* block_expert,
+              int64_t num_blocks, float* h, scalar_t* act, float* y, cudaStream_t stream) {
+  launch_gemm<scalar_t, scalar_t, float, false>(x, H, a_div, w_gate_up, 2 * F, H, nullptr, nullptr,
+                                                rows, block_expert, num_blocks, h, 2 * F, stream);
+  if (num_blocks > 0) {
+    act_rows_kernel<scalar_t>
+        <<<dim3(static_cast<unsigned>(num_blocks), grid_y(F, 256)), 256, 0, stream>>>(h, F, rows,
+                                                                                      act);
+    check_launch("act");
+  }
+  launch_gemm<scalar_t, scalar_t, float, false>(act, F, 1, w_down, H, F, nullptr, nullptr, rows,
+                                                block_expert, num_blocks, y, H, stream);
+}
+
+template <class scalar_t>
+void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
+                const int32_t* ids, const float* weights, int K, const uint8_t* token_mask,
+                const RoutedScratch& s, const float* shared_y, const TensorView& out,
+                cudaStream_t stream) {
+  const int64_t T = hidden.shape[0], H = hidden.shape[1];
+  const int64_t E = w_gate_up.shape[0], F = w_gate_up.shape[1] / 2;
+  check_experts("routed_mlp", E);
+  if (T > 0 && K > 0) {
+    const int64_t routes = T * K;
+    sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
+        ids, routes, K, static_cast<int>(E), kRowsPerBlock, token_mask, s.sorted,
+        s.num_blocks * kRowsPerBlock, -1, s.block_expert, s.num_blocks, nullptr, nullptr, nullptr);
+    check_launch("sort_routes");
+    mlp_rows<scalar_t>(hidden.ptr<scalar_t>(), K, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(),
+                       F, H, s.sorted, s.block_expert, s.num_blocks, s.h,
+                       static_cast<scalar_t*>(s.act), s.y, stream);
+  }
+  if (T > 0 && H > 0) {
+    combine_kernel<scalar_t><<<dim3(static_cast<unsigned>(T), grid_y(H, 256)), 256, 0, stream>>>(
+        ids, weights, s.y, shared_y, H, K, static_cast<int>(E), token_mask, out.ptr<scalar_t>());
+    check_launch("combine");
+  }
+}
+
+template <class scalar_t>
+void dense_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
+               const uint8_t* token_mask, const DenseScratch& s, cudaStream_t stream) {
+  const int64_t T = hidden.shape[0], H = hidden.shape[1], S = w_gate_up.shape[0] / 2;
+  if (T == 0) return;
+  launch_layout_blocks(nullptr, 1, 1, 0, T, T, token_mask, s.rows, s.block_expert, s.num_blocks,
+                       stream);
+  mlp_rows<scalar_t>(hidden.ptr<scalar_t>(), 1, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(),
+                     S, H, s.rows, s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act),
+                     s.y, stream);
+}
+
+}  // namespace
+
+// ---- public entries -----------------------------------------------------------------------
+
+void fused_topk(const FusedTopKArgs& args, cudaStream_t stream) {
+  const int64_t T = args.gating_output.shape[0];
+  const int E = static_cast<int>(args.gating_output.shape[1]);
+  const TopKParams& p = args.params;
+  if (T == 0) return;
+  const float* bias = args.correction_bias.defined() ? args.correction_bias.ptr<float>() : nullptr;
+  const bool sig = p.scoring_func == ScoringFunc::kSigmoid;
+  const unsigned blocks = static_cast<unsigned>(ceil_div(T, 128));
+  auto go = [&](auto tag) {
+    using T_ = decltype(tag);
+    topk_kernel<T_><<<blocks, 128, 0, stream>>>(
+        args.gating_output.ptr<T_>(), T, E, bias, p.top_k, p.renormalize, sig, p.num_expert_group,
+        p.topk_group, p.routed_scaling_factor, args.topk_weights.ptr<float>(),
+        args.topk_ids.ptr<int32_t>());
+  };
+  if (args.gating_output.dtype == DType::kF32)
+    go(float{});
+  else
+    dispatch_half(args.gating_output.dtype, "fused_topk", go);
+  check_launch("fused_topk");
+}
+
+void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
+  const int64_t routes = args.topk_ids.numel();
+  const int K = args.topk_ids.ndim == 2 ? static_cast<int>(args.topk_ids.shape[1]) : 1;
+  check_experts("moe_permute_align", args.num_experts);
+  sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
+      args.topk_ids.ptr<int32_t>(), routes, std::max(K, 1), args.num_experts, args.block_size,
+      nullptr, args.sorted_token_ids.ptr<int32_t>(), args.sorted_token_ids.numel(),
+      static_cast<int32_t>(routes), args.expert_ids.ptr<int32_t>(), args.expert_ids.numel(),
+      args.num_tokens_post_padded.ptr<int32_t>(), nullptr, nullptr);
+  check_launch("moe_permute_align");
+}
+
+void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
+  const int64_t T = args.hidden_states.shape[0], H = args.hidden_states.shape[1];
+  const int K = static_cast<int>(args.local_expert_ids.shape[1]);
+  const int64_t routes = T * K;
+  check_experts("moe_pre_permute", args.num_local_experts);
+  require(is_half(args.hidden_states.dtype), "moe_pre_permute", "hidden_states must be bf16/f16");
+  sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
+      args.local_expert_ids.ptr<int32_t>(), routes, std::max(K, 1), args.num_local_experts,
+      std::max(args.layout.alignment, 1), nullptr, nullptr, 0, 0, nullptr, 0, nullptr,
+      args.inverse_indices.ptr<int32_t>(), args.layout_metadata.ptr<int32_t>());
+  check_launch("moe_pre_permute.sort");
+  if (routes > 0 && H > 0) {
+    gather_rows_kernel<<<dim3(static_cast<unsigned>(routes), grid_y(H, 256)), 256, 0, stream>>>(
+        args.hidden_states.ptr<uint16_t>(), args.inverse_indices.ptr<int32_t>(), H, K,
+        args.permuted.ptr<uint16_t>());
+    check_launch("moe_pre_permute.gather");
+  }
+}
+
+void moe_post_permute(const PostPermuteArgs& args, cudaStream_t stream) {
+  const int64_t T = args.topk_weights.shape[0], H = args.expert_output.shape[1];
+  const int K = static_cast<int>(args.topk_weights.shape[1]);
+  if (T == 0 || H == 0) return;
+  dim3 grid(static_cast<unsigned>(T), grid_y(H, 256));
+  dispatch_half(args.expert_output.dtype, "moe_post_permute", [&](auto tag) {
+    using TIn = decltype(tag);
+    if (args.out.dtype == DType::kF32) {
+      post_permute_kernel<TIn, float><<<grid, 256, 0, stream>>>(
+          args.expert_output.ptr<TIn>(), args.topk_weights.ptr<float>(),
+          args.inverse_indices.ptr<int32_t>(), H, K, args.out.ptr<float>());
+    } else {
+      post_permute_kernel<TIn, TIn><<<grid, 256, 0, stream>>>(
+          args.expert_output.ptr<TIn>(), args.topk_weights.ptr<float>(),
+          args.inverse_indices.ptr<int32_t>(), H, K, args.out.ptr<TIn>());
+    }
+  });
+  check_launch("moe_post_permute");
+}
+
+namespace {
+
+struct GemmLayout {
+  int64_t rows_total, num_blocks, E, max_m;
+  int alignment;
+};
+
+GemmLayout gemm_layout(const TensorView& a, const TensorView& b, const PermutedLayout& layout) {
+  GemmLayout g;
+  g.E = b.shape[0];
+  const bool masked = layout.kind == PermutedLayout::Kind::kMasked;
+  g.max_m = masked ? a.shape[1] : 0;
+  g.rows_total = masked ? a.shape[0] * a.shape[1] : a.shape[0];
+  g.alignment = std::max(layout.alignment, 1);
+  g.num_blocks = layout_num_blocks(g.rows_total, g.E);
+  return g;
+}
+
+}  // namespace
+
+size_t grouped_gemm_scratch_bytes(const GroupedGemmArgs& args) {
+  GemmLayout g = gemm_layout(args.a, args.b, args.layout);
+  Carver cv{nullptr};
+  cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
+  cv.take<int32_t>(g.num_blocks);
+  if (args.activation == Activation::kSiluAndMul) cv.take<float>(g.rows_total * args.b.shape[1]);
+  return cv.off;
+}
+
+void moe_grouped_gemm(const GroupedGemmArgs& args, Workspace scratch, cudaStream_t stream,
+                      const uint8_t* row_mask) {
+  GemmLayout g = gemm_layout(args.a, args.b, args.layout);
+  check_experts("moe_grouped_gemm", g.E);
+  require(scratch.bytes >= grouped_gemm_scratch_bytes(args), "moe_grouped_gemm",
+          "scratch too small");
+  if (g.rows_total == 0) return;
+  Carver cv{static_cast<char*>(scratch.data)};
+  int32_t* rows = cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
+  int32_t* be = cv.take<int32_t>(g.num_blocks);
+  const bool act = args.activation == Activation::kSiluAndMul;
+  float* h = act ? cv.take<float>(g.rows_total * args.b.shape[1]) : nullptr;
+  const int64_t kd = args.b.shape[2], nb = args.b.shape[1], n = act ? nb / 2 : nb;
+  launch_layout_blocks(args.layout_metadata.ptr<int32_t>(), static_cast<int>(g.E), g.alignment,
+                       g.max_m, g.rows_total, -1, row_mask, rows, be, g.num_blocks, stream);
+  dispatch_half(args.a.dtype, "moe_grouped_gemm", [&](auto tag) {
+    using T = decltype(tag);
+    const T* a = args.a.ptr<T>();
+    const T* b = args.b.ptr<T>();
+    if (act) {
+      launch_gemm<T, T, float, false>(a, kd, 1, b, nb, kd, nullptr, nullptr, rows, be, g.num_blocks,
+                                      h, nb, stream);
+      dim3 grid(static_cast<unsigned>(g.num_blocks), grid_y(n, 256));
+      if (args.c.dtype == DType::kF32)
+        act_rows_kernel<float><<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<float>());
+      else
+        act_rows_kernel<T><<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<T>());
+      check_launch("moe_grouped_gemm.act");
+    } else if (args.c.dtype == DType::kF32) {
+      launch_gemm<T, T, float, false>(a, kd, 1, b, n, kd, nullptr, nullptr, rows, be, g.num_blocks,
+                                      args.c.ptr<float>(), n, stream);
+    } else {
+      launch_gemm<T, T, T, false>(a, kd, 1, b, n, kd, nullptr, nullptr, rows, be, g.num_blocks,
+                                  args.c.ptr<T>(), n, stream);
+    }
+  });
+}
+
+size_t grouped_gemm_fp8_scratch_bytes(const GroupedGemmFP8Args& args) {
+  GemmLayout g = gemm_layout(args.a, args.b, PermutedLayout::masked(args.a.shape[1]));
+  Carver cv{nullptr};
+  cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
+  cv.take<int32_t>(g.num_blocks);
+  return cv.off;
+}
+
+void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, Workspace scratch, cudaStream_t stream,
+                          const uint8_t* row_mask) {
+  GemmLayout g = gemm_layout(args.a, args.b, PermutedLayout::masked(args.a.shape[1]));
+  check_experts("moe_grouped_gemm_fp8", g.E);
+  require(scratch.bytes >= grouped_gemm_fp8_scratch_bytes(args), "moe_grouped_gemm_fp8",
+          "scratch too small");
+  if (g.rows_total == 0) return;
+  Carver cv{static_cast<char*>(scratch.data)};
+  int32_t* rows = cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
+  int32_t* be = cv.take<int32_t>(g.num_blocks);
+  const int64_t kd = args.b.shape[2], n = args.b.shape[1];
+  launch_layout_blocks(args.layout_metadata.ptr<int32_t>(), static_cast<int>(g.E), 1, g.max_m,
+                       g.rows_total, -1, row_mask, rows, be, g.num_blocks, stream);
+  launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, __nv_bfloat16, true>(
+      args.a.ptr<__nv_fp8_e4m3>(), kd, 1, args.b.ptr<__nv_fp8_e4m3>(), n, kd,
+      args.a_scale.ptr<float>(), args.b_scale.ptr<float>(), rows, be, g.num_blocks,
+      args.c.ptr<__nv_bfloat16>(), n, stream);
+}
+
+size_t expert_mlp_scratch_bytes(const ExpertMLPArgs& args) {
+  const int64_t P = args.expert_input.shape[0], H = args.expert_input.shape[1];
+  const int64_t E = args.w_gate_up.shape[0], F = args.w_gate_up.shape[1] / 2;
+  const int64_t nb = layout_num_blocks(P, E);
+  Carver cv{nullptr};
+  cv.take<int32_t>(nb * kRowsPerBlock);
+  cv.take<int32_t>(nb);
+  cv.take<float>(P * 2 * F);
+  cv.take<uint8_t>(P * F * static_cast<int64_t>(dtype_size(args.expert_input.dtype)));
+  cv.take<float>(P * H);
+  return cv.off;
+}
+
+void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_t* row_mask) {
+  const int64_t P = args.expert_input.shape[0], H = args.expert_input.shape[1];
+  const int64_t E = args.w_gate_up.shape[0], F = args.w_gate_up.shape[1] / 2;
+  check_experts("moe_expert_mlp", E);
+  require(args.workspace.bytes >= expert_mlp_scratch_bytes(args), "moe_expert_mlp",
+          "scratch too small");
+  if (P == 0) return;
+  const int64_t nb = layout_num_blocks(P, E);
+  Carver cv{static_cast<char*>(args.workspace.data)};
+  int32_t* rows = cv.take<int32_t>(nb * kRowsPerBlock);
+  int32_t* be = cv.take<int32_t>(nb);
+  float* h = cv.take<float>(P * 2 * F);
+  void* act = cv.take<uint8_t>(P * F * static_cast<int64_t>(dtype_size(args.expert_input.dtype)));
+  float* y = cv.take<float>(P * H);
+  launch_layout_blocks(args.layout_metadata.ptr<int32_t>(), static_cast<int>(E),
+                       std::max(args.layout.alignment, 1), 0, P, -1, row_mask, rows, be, nb,
+                       stream);
+  dispatch_half(args.expert_input.dtype, "moe_expert_mlp", [&](auto tag) {
+    using T = decltype(tag);
+    mlp_rows<T>(args.expert_input.ptr<T>(), 1, args.w_gate_up.ptr<T>(), args.w_down.ptr<T>(), F, H,
+                rows, be, nb, h, static_cast<T*>(act), y, stream);
+    round_rows_kernel<T><<<dim3(static_cast<unsigned>(nb), grid_y(H, 256)), 256, 0, stream>>>(
+        y, H, rows, args.expert_output.ptr<T>());
+    check_launch("moe_expert_mlp.round");
+  });
+}
+
+size_t fused_moe_experts_scratch_bytes(const FusedMoEExpertsArgs& args) {
+  Carver cv{nullptr};
+  carve_routed(cv, args.hidden_states.shape[0], static_cast<int>(args.topk_ids.shape[1]),
+               args.w_gate_up.shape[0], args.w_gate_up.shape[1] / 2, args.hidden_states.shape[1],
+               args.hidden_states.dtype);
+  return cv.off;
+}
+
+void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
+                       const uint8_t* row_mask) {
+  require(args.workspace.bytes >= fused_moe_experts_scratch_bytes(args), "fused_moe_experts",
+          "scratch too small");
+  Carver cv{static_cast<char*>(args.workspace.data)};
+  const int K = static_cast<int>(args.topk_ids.shape[1]);
+  RoutedScratch s = carve_routed(cv, args.hidden_states.shape[0], K, args.w_gate_up.shape[0],
+                                 args.w_gate_up.shape[1] / 2, args.hidden_states.shape[1],
+                                 args.hidden_states.dtype);
+  dispatch_half(args.hidden_states.dtype, "fused_moe_experts", [&](auto tag) {
+    using T = decltype(tag);
+    routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down, args.topk_ids.ptr<int32_t>(),
+                  args.topk_weights.ptr<float>(), K, row_mask, s, nullptr, args.output, stream);
+  });
+}
+
+size_t shared_expert_mlp_scratch_bytes(const SharedExpertMLPArgs& args) {
+  Carver cv{nullptr};
+  carve_dense(cv, args.hidden_states.shape[0], args.w_gate_up.shape[0] / 2,
+              args.hidden_states.shape[1], args.hidden_states.dtype);
+  return cv.off;
+}
+
+void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream,
+                       const uint8_t* row_mask) {
+  require(args.workspace.bytes >= shared_expert_mlp_scratch_bytes(args), "shared_expert_mlp",
+          "scratch too small");
+  const int64_t T = args.hidden_states.shape[0], H = args.hidden_states.shape[1];
+  Carver cv{static_cast<char*>(args.workspace.data)};
+  DenseScratch s = carve_dense(cv, T, args.w_gate_up.shape[0] / 2, H, args.hidden_states.dtype);
+  if (T == 0) return;
+  dispatch_half(args.hidden_states.dtype, "shared_expert_mlp", [&](auto tag) {
+    using T_ = decltype(tag);
+    dense_mlp<T_>(args.hidden_states, args.w_gate_up, args.w_down, row_mask, s, stream);
+    round_rows_kernel<T_>
+        <<<dim3(static_cast<unsigned>(s.num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
+            s.y, H, s.rows, args.output.ptr<T_>());
+    check_launch("shared_expert_mlp.round");
+  });
+}
+
+namespace {
+
+size_t carve_fused(Carver& cv, const FusedMoEArgs& a, int32_t** ids, float** w, RoutedScratch* rs) {
+  const int64_t T = a.hidden_states.shape[0];
+  const int K = a.params.top_k;
+  int32_t* i = cv.take<int32_t>(T * K);
+  float* ww = cv.take<float>(T * K);
+  RoutedScratch s = carve_routed(cv, T, K, a.w_gate_up.shape[0], a.w_gate_up.shape[1] / 2,
+                                 a.hidden_states.shape[1], a.hidden_states.dtype);
+  if (ids) *ids = i;
+  if (w) *w = ww;
+  if (rs) *rs = s;
+  return cv.off;
+}
+
+void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
+               const TensorView* shared_gu, const TensorView* shared_down, Carver& cv) {
+  const int64_t T = a.hidden_states.shape[0], E = a.gating_output.shape[1];
+  const int K = a.params.top_k;
+  int32_t* ids;
+  float* w;
+  RoutedScratch rs;
+  carve_fused(cv, a, &ids, &w, &rs);
+  DenseScratch ds{};
+  if (shared_gu)
+    ds = carve_dense(cv, T, shared_gu->shape[0] / 2, a.hidden_states.shape[1],
+                     a.hidden_states.dtype);
+  FusedTopKArgs tk;
+  tk.gating_output = a.gating_output;
+  tk.correction_bias = a.correction_bias;
+  tk.params = a.params;
+  tk.topk_weights = make_view(w, DType::kF32, {T, K});
+  tk.topk_ids = make_view(ids, DType::kI32, {T, K});
+  gpu_reference::fused_topk(tk, stream);
+  dispatch_half(a.hidden_states.dtype, "fused_moe", [&](auto tag) {
+    using T_ = decltype(tag);
+    const float* shared_y = nullptr;
+    if (shared_gu) {
+      dense_mlp<T_>(a.hidden_states, *shared_gu, *shared_down, mask, ds, stream);
+      shared_y = ds.y;
+    }
+    (void)E;
+    routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down, ids, w, K, mask, rs, shared_y, a.output,
+                   stream);
+  });
+}
+
+}  // namespace
+
+size_t fused_moe_scratch_bytes(const FusedMoEArgs& args) {
+  Carver cv{nullptr};
+  return carve_fused(cv, args, nullptr, nullptr, nullptr);
+}
+
+void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row_mask) {
+  require(args.workspace.bytes >= fused_moe_scratch_bytes(args), "fused_moe", "scratch too small");
+  Carver cv{static_cast<char*>(args.workspace.data)};
+  run_fused(args, stream, row_mask, nullptr, nullptr, cv);
+}
+
+size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& args) {
+  Carver cv{nullptr};
+  carve_fused(cv, args.moe, nullptr, nullptr, nullptr);
+  carve_dense(cv, args.moe.hidden_states.shape[0], args.shared_w_gate_up.shape[0] / 2,
+              args.moe.hidden_states.shape[1], args.moe.hidden_states.dtype);
+  return cv.off;
+}
+
+void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream,
+                             const uint8_t* row_mask) {
+  require(args.moe.workspace.bytes >= fused_moe_shared_expert_scratch_bytes(args),
+          "fused_moe_shared_expert", "scratch too small");
+  Carver cv{static_cast<char*>(args.moe.workspace.data)};
+  run_fused(args.moe, stream, row_mask, &args.shared_w_gate_up, &args.shared_w_down, cv);
+}
+
+}  // namespace moekit::gpu_reference
