@@ -15,17 +15,19 @@
 namespace moekit::detail {
 namespace {
 
-// MOEKIT_GEMM_CONFIG = decode | prefill | 0 | 1 forces a config (benchmarks, tuning);
-// unset or anything else: -1 (heuristic).
-int env_config() {
+// MOEKIT_GEMM_CONFIG = decode | prefill | <config number> forces a config (benchmarks,
+// tuning); unset, or a value the engine does not have: -1 (heuristic).
+int env_config(int count) {
   static const int value = [] {
     const char* s = std::getenv("MOEKIT_GEMM_CONFIG");
-    if (!s) return -1;
-    if (!std::strcmp(s, "decode") || !std::strcmp(s, "0")) return 0;
-    if (!std::strcmp(s, "prefill") || !std::strcmp(s, "1")) return 1;
-    return -1;
+    if (!s || !*s) return -1;
+    if (!std::strcmp(s, "decode")) return 0;
+    if (!std::strcmp(s, "prefill")) return 1;
+    char* end = nullptr;
+    const long v = std::strtol(s, &end, 10);
+    return (*end == 0 && v >= 0 && v < 64) ? static_cast<int>(v) : -1;
   }();
-  return value;
+  return value < count ? value : -1;
 }
 
 int sm_count() {
@@ -56,7 +58,7 @@ int pick(int64_t rows_per_group, int64_t groups, int64_t prefill_bm, int64_t pre
 
 int select_grouped_gemm_config(const GroupedGemmProblem& p) {
   if (p.config >= 0) return p.config;
-  if (env_config() >= 0) return env_config();
+  if (env_config(kGemmConfigCount) >= 0) return env_config(kGemmConfigCount);
   int64_t groups = p.rows == GemmRows::kDense ? 1 : p.num_groups;
   if (groups < 1) groups = 1;
   int64_t rows_per_group = 0;
@@ -100,7 +102,7 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
 
 int select_grouped_gemm_fp8_config(const GroupedGemmFP8Problem& p) {
   if (p.config >= 0) return p.config;
-  if (env_config() >= 0) return env_config();
+  if (env_config(kFp8ConfigCount) >= 0) return env_config(kFp8ConfigCount);
   const int64_t groups = p.num_groups < 1 ? 1 : p.num_groups;
   return pick(p.max_m, groups, 128, ceil_div(p.n, 128));
 }

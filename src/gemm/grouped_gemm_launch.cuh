@@ -43,18 +43,33 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
   p.silu = prob.activation == Activation::kSiluAndMul ? 1 : 0;
   const char* op = "moe_grouped_gemm";
   const bool f32_out = prob.out_dtype == DType::kF32;
-  if (config == kGemmConfigPrefill) {
+  auto launch = [&](auto cfg) {
+    using Cfg = decltype(cfg);
     if (f32_out) {
-      launch_grouped_gemm_kernel<PrefillConfig, In, float, Mma>(p, stream, op);
+      launch_grouped_gemm_kernel<Cfg, In, float, Mma>(p, stream, op);
     } else {
-      launch_grouped_gemm_kernel<PrefillConfig, In, In, Mma>(p, stream, op);
+      launch_grouped_gemm_kernel<Cfg, In, In, Mma>(p, stream, op);
     }
-  } else {
-    if (f32_out) {
-      launch_grouped_gemm_kernel<DecodeConfig, In, float, Mma>(p, stream, op);
-    } else {
-      launch_grouped_gemm_kernel<DecodeConfig, In, In, Mma>(p, stream, op);
-    }
+  };
+  switch (config) {
+    case kGemmConfigPrefill:
+      launch(PrefillConfig{});
+      break;
+    case kGemmConfigPrefill128:
+      launch(Prefill128Config{});
+      break;
+    case kGemmConfigPrefillDeepK:
+      launch(PrefillDeepKConfig{});
+      break;
+    case kGemmConfigPrefill128DeepK:
+      launch(Prefill128DeepKConfig{});
+      break;
+    case kGemmConfigPrefill64:
+      launch(Prefill64Config{});
+      break;
+    default:
+      launch(DecodeConfig{});
+      break;
   }
 }
 
