@@ -357,6 +357,10 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   p.k = 7168;
   p.m = 4096;  // 16 rows per expert
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecode);
+  p.m = 8192;  // 32 rows per expert
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecode);
+  p.m = 16384;  // 64 rows per expert
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
   p.m = 32768;  // 128 rows per expert
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
   p.alignment = 128;

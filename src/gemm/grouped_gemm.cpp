@@ -44,11 +44,13 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// Shared heuristic of both engines: few rows per group -> the decode config (small m
-// tiles, b streamed once); else the prefill config, unless its big tiles would not
-// give every SM at least one tile (then the smaller decode tiles spread better).
-int pick(int64_t rows_per_group, int64_t groups, int64_t prefill_bm, int64_t prefill_tiles_n) {
-  if (rows_per_group <= 64) return 0;
+// Shared heuristic of both engines (measurements in docs/gemm.md): up to
+// `decode_max_rows` rows per group -> the decode config (small m tiles, b streamed
+// once); else the prefill config, unless its big tiles would not give every SM at
+// least one tile (then the smaller decode tiles spread better).
+int pick(int64_t rows_per_group, int64_t decode_max_rows, int64_t groups, int64_t prefill_bm,
+         int64_t prefill_tiles_n) {
+  if (rows_per_group <= decode_max_rows) return 0;
   const int64_t prefill_tiles = groups * ceil_div(rows_per_group, prefill_bm) * prefill_tiles_n;
   if (prefill_tiles < sm_count()) return 0;
   return 1;
@@ -76,8 +78,10 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
       rows_per_group = p.m;
       break;
   }
-  const int64_t out_cols_per_tile = p.activation == Activation::kSiluAndMul ? 128 : 256;
-  return pick(rows_per_group, groups, 128, ceil_div(p.n, out_cols_per_tile));
+  // bf16 ds-v3 up-projection (n 4096, k 7168): decode wins at 32 rows per group
+  // (4.0 vs 4.4 ms), prefill at 64 (5.5 vs 5.9-6.4 ms): switch at 48.
+  const int64_t out_cols_per_tile = p.activation == Activation::kSiluAndMul ? 64 : 128;
+  return pick(rows_per_group, 48, groups, 128, ceil_div(p.n, out_cols_per_tile));
 }
 
 void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
@@ -104,7 +108,9 @@ int select_grouped_gemm_fp8_config(const GroupedGemmFP8Problem& p) {
   if (p.config >= 0) return p.config;
   if (env_config(kFp8ConfigCount) >= 0) return env_config(kFp8ConfigCount);
   const int64_t groups = p.num_groups < 1 ? 1 : p.num_groups;
-  return pick(p.max_m, groups, 128, ceil_div(p.n, 128));
+  // max_m only bounds the counts (DeepGEMM-style masked decode buffers are sized
+  // generously): keep the decode config up to 64 (0.23 vs 0.48 ms at T = 64, E = 32).
+  return pick(p.max_m, 64, groups, 128, ceil_div(p.n, 128));
 }
 
 void run_grouped_gemm_fp8(const GroupedGemmFP8Problem& p, cudaStream_t stream) {

@@ -44,13 +44,9 @@ struct GroupedGemmProblem {
 
 // The tile configurations of the bf16/f16 engine (docs/gemm.md).
 enum GemmConfig : int {
-  kGemmConfigDecode = 0,           // 32x128 tiles, 4 warps: few rows per group, streams b
-  kGemmConfigPrefill = 1,          // 128x256 tiles, 8 warps: many rows per group
-  kGemmConfigPrefill128 = 2,       // 128x128 tiles, 4 warps, 2 blocks per SM
-  kGemmConfigPrefillDeepK = 3,     // 128x256 tiles, 64 k per stage
-  kGemmConfigPrefill128DeepK = 4,  // 128x128 tiles, 64 k per stage
-  kGemmConfigPrefill64 = 5,        // 64x256 tiles, 8 warps, 2 blocks per SM
-  kGemmConfigCount = 6,
+  kGemmConfigDecode = 0,   // 32x128 tiles, 4 warps: few rows per group, streams b
+  kGemmConfigPrefill = 1,  // 128x128 tiles, 4 warps, 2 blocks per SM: many rows per group
+  kGemmConfigCount = 2,
 };
 
 // The config run_grouped_gemm would pick for `problem` (problem.config, else the

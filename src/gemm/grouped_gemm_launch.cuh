@@ -51,25 +51,10 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
       launch_grouped_gemm_kernel<Cfg, In, In, Mma>(p, stream, op);
     }
   };
-  switch (config) {
-    case kGemmConfigPrefill:
-      launch(PrefillConfig{});
-      break;
-    case kGemmConfigPrefill128:
-      launch(Prefill128Config{});
-      break;
-    case kGemmConfigPrefillDeepK:
-      launch(PrefillDeepKConfig{});
-      break;
-    case kGemmConfigPrefill128DeepK:
-      launch(Prefill128DeepKConfig{});
-      break;
-    case kGemmConfigPrefill64:
-      launch(Prefill64Config{});
-      break;
-    default:
-      launch(DecodeConfig{});
-      break;
+  if (config == kGemmConfigPrefill) {
+    launch(PrefillConfig{});
+  } else {
+    launch(DecodeConfig{});
   }
 }
 
