@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "core/check.h"
 #include "core/host_dtype.h"
@@ -57,6 +58,31 @@ TEST(HostDtype, Fp8E4M3CoversItsRange) {
   EXPECT_EQ(host::float_to_fp8e4m3(-1.0f), 0xb8);
   for (int b = 0; b < 0x7f; ++b) {
     EXPECT_EQ(host::float_to_fp8e4m3(host::fp8e4m3_to_float(static_cast<uint8_t>(b))), b);
+  }
+  // Against an exhaustive nearest-value search (ties to the even code) on random inputs
+  // and on every midpoint between neighbouring codes.
+  auto brute = [](float v) {
+    uint8_t best = 0;
+    float best_err = std::fabs(v);
+    for (int c = 1; c <= 0x7e; ++c) {
+      float err = std::fabs(host::fp8e4m3_to_float(static_cast<uint8_t>(c)) - std::fabs(v));
+      if (err < best_err || (err == best_err && (c & 1) == 0)) {
+        best = static_cast<uint8_t>(c);
+        best_err = err;
+      }
+    }
+    return static_cast<uint8_t>((std::signbit(v) ? 0x80 : 0) | best);
+  };
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> dist(0.0f, 30.0f);
+  for (int i = 0; i < 20000; ++i) {
+    float v = dist(rng) * (i % 3 == 0 ? 1e-3f : 1.0f);
+    ASSERT_EQ(host::float_to_fp8e4m3(v), brute(v)) << v;
+  }
+  for (int c = 0; c < 0x7e; ++c) {
+    float mid = 0.5f * (host::fp8e4m3_to_float(static_cast<uint8_t>(c)) +
+                        host::fp8e4m3_to_float(static_cast<uint8_t>(c + 1)));
+    ASSERT_EQ(host::float_to_fp8e4m3(mid), brute(mid)) << mid;
   }
 }
 

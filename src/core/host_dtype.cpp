@@ -78,17 +78,20 @@ uint8_t float_to_fp8e4m3(float value) {
   uint8_t sign = std::signbit(value) ? 0x80 : 0;
   float a = std::fabs(value);
   if (a >= 448.0f) return sign | 0x7e;  // saturate
-  // Nearest of all 127 finite magnitudes, ties to even code (brute force is exact and cheap).
-  uint8_t best = 0;
-  float best_err = a;
-  for (uint8_t c = 1; c <= 0x7e; ++c) {
-    float err = std::fabs(fp8e4m3_to_float(c) - a);
-    if (err < best_err || (err == best_err && (c & 1) == 0)) {
-      best = c;
-      best_err = err;
-    }
+  if (a < std::ldexp(1.0f, -6)) {
+    // Subnormals are multiples of 2^-9; nearbyint rounds ties to even (code 8 = 2^-6).
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
   }
-  return sign | best;
+  int e2 = 0;
+  float m = std::frexp(a, &e2);  // a = m * 2^e2, m in [0.5, 1)
+  int exp = e2 - 1;              // a = s * 2^exp, s in [1, 2)
+  int man = static_cast<int>(std::nearbyint((2.0f * m - 1.0f) * 8.0f));  // ties to even
+  if (man == 8) {
+    man = 0;
+    ++exp;
+  }
+  int code = ((exp + 7) << 3) | man;
+  return sign | static_cast<uint8_t>(code > 0x7e ? 0x7e : code);
 }
 
 double load(const TensorView& t, int64_t i) {
