@@ -499,11 +499,15 @@ def test_runs_on_the_current_stream():
     x = randn((64, H), bf16, g)
     w13, w2 = weights(1, S, H, bf16, g)
     w13, w2 = w13[0].contiguous(), w2[0].contiguous()
+    x2 = torch.full_like(x, float("nan"))
+    torch.cuda.synchronize()
     stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        torch.cuda._sleep(20_000_000)  # keep the stream busy: a wrong stream would race
-        out = moekit.shared_expert_mlp(x, w13, w2)
+        # x2 gets its values only after a long sleep on this stream: an op launched on
+        # any other stream would read the NaNs.
+        torch.cuda._sleep(50_000_000)
+        x2.copy_(x)
+        out = moekit.shared_expert_mlp(x2, w13, w2)
         done = torch.cuda.Event()
         done.record(stream)
     torch.cuda.current_stream().wait_event(done)
@@ -535,3 +539,18 @@ def test_bad_input_raises_moekit_error(fast_path):
             moekit.fused_topk(logits, E + 1)
     finally:
         moekit.ops.set_eager_fast_path(old)
+
+
+@requires_real_gpu
+def test_raw_binding_takes_dlpack_tensors():
+    g = gen(19)
+    T, E, K = 33, 64, 4
+    logits = randn((T, E), bf16, g)
+    w = torch.empty(T, K, dtype=f32, device=DEVICE)
+    ids = torch.empty(T, K, dtype=i32, device=DEVICE)
+    stream = torch.cuda.current_stream().cuda_stream
+    moekit.raw.fused_topk(logits, None, w, ids, K, True, "softmax", 0, 0, 1.0, stream)
+    w2, ids2 = moekit.fused_topk(logits, K, True)
+    assert torch.equal(w, w2) and torch.equal(ids, ids2)
+    with pytest.raises(moekit.MoekitError, match=r"argument 'gating_output'.*contiguous"):
+        moekit.raw.fused_topk(logits.t(), None, w, ids, K, True, "softmax", 0, 0, 1.0, stream)

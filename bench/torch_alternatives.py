@@ -1,0 +1,822 @@
+#!/usr/bin/env python3
+"""The PyTorch alternatives of moekit's benchmark (BENCH.md), measured on the same
+workload rows as moekit-bench, interleaved with moekit's own op called through the
+Python package.
+
+Alternatives (each where it applies to the op):
+  torch-ref         eager PyTorch composition of the op (sort/scatter routing, gathers,
+                    per-expert loops for the routed experts)
+  torch-grouped-mm  torch grouped GEMMs (F.grouped_mm / torch._grouped_mm) for the GEMM
+                    and MLP ops; for FP8, F.scaled_grouped_mm with the op's 1x128 / 128x128
+                    block scales, else torch-grouped-mm-rowwise (torch._scaled_grouped_mm
+                    with per-row scales: a cheaper contract, reported under its own name)
+  torch-cublas      dense matmuls (cuBLAS) for SharedExpertMLPFwd
+
+Timing (BENCH.md): warm-up; ops whose ideal time is under 20 us run as a CUDA graph of
+many back-to-back calls over rotating input copies (eager when an alternative cannot be
+captured); working sets under 2x L2 are flushed from L2 before every call; otherwise
+back-to-back calls. Each call is timed with CUDA events; at least 30 calls or --max-ms of
+device time per implementation and round; implementations interleaved (ABAB) for
+--rounds rounds; median of the round medians.
+
+Output: a JSON list of records {"op", "workload", "dtype", "alternatives": {name: ms},
+"moekit_py_ms": ms, ...} that `moekit-bench --extra-alternatives FILE` merges into its
+table (it reads op, workload, dtype and alternatives; the other fields are for people).
+
+Inputs: deterministic per (seed, op, workload, dtype); activations ~ N(0,1), weights ~
+N(0, 1/in_features), logits ~ N(0,1) f32 (the row's dtype for FusedTopKFwd), correction
+bias ~ N(0, 0.1^2); routed inputs from torch routing of such logits; ops that take a
+permuted layout get equal per-expert counts (the page's convention).
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+L2_BYTES = 60 * 2**20  # H200 (BENCH.md): flush when the working set is under 2x this
+PEAK_BW = 4.5e12
+PEAK_FLOPS = {"bf16": 760e12, "f16": 760e12, "fp8e4m3": 1395e12, "f32": 60e12, "i32": 60e12}
+
+QUICK = {  # moekit-bench's --quick rows
+    "FusedMoEFwd|qwen3-30b-decode-b32|bf16", "FusedMoEFwd|qwen3-235b-decode|f16",
+    "FusedMoESharedExpertFwd|glm45-t32|bf16", "FusedMoESharedExpertFwd|kimi-k2-t1|bf16",
+    "FusedTopKFwd|qwen3-235b-t512|bf16", "FusedTopKFwd|ds-v3-grouped-t64|f32",
+    "MoEPrePermuteFwd|ds-v3-ep8-t100|bf16", "MoEPrePermuteFwd|decode-t32|f16",
+    "MoEPermuteAlignFwd|ds-v3-t4096|i32", "MoEPermuteAlignFwd|qwen3-235b-t32|i32",
+    "MoEPostPermuteFwd|ds-v3-ep8-t100|bf16", "MoEPostPermuteFwd|decode-t32|bf16/bf16",
+    "MoEGroupedGemmFwd|ds-v3-decode-mlp-up|bf16", "MoEGroupedGemmFwd|qwen3-30b-ep8-routed256|bf16",
+    "MoEGroupedGemmFwd|ds-v3-ep8-masked|bf16", "MoEGroupedGemmFP8Fwd|qwen3-235b-dec-b64-up|fp8e4m3",
+    "MoEGroupedGemmFP8Fwd|ds-v3-e8-up-masked|fp8e4m3", "MoEExpertMLPFwd|qwen3-235b-decode|bf16",
+    "FusedMoEExpertsFwd|qwen3-235b-decode|bf16", "IndexedExpertMLPFwd|ds-v3-t1|bf16",
+    "IndexedExpertMLPFwd|qwen3-235b-t32|bf16", "SharedExpertMLPFwd|ds-v3-t32|bf16",
+    "SharedExpertMLPFwd|kimi-k2-t512|bf16",
+}  # fmt: skip
+
+DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
+          "i32": torch.int32, "fp8e4m3": torch.float8_e4m3fn}  # fmt: skip
+
+_grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+
+
+# ---------------------------------------------------------------- workloads
+
+
+def eval_dim(expr):
+    expr = str(expr)
+    if not all(c in "0123456789+-*/() " for c in expr):
+        raise ValueError(f"bad shape expression {expr!r}")
+    return int(eval(expr, {"__builtins__": {}}))  # digits and + - * / ( ) only
+
+
+class Row:
+    def __init__(self, op, w, dtype):
+        self.op, self.name, self.dtype = op, w["name"], dtype
+        self.shapes = {k: [eval_dim(d) for d in v["shape"]] for k, v in w["tensors"].items()}
+        self.tensor_dtypes = {k: v.get("dtype") for k, v in w["tensors"].items()}
+        self.params = dict(w.get("params", {}))
+        self.in_dtype = dtype.split("/")[0]
+        self.out_dtype = dtype.split("/")[-1]
+
+    def key(self):
+        return f"{self.op}|{self.name}|{self.dtype}"
+
+    def int_param(self, k, default):
+        return int(self.params.get(k, default))
+
+    def float_param(self, k, default):
+        return float(self.params.get(k, default))
+
+    def bool_param(self, k, default):
+        v = self.params.get(k)
+        return default if v is None else str(v).lower() in ("1", "true", "yes")
+
+    def layout(self):
+        """('contiguous', alignment) or ('masked', max_m) from the layout param."""
+        s = self.params.get("layout", "contiguous(alignment=1)")
+        if s.startswith("masked"):
+            return "masked", int(s.split("max_m=")[1].rstrip(")"))
+        align = 1
+        if "alignment=" in s:
+            align = int(s.split("alignment=")[1].split(",")[0].rstrip(")"))
+        return "contiguous", align
+
+
+def load_rows(path, args):
+    with open(path) as f:
+        doc = json.load(f)
+    rows = []
+    for op in doc["ops"]:
+        for w in op["workloads"]:
+            for dt in w["dtypes"]:
+                rows.append(Row(op["op"], w, dt))
+
+    def match(field, flt):
+        return not flt or any(s and s in field for s in flt.split(","))
+
+    rows = [r for r in rows if match(r.op, args.op) and match(r.name, args.workload)
+            and match(r.dtype, args.dtype)]  # fmt: skip
+    if args.quick:
+        picked_ops = {r.op for r in rows if r.key() in QUICK}
+        seen, out = set(), []
+        for r in rows:
+            first = r.op not in seen
+            seen.add(r.op)
+            if r.key() in QUICK or (first and r.op not in picked_ops):
+                out.append(r)
+        rows = out
+    if args.limit:
+        rows = rows[: args.limit]
+    return rows
+
+
+# ---------------------------------------------------------------- inputs
+
+
+class Gen:
+    def __init__(self, seed):
+        self.g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(self, shape, dtype, scale=1.0):
+        x = torch.randn(shape, generator=self.g, device="cuda", dtype=torch.float32)
+        if scale != 1.0:
+            x.mul_(scale)
+        return x.to(dtype)
+
+    def rand(self, shape, lo=0.0, hi=1.0):
+        return torch.rand(shape, generator=self.g, device="cuda") * (hi - lo) + lo
+
+
+def row_seed(seed, row):
+    h = 1469598103934665603
+    for ch in f"{seed}|{row.key()}".encode():
+        h = ((h ^ ch) * 1099511628211) % 2**63
+    return h
+
+
+def routing_params(row):
+    return dict(
+        top_k=row.int_param("top_k", 8),
+        renormalize=row.bool_param("renormalize", False),
+        scoring_func=row.params.get("scoring_func", "softmax"),
+        num_expert_group=row.int_param("num_expert_group", 0),
+        topk_group=row.int_param("topk_group", 0),
+        routed_scaling_factor=row.float_param("routed_scaling_factor", 1.0),
+    )
+
+
+def equal_ends(total, E, alignment=1):
+    """Inclusive ends of `total` rows split evenly over E experts (remainder first)."""
+    base, rem = divmod(total, E)
+    ends, end = [], 0
+    for e in range(E):
+        start = -(-end // alignment) * alignment
+        end = start + base + (1 if e < rem else 0)
+        ends.append(end)
+    return torch.tensor(ends, dtype=torch.int32, device="cuda")
+
+
+# ---------------------------------------------------------------- torch compositions
+
+
+def torch_topk(logits, top_k, renormalize=False, scoring_func="softmax", num_expert_group=0,
+               topk_group=0, routed_scaling_factor=1.0, correction_bias=None):  # fmt: skip
+    s = logits.float()
+    score = torch.softmax(s, dim=-1) if scoring_func == "softmax" else torch.sigmoid(s)
+    sel = score + correction_bias if correction_bias is not None else score
+    if num_expert_group > 0:
+        T, E = sel.shape
+        grouped = sel.view(T, num_expert_group, E // num_expert_group)
+        if correction_bias is not None:
+            gs = grouped.topk(2, dim=-1).values.sum(dim=-1)
+        else:
+            gs = grouped.amax(dim=-1)
+        keep = gs.topk(topk_group, dim=-1).indices
+        mask = torch.zeros_like(gs, dtype=torch.bool).scatter_(1, keep, True)
+        mask = mask.unsqueeze(-1).expand_as(grouped).reshape(T, E)
+        sel = sel.masked_fill(~mask, float("-inf"))
+    ids = sel.topk(top_k, dim=-1).indices
+    w = score.gather(1, ids)
+    if renormalize:
+        w = w / w.sum(dim=-1, keepdim=True)
+    if routed_scaling_factor != 1.0:
+        w = w * routed_scaling_factor
+    return w, ids.to(torch.int32)
+
+
+def torch_permute_align(topk_ids, num_experts, block_size):
+    flat = topk_ids.flatten().long()
+    TK = flat.numel()
+    E, bs = num_experts, block_size
+    valid = (flat >= 0) & (flat < E)
+    key = torch.where(valid, flat, torch.full_like(flat, E))
+    order = torch.argsort(key, stable=True)
+    counts = torch.zeros(E + 1, dtype=torch.long, device=flat.device)
+    counts.index_add_(0, key, torch.ones_like(key))
+    counts = counts[:E]
+    padded = (counts + bs - 1) // bs * bs
+    pend = torch.cumsum(padded, 0)
+    pstart = pend - padded
+    cstart = torch.cumsum(counts, 0) - counts
+    sk = key[order]
+    ok = sk < E
+    e = sk.clamp(max=E - 1)
+    pos = pstart[e] + torch.arange(TK, device=flat.device) - cstart[e]
+    size = TK + E * (bs - 1)
+    sorted_ids = torch.full((size,), TK, dtype=torch.int32, device=flat.device)
+    sorted_ids.index_put_((torch.where(ok, pos, torch.full_like(pos, size - 1)),),
+                          torch.where(ok, order, torch.full_like(order, TK)).to(torch.int32))
+    nb = -(-size // bs)
+    starts = torch.arange(nb, device=flat.device) * bs
+    expert_ids = torch.searchsorted(pend, starts, right=True).to(torch.int32)
+    expert_ids = torch.where(starts < pend[-1], expert_ids, torch.full_like(expert_ids, -1))
+    return sorted_ids, expert_ids, pend[-1:].to(torch.int32)
+
+
+def torch_pre_permute(x, ids, num_local_experts):
+    T, K = ids.shape
+    E = num_local_experts
+    flat = ids.flatten().long()
+    valid = (flat >= 0) & (flat < E)
+    key = torch.where(valid, flat, torch.full_like(flat, E))
+    order = torch.argsort(key, stable=True)
+    counts = torch.zeros(E + 1, dtype=torch.long, device=x.device).index_add_(
+        0, key, torch.ones_like(key))
+    permuted = x[order // K]
+    inverse = torch.empty_like(flat)
+    inverse[order] = torch.arange(T * K, device=x.device)
+    inverse = torch.where(valid, inverse, torch.full_like(inverse, -1)).to(torch.int32)
+    return permuted, torch.cumsum(counts[:E], 0).to(torch.int32), inverse
+
+
+def torch_post_permute(expert_output, w, inverse, out_dtype):
+    T, K = w.shape
+    inv = inverse.long()
+    rows = expert_output[inv.clamp(min=0)].view(T, K, -1).float()
+    ww = torch.where(inv.view(T, K) >= 0, w, torch.zeros_like(w))
+    return (rows * ww.unsqueeze(-1)).sum(dim=1).to(out_dtype)
+
+
+def silu_mul(h, n):
+    return F.silu(h[..., :n]) * h[..., n:]
+
+
+def grouped_mlp(x, w13, w2, offs):
+    F_ = w13.shape[1] // 2
+    h = _grouped_mm(x, w13.transpose(-2, -1), offs=offs)
+    return _grouped_mm(silu_mul(h, F_), w2.transpose(-2, -1), offs=offs)
+
+
+def grouped_experts(x, w13, w2, w, ids):
+    """Sort routes by expert, two grouped GEMMs, weighted scatter back (f32)."""
+    T, K = ids.shape
+    E = w13.shape[0]
+    flat = ids.flatten().long()
+    valid = (flat >= 0) & (flat < E)
+    key = torch.where(valid, flat, torch.full_like(flat, E))
+    order = torch.argsort(key, stable=True)
+    counts = torch.zeros(E + 1, dtype=torch.long, device=x.device).index_add_(
+        0, key, torch.ones_like(key))
+    offs = torch.cumsum(counts[:E], 0).to(torch.int32)
+    tok = order // K
+    y = grouped_mlp(x[tok], w13, w2, offs).float()
+    ww = torch.where(valid, w.flatten(), torch.zeros_like(w.flatten()))[order]
+    out = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
+    out.index_add_(0, tok, y * ww.unsqueeze(1))
+    return out
+
+
+def loop_experts(x, w13, w2, w, ids):
+    """Eager per-expert loop (the naive MoE): gather each expert's tokens, MLP, weighted add."""
+    T, K = ids.shape
+    F_ = w13.shape[1] // 2
+    out = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
+    flat = ids.flatten().long()
+    for e in torch.unique(flat[(flat >= 0) & (flat < w13.shape[0])]).tolist():
+        idx = torch.nonzero(flat == e).squeeze(1)
+        tok = idx // K
+        h = x[tok] @ w13[e].t()
+        y = silu_mul(h, F_) @ w2[e].t()
+        out.index_add_(0, tok, y.float() * w.flatten()[idx].unsqueeze(1))
+    return out
+
+
+def dense_mlp(x, w13, w2):
+    S = w13.shape[0] // 2
+    return silu_mul(x @ w13.t(), S) @ w2.t()
+
+
+# ---------------------------------------------------------------- per-op setup
+
+
+class Case:
+    """Inputs of one row, the implementations to time, and the cost model."""
+
+    def __init__(self):
+        self.impls = {}  # name -> fn(inputs) -> output
+        self.make_inputs = None  # () -> dict of tensors (one copy)
+        self.flops = 0.0
+        self.bytes = 0.0
+        self.notes = {}
+        self.active_experts = None
+        self.capturable = {}  # name -> False to skip graph capture
+
+
+def nbytes(*ts):
+    return float(sum(t.numel() * t.element_size() for t in ts if t is not None))
+
+
+def setup_case(row, gen, mk):
+    c = Case()
+    op, dt = row.op, DTYPES.get(row.in_dtype)
+    S = row.shapes
+
+    if op == "FusedTopKFwd":
+        T, E = S["gating_output"]
+        p = routing_params(row)
+        bias = gen.randn((E,), torch.float32, 0.1) if "correction_bias" in S else None
+        logits = gen.randn((T, E), dt)
+        c.make_inputs = lambda: {"logits": logits.clone(), "bias": bias}
+        c.impls["torch-ref"] = lambda i: torch_topk(i["logits"], correction_bias=i["bias"], **p)
+        if mk:
+            c.impls["moekit"] = lambda i: mk.fused_topk(i["logits"], correction_bias=i["bias"], **p)
+        c.bytes = nbytes(logits, bias) + T * p["top_k"] * 8
+        c.dtype_for_peak = "f32"
+
+    elif op == "MoEPermuteAlignFwd":
+        T, K = S["topk_ids"]
+        E = row.int_param("num_experts", 0)
+        bs = row.int_param("block_size", 64)
+        _, ids = torch_topk(gen.randn((T, E), torch.float32), K)
+        c.make_inputs = lambda: {"ids": ids.clone()}
+        c.impls["torch-ref"] = lambda i: torch_permute_align(i["ids"], E, bs)
+        if mk:
+            c.impls["moekit"] = lambda i: mk.moe_permute_align(i["ids"], E, bs)
+        c.bytes = nbytes(ids) * 2 + 4 * E * (bs - 1)
+
+    elif op == "MoEPrePermuteFwd":
+        T, H = S["hidden_states"]
+        K = S["local_expert_ids"][1]
+        E = row.int_param("num_local_experts", 0)
+        _, ids = torch_topk(gen.randn((T, E), torch.float32), K)
+        x = gen.randn((T, H), dt)
+        c.make_inputs = lambda: {"x": x.clone(), "ids": ids.clone()}
+        c.impls["torch-ref"] = lambda i: torch_pre_permute(i["x"], i["ids"], E)
+        if mk:
+            c.impls["moekit"] = lambda i: mk.moe_pre_permute(i["x"], i["ids"], E, 1)
+        c.bytes = nbytes(x) * (1 + K) + nbytes(ids) * 2 + 4 * E
+
+    elif op == "MoEPostPermuteFwd":
+        P, H = S["expert_output"]
+        T, K = S["topk_weights"]
+        E = 8
+        w, ids = torch_topk(gen.randn((T, E), torch.float32), K, renormalize=True)
+        _, _, inverse = torch_pre_permute(torch.zeros(T, 8, device="cuda"), ids, E)
+        eo = gen.randn((P, H), dt)
+        out_dt = DTYPES[row.out_dtype]
+        c.make_inputs = lambda: {"eo": eo.clone(), "w": w.clone(), "inv": inverse.clone()}
+        c.impls["torch-ref"] = lambda i: torch_post_permute(i["eo"], i["w"], i["inv"], out_dt)
+        if mk:
+            od = None if out_dt == dt else out_dt
+            c.impls["moekit"] = lambda i: mk.moe_post_permute(i["eo"], i["w"], i["inv"], od)
+        c.bytes = nbytes(eo, w, inverse) + T * H * torch.empty((), dtype=out_dt).element_size()
+
+    elif op == "MoEGroupedGemmFwd":
+        E, Nb, Kd = S["b"]
+        kind, lay = row.layout()
+        silu = row.params.get("activation") == "silu_and_mul"
+        N = Nb // 2 if silu else Nb
+        out_dt = DTYPES[row.out_dtype]
+        b = gen.randn((E, Nb, Kd), dt, 1 / math.sqrt(Kd))
+        if kind == "masked":
+            max_m = lay
+            total = int(row.params.get("T", E * max_m * 3 // 4))
+            counts = [min(max_m, total // E + (1 if e < total % E else 0)) for e in range(E)]
+            meta = torch.tensor(counts, dtype=torch.int32, device="cuda")
+            a = gen.randn((E, max_m, Kd), dt)
+            rows = sum(counts)
+            c.impls["torch-grouped-mm"] = lambda i: _masked_gemm(i["a"], i["b"], silu, N, out_dt)
+            c.notes["torch-grouped-mm"] = "3-d batched: computes all max_m rows of every expert"
+        else:
+            P = S["a"][0]
+            meta = equal_ends(P, E, lay)
+            a = gen.randn((P, Kd), dt)
+            rows = P
+            c.impls["torch-grouped-mm"] = lambda i: _contig_gemm(i["a"], i["b"], i["meta"], silu,
+                                                                 N, out_dt)  # fmt: skip
+        c.make_inputs = lambda: {"a": a.clone(), "b": b, "meta": meta.clone()}
+        if mk:
+            od = None if out_dt == dt else out_dt
+            act = "silu_and_mul" if silu else "none"
+            masked = kind == "masked"
+            align = 1 if masked else lay
+            c.impls["moekit"] = lambda i: mk.moe_grouped_gemm(i["a"], i["b"], i["meta"], masked,
+                                                              align, act, od)  # fmt: skip
+        c.flops = 2.0 * rows * Nb * Kd
+        c.bytes = nbytes(b) + rows * Kd * a.element_size() + rows * N * 2
+        c.active_experts = E
+
+    elif op == "MoEGroupedGemmFP8Fwd":
+        E, max_m, Kd = S["a"]
+        N = S["b"][1]
+        fp8 = torch.float8_e4m3fn
+        total = int(row.params.get("T", E * max_m * 3 // 4))
+        counts = [min(max_m, total // E + (1 if e < total % E else 0)) for e in range(E)]
+        meta = torch.tensor(counts, dtype=torch.int32, device="cuda")
+        a = gen.randn((E, max_m, Kd), torch.float32).to(fp8)
+        b = gen.randn((E, N, Kd), torch.float32).to(fp8)
+        a_scale = gen.rand(tuple(S["a_scale"]), 0.5, 1.5)
+        b_scale = gen.rand(tuple(S["b_scale"]), 0.5, 1.5) / math.sqrt(Kd)
+        c.make_inputs = lambda: {"a": a.clone(), "b": b, "as": a_scale, "bs": b_scale,
+                                 "meta": meta.clone()}  # fmt: skip
+        name, fn, note = _fp8_alternative(a, b, a_scale, b_scale)
+        if fn is not None:
+            c.impls[name] = fn
+        c.notes.update(note)
+        if mk:
+            c.impls["moekit"] = lambda i: mk.moe_grouped_gemm_fp8(i["a"], i["as"], i["b"],
+                                                                  i["bs"], i["meta"])  # fmt: skip
+        c.flops = 2.0 * sum(counts) * N * Kd
+        c.bytes = nbytes(b, b_scale) + sum(counts) * (Kd + N * 2)
+        c.dtype_for_peak = "fp8e4m3"
+        c.active_experts = sum(1 for n in counts if n)
+
+    elif op == "MoEExpertMLPFwd":
+        P, H = S["expert_input"]
+        E, F2, _ = S["w_gate_up"]
+        x = gen.randn((P, H), dt)
+        w13 = gen.randn((E, F2, H), dt, 1 / math.sqrt(H))
+        w2 = gen.randn((E, H, F2 // 2), dt, 1 / math.sqrt(F2 // 2))
+        meta = equal_ends(P, E)
+        c.make_inputs = lambda: {"x": x.clone(), "w13": w13, "w2": w2, "meta": meta.clone()}
+        c.impls["torch-grouped-mm"] = lambda i: grouped_mlp(i["x"], i["w13"], i["w2"], i["meta"])
+        if mk:
+            c.impls["moekit"] = lambda i: mk.moe_expert_mlp(i["x"], i["meta"], i["w13"], i["w2"])
+        c.flops = 2.0 * P * (F2 * H + H * F2 // 2)
+        c.bytes = nbytes(w13, w2) + 2 * nbytes(x)
+        c.active_experts = E
+
+    elif op in ("FusedMoEExpertsFwd", "IndexedExpertMLPFwd", "FusedMoEFwd",
+                "FusedMoESharedExpertFwd"):  # fmt: skip
+        T, H = S["hidden_states"]
+        E, F2, _ = S["w_gate_up"]
+        x = gen.randn((T, H), dt)
+        w13 = gen.randn((E, F2, H), dt, 1 / math.sqrt(H))
+        w2 = gen.randn((E, H, F2 // 2), dt, 1 / math.sqrt(F2 // 2))
+        shared = None
+        if op == "FusedMoESharedExpertFwd":
+            S2, _ = S["shared_w_gate_up"]
+            shared = (gen.randn((S2, H), dt, 1 / math.sqrt(H)),
+                      gen.randn((H, S2 // 2), dt, 1 / math.sqrt(S2 // 2)))  # fmt: skip
+        if op in ("FusedMoEExpertsFwd", "IndexedExpertMLPFwd"):
+            K = S["topk_ids"][1]
+            w, ids = torch_topk(gen.randn((T, E), torch.float32), K, renormalize=True)
+            c.make_inputs = lambda: {"x": x.clone(), "w": w.clone(), "ids": ids.clone()}
+            c.impls["torch-grouped-mm"] = lambda i: grouped_experts(
+                i["x"], w13, w2, i["w"], i["ids"]).to(dt)
+            c.impls["torch-ref"] = lambda i: loop_experts(i["x"], w13, w2, i["w"], i["ids"]).to(dt)
+            if mk:
+                fn = getattr(mk, "fused_moe_experts" if op == "FusedMoEExpertsFwd"
+                             else "indexed_expert_mlp")  # fmt: skip
+                c.impls["moekit"] = lambda i: fn(i["x"], w13, w2, i["w"], i["ids"])
+            route_ids = ids
+        else:
+            p = routing_params(row)
+            K = p["top_k"]
+            logits = gen.randn((T, E), torch.float32)
+            bias = gen.randn((E,), torch.float32, 0.1) if "correction_bias" in S else None
+            c.make_inputs = lambda: {"x": x.clone(), "logits": logits.clone()}
+
+            def composed(i, experts):
+                w_, ids_ = torch_topk(i["logits"], correction_bias=bias, **p)
+                out = experts(i["x"], w13, w2, w_, ids_)
+                if shared is not None:
+                    out = out + dense_mlp(i["x"], *shared).float()
+                return out.to(dt)
+
+            c.impls["torch-grouped-mm"] = lambda i: composed(i, grouped_experts)
+            c.impls["torch-ref"] = lambda i: composed(i, loop_experts)
+            if mk:
+                if shared is None:
+                    c.impls["moekit"] = lambda i: mk.fused_moe(i["x"], i["logits"], w13, w2,
+                                                               correction_bias=bias, **p)
+                else:
+                    c.impls["moekit"] = lambda i: mk.fused_moe_shared_expert(
+                        i["x"], i["logits"], w13, w2, shared[0], shared[1],
+                        correction_bias=bias, **p)  # fmt: skip
+            route_ids = torch_topk(logits, correction_bias=bias, **p)[1]
+        c.capturable["torch-ref"] = False  # data-dependent loop (host syncs)
+        flat = route_ids.flatten()
+        active = int(torch.unique(flat[(flat >= 0) & (flat < E)]).numel())
+        c.active_experts = active
+        routes = T * K
+        c.flops = 2.0 * routes * (F2 * H + H * F2 // 2)
+        per_expert = (F2 * H + H * F2 // 2) * x.element_size()
+        c.bytes = active * per_expert + 2 * nbytes(x) + nbytes(route_ids) * 2
+        if shared is not None:
+            c.flops += 2.0 * T * 1.5 * shared[0].shape[0] * H
+            c.bytes += nbytes(*shared)
+
+    elif op == "SharedExpertMLPFwd":
+        T, H = S["hidden_states"]
+        S2, _ = S["w_gate_up"]
+        x = gen.randn((T, H), dt)
+        w13 = gen.randn((S2, H), dt, 1 / math.sqrt(H))
+        w2 = gen.randn((H, S2 // 2), dt, 1 / math.sqrt(S2 // 2))
+        c.make_inputs = lambda: {"x": x.clone()}
+        c.impls["torch-cublas"] = lambda i: dense_mlp(i["x"], w13, w2)
+        if mk:
+            c.impls["moekit"] = lambda i: mk.shared_expert_mlp(i["x"], w13, w2)
+        c.flops = 2.0 * T * (S2 * H + H * S2 // 2)
+        c.bytes = nbytes(w13, w2) + 2 * nbytes(x)
+    else:
+        raise ValueError(f"unknown op {op}")
+    return c
+
+
+def _contig_gemm(a, b, meta, silu, n, out_dt):
+    out_dtype = out_dt if out_dt != a.dtype else None
+    if silu:
+        return silu_mul(_grouped_mm(a, b.transpose(-2, -1), offs=meta), n).to(out_dt)
+    if out_dtype is not None:
+        return _grouped_mm(a, b.transpose(-2, -1), offs=meta, out_dtype=out_dtype)
+    return _grouped_mm(a, b.transpose(-2, -1), offs=meta)
+
+
+def _masked_gemm(a, b, silu, n, out_dt):
+    c = _grouped_mm(a, b.transpose(-2, -1))
+    return (silu_mul(c, n) if silu else c).to(out_dt)
+
+
+def _fp8_alternative(a, b, a_scale, b_scale):
+    """F.scaled_grouped_mm with the op's block scales when this torch can, else
+    torch._scaled_grouped_mm with per-row scales (a different, cheaper contract)."""
+    notes = {}
+    sg = getattr(F, "scaled_grouped_mm", None)
+    if sg is not None:
+        try:
+            ST = F.ScalingType
+
+            def blockwise(i):
+                return sg(i["a"], i["b"].transpose(-2, -1), i["as"], ST.BlockWise1x128,
+                          i["bs"], ST.BlockWise128x128, output_dtype=torch.bfloat16)  # fmt: skip
+
+            blockwise({"a": a, "b": b, "as": a_scale, "bs": b_scale})
+            torch.cuda.synchronize()
+            return "torch-grouped-mm", blockwise, notes
+        except Exception as e:  # not supported by this torch / device
+            notes["torch-grouped-mm"] = f"block-scaled grouped mm unavailable: {_short(e)}"
+    sa = a_scale[:, :, 0].contiguous()
+    sb = b_scale[:, :, 0].repeat_interleave(128, dim=1)[:, : b.shape[1]].contiguous()
+    try:
+
+        def rowwise(i):
+            return torch._scaled_grouped_mm(i["a"], i["b"].transpose(-2, -1), sa, sb,
+                                            out_dtype=torch.bfloat16)  # fmt: skip
+
+        rowwise({"a": a, "b": b})
+        torch.cuda.synchronize()
+        notes["torch-grouped-mm-rowwise"] = "per-row scales, all max_m rows (not the op's contract)"
+        return "torch-grouped-mm-rowwise", rowwise, notes
+    except Exception as e:
+        notes["torch-grouped-mm-rowwise"] = f"unavailable: {_short(e)}"
+        return None, None, notes
+
+
+def _short(e):
+    s = str(e).strip().splitlines()
+    return (s[0] if s else type(e).__name__)[:160]
+
+
+# ---------------------------------------------------------------- timing
+
+
+class Timer:
+    def __init__(self, max_ms, min_calls=30):
+        self.max_ms, self.min_calls = max_ms, min_calls
+        self.flush_buf = torch.empty(2 * L2_BYTES // 4 * 2, dtype=torch.float32, device="cuda")
+
+    def eager(self, fn, copies, flush):
+        """Median per-call device time (ms) of eager calls, each between two events."""
+        times, spent, n = [], 0.0, 0
+        start_wall = time.perf_counter()
+        while n < self.min_calls or (spent < self.max_ms and n < 5000):
+            if flush:
+                self.flush_buf.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn(copies[n % len(copies)])
+            e.record()
+            e.synchronize()
+            ms = s.elapsed_time(e)
+            times.append(ms)
+            spent += ms
+            n += 1
+            if time.perf_counter() - start_wall > 30:  # a very slow alternative
+                break
+        return statistics.median(times)
+
+    def graph(self, fn, copies, per_graph):
+        """Median per-call time of a CUDA graph of `per_graph` back-to-back calls."""
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for i in range(3):
+                fn(copies[i % len(copies)])
+        torch.cuda.current_stream().wait_stream(stream)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(per_graph):
+                fn(copies[i % len(copies)])
+        g.replay()
+        torch.cuda.synchronize()
+        times, spent = [], 0.0
+        while len(times) < 10 or (spent < self.max_ms and len(times) < 200):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            g.replay()
+            e.record()
+            e.synchronize()
+            ms = s.elapsed_time(e)
+            times.append(ms / per_graph)
+            spent += ms
+        del g
+        return statistics.median(times)
+
+
+def measure_row(row, case, timer, rounds):
+    ideal_s = max(case.flops / PEAK_FLOPS.get(getattr(case, "dtype_for_peak", row.in_dtype), 760e12),
+                  case.bytes / PEAK_BW)  # fmt: skip
+    working_set = case.bytes
+    use_graph = ideal_s < 20e-6
+    n_copies = 1
+    if use_graph:
+        n_copies = max(1, min(16, math.ceil(2 * L2_BYTES / max(working_set, 1))))
+    copies = [case.make_inputs() for _ in range(n_copies)]
+    flush = (not use_graph) and working_set < 2 * L2_BYTES
+    mode = f"graph x{{n}} rot {n_copies}" if use_graph else ("flush" if flush else "plain")
+
+    # Warm up every implementation (and drop the ones that fail).
+    errors = {}
+    for name, fn in list(case.impls.items()):
+        try:
+            fn(copies[0])
+            torch.cuda.synchronize()
+        except Exception as e:
+            errors[name] = _short(e)
+            del case.impls[name]
+
+    per_graph = {}
+    if use_graph:
+        for name, fn in case.impls.items():
+            if case.capturable.get(name, True):
+                # Enough calls that one replay runs ~0.5 ms of device time.
+                per_graph[name] = int(min(512, max(16, 0.5e-3 / max(ideal_s, 1e-6))))
+
+    results = {name: [] for name in case.impls}
+    modes = {}
+    for _ in range(rounds):
+        for name, fn in case.impls.items():  # interleaved: A B C A B C ...
+            if name in errors:
+                continue
+            try:
+                if name in per_graph:
+                    try:
+                        ms = timer.graph(fn, copies, per_graph[name])
+                        modes[name] = mode.format(n=per_graph[name])
+                    except Exception as e:  # not capturable: time it eagerly
+                        del per_graph[name]
+                        case.notes.setdefault(name, f"eager (capture failed: {_short(e)})")
+                        torch.cuda.synchronize()
+                        ms = timer.eager(fn, copies, flush=False)
+                        modes[name] = "eager"
+                elif use_graph:
+                    ms = timer.eager(fn, copies, flush=False)
+                    modes[name] = "eager"
+                else:
+                    ms = timer.eager(fn, copies, flush)
+                    modes[name] = mode
+                results[name].append(ms)
+            except Exception as e:
+                errors[name] = _short(e)
+                torch.cuda.synchronize()
+    final = {n: statistics.median(v) for n, v in results.items() if v and n not in errors}
+    return final, errors, modes, ideal_s
+
+
+def check_against(case, a, b):
+    """rel_l2 between two implementations' outputs on the same inputs (None if n/a)."""
+    try:
+        inp = case.make_inputs()
+        x, y = case.impls[a](inp), case.impls[b](inp)
+        if isinstance(x, tuple):
+            x, y = x[0], y[0]
+        if x.shape != y.shape or not x.dtype.is_floating_point:
+            return None
+        x, y = x.double(), y.double()
+        if x.dim() == 3 or x.shape[0] != y.shape[0]:
+            return None
+        return float((x - y).norm() / y.norm().clamp(min=1e-30))
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default=None,
+                    help="workload file (default: bench/workloads/seed1.json)")  # fmt: skip
+    ap.add_argument("--out", default=None, help="JSON output (default: build/torch-alternatives.json)")
+    ap.add_argument("--op", default="", help="comma-separated substrings of op names")
+    ap.add_argument("--workload", default="", help="comma-separated substrings of workload names")
+    ap.add_argument("--dtype", default="", help="comma-separated substrings of dtypes")
+    ap.add_argument("--quick", action="store_true", help="moekit-bench's --quick subset")
+    ap.add_argument("--limit", type=int, default=0, help="at most this many rows")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-ms", type=float, default=200.0,
+                    help="device time per implementation per round")  # fmt: skip
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-moekit", action="store_true", help="time the torch alternatives only")
+    ap.add_argument("--list", action="store_true", help="print the selected rows and exit")
+    args = ap.parse_args(argv)
+
+    root = os.path.dirname(HERE)
+    wl = args.workloads or os.path.join(HERE, "workloads", "seed1.json")
+    if not os.path.exists(wl):
+        wl = os.path.join(root, "..", "shared", "workloads", "seed1.json")
+    rows = load_rows(wl, args)
+    if args.list:
+        for r in rows:
+            print(r.key())
+        return 0
+    if not torch.cuda.is_available():
+        print("torch_alternatives: no CUDA GPU visible to PyTorch", file=sys.stderr)
+        return 2
+    mk = None
+    if not args.no_moekit:
+        try:
+            import moekit
+
+            mk = moekit if moekit.HAS_TORCH else None
+        except ImportError as e:
+            print(f"torch_alternatives: moekit not importable ({e}); timing torch only",
+                  file=sys.stderr)  # fmt: skip
+    out_path = args.out or os.path.join(root, "build", "torch-alternatives.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    timer = Timer(args.max_ms)
+    print(f"# {torch.cuda.get_device_name()} torch {torch.__version__}; {len(rows)} rows; "
+          f"{args.rounds} rounds; workloads {wl}", flush=True)  # fmt: skip
+    print(f"{'op':<24} {'workload':<26} {'dtype':<10} {'moekit-py':>10}  alternatives (ms)")
+    records = []
+    for row in rows:
+        rec = {"op": row.op, "workload": row.name, "dtype": row.dtype, "alternatives": {}}
+        try:
+            case = setup_case(row, Gen(row_seed(args.seed, row)), mk)
+            times, errors, modes, ideal = measure_row(row, case, timer, args.rounds)
+            if "moekit" in case.impls:
+                alt = next((n for n in case.impls if n != "moekit"), None)
+                if alt:
+                    rec["moekit_vs_" + alt + "_rel_l2"] = check_against(case, "moekit", alt)
+            rec["moekit_py_ms"] = times.pop("moekit", None)
+            rec["alternatives"] = times
+            rec["timing"] = modes
+            rec["ideal_us"] = round(ideal * 1e6, 2)
+            if case.active_experts is not None:
+                rec["active_experts"] = case.active_experts
+            if case.notes:
+                rec["notes"] = case.notes
+            if errors:
+                rec["errors"] = errors
+        except Exception as e:  # keep going: one broken row must not lose the others
+            rec["errors"] = {"setup": _short(e)}
+            traceback.print_exc(file=sys.stderr)
+        finally:
+            case = None
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        records.append(rec)
+        mp = rec.get("moekit_py_ms")
+        alts = ", ".join(f"{k} {v:.4f}" for k, v in rec["alternatives"].items())
+        errs = f"  [errors: {rec['errors']}]" if rec.get("errors") else ""
+        print(f"{row.op:<24} {row.name:<26} {row.dtype:<10} "
+              f"{(f'{mp:.4f}' if mp else '-'):>10}  {alts}{errs}", flush=True)  # fmt: skip
+        with open(out_path, "w") as f:  # rewritten per row: a partial run still counts
+            json.dump(records, f, indent=1)
+    print(f"# wrote {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
