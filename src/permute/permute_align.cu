@@ -3,6 +3,8 @@
 // (one launch). Above: chunk counts + scan (route_sort.cu), then a scatter kernel
 // per chunk. Padding / tail slots get the sentinel T*K and expert_ids is filled
 // one warp per block of block_size slots, so every output element is written once.
+#include <algorithm>
+
 #include "core/check.h"
 #include "permute/permute_kernels.h"
 #include "permute/route_sort.cuh"
@@ -119,11 +121,83 @@ __global__ void __launch_bounds__(kThreads)
              cnt, total, num_routes, sorted, sorted_size, expert_ids, num_blocks);
 }
 
+// Version 2 (up to kAlignSingleBlockMaxRoutes routes), one launch over many SMs:
+// block b owns routes [1024 b, 1024 b + 1024), one 32-route step per warp. Every
+// block recounts all ids (order-free shared atomics; <= 32 loads per thread) to get
+// the expert starts and the routes of each expert before its chunk, ranks its own
+// routes (match_any inside the warp, per-warp counts for the earlier warps), and
+// fills its share of the padding slots and expert_ids. No workspace, no second pass.
+constexpr int kFusedChunk = kThreads;  // routes per block
+
+__global__ void __launch_bounds__(kThreads)
+    align_fused_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
+                       int block_size, int32_t* __restrict__ sorted, int sorted_size,
+                       int32_t* __restrict__ expert_ids, int num_blocks,
+                       int32_t* __restrict__ num_post) {
+  __shared__ int hist[kPermuteMaxExperts];
+  __shared__ int before[kPermuteMaxExperts];
+  __shared__ int start[kPermuteMaxExperts];
+  __shared__ __align__(16) unsigned char wcnt[kWarps][kPermuteMaxExperts];  // <= 32 each
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int c0 = blockIdx.x * kFusedChunk;
+  for (int e = tid; e < num_experts; e += kThreads) {
+    hist[e] = 0;
+    before[e] = 0;
+  }
+  reinterpret_cast<uint4*>(wcnt[warp])[lane] = make_uint4(0, 0, 0, 0);  // 512 bytes per warp
+  const int i = c0 + tid;
+  int e = i < num_routes ? __ldg(ids + i) : -1;
+  if (!route::valid_id(e, num_experts)) e = -1;
+  __syncthreads();
+  for (int j0 = 0; j0 < num_routes; j0 += 16 * kThreads) {
+    int v[16];
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+      const int j = j0 + u * kThreads + tid;
+      v[u] = j < num_routes ? __ldg(ids + j) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+      if (route::valid_id(v[u], num_experts)) {
+        atomicAdd(&hist[v[u]], 1);  // sums: the order of the adds does not matter
+        if (j0 + u * kThreads + tid < c0) atomicAdd(&before[v[u]], 1);
+      }
+    }
+  }
+  const unsigned peers = __match_any_sync(route::kFullMask, e);
+  const unsigned below = peers & ((1u << lane) - 1u);
+  if (e >= 0 && below == 0) wcnt[warp][e] = static_cast<unsigned char>(__popc(peers));
+  __syncthreads();
+  for (int x = tid; x < num_experts; x += kThreads) start[x] = route::align_up(hist[x], block_size);
+  __syncthreads();
+  const int total = route::block_exclusive_scan(start, num_experts);
+  if (e >= 0) {
+    int off = start[e] + before[e] + __popc(below);
+    for (int w = 0; w < warp; ++w) off += wcnt[w][e];
+    sorted[off] = i;
+  }
+  align_fill(blockIdx.x * kWarps + warp, gridDim.x * kWarps, num_experts, block_size, start, hist,
+             total, num_routes, sorted, sorted_size, expert_ids, num_blocks);
+  if (blockIdx.x == 0 && tid == 0) *num_post = total;
+}
+
 }  // namespace
+
+int& permute_align_variant() {
+  static int variant = 2;
+  return variant;
+}
 
 void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
   const int E = l.num_experts;
-  if (l.num_routes <= kAlignSingleBlockMaxRoutes) {
+  if (l.num_routes <= kAlignSingleBlockMaxRoutes && permute_align_variant() != 1) {
+    // Enough blocks for the routes (1024 each) and for the fill (32 blocks of slots each).
+    const int blocks = std::max(
+        {(l.num_routes + kFusedChunk - 1) / kFusedChunk, (l.num_blocks + kWarps - 1) / kWarps, 1});
+    align_fused_kernel<<<blocks, kThreads, 0, stream>>>(
+        l.topk_ids, l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size, l.expert_ids,
+        l.num_blocks, l.num_tokens_post_padded);
+  } else if (l.num_routes <= kAlignSingleBlockMaxRoutes) {
     const int smem = (l.num_routes + (kWarps + 2) * E) * 4;
     constexpr int kMaxSmem = (kAlignSingleBlockMaxRoutes + (kWarps + 2) * kPermuteMaxExperts) * 4;
     allow_large_smem(reinterpret_cast<const void*>(align_single_kernel), kMaxSmem, 0);

@@ -79,6 +79,12 @@ void launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_e
                                    int alignment, void* workspace, int32_t* layout_metadata,
                                    int32_t* num_post_padded, cudaStream_t stream);
 
+// Testing / tuning knobs (not thread-safe; tests only). Variant 2 is the default;
+// 1 selects the first version of a kernel, kept for comparison.
+int& permute_align_variant();
+int& pre_permute_variant();
+int& pre_permute_rows_override();  // > 0: routes per block of the fused pre-permute kernel
+
 // Allows a kernel more than 48 KiB of dynamic shared memory (once per device).
 void allow_large_smem(const void* kernel, int bytes, int slot);
 

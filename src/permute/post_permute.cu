@@ -1,5 +1,5 @@
 // MoEPostPermuteFwd kernel: one thread per (token, 8 consecutive columns).
-// Each thread reads the token's K route rows as 16-byte vectors, 4 routes in
+// Each thread reads the token's K route rows as 16-byte vectors, 8 routes in
 // flight, and accumulates w * x in f32 in k order (a fixed order: deterministic).
 // Routes whose inverse index is -1 or outside [0, P) are skipped.
 #include <string>
@@ -12,6 +12,7 @@ namespace moekit::detail {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kInFlight = 8;  // route rows loaded before the first FMA (K = 8 in one round trip)
 
 // 8 consecutive elements of T as 16-byte vectors (one for 16-bit types, two for f32).
 template <class T>
@@ -51,20 +52,20 @@ __global__ void __launch_bounds__(kThreads)
   float acc[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = 0.f;
-  for (int k0 = 0; k0 < top_k; k0 += 4) {
-    Pack8<Tin> x[4];
-    float w[4];
-    bool ok[4];
+  for (int k0 = 0; k0 < top_k; k0 += kInFlight) {
+    Pack8<Tin> x[kInFlight];
+    float w[kInFlight];
+    bool ok[kInFlight];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kInFlight; ++j) {
       const int k = k0 + j;
       const int32_t row = k < top_k ? __ldg(inv_t + k) : -1;
+      w[j] = k < top_k ? __ldg(w_t + k) : 0.f;  // independent of row: loads in parallel
       ok[j] = row >= 0 && row < num_rows;
-      w[j] = ok[j] ? __ldg(w_t + k) : 0.f;
       if (ok[j]) x[j].load(expert_output + static_cast<int64_t>(row) * hidden + col);
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < kInFlight; ++j) {
       if (ok[j]) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc[i] = fmaf(w[j], x[j].get(i), acc[i]);

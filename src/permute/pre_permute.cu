@@ -122,6 +122,97 @@ __global__ void __launch_bounds__(kCopyThreads)
   copy_items(hidden, V, r0, top_k, dest, tid + kPreload * kCopyThreads, work, permuted);
 }
 
+// Version 2 of the fused kernel: the same work with three block barriers instead
+// of six: after the counts, warp 0 alone scans the expert starts (<= 16 experts
+// per lane) and ranks the block's routes.
+__global__ void __launch_bounds__(kCopyThreads)
+    pre_permute_fused_v2_kernel(const uint4* __restrict__ hidden, int V,
+                                const int32_t* __restrict__ ids, int num_routes, int top_k,
+                                int num_experts, int alignment, int rows_per_block,
+                                uint4* __restrict__ permuted, int32_t* __restrict__ layout_metadata,
+                                int32_t* __restrict__ inverse) {
+  __shared__ int hist[kPermuteMaxExperts];
+  __shared__ int before[kPermuteMaxExperts];
+  __shared__ int start[kPermuteMaxExperts];
+  __shared__ int dest[kMaxFusedRows];
+  const int tid = threadIdx.x;
+  const int r0 = blockIdx.x * rows_per_block;
+  const int nr = min(rows_per_block, num_routes - r0);
+  const int work = nr * V;
+
+  uint4 pre[kPreload];  // source rows are known up front
+#pragma unroll
+  for (int j = 0; j < kPreload; ++j) {
+    const int g = tid + j * kCopyThreads;
+    if (g < work) {
+      const int r = g / V;
+      pre[j] = __ldg(hidden + static_cast<int64_t>((r0 + r) / top_k) * V + (g - r * V));
+    }
+  }
+  for (int e = tid; e < num_experts; e += kCopyThreads) {
+    hist[e] = 0;
+    before[e] = 0;
+  }
+  __syncthreads();
+  for (int j0 = 0; j0 < num_routes; j0 += 8 * kCopyThreads) {
+    int v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int j = j0 + u * kCopyThreads + tid;
+      v[u] = j < num_routes ? __ldg(ids + j) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      if (route::valid_id(v[u], num_experts)) {
+        atomicAdd(&hist[v[u]], 1);  // order-free sums
+        if (j0 + u * kCopyThreads + tid < r0) atomicAdd(&before[v[u]], 1);
+      }
+    }
+  }
+  __syncthreads();
+  if (tid < 32) {
+    const int lane = tid;
+    const int per = (num_experts + 31) / 32;
+    const int lo = min(lane * per, num_experts), hi = min(lo + per, num_experts);
+    int local = 0;
+    for (int x = lo; x < hi; ++x) local += route::align_up(hist[x], alignment);
+    int incl = local;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int y = __shfl_up_sync(route::kFullMask, incl, d);
+      if (lane >= d) incl += y;
+    }
+    int run = incl - local;
+    for (int x = lo; x < hi; ++x) {
+      start[x] = run;
+      if (blockIdx.x == 0) layout_metadata[x] = run + hist[x];
+      run += route::align_up(hist[x], alignment);
+    }
+    __syncwarp();
+    const int i = r0 + lane;
+    int e = lane < nr ? __ldg(ids + i) : -1;
+    if (!route::valid_id(e, num_experts)) e = -1;
+    const unsigned peers = __match_any_sync(route::kFullMask, e);
+    const int rank = __popc(peers & ((1u << lane) - 1u));
+    const int pos = e >= 0 ? start[e] + before[e] + rank : -1;
+    if (lane < nr) {
+      dest[lane] = pos;
+      inverse[i] = pos;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kPreload; ++j) {
+    const int g = tid + j * kCopyThreads;
+    if (g < work) {
+      const int r = g / V;
+      const int d = dest[r];
+      if (d >= 0) permuted[static_cast<int64_t>(d) * V + (g - r * V)] = pre[j];
+    }
+  }
+  copy_items(hidden, V, r0, top_k, dest, tid + kPreload * kCopyThreads, work, permuted);
+}
+
 __global__ void __launch_bounds__(kScatterThreads)
     pre_permute_scatter_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
                                const int32_t* __restrict__ chunk_offsets,
@@ -164,27 +255,34 @@ __global__ void __launch_bounds__(kCopyThreads)
 
 }  // namespace
 
+int& pre_permute_variant() {
+  static int variant = 2;
+  return variant;
+}
+
+int& pre_permute_rows_override() {
+  static int rows = 0;
+  return rows;
+}
+
 void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
   const int N = l.num_routes, E = l.num_experts;
   const int V = static_cast<int>(l.row_bytes / 16);  // validated: 64 * V < 2^31
   const uint4* hidden = static_cast<const uint4*>(l.hidden);
   uint4* permuted = static_cast<uint4*>(l.permuted);
   if (N <= kPrePermuteFusedMaxRoutes) {
-    if (N == 0) {
-      // No routes: every expert block is empty; still one block writes the metadata.
-      pre_permute_fused_kernel<<<1, kCopyThreads, 0, stream>>>(
-          hidden, V, l.ids, 0, l.top_k, E, l.alignment, 1, permuted, l.layout_metadata,
-          l.inverse_indices);
-    } else {
-      // Enough blocks to fill the GPU, at least ~256 vectors per block, at most 32 rows.
-      int64_t rows = (N + 527) / 528;
-      rows = std::max<int64_t>(rows, (256 + V - 1) / V);
-      rows = std::min<int64_t>(std::max<int64_t>(rows, 1), kMaxFusedRows);
-      const int blocks = static_cast<int>((N + rows - 1) / rows);
-      pre_permute_fused_kernel<<<blocks, kCopyThreads, 0, stream>>>(
-          hidden, V, l.ids, N, l.top_k, E, l.alignment, static_cast<int>(rows), permuted,
-          l.layout_metadata, l.inverse_indices);
-    }
+    // Enough blocks to fill the GPU, at least ~256 vectors per block, at most 32 rows.
+    // N == 0 still runs one block: it writes the (all-zero) layout_metadata.
+    int64_t rows = (N + 527) / 528;
+    rows = std::max<int64_t>(rows, (256 + V - 1) / V);
+    if (pre_permute_rows_override() > 0) rows = pre_permute_rows_override();
+    rows = std::min<int64_t>(std::max<int64_t>(rows, 1), kMaxFusedRows);
+    const int blocks = std::max(1, static_cast<int>((N + rows - 1) / rows));
+    auto kernel =
+        pre_permute_variant() == 1 ? pre_permute_fused_kernel : pre_permute_fused_v2_kernel;
+    kernel<<<blocks, kCopyThreads, 0, stream>>>(hidden, V, l.ids, N, l.top_k, E, l.alignment,
+                                                static_cast<int>(rows), permuted, l.layout_metadata,
+                                                l.inverse_indices);
   } else {
     launch_route_chunk_count_scan(l.ids, N, E, l.alignment, l.workspace, l.layout_metadata, nullptr,
                                   stream);

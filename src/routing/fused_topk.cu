@@ -200,6 +200,181 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
+// Version 2: 32-bit keys and two REDUX warp reductions per pick (max key, then the
+// lowest id holding it), each lane caching its own best (key, slot, score); group
+// scores in registers when a group is exactly one 32-expert slot (e.g. DeepSeek-V3).
+template <class T, int kSlots>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    fused_topk_v2_kernel(const T* __restrict__ gating, const float* __restrict__ bias,
+                         int64_t num_tokens, int E, int K, bool softmax, bool renormalize,
+                         int num_groups, int topk_group, float scale, float* __restrict__ out_w,
+                         int32_t* __restrict__ out_ids) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];  // grouped, general group size
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  if (t >= num_tokens) return;
+  const T* row = gating + t * E;
+
+  float score[kSlots];
+  uint32_t avail = 0;
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int e = s * 32 + lane;
+    score[s] = e < E ? to_float(row[e]) : -INFINITY;
+    if (e < E) avail |= 1u << s;
+  }
+  if (softmax) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) m = fmaxf(m, score[s]);
+    m = warp_max(m);
+    float sum = 0.f;
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      score[s] = ((avail >> s) & 1u) ? expf(score[s] - m) : 0.f;
+      sum += score[s];
+    }
+    const float inv = 1.f / warp_sum(sum);
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) score[s] *= inv;
+  } else {
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) score[s] = __frcp_rn(1.f + expf(-score[s]));  // == 1/(1+e)
+  }
+
+  float sel[kSlots];
+  uint32_t key[kSlots];  // >= 1 for every real expert: 0 means "nothing"
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int e = s * 32 + lane;
+    sel[s] = score[s];
+    if (bias != nullptr && e < E) sel[s] += bias[e];
+    key[s] = max(ordered_bits(sel[s]), 1u);
+  }
+
+  if (num_groups > 0 && topk_group < num_groups) {
+    if (E == num_groups * 32) {
+      // Group g is slot g: a warp reduction per slot gives every lane all group scores.
+      float gs[kSlots];
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        float a = s < num_groups ? sel[s] : -INFINITY, b = -INFINITY;
+        if (bias != nullptr) {
+#pragma unroll
+          for (int off = 16; off; off >>= 1) {
+            const float a2 = __shfl_xor_sync(kFullMask, a, off);
+            const float b2 = __shfl_xor_sync(kFullMask, b, off);
+            b = fmaxf(fminf(a, a2), fmaxf(b, b2));  // second best of the union
+            a = fmaxf(a, a2);
+          }
+          gs[s] = a + b;
+        } else {
+          gs[s] = warp_max(a);
+        }
+      }
+      uint32_t kept = 0;
+      for (int r = 0; r < topk_group; ++r) {
+        int best = -1;
+        uint32_t bk = 0;
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+          const uint32_t k = ordered_bits(gs[s]);
+          if (s < num_groups && !((kept >> s) & 1u) && (best < 0 || k > bk)) {
+            bk = k;
+            best = s;
+          }
+        }
+        kept |= 1u << best;
+      }
+      avail &= kept;
+    } else {
+      float* s_sel = reinterpret_cast<float*>(smem_raw) + warp * E;
+      unsigned long long* s_gkey =
+          reinterpret_cast<unsigned long long*>(smem_raw + kWarpsPerBlock * E * sizeof(float)) +
+          warp * num_groups;
+      unsigned char* s_kept = smem_raw + kWarpsPerBlock * E * sizeof(float) +
+                              kWarpsPerBlock * num_groups * sizeof(unsigned long long) +
+                              warp * num_groups;
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        const int e = s * 32 + lane;
+        if (e < E) s_sel[e] = sel[s];
+      }
+      __syncwarp();
+      const int G = E / num_groups;
+      for (int g = lane; g < num_groups; g += 32) {
+        float top1 = -INFINITY, top2 = -INFINITY;
+#pragma unroll 4
+        for (int j = 0; j < G; ++j) {
+          const float v = s_sel[g * G + j];
+          top2 = fmaxf(top2, fminf(top1, v));
+          top1 = fmaxf(top1, v);
+        }
+        const float gsc = (bias != nullptr && G >= 2) ? top1 + top2 : top1;
+        s_gkey[g] = (static_cast<unsigned long long>(ordered_bits(gsc)) << 32) |
+                    static_cast<uint32_t>(~static_cast<uint32_t>(g));
+      }
+      __syncwarp();
+      for (int g = lane; g < num_groups; g += 32) {
+        const unsigned long long mine = s_gkey[g];
+        int better = 0;
+        for (int h = 0; h < num_groups; ++h) better += s_gkey[h] > mine;
+        s_kept[g] = better < topk_group;
+      }
+      __syncwarp();
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        const int e = s * 32 + lane;
+        if (e < E && !s_kept[e / G]) avail &= ~(1u << s);
+      }
+    }
+  }
+
+  // Lane-local best: the largest key, the lowest slot on ties.
+  uint32_t bk = 0;
+  int bslot = 0;
+  float bscore = 0.f;
+  auto rescan = [&]() {
+    bk = 0;
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      if (((avail >> s) & 1u) && key[s] > bk) {
+        bk = key[s];
+        bslot = s;
+        bscore = score[s];
+      }
+    }
+  };
+  rescan();
+  float my_w = 0.f, wsum = 0.f;
+  int my_id = -1;
+  for (int k = 0; k < K; ++k) {
+    const uint32_t m = __reduce_max_sync(kFullMask, bk);
+    if (m == 0) break;  // fewer selectable experts than K: excluded by validation
+    const uint32_t id = __reduce_min_sync(
+        kFullMask, bk == m ? static_cast<uint32_t>(bslot * 32 + lane) : 0xffffffffu);
+    const int owner = static_cast<int>(id & 31u);
+    const float w = __shfl_sync(kFullMask, bscore, owner);
+    wsum += w;  // k order
+    if (lane == k) {
+      my_w = w;
+      my_id = static_cast<int>(id);
+    }
+    if (lane == owner) {
+      avail &= ~(1u << (id >> 5));
+      rescan();
+    }
+  }
+  if (lane < K) {
+    float w = my_w;
+    if (renormalize) w = w / wsum;
+    w *= scale;
+    out_w[t * K + lane] = w;
+    out_ids[t * K + lane] = my_id;
+  }
+}
+
 template <class T, int kSlots>
 void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
   const TopKParams& p = l.params;
@@ -208,11 +383,12 @@ void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
                                                   static_cast<size_t>(p.num_expert_group) * 9)
                               : 0;
   const int64_t blocks = (l.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  fused_topk_kernel<T, kSlots>
-      <<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, smem, stream>>>(
-          static_cast<const T*>(l.gating), l.bias, l.num_tokens, l.num_experts, p.top_k,
-          p.scoring_func == ScoringFunc::kSoftmax, p.renormalize, p.num_expert_group, p.topk_group,
-          p.routed_scaling_factor, l.topk_weights, l.topk_ids);
+  auto kernel =
+      fused_topk_variant() == 1 ? fused_topk_kernel<T, kSlots> : fused_topk_v2_kernel<T, kSlots>;
+  kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, smem, stream>>>(
+      static_cast<const T*>(l.gating), l.bias, l.num_tokens, l.num_experts, p.top_k,
+      p.scoring_func == ScoringFunc::kSoftmax, p.renormalize, p.num_expert_group, p.topk_group,
+      p.routed_scaling_factor, l.topk_weights, l.topk_ids);
 }
 
 template <class T>
@@ -230,6 +406,11 @@ void launch_slots(const FusedTopKLaunch& l, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int& fused_topk_variant() {
+  static int variant = 2;
+  return variant;
+}
 
 void launch_fused_topk(const FusedTopKLaunch& l, cudaStream_t stream) {
   if (l.num_tokens == 0) return;
