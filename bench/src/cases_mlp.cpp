@@ -1,0 +1,657 @@
+// Cases of the MLP ops: MoEExpertMLPFwd, FusedMoEExpertsFwd, IndexedExpertMLPFwd,
+// FusedMoEFwd, FusedMoESharedExpertFwd, SharedExpertMLPFwd. Alternatives: cuBLAS
+// compositions (per-expert cublasGemmEx + a silu_and_mul kernel; routing, permutation
+// and the weighted combine by plain kernels) and the plain GPU reference.
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+
+#include "case.h"
+#include "reference/gpu_reference.h"
+#include "weak_ops.h"
+
+namespace moekit::bench {
+namespace {
+
+void sync(cudaStream_t s) {
+  BENCH_CUDA(cudaStreamSynchronize(s));
+}
+
+// ---- MoEExpertMLPFwd ---------------------------------------------------------------------------
+
+class ExpertMLPCase : public Case {
+ public:
+  using Case::Case;
+
+  void setup(Env& env) override {
+    const TensorSpec* x = row_.w.tensor("expert_input");
+    H_ = x->shape[1];
+    E_ = row_.w.tensor("w_gate_up")->shape[0];
+    F_ = row_.w.tensor("w_gate_up")->shape[1] / 2;
+    l_ = make_layout(row_, opt_, false, E_, x->shape[0], 0, 0, seed("counts"), &counts, &notes);
+    const int64_t P = l_.rows_total;
+    fill_normal(tensor("expert_input", dt_, {P, H_}), seed("expert_input"), 1.f, 0.f, env.stream);
+    fill_normal(tensor("w_gate_up", dt_, {E_, 2 * F_, H_}), seed("w_gate_up"),
+                1.f / std::sqrt(float(H_)), 0.f, env.stream);
+    fill_normal(tensor("w_down", dt_, {E_, H_, F_}), seed("w_down"), 1.f / std::sqrt(float(F_)),
+                0.f, env.stream);
+    tensor("layout_metadata", DType::kI32, {E_}).upload(l_.metadata());
+    tensor("expert_output", dt_, {P, H_});
+    stats.routed_rows = l_.valid_rows();
+    stats.active_experts = l_.active();
+    num_experts = E_;
+    if (linked(&moekit::expert_mlp_workspace_size))
+      ws_ = &scratch("workspace", moekit::expert_mlp_workspace_size(args(0, Workspace{})));
+    sync(env.stream);
+  }
+
+  ExpertMLPArgs args(int c, Workspace ws) {
+    ExpertMLPArgs a;
+    a.expert_input = find("expert_input").view(c);
+    a.layout_metadata = find("layout_metadata").view(c);
+    a.layout = PermutedLayout::contiguous(l_.alignment);
+    a.w_gate_up = find("w_gate_up").view(c);
+    a.w_down = find("w_down").view(c);
+    a.expert_output = find("expert_output").view(c);
+    a.workspace = ws;
+    return a;
+  }
+
+  bool ours_linked(std::string* why) const override {
+    *why = "moekit::moe_expert_mlp not linked";
+    return linked(&moekit::moe_expert_mlp) && linked(&moekit::expert_mlp_workspace_size);
+  }
+  void run_ours(int c, cudaStream_t s) override {
+    moekit::moe_expert_mlp(args(c, ws_->workspace()), s);
+  }
+
+  CheckResult check(Env& env) override {
+    find("expert_output").fill_bytes(0xFF);
+    run_ours(0, env.stream);
+    sync(env.stream);
+    HostTensor out = find("expert_output").download();
+    const double flops = 6.0 * l_.valid_rows() * F_ * H_;
+    const bool cpu = linked(&moekit::reference::moe_expert_mlp) &&
+                     cpu_reference_affordable(flops, find("w_gate_up").bytes() * 1.5);
+    int64_t checked = 0;
+    std::vector<uint8_t> mask = check_mask(l_, cpu ? l_.rows_total : opt_.check_rows, &checked);
+    HostTensor ref(dt_, {l_.rows_total, H_});
+    if (cpu) {
+      HostTensor x = find("expert_input").download(), gu = find("w_gate_up").download(),
+                 d = find("w_down").download(), m = l_.metadata();
+      ExpertMLPArgs a = args(0, Workspace{});
+      a.expert_input = x.view();
+      a.w_gate_up = gu.view();
+      a.w_down = d.view();
+      a.layout_metadata = m.view();
+      a.expert_output = ref.view();
+      moekit::reference::moe_expert_mlp(a);
+    } else {
+      DTensor o(dt_, {l_.rows_total, H_}), dm = upload_mask(mask);
+      ExpertMLPArgs a = args(0, Workspace{});
+      a.expert_output = o.view();
+      DBuffer ws(gpu_reference::expert_mlp_scratch_bytes(a));
+      a.workspace = ws.workspace();
+      gpu_reference::moe_expert_mlp(a, env.stream, dm.ptr<uint8_t>());
+      sync(env.stream);
+      ref = o.download();
+    }
+    return compare_tensors(out, ref, dt_, &mask, describe_ref(cpu, checked, l_.valid_rows()));
+  }
+
+  std::vector<AltFactory> alternatives() override {
+    std::vector<AltFactory> f;
+    f.push_back({"cublas-mlp", [this](Env& env) {
+                   const int64_t P = l_.rows_total;
+                   DBuffer* h = &scratch("h", P * 2 * F_ * 2);
+                   DBuffer* act = &scratch("act", P * F_ * 2);
+                   Impl im{"cublas-mlp", [this, h, act, &env, P](int c, cudaStream_t s) {
+                             grouped_gemm_loop(*env.blas, dt_, dt_, find("expert_input").data(c),
+                                               find("w_gate_up").data(c), h->data(), l_.start,
+                                               l_.count, 2 * F_, H_, s);
+                             silu_and_mul(h->data(), act->data(), dt_, P, F_, s);
+                             grouped_gemm_loop(
+                                 *env.blas, dt_, dt_, act->data(), find("w_down").data(c),
+                                 find("expert_output").data(c), l_.start, l_.count, H_, F_, s);
+                           }};
+                   im.note = "cublasGemmEx per active expert, silu_and_mul kernel between";
+                   return im;
+                 }});
+    f.push_back({"ref-cuda", [this](Env&) {
+                   DBuffer* ws = &scratch(
+                       "ref_ws", gpu_reference::expert_mlp_scratch_bytes(args(0, Workspace{})));
+                   Impl im{"ref-cuda", [this, ws](int c, cudaStream_t s) {
+                             gpu_reference::moe_expert_mlp(args(c, ws->workspace()), s);
+                           }};
+                   im.skip_timing = ref_cuda_too_slow(6.0 * l_.valid_rows() * F_ * H_, &im.note);
+                   return im;
+                 }});
+    return f;
+  }
+
+ private:
+  int64_t H_ = 0, E_ = 0, F_ = 0;
+  Layout l_;
+  DBuffer* ws_ = nullptr;
+};
+
+// ---- routed MoE ops: FusedMoEExpertsFwd, IndexedExpertMLPFwd, FusedMoEFwd(+shared) -------------
+
+class RoutedCase : public Case {
+ public:
+  enum class Kind { kExperts, kIndexed, kFused, kFusedShared };
+  RoutedCase(const Row& row, const Options& opt, Kind kind) : Case(row, opt), kind_(kind) {}
+
+  bool fused() const { return kind_ == Kind::kFused || kind_ == Kind::kFusedShared; }
+  bool shared() const { return kind_ == Kind::kFusedShared; }
+
+  void setup(Env& env) override {
+    const TensorSpec* x = row_.w.tensor("hidden_states");
+    T_ = x->shape[0];
+    H_ = x->shape[1];
+    E_ = row_.w.tensor("w_gate_up")->shape[0];
+    F_ = row_.w.tensor("w_gate_up")->shape[1] / 2;
+    fill_normal(tensor("hidden_states", dt_, {T_, H_}), seed("hidden_states"), 1.f, 0.f,
+                env.stream);
+    fill_normal(tensor("w_gate_up", dt_, {E_, 2 * F_, H_}), seed("w_gate_up"),
+                1.f / std::sqrt(float(H_)), 0.f, env.stream);
+    fill_normal(tensor("w_down", dt_, {E_, H_, F_}), seed("w_down"), 1.f / std::sqrt(float(F_)),
+                0.f, env.stream);
+    if (shared()) {
+      S_ = row_.w.tensor("shared_w_gate_up")->shape[0] / 2;
+      fill_normal(tensor("shared_w_gate_up", dt_, {2 * S_, H_}), seed("shared_w_gate_up"),
+                  1.f / std::sqrt(float(H_)), 0.f, env.stream);
+      fill_normal(tensor("shared_w_down", dt_, {H_, S_}), seed("shared_w_down"),
+                  1.f / std::sqrt(float(S_)), 0.f, env.stream);
+    }
+    if (fused()) {
+      p_.top_k = static_cast<int>(row_.w.int_param("top_k", 8));
+      p_.renormalize = row_.w.bool_param("renormalize", false);
+      p_.scoring_func =
+          row_.w.param("scoring_func") == "sigmoid" ? ScoringFunc::kSigmoid : ScoringFunc::kSoftmax;
+      p_.num_expert_group = static_cast<int>(row_.w.int_param("num_expert_group", 0));
+      p_.topk_group = static_cast<int>(row_.w.int_param("topk_group", 0));
+      p_.routed_scaling_factor = static_cast<float>(row_.w.float_param("routed_scaling_factor", 1));
+      K_ = p_.top_k;
+      const TensorSpec* g = row_.w.tensor("gating_output");
+      DType gdt = g->dtype.empty() ? dt_ : parse_dtype(g->dtype);
+      DTensor& logits = tensor("gating_output", gdt, {T_, E_});
+      fill_normal(logits, seed("gating_output"), 1.f, 0.f, env.stream);
+      if (auto skew = skew_bias(E_, seed_of("skew", opt_.seed), opt_.skew_alpha))
+        add_expert_bias(logits, skew->ptr<float>(), env.stream);
+      if (row_.w.tensor("correction_bias"))
+        fill_normal(tensor("correction_bias", DType::kF32, {E_}), seed("correction_bias"), 0.1f,
+                    0.f, env.stream);
+      // The reference routing: active experts, and the counts the cuBLAS composition uses.
+      ref_ids_ = DTensor(DType::kI32, {T_, K_});
+      ref_w_ = DTensor(DType::kF32, {T_, K_});
+      FusedTopKArgs tk;
+      tk.gating_output = logits.view();
+      if (has("correction_bias")) tk.correction_bias = find("correction_bias").view();
+      tk.params = p_;
+      tk.topk_ids = ref_ids_.view();
+      tk.topk_weights = ref_w_.view();
+      gpu_reference::fused_topk(tk, env.stream);
+    } else {
+      K_ = row_.w.tensor("topk_ids")->shape[1];
+      route_tokens(tensor("topk_ids", DType::kI32, {T_, K_}),
+                   tensor("topk_weights", DType::kF32, {T_, K_}), E_, seed("gating"), opt_,
+                   env.stream);
+    }
+    tensor("output", dt_, {T_, H_});
+    sync(env.stream);
+    HostTensor ids = fused() ? ref_ids_.download() : find("topk_ids").download();
+    stats = routing_stats(ids, E_);
+    num_experts = E_;
+    counts = "routed";
+    // Per-expert route counts (the permuted layout the composition's GEMMs see).
+    count_.assign(E_, 0);
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      int32_t e = ids.as<int32_t>()[i];
+      if (e >= 0 && e < E_) ++count_[e];
+    }
+    start_.assign(E_, 0);
+    for (int64_t e = 1; e < E_; ++e) start_[e] = start_[e - 1] + count_[e - 1];
+    size_t ws = workspace_size();
+    if (ws != size_t(-1)) ws_ = &scratch("workspace", ws);
+  }
+
+  // The op's own workspace size (-1 when the function is not linked).
+  size_t workspace_size() {
+    switch (kind_) {
+      case Kind::kExperts:
+        return linked(&moekit::fused_moe_experts_workspace_size)
+                   ? moekit::fused_moe_experts_workspace_size(experts_args(0, {}))
+                   : size_t(-1);
+      case Kind::kIndexed:
+        return linked(&moekit::indexed_expert_mlp_workspace_size)
+                   ? moekit::indexed_expert_mlp_workspace_size(experts_args(0, {}))
+                   : size_t(-1);
+      case Kind::kFused:
+        return linked(&moekit::fused_moe_workspace_size)
+                   ? moekit::fused_moe_workspace_size(fused_args(0, {}))
+                   : size_t(-1);
+      case Kind::kFusedShared:
+        return linked(&moekit::fused_moe_shared_expert_workspace_size)
+                   ? moekit::fused_moe_shared_expert_workspace_size(shared_args(0, {}))
+                   : size_t(-1);
+    }
+    return size_t(-1);
+  }
+
+  FusedMoEExpertsArgs experts_args(int c, Workspace ws) {
+    FusedMoEExpertsArgs a;
+    a.hidden_states = find("hidden_states").view(c);
+    a.w_gate_up = find("w_gate_up").view(c);
+    a.w_down = find("w_down").view(c);
+    a.topk_weights = find("topk_weights").view(c);
+    a.topk_ids = find("topk_ids").view(c);
+    a.output = find("output").view(c);
+    a.workspace = ws;
+    return a;
+  }
+
+  FusedMoEArgs fused_args(int c, Workspace ws) {
+    FusedMoEArgs a;
+    a.hidden_states = find("hidden_states").view(c);
+    a.gating_output = find("gating_output").view(c);
+    if (has("correction_bias")) a.correction_bias = find("correction_bias").view(c);
+    a.params = p_;
+    a.w_gate_up = find("w_gate_up").view(c);
+    a.w_down = find("w_down").view(c);
+    a.output = find("output").view(c);
+    a.workspace = ws;
+    return a;
+  }
+
+  FusedMoESharedExpertArgs shared_args(int c, Workspace ws) {
+    FusedMoESharedExpertArgs a;
+    a.moe = fused_args(c, ws);
+    a.shared_w_gate_up = find("shared_w_gate_up").view(c);
+    a.shared_w_down = find("shared_w_down").view(c);
+    return a;
+  }
+
+  bool ours_linked(std::string* why) const override {
+    switch (kind_) {
+      case Kind::kExperts:
+        *why = "moekit::fused_moe_experts not linked";
+        return linked(&moekit::fused_moe_experts) &&
+               linked(&moekit::fused_moe_experts_workspace_size);
+      case Kind::kIndexed:
+        *why = "moekit::indexed_expert_mlp not linked";
+        return linked(&moekit::indexed_expert_mlp) &&
+               linked(&moekit::indexed_expert_mlp_workspace_size);
+      case Kind::kFused:
+        *why = "moekit::fused_moe not linked";
+        return linked(&moekit::fused_moe) && linked(&moekit::fused_moe_workspace_size);
+      case Kind::kFusedShared:
+        *why = "moekit::fused_moe_shared_expert not linked";
+        return linked(&moekit::fused_moe_shared_expert) &&
+               linked(&moekit::fused_moe_shared_expert_workspace_size);
+    }
+    return false;
+  }
+
+  void run_ours(int c, cudaStream_t s) override {
+    Workspace ws = ws_->workspace();
+    switch (kind_) {
+      case Kind::kExperts:
+        moekit::fused_moe_experts(experts_args(c, ws), s);
+        break;
+      case Kind::kIndexed:
+        moekit::indexed_expert_mlp(experts_args(c, ws), s);
+        break;
+      case Kind::kFused:
+        moekit::fused_moe(fused_args(c, ws), s);
+        break;
+      case Kind::kFusedShared:
+        moekit::fused_moe_shared_expert(shared_args(c, ws), s);
+        break;
+    }
+  }
+
+  // The plain GPU reference of this op on copy c (token mask optional).
+  void run_reference(int c, Workspace ws, const TensorView& out, const uint8_t* mask,
+                     cudaStream_t s) {
+    switch (kind_) {
+      case Kind::kExperts:
+      case Kind::kIndexed: {
+        FusedMoEExpertsArgs a = experts_args(c, ws);
+        a.output = out;
+        gpu_reference::fused_moe_experts(a, s, mask);
+        break;
+      }
+      case Kind::kFused: {
+        FusedMoEArgs a = fused_args(c, ws);
+        a.output = out;
+        gpu_reference::fused_moe(a, s, mask);
+        break;
+      }
+      case Kind::kFusedShared: {
+        FusedMoESharedExpertArgs a = shared_args(c, ws);
+        a.moe.output = out;
+        gpu_reference::fused_moe_shared_expert(a, s, mask);
+        break;
+      }
+    }
+  }
+
+  size_t reference_scratch() {
+    switch (kind_) {
+      case Kind::kExperts:
+      case Kind::kIndexed:
+        return gpu_reference::fused_moe_experts_scratch_bytes(experts_args(0, {}));
+      case Kind::kFused:
+        return gpu_reference::fused_moe_scratch_bytes(fused_args(0, {}));
+      case Kind::kFusedShared:
+        return gpu_reference::fused_moe_shared_expert_scratch_bytes(shared_args(0, {}));
+    }
+    return 0;
+  }
+
+  bool cpu_reference_linked() const {
+    switch (kind_) {
+      case Kind::kExperts:
+        return linked(&moekit::reference::fused_moe_experts);
+      case Kind::kIndexed:
+        return linked(&moekit::reference::indexed_expert_mlp);
+      case Kind::kFused:
+        return linked(&moekit::reference::fused_moe);
+      case Kind::kFusedShared:
+        return linked(&moekit::reference::fused_moe_shared_expert);
+    }
+    return false;
+  }
+
+  double flops() const {
+    return 6.0 * stats.routed_rows * F_ * H_ + (shared() ? 6.0 * T_ * S_ * H_ : 0.0);
+  }
+
+  CheckResult check(Env& env) override {
+    find("output").fill_bytes(0xFF);
+    run_ours(0, env.stream);
+    sync(env.stream);
+    HostTensor out = find("output").download();
+    double weight_bytes =
+        find("w_gate_up").bytes() * 1.5 + (shared() ? find("shared_w_gate_up").bytes() * 1.5 : 0.0);
+    const bool cpu = cpu_reference_linked() && cpu_reference_affordable(flops(), weight_bytes);
+    std::vector<uint8_t> mask = sample_rows(T_, cpu ? T_ : opt_.check_rows);
+    int64_t checked = 0;
+    for (uint8_t m : mask) checked += m;
+    HostTensor ref(dt_, {T_, H_});
+    if (cpu) {
+      std::vector<HostTensor> keep;
+      auto host = [&](const char* n) {
+        keep.push_back(find(n).download());
+        return keep.back().view();
+      };
+      keep.reserve(8);
+      if (fused()) {
+        FusedMoEArgs a = fused_args(0, {});
+        a.hidden_states = host("hidden_states");
+        a.gating_output = host("gating_output");
+        if (has("correction_bias")) a.correction_bias = host("correction_bias");
+        a.w_gate_up = host("w_gate_up");
+        a.w_down = host("w_down");
+        a.output = ref.view();
+        if (shared()) {
+          FusedMoESharedExpertArgs sa;
+          sa.moe = a;
+          sa.shared_w_gate_up = host("shared_w_gate_up");
+          sa.shared_w_down = host("shared_w_down");
+          moekit::reference::fused_moe_shared_expert(sa);
+        } else {
+          moekit::reference::fused_moe(a);
+        }
+      } else {
+        FusedMoEExpertsArgs a = experts_args(0, {});
+        a.hidden_states = host("hidden_states");
+        a.w_gate_up = host("w_gate_up");
+        a.w_down = host("w_down");
+        a.topk_weights = host("topk_weights");
+        a.topk_ids = host("topk_ids");
+        a.output = ref.view();
+        if (kind_ == Kind::kIndexed)
+          moekit::reference::indexed_expert_mlp(a);
+        else
+          moekit::reference::fused_moe_experts(a);
+      }
+    } else {
+      DTensor o(dt_, {T_, H_}), dm = upload_mask(mask);
+      DBuffer ws(reference_scratch());
+      run_reference(0, ws.workspace(), o.view(), dm.ptr<uint8_t>(), env.stream);
+      sync(env.stream);
+      ref = o.download();
+    }
+    return compare_tensors(out, ref, dt_, &mask, describe_ref(cpu, checked, T_));
+  }
+
+  std::vector<AltFactory> alternatives() override {
+    std::vector<AltFactory> f;
+    f.push_back({"cublas-mlp", [this](Env& env) { return make_cublas(env); }});
+    f.push_back({"ref-cuda", [this](Env&) {
+                   DBuffer* ws = &scratch("ref_ws", reference_scratch());
+                   Impl im{"ref-cuda", [this, ws](int c, cudaStream_t s) {
+                             run_reference(c, ws->workspace(), find("output").view(c), nullptr, s);
+                           }};
+                   im.skip_timing = ref_cuda_too_slow(flops(), &im.note);
+                   return im;
+                 }});
+    if (kind_ == Kind::kIndexed)
+      f.push_back({"moekit-fused-experts", [this](Env&) {
+                     Impl im{"moekit-fused-experts", nullptr};
+                     if (!linked(&moekit::fused_moe_experts)) {
+                       im.available = false;
+                       im.note = "not linked";
+                       return im;
+                     }
+                     DBuffer* ws = &scratch(
+                         "fused_ws", moekit::fused_moe_experts_workspace_size(experts_args(0, {})));
+                     im.run = [this, ws](int c, cudaStream_t s) {
+                       moekit::fused_moe_experts(experts_args(c, ws->workspace()), s);
+                     };
+                     im.note = "moekit's sorted path (FusedMoEExpertsFwd) on the same inputs";
+                     return im;
+                   }});
+    return f;
+  }
+
+ private:
+  // Routing (fused ops) and permutation by the plain reference kernels, per-expert
+  // cublasGemmEx with the counts of the (deterministic) reference routing, a
+  // silu_and_mul kernel, the shared expert as two dense cuBLAS GEMMs, and a weighted
+  // combine kernel.
+  Impl make_cublas(Env& env) {
+    const int64_t R = T_ * K_, M = stats.routed_rows;
+    DBuffer* xp = &scratch("c_xp", R * H_ * 2);
+    DBuffer* meta = &scratch("c_meta", E_ * 4);
+    DBuffer* inv = &scratch("c_inv", R * 4);
+    DBuffer* h = &scratch("c_h", R * 2 * F_ * 2);
+    DBuffer* act = &scratch("c_act", R * F_ * 2);
+    DBuffer* y = &scratch("c_y", R * H_ * 2);
+    DBuffer* ids = fused() ? &scratch("c_ids", R * 4) : nullptr;
+    DBuffer* w = fused() ? &scratch("c_w", R * 4) : nullptr;
+    DBuffer* hs = shared() ? &scratch("c_hs", T_ * 2 * S_ * 2) : nullptr;
+    DBuffer* as = shared() ? &scratch("c_as", T_ * S_ * 2) : nullptr;
+    DBuffer* ys = shared() ? &scratch("c_ys", T_ * H_ * 2) : nullptr;
+    Impl im{"cublas-mlp", nullptr};
+    im.run = [=, &env](int c, cudaStream_t s) {
+      TensorView idv, wv;
+      if (fused()) {
+        FusedTopKArgs tk;
+        tk.gating_output = find("gating_output").view(c);
+        if (has("correction_bias")) tk.correction_bias = find("correction_bias").view(c);
+        tk.params = p_;
+        tk.topk_ids = make_view(ids->data(), DType::kI32, {T_, K_});
+        tk.topk_weights = make_view(w->data(), DType::kF32, {T_, K_});
+        gpu_reference::fused_topk(tk, s);
+        idv = tk.topk_ids;
+        wv = tk.topk_weights;
+      } else {
+        idv = find("topk_ids").view(c);
+        wv = find("topk_weights").view(c);
+      }
+      PrePermuteArgs pp;
+      pp.hidden_states = find("hidden_states").view(c);
+      pp.local_expert_ids = idv;
+      pp.num_local_experts = static_cast<int>(E_);
+      pp.layout = PermutedLayout::contiguous(1);
+      pp.permuted = make_view(xp->data(), dt_, {R, H_});
+      pp.layout_metadata = make_view(meta->data(), DType::kI32, {E_});
+      pp.inverse_indices = make_view(inv->data(), DType::kI32, {R});
+      gpu_reference::moe_pre_permute(pp, s);
+      grouped_gemm_loop(*env.blas, dt_, dt_, xp->data(), find("w_gate_up").data(c), h->data(),
+                        start_, count_, 2 * F_, H_, s);
+      silu_and_mul(h->data(), act->data(), dt_, M, F_, s);
+      grouped_gemm_loop(*env.blas, dt_, dt_, act->data(), find("w_down").data(c), y->data(), start_,
+                        count_, H_, F_, s);
+      if (shared()) {
+        gemm_nt(*env.blas, dt_, dt_, find("hidden_states").data(c),
+                find("shared_w_gate_up").data(c), hs->data(), T_, 2 * S_, H_, s);
+        silu_and_mul(hs->data(), as->data(), dt_, T_, S_, s);
+        gemm_nt(*env.blas, dt_, dt_, as->data(), find("shared_w_down").data(c), ys->data(), T_, H_,
+                S_, s);
+      }
+      combine_routes(y->data(), wv.ptr<float>(), static_cast<const int32_t*>(inv->data()),
+                     shared() ? ys->data() : nullptr, find("output").data(c), dt_, T_,
+                     static_cast<int>(K_), H_, s);
+    };
+    im.note = std::string(fused() ? "routing, " : "") +
+              "permute and combine by plain kernels, cublasGemmEx per active expert";
+    if (shared()) im.note += ", shared expert by dense cuBLAS";
+    return im;
+  }
+
+  Kind kind_;
+  int64_t T_ = 0, H_ = 0, E_ = 0, F_ = 0, K_ = 0, S_ = 0;
+  TopKParams p_;
+  DTensor ref_ids_, ref_w_;
+  std::vector<int64_t> start_, count_;
+  DBuffer* ws_ = nullptr;
+};
+
+// ---- SharedExpertMLPFwd ------------------------------------------------------------------------
+
+class SharedMLPCase : public Case {
+ public:
+  using Case::Case;
+
+  void setup(Env& env) override {
+    const TensorSpec* x = row_.w.tensor("hidden_states");
+    T_ = x->shape[0];
+    H_ = x->shape[1];
+    S_ = row_.w.tensor("w_gate_up")->shape[0] / 2;
+    fill_normal(tensor("hidden_states", dt_, {T_, H_}), seed("hidden_states"), 1.f, 0.f,
+                env.stream);
+    fill_normal(tensor("w_gate_up", dt_, {2 * S_, H_}), seed("w_gate_up"),
+                1.f / std::sqrt(float(H_)), 0.f, env.stream);
+    fill_normal(tensor("w_down", dt_, {H_, S_}), seed("w_down"), 1.f / std::sqrt(float(S_)), 0.f,
+                env.stream);
+    tensor("output", dt_, {T_, H_});
+    if (linked(&moekit::shared_expert_mlp_workspace_size))
+      ws_ = &scratch("workspace", moekit::shared_expert_mlp_workspace_size(args(0, {})));
+    stats.routed_rows = T_;
+    sync(env.stream);
+  }
+
+  SharedExpertMLPArgs args(int c, Workspace ws) {
+    SharedExpertMLPArgs a;
+    a.hidden_states = find("hidden_states").view(c);
+    a.w_gate_up = find("w_gate_up").view(c);
+    a.w_down = find("w_down").view(c);
+    a.output = find("output").view(c);
+    a.workspace = ws;
+    return a;
+  }
+
+  bool ours_linked(std::string* why) const override {
+    *why = "moekit::shared_expert_mlp not linked";
+    return linked(&moekit::shared_expert_mlp) && linked(&moekit::shared_expert_mlp_workspace_size);
+  }
+  void run_ours(int c, cudaStream_t s) override {
+    moekit::shared_expert_mlp(args(c, ws_->workspace()), s);
+  }
+
+  CheckResult check(Env& env) override {
+    find("output").fill_bytes(0xFF);
+    run_ours(0, env.stream);
+    sync(env.stream);
+    HostTensor out = find("output").download();
+    const double flops = 6.0 * T_ * S_ * H_;
+    const bool cpu = linked(&moekit::reference::shared_expert_mlp) &&
+                     cpu_reference_affordable(flops, find("w_gate_up").bytes() * 1.5);
+    std::vector<uint8_t> mask = sample_rows(T_, cpu ? T_ : opt_.check_rows);
+    int64_t checked = 0;
+    for (uint8_t m : mask) checked += m;
+    HostTensor ref(dt_, {T_, H_});
+    if (cpu) {
+      HostTensor x = find("hidden_states").download(), gu = find("w_gate_up").download(),
+                 d = find("w_down").download();
+      SharedExpertMLPArgs a = args(0, {});
+      a.hidden_states = x.view();
+      a.w_gate_up = gu.view();
+      a.w_down = d.view();
+      a.output = ref.view();
+      moekit::reference::shared_expert_mlp(a);
+    } else {
+      DTensor o(dt_, {T_, H_}), dm = upload_mask(mask);
+      SharedExpertMLPArgs a = args(0, {});
+      a.output = o.view();
+      DBuffer ws(gpu_reference::shared_expert_mlp_scratch_bytes(a));
+      a.workspace = ws.workspace();
+      gpu_reference::shared_expert_mlp(a, env.stream, dm.ptr<uint8_t>());
+      sync(env.stream);
+      ref = o.download();
+    }
+    return compare_tensors(out, ref, dt_, &mask, describe_ref(cpu, checked, T_));
+  }
+
+  std::vector<AltFactory> alternatives() override {
+    std::vector<AltFactory> f;
+    f.push_back({"cublas", [this](Env& env) {
+                   DBuffer* h = &scratch("h", T_ * 2 * S_ * 2);
+                   DBuffer* act = &scratch("act", T_ * S_ * 2);
+                   Impl im{"cublas", [this, h, act, &env](int c, cudaStream_t s) {
+                             gemm_nt(*env.blas, dt_, dt_, find("hidden_states").data(c),
+                                     find("w_gate_up").data(c), h->data(), T_, 2 * S_, H_, s);
+                             silu_and_mul(h->data(), act->data(), dt_, T_, S_, s);
+                             gemm_nt(*env.blas, dt_, dt_, act->data(), find("w_down").data(c),
+                                     find("output").data(c), T_, H_, S_, s);
+                           }};
+                   im.note = "two cublasGemmEx and a silu_and_mul kernel";
+                   return im;
+                 }});
+    f.push_back({"ref-cuda", [this](Env&) {
+                   DBuffer* ws = &scratch(
+                       "ref_ws", gpu_reference::shared_expert_mlp_scratch_bytes(args(0, {})));
+                   Impl im{"ref-cuda", [this, ws](int c, cudaStream_t s) {
+                             gpu_reference::shared_expert_mlp(args(c, ws->workspace()), s);
+                           }};
+                   im.skip_timing = ref_cuda_too_slow(6.0 * T_ * S_ * H_, &im.note);
+                   return im;
+                 }});
+    return f;
+  }
+
+ private:
+  int64_t T_ = 0, H_ = 0, S_ = 0;
+  DBuffer* ws_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Case> make_mlp_case(const Row& row, const Options& opt) {
+  const std::string& op = row.w.op;
+  using K = RoutedCase::Kind;
+  if (op == "MoEExpertMLPFwd") return std::make_unique<ExpertMLPCase>(row, opt);
+  if (op == "FusedMoEExpertsFwd") return std::make_unique<RoutedCase>(row, opt, K::kExperts);
+  if (op == "IndexedExpertMLPFwd") return std::make_unique<RoutedCase>(row, opt, K::kIndexed);
+  if (op == "FusedMoEFwd") return std::make_unique<RoutedCase>(row, opt, K::kFused);
+  if (op == "FusedMoESharedExpertFwd")
+    return std::make_unique<RoutedCase>(row, opt, K::kFusedShared);
+  if (op == "SharedExpertMLPFwd") return std::make_unique<SharedMLPCase>(row, opt);
+  return nullptr;
+}
+
+}  // namespace moekit::bench

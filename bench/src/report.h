@@ -1,0 +1,62 @@
+// Results of a benchmark run and their renderings: the plain table (stdout), markdown,
+// JSON, and the merge of externally measured alternatives. Host code only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model.h"
+
+namespace moekit::bench {
+
+struct AltTime {
+  std::string name;
+  double ms = -1;         // < 0: not timed (see note)
+  std::string note;       // why it was not timed, or a caveat
+  bool external = false;  // merged from --extra-alternatives
+};
+
+struct RowResult {
+  std::string op, workload, base_workload, dtype;
+  int64_t tokens = -1;
+  std::string status = "ok";  // "ok", or why the row was not measured
+  double ours_ms = -1;
+  std::vector<AltTime> alternatives;
+  double page_ms = -1;
+  Cost cost;
+  Sol sol;
+  int64_t active_experts = -1, num_experts = 0, routed_rows = -1;
+  bool checked = false, acc_pass = false;
+  double rel_l2 = -1, err_ratio = -1;
+  std::string reference;  // "cpu-f64", "gpu-f32 (256 of 4096 rows)", ...
+  std::string timing;     // "graph x512 rot 8", "flush", "plain"
+  std::string counts;     // "equal", "random", "routed" (permuted-layout / routed ops)
+  std::vector<std::string> notes;
+
+  // The fastest timed alternative (-1 / "" when none).
+  double best_alt_ms() const;
+  std::string best_alt_name() const;
+  double ratio() const;  // best alternative / ours (-1 when either is missing)
+};
+
+struct RunMeta {
+  std::string device, device_uuid, commit, date, workloads;
+  Ceilings ceilings;
+  std::string options;  // the command line, for the record
+};
+
+std::string format_ms(double ms);  // 4 significant digits, no exponent; "-" when < 0
+
+std::string render_table(const std::vector<RowResult>& rows, const RunMeta& meta);
+std::string render_markdown(const std::vector<RowResult>& rows, const RunMeta& meta);
+std::string render_json(const std::vector<RowResult>& rows, const RunMeta& meta);
+
+// Merges externally measured times into the rows, by (op, workload, dtype). The file is
+// either {"records": [...]} (the shape of --json output) or a plain array; each record
+// has op, workload, dtype and either "alternatives": {name: ms} or "name" and "ms".
+// Returns the number of times merged; `unmatched` gets the records that matched no row.
+int merge_extra_alternatives(std::vector<RowResult>& rows, const std::string& json_text,
+                             std::vector<std::string>* unmatched = nullptr);
+
+}  // namespace moekit::bench

@@ -1,0 +1,148 @@
+// CPU tests of the benchmark's outputs (JSON schema, markdown, table), the merge of
+// externally measured alternatives, and the command line.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "cli.h"
+#include "report.h"
+
+namespace moekit::bench {
+namespace {
+
+std::vector<RowResult> sample_rows() {
+  RowResult a;
+  a.op = "MoEGroupedGemmFwd";
+  a.workload = a.base_workload = "ds-v3-decode-mlp-up";
+  a.dtype = "bf16";
+  a.ours_ms = 3.5;
+  a.alternatives = {{"cublas", 4.2, "", false},
+                    {"ref-cuda", 40.0, "", false},
+                    {"cublas-grouped", -1, "rejected", false}};
+  a.page_ms = 3.4318;
+  a.cost = {2.4e11, 1.5e10};
+  a.sol = classify(a.cost, false, Ceilings{}, a.ours_ms);
+  a.active_experts = 256;
+  a.num_experts = 256;
+  a.routed_rows = 4096;
+  a.checked = true;
+  a.acc_pass = true;
+  a.rel_l2 = 3e-3;
+  a.err_ratio = 0;
+  a.reference = "gpu-f32";
+  RowResult b;
+  b.op = "FusedTopKFwd";
+  b.workload = b.base_workload = "qwen3-235b-t32";
+  b.dtype = "bf16";
+  b.status = "not implemented in this build";
+  return {a, b};
+}
+
+RunMeta meta() {
+  RunMeta m;
+  m.device = "NVIDIA H200";
+  m.device_uuid = "GPU-0";
+  m.commit = "abc1234";
+  m.date = "2026-12-02";
+  return m;
+}
+
+TEST(Report, RatioIsTheFastestAlternativeOverOurs) {
+  std::vector<RowResult> rows = sample_rows();
+  EXPECT_DOUBLE_EQ(rows[0].best_alt_ms(), 4.2);
+  EXPECT_EQ(rows[0].best_alt_name(), "cublas");
+  EXPECT_DOUBLE_EQ(rows[0].ratio(), 1.2);
+  EXPECT_DOUBLE_EQ(rows[1].ratio(), -1);
+}
+
+TEST(Report, JsonHasTheSchemaFieldsOncePerRecordAndFile) {
+  nlohmann::json j = nlohmann::json::parse(render_json(sample_rows(), meta()));
+  EXPECT_EQ(j["device"], "NVIDIA H200");
+  EXPECT_EQ(j["commit"], "abc1234");
+  EXPECT_EQ(j["date"], "2026-12-02");
+  ASSERT_TRUE(j["ceilings"].contains("read_tbps"));
+  ASSERT_EQ(j["records"].size(), 2u);
+  const auto& r = j["records"][0];
+  for (const char* key : {"op", "workload", "dtype", "ours_ms", "alternatives", "page_ms", "sol",
+                          "bound", "active_experts", "rel_l2", "err_ratio"})
+    EXPECT_TRUE(r.contains(key)) << key;
+  EXPECT_EQ(r["op"], "MoEGroupedGemmFwd");
+  EXPECT_DOUBLE_EQ(r["ours_ms"].get<double>(), 3.5);
+  EXPECT_DOUBLE_EQ(r["alternatives"]["cublas"].get<double>(), 4.2);
+  EXPECT_TRUE(r["alternatives"]["cublas-grouped"].is_null());
+  EXPECT_EQ(r["alternative_notes"]["cublas-grouped"], "rejected");
+  EXPECT_EQ(r["active_experts"], 256);
+  EXPECT_EQ(r["accuracy"], "pass");
+  EXPECT_EQ(r["bound"], "mem");
+  EXPECT_FALSE(j["records"][0].contains("device"));  // once per file
+  const auto& s = j["records"][1];
+  EXPECT_TRUE(s["ours_ms"].is_null());
+  EXPECT_EQ(s["status"], "not implemented in this build");
+  EXPECT_EQ(s["accuracy"], "unchecked");
+}
+
+TEST(Report, TableAndMarkdownShowEveryRow) {
+  std::string t = render_table(sample_rows(), meta());
+  EXPECT_NE(t.find("MoEGroupedGemmFwd"), std::string::npos);
+  EXPECT_NE(t.find("ds-v3-decode-mlp-up"), std::string::npos);
+  EXPECT_NE(t.find("1.20x"), std::string::npos);
+  EXPECT_NE(t.find("256/256"), std::string::npos);
+  EXPECT_NE(t.find("not implemented"), std::string::npos);
+  std::string md = render_markdown(sample_rows(), meta());
+  EXPECT_NE(md.find("### FusedTopKFwd"), std::string::npos);
+  EXPECT_NE(md.find("| ds-v3-decode-mlp-up | bf16 | 1.20x | 3.500 |"), std::string::npos) << md;
+}
+
+TEST(Report, FormatsTimesToFourDigits) {
+  EXPECT_EQ(format_ms(3.43184), "3.432");
+  EXPECT_EQ(format_ms(0.00326), "0.003260");
+  EXPECT_EQ(format_ms(12.8296), "12.83");
+  EXPECT_EQ(format_ms(-1), "-");
+}
+
+TEST(Report, MergesExternalAlternatives) {
+  std::vector<RowResult> rows = sample_rows();
+  std::vector<std::string> unmatched;
+  int n = merge_extra_alternatives(rows, R"({"records": [
+      {"op": "MoEGroupedGemmFwd", "workload": "ds-v3-decode-mlp-up", "dtype": "bf16",
+       "alternatives": {"torch-grouped-mm": 3.9, "cublas": 4.0}},
+      {"op": "MoEGroupedGemmFwd", "workload": "nope", "dtype": "bf16", "name": "x", "ms": 1}]})",
+                                   &unmatched);
+  EXPECT_EQ(n, 2);
+  ASSERT_EQ(unmatched.size(), 1u);
+  EXPECT_DOUBLE_EQ(rows[0].best_alt_ms(), 3.9);
+  EXPECT_EQ(rows[0].best_alt_name(), "torch-grouped-mm");
+  bool renamed = false;
+  for (const AltTime& a : rows[0].alternatives) renamed |= a.name == "cublas-ext" && a.external;
+  EXPECT_TRUE(renamed);
+  // A plain array of name/ms records works too.
+  n = merge_extra_alternatives(rows, R"([{"op": "MoEGroupedGemmFwd",
+      "workload": "ds-v3-decode-mlp-up", "dtype": "bf16", "name": "triton", "ms": 2.0}])");
+  EXPECT_EQ(n, 1);
+  EXPECT_DOUBLE_EQ(rows[0].ratio(), 2.0 / 3.5);
+  EXPECT_THROW(merge_extra_alternatives(rows, "{\"x\": 1}"), std::runtime_error);
+  EXPECT_THROW(merge_extra_alternatives(rows, "[{\"op\": \"a\"}]"), std::runtime_error);
+}
+
+TEST(Cli, ParsesFiltersAndValues) {
+  Options o =
+      parse_options({"--op", "Grouped", "--dtype=bf16", "--tokens", "1-3,8", "--quick", "--json",
+                     "out.json", "--skew", "0.5", "--random-counts", "--rounds", "5"});
+  EXPECT_EQ(o.filters.op, "Grouped");
+  EXPECT_EQ(o.filters.dtype, "bf16");
+  EXPECT_EQ(o.tokens, (std::vector<int64_t>{1, 2, 3, 8}));
+  EXPECT_TRUE(o.quick);
+  EXPECT_TRUE(o.random_counts);
+  EXPECT_EQ(o.json_path, "out.json");
+  EXPECT_DOUBLE_EQ(o.skew_alpha, 0.5);
+  EXPECT_EQ(o.rounds, 5);
+  EXPECT_THROW(parse_options({"--bogus"}), std::invalid_argument);
+  EXPECT_THROW(parse_options({"--json"}), std::invalid_argument);
+  EXPECT_THROW(parse_options({"--tokens", "5-1"}), std::invalid_argument);
+  EXPECT_THROW(parse_options({"--rounds", "x"}), std::invalid_argument);
+  EXPECT_FALSE(usage().empty());
+}
+
+}  // namespace
+}  // namespace moekit::bench
