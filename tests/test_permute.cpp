@@ -732,21 +732,9 @@ TEST(PostPermuteGpu, MatchesReference) {
   for (const PostCase& c : cases) check_post_case(c, seed++);
 }
 
-// The first kernel versions stay selectable for comparison; they must agree too.
-TEST(PermuteGpu, FirstKernelVersionsMatchReference) {
+// Every rows-per-block setting of the fused pre-permute kernel is correct.
+TEST(PermuteGpu, FusedPrePermuteAnyRowsPerBlock) {
   MOEKIT_REQUIRE_GPU();
-  detail::permute_align_variant() = 1;
-  detail::pre_permute_variant() = 1;
-  check_align_case({0, 8, 256, 64, IdMode::kUniform}, 61);
-  check_align_case({513, 6, 160, 32, IdMode::kMixed}, 62);
-  check_align_case({4096, 8, 384, 64, IdMode::kMixed}, 63);
-  check_align_case({77, 16, 512, 256, IdMode::kOneExpert}, 64);
-  check_pre_case({DType::kBF16, 100, 8, 32, 1, 7168, IdMode::kUniform}, 65);
-  check_pre_case({DType::kF32, 77, 3, 7, 3, 24, IdMode::kMixed}, 66);
-  check_pre_case({DType::kF16, 0, 8, 32, 1, 128, IdMode::kUniform}, 67);
-  detail::permute_align_variant() = 2;
-  detail::pre_permute_variant() = 2;
-  // Every rows-per-block setting of the fused pre-permute kernel is correct.
   for (int rows : {1, 3, 8, 32}) {
     detail::pre_permute_rows_override() = rows;
     check_pre_case({DType::kBF16, 100, 8, 32, 1, 7168, IdMode::kMixed}, 70 + rows);
@@ -760,19 +748,14 @@ TEST(PermuteGpu, TimingOfSeedShapes) {
   cudaStream_t s;
   MOEKIT_CUDA_OK(cudaStreamCreate(&s));
   std::mt19937_64 rng(51);
-  for (int variant : {2, 1}) {
-    detail::permute_align_variant() = variant;
-    for (int E : {384, 256, 128}) {
-      for (int64_t T : {1, 32, 512, 4096}) {
-        HostTensor ids = random_ids(T, 8, E, IdMode::kUniform, rng);
-        AlignBuffers d(ids, E, 64, align_ws_bytes(ids, E, 64));
-        printf("[timing] moe_permute_align v%d E=%d T=%-5lld K=8 bs=64    %7.2f us/call\n", variant,
-               E, static_cast<long long>(T),
-               graph_time_us(s, [&] { moe_permute_align(d.args, s); }));
-      }
+  for (int E : {384, 256, 128}) {
+    for (int64_t T : {1, 32, 512, 4096}) {
+      HostTensor ids = random_ids(T, 8, E, IdMode::kUniform, rng);
+      AlignBuffers d(ids, E, 64, align_ws_bytes(ids, E, 64));
+      printf("[timing] moe_permute_align E=%d T=%-5lld K=8 bs=64          %7.2f us/call\n", E,
+             static_cast<long long>(T), graph_time_us(s, [&] { moe_permute_align(d.args, s); }));
     }
   }
-  detail::permute_align_variant() = 2;
   {
     HostTensor ids = random_ids(65536, 8, 256, IdMode::kUniform, rng);
     AlignBuffers d(ids, 256, 64, align_ws_bytes(ids, 256, 64));
@@ -793,15 +776,11 @@ TEST(PermuteGpu, TimingOfSeedShapes) {
     x.fill_normal(rng);
     HostTensor ids = random_ids(sh.T, sh.K, sh.E, IdMode::kUniform, rng);
     PreBuffers d(x, ids, sh.E, 1, 0);
-    for (int variant : {2, 1}) {
-      detail::pre_permute_variant() = variant;
-      printf("[timing] moe_pre_permute  v%d %-18s bf16    %7.2f us/call\n", variant, sh.name,
-             graph_time_us(s, [&] { moe_pre_permute(d.args, s); }));
-    }
-    detail::pre_permute_variant() = 2;
+    printf("[timing] moe_pre_permute  %-18s bf16       %7.2f us/call\n", sh.name,
+           graph_time_us(s, [&] { moe_pre_permute(d.args, s); }));
     for (int rows : {1, 2, 4, 8, 16, 32}) {
       detail::pre_permute_rows_override() = rows;
-      printf("[timing] moe_pre_permute  v2 %-18s rows=%-2d %7.2f us/call\n", sh.name, rows,
+      printf("[timing] moe_pre_permute  %-18s rows=%-2d    %7.2f us/call\n", sh.name, rows,
              graph_time_us(s, [&] { moe_pre_permute(d.args, s); }));
     }
     detail::pre_permute_rows_override() = 0;

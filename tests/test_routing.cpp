@@ -14,7 +14,6 @@
 #include "moekit/reference.h"
 #include "moekit/routing.h"
 #include "reference/host_tensor.h"
-#include "routing/fused_topk_kernel.h"
 #include "support/gpu.h"
 
 namespace moekit {
@@ -417,18 +416,6 @@ TEST(FusedTopKGpu, MatchesReferenceOnRandomInputs) {
   for (const TopKCase& c : random_cases()) check_topk_case(c, seed++);
 }
 
-// The first kernel version stays selectable for comparison; it must agree too.
-TEST(FusedTopKGpu, FirstKernelVersionMatchesReference) {
-  MOEKIT_REQUIRE_GPU();
-  detail::fused_topk_variant() = 1;
-  uint64_t seed = 4321;
-  for (const TopKCase& c : random_cases()) check_topk_case(c, seed++);
-  check_topk_case({DType::kBF16, 4096, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true}, 77);
-  check_topk_case(
-      {DType::kBF16, 200, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true, 1.0, 4, 0.0}, 78);
-  detail::fused_topk_variant() = 2;
-}
-
 TEST(FusedTopKGpu, EmptyAndLargeBatches) {
   MOEKIT_REQUIRE_GPU();
   check_topk_case({DType::kBF16, 0, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true}, 7);
@@ -487,47 +474,42 @@ TEST(FusedTopKGpu, TimingOfSeedShapes) {
   };
   cudaStream_t s;
   MOEKIT_CUDA_OK(cudaStreamCreate(&s));
-  for (int variant : {2, 1}) {
-    detail::fused_topk_variant() = variant;
-    for (const Shape& sh : shapes) {
-      std::mt19937_64 rng(5);
-      HostTensor g(sh.dtype, {sh.T, sh.E}), bias(DType::kF32, {sh.E});
-      g.fill_normal(rng);
-      bias.fill_normal(rng, 0.1);
-      testing::DeviceTensor dg(g), db(bias), dw(DType::kF32, {sh.T, 8}), di(DType::kI32, {sh.T, 8});
-      FusedTopKArgs a;
-      a.gating_output = dg.view();
-      if (sh.bias) a.correction_bias = db.view();
-      a.params = sh.p;
-      a.topk_weights = dw.view();
-      a.topk_ids = di.view();
-      constexpr int kReps = 50;
-      fused_topk(a, s);
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      MOEKIT_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      for (int i = 0; i < kReps; ++i) fused_topk(a, s);
-      MOEKIT_CUDA_OK(cudaStreamEndCapture(s, &graph));
-      MOEKIT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-      MOEKIT_CUDA_OK(cudaGraphLaunch(exec, s));
-      cudaEvent_t e0, e1;
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-      cudaEventRecord(e0, s);
-      for (int i = 0; i < 5; ++i) cudaGraphLaunch(exec, s);
-      cudaEventRecord(e1, s);
-      MOEKIT_CUDA_OK(cudaEventSynchronize(e1));
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      printf("[timing] fused_topk v%d %-22s %7.2f us/call\n", variant, sh.name,
-             1000.0 * ms / (5 * kReps));
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
-    }
+  for (const Shape& sh : shapes) {
+    std::mt19937_64 rng(5);
+    HostTensor g(sh.dtype, {sh.T, sh.E}), bias(DType::kF32, {sh.E});
+    g.fill_normal(rng);
+    bias.fill_normal(rng, 0.1);
+    testing::DeviceTensor dg(g), db(bias), dw(DType::kF32, {sh.T, 8}), di(DType::kI32, {sh.T, 8});
+    FusedTopKArgs a;
+    a.gating_output = dg.view();
+    if (sh.bias) a.correction_bias = db.view();
+    a.params = sh.p;
+    a.topk_weights = dw.view();
+    a.topk_ids = di.view();
+    constexpr int kReps = 50;
+    fused_topk(a, s);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    MOEKIT_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < kReps; ++i) fused_topk(a, s);
+    MOEKIT_CUDA_OK(cudaStreamEndCapture(s, &graph));
+    MOEKIT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    MOEKIT_CUDA_OK(cudaGraphLaunch(exec, s));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, s);
+    for (int i = 0; i < 5; ++i) cudaGraphLaunch(exec, s);
+    cudaEventRecord(e1, s);
+    MOEKIT_CUDA_OK(cudaEventSynchronize(e1));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    printf("[timing] fused_topk %-22s %7.2f us/call\n", sh.name, 1000.0 * ms / (5 * kReps));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
   }
-  detail::fused_topk_variant() = 2;
   cudaStreamDestroy(s);
 }
 

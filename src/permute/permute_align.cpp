@@ -18,7 +18,7 @@ int64_t permute_align_num_blocks(int64_t num_routes, int num_experts, int block_
 
 size_t permute_align_workspace_size(const PermuteAlignArgs& args) {
   const int64_t routes = args.topk_ids.ndim == 2 ? args.topk_ids.numel() : 0;
-  if (routes <= detail::kAlignSingleBlockMaxRoutes || args.num_experts <= 0) return 0;
+  if (routes <= detail::kAlignFusedMaxRoutes || args.num_experts <= 0) return 0;
   return detail::route_chunk_workspace_bytes(routes, args.num_experts);
 }
 

@@ -1,8 +1,8 @@
-// MoEPermuteAlignFwd kernels. Up to kAlignSingleBlockMaxRoutes routes: one block
-// of 1024 threads stages the ids in shared memory, counts, scans and scatters
-// (one launch). Above: chunk counts + scan (route_sort.cu), then a scatter kernel
-// per chunk. Padding / tail slots get the sentinel T*K and expert_ids is filled
-// one warp per block of block_size slots, so every output element is written once.
+// MoEPermuteAlignFwd kernels. Up to kAlignFusedMaxRoutes routes: ONE launch of
+// 1024-thread blocks (align_fused_kernel). Above: chunk counts + scan
+// (route_sort.cu), then a scatter kernel per chunk of kRouteChunk routes. Padding
+// and tail slots get the sentinel T*K and expert_ids is filled one warp per block
+// of block_size slots, so every output element is written exactly once.
 #include <algorithm>
 
 #include "core/check.h"
@@ -45,44 +45,6 @@ __device__ void align_fill(int gwarp, int nwarps, int num_experts, int block_siz
 }
 
 __global__ void __launch_bounds__(kThreads)
-    align_single_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
-                        int block_size, int32_t* __restrict__ sorted, int sorted_size,
-                        int32_t* __restrict__ expert_ids, int num_blocks,
-                        int32_t* __restrict__ num_post) {
-  extern __shared__ int smem[];
-  int* s_ids = smem;                             // [num_routes]
-  int* warp_cnt = s_ids + num_routes;            // [kWarps][E]
-  int* start = warp_cnt + kWarps * num_experts;  // [E]
-  int* cnt = start + num_experts;                // [E]
-  const int tid = threadIdx.x;
-#pragma unroll 8
-  for (int i = tid; i < num_routes; i += kThreads) {
-    const int e = __ldg(ids + i);
-    s_ids[i] = route::valid_id(e, num_experts) ? e : -1;  // out-of-range ids drop like -1
-  }
-  for (int i = tid; i < kWarps * num_experts; i += kThreads) warp_cnt[i] = 0;
-  __syncthreads();
-  route::warp_counts(s_ids, num_routes, num_experts, warp_cnt);
-  __syncthreads();
-  for (int e = tid; e < num_experts; e += kThreads) {
-    int c = 0;
-    for (int w = 0; w < kWarps; ++w) c += warp_cnt[w * num_experts + e];
-    cnt[e] = c;
-    start[e] = route::align_up(c, block_size);
-  }
-  __syncthreads();
-  const int total = route::block_exclusive_scan(start, num_experts);
-  route::warp_offsets(warp_cnt, num_experts, start, nullptr);
-  __syncthreads();
-  route::warp_scatter(s_ids, num_routes, num_experts, warp_cnt, [&](int i, int pos) {
-    if (pos >= 0) sorted[pos] = i;
-  });
-  align_fill(tid >> 5, kWarps, num_experts, block_size, start, cnt, total, num_routes, sorted,
-             sorted_size, expert_ids, num_blocks);
-  if (tid == 0) *num_post = total;
-}
-
-__global__ void __launch_bounds__(kThreads)
     align_scatter_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
                          int block_size, const int32_t* __restrict__ chunk_offsets,
                          const int32_t* __restrict__ g_start, const int32_t* __restrict__ g_cnt,
@@ -121,7 +83,7 @@ __global__ void __launch_bounds__(kThreads)
              cnt, total, num_routes, sorted, sorted_size, expert_ids, num_blocks);
 }
 
-// Version 2 (up to kAlignSingleBlockMaxRoutes routes), one launch over many SMs:
+// Up to kAlignFusedMaxRoutes routes: one launch over many SMs.
 // block b owns routes [1024 b, 1024 b + 1024), one 32-route step per warp. Every
 // block recounts all ids (order-free shared atomics; <= 32 loads per thread) to get
 // the expert starts and the routes of each expert before its chunk, ranks its own
@@ -183,25 +145,13 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-int& permute_align_variant() {
-  static int variant = 2;
-  return variant;
-}
-
 void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
   const int E = l.num_experts;
-  if (l.num_routes <= kAlignSingleBlockMaxRoutes && permute_align_variant() != 1) {
+  if (l.num_routes <= kAlignFusedMaxRoutes) {
     // Enough blocks for the routes (1024 each) and for the fill (32 blocks of slots each).
     const int blocks = std::max(
         {(l.num_routes + kFusedChunk - 1) / kFusedChunk, (l.num_blocks + kWarps - 1) / kWarps, 1});
     align_fused_kernel<<<blocks, kThreads, 0, stream>>>(
-        l.topk_ids, l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size, l.expert_ids,
-        l.num_blocks, l.num_tokens_post_padded);
-  } else if (l.num_routes <= kAlignSingleBlockMaxRoutes) {
-    const int smem = (l.num_routes + (kWarps + 2) * E) * 4;
-    constexpr int kMaxSmem = (kAlignSingleBlockMaxRoutes + (kWarps + 2) * kPermuteMaxExperts) * 4;
-    allow_large_smem(reinterpret_cast<const void*>(align_single_kernel), kMaxSmem, 0);
-    align_single_kernel<<<1, kThreads, smem, stream>>>(
         l.topk_ids, l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size, l.expert_ids,
         l.num_blocks, l.num_tokens_post_padded);
   } else {
@@ -212,7 +162,7 @@ void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
     const int32_t* start = offsets + static_cast<int64_t>(chunks) * E;
     const int smem = (kRouteChunk + (kWarps + 2) * E) * 4;
     constexpr int kMaxSmem = (kRouteChunk + (kWarps + 2) * kPermuteMaxExperts) * 4;
-    allow_large_smem(reinterpret_cast<const void*>(align_scatter_kernel), kMaxSmem, 1);
+    allow_large_smem(reinterpret_cast<const void*>(align_scatter_kernel), kMaxSmem, 0);
     align_scatter_kernel<<<chunks, kThreads, smem, stream>>>(
         l.topk_ids, l.num_routes, E, l.block_size, offsets, start, start + E, l.sorted_token_ids,
         l.sorted_size, l.expert_ids, l.num_blocks);

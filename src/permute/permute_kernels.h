@@ -12,9 +12,9 @@
 namespace moekit::detail {
 
 constexpr int kPermuteMaxExperts = 512;
-// PermuteAlign runs as a single block (ids staged in shared memory) up to this
-// many routes; above it, three kernels over chunks of kRouteChunk routes.
-constexpr int64_t kAlignSingleBlockMaxRoutes = 32768;
+// PermuteAlign runs as one launch (every block recounts all ids) up to this many
+// routes; above it, three kernels over chunks of kRouteChunk routes.
+constexpr int64_t kAlignFusedMaxRoutes = 32768;
 // PrePermute runs as one fused kernel (each block recounts all ids) up to this
 // many routes; above it, count / scan / scatter / copy kernels.
 constexpr int64_t kPrePermuteFusedMaxRoutes = 4096;
@@ -79,11 +79,9 @@ void launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_e
                                    int alignment, void* workspace, int32_t* layout_metadata,
                                    int32_t* num_post_padded, cudaStream_t stream);
 
-// Testing / tuning knobs (not thread-safe; tests only). Variant 2 is the default;
-// 1 selects the first version of a kernel, kept for comparison.
-int& permute_align_variant();
-int& pre_permute_variant();
-int& pre_permute_rows_override();  // > 0: routes per block of the fused pre-permute kernel
+// Tuning knob (not thread-safe; tests and tuning only): > 0 overrides the routes
+// per block (1..32) of the fused pre-permute kernel.
+int& pre_permute_rows_override();
 
 // Allows a kernel more than 48 KiB of dynamic shared memory (once per device).
 void allow_large_smem(const void* kernel, int bytes, int slot);

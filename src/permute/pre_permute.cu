@@ -49,88 +49,16 @@ __device__ __forceinline__ void copy_items(const uint4* __restrict__ hidden, int
   }
 }
 
+// The fused kernel (T*K <= kPrePermuteFusedMaxRoutes): block b owns routes
+// [b*rows, b*rows + rows). Three block barriers: after zeroing, after the counts,
+// and after warp 0 has scanned the expert starts (<= 16 experts per lane) and
+// ranked the block's routes.
 __global__ void __launch_bounds__(kCopyThreads)
     pre_permute_fused_kernel(const uint4* __restrict__ hidden, int V,
                              const int32_t* __restrict__ ids, int num_routes, int top_k,
                              int num_experts, int alignment, int rows_per_block,
                              uint4* __restrict__ permuted, int32_t* __restrict__ layout_metadata,
                              int32_t* __restrict__ inverse) {
-  __shared__ int hist[kPermuteMaxExperts];
-  __shared__ int before[kPermuteMaxExperts];
-  __shared__ int start[kPermuteMaxExperts];
-  __shared__ int dest[kMaxFusedRows];
-  const int tid = threadIdx.x;
-  const int r0 = blockIdx.x * rows_per_block;
-  const int nr = min(rows_per_block, num_routes - r0);
-  const int work = nr * V;
-
-  // Source rows are known up front: start their loads before the counting.
-  uint4 pre[kPreload];
-#pragma unroll
-  for (int j = 0; j < kPreload; ++j) {
-    const int g = tid + j * kCopyThreads;
-    if (g < work) {
-      const int r = g / V;
-      pre[j] = __ldg(hidden + static_cast<int64_t>((r0 + r) / top_k) * V + (g - r * V));
-    }
-  }
-
-  for (int e = tid; e < num_experts; e += kCopyThreads) {
-    hist[e] = 0;
-    before[e] = 0;
-  }
-  __syncthreads();
-#pragma unroll 4
-  for (int i = tid; i < num_routes; i += kCopyThreads) {
-    const int e = __ldg(ids + i);
-    if (route::valid_id(e, num_experts)) {
-      atomicAdd(&hist[e], 1);  // order-free sums
-      if (i < r0) atomicAdd(&before[e], 1);
-    }
-  }
-  __syncthreads();
-  for (int e = tid; e < num_experts; e += kCopyThreads)
-    start[e] = route::align_up(hist[e], alignment);
-  __syncthreads();
-  route::block_exclusive_scan(start, num_experts);
-  if (blockIdx.x == 0) {
-    for (int e = tid; e < num_experts; e += kCopyThreads) layout_metadata[e] = start[e] + hist[e];
-  }
-  if (tid < 32) {
-    const int lane = tid;
-    const int i = r0 + lane;
-    int e = lane < nr ? __ldg(ids + i) : -1;
-    if (!route::valid_id(e, num_experts)) e = -1;
-    const unsigned peers = __match_any_sync(route::kFullMask, e);
-    const int rank = __popc(peers & ((1u << lane) - 1u));
-    const int pos = e >= 0 ? start[e] + before[e] + rank : -1;
-    if (lane < nr) {
-      dest[lane] = pos;
-      inverse[i] = pos;
-    }
-  }
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < kPreload; ++j) {
-    const int g = tid + j * kCopyThreads;
-    if (g < work) {
-      const int r = g / V;
-      const int d = dest[r];
-      if (d >= 0) permuted[static_cast<int64_t>(d) * V + (g - r * V)] = pre[j];
-    }
-  }
-  copy_items(hidden, V, r0, top_k, dest, tid + kPreload * kCopyThreads, work, permuted);
-}
-
-// Version 2 of the fused kernel: the same work with three block barriers instead
-// of six: after the counts, warp 0 alone scans the expert starts (<= 16 experts
-// per lane) and ranks the block's routes.
-__global__ void __launch_bounds__(kCopyThreads)
-    pre_permute_fused_v2_kernel(const uint4* __restrict__ hidden, int V,
-                                const int32_t* __restrict__ ids, int num_routes, int top_k,
-                                int num_experts, int alignment, int rows_per_block,
-                                uint4* __restrict__ permuted, int32_t* __restrict__ layout_metadata,
-                                int32_t* __restrict__ inverse) {
   __shared__ int hist[kPermuteMaxExperts];
   __shared__ int before[kPermuteMaxExperts];
   __shared__ int start[kPermuteMaxExperts];
@@ -255,11 +183,6 @@ __global__ void __launch_bounds__(kCopyThreads)
 
 }  // namespace
 
-int& pre_permute_variant() {
-  static int variant = 2;
-  return variant;
-}
-
 int& pre_permute_rows_override() {
   static int rows = 0;
   return rows;
@@ -271,18 +194,17 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
   const uint4* hidden = static_cast<const uint4*>(l.hidden);
   uint4* permuted = static_cast<uint4*>(l.permuted);
   if (N <= kPrePermuteFusedMaxRoutes) {
-    // Enough blocks to fill the GPU, at least ~256 vectors per block, at most 32 rows.
+    // Enough blocks to fill the GPU, at least ~128 vectors per block, at most 32 rows
+    // (the best of a rows sweep on the seed shapes, H200).
     // N == 0 still runs one block: it writes the (all-zero) layout_metadata.
     int64_t rows = (N + 527) / 528;
-    rows = std::max<int64_t>(rows, (256 + V - 1) / V);
+    rows = std::max<int64_t>(rows, (128 + V - 1) / V);
     if (pre_permute_rows_override() > 0) rows = pre_permute_rows_override();
     rows = std::min<int64_t>(std::max<int64_t>(rows, 1), kMaxFusedRows);
     const int blocks = std::max(1, static_cast<int>((N + rows - 1) / rows));
-    auto kernel =
-        pre_permute_variant() == 1 ? pre_permute_fused_kernel : pre_permute_fused_v2_kernel;
-    kernel<<<blocks, kCopyThreads, 0, stream>>>(hidden, V, l.ids, N, l.top_k, E, l.alignment,
-                                                static_cast<int>(rows), permuted, l.layout_metadata,
-                                                l.inverse_indices);
+    pre_permute_fused_kernel<<<blocks, kCopyThreads, 0, stream>>>(
+        hidden, V, l.ids, N, l.top_k, E, l.alignment, static_cast<int>(rows), permuted,
+        l.layout_metadata, l.inverse_indices);
   } else {
     launch_route_chunk_count_scan(l.ids, N, E, l.alignment, l.workspace, l.layout_metadata, nullptr,
                                   stream);

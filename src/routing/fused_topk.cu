@@ -1,13 +1,15 @@
 // FusedTopKFwd kernel: one warp per token, the whole row (E <= 512) in registers.
 //
 // Expert e lives in lane e % 32, slot e / 32, so the row loads are coalesced.
-// Selection is K rounds of a warp-wide argmax over 64-bit keys
-//   (order-preserving bits of sel) << 32 | ~id,
-// so equal sel values resolve to the lower id, NaNs still have a total order and
-// every round picks a distinct expert. Only the lane that owned the winner rescans
-// its slots. Grouped routing stages sel in shared memory: one lane per group
-// computes the group score, and a group is kept when fewer than topk_group groups
-// beat it (score, then lower group index) -- a rank, so no ordering races.
+// sel values become order-preserving 32-bit keys (>= 1; 0 means "none"). Each of
+// the K picks is two REDUX warp reductions: the largest key, then the lowest expert
+// id holding it (the tie rule: equal sel -> lower id). Every lane caches its own
+// best (key, slot, score); only the lane that owned the winner rescans its slots.
+// Grouped routing: when a group is exactly one 32-expert slot (DeepSeek-V3: 8
+// groups of 32) a warp reduction per slot gives every lane every group score;
+// otherwise sel is staged in shared memory, one lane per group computes the group
+// score and a group is kept when fewer than topk_group groups beat it (score, then
+// lower group index). Either way exactly topk_group groups are kept.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -42,173 +44,12 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
-#pragma unroll
-  for (int off = 16; off; off >>= 1) {
-    unsigned long long o = __shfl_xor_sync(kFullMask, v, off);
-    v = o > v ? o : v;
-  }
-  return v;
-}
-
 template <class T, int kSlots>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     fused_topk_kernel(const T* __restrict__ gating, const float* __restrict__ bias,
                       int64_t num_tokens, int E, int K, bool softmax, bool renormalize,
                       int num_groups, int topk_group, float scale, float* __restrict__ out_w,
                       int32_t* __restrict__ out_ids) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];  // grouped routing only
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
-  if (t >= num_tokens) return;  // whole warp leaves; no block-level sync below
-  const T* row = gating + t * E;
-
-  float score[kSlots];
-  uint32_t avail = 0;  // bit s: slot s holds a selectable expert
-#pragma unroll
-  for (int s = 0; s < kSlots; ++s) {
-    const int e = s * 32 + lane;
-    score[s] = e < E ? to_float(row[e]) : -INFINITY;
-    if (e < E) avail |= 1u << s;
-  }
-
-  // 1. scores in f32.
-  if (softmax) {
-    float m = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) m = fmaxf(m, score[s]);
-    m = warp_max(m);
-    float sum = 0.f;
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      score[s] = ((avail >> s) & 1u) ? expf(score[s] - m) : 0.f;
-      sum += score[s];
-    }
-    sum = warp_sum(sum);
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) score[s] = score[s] / sum;
-  } else {
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) score[s] = 1.f / (1.f + expf(-score[s]));
-  }
-
-  // 2. sel = score (+ bias), as ordered keys.
-  float sel[kSlots];
-  uint32_t key[kSlots];
-#pragma unroll
-  for (int s = 0; s < kSlots; ++s) {
-    const int e = s * 32 + lane;
-    sel[s] = score[s];
-    if (bias != nullptr && e < E) sel[s] += bias[e];
-    key[s] = ordered_bits(sel[s]);
-  }
-
-  // 3. grouped routing: drop the experts of every group outside the best topk_group.
-  if (num_groups > 0 && topk_group < num_groups) {
-    float* s_sel = reinterpret_cast<float*>(smem_raw) + warp * E;
-    unsigned long long* s_gkey =
-        reinterpret_cast<unsigned long long*>(smem_raw + kWarpsPerBlock * E * sizeof(float)) +
-        warp * num_groups;
-    unsigned char* s_kept = smem_raw + kWarpsPerBlock * E * sizeof(float) +
-                            kWarpsPerBlock * num_groups * sizeof(unsigned long long) +
-                            warp * num_groups;
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      const int e = s * 32 + lane;
-      if (e < E) s_sel[e] = sel[s];
-    }
-    __syncwarp();
-    const int G = E / num_groups;
-    for (int g = lane; g < num_groups; g += 32) {
-      float top1 = -INFINITY, top2 = -INFINITY;
-      for (int j = 0; j < G; ++j) {
-        const float v = s_sel[g * G + j];
-        if (v > top1) {
-          top2 = top1;
-          top1 = v;
-        } else if (v > top2) {
-          top2 = v;
-        }
-      }
-      // With a bias the group score is the sum of its two best (one if the group has one).
-      const float gs = (bias != nullptr && G >= 2) ? top1 + top2 : top1;
-      s_gkey[g] = (static_cast<unsigned long long>(ordered_bits(gs)) << 32) |
-                  static_cast<uint32_t>(~static_cast<uint32_t>(g));
-    }
-    __syncwarp();
-    for (int g = lane; g < num_groups; g += 32) {
-      const unsigned long long mine = s_gkey[g];
-      int better = 0;
-      for (int h = 0; h < num_groups; ++h) better += s_gkey[h] > mine;
-      s_kept[g] = better < topk_group;
-    }
-    __syncwarp();
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      const int e = s * 32 + lane;
-      if (e < E && !s_kept[e / G]) avail &= ~(1u << s);
-    }
-  }
-
-  // 4. top-k: K rounds of warp argmax; ties go to the lower id (larger ~id).
-  auto local_best = [&]() -> unsigned long long {
-    int bs = -1;
-    uint32_t bk = 0;
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      if (((avail >> s) & 1u) && (bs < 0 || key[s] > bk)) {
-        bk = key[s];
-        bs = s;
-      }
-    }
-    if (bs < 0) return 0ull;  // nothing left in this lane
-    return (static_cast<unsigned long long>(bk) << 32) |
-           static_cast<uint32_t>(~static_cast<uint32_t>(bs * 32 + lane));
-  };
-  unsigned long long mine = local_best();
-  float my_w = 0.f, wsum = 0.f;
-  int my_id = -1;
-  for (int k = 0; k < K; ++k) {
-    const unsigned long long best = warp_max_u64(mine);
-    if (best == 0ull) break;  // fewer selectable experts than K: excluded by validation
-    const int id = static_cast<int>(~static_cast<uint32_t>(best));
-    const int owner = id & 31, slot = id >> 5;
-    float v = 0.f;
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s)
-      if (s == slot) v = score[s];
-    const float w = __shfl_sync(kFullMask, v, owner);
-    wsum += w;  // k order
-    if (lane == k) {
-      my_w = w;
-      my_id = id;
-    }
-    if (lane == owner) {
-      avail &= ~(1u << slot);
-      mine = local_best();
-    }
-  }
-
-  // 5. weights: the unbiased score, renormalized over the K picks, then scaled.
-  if (lane < K) {
-    float w = my_w;
-    if (renormalize) w = w / wsum;
-    w *= scale;
-    out_w[t * K + lane] = w;
-    out_ids[t * K + lane] = my_id;
-  }
-}
-
-// Version 2: 32-bit keys and two REDUX warp reductions per pick (max key, then the
-// lowest id holding it), each lane caching its own best (key, slot, score); group
-// scores in registers when a group is exactly one 32-expert slot (e.g. DeepSeek-V3).
-template <class T, int kSlots>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    fused_topk_v2_kernel(const T* __restrict__ gating, const float* __restrict__ bias,
-                         int64_t num_tokens, int E, int K, bool softmax, bool renormalize,
-                         int num_groups, int topk_group, float scale, float* __restrict__ out_w,
-                         int32_t* __restrict__ out_ids) {
   extern __shared__ __align__(16) unsigned char smem_raw[];  // grouped, general group size
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -383,12 +224,11 @@ void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
                                                   static_cast<size_t>(p.num_expert_group) * 9)
                               : 0;
   const int64_t blocks = (l.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  auto kernel =
-      fused_topk_variant() == 1 ? fused_topk_kernel<T, kSlots> : fused_topk_v2_kernel<T, kSlots>;
-  kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, smem, stream>>>(
-      static_cast<const T*>(l.gating), l.bias, l.num_tokens, l.num_experts, p.top_k,
-      p.scoring_func == ScoringFunc::kSoftmax, p.renormalize, p.num_expert_group, p.topk_group,
-      p.routed_scaling_factor, l.topk_weights, l.topk_ids);
+  fused_topk_kernel<T, kSlots>
+      <<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, smem, stream>>>(
+          static_cast<const T*>(l.gating), l.bias, l.num_tokens, l.num_experts, p.top_k,
+          p.scoring_func == ScoringFunc::kSoftmax, p.renormalize, p.num_expert_group, p.topk_group,
+          p.routed_scaling_factor, l.topk_weights, l.topk_ids);
 }
 
 template <class T>
@@ -406,11 +246,6 @@ void launch_slots(const FusedTopKLaunch& l, cudaStream_t stream) {
 }
 
 }  // namespace
-
-int& fused_topk_variant() {
-  static int variant = 2;
-  return variant;
-}
 
 void launch_fused_topk(const FusedTopKLaunch& l, cudaStream_t stream) {
   if (l.num_tokens == 0) return;

@@ -26,8 +26,4 @@ struct FusedTopKLaunch {
 
 void launch_fused_topk(const FusedTopKLaunch& l, cudaStream_t stream);
 
-// Testing / tuning knob: which kernel fused_topk launches (2 = default, 1 = the
-// first version, kept for comparison). Not thread-safe; tests only.
-int& fused_topk_variant();
-
 }  // namespace moekit::detail
