@@ -139,10 +139,16 @@ def _dims(t, n):
 
 
 def _workspace(nbytes, device):
+    """A scratch buffer from the caching allocator and its 256-byte aligned address
+    (the caching allocator's blocks are 512-byte aligned; others may not be)."""
     if nbytes == 0:
         return None, 0
     w = _empty(nbytes, dtype=_u8, device=device)
-    return w, w.data_ptr()
+    ptr = w.data_ptr()
+    if ptr & 255:
+        w = _empty(nbytes + 255, dtype=_u8, device=device)
+        ptr = (w.data_ptr() + 255) & ~255
+    return w, ptr
 
 
 def _on_device(dev, fn, *args):

@@ -72,7 +72,10 @@ def _meta_cases():
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("case", _meta_cases(), ids=lambda c: c[0] if isinstance(c, str) else None)
+_META_CASES = _meta_cases() if torch_skip_reason() is None else []
+
+
+@pytest.mark.parametrize("case", _META_CASES, ids=[c[0] for c in _META_CASES])
 def test_fake_implementations_on_meta_tensors(case):
     name, args, expected = case
     for call in (getattr(moekit, name), getattr(torch.ops.moekit, name).default):
@@ -143,3 +146,54 @@ def test_fast_path_switch():
         assert moekit.ops.set_eager_fast_path(True) is False
     finally:
         moekit.ops.set_eager_fast_path(old)
+
+
+def _valid_calls():
+    """One valid call of each op's CUDA implementation (CPU tensors stand in)."""
+    o = moekit.ops
+    T, E, K, H, F, S = 6, 8, 2, 64, 32, 48
+    x, lg = torch.randn(T, H, dtype=bf16), torch.randn(T, E)
+    w13, w2 = torch.randn(E, 2 * F, H, dtype=bf16), torch.randn(E, H, F, dtype=bf16)
+    ids, w = torch.randint(0, E, (T, K), dtype=i32), torch.rand(T, K)
+    s13, s2 = torch.randn(2 * S, H, dtype=bf16), torch.randn(H, S, dtype=bf16)
+    ends = torch.tensor([2, 4, 6, 8, 10, 12, 14, 20], dtype=i32)
+    fp8 = torch.float8_e4m3fn
+    return {
+        "fused_topk": lambda: o._fused_topk_cuda(lg, K, True, "sigmoid", 4, 2, 2.5, torch.zeros(E)),
+        "moe_permute_align": lambda: o._moe_permute_align_cuda(ids, E, 16),
+        "moe_pre_permute": lambda: o._moe_pre_permute_cuda(x, ids, E, 4),
+        "moe_post_permute": lambda: o._moe_post_permute_cuda(
+            torch.randn(T * K, H, dtype=bf16), w, torch.arange(T * K, dtype=i32), f32),
+        "moe_grouped_gemm": lambda: o._moe_grouped_gemm_cuda(
+            torch.randn(20, H, dtype=bf16), w13, ends, False, 1, "silu_and_mul", f32),
+        "moe_grouped_gemm-masked": lambda: o._moe_grouped_gemm_cuda(
+            torch.randn(E, 16, H, dtype=bf16), w13, torch.full((E,), 3, dtype=i32), True),
+        "moe_grouped_gemm_fp8": lambda: o._moe_grouped_gemm_fp8_cuda(
+            torch.zeros(E, 16, 256, dtype=fp8), torch.ones(E, 16, 2),
+            torch.zeros(E, 384, 256, dtype=fp8), torch.ones(E, 3, 2), torch.full((E,), 3, dtype=i32)),
+        "moe_expert_mlp": lambda: o._moe_expert_mlp_cuda(torch.randn(20, H, dtype=bf16), ends, w13, w2),
+        "fused_moe_experts": lambda: o._fused_moe_experts_cuda(x, w13, w2, w, ids),
+        "indexed_expert_mlp": lambda: o._indexed_expert_mlp_cuda(x, w13, w2, w, ids),
+        "fused_moe": lambda: o._fused_moe_cuda(x, lg, w13, w2, K, True, "sigmoid", 4, 2, 2.5,
+                                               torch.zeros(E)),
+        "fused_moe_shared_expert": lambda: o._fused_moe_shared_expert_cuda(x, lg, w13, w2, s13,
+                                                                           s2, K, True),
+        "shared_expert_mlp": lambda: o._shared_expert_mlp_cuda(x, s13, s2),
+    }  # fmt: skip
+
+
+@pytest.mark.skipif(moekit.raw.device_count() > 0 if torch_skip_reason() is None else True,
+                    reason="a CUDA device is present: these calls would launch kernels")
+@pytest.mark.parametrize("name", list(_valid_calls()) if torch_skip_reason() is None else [])
+def test_the_torch_layer_passes_valid_arguments(name, monkeypatch):
+    """Each op's CUDA implementation, fed valid (CPU) tensors with the device checks
+    stubbed, gets through every C++ validation: the only error left is the launch
+    failing on a machine without a GPU. Checks shapes, dtypes, parameter order and
+    workspace plumbing of the torch layer without a GPU."""
+    monkeypatch.setattr(moekit.ops, "_device", lambda op, names, *ts: 0)
+    monkeypatch.setattr(moekit.ops, "_current_device", lambda: 0)
+    monkeypatch.setattr(moekit.ops, "_raw_stream", lambda dev: 0)
+    with pytest.raises(moekit.MoekitError) as info:
+        _valid_calls()[name]()
+    assert "argument '" not in str(info.value), str(info.value)
+    assert "CUDA" in str(info.value), str(info.value)

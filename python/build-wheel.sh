@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds a moekit wheel of this checkout into build-python/dist/ (ignored by git), for
+# carrying to a GPU machine whose Python differs from this machine's default: the H200
+# machines run CPython 3.12, so by default this uses a local python3.12 (pyenv's, if any).
+#   PYTHON=/path/to/python3.12 python/build-wheel.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/cuda/bin:$PATH"
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  PY=$(command -v python3.12 || ls -d "$HOME"/.pyenv/versions/3.12*/bin/python 2>/dev/null | tail -1 || true)
+fi
+[ -n "$PY" ] || { echo "build-wheel: no python3.12 found; set PYTHON" >&2; exit 1; }
+"$PY" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind>=2.0"
+if [ -z "${MOEKIT_PYTHON_PREBUILT_LIB:-}" ] && [ -f build/libmoekit.a ] &&
+  [ -z "$(find src include CMakeLists.txt -newer build/libmoekit.a -print -quit)" ]; then
+  export MOEKIT_PYTHON_PREBUILT_LIB="$PWD/build/libmoekit.a"
+fi
+rm -rf build-python/dist
+"$PY" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps \
+  -w build-python/dist .
+ls build-python/dist/*.whl
