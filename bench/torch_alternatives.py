@@ -65,6 +65,7 @@ DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
           "i32": torch.int32, "fp8e4m3": torch.float8_e4m3fn}  # fmt: skip
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+DEVICE = "cuda"  # --device cpu: a smoke run of the setup code on small workloads
 
 
 # ---------------------------------------------------------------- workloads
@@ -143,16 +144,19 @@ def load_rows(path, args):
 
 class Gen:
     def __init__(self, seed):
-        self.g = torch.Generator(device="cuda").manual_seed(seed)
+        self.g = torch.Generator(device=DEVICE).manual_seed(seed)
 
     def randn(self, shape, dtype, scale=1.0):
-        x = torch.randn(shape, generator=self.g, device="cuda", dtype=torch.float32)
+        # Floating dtypes are drawn directly (no f32 temporary: expert weights reach 20+ GB).
+        direct = dtype in (torch.bfloat16, torch.float16, torch.float32)
+        x = torch.randn(shape, generator=self.g, device=DEVICE,
+                        dtype=dtype if direct else torch.float32)  # fmt: skip
         if scale != 1.0:
             x.mul_(scale)
-        return x.to(dtype)
+        return x if direct else x.to(dtype)
 
     def rand(self, shape, lo=0.0, hi=1.0):
-        return torch.rand(shape, generator=self.g, device="cuda") * (hi - lo) + lo
+        return torch.rand(shape, generator=self.g, device=DEVICE) * (hi - lo) + lo
 
 
 def row_seed(seed, row):
@@ -181,7 +185,7 @@ def equal_ends(total, E, alignment=1):
         start = -(-end // alignment) * alignment
         end = start + base + (1 if e < rem else 0)
         ends.append(end)
-    return torch.tensor(ends, dtype=torch.int32, device="cuda")
+    return torch.tensor(ends, dtype=torch.int32, device=DEVICE)
 
 
 # ---------------------------------------------------------------- torch compositions
@@ -377,9 +381,9 @@ def setup_case(row, gen, mk):
     elif op == "MoEPostPermuteFwd":
         P, H = S["expert_output"]
         T, K = S["topk_weights"]
-        E = 8
+        E = max(8, 4 * K)  # routes spread over a few experts; inverse is a permutation
         w, ids = torch_topk(gen.randn((T, E), torch.float32), K, renormalize=True)
-        _, _, inverse = torch_pre_permute(torch.zeros(T, 8, device="cuda"), ids, E)
+        _, _, inverse = torch_pre_permute(torch.zeros(T, 8, device=DEVICE), ids, E)
         eo = gen.randn((P, H), dt)
         out_dt = DTYPES[row.out_dtype]
         c.make_inputs = lambda: {"eo": eo.clone(), "w": w.clone(), "inv": inverse.clone()}
@@ -400,7 +404,7 @@ def setup_case(row, gen, mk):
             max_m = lay
             total = int(row.params.get("T", E * max_m * 3 // 4))
             counts = [min(max_m, total // E + (1 if e < total % E else 0)) for e in range(E)]
-            meta = torch.tensor(counts, dtype=torch.int32, device="cuda")
+            meta = torch.tensor(counts, dtype=torch.int32, device=DEVICE)
             a = gen.randn((E, max_m, Kd), dt)
             rows = sum(counts)
             c.impls["torch-grouped-mm"] = lambda i: _masked_gemm(i["a"], i["b"], silu, N, out_dt)
@@ -410,8 +414,11 @@ def setup_case(row, gen, mk):
             meta = equal_ends(P, E, lay)
             a = gen.randn((P, Kd), dt)
             rows = P
-            c.impls["torch-grouped-mm"] = lambda i: _contig_gemm(i["a"], i["b"], i["meta"], silu,
-                                                                 N, out_dt)  # fmt: skip
+            if out_dt == dt:
+                c.impls["torch-grouped-mm"] = lambda i: _contig_gemm(i["a"], i["b"], i["meta"],
+                                                                     silu, N)  # fmt: skip
+            else:
+                c.notes["torch-grouped-mm"] = "no f32 output in torch's grouped mm: not timed"
         c.make_inputs = lambda: {"a": a.clone(), "b": b, "meta": meta.clone()}
         if mk:
             od = None if out_dt == dt else out_dt
@@ -430,7 +437,7 @@ def setup_case(row, gen, mk):
         fp8 = torch.float8_e4m3fn
         total = int(row.params.get("T", E * max_m * 3 // 4))
         counts = [min(max_m, total // E + (1 if e < total % E else 0)) for e in range(E)]
-        meta = torch.tensor(counts, dtype=torch.int32, device="cuda")
+        meta = torch.tensor(counts, dtype=torch.int32, device=DEVICE)
         a = gen.randn((E, max_m, Kd), torch.float32).to(fp8)
         b = gen.randn((E, N, Kd), torch.float32).to(fp8)
         a_scale = gen.rand(tuple(S["a_scale"]), 0.5, 1.5)
@@ -542,13 +549,9 @@ def setup_case(row, gen, mk):
     return c
 
 
-def _contig_gemm(a, b, meta, silu, n, out_dt):
-    out_dtype = out_dt if out_dt != a.dtype else None
-    if silu:
-        return silu_mul(_grouped_mm(a, b.transpose(-2, -1), offs=meta), n).to(out_dt)
-    if out_dtype is not None:
-        return _grouped_mm(a, b.transpose(-2, -1), offs=meta, out_dtype=out_dtype)
-    return _grouped_mm(a, b.transpose(-2, -1), offs=meta)
+def _contig_gemm(a, b, meta, silu, n):
+    c = _grouped_mm(a, b.transpose(-2, -1), offs=meta)
+    return silu_mul(c, n) if silu else c
 
 
 def _masked_gemm(a, b, silu, n, out_dt):
@@ -570,7 +573,7 @@ def _fp8_alternative(a, b, a_scale, b_scale):
                           i["bs"], ST.BlockWise128x128, output_dtype=torch.bfloat16)  # fmt: skip
 
             blockwise({"a": a, "b": b, "as": a_scale, "bs": b_scale})
-            torch.cuda.synchronize()
+            _sync()
             return "torch-grouped-mm", blockwise, notes
         except Exception as e:  # not supported by this torch / device
             notes["torch-grouped-mm"] = f"block-scaled grouped mm unavailable: {_short(e)}"
@@ -583,12 +586,17 @@ def _fp8_alternative(a, b, a_scale, b_scale):
                                             out_dtype=torch.bfloat16)  # fmt: skip
 
         rowwise({"a": a, "b": b})
-        torch.cuda.synchronize()
+        _sync()
         notes["torch-grouped-mm-rowwise"] = "per-row scales, all max_m rows (not the op's contract)"
         return "torch-grouped-mm-rowwise", rowwise, notes
     except Exception as e:
         notes["torch-grouped-mm-rowwise"] = f"unavailable: {_short(e)}"
         return None, None, notes
+
+
+def _sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def _short(e):
@@ -732,6 +740,32 @@ def check_against(case, a, b):
 # ---------------------------------------------------------------- main
 
 
+def smoke(rows, args, mk):
+    """Runs every implementation once per row and prints what came out; non-zero when
+    one fails. Used by the tests (on the CPU, small workloads) and as a quick check."""
+    failures = 0
+    for row in rows:
+        try:
+            case = setup_case(row, Gen(row_seed(args.seed, row)), mk)
+            inputs = case.make_inputs()
+            shapes = {}
+            for name, fn in case.impls.items():
+                out = fn(inputs)
+                out = out[0] if isinstance(out, tuple) else out
+                shapes[name] = tuple(out.shape)
+            names = [n for n in case.impls if n != "moekit"]
+            ref_name = "moekit" if "moekit" in case.impls else (names[0] if names else None)
+            checks = {n: check_against(case, n, ref_name) for n in case.impls if n != ref_name}
+            print(f"{row.key():<58} {shapes} rel_l2 vs {ref_name}: {checks}", flush=True)
+        except Exception as e:
+            failures += 1
+            print(f"{row.key():<58} FAILED: {_short(e)}", flush=True)
+            traceback.print_exc(file=sys.stderr)
+    return 1 if failures else 0
+
+
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=None,
@@ -748,7 +782,13 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--no-moekit", action="store_true", help="time the torch alternatives only")
     ap.add_argument("--list", action="store_true", help="print the selected rows and exit")
+    ap.add_argument("--smoke", action="store_true",
+                    help="run every implementation once per row, no timing")  # fmt: skip
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu: a --smoke run of the setup code (small workload files only)")
     args = ap.parse_args(argv)
+    global DEVICE
+    DEVICE = args.device
 
     root = os.path.dirname(HERE)
     wl = args.workloads or os.path.join(HERE, "workloads", "seed1.json")
@@ -759,6 +799,8 @@ def main(argv=None):
         for r in rows:
             print(r.key())
         return 0
+    if DEVICE == "cpu":
+        return smoke(rows, args, None)
     if not torch.cuda.is_available():
         print("torch_alternatives: no CUDA GPU visible to PyTorch", file=sys.stderr)
         return 2
@@ -771,6 +813,8 @@ def main(argv=None):
         except ImportError as e:
             print(f"torch_alternatives: moekit not importable ({e}); timing torch only",
                   file=sys.stderr)  # fmt: skip
+    if args.smoke:
+        return smoke(rows, args, mk)
     out_path = args.out or os.path.join(root, "build", "torch-alternatives.json")
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
 

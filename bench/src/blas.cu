@@ -138,6 +138,17 @@ LtFp8Gemm::LtFp8Gemm(Blas& blas, int64_t m, int64_t n, int64_t k, bool block_sca
         cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof bm),
         "B_SCALE_MODE");
   }
+  if (block_) {
+    // Block-scaled modes are rejected (INVALID_VALUE) without scale pointers, also by the
+    // heuristic query: set placeholders here, the real ones in run().
+    const void* placeholder = blas.workspace();
+    blas_check(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                              &placeholder, sizeof placeholder),
+               "A_SCALE_POINTER");
+    blas_check(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                              &placeholder, sizeof placeholder),
+               "B_SCALE_POINTER");
+  }
   blas_check(cublasLtMatrixLayoutCreate(&a_, CUDA_R_8F_E4M3, k, n, k), "layout A");
   blas_check(cublasLtMatrixLayoutCreate(&b_, CUDA_R_8F_E4M3, k, m, k), "layout B");
   blas_check(cublasLtMatrixLayoutCreate(&d_, CUDA_R_16BF, n, m, n), "layout D");

@@ -283,6 +283,8 @@ int run(const Options& opt, const std::string& cmdline) {
     double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     progress.done(i, rr, el);
     results.push_back(std::move(rr));
+    // Rewritten after every row, so an interrupted run keeps what it measured.
+    if (!opt.json_path.empty()) write_file(opt.json_path, render_json(results, meta));
   }
 
   if (!opt.extra_alternatives_path.empty()) {
