@@ -1,9 +1,10 @@
 // moekit._moekit: the raw Python binding of moekit's C++ API (nanobind).
 //
 // It does not link against libtorch. A tensor argument is one of
-//   - a tuple (data_ptr, dtype, shape[, strides]): ints, a dtype code (DTYPES) and
-//     int sequences, strides in elements (contiguous when left out). This is the
-//     fast path the torch layer uses: no DLPack capsule is built per call;
+//   - a tuple (data_ptr, dtype, shape[, strides]): an int pointer, a dtype code (DTYPES)
+//     or a registered dtype object (register_dtype), the shape as an int sequence, and
+//     strides in elements, or True / None for contiguous, or False for "not contiguous"
+//     (rejected). This is the fast path the torch layer uses: no DLPack capsule per call;
 //   - any object with __dlpack__ (or a DLPack capsule) that lives on a CUDA device;
 //   - None, for an absent optional tensor.
 // Every op takes the CUDA stream as an int (cudaStream_t; 0 = the legacy default
@@ -80,13 +81,25 @@ int read_dims(PyObject* seq, int64_t* out, const char* op, const char* arg, cons
   return static_cast<int>(n);
 }
 
+// Framework dtype objects (torch.bfloat16, ...) registered with their codes, so that a
+// tuple can carry t.dtype as it is: an identity compare instead of a dict lookup.
+struct RegisteredDType {
+  PyObject* obj;
+  DType code;
+};
+constexpr int kMaxRegistered = 16;
+RegisteredDType g_registered[kMaxRegistered];
+int g_num_registered = 0;
+
 DType dtype_from_code(PyObject* o, const char* op, const char* arg) {
   constexpr const char* kExpected = "a dtype code 1..5 (bf16, f16, f32, i32, fp8e4m3)";
-  if (PyUnicode_Check(o)) {
-    // The torch layer passes the name of a dtype it cannot map, for the message.
+  if (!PyLong_Check(o)) {
+    for (int i = 0; i < g_num_registered; ++i) {
+      if (g_registered[i].obj == o) return g_registered[i].code;
+    }
+    // An unregistered dtype object (torch.int64, ...) or its name: say what came.
     fail(op, arg, "dtype bf16, f16, f32, i32 or fp8e4m3", repr_of(o));
   }
-  if (!PyLong_Check(o)) fail(op, arg, kExpected, type_of(o));
   long code = PyLong_AsLong(o);
   if (code < static_cast<long>(DType::kBF16) || code > static_cast<long>(DType::kFP8E4M3)) {
     if (PyErr_Occurred()) PyErr_Clear();
@@ -156,8 +169,13 @@ class Converter {
     }
     v.dtype = dtype_from_code(PyTuple_GET_ITEM(t, 1), op_, arg);
     v.ndim = read_dims(PyTuple_GET_ITEM(t, 2), v.shape, op_, arg, "shape");
-    if (n == 4 && PyTuple_GET_ITEM(t, 3) != Py_None) {
-      int m = read_dims(PyTuple_GET_ITEM(t, 3), v.stride, op_, arg, "strides");
+    PyObject* st = n == 4 ? PyTuple_GET_ITEM(t, 3) : Py_None;
+    if (st == Py_False) {
+      // The caller says the tensor is not contiguous (torch's t.is_contiguous()).
+      fail(op_, arg, "a contiguous row-major tensor", "a non-contiguous one");
+    }
+    if (st != Py_None && st != Py_True) {
+      int m = read_dims(st, v.stride, op_, arg, "strides");
       if (m != v.ndim) {
         fail(op_, arg, "as many strides as dimensions (" + std::to_string(v.ndim) + ")",
              std::to_string(m));
@@ -379,6 +397,27 @@ NB_MODULE(_moekit, m) {
       "indexed_expert_mlp", "fused_moe", "fused_moe_shared_expert", "shared_expert_mlp");
   m.attr("__version__") = "0.1.0";
 
+  m.def(
+      "register_dtype",
+      [](nb::handle obj, int code) {
+        if (code < static_cast<int>(DType::kBF16) || code > static_cast<int>(DType::kFP8E4M3)) {
+          throw Error("moekit.raw.register_dtype: code: expected 1..5, got " +
+                      std::to_string(code));
+        }
+        for (int i = 0; i < g_num_registered; ++i) {
+          if (g_registered[i].obj == obj.ptr()) {
+            g_registered[i].code = static_cast<DType>(code);
+            return;
+          }
+        }
+        if (g_num_registered == kMaxRegistered) {
+          throw Error("moekit.raw.register_dtype: at most 16 dtype objects");
+        }
+        g_registered[g_num_registered++] = {obj.inc_ref().ptr(), static_cast<DType>(code)};
+      },
+      arg("obj"), arg("code"),
+      "Lets tensor tuples carry a framework's dtype object (e.g. torch.bfloat16) in place "
+      "of its code; the torch layer registers torch's.");
   m.def(
       "dtype_size", [](int code) { return dtype_size(static_cast<DType>(code)); }, arg("code"),
       "Bytes per element of a dtype code (0 for an unknown code).");

@@ -93,6 +93,24 @@ def test_rejects_malformed_tensor_arguments(value, match):
         raw.describe(value)
 
 
+def test_registered_dtype_objects_and_contiguity_flags():
+    class FakeDType:
+        def __str__(self):
+            return "fake.float32"
+
+    f32_obj, other = FakeDType(), FakeDType()
+    raw.register_dtype(f32_obj, moekit.DTYPES["f32"])
+    assert raw.describe((PTR, f32_obj, (2, 3), True)) == "f32[2, 3]"
+    assert raw.describe((PTR, f32_obj, (2, 3), None)) == "f32[2, 3]"
+    with pytest.raises(moekit.MoekitError, match=r"got fake\.float32"):
+        raw.describe((PTR, other, (2, 3)))
+    with pytest.raises(moekit.MoekitError,
+                       match=r"expected a contiguous row-major tensor, got a non-contiguous one"):
+        raw.describe((PTR, f32_obj, (2, 3), False))
+    with pytest.raises(moekit.MoekitError, match=r"code: expected 1\.\.5"):
+        raw.register_dtype(other, 7)
+
+
 def test_rejects_host_dlpack_tensors():
     np = pytest.importorskip("numpy", reason="numpy is not installed (DLPack from host arrays)")
     with pytest.raises(moekit.MoekitError, match=r"argument 'gating_output': expected a tensor "
