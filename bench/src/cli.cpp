@@ -27,6 +27,7 @@ usage: moekit-bench [options]
   --no-check            skip the accuracy check
   --no-alternatives     time moekit only
   --alternatives LIST   only alternatives whose name contains one of the strings
+  --skip-alternatives LIST  no alternatives whose name contains one of the strings
   --extra-alternatives FILE  merge externally measured times (records with op, workload,
                         dtype and alternatives {name: ms}) into the table
   --json FILE           machine-readable results
@@ -102,6 +103,8 @@ Options parse_options(const std::vector<std::string>& args) {
       o.alternatives = false;
     } else if (a == "--alternatives") {
       o.alt_filter = val();
+    } else if (a == "--skip-alternatives") {
+      o.alt_skip = val();
     } else if (a == "--extra-alternatives") {
       o.extra_alternatives_path = val();
     } else if (a == "--json") {

@@ -24,6 +24,7 @@ struct Options {
   bool check = true;     // accuracy vs the reference
   bool alternatives = true;
   std::string alt_filter;  // comma-separated substrings of alternative names to run
+  std::string alt_skip;    // ... and of names not to run
   bool list = false;       // print the selected rows and exit (no GPU needed)
   bool help = false;
   std::string ceilings_cache;  // file; empty: $MOEKIT_BENCH_CACHE or ~/.cache/moekit

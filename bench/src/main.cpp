@@ -240,6 +240,7 @@ int run(const Options& opt, const std::string& cmdline) {
           progress.stage(i, row, "preparing alternatives");
           for (AltFactory& f : c->alternatives()) {
             if (!name_selected(f.name, opt.alt_filter)) continue;
+            if (!opt.alt_skip.empty() && name_selected(f.name, opt.alt_skip)) continue;
             try {
               impls.push_back(f.make(env));
             } catch (const std::exception& e) {

@@ -137,6 +137,9 @@ TEST(Cli, ParsesFiltersAndValues) {
   EXPECT_EQ(o.json_path, "out.json");
   EXPECT_DOUBLE_EQ(o.skew_alpha, 0.5);
   EXPECT_EQ(o.rounds, 5);
+  Options k = parse_options({"--skip-alternatives", "ref-cuda,cublaslt", "--alternatives=cublas"});
+  EXPECT_EQ(k.alt_skip, "ref-cuda,cublaslt");
+  EXPECT_EQ(k.alt_filter, "cublas");
   EXPECT_THROW(parse_options({"--bogus"}), std::invalid_argument);
   EXPECT_THROW(parse_options({"--json"}), std::invalid_argument);
   EXPECT_THROW(parse_options({"--tokens", "5-1"}), std::invalid_argument);
