@@ -197,3 +197,16 @@ def test_the_torch_layer_passes_valid_arguments(name, monkeypatch):
         _valid_calls()[name]()
     assert "argument '" not in str(info.value), str(info.value)
     assert "CUDA" in str(info.value), str(info.value)
+
+
+def test_raw_binding_dlpack_rejects_host_torch_tensors():
+    with pytest.raises(moekit.MoekitError, match=r"expected a tensor on a CUDA device, got a "
+                                                 r"tensor on cpu"):  # fmt: skip
+        moekit.raw.describe(torch.zeros(2, 3, dtype=bf16))
+    # The tuple form the torch layer builds: t.dtype is registered with the binding.
+    t = torch.zeros(4, 6, dtype=bf16)
+    assert moekit.raw.describe(moekit.ops._v(t)) == "bf16[4, 6]"
+    with pytest.raises(moekit.MoekitError, match=r"got torch.int64"):
+        moekit.raw.describe(moekit.ops._v(torch.zeros(2, dtype=torch.int64)))
+    with pytest.raises(moekit.MoekitError, match=r"non-contiguous"):
+        moekit.raw.describe(moekit.ops._v(t.t()))
