@@ -17,13 +17,13 @@
 
 #include "moekit/moekit.h"
 
-#define CUDA_OK(expr)                                                             \
-  do {                                                                            \
-    cudaError_t err_ = (expr);                                                    \
-    if (err_ != cudaSuccess) {                                                    \
+#define CUDA_OK(expr)                                                           \
+  do {                                                                          \
+    cudaError_t err_ = (expr);                                                  \
+    if (err_ != cudaSuccess) {                                                  \
       std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(err_)); \
-      std::exit(1);                                                               \
-    }                                                                             \
+      std::exit(1);                                                             \
+    }                                                                           \
   } while (0)
 
 namespace {
