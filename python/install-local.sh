@@ -18,8 +18,9 @@ if [ -n "$wheel" ]; then
   echo "install-local: $wheel" >&2
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$wheel" >&2
 else
-  if [ -z "${MOEKIT_PYTHON_PREBUILT_LIB:-}" ] && [ -f build/libmoekit.a ]; then
-    export MOEKIT_PYTHON_PREBUILT_LIB="$root/build/libmoekit.a"
+  lib="${MOEKIT_BUILD_DIR:-build}/libmoekit.a"  # scripts/gpu-check's build folder
+  if [ -z "${MOEKIT_PYTHON_PREBUILT_LIB:-}" ] && [ -f "$lib" ]; then
+    export MOEKIT_PYTHON_PREBUILT_LIB="$(cd "$(dirname "$lib")" && pwd)/libmoekit.a"
   fi
   echo "install-local: building ($("$PY" --version), prebuilt lib: ${MOEKIT_PYTHON_PREBUILT_LIB:-none})" >&2
   "$PY" -m pip install -q --no-build-isolation --no-deps --target "$site" . >&2
