@@ -37,7 +37,9 @@ constexpr int kDLCUDAManaged = 13;
               ", got " + got);
 }
 
-std::string type_of(PyObject* o) { return Py_TYPE(o)->tp_name; }
+std::string type_of(PyObject* o) {
+  return Py_TYPE(o)->tp_name;
+}
 
 std::string repr_of(PyObject* o) {
   PyObject* r = PyObject_Str(o);
@@ -226,7 +228,9 @@ class Converter {
   int n_keep_ = 0;
 };
 
-cudaStream_t as_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+cudaStream_t as_stream(uintptr_t s) {
+  return reinterpret_cast<cudaStream_t>(s);
+}
 
 Workspace as_workspace(uintptr_t ptr, size_t bytes) {
   return Workspace{reinterpret_cast<void*>(ptr), bytes};
@@ -244,9 +248,8 @@ Activation parse_activation(const char* s, const char* op) {
   fail(op, "activation", "'none' or 'silu_and_mul'", std::string("'") + s + "'");
 }
 
-TopKParams make_params(int top_k, bool renormalize, const char* scoring_func,
-                       int num_expert_group, int topk_group, float routed_scaling_factor,
-                       const char* op) {
+TopKParams make_params(int top_k, bool renormalize, const char* scoring_func, int num_expert_group,
+                       int topk_group, float routed_scaling_factor, const char* op) {
   TopKParams p;
   p.top_k = top_k;
   p.renormalize = renormalize;
@@ -260,9 +263,9 @@ TopKParams make_params(int top_k, bool renormalize, const char* scoring_func,
 // ---- argument builders, shared by each op and its workspace-size query ----
 
 FusedTopKArgs topk_args(Converter& cv, nb::handle gating_output, nb::handle correction_bias,
-                        nb::handle topk_weights, nb::handle topk_ids, int top_k,
-                        bool renormalize, const char* scoring_func, int num_expert_group,
-                        int topk_group, float routed_scaling_factor) {
+                        nb::handle topk_weights, nb::handle topk_ids, int top_k, bool renormalize,
+                        const char* scoring_func, int num_expert_group, int topk_group,
+                        float routed_scaling_factor) {
   FusedTopKArgs a;
   a.gating_output = cv(gating_output, "gating_output");
   a.correction_bias = cv(correction_bias, "correction_bias");
@@ -354,9 +357,9 @@ FusedMoESharedExpertArgs shared_moe_args(Converter& cv, nb::handle hidden_states
                                          const char* scoring_func, int num_expert_group,
                                          int topk_group, float routed_scaling_factor) {
   FusedMoESharedExpertArgs a;
-  a.moe = moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down, output,
-                   top_k, renormalize, scoring_func, num_expert_group, topk_group,
-                   routed_scaling_factor);
+  a.moe =
+      moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down, output, top_k,
+               renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor);
   a.shared_w_gate_up = cv(shared_w_gate_up, "shared_w_gate_up");
   a.shared_w_down = cv(shared_w_down, "shared_w_down");
   return a;
@@ -391,10 +394,10 @@ NB_MODULE(_moekit, m) {
   codes["i32"] = static_cast<int>(DType::kI32);
   codes["fp8e4m3"] = static_cast<int>(DType::kFP8E4M3);
   m.attr("DTYPES") = codes;
-  m.attr("OPS") = nb::make_tuple(
-      "fused_topk", "moe_permute_align", "moe_pre_permute", "moe_post_permute",
-      "moe_grouped_gemm", "moe_grouped_gemm_fp8", "moe_expert_mlp", "fused_moe_experts",
-      "indexed_expert_mlp", "fused_moe", "fused_moe_shared_expert", "shared_expert_mlp");
+  m.attr("OPS") = nb::make_tuple("fused_topk", "moe_permute_align", "moe_pre_permute",
+                                 "moe_post_permute", "moe_grouped_gemm", "moe_grouped_gemm_fp8",
+                                 "moe_expert_mlp", "fused_moe_experts", "indexed_expert_mlp",
+                                 "fused_moe", "fused_moe_shared_expert", "shared_expert_mlp");
   m.attr("__version__") = "0.1.0";
 
   m.def(
@@ -424,8 +427,8 @@ NB_MODULE(_moekit, m) {
   m.def(
       "dtype_name", [](int code) { return std::string(dtype_name(static_cast<DType>(code))); },
       arg("code"));
-  m.def("permuted_rows", &permuted_rows, arg("num_tokens"), arg("top_k"),
-        arg("num_local_experts"), arg("alignment"),
+  m.def("permuted_rows", &permuted_rows, arg("num_tokens"), arg("top_k"), arg("num_local_experts"),
+        arg("alignment"),
         "Rows of a contiguous(alignment) permuted buffer: T*K + E*(alignment-1).");
   m.def("permute_align_sorted_size", &permute_align_sorted_size, arg("num_routes"),
         arg("num_experts"), arg("block_size"), "T*K + E*(block_size-1).");
@@ -462,10 +465,10 @@ NB_MODULE(_moekit, m) {
                              routed_scaling_factor),
                    as_stream(stream));
       },
-      arg("gating_output").none(), arg("correction_bias").none(), arg("topk_weights").none(), arg("topk_ids").none(),
-      arg("top_k"), arg("renormalize") = false, arg("scoring_func") = "softmax",
-      arg("num_expert_group") = 0, arg("topk_group") = 0, arg("routed_scaling_factor") = 1.0f,
-      arg("stream") = 0,
+      arg("gating_output").none(), arg("correction_bias").none(), arg("topk_weights").none(),
+      arg("topk_ids").none(), arg("top_k"), arg("renormalize") = false,
+      arg("scoring_func") = "softmax", arg("num_expert_group") = 0, arg("topk_group") = 0,
+      arg("routed_scaling_factor") = 1.0f, arg("stream") = 0,
       "FusedTopKFwd: gating_output [T, E] bf16/f16/f32, correction_bias [E] f32 or None -> "
       "topk_weights [T, K] f32, topk_ids [T, K] i32 (written in place).");
 
@@ -509,23 +512,23 @@ NB_MODULE(_moekit, m) {
                                                    num_local_experts, alignment, permuted,
                                                    layout_metadata, inverse_indices));
       },
-      arg("hidden_states").none(), arg("local_expert_ids").none(), arg("num_local_experts"), arg("alignment"),
-      arg("permuted").none(), arg("layout_metadata").none(), arg("inverse_indices").none());
+      arg("hidden_states").none(), arg("local_expert_ids").none(), arg("num_local_experts"),
+      arg("alignment"), arg("permuted").none(), arg("layout_metadata").none(),
+      arg("inverse_indices").none());
   m.def(
       "moe_pre_permute",
       [](nb::handle hidden_states, nb::handle local_expert_ids, int num_local_experts,
-         int alignment, nb::handle permuted, nb::handle layout_metadata,
-         nb::handle inverse_indices, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream) {
+         int alignment, nb::handle permuted, nb::handle layout_metadata, nb::handle inverse_indices,
+         uintptr_t workspace, size_t workspace_bytes, uintptr_t stream) {
         Converter cv("moe_pre_permute");
         PrePermuteArgs a = pre_args(cv, hidden_states, local_expert_ids, num_local_experts,
                                     alignment, permuted, layout_metadata, inverse_indices);
         a.workspace = as_workspace(workspace, workspace_bytes);
         moe_pre_permute(a, as_stream(stream));
       },
-      arg("hidden_states").none(), arg("local_expert_ids").none(), arg("num_local_experts"), arg("alignment"),
-      arg("permuted").none(), arg("layout_metadata").none(), arg("inverse_indices").none(), arg("workspace"),
-      arg("workspace_bytes"), arg("stream") = 0,
+      arg("hidden_states").none(), arg("local_expert_ids").none(), arg("num_local_experts"),
+      arg("alignment"), arg("permuted").none(), arg("layout_metadata").none(),
+      arg("inverse_indices").none(), arg("workspace"), arg("workspace_bytes"), arg("stream") = 0,
       "MoEPrePermuteFwd: hidden_states [T, H], local_expert_ids [T, K] i32 -> permuted [P, H] "
       "(P = T*K + E*(alignment-1)), layout_metadata [E] i32, inverse_indices [T*K] i32.");
 
@@ -542,8 +545,8 @@ NB_MODULE(_moekit, m) {
         a.out = cv(out, "out");
         moe_post_permute(a, as_stream(stream));
       },
-      arg("expert_output").none(), arg("topk_weights").none(), arg("inverse_indices").none(), arg("out").none(),
-      arg("stream") = 0,
+      arg("expert_output").none(), arg("topk_weights").none(), arg("inverse_indices").none(),
+      arg("out").none(), arg("stream") = 0,
       "MoEPostPermuteFwd: expert_output [P, H], topk_weights [T, K] f32, inverse_indices "
       "[T*K] i32 -> out [T, H] (expert_output's dtype or f32).");
 
@@ -562,8 +565,8 @@ NB_MODULE(_moekit, m) {
         g.c = cv(c, "c");
         moe_grouped_gemm(g, as_stream(stream));
       },
-      arg("a").none(), arg("b").none(), arg("layout_metadata").none(), arg("masked"), arg("alignment"), arg("max_m"),
-      arg("activation"), arg("c").none(), arg("stream") = 0,
+      arg("a").none(), arg("b").none(), arg("layout_metadata").none(), arg("masked"),
+      arg("alignment"), arg("max_m"), arg("activation"), arg("c").none(), arg("stream") = 0,
       "MoEGroupedGemmFwd: contiguous a [P, Kd] -> c [P, N]; masked a [E, max_m, Kd] -> c "
       "[E, max_m, N]; b [E, N, Kd] ([E, 2N, Kd] with activation='silu_and_mul').");
 
@@ -582,8 +585,8 @@ NB_MODULE(_moekit, m) {
         g.c = cv(c, "c");
         moe_grouped_gemm_fp8(g, as_stream(stream));
       },
-      arg("a").none(), arg("a_scale").none(), arg("b").none(), arg("b_scale").none(), arg("layout_metadata").none(), arg("c").none(),
-      arg("stream") = 0,
+      arg("a").none(), arg("a_scale").none(), arg("b").none(), arg("b_scale").none(),
+      arg("layout_metadata").none(), arg("c").none(), arg("stream") = 0,
       "MoEGroupedGemmFP8Fwd: a [E, max_m, Kd] fp8e4m3, a_scale [E, max_m, Kd/128] f32, b "
       "[E, N, Kd] fp8e4m3, b_scale [E, N/128, Kd/128] f32, layout_metadata [E] i32 -> c "
       "[E, max_m, N] bf16.");
@@ -597,76 +600,77 @@ NB_MODULE(_moekit, m) {
         return expert_mlp_workspace_size(mlp_args(cv, expert_input, layout_metadata, alignment,
                                                   w_gate_up, w_down, expert_output));
       },
-      arg("expert_input").none(), arg("layout_metadata").none(), arg("alignment"), arg("w_gate_up").none(),
-      arg("w_down").none(), arg("expert_output").none());
+      arg("expert_input").none(), arg("layout_metadata").none(), arg("alignment"),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("expert_output").none());
   m.def(
       "moe_expert_mlp",
       [](nb::handle expert_input, nb::handle layout_metadata, int alignment, nb::handle w_gate_up,
-         nb::handle w_down, nb::handle expert_output, uintptr_t workspace,
-         size_t workspace_bytes, uintptr_t stream) {
+         nb::handle w_down, nb::handle expert_output, uintptr_t workspace, size_t workspace_bytes,
+         uintptr_t stream) {
         Converter cv("moe_expert_mlp");
-        ExpertMLPArgs a = mlp_args(cv, expert_input, layout_metadata, alignment, w_gate_up,
-                                   w_down, expert_output);
+        ExpertMLPArgs a = mlp_args(cv, expert_input, layout_metadata, alignment, w_gate_up, w_down,
+                                   expert_output);
         a.workspace = as_workspace(workspace, workspace_bytes);
         moe_expert_mlp(a, as_stream(stream));
       },
-      arg("expert_input").none(), arg("layout_metadata").none(), arg("alignment"), arg("w_gate_up").none(),
-      arg("w_down").none(), arg("expert_output").none(), arg("workspace"), arg("workspace_bytes"),
-      arg("stream") = 0,
+      arg("expert_input").none(), arg("layout_metadata").none(), arg("alignment"),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("expert_output").none(), arg("workspace"),
+      arg("workspace_bytes"), arg("stream") = 0,
       "MoEExpertMLPFwd: expert_input [P, H], layout_metadata [E] i32, w_gate_up [E, 2F, H], "
       "w_down [E, H, F] -> expert_output [P, H].");
 
   // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
   m.def(
       "fused_moe_experts_workspace_size",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down,
-         nb::handle topk_weights, nb::handle topk_ids, nb::handle output) {
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
+         nb::handle topk_ids, nb::handle output) {
         Converter cv("fused_moe_experts");
         return fused_moe_experts_workspace_size(
             experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output));
       },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("topk_weights").none(),
-      arg("topk_ids").none(), arg("output").none());
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
+      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none());
   m.def(
       "fused_moe_experts",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down,
-         nb::handle topk_weights, nb::handle topk_ids, nb::handle output, uintptr_t workspace,
-         size_t workspace_bytes, uintptr_t stream) {
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
+         nb::handle topk_ids, nb::handle output, uintptr_t workspace, size_t workspace_bytes,
+         uintptr_t stream) {
         Converter cv("fused_moe_experts");
         FusedMoEExpertsArgs a =
             experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output);
         a.workspace = as_workspace(workspace, workspace_bytes);
         fused_moe_experts(a, as_stream(stream));
       },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("topk_weights").none(),
-      arg("topk_ids").none(), arg("output").none(), arg("workspace"), arg("workspace_bytes"),
-      arg("stream") = 0,
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
+      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none(), arg("workspace"),
+      arg("workspace_bytes"), arg("stream") = 0,
       "FusedMoEExpertsFwd: hidden_states [T, H], w_gate_up [E, 2F, H], w_down [E, H, F], "
       "topk_weights [T, K] f32, topk_ids [T, K] i32 -> output [T, H].");
   m.def(
       "indexed_expert_mlp_workspace_size",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down,
-         nb::handle topk_weights, nb::handle topk_ids, nb::handle output) {
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
+         nb::handle topk_ids, nb::handle output) {
         Converter cv("indexed_expert_mlp");
         return indexed_expert_mlp_workspace_size(
             experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output));
       },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("topk_weights").none(),
-      arg("topk_ids").none(), arg("output").none());
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
+      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none());
   m.def(
       "indexed_expert_mlp",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down,
-         nb::handle topk_weights, nb::handle topk_ids, nb::handle output, uintptr_t workspace,
-         size_t workspace_bytes, uintptr_t stream) {
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
+         nb::handle topk_ids, nb::handle output, uintptr_t workspace, size_t workspace_bytes,
+         uintptr_t stream) {
         Converter cv("indexed_expert_mlp");
         IndexedExpertMLPArgs a =
             experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output);
         a.workspace = as_workspace(workspace, workspace_bytes);
         indexed_expert_mlp(a, as_stream(stream));
       },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("topk_weights").none(),
-      arg("topk_ids").none(), arg("output").none(), arg("workspace"), arg("workspace_bytes"),
-      arg("stream") = 0, "IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64.");
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
+      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none(), arg("workspace"),
+      arg("workspace_bytes"), arg("stream") = 0,
+      "IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64.");
 
   // ---- FusedMoEFwd ----
   m.def(
@@ -681,8 +685,8 @@ NB_MODULE(_moekit, m) {
             renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor));
       },
       arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("top_k"), arg("renormalize"),
-      arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("top_k"),
+      arg("renormalize"), arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
       arg("routed_scaling_factor"));
   m.def(
       "fused_moe",
@@ -692,16 +696,15 @@ NB_MODULE(_moekit, m) {
          float routed_scaling_factor, uintptr_t workspace, size_t workspace_bytes,
          uintptr_t stream) {
         Converter cv("fused_moe");
-        FusedMoEArgs a =
-            moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down, output,
-                     top_k, renormalize, scoring_func, num_expert_group, topk_group,
-                     routed_scaling_factor);
+        FusedMoEArgs a = moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up,
+                                  w_down, output, top_k, renormalize, scoring_func,
+                                  num_expert_group, topk_group, routed_scaling_factor);
         a.workspace = as_workspace(workspace, workspace_bytes);
         fused_moe(a, as_stream(stream));
       },
       arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("top_k"), arg("renormalize"),
-      arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("top_k"),
+      arg("renormalize"), arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
       arg("routed_scaling_factor"), arg("workspace"), arg("workspace_bytes"), arg("stream") = 0,
       "FusedMoEFwd: fused_topk then fused_moe_experts -> output [T, H].");
 
@@ -714,15 +717,16 @@ NB_MODULE(_moekit, m) {
          const char* scoring_func, int num_expert_group, int topk_group,
          float routed_scaling_factor) {
         Converter cv("fused_moe_shared_expert");
-        return fused_moe_shared_expert_workspace_size(shared_moe_args(
-            cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down,
-            shared_w_gate_up, shared_w_down, output, top_k, renormalize, scoring_func,
-            num_expert_group, topk_group, routed_scaling_factor));
+        return fused_moe_shared_expert_workspace_size(
+            shared_moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down,
+                            shared_w_gate_up, shared_w_down, output, top_k, renormalize,
+                            scoring_func, num_expert_group, topk_group, routed_scaling_factor));
       },
       arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("shared_w_gate_up").none(), arg("shared_w_down").none(),
-      arg("output").none(), arg("top_k"), arg("renormalize"), arg("scoring_func"),
-      arg("num_expert_group"), arg("topk_group"), arg("routed_scaling_factor"));
+      arg("w_gate_up").none(), arg("w_down").none(), arg("shared_w_gate_up").none(),
+      arg("shared_w_down").none(), arg("output").none(), arg("top_k"), arg("renormalize"),
+      arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
+      arg("routed_scaling_factor"));
   m.def(
       "fused_moe_shared_expert",
       [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
@@ -732,17 +736,17 @@ NB_MODULE(_moekit, m) {
          float routed_scaling_factor, uintptr_t workspace, size_t workspace_bytes,
          uintptr_t stream) {
         Converter cv("fused_moe_shared_expert");
-        FusedMoESharedExpertArgs a = shared_moe_args(
-            cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down,
-            shared_w_gate_up, shared_w_down, output, top_k, renormalize, scoring_func,
-            num_expert_group, topk_group, routed_scaling_factor);
+        FusedMoESharedExpertArgs a =
+            shared_moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down,
+                            shared_w_gate_up, shared_w_down, output, top_k, renormalize,
+                            scoring_func, num_expert_group, topk_group, routed_scaling_factor);
         a.moe.workspace = as_workspace(workspace, workspace_bytes);
         fused_moe_shared_expert(a, as_stream(stream));
       },
       arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("shared_w_gate_up").none(), arg("shared_w_down").none(),
-      arg("output").none(), arg("top_k"), arg("renormalize"), arg("scoring_func"),
-      arg("num_expert_group"), arg("topk_group"), arg("routed_scaling_factor"),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("shared_w_gate_up").none(),
+      arg("shared_w_down").none(), arg("output").none(), arg("top_k"), arg("renormalize"),
+      arg("scoring_func"), arg("num_expert_group"), arg("topk_group"), arg("routed_scaling_factor"),
       arg("workspace"), arg("workspace_bytes"), arg("stream") = 0,
       "FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) -> output [T, H].");
 
@@ -754,7 +758,8 @@ NB_MODULE(_moekit, m) {
         return shared_expert_mlp_workspace_size(
             shared_mlp_args(cv, hidden_states, w_gate_up, w_down, output));
       },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("output").none());
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
+      arg("output").none());
   m.def(
       "shared_expert_mlp",
       [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle output,
@@ -764,8 +769,8 @@ NB_MODULE(_moekit, m) {
         a.workspace = as_workspace(workspace, workspace_bytes);
         shared_expert_mlp(a, as_stream(stream));
       },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("workspace"),
-      arg("workspace_bytes"), arg("stream") = 0,
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
+      arg("output").none(), arg("workspace"), arg("workspace_bytes"), arg("stream") = 0,
       "SharedExpertMLPFwd: hidden_states [T, H], w_gate_up [2S, H], w_down [H, S] -> "
       "output [T, H].");
 }
