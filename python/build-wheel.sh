@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then
-  PY=$(command -v python3.12 || ls -d "$HOME"/.pyenv/versions/3.12*/bin/python 2>/dev/null | tail -1 || true)
+  # pyenv's python3.12 shim fails unless 3.12 is the active version: prefer the real binary.
+  PY=$(ls -d "$HOME"/.pyenv/versions/3.12*/bin/python 2>/dev/null | tail -1 || true)
+  [ -n "$PY" ] || PY=$(command -v python3.12 || true)
 fi
 [ -n "$PY" ] || { echo "build-wheel: no python3.12 found; set PYTHON" >&2; exit 1; }
 "$PY" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind>=2.0"
