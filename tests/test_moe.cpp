@@ -473,6 +473,7 @@ TEST(MoEValidation, FusedMoEAndSharedExpert) {
        },
        "shared_w_gate_up"},
       {[](auto& a) { a.shared_w_gate_up = TensorView{}; }, "shared_w_gate_up"},
+      {[](auto& a) { a.shared_w_down = TensorView{}; }, "shared_w_down"},
       {[](auto& a) {
          a.shared_w_gate_up = v(DType::kF16, {2 * S, H});
        },

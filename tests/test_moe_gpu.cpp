@@ -281,13 +281,15 @@ TEST(MoEGpu, SharedExpertMLPMatchesReference) {
 struct LayerCase {
   DType dt;
   DType logits_dt;
-  int64_t T, H, E, F, K, S;  // S = 0: fused_moe
+  int64_t T, H, E, F, K, S;  // S = 0: fused_moe; S < 0: fused_moe_shared_expert, no shared weights
   bool grouped;              // sigmoid + bias + 8 groups, top-4 groups, renormalize, x2.5
 };
 
 std::string layer_name(const LayerCase& c) {
-  return std::string(c.S ? "fused_moe_shared_expert " : "fused_moe ") + dtype_name(c.dt) +
-         " logits=" + dtype_name(c.logits_dt) + " T=" + std::to_string(c.T) +
+  return std::string(c.S > 0   ? "fused_moe_shared_expert "
+                     : c.S < 0 ? "fused_moe_shared_expert(none) "
+                               : "fused_moe ") +
+         dtype_name(c.dt) + " logits=" + dtype_name(c.logits_dt) + " T=" + std::to_string(c.T) +
          " E=" + std::to_string(c.E) + " K=" + std::to_string(c.K) + " S=" + std::to_string(c.S) +
          (c.grouped ? " grouped" : "");
 }
@@ -300,7 +302,7 @@ HostTensor run_layer(const LayerCase& c, uint64_t seed, cudaStream_t stream, boo
   HostTensor bias = moetest::normal(rng, DType::kF32, {c.E}, 0.1);
   HostTensor wgu = moetest::normal(rng, c.dt, {c.E, 2 * c.F, c.H}, 1.0 / std::sqrt(double(c.H)));
   HostTensor wd = moetest::normal(rng, c.dt, {c.E, c.H, c.F}, 1.0 / std::sqrt(double(c.F)));
-  const int64_t S = c.S ? c.S : 8;
+  const int64_t S = c.S > 0 ? c.S : 8;
   HostTensor sgu = moetest::normal(rng, c.dt, {2 * S, c.H}, 1.0 / std::sqrt(double(c.H)));
   HostTensor sd = moetest::normal(rng, c.dt, {c.H, S}, 1.0 / std::sqrt(double(S)));
   DeviceTensor dx(x), dlogits(logits), dbias(bias), dwgu(wgu), dwd(wd), dsgu(sgu), dsd(sd);
@@ -321,8 +323,10 @@ HostTensor run_layer(const LayerCase& c, uint64_t seed, cudaStream_t stream, boo
   a.moe.w_gate_up = dwgu.view();
   a.moe.w_down = dwd.view();
   a.moe.output = out.view();
-  a.shared_w_gate_up = dsgu.view();
-  a.shared_w_down = dsd.view();
+  if (c.S >= 0) {
+    a.shared_w_gate_up = dsgu.view();
+    a.shared_w_down = dsd.view();
+  }
   const size_t bytes =
       c.S ? fused_moe_shared_expert_workspace_size(a) : fused_moe_workspace_size(a.moe);
   DeviceWorkspace ws(bytes);
@@ -356,8 +360,8 @@ HostTensor run_layer(const LayerCase& c, uint64_t seed, cudaStream_t stream, boo
     r.moe.w_gate_up = wgu.view();
     r.moe.w_down = wd.view();
     r.moe.output = ref.view();
-    r.shared_w_gate_up = sgu.view();
-    r.shared_w_down = sd.view();
+    r.shared_w_gate_up = c.S >= 0 ? sgu.view() : TensorView{};
+    r.shared_w_down = c.S >= 0 ? sd.view() : TensorView{};
     if (c.S) {
       reference::fused_moe_shared_expert(r);
     } else {
@@ -379,6 +383,7 @@ TEST(MoEGpu, FusedMoELayersMatchReference) {
       {h, f, 37, 256, 64, 128, 8, 256, false}, {b, f, 100, 256, 64, 128, 8, 128, true},
       {h, f, 200, 136, 32, 72, 4, 72, false},  {b, f, 16, 64, 256, 32, 8, 64, true},
       {h, f, 40, 256, 8, 128, 4, 0, false},    {b, f, 40, 256, 8, 128, 4, 128, false},
+      {b, f, 37, 256, 64, 128, 8, -1, false},  {b, f, 100, 256, 64, 128, 8, -1, true},
   };
   uint64_t seed = 3000;
   for (const LayerCase& c : cases) {

@@ -143,7 +143,11 @@ class RoutedCase : public Case {
   RoutedCase(const Row& row, const Options& opt, Kind kind) : Case(row, opt), kind_(kind) {}
 
   bool fused() const { return kind_ == Kind::kFused || kind_ == Kind::kFusedShared; }
-  bool shared() const { return kind_ == Kind::kFusedShared; }
+  // A FusedMoESharedExpertFwd row may come without shared-expert weights (the page's
+  // qwen3-235b-t512): the op then runs the routed layer alone.
+  bool shared() const {
+    return kind_ == Kind::kFusedShared && row_.w.tensor("shared_w_gate_up") != nullptr;
+  }
 
   void setup(Env& env) override {
     const TensorSpec* x = row_.w.tensor("hidden_states");
@@ -267,8 +271,10 @@ class RoutedCase : public Case {
   FusedMoESharedExpertArgs shared_args(int c, Workspace ws) {
     FusedMoESharedExpertArgs a;
     a.moe = fused_args(c, ws);
-    a.shared_w_gate_up = find("shared_w_gate_up").view(c);
-    a.shared_w_down = find("shared_w_down").view(c);
+    if (shared()) {
+      a.shared_w_gate_up = find("shared_w_gate_up").view(c);
+      a.shared_w_down = find("shared_w_down").view(c);
+    }
     return a;
   }
 
@@ -329,6 +335,12 @@ class RoutedCase : public Case {
         break;
       }
       case Kind::kFusedShared: {
+        if (!shared()) {
+          FusedMoEArgs a = fused_args(c, ws);
+          a.output = out;
+          gpu_reference::fused_moe(a, s, mask);
+          break;
+        }
         FusedMoESharedExpertArgs a = shared_args(c, ws);
         a.moe.output = out;
         gpu_reference::fused_moe_shared_expert(a, s, mask);
@@ -345,7 +357,8 @@ class RoutedCase : public Case {
       case Kind::kFused:
         return gpu_reference::fused_moe_scratch_bytes(fused_args(0, {}));
       case Kind::kFusedShared:
-        return gpu_reference::fused_moe_shared_expert_scratch_bytes(shared_args(0, {}));
+        return shared() ? gpu_reference::fused_moe_shared_expert_scratch_bytes(shared_args(0, {}))
+                        : gpu_reference::fused_moe_scratch_bytes(fused_args(0, {}));
     }
     return 0;
   }

@@ -61,7 +61,7 @@ void fused_moe(const FusedMoEArgs& args, cudaStream_t stream);
 // FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared expert weight 1).
 struct FusedMoESharedExpertArgs {
   FusedMoEArgs moe;             // moe.output receives the sum
-  TensorView shared_w_gate_up;  // [2S, H]
+  TensorView shared_w_gate_up;  // [2S, H]; both shared weights undefined = no shared expert
   TensorView shared_w_down;     // [H, S]
 };
 size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args);

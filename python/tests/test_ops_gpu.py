@@ -47,7 +47,9 @@ def weights(E, F, H, dtype, g):
 
 def random_counts(E, total, g, zeros=True):
     """total rows split over E experts, some experts empty."""
-    cuts = torch.randint(0, total + 1, (E - 1,), generator=gen(int(total) + E)).sort().values
+    # The generator lives on DEVICE, so draw there and bring the cuts back to the host.
+    cuts = torch.randint(0, total + 1, (E - 1,), generator=gen(int(total) + E), device=DEVICE)
+    cuts = cuts.sort().values.cpu()
     counts = torch.diff(torch.cat([torch.tensor([0]), cuts, torch.tensor([total])])).tolist()
     if zeros and E > 2:
         counts[0] += counts[1]

@@ -332,15 +332,25 @@ size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& ar
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream) {
   detail::ArgCheck c("fused_moe_shared_expert");
   detail::MoEShapes s = check_layer_args(c, args.moe);
-  detail::MoEShapes shared = s;
-  detail::check_mlp_weights(c, shared, "shared_w_gate_up", args.shared_w_gate_up, "shared_w_down",
-                            args.shared_w_down, "hidden_states", args.moe.hidden_states,
-                            /*experts=*/false);
-  const int64_t S = shared.F;
+  // Both shared weights absent: no shared expert, the routed layer alone (a model whose
+  // layer has none can call one entry point). One of the two alone is an error.
+  const bool has_shared = args.shared_w_gate_up.defined() || args.shared_w_down.defined();
+  int64_t S = 0;
+  if (has_shared) {
+    detail::MoEShapes shared = s;
+    detail::check_mlp_weights(c, shared, "shared_w_gate_up", args.shared_w_gate_up, "shared_w_down",
+                              args.shared_w_down, "hidden_states", args.moe.hidden_states,
+                              /*experts=*/false);
+    S = shared.F;
+  }
   check_path_experts(c, s, layer_uses_direct(s), args.moe.w_gate_up);
   c.workspace(args.moe.workspace, layer_workspace_size(s, S));
   if (s.T == 0) return;
-  run_layer(args.moe, s, &args.shared_w_gate_up, &args.shared_w_down, S, stream);
+  if (has_shared) {
+    run_layer(args.moe, s, &args.shared_w_gate_up, &args.shared_w_down, S, stream);
+  } else {
+    run_layer(args.moe, s, nullptr, nullptr, 0, stream);
+  }
 }
 
 }  // namespace moekit

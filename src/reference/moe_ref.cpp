@@ -157,6 +157,10 @@ void fused_moe(const FusedMoEArgs& args) {
 }
 
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args) {
+  if (!args.shared_w_gate_up.defined() && !args.shared_w_down.defined()) {
+    fused_moe(args.moe);  // no shared expert: the routed layer alone
+    return;
+  }
   HostRouting r = route(args.moe);
   std::vector<double> acc = routed_sum(r.experts);
   std::vector<double> shared =
