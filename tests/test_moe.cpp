@@ -431,8 +431,20 @@ TEST(MoEValidation, FusedMoEAndSharedExpert) {
       {[](auto& a) { a.gating_output = TensorView{}; }, "gating_output"},
       {[](auto& a) { a.correction_bias = v(DType::kF32, {E + 1}); }, "correction_bias"},
       {[](auto& a) { a.correction_bias = v(kBF, {E}); }, "correction_bias"},
-      {[](auto& a) { a.params.top_k = 0; }, "params.top_k"},
-      {[](auto& a) { a.params.top_k = E + 1; }, "params.top_k"},
+      {[](auto& a) { a.params.top_k = 0; }, "top_k"},
+      {[](auto& a) { a.params.top_k = E + 1; }, "top_k"},
+      // Routing parameters are checked under the layer op's name, before any launch.
+      {[](auto& a) {
+         a.params.num_expert_group = 3;
+         a.params.topk_group = 1;
+       },
+       "num_expert_group"},
+      {[](auto& a) {
+         a.params.num_expert_group = 2;
+         a.params.topk_group = 3;
+       },
+       "topk_group"},
+      {[](auto& a) { a.params.routed_scaling_factor = NAN; }, "routed_scaling_factor"},
       {[](auto& a) {
          a.hidden_states = v(kBF, {T + 1, H});
        },

@@ -9,6 +9,7 @@
 #include "moekit/permute.h"
 #include "moekit/routing.h"
 #include "permute/permute_kernels.h"
+#include "routing/topk_params_check.h"
 
 namespace moekit {
 namespace detail {
@@ -264,9 +265,8 @@ detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs
   detail::check_mlp_weights(c, s, "w_gate_up", a.w_gate_up, "w_down", a.w_down, "hidden_states",
                             a.hidden_states, /*experts=*/true);
   c.tensor("gating_output", a.gating_output, {DType::kBF16, DType::kF16, DType::kF32}, {s.T, s.E});
-  c.optional_tensor("correction_bias", a.correction_bias, {DType::kF32}, {s.E});
-  c.require(a.params.top_k >= 1 && a.params.top_k <= s.E, "params.top_k",
-            "1 <= top_k <= num_experts (" + detail::str(s.E) + ")", detail::str(a.params.top_k));
+  // The routing checks of fused_topk, reported under this op's name.
+  detail::check_routing_inputs(c, a.gating_output, a.correction_bias, a.params);
   s.K = a.params.top_k;
   c.require(s.T * s.K <= INT32_MAX, "hidden_states", "at most 2^31-1 routes (T*top_k)",
             a.hidden_states.describe());
@@ -285,7 +285,7 @@ void run_layer(const FusedMoEArgs& a, const detail::MoEShapes& s, const TensorVi
   topk.params = a.params;
   topk.topk_weights = make_view(b.topk_weights, DType::kF32, {s.T, s.K});
   topk.topk_ids = make_view(b.topk_ids, DType::kI32, {s.T, s.K});
-  // First launch of the op: fused_topk validates the routing params before it.
+  // The routing inputs were validated under the layer op's name (check_layer_args).
   fused_topk(topk, stream);
   if (S > 0) {
     // The shared expert's output stays f32 and is added in the routed combine, so

@@ -5,26 +5,26 @@
 #include "core/check.h"
 #include "moekit/routing.h"
 #include "routing/fused_topk_kernel.h"
+#include "routing/topk_params_check.h"
 
 namespace moekit {
 
-void fused_topk(const FusedTopKArgs& args, cudaStream_t stream) {
-  detail::ArgCheck check("fused_topk");
-  const auto any = detail::kAnyDim;
-  check.tensor("gating_output", args.gating_output, {DType::kBF16, DType::kF16, DType::kF32},
-               {any, any});
-  const int64_t T = args.gating_output.size(0);
-  const int64_t E = args.gating_output.size(1);
-  check.require(E >= 1 && E <= detail::kTopKMaxExperts, "gating_output",
-                "1 to " + std::to_string(detail::kTopKMaxExperts) + " experts (dim 1)",
-                args.gating_output.describe());
-  check.require(T <= INT32_MAX, "gating_output", "at most 2^31-1 tokens",
-                args.gating_output.describe());
+namespace detail {
 
-  const TopKParams& p = args.params;
+int64_t check_routing_inputs(const ArgCheck& check, const TensorView& gating_output,
+                             const TensorView& correction_bias, const TopKParams& p) {
+  const auto any = kAnyDim;
+  check.tensor("gating_output", gating_output, {DType::kBF16, DType::kF16, DType::kF32},
+               {any, any});
+  const int64_t T = gating_output.size(0);
+  const int64_t E = gating_output.size(1);
+  check.require(E >= 1 && E <= kTopKMaxExperts, "gating_output",
+                "1 to " + std::to_string(kTopKMaxExperts) + " experts (dim 1)",
+                gating_output.describe());
+  check.require(T <= INT32_MAX, "gating_output", "at most 2^31-1 tokens", gating_output.describe());
   check.require(
-      p.top_k >= 1 && p.top_k <= detail::kTopKMaxK && p.top_k <= E, "top_k",
-      "1 to min(" + std::to_string(detail::kTopKMaxK) + ", num_experts=" + std::to_string(E) + ")",
+      p.top_k >= 1 && p.top_k <= kTopKMaxK && p.top_k <= E, "top_k",
+      "1 to min(" + std::to_string(kTopKMaxK) + ", num_experts=" + std::to_string(E) + ")",
       std::to_string(p.top_k));
   check.require(p.scoring_func == ScoringFunc::kSoftmax || p.scoring_func == ScoringFunc::kSigmoid,
                 "scoring_func", "softmax or sigmoid",
@@ -47,8 +47,18 @@ void fused_topk(const FusedTopKArgs& args, cudaStream_t stream) {
         "at most topk_group * num_experts / num_expert_group = " + std::to_string(selectable),
         std::to_string(p.top_k));
   }
+  check.optional_tensor("correction_bias", correction_bias, {DType::kF32}, {E});
+  return E;
+}
 
-  check.optional_tensor("correction_bias", args.correction_bias, {DType::kF32}, {E});
+}  // namespace detail
+
+void fused_topk(const FusedTopKArgs& args, cudaStream_t stream) {
+  detail::ArgCheck check("fused_topk");
+  detail::check_routing_inputs(check, args.gating_output, args.correction_bias, args.params);
+  const int64_t T = args.gating_output.size(0);
+  const int64_t E = args.gating_output.size(1);
+  const TopKParams& p = args.params;
   check.tensor("topk_weights", args.topk_weights, {DType::kF32}, {T, p.top_k});
   check.tensor("topk_ids", args.topk_ids, {DType::kI32}, {T, p.top_k});
 
