@@ -247,6 +247,37 @@ TEST(GemmGpu, PublicOpWithHeuristicMatchesReference) {
   for (const GemmCase& c : cases()) run_case(c, -1);
 }
 
+// Extra shapes for the SM90 (TMA + wgmma) config, unverified on GPU as of 2026-12-02
+// (EveryConfigMatchesReference and ClampsOutOfRangeMetadata run it too): many tiles
+// per SM (the persistent loop and the pipeline phases carried across tiles), tiles
+// straddling group boundaries, n not a multiple of the 256 / 128 tile width, the
+// 1024-group maximum.
+TEST(GemmGpu, Sm90ConfigMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  using R = detail::GemmRows;
+  const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
+  const Activation none = Activation::kNone, silu = Activation::kSiluAndMul;
+  std::vector<GemmCase> v;
+  v.push_back({"sm90_ragged_many_tiles", bf, bf, none, R::kContiguous, 1, random_counts(24, 0, 700),
+               0, 1000, 1024});
+  v.push_back({"sm90_ragged_silu_a8", bf, bf, silu, R::kContiguous, 8, random_counts(24, 0, 400), 0,
+               392, 776});
+  v.push_back({"sm90_masked_silu_f16_f32out",
+               f16,
+               f32,
+               silu,
+               R::kMasked,
+               1,
+               {0, 129, 256, 255, 1, 300},
+               300,
+               264,
+               512});
+  v.push_back({"sm90_dense_f16", f16, f16, none, R::kDense, 1, {1000}, 0, 520, 2056});
+  v.push_back({"sm90_1024_experts", bf, f32, silu, R::kContiguous, 1, random_counts(1024, 0, 3), 0,
+               136, 64});
+  for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90);
+}
+
 // Out-of-range metadata (only visible on the device) is clamped: nothing is read or
 // written past the P rows (contiguous) or past max_m (masked).
 TEST(GemmGpu, ClampsOutOfRangeMetadata) {

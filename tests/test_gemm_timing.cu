@@ -171,5 +171,58 @@ TEST(GemmTiming, DISABLED_DeepSeekV3Shapes) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// The SM90 (TMA + wgmma) config against the default heuristic on the prefill shapes
+// (unverified on GPU as of 2026-12-02). Targets (docs/gemm.md): ds-v3 prefill
+// up-projection, 32768 rows over 256 experts, n 4096, k 7168 (1.924 TFLOP): the page's
+// 3.99 ms = 483 TFLOP/s; 600 TFLOP/s (3.2 ms) = 75% of the 799 measured dense peak.
+TEST(GemmTiming, DISABLED_Sm90PrefillShapes) {
+  MOEKIT_REQUIRE_GPU();
+  const int E = 256;
+  const int64_t N = 4096, K = 7168, P = 32768;
+  Buf b(size_t(E) * N * K * 2), a(size_t(P) * K * 2), c(size_t(P) * N * 4), meta(E * 4);
+  fill<__nv_bfloat16>(b.p, int64_t(E) * N * K, 1.7f / 84.0f, 1);
+  fill<__nv_bfloat16>(a.p, P * K, 1.7f, 2);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  struct Scenario {
+    bool dense, balanced, silu;
+    int64_t rows;
+  };
+  const Scenario scenarios[] = {{false, false, false, P},  {false, true, false, P},
+                                {false, false, true, P},   {false, true, true, P},
+                                {true, false, true, 4096}, {true, false, false, 8192}};
+  for (const Scenario& sc : scenarios) {
+    std::vector<int32_t> counts = sc.balanced
+                                      ? std::vector<int32_t>(E, static_cast<int32_t>(sc.rows / E))
+                                      : multinomial_counts(sc.rows, E, 7 + sc.rows);
+    std::vector<int32_t> ends(E);
+    int64_t end = 0;
+    for (int e = 0; e < E; ++e) ends[e] = static_cast<int32_t>(end += counts[e]);
+    cudaMemcpy(meta.p, ends.data(), E * 4, cudaMemcpyHostToDevice);
+    for (int config : {-1, static_cast<int>(detail::kGemmConfigSm90)}) {
+      detail::GroupedGemmProblem p;
+      p.in_dtype = p.out_dtype = DType::kBF16;
+      p.a = a.p;
+      p.b = b.p;
+      p.c = c.p;
+      p.num_groups = sc.dense ? 1 : E;
+      p.n = sc.silu ? N / 2 : N;
+      p.k = K;
+      p.activation = sc.silu ? Activation::kSiluAndMul : Activation::kNone;
+      p.rows = sc.dense ? detail::GemmRows::kDense : detail::GemmRows::kContiguous;
+      p.layout_metadata = static_cast<const int32_t*>(meta.p);
+      p.alignment = 1;
+      p.m = sc.rows;
+      p.config = config;
+      const int picked = detail::select_grouped_gemm_config(p);
+      const float ms = time_ms([&] { detail::run_grouped_gemm(p, nullptr); });
+      std::printf("sm90 %-7s rows=%-6lld %-8s %-4s config=%2d (ran %d): %8.3f ms  %7.1f TFLOP/s\n",
+                  sc.dense ? "dense" : "grouped", static_cast<long long>(sc.rows),
+                  sc.balanced ? "balanced" : "random", sc.silu ? "silu" : "none", config, picked,
+                  ms, 2.0 * sc.rows * N * K / ms / 1e9);
+    }
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace moekit

@@ -93,7 +93,18 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
     throw Error(std::string("moekit::") + op + ": config: expected -1.." +
                 std::to_string(kGemmConfigCount - 1) + ", got " + std::to_string(config));
   }
-  if (p.in_dtype == DType::kBF16) {
+  if (config == kGemmConfigSm90 && p.k > 0) {
+    // Unverified on GPU as of 2026-12-02 (docs/gemm.md); never picked by the heuristic.
+    // k == 0 (no TMA descriptor possible; c = 0 or silu(0)*0) takes the decode config.
+    if (p.in_dtype == DType::kBF16) {
+      launch_grouped_gemm_sm90_bf16(p, stream);
+    } else if (p.in_dtype == DType::kF16) {
+      launch_grouped_gemm_sm90_f16(p, stream);
+    } else {
+      throw Error(std::string("moekit::") + op + ": unsupported input dtype " +
+                  dtype_name(p.in_dtype));
+    }
+  } else if (p.in_dtype == DType::kBF16) {
     launch_grouped_gemm_bf16(p, config, stream);
   } else if (p.in_dtype == DType::kF16) {
     launch_grouped_gemm_f16(p, config, stream);

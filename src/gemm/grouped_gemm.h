@@ -46,7 +46,11 @@ struct GroupedGemmProblem {
 enum GemmConfig : int {
   kGemmConfigDecode = 0,   // 32x128 tiles, 4 warps: few rows per group, streams b
   kGemmConfigPrefill = 1,  // 128x128 tiles, 4 warps, 2 blocks per SM: many rows per group
-  kGemmConfigCount = 2,
+  // Hopper TMA + wgmma, warp-specialized, persistent; 128x256 tiles (docs/gemm.md
+  // "SM90 engine"). Unverified on GPU as of 2026-12-02; enable in the heuristic once
+  // tests pass on the H200. Reachable only by forcing (config field / MOEKIT_GEMM_CONFIG).
+  kGemmConfigSm90 = 2,
+  kGemmConfigCount = 3,
 };
 
 // The config run_grouped_gemm would pick for `problem` (problem.config, else the

@@ -11,6 +11,9 @@ namespace moekit::detail {
 
 void launch_grouped_gemm_bf16(const GroupedGemmProblem& problem, int config, cudaStream_t stream);
 void launch_grouped_gemm_f16(const GroupedGemmProblem& problem, int config, cudaStream_t stream);
+// The SM90 (TMA + wgmma) config, kGemmConfigSm90; k > 0.
+void launch_grouped_gemm_sm90_bf16(const GroupedGemmProblem& problem, cudaStream_t stream);
+void launch_grouped_gemm_sm90_f16(const GroupedGemmProblem& problem, cudaStream_t stream);
 void launch_grouped_gemm_fp8(const GroupedGemmFP8Problem& problem, int config, cudaStream_t stream);
 
 }  // namespace moekit::detail

@@ -1,0 +1,19 @@
+// bf16-input instantiations of the SM90 (TMA + wgmma) grouped-GEMM config.
+// UNVERIFIED ON GPU as of 2026-12-02 (compiled only); see sm90_grouped_gemm.cuh.
+#include "gemm/grouped_gemm_launch.cuh"
+#include "gemm/launch.h"
+#include "gemm/sm90_grouped_gemm.cuh"
+
+namespace moekit::detail {
+
+void launch_grouped_gemm_sm90_bf16(const GroupedGemmProblem& problem, cudaStream_t stream) {
+  const char* op = "moe_grouped_gemm";
+  const gemm::RowsDesc rows = gemm::rows_desc(problem);
+  if (problem.out_dtype == DType::kF32) {
+    gemm::sm90::launch<cutlass::bfloat16_t, float>(problem, rows, stream, op);
+  } else {
+    gemm::sm90::launch<cutlass::bfloat16_t, __nv_bfloat16>(problem, rows, stream, op);
+  }
+}
+
+}  // namespace moekit::detail

@@ -1,0 +1,19 @@
+// f16-input instantiations of the SM90 (TMA + wgmma) grouped-GEMM config.
+// UNVERIFIED ON GPU as of 2026-12-02 (compiled only); see sm90_grouped_gemm.cuh.
+#include "gemm/grouped_gemm_launch.cuh"
+#include "gemm/launch.h"
+#include "gemm/sm90_grouped_gemm.cuh"
+
+namespace moekit::detail {
+
+void launch_grouped_gemm_sm90_f16(const GroupedGemmProblem& problem, cudaStream_t stream) {
+  const char* op = "moe_grouped_gemm";
+  const gemm::RowsDesc rows = gemm::rows_desc(problem);
+  if (problem.out_dtype == DType::kF32) {
+    gemm::sm90::launch<cutlass::half_t, float>(problem, rows, stream, op);
+  } else {
+    gemm::sm90::launch<cutlass::half_t, __half>(problem, rows, stream, op);
+  }
+}
+
+}  // namespace moekit::detail

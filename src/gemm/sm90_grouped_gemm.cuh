@@ -1,0 +1,425 @@
+// The SM90 (Hopper) bf16/f16 grouped-GEMM kernel: TMA loads into 128-byte-swizzled
+// shared memory on an mbarrier pipeline (cutlass::PipelineTmaAsync), wgmma (CuTe GMMA
+// atoms) from two consumer warpgroups, one producer warp, a persistent grid walking a
+// device-side tile schedule built from the layout metadata (no host sync).
+//
+// UNVERIFIED ON GPU as of 2026-12-02: compiled for sm_90a and its SASS inspected
+// (HGMMA, UTMALDG, no spills), never run. Selected only when forced
+// (GroupedGemmProblem::config / MOEKIT_GEMM_CONFIG = 2); docs/gemm.md "SM90 engine
+// (unverified)" lists what the next GPU session must run before the heuristic uses it.
+//
+// Design (docs/gemm.md has the rationale):
+// - Block tile 128 x 256 x 64, 4 stages (48 KB each): a [128 x 64], b [256 x 64] as two
+//   TMA boxes of 128 b rows. kNone: the boxes are b rows n0 .. n0+255 (256 output
+//   columns). kSiluAndMul: box 0 = 128 gate rows, box 1 = the 128 up rows of the same
+//   output columns, so wgmma's accumulator holds gate column j and up column j + 128 in
+//   the same thread (the wgmma D fragment spans every 8-column block of N), and the
+//   epilogue pairs them in registers.
+// - A is one TMA descriptor over the whole buffer, as (rows, k, L): contiguous / dense
+//   (P or m, k, 1), masked (max_m, k, G). A tile starts at the group's first row
+//   (any row, not a multiple of 128): the tile's trailing rows may belong to the next
+//   group or to padding (loaded, their output rows discarded: wgmma rows are
+//   independent) or lie past the buffer / slab (TMA zero-fills them). b is (b rows, k, G):
+//   columns past n are zero-filled or belong to the up half (never stored).
+// - The epilogue stores straight from the accumulators, predicated by the tile's valid
+//   row count (rows of the next group / padding / past a masked count are never
+//   written) and by column < n.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+// cute/tensor.hpp must come first (the atoms build on it).
+// clang-format off
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+// clang-format on
+
+#include "core/dtype.cuh"
+#include "gemm/epilogue.cuh"
+#include "gemm/tile_scheduler.cuh"
+#include "moekit/error.h"
+
+namespace moekit::detail::gemm::sm90 {
+
+// T: the CuTe element type (cutlass::bfloat16_t / cutlass::half_t; the GMMA selector
+// keys on these, not on __nv_bfloat16 / __half).
+template <class T>
+struct Config {
+  static constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
+  static constexpr int B_BOX = 128;  // b rows per TMA box (two boxes per stage)
+  static constexpr int MAX_GROUPS = 1024;
+  static constexpr int THREADS = 384;  // warpgroup 0: producer; 1, 2: consumers
+  static constexpr int CONSUMER_THREADS = 256;
+  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // 128*40 + 256*232 <= 64K
+  static constexpr uint32_t STAGE_BYTES = (BM + BN) * BK * sizeof(T);
+
+  // BK = 64 16-bit elements = 128 bytes: exactly one SW128 K-major atom wide.
+  using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<T>;
+  using SmemLayoutA = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::make_shape(cute::Int<BM>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  using SmemLayoutB = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::make_shape(cute::Int<BN>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  // The same b bytes seen as 2*STAGES boxes of 128 rows (box h of stage s = index 2s+h):
+  // atoms stack along rows first, so rows 128..255 of a stage are the second 16 KB
+  // with the same swizzle phase (16 KB is a multiple of the 1 KB swizzle period).
+  using SmemLayoutBBoxes = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::make_shape(cute::Int<B_BOX>{}, cute::Int<BK>{}, cute::Int<2 * STAGES>{})));
+  // Two consumer warpgroups stacked along M: each computes 64 x 256 with one
+  // 64x256x16 wgmma per 16 k.
+  using TiledMma = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<T, T, float,
+                                 cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<BK>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  using Pipeline = cutlass::PipelineTmaAsync<STAGES>;
+  using PipelineState = typename Pipeline::PipelineState;
+};
+
+template <class Cfg, class T>
+struct SharedStorage {
+  // The swizzled tiles need 1024-byte alignment: A sits at the start of dynamic smem
+  // (the kernel declares no static smem), B after 64 KB.
+  alignas(1024) T a[cute::cosize_v<typename Cfg::SmemLayoutA>];
+  alignas(1024) T b[cute::cosize_v<typename Cfg::SmemLayoutB>];
+  typename Cfg::Pipeline::SharedStorage pipeline;
+  int tile_start[Cfg::MAX_GROUPS + 1];  // tiles before group g; [G] = total
+};
+
+// One TMA descriptor over a (rows, k, L) row-major 16-bit tensor, box = (box_rows, BK).
+template <class Cfg, class T, class BoxLayout>
+auto make_tma(const T* ptr, int rows, int k, int l, BoxLayout box) {
+  using namespace cute;
+  const int64_t row_stride = k, l_stride = static_cast<int64_t>(rows) * k;
+  Tensor g = make_tensor(make_gmem_ptr(ptr), make_shape(rows, k, l),
+                         make_stride(row_stride, _1{}, l_stride));
+  return make_tma_copy(SM90_TMA_LOAD{}, g, box, make_shape(size<0>(box), size<1>(box)), _1{});
+}
+
+template <class Cfg, class T>
+struct Params {
+  using TmaA = decltype(make_tma<Cfg, T>(static_cast<const T*>(nullptr), 1, 8, 1,
+                                         typename Cfg::SmemLayoutA{}(cute::_, cute::_, 0)));
+  using TmaB = decltype(make_tma<Cfg, T>(static_cast<const T*>(nullptr), 1, 8, 1,
+                                         typename Cfg::SmemLayoutBBoxes{}(cute::_, cute::_, 0)));
+  TmaA tma_a;
+  TmaB tma_b;
+  void* c;
+  RowsDesc rows;
+  int a_rows, a_l;  // A as (a_rows, k, a_l)
+  int b_rows, b_l;  // b as (b_rows, k, G)
+  int k;
+  int n;  // output columns
+  int n_tiles;
+  int silu;
+};
+
+struct Tile {
+  int group;
+  int a_row, a_l;  // first A row (TMA coordinates)
+  int rows;        // valid rows, 1..BM
+  int b_row0, b_row1;
+  int64_t c_row;  // first output row
+  int n0;         // first output column
+};
+
+// Tile `id` (< total) -> coordinates. Order: group-major, then n-tile, m-tile fastest
+// (the m-tiles sharing one b tile are processed side by side by neighbouring blocks).
+template <class Cfg, class T>
+__device__ __forceinline__ Tile locate_tile(const Params<Cfg, T>& p, const int* tile_start,
+                                            int id) {
+  // Largest g with tile_start[g] <= id: a non-empty group (an empty g has
+  // tile_start[g] == tile_start[g + 1], so g + 1 would also qualify).
+  int lo = 0, hi = p.rows.num_groups - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (tile_start[mid] <= id)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  Tile t;
+  t.group = lo;
+  int64_t first, count;
+  group_rows(p.rows, lo, first, count);
+  const int m_tiles = static_cast<int>((count + Cfg::BM - 1) / Cfg::BM);
+  const int local = id - tile_start[lo];
+  const int m_tile = local % m_tiles, n_tile = local / m_tiles;
+  t.rows = static_cast<int>(min(static_cast<int64_t>(Cfg::BM), count - int64_t{m_tile} * Cfg::BM));
+  t.c_row = first + int64_t{m_tile} * Cfg::BM;
+  if (p.rows.mode == kRowsMasked) {
+    t.a_row = m_tile * Cfg::BM;  // inside the group's slab (L = group)
+    t.a_l = lo;
+  } else {
+    t.a_row = static_cast<int>(t.c_row);
+    t.a_l = 0;
+  }
+  if (p.silu) {
+    t.n0 = n_tile * Cfg::B_BOX;
+    t.b_row0 = t.n0;        // gate rows
+    t.b_row1 = p.n + t.n0;  // the matching up rows
+  } else {
+    t.n0 = n_tile * Cfg::BN;
+    t.b_row0 = t.n0;
+    t.b_row1 = t.n0 + Cfg::B_BOX;
+  }
+  return t;
+}
+
+template <class Cfg, class T, class Out>
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+    sm90_grouped_gemm_kernel(const __grid_constant__ Params<Cfg, T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using namespace cute;
+  using Pipeline = typename Cfg::Pipeline;
+  using PipelineState = typename Cfg::PipelineState;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  auto& ss = *reinterpret_cast<SharedStorage<Cfg, T>*>(smem_raw);
+  const int warp_group = threadIdx.x / 128;
+  const int G = p.rows.num_groups;
+
+  // Tile schedule: tiles per group, then an exclusive scan by warp 0 (any G <= 1024).
+  for (int g = threadIdx.x; g < G; g += Cfg::THREADS) {
+    int64_t first, count;
+    group_rows(p.rows, g, first, count);
+    ss.tile_start[g + 1] = static_cast<int>((count + BM - 1) / BM) * p.n_tiles;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int running = 0;
+    for (int base = 0; base < G; base += 32) {
+      const int g = base + lane;
+      int v = g < G ? ss.tile_start[g + 1] : 0;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, v, off);
+        if (lane >= off) v += u;
+      }
+      if (g < G) ss.tile_start[g + 1] = running + v;
+      running += __shfl_sync(0xffffffffu, v, 31);
+    }
+    if (lane == 0) ss.tile_start[0] = 0;
+  }
+
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = Cfg::STAGE_BYTES;
+  pp.role =
+      warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = Cfg::CONSUMER_THREADS;
+  Pipeline pipeline(ss.pipeline, pp, Shape<_1, _1, _1>{});  // warp 0 inits the barriers
+  __syncthreads();  // barrier init and the tile schedule are visible to all
+
+  const int total = ss.tile_start[G];
+  const int k_tiles = (p.k + BK - 1) / BK;
+
+  if (warp_group == 0) {
+    // Producer: one thread issues every TMA load.
+    cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
+    if (threadIdx.x == 0) {
+      Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.a_rows, p.k, p.a_l));
+      Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.b_rows, p.k, p.b_l));
+      Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
+      Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
+      PipelineState write = cutlass::make_producer_start_state<Pipeline>();
+      for (int id = blockIdx.x; id < total; id += gridDim.x) {
+        const Tile t = locate_tile<Cfg, T>(p, ss.tile_start, id);
+        // (BM, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
+        Tensor gA = local_tile(domain_offset(make_coord(t.a_row, 0), mA(_, _, t.a_l)),
+                               make_shape(Int<BM>{}, Int<BK>{}), make_coord(0, _));
+        Tensor gB0 = local_tile(domain_offset(make_coord(t.b_row0, 0), mB(_, _, t.group)),
+                                make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
+        Tensor gB1 = local_tile(domain_offset(make_coord(t.b_row1, 0), mB(_, _, t.group)),
+                                make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
+        auto [tAgA, tAsA] = tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA),
+                                          group_modes<0, 2>(gA));
+        auto [tBgB0, tBsB] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
+                                           group_modes<0, 2>(gB0));
+        auto [tBgB1, tBsB1] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
+                                            group_modes<0, 2>(gB1));
+        (void)tBsB1;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
+          auto* bar = pipeline.producer_get_barrier(write);
+          const int s = write.index();
+          // Boxes past the tensor's edges are zero-filled and still count their full bytes.
+          copy(p.tma_a.with(*bar), tAgA(_, kt), tAsA(_, s));
+          copy(p.tma_b.with(*bar), tBgB0(_, kt), tBsB(_, 2 * s));
+          copy(p.tma_b.with(*bar), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+          ++write;
+        }
+      }
+      pipeline.producer_tail(write);  // do not exit while consumers still read smem
+    }
+  } else {
+    // Consumers: two warpgroups, 64 rows each, of the 128 x 256 tile.
+    cutlass::arch::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
+    const int ctid = threadIdx.x - 128;
+    typename Cfg::TiledMma mma;
+    auto thr = mma.get_thread_slice(ctid);
+    Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutB{});
+    Tensor tCsA = thr.partition_A(sA);        // (MMA, MMA_M, MMA_K, STAGES)
+    Tensor tCsB = thr.partition_B(sB);        // (MMA, MMA_N, MMA_K, STAGES)
+    Tensor tCrA = thr.make_fragment_A(tCsA);  // smem descriptors
+    Tensor tCrB = thr.make_fragment_B(tCsB);
+    Tensor acc = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
+    // Tile coordinates (row, col) of each accumulator element, for predication.
+    Tensor tCcC = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
+    constexpr int ACC = decltype(size(acc))::value;
+    static_assert(ACC == BM * BN / Cfg::CONSUMER_THREADS, "accumulator fragment size");
+    PipelineState read;  // stage 0, phase 0
+
+    Out* c = static_cast<Out*>(p.c);
+    const bool silu = p.silu != 0;
+    for (int id = blockIdx.x; id < total; id += gridDim.x) {
+      const Tile t = locate_tile<Cfg, T>(p, ss.tile_start, id);
+      if (k_tiles == 0) {
+        clear(acc);
+      } else {
+        // Keep one wgmma batch in flight: stage kt's batch is issued before stage
+        // kt-1's smem is released.
+        PipelineState release = read;
+        pipeline.consumer_wait(read);
+        warpgroup_fence_operand(acc);
+        warpgroup_arrive();
+        mma.accumulate_ = GMMA::ScaleOut::Zero;
+        CUTE_UNROLL
+        for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+          cute::gemm(mma, tCrA(_, _, kb, read.index()), tCrB(_, _, kb, read.index()), acc);
+          mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_fence_operand(acc);
+        ++read;
+        for (int kt = 1; kt < k_tiles; ++kt) {
+          pipeline.consumer_wait(read);
+          warpgroup_fence_operand(acc);
+          warpgroup_arrive();
+          CUTE_UNROLL
+          for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+            cute::gemm(mma, tCrA(_, _, kb, read.index()), tCrB(_, _, kb, read.index()), acc);
+          }
+          warpgroup_commit_batch();
+          warpgroup_wait<1>();
+          warpgroup_fence_operand(acc);
+          pipeline.consumer_release(release);
+          ++release;
+          ++read;
+        }
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(acc);
+        pipeline.consumer_release(release);
+      }
+
+      // Epilogue: f32 -> (silu(gate) * up) -> one rounding -> predicated stores.
+      // Elements i, i+1 (i even) are adjacent columns; with silu, element i + ACC/2 is
+      // column + 128 of the same row (wgmma D layout: index = e + 2*h + 4*(col/8)); the
+      // checks below fold to constants and trap if CuTe's layout ever differs.
+      const int64_t n = p.n;
+      if (silu) {
+        CUTE_UNROLL
+        for (int i = 0; i < ACC / 2; i += 2) {
+          const int r = get<0>(tCcC(i)), col = get<1>(tCcC(i));
+          if (get<1>(tCcC(i + 1)) != col + 1 || get<1>(tCcC(i + ACC / 2)) != col + Cfg::B_BOX ||
+              get<0>(tCcC(i + ACC / 2)) != r || col >= Cfg::B_BOX) {
+            __trap();
+          }
+          const int64_t out_col = t.n0 + col;
+          if (r >= t.rows || out_col >= n) continue;
+          const float x = detail::silu(acc(i)) * acc(i + ACC / 2);
+          const float y = detail::silu(acc(i + 1)) * acc(i + 1 + ACC / 2);
+          store_pair<Out>(c + (t.c_row + r) * n + out_col, x, y);
+        }
+      } else {
+        CUTE_UNROLL
+        for (int i = 0; i < ACC; i += 2) {
+          const int r = get<0>(tCcC(i)), col = get<1>(tCcC(i));
+          if (get<1>(tCcC(i + 1)) != col + 1) __trap();
+          const int64_t out_col = t.n0 + col;
+          if (r >= t.rows || out_col >= n) continue;  // n % 8 == 0: a pair is wholly in or out
+          store_pair<Out>(c + (t.c_row + r) * n + out_col, acc(i), acc(i + 1));
+        }
+      }
+    }
+  }
+#endif
+}
+
+inline int device_sm_count() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 132;
+  }
+  return count;
+}
+
+// In: __nv_bfloat16 / __half (pointer type of the problem); T: the matching CuTe type.
+// Callers route k == 0 elsewhere (a TMA descriptor needs a non-empty k extent).
+template <class T, class Out>
+void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t stream,
+            const char* op) {
+  using Cfg = Config<T>;
+  const bool silu = prob.activation == Activation::kSiluAndMul;
+  const int64_t G = rows.mode == kRowsDense ? 1 : rows.num_groups;
+  const int64_t a_rows = rows.mode == kRowsMasked ? rows.max_m : rows.total_rows;
+  const int64_t a_l = rows.mode == kRowsMasked ? G : 1;
+  const int64_t b_rows = silu ? 2 * prob.n : prob.n;
+  const int64_t out_cols_per_tile = silu ? Cfg::B_BOX : Cfg::BN;
+  const int64_t n_tiles = (prob.n + out_cols_per_tile - 1) / out_cols_per_tile;
+  const int64_t tiles = max_tiles(rows, Cfg::BM, static_cast<int>(n_tiles));
+  if (tiles <= 0) return;
+  if (G > Cfg::MAX_GROUPS) {
+    throw Error(std::string("moekit::") + op + ": the SM90 GEMM config supports at most " +
+                std::to_string(Cfg::MAX_GROUPS) + " groups, got " + std::to_string(G));
+  }
+  // TMA coordinates and the tile ids are 32-bit.
+  if (a_rows > INT_MAX || b_rows > INT_MAX || prob.k > INT_MAX || tiles > INT_MAX ||
+      a_rows * a_l > INT_MAX) {
+    throw Error(std::string("moekit::") + op + ": problem too large for the SM90 GEMM config");
+  }
+  Params<Cfg, T> p;
+  const auto* a = static_cast<const T*>(prob.a);
+  const auto* b = static_cast<const T*>(prob.b);
+  p.tma_a =
+      make_tma<Cfg, T>(a, static_cast<int>(a_rows), static_cast<int>(prob.k), static_cast<int>(a_l),
+                       typename Cfg::SmemLayoutA{}(cute::_, cute::_, 0));
+  p.tma_b =
+      make_tma<Cfg, T>(b, static_cast<int>(b_rows), static_cast<int>(prob.k), static_cast<int>(G),
+                       typename Cfg::SmemLayoutBBoxes{}(cute::_, cute::_, 0));
+  p.c = prob.c;
+  p.rows = rows;
+  p.rows.num_groups = static_cast<int>(G);
+  p.a_rows = static_cast<int>(a_rows);
+  p.a_l = static_cast<int>(a_l);
+  p.b_rows = static_cast<int>(b_rows);
+  p.b_l = static_cast<int>(G);
+  p.k = static_cast<int>(prob.k);
+  p.n = static_cast<int>(prob.n);
+  p.n_tiles = static_cast<int>(n_tiles);
+  p.silu = silu ? 1 : 0;
+
+  const int smem = static_cast<int>(sizeof(SharedStorage<Cfg, T>));
+  auto kernel = sm90_grouped_gemm_kernel<Cfg, T, Out>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  // Persistent: one block per SM (at most as many as the tile upper bound).
+  const int64_t grid = tiles < device_sm_count() ? tiles : device_sm_count();
+  kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);
+}
+
+}  // namespace moekit::detail::gemm::sm90
