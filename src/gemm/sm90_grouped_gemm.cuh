@@ -48,6 +48,7 @@
 
 #include "core/dtype.cuh"
 #include "gemm/epilogue.cuh"
+#include "gemm/grouped_gemm.h"
 #include "gemm/tile_scheduler.cuh"
 #include "moekit/error.h"
 
@@ -305,6 +306,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         warpgroup_commit_batch();
         warpgroup_fence_operand(acc);
         ++read;
+        CUTE_NO_UNROLL
         for (int kt = 1; kt < k_tiles; ++kt) {
           pipeline.consumer_wait(read);
           warpgroup_fence_operand(acc);
