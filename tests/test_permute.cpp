@@ -192,6 +192,13 @@ TEST(PermuteAlignValidation, RejectsBadInput) {
   a.workspace = Workspace{reinterpret_cast<void*>(256), 16};  // too small
   bad(a, "workspace");
   EXPECT_EQ(permute_align_workspace_size(args()), 0u);
+
+  // 2147483000 routes: below the i32 position limits, above the chunk-arithmetic one;
+  // rejected before anything is read
+  // (the views' memory is never touched, so a small buffer stands in for a huge one).
+  a = args();
+  a.topk_ids = make_view(ids.data(), DType::kI32, {268435375, 8});
+  bad(a, "topk_ids");
 }
 
 TEST(PrePermuteValidation, RejectsBadInput) {
@@ -217,6 +224,10 @@ TEST(PrePermuteValidation, RejectsBadInput) {
   PrePermuteArgs a = args();
   a.hidden_states.dtype = DType::kI32;
   bad(a, "hidden_states");
+  a = args();  // more routes than the i32 chunk arithmetic holds (memory never touched)
+  a.hidden_states = make_view(x, DType::kBF16, {268435375, H});
+  a.local_expert_ids = make_view(ids.data(), DType::kI32, {268435375, 8});
+  bad(a, "local_expert_ids");
   a = args();
   a.permuted.dtype = DType::kF16;  // must match hidden_states
   bad(a, "permuted");

@@ -36,6 +36,10 @@ void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
   check.require(bs >= 16 && bs <= 256 && (bs & (bs - 1)) == 0, "block_size",
                 "a power of two from 16 to 256", std::to_string(bs));
   const int64_t N = T * K;
+  // The multi-kernel path counts route chunks in i32: keep N + kRouteChunk in range.
+  check.require(N <= INT32_MAX - detail::kRouteChunk, "topk_ids",
+                "at most 2^31-1-" + std::to_string(detail::kRouteChunk) + " routes (T*K)",
+                args.topk_ids.describe());
   const int64_t S = permute_align_sorted_size(N, args.num_experts, bs);
   check.require(S + bs <= INT32_MAX, "topk_ids",
                 "T*K + num_experts*(block_size-1) below 2^31 (i32 positions)",

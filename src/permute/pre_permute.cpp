@@ -36,6 +36,10 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
   const int A = args.layout.alignment;
   check.require(A >= 1, "layout.alignment", ">= 1", std::to_string(A));
   const int64_t N = T * K;
+  // The multi-kernel path counts route chunks in i32: keep N + kRouteChunk in range.
+  check.require(N <= INT32_MAX - detail::kRouteChunk, "local_expert_ids",
+                "at most 2^31-1-" + std::to_string(detail::kRouteChunk) + " routes (T*K)",
+                args.local_expert_ids.describe());
   const int64_t P = N + static_cast<int64_t>(E) * (A - 1);
   check.require(P < INT32_MAX, "permuted",
                 "T*K + num_local_experts*(alignment-1) below 2^31 rows (i32 indices)",
