@@ -28,6 +28,8 @@
 
 namespace {
 
+std::vector<void*> g_device_buffers;  // freed at the end of main
+
 // bf16 bits of a float (round to nearest even).
 uint16_t to_bf16(float f) {
   uint32_t u;
@@ -48,6 +50,7 @@ void* random_device(size_t count, moekit::DType dtype, float stddev, std::mt1993
   void* dev = nullptr;
   size_t bytes = count * moekit::dtype_size(dtype);
   CUDA_OK(cudaMalloc(&dev, bytes ? bytes : 1));
+  g_device_buffers.push_back(dev);
   if (dtype == moekit::DType::kBF16) {
     std::vector<uint16_t> host(count);
     for (auto& v : host) v = to_bf16(dist(rng));
@@ -63,6 +66,7 @@ void* random_device(size_t count, moekit::DType dtype, float stddev, std::mt1993
 void* device_alloc(size_t bytes) {
   void* p = nullptr;
   CUDA_OK(cudaMalloc(&p, bytes ? bytes : 256));
+  g_device_buffers.push_back(p);
   return p;
 }
 
@@ -179,6 +183,8 @@ int main(int argc, char** argv) {
     for (int k = 0; k < K; ++k) std::printf(" %d", host_ids[k]);
     std::printf("\n");
   }
+  for (void* p : g_device_buffers) CUDA_OK(cudaFree(p));
+  CUDA_OK(cudaStreamDestroy(stream));
   double rel = ref2 > 0 ? std::sqrt(diff2 / ref2) : 0.0;
   std::printf("fused layer vs step-by-step: rel_l2 = %.3e (%s)\n", rel,
               rel < 1e-2 ? "match" : "MISMATCH");
