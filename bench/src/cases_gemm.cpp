@@ -26,10 +26,6 @@ bool ref_cuda_too_slow(double flops, std::string* note) {
 
 namespace {
 
-void sync(cudaStream_t s) {
-  BENCH_CUDA(cudaStreamSynchronize(s));
-}
-
 // ---- MoEGroupedGemmFwd ----------------------------------------------------------------------
 
 class GroupedGemmCase : public Case {

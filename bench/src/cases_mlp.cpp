@@ -13,10 +13,6 @@
 namespace moekit::bench {
 namespace {
 
-void sync(cudaStream_t s) {
-  BENCH_CUDA(cudaStreamSynchronize(s));
-}
-
 // ---- MoEExpertMLPFwd ---------------------------------------------------------------------------
 
 class ExpertMLPCase : public Case {

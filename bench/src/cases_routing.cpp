@@ -17,10 +17,6 @@ std::vector<int64_t> as_vec(const HostTensor& h, int64_t n = -1) {
   return v;
 }
 
-void sync(cudaStream_t s) {
-  BENCH_CUDA(cudaStreamSynchronize(s));
-}
-
 // ---- FusedTopKFwd ------------------------------------------------------------------------------
 
 class TopKCase : public Case {

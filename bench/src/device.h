@@ -18,6 +18,11 @@ namespace moekit::bench {
 void cuda_check(cudaError_t e, const char* what);
 #define BENCH_CUDA(expr) ::moekit::bench::cuda_check((expr), #expr)
 
+// Waits for the stream, throwing on any error it reports.
+inline void sync(cudaStream_t s) {
+  BENCH_CUDA(cudaStreamSynchronize(s));
+}
+
 DType parse_dtype(const std::string& name);  // throws on unknown names
 
 // An owning device tensor. With copies > 1 it holds that many byte-identical copies
