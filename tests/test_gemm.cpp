@@ -360,13 +360,18 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   p.m = 8192;  // 32 rows per expert
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecode);
   p.m = 16384;  // 64 rows per expert
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.m = 32768;  // 128 rows per expert
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.alignment = 128;
   p.m = 4096 + 256 * 127;  // alignment padding is not counted as rows
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecode);
   p.config = detail::kGemmConfigPrefill;  // forced
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
+  p.config = -1;
+  p.m = 32768;
+  p.alignment = 1;
+  p.k = 0;  // no TMA descriptor for k == 0: the mma.sync prefill config
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
 
   detail::GroupedGemmProblem dense;
@@ -377,7 +382,7 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
   dense.m = 8192;
   dense.n = 4096;
-  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigPrefill);
+  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigSm90);
 
   detail::GroupedGemmFP8Problem f;
   f.num_groups = 32;

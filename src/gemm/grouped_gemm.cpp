@@ -81,7 +81,12 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
   // bf16 ds-v3 up-projection (n 4096, k 7168): decode wins at 32 rows per group
   // (4.0 vs 4.4 ms), prefill at 64 (5.5 vs 5.9-6.4 ms): switch at 48.
   const int64_t out_cols_per_tile = p.activation == Activation::kSiluAndMul ? 64 : 128;
-  return pick(rows_per_group, 48, groups, 128, ceil_div(p.n, out_cols_per_tile));
+  const int config = pick(rows_per_group, 48, groups, 128, ceil_div(p.n, out_cols_per_tile));
+  // Many rows per group: the SM90 TMA + wgmma kernel beats the mma.sync prefill tiles on
+  // every such bench row (H200, 2026-12-02: ds-v3 prefill up 4.42 vs 6.27 ms, dense
+  // 4096 x 4096 x 7168 0.50 vs 1.01 ms); k == 0 has no TMA descriptor.
+  if (config == kGemmConfigPrefill && p.k > 0) return kGemmConfigSm90;
+  return config;
 }
 
 void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
@@ -94,7 +99,6 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
                 std::to_string(kGemmConfigCount - 1) + ", got " + std::to_string(config));
   }
   if (config == kGemmConfigSm90 && p.k > 0) {
-    // Unverified on GPU as of 2026-12-02 (docs/gemm.md); never picked by the heuristic.
     // k == 0 (no TMA descriptor possible; c = 0 or silu(0)*0) takes the decode config.
     if (p.in_dtype == DType::kBF16) {
       launch_grouped_gemm_sm90_bf16(p, stream);

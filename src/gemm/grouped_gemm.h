@@ -47,8 +47,7 @@ enum GemmConfig : int {
   kGemmConfigDecode = 0,   // 32x128 tiles, 4 warps: few rows per group, streams b
   kGemmConfigPrefill = 1,  // 128x128 tiles, 4 warps, 2 blocks per SM: many rows per group
   // Hopper TMA + wgmma, warp-specialized, persistent; 128x256 tiles (docs/gemm.md
-  // "SM90 engine"). Unverified on GPU as of 2026-12-02; enable in the heuristic once
-  // tests pass on the H200. Reachable only by forcing (config field / MOEKIT_GEMM_CONFIG).
+  // "SM90 engine"). The heuristic's choice for many rows per group (in place of 1).
   kGemmConfigSm90 = 2,
   kGemmConfigCount = 3,
 };

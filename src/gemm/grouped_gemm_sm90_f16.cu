@@ -1,5 +1,5 @@
 // f16-input instantiations of the SM90 (TMA + wgmma) grouped-GEMM config.
-// UNVERIFIED ON GPU as of 2026-12-02 (compiled only); see sm90_grouped_gemm.cuh.
+// Verified on the H200 2026-12-02 (tests/test_gemm_gpu.cpp); see sm90_grouped_gemm.cuh.
 #include "gemm/grouped_gemm_launch.cuh"
 #include "gemm/launch.h"
 #include "gemm/sm90_grouped_gemm.cuh"

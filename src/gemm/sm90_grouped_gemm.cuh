@@ -3,10 +3,8 @@
 // atoms) from two consumer warpgroups, one producer warp, a persistent grid walking a
 // device-side tile schedule built from the layout metadata (no host sync).
 //
-// UNVERIFIED ON GPU as of 2026-12-02: compiled for sm_90a and its SASS inspected
-// (HGMMA, UTMALDG, no spills), never run. Selected only when forced
-// (GroupedGemmProblem::config / MOEKIT_GEMM_CONFIG = 2); docs/gemm.md "SM90 engine
-// (unverified)" lists what the next GPU session must run before the heuristic uses it.
+// Passed the GPU tests on the H200 (2026-12-02); the heuristic picks it where rows
+// per group are many (config 2, in place of the mma.sync prefill config 1).
 //
 // Design (docs/gemm.md has the rationale):
 // - Block tile 128 x 256 x 64, 4 stages (48 KB each): a [128 x 64], b [256 x 64] as two
