@@ -40,6 +40,9 @@ struct GroupedGemmProblem {
   // Kernel configuration: -1 = heuristic (docs/gemm.md), else a GemmConfig value
   // (forces one; tests use this to cover every config the heuristic can pick).
   int config = -1;
+  // kGemmConfigDecodeSplitK only: CTAs (one thread-block cluster) per output tile,
+  // rounded down to 1, 2, 4 or 8; 0 = the heuristic's split (src/gemm/split_k.h).
+  int split_k = 0;
 };
 
 // The tile configurations of the bf16/f16 engine (docs/gemm.md).
@@ -49,7 +52,11 @@ enum GemmConfig : int {
   // Hopper TMA + wgmma, warp-specialized, persistent; 128x256 tiles (docs/gemm.md
   // "SM90 engine"). The heuristic's choice for many rows per group (in place of 1).
   kGemmConfigSm90 = 2,
-  kGemmConfigCount = 3,
+  // Decode tiles with split-K over a thread-block cluster, reduced in a fixed order
+  // through distributed shared memory: the heuristic's choice when the decode tiles
+  // cannot fill the SMs (dense MLP at few tokens, few experts). docs/gemm.md.
+  kGemmConfigDecodeSplitK = 3,
+  kGemmConfigCount = 4,
 };
 
 // The config run_grouped_gemm would pick for `problem` (problem.config, else the
