@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "core/check.h"
@@ -32,6 +33,10 @@ __device__ __forceinline__ uint32_t ordered_bits(float f) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+__device__ __forceinline__ float from_ordered_bits(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int off = 16; off; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, off));
@@ -44,7 +49,7 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-template <class T, int kSlots>
+template <class T, int kSlots, bool kTree>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     fused_topk_kernel(const T* __restrict__ gating, const float* __restrict__ bias,
                       int64_t num_tokens, int E, int K, bool softmax, bool renormalize,
@@ -57,19 +62,32 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   if (t >= num_tokens) return;
   const T* row = gating + t * E;
 
-  float score[kSlots];
+  // Every global load is issued here, before any math: the bias loads do not wait
+  // for the scores (one memory round trip instead of two).
+  float score[kSlots], bv[kSlots];
   uint32_t avail = 0;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
     const int e = s * 32 + lane;
     score[s] = e < E ? to_float(row[e]) : -INFINITY;
+    bv[s] = (bias != nullptr && e < E) ? __ldg(bias + e) : 0.f;
     if (e < E) avail |= 1u << s;
   }
   if (softmax) {
     float m = -INFINITY;
+    if (kTree) {
+      // The row max as one REDUX over order-preserving keys (NaNs skipped like fmaxf;
+      // a +-0 difference does not change any exp(x - m)).
+      uint32_t mk = ordered_bits(-INFINITY);
 #pragma unroll
-    for (int s = 0; s < kSlots; ++s) m = fmaxf(m, score[s]);
-    m = warp_max(m);
+      for (int s = 0; s < kSlots; ++s)
+        if (!isnan(score[s])) mk = max(mk, ordered_bits(score[s]));
+      m = from_ordered_bits(__reduce_max_sync(kFullMask, mk));
+    } else {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) m = fmaxf(m, score[s]);
+      m = warp_max(m);
+    }
     float sum = 0.f;
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
@@ -90,7 +108,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   for (int s = 0; s < kSlots; ++s) {
     const int e = s * 32 + lane;
     sel[s] = score[s];
-    if (bias != nullptr && e < E) sel[s] += bias[e];
+    if (bias != nullptr && e < E) sel[s] += bv[s];
     key[s] = max(ordered_bits(sel[s]), 1u);
   }
 
@@ -115,7 +133,25 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         }
       }
       uint32_t kept = 0;
-      for (int r = 0; r < topk_group; ++r) {
+      if (kTree) {
+        // Rank: group s is kept when fewer than topk_group groups beat it (a larger
+        // score, or an equal one at a lower index). All comparisons are independent.
+        uint32_t gk[kSlots];
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) gk[s] = ordered_bits(gs[s]);
+#pragma unroll
+        for (int s = 0; s < kSlots; ++s) {
+          int better = 0;
+#pragma unroll
+          for (int s2 = 0; s2 < kSlots; ++s2) {
+            if (s2 == s) continue;
+            const bool b = s2 < s ? gk[s2] >= gk[s] : gk[s2] > gk[s];
+            better += (s2 < num_groups && b) ? 1 : 0;
+          }
+          if (s < num_groups && better < topk_group) kept |= 1u << s;
+        }
+      }
+      for (int r = 0; r < (kTree ? 0 : topk_group); ++r) {
         int best = -1;
         uint32_t bk = 0;
 #pragma unroll
@@ -172,39 +208,96 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
   }
 
-  // Lane-local best: the largest key, the lowest slot on ties.
-  uint32_t bk = 0;
-  int bslot = 0;
-  float bscore = 0.f;
-  auto rescan = [&]() {
-    bk = 0;
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      if (((avail >> s) & 1u) && key[s] > bk) {
-        bk = key[s];
-        bslot = s;
-        bscore = score[s];
-      }
-    }
-  };
-  rescan();
   float my_w = 0.f, wsum = 0.f;
   int my_id = -1;
-  for (int k = 0; k < K; ++k) {
-    const uint32_t m = __reduce_max_sync(kFullMask, bk);
-    if (m == 0) break;  // fewer selectable experts than K: excluded by validation
-    const uint32_t id = __reduce_min_sync(
-        kFullMask, bk == m ? static_cast<uint32_t>(bslot * 32 + lane) : 0xffffffffu);
-    const int owner = static_cast<int>(id & 31u);
-    const float w = __shfl_sync(kFullMask, bscore, owner);
-    wsum += w;  // k order
-    if (lane == k) {
-      my_w = w;
-      my_id = static_cast<int>(id);
+  if (kTree) {
+    // Unavailable experts (padding lanes, dropped groups) get key 0.
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s)
+      if (!((avail >> s) & 1u)) key[s] = 0;
+    // Lane-local best as a balanced tree over the slots (depth log2(kSlots) instead
+    // of a kSlots-long compare chain): the largest key, the lowest slot on ties
+    // (the lower half of every pair wins an equal key).
+    uint32_t bk;
+    int bslot;
+    float bscore;
+    auto lane_best = [&]() {
+      uint32_t tk[kSlots];
+      int ts[kSlots];
+      float tv[kSlots];
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        tk[s] = key[s];
+        ts[s] = s;
+        tv[s] = score[s];
+      }
+#pragma unroll
+      for (int w = 1; w < kSlots; w <<= 1) {
+#pragma unroll
+        for (int s = 0; s + w < kSlots; s += 2 * w) {
+          const bool up = tk[s + w] > tk[s];
+          tk[s] = up ? tk[s + w] : tk[s];
+          ts[s] = up ? ts[s + w] : ts[s];
+          tv[s] = up ? tv[s + w] : tv[s];
+        }
+      }
+      bk = tk[0];
+      bslot = ts[0];
+      bscore = tv[0];
+    };
+    lane_best();
+    for (int k = 0; k < K; ++k) {
+      const uint32_t m = __reduce_max_sync(kFullMask, bk);
+      if (m == 0) break;  // fewer selectable experts than K: excluded by validation
+      const uint32_t id = __reduce_min_sync(
+          kFullMask, bk == m ? static_cast<uint32_t>(bslot * 32 + lane) : 0xffffffffu);
+      const int owner = static_cast<int>(id & 31u);
+      const float w = __shfl_sync(kFullMask, bscore, owner);
+      wsum += w;  // k order
+      if (lane == k) {
+        my_w = w;
+        my_id = static_cast<int>(id);
+      }
+      // The owner drops the pick (no branch: every lane recomputes its best).
+      const int dropped = lane == owner ? static_cast<int>(id >> 5) : -1;
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s)
+        if (s == dropped) key[s] = 0;
+      lane_best();
     }
-    if (lane == owner) {
-      avail &= ~(1u << (id >> 5));
-      rescan();
+  } else {
+    // Lane-local best: the largest key, the lowest slot on ties.
+    uint32_t bk = 0;
+    int bslot = 0;
+    float bscore = 0.f;
+    auto rescan = [&]() {
+      bk = 0;
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        if (((avail >> s) & 1u) && key[s] > bk) {
+          bk = key[s];
+          bslot = s;
+          bscore = score[s];
+        }
+      }
+    };
+    rescan();
+    for (int k = 0; k < K; ++k) {
+      const uint32_t m = __reduce_max_sync(kFullMask, bk);
+      if (m == 0) break;  // fewer selectable experts than K: excluded by validation
+      const uint32_t id = __reduce_min_sync(
+          kFullMask, bk == m ? static_cast<uint32_t>(bslot * 32 + lane) : 0xffffffffu);
+      const int owner = static_cast<int>(id & 31u);
+      const float w = __shfl_sync(kFullMask, bscore, owner);
+      wsum += w;  // k order
+      if (lane == k) {
+        my_w = w;
+        my_id = static_cast<int>(id);
+      }
+      if (lane == owner) {
+        avail &= ~(1u << (id >> 5));
+        rescan();
+      }
     }
   }
   if (lane < K) {
@@ -216,7 +309,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-template <class T, int kSlots>
+template <class T, int kSlots, bool kTree>
 void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
   const TopKParams& p = l.params;
   const bool grouped = p.num_expert_group > 0 && p.topk_group < p.num_expert_group;
@@ -224,40 +317,52 @@ void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
                                                   static_cast<size_t>(p.num_expert_group) * 9)
                               : 0;
   const int64_t blocks = (l.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  fused_topk_kernel<T, kSlots>
+  fused_topk_kernel<T, kSlots, kTree>
       <<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, smem, stream>>>(
           static_cast<const T*>(l.gating), l.bias, l.num_tokens, l.num_experts, p.top_k,
           p.scoring_func == ScoringFunc::kSoftmax, p.renormalize, p.num_expert_group, p.topk_group,
           p.routed_scaling_factor, l.topk_weights, l.topk_ids);
 }
 
-template <class T>
+template <class T, bool kTree>
 void launch_slots(const FusedTopKLaunch& l, cudaStream_t stream) {
   // Slot counts are bucketed to keep the number of instantiations small.
   if (l.num_experts <= 128) {
-    launch_typed<T, 4>(l, stream);
+    launch_typed<T, 4, kTree>(l, stream);
   } else if (l.num_experts <= 256) {
-    launch_typed<T, 8>(l, stream);
+    launch_typed<T, 8, kTree>(l, stream);
   } else if (l.num_experts <= 384) {
-    launch_typed<T, 12>(l, stream);
+    launch_typed<T, 12, kTree>(l, stream);
   } else {
-    launch_typed<T, 16>(l, stream);
+    launch_typed<T, 16, kTree>(l, stream);
   }
 }
 
 }  // namespace
 
+static bool topk_legacy_select() {
+  // MOEKIT_ROUTING_LEGACY=1 selects the previous pick loop (linear rescan, argmax
+  // rounds for the groups): same outputs, kept to compare the two on the device.
+  static const bool legacy = [] {
+    const char* v = std::getenv("MOEKIT_ROUTING_LEGACY");
+    return v != nullptr && v[0] == '1';
+  }();
+  return legacy;
+}
+
 void launch_fused_topk(const FusedTopKLaunch& l, cudaStream_t stream) {
   if (l.num_tokens == 0) return;
+  const bool tree = !topk_legacy_select();
   switch (l.dtype) {
     case DType::kBF16:
-      launch_slots<__nv_bfloat16>(l, stream);
+      tree ? launch_slots<__nv_bfloat16, true>(l, stream)
+           : launch_slots<__nv_bfloat16, false>(l, stream);
       break;
     case DType::kF16:
-      launch_slots<__half>(l, stream);
+      tree ? launch_slots<__half, true>(l, stream) : launch_slots<__half, false>(l, stream);
       break;
     case DType::kF32:
-      launch_slots<float>(l, stream);
+      tree ? launch_slots<float, true>(l, stream) : launch_slots<float, false>(l, stream);
       break;
     default:
       throw Error(std::string("moekit::fused_topk: unsupported dtype ") + dtype_name(l.dtype));
