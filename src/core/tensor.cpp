@@ -1,6 +1,6 @@
 #include "moekit/tensor.h"
 
-#include <sstream>
+#include <string>
 
 #include "moekit/error.h"
 
@@ -57,11 +57,15 @@ bool TensorView::is_contiguous() const {
 
 std::string TensorView::describe() const {
   if (!defined()) return "undefined";
-  std::ostringstream os;
-  os << dtype_name(dtype) << "[";
-  for (int d = 0; d < ndim; ++d) os << (d ? ", " : "") << shape[d];
-  os << "]";
-  return os.str();
+  // Plain string appends, no ostringstream: some validation paths build this eagerly.
+  std::string s = dtype_name(dtype);
+  s += "[";
+  for (int d = 0; d < ndim; ++d) {
+    if (d) s += ", ";
+    s += std::to_string(shape[d]);
+  }
+  s += "]";
+  return s;
 }
 
 TensorView make_view(const void* data, DType dtype, int ndim, const int64_t* shape) {
