@@ -47,6 +47,14 @@ class ArgCheck {
   const char* op_;
 };
 
+// ArgCheck::require whose message arguments are evaluated only when `ok` is false: the
+// success path of a call builds no strings (std::to_string, describe()). Prefer it to
+// require() wherever the message is computed.
+#define MOEKIT_REQUIRE(check, ok, name, expected, got) \
+  do {                                                 \
+    if (!(ok)) (check).fail(name, expected, got);      \
+  } while (0)
+
 // Throws moekit::Error naming the op when the last launch failed.
 void check_launch(const char* op);
 

@@ -78,10 +78,10 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
   detail::check_mlp_weights(c, s, "w_gate_up", args.w_gate_up, "w_down", args.w_down,
                             "expert_input", args.expert_input, /*experts=*/true);
   c.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {s.E});
-  c.require(args.layout.kind == PermutedLayout::Kind::kContiguous, "layout",
-            "a contiguous(alignment) layout", "masked");
-  c.require(args.layout.alignment >= 1, "layout", "alignment >= 1",
-            "alignment " + detail::str(args.layout.alignment));
+  MOEKIT_REQUIRE(c, args.layout.kind == PermutedLayout::Kind::kContiguous, "layout",
+                 "a contiguous(alignment) layout", "masked");
+  MOEKIT_REQUIRE(c, args.layout.alignment >= 1, "layout", "alignment >= 1",
+                 "alignment " + detail::str(args.layout.alignment));
   c.tensor("expert_output", args.expert_output, {DType::kBF16, DType::kF16}, {P, s.H}, 16);
   c.same_dtype("expert_output", args.expert_output, "expert_input", args.expert_input);
   const size_t needed = expert_mlp_workspace_size(args);

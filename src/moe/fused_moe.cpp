@@ -142,10 +142,10 @@ namespace {
 void check_path_experts(const detail::ArgCheck& c, const detail::MoEShapes& s, bool direct,
                         const TensorView& w_gate_up) {
   const int64_t max_e = direct ? detail::kDirectMaxExperts : detail::kPermuteMaxExperts;
-  c.require(s.E <= max_e, "w_gate_up",
-            "at most " + detail::str(max_e) + " experts (dim 0)" +
-                (direct ? "" : " for this batch size (sorted path)"),
-            w_gate_up.describe());
+  MOEKIT_REQUIRE(c, s.E <= max_e, "w_gate_up",
+                 "at most " + detail::str(max_e) + " experts (dim 0)" +
+                     (direct ? "" : " for this batch size (sorted path)"),
+                 w_gate_up.describe());
 }
 
 // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
@@ -268,8 +268,8 @@ detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs
   // The routing checks of fused_topk, reported under this op's name.
   detail::check_routing_inputs(c, a.gating_output, a.correction_bias, a.params);
   s.K = a.params.top_k;
-  c.require(s.T * s.K <= INT32_MAX, "hidden_states", "at most 2^31-1 routes (T*top_k)",
-            a.hidden_states.describe());
+  MOEKIT_REQUIRE(c, s.T * s.K <= INT32_MAX, "hidden_states", "at most 2^31-1 routes (T*top_k)",
+                 a.hidden_states.describe());
   detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
   return s;
 }

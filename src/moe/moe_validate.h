@@ -26,8 +26,8 @@ inline MoEShapes check_hidden(const ArgCheck& c, const char* name, const TensorV
   s.dtype = hidden.dtype;
   s.T = hidden.size(0);
   s.H = hidden.size(1);
-  c.require(s.H > 0 && s.H % 8 == 0, name, "a hidden size (dim 1) that is a positive multiple of 8",
-            hidden.describe());
+  MOEKIT_REQUIRE(c, s.H > 0 && s.H % 8 == 0, name,
+                 "a hidden size (dim 1) that is a positive multiple of 8", hidden.describe());
   return s;
 }
 
@@ -46,10 +46,11 @@ inline void check_mlp_weights(const ArgCheck& c, MoEShapes& s, const char* gu_na
   c.same_dtype(gu_name, w_gate_up, dtype_ref_name, dtype_ref);
   s.E = experts ? w_gate_up.size(0) : 1;
   const int64_t two_f = w_gate_up.size(experts ? 1 : 0);
-  c.require(s.E > 0, gu_name, "at least one expert (dim 0)", w_gate_up.describe());
-  c.require(two_f > 0 && two_f % 16 == 0, gu_name,
-            std::string("2*") + inner + " gate+up rows with " + inner + " a positive multiple of 8",
-            w_gate_up.describe());
+  MOEKIT_REQUIRE(c, s.E > 0, gu_name, "at least one expert (dim 0)", w_gate_up.describe());
+  MOEKIT_REQUIRE(
+      c, two_f > 0 && two_f % 16 == 0, gu_name,
+      std::string("2*") + inner + " gate+up rows with " + inner + " a positive multiple of 8",
+      w_gate_up.describe());
   s.F = two_f / 2;
   if (experts) {
     c.tensor(down_name, w_down, {DType::kBF16, DType::kF16}, {s.E, s.H, s.F}, 16);
@@ -64,8 +65,9 @@ inline void check_topk(const ArgCheck& c, MoEShapes& s, const TensorView& topk_w
                        const TensorView& topk_ids) {
   c.tensor("topk_ids", topk_ids, {DType::kI32}, {s.T, kAnyDim});
   s.K = topk_ids.size(1);
-  c.require(s.K > 0, "topk_ids", "top_k (dim 1) >= 1", topk_ids.describe());
-  c.require(s.T * s.K <= INT32_MAX, "topk_ids", "at most 2^31-1 routes (T*K)", topk_ids.describe());
+  MOEKIT_REQUIRE(c, s.K > 0, "topk_ids", "top_k (dim 1) >= 1", topk_ids.describe());
+  MOEKIT_REQUIRE(c, s.T * s.K <= INT32_MAX, "topk_ids", "at most 2^31-1 routes (T*K)",
+                 topk_ids.describe());
   c.tensor("topk_weights", topk_weights, {DType::kF32}, {s.T, s.K});
 }
 

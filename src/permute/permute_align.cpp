@@ -27,23 +27,23 @@ void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
   const auto any = detail::kAnyDim;
   check.tensor("topk_ids", args.topk_ids, {DType::kI32}, {any, any});
   const int64_t T = args.topk_ids.size(0), K = args.topk_ids.size(1);
-  check.require(K >= 1, "topk_ids", "at least one route per token (dim 1 >= 1)",
-                args.topk_ids.describe());
-  check.require(args.num_experts >= 1 && args.num_experts <= detail::kPermuteMaxExperts,
-                "num_experts", "1 to " + std::to_string(detail::kPermuteMaxExperts),
-                std::to_string(args.num_experts));
+  MOEKIT_REQUIRE(check, K >= 1, "topk_ids", "at least one route per token (dim 1 >= 1)",
+                 args.topk_ids.describe());
+  MOEKIT_REQUIRE(check, args.num_experts >= 1 && args.num_experts <= detail::kPermuteMaxExperts,
+                 "num_experts", "1 to " + std::to_string(detail::kPermuteMaxExperts),
+                 std::to_string(args.num_experts));
   const int bs = args.block_size;
-  check.require(bs >= 16 && bs <= 256 && (bs & (bs - 1)) == 0, "block_size",
-                "a power of two from 16 to 256", std::to_string(bs));
+  MOEKIT_REQUIRE(check, bs >= 16 && bs <= 256 && (bs & (bs - 1)) == 0, "block_size",
+                 "a power of two from 16 to 256", std::to_string(bs));
   const int64_t N = T * K;
   // The multi-kernel path counts route chunks in i32: keep N + kRouteChunk in range.
-  check.require(N <= INT32_MAX - detail::kRouteChunk, "topk_ids",
-                "at most 2^31-1-" + std::to_string(detail::kRouteChunk) + " routes (T*K)",
-                args.topk_ids.describe());
+  MOEKIT_REQUIRE(check, N <= INT32_MAX - detail::kRouteChunk, "topk_ids",
+                 "at most 2^31-1-" + std::to_string(detail::kRouteChunk) + " routes (T*K)",
+                 args.topk_ids.describe());
   const int64_t S = permute_align_sorted_size(N, args.num_experts, bs);
-  check.require(S + bs <= INT32_MAX, "topk_ids",
-                "T*K + num_experts*(block_size-1) below 2^31 (i32 positions)",
-                args.topk_ids.describe());
+  MOEKIT_REQUIRE(check, S + bs <= INT32_MAX, "topk_ids",
+                 "T*K + num_experts*(block_size-1) below 2^31 (i32 positions)",
+                 args.topk_ids.describe());
   const int64_t NB = permute_align_num_blocks(N, args.num_experts, bs);
   check.tensor("sorted_token_ids", args.sorted_token_ids, {DType::kI32}, {S});
   check.tensor("expert_ids", args.expert_ids, {DType::kI32}, {NB});

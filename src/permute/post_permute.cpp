@@ -13,12 +13,12 @@ void moe_post_permute(const PostPermuteArgs& args, cudaStream_t stream) {
   check.tensor("expert_output", args.expert_output, {DType::kBF16, DType::kF16, DType::kF32},
                {any, any}, 16);
   const int64_t P = args.expert_output.size(0), H = args.expert_output.size(1);
-  check.require(H >= 8 && H % 8 == 0, "expert_output", "a hidden size that is a multiple of 8",
-                args.expert_output.describe());
+  MOEKIT_REQUIRE(check, H >= 8 && H % 8 == 0, "expert_output",
+                 "a hidden size that is a multiple of 8", args.expert_output.describe());
   check.tensor("topk_weights", args.topk_weights, {DType::kF32}, {any, any});
   const int64_t T = args.topk_weights.size(0), K = args.topk_weights.size(1);
-  check.require(K >= 1 && K <= INT32_MAX, "topk_weights",
-                "at least one route per token (dim 1 >= 1)", args.topk_weights.describe());
+  MOEKIT_REQUIRE(check, K >= 1 && K <= INT32_MAX, "topk_weights",
+                 "at least one route per token (dim 1 >= 1)", args.topk_weights.describe());
   check.tensor("inverse_indices", args.inverse_indices, {DType::kI32}, {T * K});
   const DType in = args.expert_output.dtype;
   if (in == DType::kF32) {

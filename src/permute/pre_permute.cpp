@@ -19,31 +19,31 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
   check.tensor("hidden_states", args.hidden_states, {DType::kBF16, DType::kF16, DType::kF32},
                {any, any}, 16);
   const int64_t T = args.hidden_states.size(0), H = args.hidden_states.size(1);
-  check.require(H >= 8 && H % 8 == 0, "hidden_states", "a hidden size that is a multiple of 8",
-                args.hidden_states.describe());
+  MOEKIT_REQUIRE(check, H >= 8 && H % 8 == 0, "hidden_states",
+                 "a hidden size that is a multiple of 8", args.hidden_states.describe());
   const int64_t row_bytes = H * static_cast<int64_t>(dtype_size(args.hidden_states.dtype));
-  check.require(row_bytes / 16 * 64 <= INT32_MAX, "hidden_states", "rows of at most 2^27 bytes",
-                args.hidden_states.describe());
+  MOEKIT_REQUIRE(check, row_bytes / 16 * 64 <= INT32_MAX, "hidden_states",
+                 "rows of at most 2^27 bytes", args.hidden_states.describe());
   check.tensor("local_expert_ids", args.local_expert_ids, {DType::kI32}, {T, any});
   const int64_t K = args.local_expert_ids.size(1);
-  check.require(K >= 1, "local_expert_ids", "at least one route per token (dim 1 >= 1)",
-                args.local_expert_ids.describe());
+  MOEKIT_REQUIRE(check, K >= 1, "local_expert_ids", "at least one route per token (dim 1 >= 1)",
+                 args.local_expert_ids.describe());
   const int E = args.num_local_experts;
-  check.require(E >= 1 && E <= detail::kPermuteMaxExperts, "num_local_experts",
-                "1 to " + std::to_string(detail::kPermuteMaxExperts), std::to_string(E));
-  check.require(args.layout.kind == PermutedLayout::Kind::kContiguous, "layout",
-                "a contiguous(alignment) layout", "a masked layout");
+  MOEKIT_REQUIRE(check, E >= 1 && E <= detail::kPermuteMaxExperts, "num_local_experts",
+                 "1 to " + std::to_string(detail::kPermuteMaxExperts), std::to_string(E));
+  MOEKIT_REQUIRE(check, args.layout.kind == PermutedLayout::Kind::kContiguous, "layout",
+                 "a contiguous(alignment) layout", "a masked layout");
   const int A = args.layout.alignment;
-  check.require(A >= 1, "layout.alignment", ">= 1", std::to_string(A));
+  MOEKIT_REQUIRE(check, A >= 1, "layout.alignment", ">= 1", std::to_string(A));
   const int64_t N = T * K;
   // The multi-kernel path counts route chunks in i32: keep N + kRouteChunk in range.
-  check.require(N <= INT32_MAX - detail::kRouteChunk, "local_expert_ids",
-                "at most 2^31-1-" + std::to_string(detail::kRouteChunk) + " routes (T*K)",
-                args.local_expert_ids.describe());
+  MOEKIT_REQUIRE(check, N <= INT32_MAX - detail::kRouteChunk, "local_expert_ids",
+                 "at most 2^31-1-" + std::to_string(detail::kRouteChunk) + " routes (T*K)",
+                 args.local_expert_ids.describe());
   const int64_t P = N + static_cast<int64_t>(E) * (A - 1);
-  check.require(P < INT32_MAX, "permuted",
-                "T*K + num_local_experts*(alignment-1) below 2^31 rows (i32 indices)",
-                std::to_string(P) + " rows");
+  MOEKIT_REQUIRE(check, P < INT32_MAX, "permuted",
+                 "T*K + num_local_experts*(alignment-1) below 2^31 rows (i32 indices)",
+                 std::to_string(P) + " rows");
   check.tensor("permuted", args.permuted, {args.hidden_states.dtype}, {P, H}, 16);
   check.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {E});
   check.tensor("inverse_indices", args.inverse_indices, {DType::kI32}, {N});

@@ -18,32 +18,33 @@ int64_t check_routing_inputs(const ArgCheck& check, const TensorView& gating_out
                {any, any});
   const int64_t T = gating_output.size(0);
   const int64_t E = gating_output.size(1);
-  check.require(E >= 1 && E <= kTopKMaxExperts, "gating_output",
-                "1 to " + std::to_string(kTopKMaxExperts) + " experts (dim 1)",
-                gating_output.describe());
-  check.require(T <= INT32_MAX, "gating_output", "at most 2^31-1 tokens", gating_output.describe());
-  check.require(
-      p.top_k >= 1 && p.top_k <= kTopKMaxK && p.top_k <= E, "top_k",
+  MOEKIT_REQUIRE(check, E >= 1 && E <= kTopKMaxExperts, "gating_output",
+                 "1 to " + std::to_string(kTopKMaxExperts) + " experts (dim 1)",
+                 gating_output.describe());
+  MOEKIT_REQUIRE(check, T <= INT32_MAX, "gating_output", "at most 2^31-1 tokens",
+                 gating_output.describe());
+  MOEKIT_REQUIRE(
+      check, p.top_k >= 1 && p.top_k <= kTopKMaxK && p.top_k <= E, "top_k",
       "1 to min(" + std::to_string(kTopKMaxK) + ", num_experts=" + std::to_string(E) + ")",
       std::to_string(p.top_k));
-  check.require(p.scoring_func == ScoringFunc::kSoftmax || p.scoring_func == ScoringFunc::kSigmoid,
-                "scoring_func", "softmax or sigmoid",
-                std::to_string(static_cast<int>(p.scoring_func)));
-  check.require(std::isfinite(p.routed_scaling_factor), "routed_scaling_factor", "a finite value",
-                std::to_string(p.routed_scaling_factor));
+  MOEKIT_REQUIRE(
+      check, p.scoring_func == ScoringFunc::kSoftmax || p.scoring_func == ScoringFunc::kSigmoid,
+      "scoring_func", "softmax or sigmoid", std::to_string(static_cast<int>(p.scoring_func)));
+  MOEKIT_REQUIRE(check, std::isfinite(p.routed_scaling_factor), "routed_scaling_factor",
+                 "a finite value", std::to_string(p.routed_scaling_factor));
   if (p.num_expert_group == 0) {
-    check.require(p.topk_group == 0, "topk_group", "0 when num_expert_group is 0 (no grouping)",
-                  std::to_string(p.topk_group));
+    MOEKIT_REQUIRE(check, p.topk_group == 0, "topk_group",
+                   "0 when num_expert_group is 0 (no grouping)", std::to_string(p.topk_group));
   } else {
-    check.require(p.num_expert_group > 0 && E % p.num_expert_group == 0, "num_expert_group",
-                  "0 or a positive divisor of num_experts=" + std::to_string(E),
-                  std::to_string(p.num_expert_group));
-    check.require(p.topk_group >= 1 && p.topk_group <= p.num_expert_group, "topk_group",
-                  "1 to num_expert_group=" + std::to_string(p.num_expert_group),
-                  std::to_string(p.topk_group));
+    MOEKIT_REQUIRE(check, p.num_expert_group > 0 && E % p.num_expert_group == 0, "num_expert_group",
+                   "0 or a positive divisor of num_experts=" + std::to_string(E),
+                   std::to_string(p.num_expert_group));
+    MOEKIT_REQUIRE(check, p.topk_group >= 1 && p.topk_group <= p.num_expert_group, "topk_group",
+                   "1 to num_expert_group=" + std::to_string(p.num_expert_group),
+                   std::to_string(p.topk_group));
     const int64_t selectable = static_cast<int64_t>(p.topk_group) * (E / p.num_expert_group);
-    check.require(
-        p.top_k <= selectable, "top_k",
+    MOEKIT_REQUIRE(
+        check, p.top_k <= selectable, "top_k",
         "at most topk_group * num_experts / num_expert_group = " + std::to_string(selectable),
         std::to_string(p.top_k));
   }
