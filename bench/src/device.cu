@@ -467,6 +467,20 @@ bool capture(Impl& impl, int calls, int copies, cudaStream_t s, cudaGraphExec_t*
 
 }  // namespace
 
+namespace {
+__global__ void empty_kernel() {}
+}  // namespace
+
+double measure_launch_floor(int blocks, int threads, const TimingPlan& plan, const Device& dev,
+                            cudaStream_t stream) {
+  std::vector<Impl> impls;
+  impls.push_back(Impl{"empty", [blocks, threads](int, cudaStream_t s) {
+                         empty_kernel<<<blocks, threads, 0, s>>>();
+                         BENCH_CUDA(cudaGetLastError());
+                       }});
+  return time_impls(impls, plan, dev, stream)[0].ms;
+}
+
 std::vector<TimingResult> time_impls(std::vector<Impl>& impls, const TimingPlan& plan,
                                      const Device& dev, cudaStream_t s) {
   std::vector<TimingResult> res(impls.size());

@@ -154,4 +154,9 @@ std::vector<TimingResult> time_impls(std::vector<Impl>& impls, const TimingPlan&
 
 double median(std::vector<double> v);
 
+// Per-call device time of an empty kernel (blocks x threads), timed by time_impls with
+// `plan` (the graph mode of the latency-bound rows): the launch floor.
+double measure_launch_floor(int blocks, int threads, const TimingPlan& plan, const Device& dev,
+                            cudaStream_t stream);
+
 }  // namespace moekit::bench

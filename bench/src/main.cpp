@@ -185,6 +185,19 @@ int run(const Options& opt, const std::string& cmdline) {
                meta.ceilings.read_tbps, meta.ceilings.bf16_tflops, meta.ceilings.fp8_tflops,
                meta.ceilings.source.c_str(), rows.size());
 
+  {
+    // The launch floor: an empty kernel timed exactly like the latency-bound rows.
+    TimingPlan fp;
+    fp.mode = TimingMode::kGraph;
+    fp.copies = 256;
+    fp.rounds = opt.rounds;
+    fp.max_ms = opt.max_ms;
+    meta.launch_floor_ms = measure_launch_floor(1, 32, fp, dev, stream);
+    meta.launch_floor_grid_blocks = dev.sms;
+    meta.launch_floor_grid_ms = measure_launch_floor(dev.sms, 1024, fp, dev, stream);
+    std::fprintf(stderr, "moekit-bench: %s\n", launch_floor_line(meta).c_str());
+  }
+
   std::vector<RowResult> results;
   Progress progress(rows.size());
   const auto t0 = std::chrono::steady_clock::now();

@@ -125,11 +125,23 @@ std::string ceilings_line(const RunMeta& m) {
 
 }  // namespace
 
+std::string launch_floor_line(const RunMeta& m) {
+  if (m.launch_floor_ms < 0) return "launch floor: not measured";
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "launch floor (empty kernel, graph of back-to-back calls like the lat rows): "
+                "1 block %s ms, %d x 1024 threads %s ms",
+                format_ms(m.launch_floor_ms).c_str(), m.launch_floor_grid_blocks,
+                format_ms(m.launch_floor_grid_ms).c_str());
+  return buf;
+}
+
 std::string render_table(const std::vector<RowResult>& rows, const RunMeta& meta) {
   std::ostringstream os;
   os << "moekit-bench  device: " << meta.device << "  commit: " << meta.commit
      << "  date: " << meta.date << "\n"
      << ceilings_line(meta) << "\n"
+     << launch_floor_line(meta) << "\n"
      << "ratio = fastest alternative / ours (>1: ours faster); SOL = ideal / measured; "
         "* = external time\n";
   for (const std::string& op : op_order(rows)) {
@@ -162,7 +174,8 @@ std::string render_table(const std::vector<RowResult>& rows, const RunMeta& meta
 std::string render_markdown(const std::vector<RowResult>& rows, const RunMeta& meta) {
   std::ostringstream os;
   os << "Device: " << meta.device << " · commit `" << meta.commit << "` · " << meta.date << "  \n"
-     << ceilings_line(meta) << "\n\n"
+     << ceilings_line(meta) << "  \n"
+     << launch_floor_line(meta) << "\n\n"
      << "Ratio = fastest alternative / ours (>1: ours faster). SOL = ideal / measured, "
         "ideal = max(FLOPs / F_peak, bytes / B_peak). `*` = external time.\n";
   for (const std::string& op : op_order(rows)) {
@@ -205,6 +218,9 @@ std::string render_json(const std::vector<RowResult>& rows, const RunMeta& meta)
                      {"bf16_tflops", meta.ceilings.bf16_tflops},
                      {"fp8_tflops", meta.ceilings.fp8_tflops},
                      {"source", meta.ceilings.source}};
+  doc["launch_floor_ms"] = num(meta.launch_floor_ms);
+  doc["launch_floor_grid_ms"] = num(meta.launch_floor_grid_ms);
+  doc["launch_floor_grid_blocks"] = meta.launch_floor_grid_blocks;
   ojson recs = ojson::array();
   for (const RowResult& r : rows) {
     ojson j;

@@ -44,7 +44,15 @@ struct RunMeta {
   std::string device, device_uuid, commit, date, workloads;
   Ceilings ceilings;
   std::string options;  // the command line, for the record
+  // Launch floor: an empty kernel timed like the latency-bound rows (graph of
+  // back-to-back calls), per call; < 0 when not measured.
+  double launch_floor_ms = -1;       // 1 block of 32 threads
+  double launch_floor_grid_ms = -1;  // one 1024-thread block per SM
+  int launch_floor_grid_blocks = 0;
 };
+
+// "launch floor: ..." (the header line of the table and the markdown).
+std::string launch_floor_line(const RunMeta& m);
 
 std::string format_ms(double ms);  // 4 significant digits, no exponent; "-" when < 0
 

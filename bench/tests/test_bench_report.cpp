@@ -48,6 +48,25 @@ RunMeta meta() {
   return m;
 }
 
+TEST(Report, LaunchFloorOncePerFileAndInTheHeader) {
+  RunMeta m = meta();
+  nlohmann::json j = nlohmann::json::parse(render_json(sample_rows(), m));
+  EXPECT_TRUE(j["launch_floor_ms"].is_null());  // not measured
+  EXPECT_NE(render_table(sample_rows(), m).find("launch floor: not measured"), std::string::npos);
+  m.launch_floor_ms = 0.00185;
+  m.launch_floor_grid_ms = 0.0021;
+  m.launch_floor_grid_blocks = 132;
+  j = nlohmann::json::parse(render_json(sample_rows(), m));
+  EXPECT_DOUBLE_EQ(j["launch_floor_ms"].get<double>(), 0.00185);
+  EXPECT_DOUBLE_EQ(j["launch_floor_grid_ms"].get<double>(), 0.0021);
+  EXPECT_EQ(j["launch_floor_grid_blocks"], 132);
+  EXPECT_FALSE(j["records"][0].contains("launch_floor_ms"));
+  const std::string table = render_table(sample_rows(), m);
+  EXPECT_NE(table.find("1 block 0.001850 ms, 132 x 1024 threads 0.002100 ms"), std::string::npos)
+      << table.substr(0, 400);
+  EXPECT_NE(render_markdown(sample_rows(), m).find("launch floor"), std::string::npos);
+}
+
 TEST(Report, RatioIsTheFastestAlternativeOverOurs) {
   std::vector<RowResult> rows = sample_rows();
   EXPECT_DOUBLE_EQ(rows[0].best_alt_ms(), 4.2);
