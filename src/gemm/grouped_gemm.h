@@ -56,7 +56,12 @@ enum GemmConfig : int {
   // through distributed shared memory: the heuristic's choice when the decode tiles
   // cannot fill the SMs (dense MLP at few tokens, few experts). docs/gemm.md.
   kGemmConfigDecodeSplitK = 3,
-  kGemmConfigCount = 4,
+  // Decode tiles streaming 256 bytes of each weight row per stage (fewer DRAM page
+  // switches): 2 stages, 2 blocks per SM; the heuristic's choice for big decode GEMMs.
+  kGemmConfigDecodeStream = 4,
+  // The same with 5 stages, 1 block per SM: big decode GEMMs with k >= 4096.
+  kGemmConfigDecodeStreamDeep = 5,
+  kGemmConfigCount = 6,
 };
 
 // The config run_grouped_gemm would pick for `problem` (problem.config, else the
