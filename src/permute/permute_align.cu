@@ -4,6 +4,7 @@
 // and tail slots get the sentinel T*K and expert_ids is filled one warp per block
 // of block_size slots, so every output element is written exactly once.
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/check.h"
 #include "permute/permute_kernels.h"
@@ -143,6 +144,105 @@ __global__ void __launch_bounds__(kThreads)
   if (blockIdx.x == 0 && tid == 0) *num_post = total;
 }
 
+// Version 2 of the one-launch path (the default; MOEKIT_ROUTING_LEGACY=1 selects the
+// kernel above). Per block: one shared atomic per id (into `before` or `after` this
+// block's chunk, so hist = before + after), warp 0 alone scans the expert starts
+// (no block-wide scan), three barriers in all; the padding fill finds a block's
+// expert with one warp count (experts whose padded range ends at or before p0)
+// instead of a binary search of dependent shared loads.
+__global__ void __launch_bounds__(kThreads)
+    align_fused_v2_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
+                          int block_size, int32_t* __restrict__ sorted, int sorted_size,
+                          int32_t* __restrict__ expert_ids, int num_blocks,
+                          int32_t* __restrict__ num_post) {
+  __shared__ int before[kPermuteMaxExperts];     // routes of e in earlier chunks
+  __shared__ int cnt[kPermuteMaxExperts];        // routes of e from this chunk on, then all
+  __shared__ int start[kPermuteMaxExperts + 1];  // padded starts; start[E] = total
+  __shared__ __align__(16) unsigned char wcnt[kWarps][kPermuteMaxExperts];  // <= 32 each
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int c0 = blockIdx.x * kFusedChunk;
+  const int E = num_experts;
+  for (int x = tid; x < E; x += kThreads) {
+    before[x] = 0;
+    cnt[x] = 0;
+  }
+  reinterpret_cast<uint4*>(wcnt[warp])[lane] = make_uint4(0, 0, 0, 0);  // 512 bytes per warp
+  const int i = c0 + tid;
+  int e = i < num_routes ? __ldg(ids + i) : -1;
+  if (!route::valid_id(e, E)) e = -1;
+  __syncthreads();
+  for (int j0 = 0; j0 < num_routes; j0 += 16 * kThreads) {
+    int v[16];
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+      const int j = j0 + u * kThreads + tid;
+      v[u] = j < num_routes ? __ldg(ids + j) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+      if (route::valid_id(v[u], E))  // sums: the order of the adds does not matter
+        atomicAdd(j0 + u * kThreads + tid < c0 ? &before[v[u]] : &cnt[v[u]], 1);
+    }
+  }
+  const unsigned peers = __match_any_sync(route::kFullMask, e);
+  const unsigned below = peers & ((1u << lane) - 1u);
+  if (e >= 0 && below == 0) wcnt[warp][e] = static_cast<unsigned char>(__popc(peers));
+  __syncthreads();
+  if (warp == 0) {
+    const int per = (E + 31) / 32;
+    const int lo = min(lane * per, E), hi = min(lo + per, E);
+    int local = 0;
+    for (int x = lo; x < hi; ++x) local += route::align_up(before[x] + cnt[x], block_size);
+    int incl = local;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int y = __shfl_up_sync(route::kFullMask, incl, d);
+      if (lane >= d) incl += y;
+    }
+    int run = incl - local;
+    for (int x = lo; x < hi; ++x) {
+      const int c = before[x] + cnt[x];
+      start[x] = run;
+      cnt[x] = c;
+      run += route::align_up(c, block_size);
+    }
+    if (lane == 31) start[E] = incl;
+  }
+  __syncthreads();
+  const int total = start[E];
+  if (e >= 0) {
+    int off = start[e] + before[e] + __popc(below);
+    for (int w = 0; w < warp; ++w) off += wcnt[w][e];
+    sorted[off] = i;
+  }
+  // One warp per block b of block_size slots: expert_ids[b] and the sentinels.
+  const int nwarps = gridDim.x * kWarps;
+  for (int b = blockIdx.x * kWarps + warp; b < num_blocks; b += nwarps) {
+    const int p0 = b * block_size;
+    int expert = -1, fill_from = p0;
+    if (p0 < total) {
+      // Padded ranges end at start[x + 1], in order: the block's expert is the
+      // number of experts whose range ends at or before p0.
+      int c = 0;
+      for (int x = lane; x < E; x += 32) c += start[x + 1] <= p0 ? 1 : 0;
+      expert = static_cast<int>(__reduce_add_sync(route::kFullMask, static_cast<unsigned>(c)));
+      fill_from = max(p0, start[expert] + cnt[expert]);
+    }
+    if (lane == 0) expert_ids[b] = expert;
+    const int p_end = min(p0 + block_size, sorted_size);
+    for (int p = fill_from + lane; p < p_end; p += 32) sorted[p] = num_routes;
+  }
+  if (blockIdx.x == 0 && tid == 0) *num_post = total;
+}
+
+bool align_legacy_select() {
+  static const bool legacy = [] {
+    const char* v = std::getenv("MOEKIT_ROUTING_LEGACY");
+    return v != nullptr && v[0] == '1';
+  }();
+  return legacy;
+}
+
 }  // namespace
 
 void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
@@ -151,9 +251,15 @@ void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
     // Enough blocks for the routes (1024 each) and for the fill (32 blocks of slots each).
     const int blocks = std::max(
         {(l.num_routes + kFusedChunk - 1) / kFusedChunk, (l.num_blocks + kWarps - 1) / kWarps, 1});
-    align_fused_kernel<<<blocks, kThreads, 0, stream>>>(
-        l.topk_ids, l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size, l.expert_ids,
-        l.num_blocks, l.num_tokens_post_padded);
+    if (align_legacy_select()) {
+      align_fused_kernel<<<blocks, kThreads, 0, stream>>>(
+          l.topk_ids, l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size,
+          l.expert_ids, l.num_blocks, l.num_tokens_post_padded);
+    } else {
+      align_fused_v2_kernel<<<blocks, kThreads, 0, stream>>>(
+          l.topk_ids, l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size,
+          l.expert_ids, l.num_blocks, l.num_tokens_post_padded);
+    }
   } else {
     launch_route_chunk_count_scan(l.topk_ids, l.num_routes, E, l.block_size, l.workspace, nullptr,
                                   l.num_tokens_post_padded, stream);

@@ -2,6 +2,7 @@
 // Each thread reads the token's K route rows as 16-byte vectors, 8 routes in
 // flight, and accumulates w * x in f32 in k order (a fixed order: deterministic).
 // Routes whose inverse index is -1 or outside [0, P) are skipped.
+#include <cstdint>
 #include <string>
 
 #include "core/check.h"
@@ -44,8 +45,14 @@ __global__ void __launch_bounds__(kThreads)
                         int64_t num_tokens, int top_k, Tout* __restrict__ out) {
   const int64_t vecs_per_row = hidden / 8;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (g >= num_tokens * vecs_per_row) return;
-  const int64_t t = g / vecs_per_row;
+  const int64_t total = num_tokens * vecs_per_row;
+  if (g >= total) return;
+  int64_t t;
+  if (total <= INT32_MAX) {  // uniform: a 32-bit division instead of the 64-bit routine
+    t = static_cast<uint32_t>(g) / static_cast<uint32_t>(vecs_per_row);
+  } else {
+    t = g / vecs_per_row;
+  }
   const int64_t col = (g - t * vecs_per_row) * 8;
   const int32_t* inv_t = inverse + t * top_k;
   const float* w_t = weights + t * top_k;
