@@ -33,6 +33,13 @@ __device__ __forceinline__ uint32_t ordered_bits(float f) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+// Correctly rounded 1/x for x in [1, 2^126): the fast path of __frcp_rn.
+__device__ __forceinline__ float rcp_rn_normal(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return fmaf(r, fmaf(-x, r, 1.f), r);
+}
+
 __device__ __forceinline__ float from_ordered_bits(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
@@ -89,14 +96,46 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       m = warp_max(m);
     }
     float sum = 0.f;
+    if (kTree) {
+      // expf on every slot, then a select: no branch per slot, so the slots overlap.
+      float v[kSlots];
 #pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      score[s] = ((avail >> s) & 1u) ? expf(score[s] - m) : 0.f;
-      sum += score[s];
+      for (int s = 0; s < kSlots; ++s) v[s] = expf(score[s] - m);
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        score[s] = ((avail >> s) & 1u) ? v[s] : 0.f;
+        sum += score[s];
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        score[s] = ((avail >> s) & 1u) ? expf(score[s] - m) : 0.f;
+        sum += score[s];
+      }
     }
     const float inv = 1.f / warp_sum(sum);
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) score[s] *= inv;
+  } else if (kTree) {
+    // __frcp_rn(x) without its per-call slow-path branch (which serializes the slots):
+    // for x in [1, 2^126) it is exactly MUFU.RCP + one Newton step, which is what
+    // __frcp_rn runs there. x >= 2^126 (results below the normal range), Inf and NaN
+    // take the exact routine; padding slots get x = 1 (never selected).
+    float x[kSlots];
+    bool slow = false;
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) x[s] = 1.f + expf(-score[s]);
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      x[s] = ((avail >> s) & 1u) ? x[s] : 1.f;
+      slow |= !(x[s] < 0x1p126f);
+    }
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) score[s] = rcp_rn_normal(x[s]);
+    if (slow) {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) score[s] = __frcp_rn(x[s]);  // == 1/(1+e)
+    }
   } else {
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) score[s] = __frcp_rn(1.f + expf(-score[s]));  // == 1/(1+e)
