@@ -38,6 +38,8 @@ __all__ = [
     "fused_moe_shared_expert",
     "shared_expert_mlp",
     "set_eager_fast_path",
+    "set_workspace_cache",
+    "release_workspaces",
     "TORCH_DTYPES",
 ]
 
@@ -163,11 +165,6 @@ def _workspace(nbytes, device):
     return w, ptr
 
 
-def _on_device(dev, fn, *args):
-    with torch.cuda.device(dev):
-        return fn(*args)
-
-
 def _nonneg(x):
     return x if x > 0 else 0
 
@@ -224,9 +221,91 @@ def _rows_like(x):
     return _dims(x, 2)
 
 
+# ---------------------------------------------------------------- workspaces
+# Ops that need scratch memory get it from a workspace cached per (device, stream) and
+# grown on demand (through _grow, called from C++ when the op needs more than the
+# cached capacity): no allocation and no separate size query per call. Reusing one
+# buffer is safe because ops enqueued on one stream run in order; each stream has its
+# own buffer. During CUDA-graph capture a fresh buffer is allocated per call (from the
+# graph's private pool, as any other allocation there), so a graph never shares
+# memory with eager calls. release_workspaces() gives the cached buffers back to the
+# caching allocator; set_workspace_cache(False) (or MOEKIT_WORKSPACE_CACHE=0)
+# allocates per call.
+
+_ws_cache = {}  # (device index, stream) -> entry
+_ws_cache_on = os.environ.get("MOEKIT_WORKSPACE_CACHE", "1") != "0"
+_is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (lambda: False)
+_MiB = 1 << 20
+
+
+def _grow(entry, nbytes):
+    """Called by the C++ op when the entry [ptr, capacity, tensor, torch.device, cached]
+    holds fewer than nbytes: allocates on the current stream and updates the entry."""
+    if entry[4]:
+        nbytes = (nbytes + _MiB - 1) & ~(_MiB - 1)  # cached: round up, fewer regrowths
+    entry[2] = None  # the old buffer goes back to the allocator (stream-ordered)
+    w, ptr = _workspace(nbytes, entry[3])
+    entry[0], entry[1], entry[2] = ptr, nbytes, w
+
+
+def _ws(dev, stream, like):
+    """The workspace entry for an op about to run on (dev, stream)."""
+    if _ws_cache_on and not _is_capturing():
+        e = _ws_cache.get((dev, stream))
+        if e is None:
+            e = _ws_cache[(dev, stream)] = [0, 0, None, like.device, True]
+        return e
+    return [0, 0, None, like.device, False]  # per call: lives until the op is enqueued
+
+
+def release_workspaces():
+    """Return the cached workspaces to PyTorch's caching allocator (after the ops that
+    used them were enqueued; the allocator keeps stream order)."""
+    _ws_cache.clear()
+
+
+def set_workspace_cache(enabled: bool) -> bool:
+    """Cache workspaces per (device, stream) (default) or allocate them per call.
+    Returns the previous setting."""
+    global _ws_cache_on
+    old, _ws_cache_on = _ws_cache_on, bool(enabled)
+    if not enabled:
+        _ws_cache.clear()
+    return old
+
+
+_raw._register_torch(torch.Tensor, _grow)
+_empty_like = torch.empty_like
+
+
 # ---------------------------------------------------------------- CUDA kernels
-# Each takes the schema's arguments in order, allocates outputs (and a workspace)
-# on x's device with the caching allocator, and enqueues the op on the current stream.
+# Each takes the schema's arguments in order, allocates its outputs with PyTorch's
+# caching allocator, and enqueues the op on the current stream through the
+# extension's torch entry point (_t_<op>): the tensors go as they are (C++ reads
+# data_ptr, dtype, shape and contiguity, and checks that all are CUDA tensors on one
+# device). The device of the first tensor must be the current device; otherwise
+# (another GPU, a CPU tensor) _elsewhere checks the devices, naming the argument at
+# fault, and calls again under that device.
+
+
+def _elsewhere(op, names, tensors, fn, *args):
+    dev = _device(op, names, *tensors)  # raises unless all are CUDA tensors on one device
+    with torch.cuda.device(dev):
+        return fn(*args)
+
+
+_t_fused_topk = _raw._t_fused_topk
+_t_moe_permute_align = _raw._t_moe_permute_align
+_t_moe_pre_permute = _raw._t_moe_pre_permute
+_t_moe_post_permute = _raw._t_moe_post_permute
+_t_moe_grouped_gemm = _raw._t_moe_grouped_gemm
+_t_moe_grouped_gemm_fp8 = _raw._t_moe_grouped_gemm_fp8
+_t_moe_expert_mlp = _raw._t_moe_expert_mlp
+_t_fused_moe_experts = _raw._t_fused_moe_experts
+_t_indexed_expert_mlp = _raw._t_indexed_expert_mlp
+_t_fused_moe = _raw._t_fused_moe
+_t_fused_moe_shared_expert = _raw._t_fused_moe_shared_expert
+_t_shared_expert_mlp = _raw._t_shared_expert_mlp
 
 
 def _fused_topk_cuda(
@@ -239,183 +318,165 @@ def _fused_topk_cuda(
     routed_scaling_factor=1.0,
     correction_bias=None,
 ):
-    op = "fused_topk"
-    dev = _device(op, ("gating_output", "correction_bias"), gating_output, correction_bias)
+    dev = gating_output.get_device()
     if dev != _current_device():
-        return _on_device(
-            dev, _fused_topk_cuda, gating_output, top_k, renormalize, scoring_func,
-            num_expert_group, topk_group, routed_scaling_factor, correction_bias,
+        return _elsewhere(
+            "fused_topk", ("gating_output", "correction_bias"), (gating_output, correction_bias),
+            _fused_topk_cuda, gating_output, top_k, renormalize, scoring_func, num_expert_group,
+            topk_group, routed_scaling_factor, correction_bias,
         )  # fmt: skip
     shape = _topk_out(gating_output, top_k)
-    device = gating_output.device
-    weights = _empty(shape, dtype=_f32, device=device)
-    ids = _empty(shape, dtype=_i32, device=device)
-    _raw.fused_topk(
-        _v(gating_output), _vo(correction_bias), _v(weights), _v(ids), top_k, renormalize,
-        scoring_func, num_expert_group, topk_group, routed_scaling_factor, _raw_stream(dev),
+    weights = gating_output.new_empty(shape, dtype=_f32)
+    ids = gating_output.new_empty(shape, dtype=_i32)
+    _t_fused_topk(
+        gating_output, correction_bias, weights, ids, top_k, renormalize, scoring_func,
+        num_expert_group, topk_group, routed_scaling_factor, _raw_stream(dev),
     )  # fmt: skip
     return weights, ids
 
 
 def _moe_permute_align_cuda(topk_ids, num_experts, block_size=64):
-    op = "moe_permute_align"
-    dev = _device(op, ("topk_ids",), topk_ids)
+    dev = topk_ids.get_device()
     if dev != _current_device():
-        return _on_device(dev, _moe_permute_align_cuda, topk_ids, num_experts, block_size)
+        return _elsewhere(
+            "moe_permute_align", ("topk_ids",), (topk_ids,), _moe_permute_align_cuda, topk_ids,
+            num_experts, block_size,
+        )  # fmt: skip
     sorted_size, num_blocks = _align_sizes(topk_ids, num_experts, block_size)
-    device = topk_ids.device
-    sorted_ids = _empty(sorted_size, dtype=_i32, device=device)
-    expert_ids = _empty(num_blocks, dtype=_i32, device=device)
-    ntpp = _empty(1, dtype=_i32, device=device)
-    vi, vs, ve, vn = _v(topk_ids), _v(sorted_ids), _v(expert_ids), _v(ntpp)
-    nbytes = _raw.permute_align_workspace_size(vi, num_experts, block_size, vs, ve, vn)
-    ws, ws_ptr = _workspace(nbytes, device)
-    _raw.moe_permute_align(
-        vi, num_experts, block_size, vs, ve, vn, ws_ptr, nbytes, _raw_stream(dev)
-    )
+    sorted_ids = topk_ids.new_empty(sorted_size, dtype=_i32)
+    expert_ids = topk_ids.new_empty(num_blocks, dtype=_i32)
+    ntpp = topk_ids.new_empty(1, dtype=_i32)
+    stream = _raw_stream(dev)
+    _t_moe_permute_align(
+        topk_ids, num_experts, block_size, sorted_ids, expert_ids, ntpp,
+        _ws(dev, stream, topk_ids), stream,
+    )  # fmt: skip
     return sorted_ids, expert_ids, ntpp
 
 
 def _moe_pre_permute_cuda(hidden_states, local_expert_ids, num_local_experts, alignment=1):
-    op = "moe_pre_permute"
-    dev = _device(op, ("hidden_states", "local_expert_ids"), hidden_states, local_expert_ids)
+    dev = hidden_states.get_device()
     if dev != _current_device():
-        return _on_device(
-            dev, _moe_pre_permute_cuda, hidden_states, local_expert_ids, num_local_experts,
-            alignment,
+        return _elsewhere(
+            "moe_pre_permute", ("hidden_states", "local_expert_ids"),
+            (hidden_states, local_expert_ids), _moe_pre_permute_cuda, hidden_states,
+            local_expert_ids, num_local_experts, alignment,
         )  # fmt: skip
     P, H, E, TK = _pre_sizes(hidden_states, local_expert_ids, num_local_experts, alignment)
-    device = hidden_states.device
-    permuted = _empty((P, H), dtype=hidden_states.dtype, device=device)
-    metadata = _empty(E, dtype=_i32, device=device)
-    inverse = _empty(TK, dtype=_i32, device=device)
-    vx, vid, vp, vm, vinv = (
-        _v(hidden_states), _v(local_expert_ids), _v(permuted), _v(metadata), _v(inverse),
+    permuted = hidden_states.new_empty((P, H))
+    metadata = hidden_states.new_empty(E, dtype=_i32)
+    inverse = hidden_states.new_empty(TK, dtype=_i32)
+    stream = _raw_stream(dev)
+    _t_moe_pre_permute(
+        hidden_states, local_expert_ids, num_local_experts, alignment, permuted, metadata,
+        inverse, _ws(dev, stream, hidden_states), stream,
     )  # fmt: skip
-    nbytes = _raw.pre_permute_workspace_size(vx, vid, num_local_experts, alignment, vp, vm, vinv)
-    ws, ws_ptr = _workspace(nbytes, device)
-    _raw.moe_pre_permute(
-        vx, vid, num_local_experts, alignment, vp, vm, vinv, ws_ptr, nbytes, _raw_stream(dev)
-    )
     return permuted, metadata, inverse
 
 
 def _moe_post_permute_cuda(expert_output, topk_weights, inverse_indices, out_dtype=None):
-    op = "moe_post_permute"
-    dev = _device(
-        op, ("expert_output", "topk_weights", "inverse_indices"),
-        expert_output, topk_weights, inverse_indices,
-    )  # fmt: skip
+    dev = expert_output.get_device()
     if dev != _current_device():
-        return _on_device(
-            dev, _moe_post_permute_cuda, expert_output, topk_weights, inverse_indices, out_dtype
-        )
-    out = _empty(
+        return _elsewhere(
+            "moe_post_permute", ("expert_output", "topk_weights", "inverse_indices"),
+            (expert_output, topk_weights, inverse_indices), _moe_post_permute_cuda,
+            expert_output, topk_weights, inverse_indices, out_dtype,
+        )  # fmt: skip
+    out = expert_output.new_empty(
         _post_shape(expert_output, topk_weights),
         dtype=out_dtype if out_dtype is not None else expert_output.dtype,
-        device=expert_output.device,
     )
-    _raw.moe_post_permute(
-        _v(expert_output), _v(topk_weights), _v(inverse_indices), _v(out), _raw_stream(dev)
-    )
+    _t_moe_post_permute(expert_output, topk_weights, inverse_indices, out, _raw_stream(dev))
     return out
 
 
 def _moe_grouped_gemm_cuda(
     a, b, layout_metadata, masked=False, alignment=1, activation="none", out_dtype=None
 ):
-    op = "moe_grouped_gemm"
-    dev = _device(op, ("a", "b", "layout_metadata"), a, b, layout_metadata)
+    dev = a.get_device()
     if dev != _current_device():
-        return _on_device(
-            dev, _moe_grouped_gemm_cuda, a, b, layout_metadata, masked, alignment, activation,
+        return _elsewhere(
+            "moe_grouped_gemm", ("a", "b", "layout_metadata"), (a, b, layout_metadata),
+            _moe_grouped_gemm_cuda, a, b, layout_metadata, masked, alignment, activation,
             out_dtype,
         )  # fmt: skip
-    c = _empty(
+    c = a.new_empty(
         _gemm_shape(a, b, masked, activation),
         dtype=out_dtype if out_dtype is not None else a.dtype,
-        device=a.device,
     )
     max_m = a.shape[1] if masked and a.dim() == 3 else 0
-    _raw.moe_grouped_gemm(
-        _v(a), _v(b), _v(layout_metadata), masked, alignment, max_m, activation, _v(c),
-        _raw_stream(dev),
-    )  # fmt: skip
+    _t_moe_grouped_gemm(
+        a, b, layout_metadata, masked, alignment, max_m, activation, c, _raw_stream(dev)
+    )
     return c
 
 
 def _moe_grouped_gemm_fp8_cuda(a, a_scale, b, b_scale, layout_metadata):
-    op = "moe_grouped_gemm_fp8"
-    dev = _device(
-        op, ("a", "a_scale", "b", "b_scale", "layout_metadata"),
-        a, a_scale, b, b_scale, layout_metadata,
-    )  # fmt: skip
+    dev = a.get_device()
     if dev != _current_device():
-        return _on_device(
-            dev, _moe_grouped_gemm_fp8_cuda, a, a_scale, b, b_scale, layout_metadata
-        )
-    c = _empty(_fp8_shape(a, b), dtype=_bf16, device=a.device)
-    _raw.moe_grouped_gemm_fp8(
-        _v(a), _v(a_scale), _v(b), _v(b_scale), _v(layout_metadata), _v(c), _raw_stream(dev)
-    )
+        return _elsewhere(
+            "moe_grouped_gemm_fp8", ("a", "a_scale", "b", "b_scale", "layout_metadata"),
+            (a, a_scale, b, b_scale, layout_metadata), _moe_grouped_gemm_fp8_cuda, a, a_scale,
+            b, b_scale, layout_metadata,
+        )  # fmt: skip
+    c = a.new_empty(_fp8_shape(a, b), dtype=_bf16)
+    _t_moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata, c, _raw_stream(dev))
     return c
 
 
 def _moe_expert_mlp_cuda(expert_input, layout_metadata, w_gate_up, w_down, alignment=1):
-    op = "moe_expert_mlp"
-    dev = _device(
-        op, ("expert_input", "layout_metadata", "w_gate_up", "w_down"),
-        expert_input, layout_metadata, w_gate_up, w_down,
-    )  # fmt: skip
+    dev = expert_input.get_device()
     if dev != _current_device():
-        return _on_device(
-            dev, _moe_expert_mlp_cuda, expert_input, layout_metadata, w_gate_up, w_down,
-            alignment,
+        return _elsewhere(
+            "moe_expert_mlp", ("expert_input", "layout_metadata", "w_gate_up", "w_down"),
+            (expert_input, layout_metadata, w_gate_up, w_down), _moe_expert_mlp_cuda,
+            expert_input, layout_metadata, w_gate_up, w_down, alignment,
         )  # fmt: skip
-    device = expert_input.device
-    out = _empty(_rows_like(expert_input), dtype=expert_input.dtype, device=device)
-    vx, vm, vg, vd, vo = (
-        _v(expert_input), _v(layout_metadata), _v(w_gate_up), _v(w_down), _v(out),
+    # [P, H] like the input (a wrong input shape is rejected, naming the input, first).
+    out = _empty_like(expert_input)
+    stream = _raw_stream(dev)
+    _t_moe_expert_mlp(
+        expert_input, layout_metadata, alignment, w_gate_up, w_down, out,
+        _ws(dev, stream, expert_input), stream,
     )  # fmt: skip
-    nbytes = _raw.expert_mlp_workspace_size(vx, vm, alignment, vg, vd, vo)
-    ws, ws_ptr = _workspace(nbytes, device)
-    _raw.moe_expert_mlp(vx, vm, alignment, vg, vd, vo, ws_ptr, nbytes, _raw_stream(dev))
     return out
 
 
-def _experts_impl(op, size_fn, run_fn, hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    dev = _device(
-        op, ("hidden_states", "w_gate_up", "w_down", "topk_weights", "topk_ids"),
-        hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
-    )  # fmt: skip
-    if dev != _current_device():
-        return _on_device(
-            dev, _experts_impl, op, size_fn, run_fn, hidden_states, w_gate_up, w_down,
-            topk_weights, topk_ids,
-        )  # fmt: skip
-    device = hidden_states.device
-    out = _empty(_rows_like(hidden_states), dtype=hidden_states.dtype, device=device)
-    vx, vg, vd, vw, vi, vo = (
-        _v(hidden_states), _v(w_gate_up), _v(w_down), _v(topk_weights), _v(topk_ids), _v(out),
-    )  # fmt: skip
-    nbytes = size_fn(vx, vg, vd, vw, vi, vo)
-    ws, ws_ptr = _workspace(nbytes, device)
-    run_fn(vx, vg, vd, vw, vi, vo, ws_ptr, nbytes, _raw_stream(dev))
-    return out
+_EXPERTS_NAMES = ("hidden_states", "w_gate_up", "w_down", "topk_weights", "topk_ids")
 
 
 def _fused_moe_experts_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    return _experts_impl(
-        "fused_moe_experts", _raw.fused_moe_experts_workspace_size, _raw.fused_moe_experts,
-        hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+    dev = hidden_states.get_device()
+    if dev != _current_device():
+        return _elsewhere(
+            "fused_moe_experts", _EXPERTS_NAMES,
+            (hidden_states, w_gate_up, w_down, topk_weights, topk_ids), _fused_moe_experts_cuda,
+            hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+        )  # fmt: skip
+    out = _empty_like(hidden_states)
+    stream = _raw_stream(dev)
+    _t_fused_moe_experts(
+        hidden_states, w_gate_up, w_down, topk_weights, topk_ids, out,
+        _ws(dev, stream, hidden_states), stream,
     )  # fmt: skip
+    return out
 
 
 def _indexed_expert_mlp_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    return _experts_impl(
-        "indexed_expert_mlp", _raw.indexed_expert_mlp_workspace_size, _raw.indexed_expert_mlp,
-        hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+    dev = hidden_states.get_device()
+    if dev != _current_device():
+        return _elsewhere(
+            "indexed_expert_mlp", _EXPERTS_NAMES,
+            (hidden_states, w_gate_up, w_down, topk_weights, topk_ids), _indexed_expert_mlp_cuda,
+            hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+        )  # fmt: skip
+    out = _empty_like(hidden_states)
+    stream = _raw_stream(dev)
+    _t_indexed_expert_mlp(
+        hidden_states, w_gate_up, w_down, topk_weights, topk_ids, out,
+        _ws(dev, stream, hidden_states), stream,
     )  # fmt: skip
+    return out
 
 
 def _fused_moe_cuda(
@@ -431,28 +492,22 @@ def _fused_moe_cuda(
     routed_scaling_factor=1.0,
     correction_bias=None,
 ):
-    op = "fused_moe"
-    dev = _device(
-        op, ("hidden_states", "gating_output", "w_gate_up", "w_down", "correction_bias"),
-        hidden_states, gating_output, w_gate_up, w_down, correction_bias,
-    )  # fmt: skip
+    dev = hidden_states.get_device()
     if dev != _current_device():
-        return _on_device(
-            dev, _fused_moe_cuda, hidden_states, gating_output, w_gate_up, w_down, top_k,
-            renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor,
-            correction_bias,
+        return _elsewhere(
+            "fused_moe",
+            ("hidden_states", "gating_output", "w_gate_up", "w_down", "correction_bias"),
+            (hidden_states, gating_output, w_gate_up, w_down, correction_bias), _fused_moe_cuda,
+            hidden_states, gating_output, w_gate_up, w_down, top_k, renormalize, scoring_func,
+            num_expert_group, topk_group, routed_scaling_factor, correction_bias,
         )  # fmt: skip
-    device = hidden_states.device
-    out = _empty(_rows_like(hidden_states), dtype=hidden_states.dtype, device=device)
-    vx, vl, vb, vg, vd, vo = (
-        _v(hidden_states), _v(gating_output), _vo(correction_bias), _v(w_gate_up), _v(w_down),
-        _v(out),
+    out = _empty_like(hidden_states)
+    stream = _raw_stream(dev)
+    _t_fused_moe(
+        hidden_states, gating_output, correction_bias, w_gate_up, w_down, out, top_k,
+        renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor,
+        _ws(dev, stream, hidden_states), stream,
     )  # fmt: skip
-    params = (top_k, renormalize, scoring_func, num_expert_group, topk_group,
-              routed_scaling_factor)  # fmt: skip
-    nbytes = _raw.fused_moe_workspace_size(vx, vl, vb, vg, vd, vo, *params)
-    ws, ws_ptr = _workspace(nbytes, device)
-    _raw.fused_moe(vx, vl, vb, vg, vd, vo, *params, ws_ptr, nbytes, _raw_stream(dev))
     return out
 
 
@@ -471,46 +526,41 @@ def _fused_moe_shared_expert_cuda(
     routed_scaling_factor=1.0,
     correction_bias=None,
 ):
-    op = "fused_moe_shared_expert"
-    dev = _device(
-        op,
-        ("hidden_states", "gating_output", "w_gate_up", "w_down", "shared_w_gate_up",
-         "shared_w_down", "correction_bias"),
-        hidden_states, gating_output, w_gate_up, w_down, shared_w_gate_up, shared_w_down,
-        correction_bias,
-    )  # fmt: skip
+    dev = hidden_states.get_device()
     if dev != _current_device():
-        return _on_device(
-            dev, _fused_moe_shared_expert_cuda, hidden_states, gating_output, w_gate_up, w_down,
+        return _elsewhere(
+            "fused_moe_shared_expert",
+            ("hidden_states", "gating_output", "w_gate_up", "w_down", "shared_w_gate_up",
+             "shared_w_down", "correction_bias"),
+            (hidden_states, gating_output, w_gate_up, w_down, shared_w_gate_up, shared_w_down,
+             correction_bias),
+            _fused_moe_shared_expert_cuda, hidden_states, gating_output, w_gate_up, w_down,
             shared_w_gate_up, shared_w_down, top_k, renormalize, scoring_func, num_expert_group,
             topk_group, routed_scaling_factor, correction_bias,
         )  # fmt: skip
-    device = hidden_states.device
-    out = _empty(_rows_like(hidden_states), dtype=hidden_states.dtype, device=device)
-    views = (
-        _v(hidden_states), _v(gating_output), _vo(correction_bias), _v(w_gate_up), _v(w_down),
-        _v(shared_w_gate_up), _v(shared_w_down), _v(out),
-        top_k, renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor,
+    out = _empty_like(hidden_states)
+    stream = _raw_stream(dev)
+    _t_fused_moe_shared_expert(
+        hidden_states, gating_output, correction_bias, w_gate_up, w_down, shared_w_gate_up,
+        shared_w_down, out, top_k, renormalize, scoring_func, num_expert_group, topk_group,
+        routed_scaling_factor, _ws(dev, stream, hidden_states), stream,
     )  # fmt: skip
-    nbytes = _raw.fused_moe_shared_expert_workspace_size(*views)
-    ws, ws_ptr = _workspace(nbytes, device)
-    _raw.fused_moe_shared_expert(*views, ws_ptr, nbytes, _raw_stream(dev))
     return out
 
 
 def _shared_expert_mlp_cuda(hidden_states, w_gate_up, w_down):
-    op = "shared_expert_mlp"
-    dev = _device(
-        op, ("hidden_states", "w_gate_up", "w_down"), hidden_states, w_gate_up, w_down
-    )
+    dev = hidden_states.get_device()
     if dev != _current_device():
-        return _on_device(dev, _shared_expert_mlp_cuda, hidden_states, w_gate_up, w_down)
-    device = hidden_states.device
-    out = _empty(_rows_like(hidden_states), dtype=hidden_states.dtype, device=device)
-    vx, vg, vd, vo = _v(hidden_states), _v(w_gate_up), _v(w_down), _v(out)
-    nbytes = _raw.shared_expert_mlp_workspace_size(vx, vg, vd, vo)
-    ws, ws_ptr = _workspace(nbytes, device)
-    _raw.shared_expert_mlp(vx, vg, vd, vo, ws_ptr, nbytes, _raw_stream(dev))
+        return _elsewhere(
+            "shared_expert_mlp", ("hidden_states", "w_gate_up", "w_down"),
+            (hidden_states, w_gate_up, w_down), _shared_expert_mlp_cuda, hidden_states,
+            w_gate_up, w_down,
+        )  # fmt: skip
+    out = _empty_like(hidden_states)
+    stream = _raw_stream(dev)
+    _t_shared_expert_mlp(
+        hidden_states, w_gate_up, w_down, out, _ws(dev, stream, hidden_states), stream
+    )
     return out
 
 
@@ -642,7 +692,7 @@ _SCHEMAS = {
     ),
     "fused_moe_shared_expert": (
         "(Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
-        f"Tensor shared_w_gate_up, Tensor shared_w_down, {_TOPK_PARAMS}) -> Tensor",
+        f"Tensor? shared_w_gate_up, Tensor? shared_w_down, {_TOPK_PARAMS}) -> Tensor",
         _fused_moe_shared_expert_cuda, _fused_moe_shared_expert_fake,
     ),
     "shared_expert_mlp": (
@@ -929,7 +979,8 @@ def fused_moe_shared_expert(
     """FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared weight 1).
 
     Args:
-        as fused_moe, plus shared_w_gate_up [2S, H] and shared_w_down [H, S].
+        as fused_moe, plus shared_w_gate_up [2S, H] and shared_w_down [H, S]; both None
+        = no shared expert (the routed layer alone, as fused_moe).
 
     Returns:
         output [T, H].

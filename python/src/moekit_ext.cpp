@@ -124,6 +124,19 @@ DType dtype_from_dlpack(nb::dlpack::dtype dt, const char* op, const char* arg) {
            ", lanes " + std::to_string(dt.lanes) + ")");
 }
 
+// The torch layer's tensor type (torch.Tensor, registered by moekit.ops), the names
+// of the attributes read from it, and its workspace grow callback.
+PyTypeObject* g_tensor_type = nullptr;
+PyObject* g_workspace_grow = nullptr;
+bool g_check_devices = true;  // off only in a CPU-only test of the argument plumbing
+struct Names {
+  PyObject* get_device = nullptr;
+  PyObject* data_ptr = nullptr;
+  PyObject* dtype = nullptr;
+  PyObject* shape = nullptr;
+  PyObject* is_contiguous = nullptr;
+} g_names;
+
 const char* dl_device_name(int type) {
   switch (type) {
     case 1:
@@ -143,11 +156,14 @@ const char* dl_device_name(int type) {
 // the converter goes out of scope, i.e. until the op has been enqueued.
 class Converter {
  public:
-  explicit Converter(const char* op) : op_(op) {}
+  // torch_mode: the torch layer's entry points (_t_<op>), which pass torch tensors as
+  // they are; see from_attrs.
+  explicit Converter(const char* op, bool torch_mode = false) : op_(op), torch_(torch_mode) {}
 
   TensorView operator()(nb::handle h, const char* arg) {
     PyObject* o = h.ptr();
     if (o == Py_None) return TensorView{};
+    if (torch_) return from_attrs(o, arg);
     if (PyTuple_Check(o)) return from_tuple(o, arg);
     return from_dlpack(h, arg);
   }
@@ -155,6 +171,69 @@ class Converter {
   const char* op() const { return op_; }
 
  private:
+  // A torch.Tensor read through a minimal attribute protocol: get_device(),
+  // data_ptr(), dtype (a registered dtype object), shape (torch.Size, a tuple) and
+  // is_contiguous(). Every tensor must be a CUDA tensor on the device of the first
+  // one (the torch layer calls from that device, on its current stream). Cheaper
+  // than building (ptr, dtype, shape, contiguous) tuples in Python, and than DLPack.
+  TensorView from_attrs(PyObject* o, const char* arg) {
+    if (g_tensor_type == nullptr || !PyObject_TypeCheck(o, g_tensor_type)) {
+      fail(op_, arg, "a torch.Tensor", type_of(o));
+    }
+    const int64_t dev = call_int(o, g_names.get_device);
+    if (g_check_devices) {
+      if (dev < 0) fail(op_, arg, "a CUDA tensor", "a tensor on " + attr_str(o, "device"));
+      if (first_arg_ == nullptr) {
+        device_ = dev;
+        first_arg_ = arg;
+      } else if (dev != device_) {
+        fail(
+            op_, arg,
+            "a tensor on cuda:" + std::to_string(device_) + " (the device of '" + first_arg_ + "')",
+            "cuda:" + std::to_string(dev));
+      }
+    }
+    TensorView v;
+    v.data = reinterpret_cast<void*>(static_cast<uintptr_t>(call_int(o, g_names.data_ptr)));
+    nb::object dt = nb::steal(PyObject_GetAttr(o, g_names.dtype));
+    if (!dt.is_valid()) throw nb::python_error();
+    v.dtype = dtype_from_code(dt.ptr(), op_, arg);
+    nb::object shape = nb::steal(PyObject_GetAttr(o, g_names.shape));
+    if (!shape.is_valid()) throw nb::python_error();
+    v.ndim = read_dims(shape.ptr(), v.shape, op_, arg, "shape");
+    nb::object contiguous = nb::steal(PyObject_CallMethodNoArgs(o, g_names.is_contiguous));
+    if (!contiguous.is_valid()) throw nb::python_error();
+    if (contiguous.ptr() != Py_True) {
+      fail(op_, arg, "a contiguous row-major tensor", "a non-contiguous one");
+    }
+    int64_t s = 1;
+    for (int d = v.ndim - 1; d >= 0; --d) {
+      v.stride[d] = s;
+      s *= v.shape[d];
+    }
+    return v;
+  }
+
+  static int64_t call_int(PyObject* o, PyObject* method) {
+    PyObject* r = PyObject_CallMethodNoArgs(o, method);
+    if (!r) throw nb::python_error();
+    long long v = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+    return v;
+  }
+
+  static std::string attr_str(PyObject* o, const char* name) {
+    PyObject* a = PyObject_GetAttrString(o, name);
+    if (!a) {
+      PyErr_Clear();
+      return "?";
+    }
+    std::string s = repr_of(a);
+    Py_DECREF(a);
+    return s;
+  }
+
   TensorView from_tuple(PyObject* t, const char* arg) {
     Py_ssize_t n = PyTuple_GET_SIZE(t);
     if (n != 3 && n != 4) {
@@ -224,9 +303,38 @@ class Converter {
 
   static constexpr int kMaxKeep = 12;
   const char* op_;
+  bool torch_ = false;
+  int64_t device_ = -1;
+  const char* first_arg_ = nullptr;
   nb::ndarray<> keep_[kMaxKeep];
   int n_keep_ = 0;
 };
+
+// The torch layer's workspace: a Python list [data_ptr, capacity_bytes, owner, ...] that
+// it caches per (device, stream). When the op needs more than the capacity, the
+// registered grow callback (moekit.ops) is called with (entry, bytes) and must update
+// the entry (a 256-byte aligned pointer and the new capacity) before the op runs.
+Workspace workspace_from_entry(nb::handle entry, size_t needed, const char* op) {
+  if (needed == 0) return Workspace{};
+  PyObject* e = entry.ptr();
+  if (!PyList_Check(e) || PyList_GET_SIZE(e) < 2) {
+    fail(op, "workspace", "the torch layer's workspace entry (a list)", type_of(e));
+  }
+  auto capacity = [&] { return PyLong_AsSize_t(PyList_GET_ITEM(e, 1)); };
+  size_t cap = capacity();
+  if (cap == static_cast<size_t>(-1) && PyErr_Occurred()) throw nb::python_error();
+  if (cap < needed) {
+    if (g_workspace_grow == nullptr) fail(op, "workspace", "a registered grow callback", "none");
+    PyObject* r = PyObject_CallFunction(g_workspace_grow, "On", e, static_cast<Py_ssize_t>(needed));
+    if (!r) throw nb::python_error();
+    Py_DECREF(r);
+    cap = capacity();
+    if (cap == static_cast<size_t>(-1) && PyErr_Occurred()) throw nb::python_error();
+  }
+  void* ptr = PyLong_AsVoidPtr(PyList_GET_ITEM(e, 0));
+  if (!ptr && PyErr_Occurred()) throw nb::python_error();
+  return Workspace{ptr, cap};
+}
 
 cudaStream_t as_stream(uintptr_t s) {
   return reinterpret_cast<cudaStream_t>(s);
@@ -773,4 +881,210 @@ NB_MODULE(_moekit, m) {
       arg("output").none(), arg("workspace"), arg("workspace_bytes"), arg("stream") = 0,
       "SharedExpertMLPFwd: hidden_states [T, H], w_gate_up [2S, H], w_down [H, S] -> "
       "output [T, H].");
+
+  // ---- the torch layer's entry points (moekit.ops) ----
+  // Same arguments as the ops above, but tensors are torch.Tensors read in C++
+  // (Converter's torch mode, all on one CUDA device) and the workspace is the torch
+  // layer's cached entry, grown through its callback: one call, one conversion.
+  m.def(
+      "_register_torch",
+      [](nb::handle tensor_type, nb::handle grow) {
+        if (!PyType_Check(tensor_type.ptr())) {
+          throw Error("moekit.raw._register_torch: tensor_type: expected a type");
+        }
+        Py_XDECREF(reinterpret_cast<PyObject*>(g_tensor_type));
+        Py_XDECREF(g_workspace_grow);
+        g_tensor_type = reinterpret_cast<PyTypeObject*>(tensor_type.inc_ref().ptr());
+        g_workspace_grow = grow.inc_ref().ptr();
+        g_names.get_device = PyUnicode_InternFromString("get_device");
+        g_names.data_ptr = PyUnicode_InternFromString("data_ptr");
+        g_names.dtype = PyUnicode_InternFromString("dtype");
+        g_names.shape = PyUnicode_InternFromString("shape");
+        g_names.is_contiguous = PyUnicode_InternFromString("is_contiguous");
+      },
+      arg("tensor_type"), arg("grow"));
+  m.def(
+      "_set_device_check",
+      [](bool on) {
+        bool old = g_check_devices;
+        g_check_devices = on;
+        return old;
+      },
+      arg("on"), "Tests only: off lets CPU tensors through the torch entry points.");
+  m.def(
+      "_t_fused_topk",
+      [](nb::handle gating_output, nb::handle correction_bias, nb::handle topk_weights,
+         nb::handle topk_ids, int top_k, bool renormalize, const char* scoring_func,
+         int num_expert_group, int topk_group, float routed_scaling_factor, uintptr_t stream) {
+        Converter cv("fused_topk", true);
+        fused_topk(topk_args(cv, gating_output, correction_bias, topk_weights, topk_ids, top_k,
+                             renormalize, scoring_func, num_expert_group, topk_group,
+                             routed_scaling_factor),
+                   as_stream(stream));
+      },
+      arg("gating_output").none(), arg("correction_bias").none(), arg("topk_weights").none(),
+      arg("topk_ids").none(), arg("top_k"), arg("renormalize"), arg("scoring_func"),
+      arg("num_expert_group"), arg("topk_group"), arg("routed_scaling_factor"), arg("stream"));
+  m.def(
+      "_t_moe_permute_align",
+      [](nb::handle topk_ids, int num_experts, int block_size, nb::handle sorted_token_ids,
+         nb::handle expert_ids, nb::handle num_tokens_post_padded, nb::handle ws,
+         uintptr_t stream) {
+        Converter cv("moe_permute_align", true);
+        PermuteAlignArgs a = align_args(cv, topk_ids, num_experts, block_size, sorted_token_ids,
+                                        expert_ids, num_tokens_post_padded);
+        a.workspace = workspace_from_entry(ws, permute_align_workspace_size(a), cv.op());
+        moe_permute_align(a, as_stream(stream));
+      },
+      arg("topk_ids").none(), arg("num_experts"), arg("block_size"), arg("sorted_token_ids").none(),
+      arg("expert_ids").none(), arg("num_tokens_post_padded").none(), arg("ws").none(),
+      arg("stream"));
+  m.def(
+      "_t_moe_pre_permute",
+      [](nb::handle hidden_states, nb::handle local_expert_ids, int num_local_experts,
+         int alignment, nb::handle permuted, nb::handle layout_metadata, nb::handle inverse_indices,
+         nb::handle ws, uintptr_t stream) {
+        Converter cv("moe_pre_permute", true);
+        PrePermuteArgs a = pre_args(cv, hidden_states, local_expert_ids, num_local_experts,
+                                    alignment, permuted, layout_metadata, inverse_indices);
+        a.workspace = workspace_from_entry(ws, pre_permute_workspace_size(a), cv.op());
+        moe_pre_permute(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("local_expert_ids").none(), arg("num_local_experts"),
+      arg("alignment"), arg("permuted").none(), arg("layout_metadata").none(),
+      arg("inverse_indices").none(), arg("ws").none(), arg("stream"));
+  m.def(
+      "_t_moe_post_permute",
+      [](nb::handle expert_output, nb::handle topk_weights, nb::handle inverse_indices,
+         nb::handle out, uintptr_t stream) {
+        Converter cv("moe_post_permute", true);
+        PostPermuteArgs a;
+        a.expert_output = cv(expert_output, "expert_output");
+        a.topk_weights = cv(topk_weights, "topk_weights");
+        a.inverse_indices = cv(inverse_indices, "inverse_indices");
+        a.out = cv(out, "out");
+        moe_post_permute(a, as_stream(stream));
+      },
+      arg("expert_output").none(), arg("topk_weights").none(), arg("inverse_indices").none(),
+      arg("out").none(), arg("stream"));
+  m.def(
+      "_t_moe_grouped_gemm",
+      [](nb::handle a, nb::handle b, nb::handle layout_metadata, bool masked, int alignment,
+         int64_t max_m, const char* activation, nb::handle c, uintptr_t stream) {
+        Converter cv("moe_grouped_gemm", true);
+        GroupedGemmArgs g;
+        g.a = cv(a, "a");
+        g.b = cv(b, "b");
+        g.layout_metadata = cv(layout_metadata, "layout_metadata");
+        g.layout = make_layout(masked, alignment, max_m);
+        g.activation = parse_activation(activation, cv.op());
+        g.c = cv(c, "c");
+        moe_grouped_gemm(g, as_stream(stream));
+      },
+      arg("a").none(), arg("b").none(), arg("layout_metadata").none(), arg("masked"),
+      arg("alignment"), arg("max_m"), arg("activation"), arg("c").none(), arg("stream"));
+  m.def(
+      "_t_moe_grouped_gemm_fp8",
+      [](nb::handle a, nb::handle a_scale, nb::handle b, nb::handle b_scale,
+         nb::handle layout_metadata, nb::handle c, uintptr_t stream) {
+        Converter cv("moe_grouped_gemm_fp8", true);
+        GroupedGemmFP8Args g;
+        g.a = cv(a, "a");
+        g.a_scale = cv(a_scale, "a_scale");
+        g.b = cv(b, "b");
+        g.b_scale = cv(b_scale, "b_scale");
+        g.layout_metadata = cv(layout_metadata, "layout_metadata");
+        g.c = cv(c, "c");
+        moe_grouped_gemm_fp8(g, as_stream(stream));
+      },
+      arg("a").none(), arg("a_scale").none(), arg("b").none(), arg("b_scale").none(),
+      arg("layout_metadata").none(), arg("c").none(), arg("stream"));
+  m.def(
+      "_t_moe_expert_mlp",
+      [](nb::handle expert_input, nb::handle layout_metadata, int alignment, nb::handle w_gate_up,
+         nb::handle w_down, nb::handle expert_output, nb::handle ws, uintptr_t stream) {
+        Converter cv("moe_expert_mlp", true);
+        ExpertMLPArgs a = mlp_args(cv, expert_input, layout_metadata, alignment, w_gate_up, w_down,
+                                   expert_output);
+        a.workspace = workspace_from_entry(ws, expert_mlp_workspace_size(a), cv.op());
+        moe_expert_mlp(a, as_stream(stream));
+      },
+      arg("expert_input").none(), arg("layout_metadata").none(), arg("alignment"),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("expert_output").none(), arg("ws").none(),
+      arg("stream"));
+  m.def(
+      "_t_fused_moe_experts",
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
+         nb::handle topk_ids, nb::handle output, nb::handle ws, uintptr_t stream) {
+        Converter cv("fused_moe_experts", true);
+        FusedMoEExpertsArgs a =
+            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output);
+        a.workspace = workspace_from_entry(ws, fused_moe_experts_workspace_size(a), cv.op());
+        fused_moe_experts(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
+      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none(), arg("ws").none(),
+      arg("stream"));
+  m.def(
+      "_t_indexed_expert_mlp",
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
+         nb::handle topk_ids, nb::handle output, nb::handle ws, uintptr_t stream) {
+        Converter cv("indexed_expert_mlp", true);
+        IndexedExpertMLPArgs a =
+            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output);
+        a.workspace = workspace_from_entry(ws, indexed_expert_mlp_workspace_size(a), cv.op());
+        indexed_expert_mlp(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
+      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none(), arg("ws").none(),
+      arg("stream"));
+  m.def(
+      "_t_fused_moe",
+      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
+         nb::handle w_gate_up, nb::handle w_down, nb::handle output, int top_k, bool renormalize,
+         const char* scoring_func, int num_expert_group, int topk_group,
+         float routed_scaling_factor, nb::handle ws, uintptr_t stream) {
+        Converter cv("fused_moe", true);
+        FusedMoEArgs a = moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up,
+                                  w_down, output, top_k, renormalize, scoring_func,
+                                  num_expert_group, topk_group, routed_scaling_factor);
+        a.workspace = workspace_from_entry(ws, fused_moe_workspace_size(a), cv.op());
+        fused_moe(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("top_k"),
+      arg("renormalize"), arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
+      arg("routed_scaling_factor"), arg("ws").none(), arg("stream"));
+  m.def(
+      "_t_fused_moe_shared_expert",
+      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
+         nb::handle w_gate_up, nb::handle w_down, nb::handle shared_w_gate_up,
+         nb::handle shared_w_down, nb::handle output, int top_k, bool renormalize,
+         const char* scoring_func, int num_expert_group, int topk_group,
+         float routed_scaling_factor, nb::handle ws, uintptr_t stream) {
+        Converter cv("fused_moe_shared_expert", true);
+        FusedMoESharedExpertArgs a =
+            shared_moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down,
+                            shared_w_gate_up, shared_w_down, output, top_k, renormalize,
+                            scoring_func, num_expert_group, topk_group, routed_scaling_factor);
+        a.moe.workspace =
+            workspace_from_entry(ws, fused_moe_shared_expert_workspace_size(a), cv.op());
+        fused_moe_shared_expert(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
+      arg("w_gate_up").none(), arg("w_down").none(), arg("shared_w_gate_up").none(),
+      arg("shared_w_down").none(), arg("output").none(), arg("top_k"), arg("renormalize"),
+      arg("scoring_func"), arg("num_expert_group"), arg("topk_group"), arg("routed_scaling_factor"),
+      arg("ws").none(), arg("stream"));
+  m.def(
+      "_t_shared_expert_mlp",
+      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle output,
+         nb::handle ws, uintptr_t stream) {
+        Converter cv("shared_expert_mlp", true);
+        SharedExpertMLPArgs a = shared_mlp_args(cv, hidden_states, w_gate_up, w_down, output);
+        a.workspace = workspace_from_entry(ws, shared_expert_mlp_workspace_size(a), cv.op());
+        shared_expert_mlp(a, as_stream(stream));
+      },
+      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
+      arg("output").none(), arg("ws").none(), arg("stream"));
 }

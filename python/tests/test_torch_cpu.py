@@ -191,10 +191,18 @@ def test_the_torch_layer_passes_valid_arguments(name, monkeypatch):
     failing on a machine without a GPU. Checks shapes, dtypes, parameter order and
     workspace plumbing of the torch layer without a GPU."""
     monkeypatch.setattr(moekit.ops, "_device", lambda op, names, *ts: 0)
-    monkeypatch.setattr(moekit.ops, "_current_device", lambda: 0)
+    # CPU tensors report device -1: make that the "current device", and let them past
+    # the extension's device check, so that the call goes down the direct path.
+    monkeypatch.setattr(moekit.ops, "_current_device", lambda: -1)
     monkeypatch.setattr(moekit.ops, "_raw_stream", lambda dev: 0)
-    with pytest.raises(moekit.MoekitError) as info:
-        _valid_calls()[name]()
+    monkeypatch.setattr(moekit.ops, "_is_capturing", lambda: False)
+    old = moekit.raw._set_device_check(False)
+    try:
+        with pytest.raises(moekit.MoekitError) as info:
+            _valid_calls()[name]()
+    finally:
+        moekit.raw._set_device_check(old)
+        moekit.ops.release_workspaces()
     assert "argument '" not in str(info.value), str(info.value)
     assert "CUDA" in str(info.value), str(info.value)
 
@@ -210,3 +218,71 @@ def test_raw_binding_dlpack_rejects_host_torch_tensors():
         moekit.raw.describe(moekit.ops._v(torch.zeros(2, dtype=torch.int64)))
     with pytest.raises(moekit.MoekitError, match=r"non-contiguous"):
         moekit.raw.describe(moekit.ops._v(t.t()))
+
+
+@pytest.mark.skipif(moekit.raw.device_count() > 0 if torch_skip_reason() is None else True,
+                    reason="a CUDA device is present: these calls would launch kernels")
+def test_workspace_cached_per_stream_grown_on_demand(monkeypatch):
+    """The torch layer's workspace: one entry per (device, stream), grown (through the
+    C++ callback) only when an op needs more, and never cached during graph capture.
+    CPU tensors stand in, as above; each call fails at the launch, after the op has
+    taken its workspace."""
+    o = moekit.ops
+    monkeypatch.setattr(o, "_current_device", lambda: -1)
+    monkeypatch.setattr(o, "_is_capturing", lambda: False)
+    stream = [7]
+    monkeypatch.setattr(o, "_raw_stream", lambda dev: stream[0])
+    old = moekit.raw._set_device_check(False)
+    E, K, H, F = 8, 2, 64, 32
+    w13, w2 = torch.randn(E, 2 * F, H, dtype=bf16), torch.randn(E, H, F, dtype=bf16)
+
+    def call(T):
+        x, lg = torch.randn(T, H, dtype=bf16), torch.randn(T, E)
+        with pytest.raises(moekit.MoekitError, match="CUDA"):
+            o._fused_moe_cuda(x, lg, w13, w2, K, True)
+        out = torch.empty_like(x)
+        v = o._v
+        return moekit.raw.fused_moe_workspace_size(v(x), v(lg), None, v(w13), v(w2), v(out), K,
+                                                   True, "softmax", 0, 0, 1.0)  # fmt: skip
+
+    try:
+        o.release_workspaces()
+        need = call(6)
+        entry = o._ws_cache[(-1, 7)]
+        assert need > 0 and entry[1] >= need and entry[0] % 256 == 0
+        assert entry[2].numel() >= entry[1] and entry[2].data_ptr() <= entry[0]
+        buf = entry[2]
+        call(3)  # needs less: same buffer
+        assert o._ws_cache[(-1, 7)][2] is buf
+        need = call(5000)  # needs more: grown
+        assert o._ws_cache[(-1, 7)][1] >= need and o._ws_cache[(-1, 7)][2] is not buf
+        stream[0] = 9  # another stream: its own entry
+        call(6)
+        assert set(o._ws_cache) == {(-1, 7), (-1, 9)}
+        o.release_workspaces()
+        monkeypatch.setattr(o, "_is_capturing", lambda: True)  # capture: never cached
+        call(6)
+        assert o._ws_cache == {}
+        monkeypatch.setattr(o, "_is_capturing", lambda: False)
+        assert o.set_workspace_cache(False) is True
+        call(6)
+        assert o._ws_cache == {}
+        assert o.set_workspace_cache(True) is False
+    finally:
+        moekit.raw._set_device_check(old)
+        o.release_workspaces()
+
+
+def test_torch_entry_points_reject_non_tensors_and_check_devices():
+    """The extension's torch entry points: a non-tensor is named with its type; CPU
+    tensors are rejected naming the argument (the device check runs in C++)."""
+    x = torch.zeros(4, 64, dtype=bf16)
+    w, ids = torch.empty(4, 2), torch.empty(4, 2, dtype=i32)
+    with pytest.raises(moekit.MoekitError,
+                       match=r"moekit::fused_topk: argument 'gating_output': expected a "
+                             r"torch.Tensor, got str"):  # fmt: skip
+        moekit.raw._t_fused_topk("x", None, w, ids, 2, False, "softmax", 0, 0, 1.0, 0)
+    with pytest.raises(moekit.MoekitError,
+                       match=r"moekit::fused_topk: argument 'gating_output': expected a CUDA "
+                             r"tensor, got a tensor on cpu"):  # fmt: skip
+        moekit.raw._t_fused_topk(x, None, w, ids, 2, False, "softmax", 0, 0, 1.0, 0)
