@@ -700,6 +700,28 @@ TEST(PermuteAlignGpu, MatchesReference) {
   for (const AlignCase& c : cases) check_align_case(c, seed++);
 }
 
+// The one-launch path at its limits (T*K up to kAlignFusedMaxRoutes), and the current
+// kernel against the previous one (MOEKIT_ROUTING_LEGACY=1): same bytes, every case.
+TEST(PermuteAlignGpu, FusedPathEdgesAndBothKernels) {
+  MOEKIT_REQUIRE_GPU();
+  const std::vector<AlignCase> cases = {
+      {2048, 16, 512, 16, IdMode::kMixed},     {2048, 16, 512, 256, IdMode::kUniform},
+      {4096, 8, 384, 64, IdMode::kDuplicates}, {4095, 8, 128, 64, IdMode::kOneExpert},
+      {7, 16, 512, 256, IdMode::kNoneLocal},   {1, 1, 512, 16, IdMode::kMixed},
+      {31, 3, 5, 32, IdMode::kMixed},          {511, 8, 256, 64, IdMode::kUniform},
+      {32, 8, 384, 64, IdMode::kUniform},      {512, 8, 128, 64, IdMode::kUniform},
+  };
+  uint64_t seed = 600;
+  for (const AlignCase& c : cases) {
+    for (int v : {1, 2}) {
+      detail::permute_align_variant_override() = v;
+      check_align_case(c, seed);
+    }
+    detail::permute_align_variant_override() = 0;
+    ++seed;
+  }
+}
+
 TEST(PrePermuteGpu, MatchesReference) {
   MOEKIT_REQUIRE_GPU();
   const std::vector<PreCase> cases = {

@@ -14,6 +14,7 @@
 #include "moekit/reference.h"
 #include "moekit/routing.h"
 #include "reference/host_tensor.h"
+#include "routing/fused_topk_kernel.h"
 #include "support/gpu.h"
 
 namespace moekit {
@@ -449,6 +450,85 @@ TEST(FusedTopKGpu, TiesGoToTheLowerId) {
   for (int i = 0; i < 24; ++i) {
     EXPECT_EQ(ids.as<int32_t>()[i], i % 8);
     EXPECT_FLOAT_EQ(w.as<float>()[i], 0.125f);
+  }
+}
+
+// Edge shapes of the limits: T = 65536 with E = 512 and top_k = 16 (grouped and not),
+// odd T, one token.
+TEST(FusedTopKGpu, LimitShapes) {
+  MOEKIT_REQUIRE_GPU();
+  check_topk_case({DType::kBF16, 65536, 512, params(16, kSigmoid, true, 16, 3, 2.5f), true}, 41);
+  check_topk_case({DType::kF16, 65536, 512, params(16, kSoftmax, true)}, 42);
+  check_topk_case({DType::kF32, 1, 512, params(16, kSigmoid, false), true}, 43);
+  check_topk_case({DType::kBF16, 1, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true}, 44);
+  check_topk_case({DType::kBF16, 4097, 384, params(16, kSigmoid, true), true}, 45);
+  check_topk_case({DType::kF32, 333, 200, params(16, kSoftmax, false, 8, 5), false}, 46);
+}
+
+// The current kernel (tree argmax, branch-free sigmoid reciprocal, group ranks) and the
+// previous one (kept behind MOEKIT_ROUTING_LEGACY=1) give the same bytes on every
+// configuration, with ties (integer logits), huge logits (sigmoid scores that underflow:
+// the exact reciprocal fallback) and ordinary ones.
+TEST(FusedTopKGpu, CurrentKernelMatchesPreviousBitForBit) {
+  MOEKIT_REQUIRE_GPU();
+  struct Cfg {
+    DType dtype;
+    int64_t T;
+    int E;
+    TopKParams p;
+    bool bias;
+  };
+  const std::vector<Cfg> cfgs = {
+      {DType::kBF16, 37, 128, params(8, kSoftmax, true), false},
+      {DType::kF16, 37, 128, params(8, kSigmoid, true), true},
+      {DType::kF32, 37, 33, params(5, kSoftmax, true), false},
+      {DType::kBF16, 300, 160, params(8, kSigmoid, true, 0, 0, 2.5f), true},
+      {DType::kBF16, 300, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true},
+      {DType::kF32, 300, 256, params(8, kSoftmax, false, 8, 4), false},
+      {DType::kBF16, 300, 384, params(8, kSigmoid, true), false},
+      {DType::kF16, 300, 384, params(8, kSigmoid, true), true},
+      {DType::kF32, 300, 512, params(16, kSoftmax, true), false},
+      {DType::kBF16, 300, 512, params(16, kSigmoid, false, 16, 3, 1.5f), true},
+      {DType::kBF16, 300, 512, params(16, kSigmoid, true, 512, 20), true},
+      {DType::kF32, 300, 96, params(4, kSoftmax, true, 3, 2), false},
+      {DType::kF32, 300, 64, params(2, kSigmoid, true, 2, 1), true},
+      {DType::kBF16, 4096, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true},
+  };
+  uint64_t seed = 500;
+  for (const Cfg& c : cfgs) {
+    for (int mode = 0; mode < 3; ++mode) {  // normal, integer levels (ties), huge logits
+      SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.T) +
+                   " E=" + std::to_string(c.E) + " K=" + std::to_string(c.p.top_k) +
+                   " mode=" + std::to_string(mode));
+      std::mt19937_64 rng(seed++);
+      HostTensor g(c.dtype, {c.T, c.E}), bias(DType::kF32, {c.E});
+      std::normal_distribution<double> normal(0.0, mode == 2 ? 60.0 : 1.0);
+      std::uniform_int_distribution<int> level(0, 3);
+      for (int64_t i = 0; i < c.T * c.E; ++i)
+        g.set(i, mode == 1 ? static_cast<double>(level(rng)) : normal(rng));
+      if (mode != 1) bias.fill_normal(rng, 0.1);  // mode 1: zero bias keeps the ties exact
+      testing::DeviceTensor dg(g), db(bias);
+      HostTensor out[2][2];
+      for (int v = 0; v < 2; ++v) {
+        testing::DeviceTensor dw(DType::kF32, {c.T, c.p.top_k}, 0xFF);
+        testing::DeviceTensor di(DType::kI32, {c.T, c.p.top_k}, 0x5A);
+        FusedTopKArgs a;
+        a.gating_output = dg.view();
+        if (c.bias) a.correction_bias = db.view();
+        a.params = c.p;
+        a.topk_weights = dw.view();
+        a.topk_ids = di.view();
+        detail::fused_topk_variant_override() = v == 0 ? 2 : 1;
+        fused_topk(a, nullptr);
+        detail::fused_topk_variant_override() = 0;
+        MOEKIT_CUDA_OK(cudaDeviceSynchronize());
+        out[v][0] = dw.download();
+        out[v][1] = di.download();
+      }
+      EXPECT_EQ(std::memcmp(out[0][1].data(), out[1][1].data(), out[0][1].nbytes()), 0) << "ids";
+      EXPECT_EQ(std::memcmp(out[0][0].data(), out[1][0].data(), out[0][0].nbytes()), 0)
+          << "weights";
+    }
   }
 }
 

@@ -236,14 +236,20 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 bool align_legacy_select() {
-  static const bool legacy = [] {
+  static const bool env_legacy = [] {
     const char* v = std::getenv("MOEKIT_ROUTING_LEGACY");
     return v != nullptr && v[0] == '1';
   }();
-  return legacy;
+  const int o = permute_align_variant_override();
+  return o == 0 ? env_legacy : o == 2;
 }
 
 }  // namespace
+
+int& permute_align_variant_override() {
+  static int v = 0;
+  return v;
+}
 
 void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
   const int E = l.num_experts;

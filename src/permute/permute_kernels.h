@@ -41,6 +41,9 @@ struct AlignLaunch {
   void* workspace = nullptr;  // route_chunk_workspace_bytes() when multi-block
 };
 void launch_permute_align(const AlignLaunch& l, cudaStream_t stream);
+// Test knob (not thread-safe): 0 = default (MOEKIT_ROUTING_LEGACY=1 in the environment
+// selects the previous one-launch kernel), 1 = current kernel, 2 = previous kernel.
+int& permute_align_variant_override();
 
 struct PrePermuteLaunch {
   const void* hidden = nullptr;  // [T, H], rows of row_bytes (a multiple of 16)

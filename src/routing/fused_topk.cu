@@ -379,14 +379,21 @@ void launch_slots(const FusedTopKLaunch& l, cudaStream_t stream) {
 
 }  // namespace
 
+int& fused_topk_variant_override() {
+  static int v = 0;
+  return v;
+}
+
 static bool topk_legacy_select() {
-  // MOEKIT_ROUTING_LEGACY=1 selects the previous pick loop (linear rescan, argmax
-  // rounds for the groups): same outputs, kept to compare the two on the device.
-  static const bool legacy = [] {
+  // MOEKIT_ROUTING_LEGACY=1 (or the override = 2) selects the previous pick loop
+  // (linear rescan, argmax rounds for the groups, branchy exp / reciprocal): the same
+  // outputs, kept to compare the two on the device.
+  static const bool env_legacy = [] {
     const char* v = std::getenv("MOEKIT_ROUTING_LEGACY");
     return v != nullptr && v[0] == '1';
   }();
-  return legacy;
+  const int o = fused_topk_variant_override();
+  return o == 0 ? env_legacy : o == 2;
 }
 
 void launch_fused_topk(const FusedTopKLaunch& l, cudaStream_t stream) {

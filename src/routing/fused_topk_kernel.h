@@ -26,4 +26,8 @@ struct FusedTopKLaunch {
 
 void launch_fused_topk(const FusedTopKLaunch& l, cudaStream_t stream);
 
+// Test knob (not thread-safe): 0 = default (MOEKIT_ROUTING_LEGACY=1 in the environment
+// selects the previous kernel), 1 = current kernel, 2 = previous kernel.
+int& fused_topk_variant_override();
+
 }  // namespace moekit::detail
