@@ -495,6 +495,38 @@ def test_paths_agree_and_are_deterministic():
 
 
 @requires_real_gpu
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_shared_expert_op_without_shared_weights_is_the_routed_layer(fast_path):
+    x, logits, w13, w2, _, p = _layer_inputs(40, bf16, "grouped_bias", 20, S=128)
+    old = moekit.ops.set_eager_fast_path(fast_path)
+    try:
+        a = moekit.fused_moe_shared_expert(x, logits, w13, w2, None, None, **p)
+        b = moekit.fused_moe(x, logits, w13, w2, **p)
+    finally:
+        moekit.ops.set_eager_fast_path(old)
+    assert torch.equal(a, b)
+
+
+@requires_real_gpu
+def test_workspace_cache_serves_many_shapes_and_streams():
+    """The cached workspace grows with the shapes, per stream; results never depend on
+    what an earlier call left in it."""
+    x, logits, w13, w2, (s13, s2), p = _layer_inputs(200, bf16, "softmax", 21, S=128)
+    moekit.ops.release_workspaces()
+    expected = {T: moekit.fused_moe_shared_expert(x[:T], logits[:T], w13, w2, s13, s2, **p)
+                for T in (1, 7, 64, 200)}  # fmt: skip
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    for T in (200, 1, 64, 7):
+        with torch.cuda.stream(side):
+            got_side = moekit.fused_moe_shared_expert(x[:T], logits[:T], w13, w2, s13, s2, **p)
+        got = moekit.fused_moe_shared_expert(x[:T], logits[:T], w13, w2, s13, s2, **p)
+        torch.cuda.synchronize()
+        assert torch.equal(got, expected[T]) and torch.equal(got_side, expected[T]), T
+    assert len(moekit.ops._ws_cache) >= 2
+
+
+@requires_real_gpu
 def test_runs_on_the_current_stream():
     H, S = 256, 128
     g = gen(17)
