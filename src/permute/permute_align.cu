@@ -162,6 +162,7 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int c0 = blockIdx.x * kFusedChunk;
   const int E = num_experts;
+  const int bs_mask = block_size - 1;  // block_size is a power of two (validated)
   for (int x = tid; x < E; x += kThreads) {
     before[x] = 0;
     cnt[x] = 0;
@@ -192,7 +193,7 @@ __global__ void __launch_bounds__(kThreads)
     const int per = (E + 31) / 32;
     const int lo = min(lane * per, E), hi = min(lo + per, E);
     int local = 0;
-    for (int x = lo; x < hi; ++x) local += route::align_up(before[x] + cnt[x], block_size);
+    for (int x = lo; x < hi; ++x) local += ((before[x] + cnt[x] + bs_mask) & ~bs_mask);
     int incl = local;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
@@ -204,7 +205,7 @@ __global__ void __launch_bounds__(kThreads)
       const int c = before[x] + cnt[x];
       start[x] = run;
       cnt[x] = c;
-      run += route::align_up(c, block_size);
+      run += (c + bs_mask) & ~bs_mask;
     }
     if (lane == 31) start[E] = incl;
   }
