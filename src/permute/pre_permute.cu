@@ -77,6 +77,7 @@ __global__ void __launch_bounds__(kCopyThreads)
       pre[j] = __ldg(hidden + static_cast<int64_t>((r0 + r) / top_k) * V + (g - r * V));
     }
   }
+  const int my_id = tid < nr ? __ldg(ids + r0 + tid) : -1;  // warp 0 ranks these
   for (int e = tid; e < num_experts; e += kCopyThreads) {
     hist[e] = 0;
     before[e] = 0;
@@ -91,10 +92,10 @@ __global__ void __launch_bounds__(kCopyThreads)
     }
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
-      if (route::valid_id(v[u], num_experts)) {
-        atomicAdd(&hist[v[u]], 1);  // order-free sums
-        if (j0 + u * kCopyThreads + tid < r0) atomicAdd(&before[v[u]], 1);
-      }
+      // One order-free sum per id: into `before` (routes ahead of this block) or
+      // `hist` (the rest); warp 0 adds the two.
+      if (route::valid_id(v[u], num_experts))
+        atomicAdd(j0 + u * kCopyThreads + tid < r0 ? &before[v[u]] : &hist[v[u]], 1);
     }
   }
   __syncthreads();
@@ -103,7 +104,10 @@ __global__ void __launch_bounds__(kCopyThreads)
     const int per = (num_experts + 31) / 32;
     const int lo = min(lane * per, num_experts), hi = min(lo + per, num_experts);
     int local = 0;
-    for (int x = lo; x < hi; ++x) local += route::align_up(hist[x], alignment);
+    for (int x = lo; x < hi; ++x) {
+      hist[x] += before[x];
+      local += route::align_up(hist[x], alignment);
+    }
     int incl = local;
 #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
@@ -118,7 +122,7 @@ __global__ void __launch_bounds__(kCopyThreads)
     }
     __syncwarp();
     const int i = r0 + lane;
-    int e = lane < nr ? __ldg(ids + i) : -1;
+    int e = my_id;
     if (!route::valid_id(e, num_experts)) e = -1;
     const unsigned peers = __match_any_sync(route::kFullMask, e);
     const int rank = __popc(peers & ((1u << lane) - 1u));
