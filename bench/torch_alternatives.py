@@ -14,10 +14,14 @@ Alternatives (each where it applies to the op):
 
 Timing (BENCH.md): warm-up; ops whose ideal time is under 20 us run as a CUDA graph of
 many back-to-back calls over rotating input copies (eager when an alternative cannot be
-captured); working sets under 2x L2 are flushed from L2 before every call; otherwise
-back-to-back calls. Each call is timed with CUDA events; at least 30 calls or --max-ms of
-device time per implementation and round; implementations interleaved (ABAB) for
---rounds rounds; median of the round medians.
+captured; a graph is captured once per row and replayed in every round); working sets
+under 2x L2 are flushed from L2 before every call; otherwise back-to-back calls. Each
+sample (a call, or a graph replay) is timed with CUDA events. Samples per implementation
+and round follow moekit-bench's plan: one timed call after the warm-up estimates the
+sample time t, then n = clamp(--max-ms / t, 3, 100), and at least 30 when 30 fit in
+--max-ms ("at least 30 timed calls or 200 ms"): a 40 ms torch-ref composition gets 5
+calls per round, a 10 us kernel 100. Implementations interleaved (ABAB) for --rounds
+rounds; median of the round medians. A full 132-row run takes ~2-3 minutes on the H200.
 
 Output: a JSON list of records {"op", "workload", "dtype", "alternatives": {name: ms},
 "moekit_py_ms": ms, ...} that `moekit-bench --extra-alternatives FILE` merges into its
@@ -479,7 +483,9 @@ def setup_case(row, gen, mk):
         w13 = gen.randn((E, F2, H), dt, 1 / math.sqrt(H))
         w2 = gen.randn((E, H, F2 // 2), dt, 1 / math.sqrt(F2 // 2))
         shared = None
-        if op == "FusedMoESharedExpertFwd":
+        # A FusedMoESharedExpertFwd row without shared weights (the page's
+        # qwen3-235b-t512) is the routed layer alone, as moekit's op computes it.
+        if op == "FusedMoESharedExpertFwd" and "shared_w_gate_up" in S:
             S2, _ = S["shared_w_gate_up"]
             shared = (gen.randn((S2, H), dt, 1 / math.sqrt(H)),
                       gen.randn((H, S2 // 2), dt, 1 / math.sqrt(S2 // 2)))  # fmt: skip
@@ -512,13 +518,15 @@ def setup_case(row, gen, mk):
             c.impls["torch-grouped-mm"] = lambda i: composed(i, grouped_experts)
             c.impls["torch-ref"] = lambda i: composed(i, loop_experts)
             if mk:
-                if shared is None:
+                if op == "FusedMoEFwd":
                     c.impls["moekit"] = lambda i: mk.fused_moe(i["x"], i["logits"], w13, w2,
                                                                correction_bias=bias, **p)
                 else:
+                    s13, s2 = shared if shared is not None else (None, None)
                     c.impls["moekit"] = lambda i: mk.fused_moe_shared_expert(
-                        i["x"], i["logits"], w13, w2, shared[0], shared[1],
-                        correction_bias=bias, **p)  # fmt: skip
+                        i["x"], i["logits"], w13, w2, s13, s2, correction_bias=bias, **p)  # fmt: skip
+                    if shared is None:
+                        c.notes["moekit"] = "no shared expert in this row: the routed layer alone"
             route_ids = torch_topk(logits, correction_bias=bias, **p)[1]
         c.capturable["torch-ref"] = False  # data-dependent loop (host syncs)
         flat = route_ids.flatten()
@@ -607,33 +615,57 @@ def _short(e):
 # ---------------------------------------------------------------- timing
 
 
-class Timer:
-    def __init__(self, max_ms, min_calls=30):
-        self.max_ms, self.min_calls = max_ms, min_calls
-        self.flush_buf = torch.empty(2 * L2_BYTES // 4 * 2, dtype=torch.float32, device="cuda")
+MAX_SAMPLES = 100  # moekit-bench's sampling plan (bench/src/device.h, device.cu)
 
-    def eager(self, fn, copies, flush):
-        """Median per-call device time (ms) of eager calls, each between two events."""
-        times, spent, n = [], 0.0, 0
-        start_wall = time.perf_counter()
-        while n < self.min_calls or (spent < self.max_ms and n < 5000):
+
+def n_samples(sample_ms, max_ms, min_calls):
+    """Samples per implementation and round, as moekit-bench plans them: as many as fit
+    in max_ms of device time, at least 3 and at most MAX_SAMPLES, and at least
+    min_calls whenever min_calls samples fit in max_ms (BENCH.md: "at least 30 timed
+    calls or 200 ms")."""
+    n = int(min(max(max_ms / max(sample_ms, 1e-4), 3), MAX_SAMPLES))
+    if sample_ms * min_calls <= max_ms:
+        n = max(n, min_calls)
+    return n
+
+
+class Timer:
+    def __init__(self, max_ms, min_calls=30, wall_cap_s=20.0):
+        self.max_ms, self.min_calls, self.wall_cap_s = max_ms, min_calls, wall_cap_s
+        self.flush_buf = torch.empty(2 * L2_BYTES // 4 * 2, dtype=torch.float32, device="cuda")
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def _timed(self, run):
+        self.start.record()
+        run()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end)
+
+    def once(self, fn, inputs, flush):
+        """One timed call (the estimate that sizes the sample count)."""
+        if flush:
+            self.flush_buf.zero_()
+        return self._timed(lambda: fn(inputs))
+
+    def eager(self, fn, copies, flush, est_ms):
+        """Median per-call device time (ms) of eager calls, each between two events,
+        L2 flushed before each (outside the timed region) when `flush`."""
+        n = n_samples(est_ms, self.max_ms, self.min_calls)
+        times, wall0 = [], time.perf_counter()
+        for k in range(n):
             if flush:
                 self.flush_buf.zero_()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn(copies[n % len(copies)])
-            e.record()
-            e.synchronize()
-            ms = s.elapsed_time(e)
-            times.append(ms)
-            spent += ms
-            n += 1
-            if time.perf_counter() - start_wall > 30:  # a very slow alternative
-                break
+            inputs = copies[k % len(copies)]
+            times.append(self._timed(lambda: fn(inputs)))
+            if time.perf_counter() - wall0 > self.wall_cap_s and len(times) >= 3:
+                break  # a very slow alternative (host-bound): enough samples
         return statistics.median(times)
 
-    def graph(self, fn, copies, per_graph):
-        """Median per-call time of a CUDA graph of `per_graph` back-to-back calls."""
+    def capture(self, fn, copies, per_graph):
+        """A CUDA graph of `per_graph` back-to-back calls over the rotating copies, and
+        the device time of one replay."""
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -646,18 +678,12 @@ class Timer:
                 fn(copies[i % len(copies)])
         g.replay()
         torch.cuda.synchronize()
-        times, spent = [], 0.0
-        while len(times) < 10 or (spent < self.max_ms and len(times) < 200):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            g.replay()
-            e.record()
-            e.synchronize()
-            ms = s.elapsed_time(e)
-            times.append(ms / per_graph)
-            spent += ms
-        del g
-        return statistics.median(times)
+        return g, self._timed(g.replay)
+
+    def graph(self, g, per_graph, est_ms):
+        """Median per-call time of replays of a graph of `per_graph` calls."""
+        n = n_samples(est_ms, self.max_ms, self.min_calls)
+        return statistics.median(self._timed(g.replay) / per_graph for _ in range(n))
 
 
 def measure_row(row, case, timer, rounds):
@@ -672,50 +698,52 @@ def measure_row(row, case, timer, rounds):
     flush = (not use_graph) and working_set < 2 * L2_BYTES
     mode = f"graph x{{n}} rot {n_copies}" if use_graph else ("flush" if flush else "plain")
 
-    # Warm up every implementation (and drop the ones that fail).
-    errors = {}
+    # Warm up every implementation (and drop the ones that fail); one timed call after
+    # the warm-up sizes the sample count (as in moekit-bench).
+    errors, est = {}, {}
     for name, fn in list(case.impls.items()):
         try:
             fn(copies[0])
             torch.cuda.synchronize()
+            est[name] = timer.once(fn, copies[0], flush)
         except Exception as e:
             errors[name] = _short(e)
             del case.impls[name]
+            torch.cuda.synchronize()
 
-    per_graph = {}
+    # Graph-timed implementations: captured once per row, replayed in every round.
+    graphs, modes = {}, {}
     if use_graph:
         for name, fn in case.impls.items():
-            if case.capturable.get(name, True):
-                # Enough calls that one replay runs ~0.5 ms of device time.
-                per_graph[name] = int(min(512, max(16, 0.5e-3 / max(ideal_s, 1e-6))))
+            if not case.capturable.get(name, True):
+                continue
+            # Enough calls that one replay runs ~0.5 ms of device time.
+            per_graph = int(min(512, max(16, 0.5e-3 / max(ideal_s, 1e-6))))
+            try:
+                g, replay_ms = timer.capture(fn, copies, per_graph)
+                graphs[name] = (g, per_graph, replay_ms)
+                modes[name] = mode.format(n=per_graph)
+            except Exception as e:  # not capturable: time it eagerly
+                case.notes.setdefault(name, f"eager (capture failed: {_short(e)})")
+                torch.cuda.synchronize()
 
     results = {name: [] for name in case.impls}
-    modes = {}
     for _ in range(rounds):
         for name, fn in case.impls.items():  # interleaved: A B C A B C ...
             if name in errors:
                 continue
             try:
-                if name in per_graph:
-                    try:
-                        ms = timer.graph(fn, copies, per_graph[name])
-                        modes[name] = mode.format(n=per_graph[name])
-                    except Exception as e:  # not capturable: time it eagerly
-                        del per_graph[name]
-                        case.notes.setdefault(name, f"eager (capture failed: {_short(e)})")
-                        torch.cuda.synchronize()
-                        ms = timer.eager(fn, copies, flush=False)
-                        modes[name] = "eager"
-                elif use_graph:
-                    ms = timer.eager(fn, copies, flush=False)
-                    modes[name] = "eager"
+                if name in graphs:
+                    g, per_graph, replay_ms = graphs[name]
+                    ms = timer.graph(g, per_graph, replay_ms)
                 else:
-                    ms = timer.eager(fn, copies, flush)
-                    modes[name] = mode
+                    ms = timer.eager(fn, copies, flush, est[name])
+                    modes[name] = mode if not use_graph else "eager"
                 results[name].append(ms)
             except Exception as e:
                 errors[name] = _short(e)
                 torch.cuda.synchronize()
+    graphs.clear()
     final = {n: statistics.median(v) for n, v in results.items() if v and n not in errors}
     return final, errors, modes, ideal_s
 
@@ -824,7 +852,9 @@ def main(argv=None):
           f"{args.rounds} rounds; workloads {wl}", flush=True)  # fmt: skip
     print(f"{'op':<24} {'workload':<26} {'dtype':<10} {'moekit-py':>10}  alternatives (ms)")
     records = []
+    run_t0 = time.perf_counter()
     for row in rows:
+        row_t0 = time.perf_counter()
         rec = {"op": row.op, "workload": row.name, "dtype": row.dtype, "alternatives": {}}
         try:
             case = setup_case(row, Gen(row_seed(args.seed, row)), mk)
@@ -850,15 +880,17 @@ def main(argv=None):
             case = None
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
+        rec["wall_s"] = round(time.perf_counter() - row_t0, 2)
         records.append(rec)
         mp = rec.get("moekit_py_ms")
         alts = ", ".join(f"{k} {v:.4f}" for k, v in rec["alternatives"].items())
         errs = f"  [errors: {rec['errors']}]" if rec.get("errors") else ""
         print(f"{row.op:<24} {row.name:<26} {row.dtype:<10} "
-              f"{(f'{mp:.4f}' if mp else '-'):>10}  {alts}{errs}", flush=True)  # fmt: skip
+              f"{(f'{mp:.4f}' if mp else '-'):>10}  {alts}{errs}  [{rec['wall_s']:.1f} s]",
+              flush=True)  # fmt: skip
         with open(out_path, "w") as f:  # rewritten per row: a partial run still counts
             json.dump(records, f, indent=1)
-    print(f"# wrote {out_path}")
+    print(f"# wrote {out_path} ({len(records)} rows in {time.perf_counter() - run_t0:.0f} s)")
     return 0
 
 

@@ -50,6 +50,9 @@ def test_smoke_run_of_every_op_on_the_cpu(capsys):
         ops = {o["op"] for o in json.load(f)["ops"]}
     assert len(ops) == 12 and all(op in out for op in ops)
     assert "FAILED" not in out
+    # A shared-expert row without shared weights (the page's qwen3-235b-t512): the
+    # routed layer alone.
+    assert "FusedMoESharedExpertFwd|mini-no-shared|bf16" in out
 
 
 def test_routing_compositions_match_the_reference():
@@ -75,3 +78,13 @@ def test_routing_compositions_match_the_reference():
         w1, i1 = ta.torch_topk(logits, 4, True, "sigmoid", 4, 2, 2.5, bias)
         w2, i2, _, _ = ref.fused_topk(logits, 4, True, "sigmoid", 4, 2, 2.5, bias)
         assert torch.equal(i1.long(), i2) and torch.allclose(w1, w2)
+
+
+def test_sample_counts_follow_moekit_bench():
+    # n = clamp(max_ms / t, 3, 100), at least 30 when 30 samples fit in max_ms.
+    assert ta.n_samples(0.01, 200, 30) == 100
+    assert ta.n_samples(5.0, 200, 30) == 40
+    assert ta.n_samples(6.0, 200, 30) == 33
+    assert ta.n_samples(7.0, 200, 30) == 28  # 30 calls would take 210 ms
+    assert ta.n_samples(40.0, 200, 30) == 5
+    assert ta.n_samples(300.0, 200, 30) == 3
