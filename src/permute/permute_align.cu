@@ -213,7 +213,10 @@ __global__ void __launch_bounds__(kThreads)
   const int total = start[E];
   if (e >= 0) {
     int off = start[e] + before[e] + __popc(below);
-    for (int w = 0; w < warp; ++w) off += wcnt[w][e];
+    // Earlier warps' counts: 32 independent loads (a loop bounded by `warp` would
+    // wait for each load in turn: the last warp is the block's critical path).
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) off += w < warp ? wcnt[w][e] : 0;
     sorted[off] = i;
   }
   // One warp per block b of block_size slots: expert_ids[b] and the sentinels.
@@ -225,6 +228,7 @@ __global__ void __launch_bounds__(kThreads)
       // Padded ranges end at start[x + 1], in order: the block's expert is the
       // number of experts whose range ends at or before p0.
       int c = 0;
+#pragma unroll 4
       for (int x = lane; x < E; x += 32) c += start[x + 1] <= p0 ? 1 : 0;
       expert = static_cast<int>(__reduce_add_sync(route::kFullMask, static_cast<unsigned>(c)));
       fill_from = max(p0, start[expert] + cnt[expert]);
