@@ -2,6 +2,7 @@
 // errors for each kind of bad input, and the config heuristic.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -11,6 +12,7 @@
 #include "core/host_dtype.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
+#include "gemm/sm90_tile_math.h"
 #include "moekit/error.h"
 #include "moekit/gemm.h"
 #include "moekit/reference.h"
@@ -392,6 +394,53 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigDecode);
   f.max_m = 512;
   EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigPrefill);
+}
+
+// The SM90 config's device-side tile schedule (sm90_grouped_gemm.cuh) sums per-group
+// tile counts into 32-bit shared memory. Non-monotonic contiguous ends (allowed: only
+// staying inside the buffers is promised) let every group span all P rows, so the sum
+// can pass INT_MAX although the host's bound (<= INT_MAX, checked) does not: the
+// kernel's chunked scan must saturate at the bound instead of wrapping negative.
+TEST(GemmSm90Schedule, TileSumsSaturateAtTheHostBound) {
+  using detail::gemm::sm90::tile_prefix;
+  using detail::gemm::sm90::tiles_of_group;
+  EXPECT_EQ(tiles_of_group(0, 128, 16, 1000), 0);
+  EXPECT_EQ(tiles_of_group(1, 128, 16, 1000), 16);
+  EXPECT_EQ(tiles_of_group(129, 128, 16, 1000), 32);
+  EXPECT_EQ(tiles_of_group(int64_t{1} << 40, 128, 1 << 20, INT_MAX), INT_MAX);
+
+  // 1024 groups, each P = 2^31 - 1 rows (overlapping), 64 n-tiles: every group alone has
+  // 2^24 * 64 = 2^30 tiles, the host bound (P/128 + G) * 64 is just under INT_MAX, the
+  // true sum is 2^40. Replays the kernel's scan: chunks of 32 groups, inclusive
+  // in-chunk sums, a running total carried (and saturated) across chunks.
+  const int G = 1024, bm = 128, n_tiles = 64;
+  const int64_t P = INT_MAX;
+  const int64_t bound64 = ((P + bm - 1) / bm + G) * n_tiles;
+  ASSERT_LE(bound64, INT_MAX);
+  const int bound = static_cast<int>(bound64);
+  std::vector<int> start(G + 1, 0);
+  int64_t running = 0;
+  for (int base = 0; base < G; base += 32) {
+    int64_t inclusive = 0;
+    for (int lane = 0; lane < 32; ++lane) {
+      inclusive += tiles_of_group(P, bm, n_tiles, bound);
+      start[base + lane + 1] = tile_prefix(running, inclusive, bound);
+    }
+    running += inclusive;
+    running = running < bound ? running : bound;
+  }
+  int32_t wrapped = 0;  // what a 32-bit sum would give (unsigned wrap, then reinterpret)
+  for (int g = 0; g < G; ++g) {
+    wrapped = static_cast<int32_t>(static_cast<uint32_t>(wrapped) +
+                                   static_cast<uint32_t>(tiles_of_group(P, bm, n_tiles, bound)));
+  }
+  EXPECT_LE(wrapped, 0);  // the bug this guards against: the 32-bit total wraps
+  for (int g = 0; g < G; ++g) {
+    EXPECT_LE(start[g], start[g + 1]) << g;
+    EXPECT_LE(start[g + 1], bound) << g;
+  }
+  EXPECT_EQ(start[1], tiles_of_group(P, bm, n_tiles, bound));
+  EXPECT_EQ(start[G], bound);
 }
 
 }  // namespace

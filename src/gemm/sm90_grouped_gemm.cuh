@@ -30,6 +30,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 // cute/tensor.hpp must come first (the atoms build on it).
@@ -44,11 +45,85 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 // clang-format on
 
+#include <cudaTypedefs.h>
+
 #include "core/dtype.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/grouped_gemm.h"
+#include "gemm/sm90_tile_math.h"
 #include "gemm/tile_scheduler.cuh"
 #include "moekit/error.h"
+
+namespace moekit::detail::gemm::sm90 {
+
+// Tuning knobs, performance only (read once per process; docs/gemm.md has the H200
+// measurements behind the defaults): MOEKIT_SM90_L2 = 128 | 256 (TMA L2 promotion
+// bytes), MOEKIT_SM90_HINTS = 0 (normal) | 1 (a EVICT_LAST, b EVICT_FIRST) | 2 (b
+// EVICT_FIRST), MOEKIT_SM90_EPI = 0 (pair stores) | 1 (16-byte stores). -1 / unset: the
+// default, which for L2 and HINTS depends on the rows layout (l2_bytes, cache_hints).
+inline int env_knob(const char* name, int fallback) {
+  const char* s = std::getenv(name);
+  if (!s || !*s) return fallback;
+  return std::atoi(s);
+}
+struct Knobs {
+  int l2 = env_knob("MOEKIT_SM90_L2", -1);
+  int hints = env_knob("MOEKIT_SM90_HINTS", -1);
+  int epi = env_knob("MOEKIT_SM90_EPI", 1);
+};
+inline const Knobs& knobs() {
+  static const Knobs k;
+  return k;
+}
+inline int l2_bytes(int mode) {
+  (void)mode;
+  return knobs().l2 == 128 || knobs().l2 == 256 ? knobs().l2 : 256;
+}
+// Grouped rows (a: the whole permuted activations, far larger than L2): no hints; an
+// EVICT_LAST a crowds the L2 and EVICT_FIRST b loses the promoted half line. Dense rows
+// (one a of m rows reused by every n-tile): b EVICT_FIRST. (H200, docs/gemm.md.)
+inline int cache_hints(int mode) {
+  if (knobs().hints >= 0 && knobs().hints <= 2) return knobs().hints;
+  return mode == kRowsDense ? 2 : 0;
+}
+// The L2 promotion launch() wants for the descriptors it is about to encode.
+inline thread_local int g_l2_bytes = 256;
+
+// Descriptors encoded by the specialization below on this thread (launch() checks it).
+inline thread_local int g_encode_calls = 0;
+
+}  // namespace moekit::detail::gemm::sm90
+
+namespace cutlass {
+// CuTe's make_tma_copy calls this (with exactly these argument types, deduced from its
+// locals) to encode every TMA descriptor; this specialization only replaces the L2
+// promotion, so that b rows are fetched from DRAM 256 bytes at a time (two k stages),
+// as DeepGEMM does. It is used by this header's translation units only
+// (grouped_gemm_sm90_*.cu); launch() checks that it was called.
+template <>
+inline CUresult call_cuTensorMapEncodeTiled<
+    CUtensorMap*, CUtensorMapDataType, int, void*, uint64_t*, uint64_t*, uint32_t*, uint32_t*,
+    CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill>(
+    CUtensorMap* desc, CUtensorMapDataType format, int rank, void* addr, uint64_t* dims,
+    uint64_t* strides, uint32_t* box, uint32_t* elem_strides, CUtensorMapInterleave interleave,
+    CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
+  ++moekit::detail::gemm::sm90::g_encode_calls;
+  cudaDriverEntryPointQueryResult status;
+  void* pfn = nullptr;
+  const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &pfn, 12000,
+                                                           cudaEnableDefault, &status);
+  if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || !pfn) {
+    cudaGetLastError();
+    return CUDA_ERROR_UNKNOWN;
+  }
+  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(pfn)(
+      desc, format, static_cast<cuuint32_t>(rank), addr, dims, strides, box, elem_strides,
+      interleave, swizzle,
+      moekit::detail::gemm::sm90::g_l2_bytes == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                                    : CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      oob);
+}
+}  // namespace cutlass
 
 namespace moekit::detail::gemm::sm90 {
 
@@ -122,6 +197,8 @@ struct Params {
   int n;  // output columns
   int n_tiles;
   int silu;
+  int tile_bound;           // the host's upper bound of tiles (the grid walks at most this many)
+  uint64_t hint_a, hint_b;  // TMA L2 cache hints (TMA::CacheHintSm90 values)
 };
 
 struct Tile {
@@ -176,7 +253,77 @@ __device__ __forceinline__ Tile locate_tile(const Params<Cfg, T>& p, const int* 
   return t;
 }
 
-template <class Cfg, class T, class Out>
+// 4 x 4 transpose of 32-bit words across the 4 lanes of a quad (lane & 3 = q): on
+// return x[j] holds what lane j held in x[q] (two butterfly stages, 4 shuffles).
+__device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int q) {
+  const bool b0 = (q & 1) != 0, b1 = (q & 2) != 0;
+  {  // 2 x 2 blocks: swap the off-diagonal elements with lane q ^ 1
+    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, b0 ? x[0] : x[1], 1);
+    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, b0 ? x[2] : x[3], 1);
+    if (b0) {
+      x[0] = r0;
+      x[2] = r1;
+    } else {
+      x[1] = r0;
+      x[3] = r1;
+    }
+  }
+  {  // swap the off-diagonal 2 x 2 blocks with lane q ^ 2
+    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, b1 ? x[0] : x[2], 2);
+    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, b1 ? x[1] : x[3], 2);
+    if (b1) {
+      x[0] = r0;
+      x[1] = r1;
+    } else {
+      x[2] = r0;
+      x[3] = r1;
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t pack2(float x, float y, __nv_bfloat16*) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack2(float x, float y, __half*) {
+  const __half2 v = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Stores 4 adjacent 8-column blocks of one row, held as wgmma D pairs: lane q of the
+// quad holds columns 2q, 2q + 1 of each block (v[j] = block j); after the transpose lane
+// q writes block q whole (16 bytes of 16-bit output, 32 of f32) at `dst` + 8 q.
+template <class Out>
+__device__ __forceinline__ void store_4_blocks(Out* dst, const float (&vx)[4], const float (&vy)[4],
+                                               int q, bool store) {
+  if constexpr (sizeof(Out) == 4) {
+    uint32_t x[4], y[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      x[j] = __float_as_uint(vx[j]);
+      y[j] = __float_as_uint(vy[j]);
+    }
+    quad_transpose(x, q);
+    quad_transpose(y, q);
+    if (store) {
+      float4* d = reinterpret_cast<float4*>(dst + 8 * q);
+      d[0] = make_float4(__uint_as_float(x[0]), __uint_as_float(y[0]), __uint_as_float(x[1]),
+                         __uint_as_float(y[1]));
+      d[1] = make_float4(__uint_as_float(x[2]), __uint_as_float(y[2]), __uint_as_float(x[3]),
+                         __uint_as_float(y[3]));
+    }
+  } else {
+    uint32_t x[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = pack2(vx[j], vy[j], static_cast<Out*>(nullptr));
+    quad_transpose(x, q);
+    if (store) *reinterpret_cast<uint4*>(dst + 8 * q) = make_uint4(x[0], x[1], x[2], x[3]);
+  }
+}
+
+// VEC_EPI: 1 = 16-byte stores of whole 8-column blocks after a quad transpose
+// (store_4_blocks), 0 = the wgmma pairs stored as they are (4 / 8 bytes).
+template <class Cfg, class T, class Out, int VEC_EPI>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ Params<Cfg, T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -189,26 +336,29 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int warp_group = threadIdx.x / 128;
   const int G = p.rows.num_groups;
 
-  // Tile schedule: tiles per group, then an exclusive scan by warp 0 (any G <= 1024).
+  // Tile schedule: tiles per group, then an inclusive scan by warp 0 (any G <= 1024),
+  // in 64 bits and saturated at the host's bound (<= INT_MAX): non-monotonic metadata
+  // can make the groups overlap and their tile counts sum past it (tile_prefix).
   for (int g = threadIdx.x; g < G; g += Cfg::THREADS) {
     int64_t first, count;
     group_rows(p.rows, g, first, count);
-    ss.tile_start[g + 1] = static_cast<int>((count + BM - 1) / BM) * p.n_tiles;
+    ss.tile_start[g + 1] = tiles_of_group(count, BM, p.n_tiles, p.tile_bound);
   }
   __syncthreads();
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
-    int running = 0;
+    int64_t running = 0;
     for (int base = 0; base < G; base += 32) {
       const int g = base + lane;
-      int v = g < G ? ss.tile_start[g + 1] : 0;
+      int64_t v = g < G ? ss.tile_start[g + 1] : 0;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
-        const int u = __shfl_up_sync(0xffffffffu, v, off);
+        const int64_t u = __shfl_up_sync(0xffffffffu, v, off);
         if (lane >= off) v += u;
       }
-      if (g < G) ss.tile_start[g + 1] = running + v;
+      if (g < G) ss.tile_start[g + 1] = tile_prefix(running, v, p.tile_bound);
       running += __shfl_sync(0xffffffffu, v, 31);
+      running = running < p.tile_bound ? running : p.tile_bound;  // no overflow over chunks
     }
     if (lane == 0) ss.tile_start[0] = 0;
   }
@@ -255,9 +405,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           auto* bar = pipeline.producer_get_barrier(write);
           const int s = write.index();
           // Boxes past the tensor's edges are zero-filled and still count their full bytes.
-          copy(p.tma_a.with(*bar), tAgA(_, kt), tAsA(_, s));
-          copy(p.tma_b.with(*bar), tBgB0(_, kt), tBsB(_, 2 * s));
-          copy(p.tma_b.with(*bar), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+          const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
+          const auto hint_b = static_cast<TMA::CacheHintSm90>(p.hint_b);
+          copy(p.tma_a.with(*bar, 0, hint_a), tAgA(_, kt), tAsA(_, s));
+          copy(p.tma_b.with(*bar, 0, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
+          copy(p.tma_b.with(*bar, 0, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
           ++write;
         }
       }
@@ -284,10 +436,26 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
     Out* c = static_cast<Out*>(p.c);
     const bool silu = p.silu != 0;
+    // This warpgroup's 64 tile rows (CuTe's 2 x 1 atom layout: consumer warpgroup w
+    // owns rows 64 w .. 64 w + 63; checked once here).
+    const int wg_row0 = (warp_group - 1) * 64;
+    const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
+    if (get<0>(tCcC(0)) / 64 != warp_group - 1 || get<1>(tCcC(0)) != 2 * q) __trap();
     for (int id = blockIdx.x; id < total; id += gridDim.x) {
       const Tile t = locate_tile<Cfg, T>(p, ss.tile_start, id);
       if (k_tiles == 0) {
         clear(acc);
+      } else if (wg_row0 >= t.rows) {
+        // No valid row in this warpgroup's half (a group's last tile with <= 64 rows):
+        // skip its wgmmas (the other warpgroup then has the tensor cores to itself) but
+        // keep the pipeline in step. Its accumulators are never stored.
+        CUTE_NO_UNROLL
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          pipeline.consumer_wait(read);
+          pipeline.consumer_release(read);
+          ++read;
+        }
+        continue;
       } else {
         // Keep one wgmma batch in flight: stage kt's batch is issued before stage
         // kt-1's smem is released.
@@ -330,7 +498,52 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // column + 128 of the same row (wgmma D layout: index = e + 2*h + 4*(col/8)); the
       // checks below fold to constants and trap if CuTe's layout ever differs.
       const int64_t n = p.n;
-      if (silu) {
+      if constexpr (VEC_EPI) {
+        // Groups of 4 8-column blocks (16 accumulator elements) per row half h: element
+        // 16 J + 4 j + 2 h + e is column 32 J + 8 j + 2 q + e of row r(h). The quad's 4
+        // lanes transpose their pairs so each stores one whole block (16 bytes).
+        constexpr int OUT_COLS = BN;  // accumulator columns (silu: gate | up halves)
+        constexpr int GROUPS = OUT_COLS / 32;
+        auto epi = [&](auto value, auto groups) {
+          CUTE_UNROLL
+          for (int J = 0; J < decltype(groups)::value; ++J) {
+            CUTE_UNROLL
+            for (int h = 0; h < 2; ++h) {
+              const int i0 = 16 * J + 2 * h;
+              const int r = get<0>(tCcC(i0)), col0 = get<1>(tCcC(i0));
+              float vx[4], vy[4];
+              CUTE_UNROLL
+              for (int j = 0; j < 4; ++j) {
+                const int i = i0 + 4 * j;
+                if (get<0>(tCcC(i)) != r || get<1>(tCcC(i)) != col0 + 8 * j ||
+                    get<0>(tCcC(i + 1)) != r || get<1>(tCcC(i + 1)) != col0 + 8 * j + 1) {
+                  __trap();
+                }
+                vx[j] = value(i);
+                vy[j] = value(i + 1);
+              }
+              // This lane's block after the transpose starts at column 32 J + 8 q.
+              const int64_t out_col = t.n0 + 32 * J + 8 * q;
+              const bool ok = r < t.rows && out_col < n;  // n % 8 == 0: blocks whole
+              store_4_blocks<Out>(c + (t.c_row + r) * n + t.n0 + 32 * J, vx, vy, q, ok);
+            }
+          }
+        };
+        if (silu) {
+          static_assert(ACC / 2 == 16 * (Cfg::B_BOX / 32), "silu halves");
+          epi(
+              [&](int i) {
+                if (get<1>(tCcC(i + ACC / 2)) != get<1>(tCcC(i)) + Cfg::B_BOX ||
+                    get<0>(tCcC(i + ACC / 2)) != get<0>(tCcC(i))) {
+                  __trap();
+                }
+                return detail::silu(acc(i)) * acc(i + ACC / 2);
+              },
+              Int<Cfg::B_BOX / 32>{});
+        } else {
+          epi([&](int i) { return acc(i); }, Int<GROUPS>{});
+        }
+      } else if (silu) {
         CUTE_UNROLL
         for (int i = 0; i < ACC / 2; i += 2) {
           const int r = get<0>(tCcC(i)), col = get<1>(tCcC(i));
@@ -393,8 +606,11 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
       a_rows * a_l > INT_MAX) {
     throw Error(std::string("moekit::") + op + ": problem too large for the SM90 GEMM config");
   }
+  const Knobs& kn = knobs();
   Params<Cfg, T> p;
   const auto* a = static_cast<const T*>(prob.a);
+  const int encodes = g_encode_calls;
+  g_l2_bytes = l2_bytes(rows.mode);
   const auto* b = static_cast<const T*>(prob.b);
   p.tma_a =
       make_tma<Cfg, T>(a, static_cast<int>(a_rows), static_cast<int>(prob.k), static_cast<int>(a_l),
@@ -402,6 +618,10 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
   p.tma_b =
       make_tma<Cfg, T>(b, static_cast<int>(b_rows), static_cast<int>(prob.k), static_cast<int>(G),
                        typename Cfg::SmemLayoutBBoxes{}(cute::_, cute::_, 0));
+  if (g_encode_calls != encodes + 2) {
+    throw Error(std::string("moekit::") + op +
+                ": internal: the SM90 TMA descriptors were not built by moekit's encoder");
+  }
   p.c = prob.c;
   p.rows = rows;
   p.rows.num_groups = static_cast<int>(G);
@@ -413,9 +633,18 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
   p.n = static_cast<int>(prob.n);
   p.n_tiles = static_cast<int>(n_tiles);
   p.silu = silu ? 1 : 0;
+  p.tile_bound = static_cast<int>(tiles);
+  // a rows are reused by every n-tile of their group, b (the weights) by at most the few
+  // m-tiles of one group that run side by side: keep a, stream b.
+  const int hints = cache_hints(rows.mode);
+  p.hint_a = static_cast<uint64_t>(hints == 1 ? cute::TMA::CacheHintSm90::EVICT_LAST
+                                              : cute::TMA::CacheHintSm90::EVICT_NORMAL);
+  p.hint_b = static_cast<uint64_t>(hints != 0 ? cute::TMA::CacheHintSm90::EVICT_FIRST
+                                              : cute::TMA::CacheHintSm90::EVICT_NORMAL);
 
   const int smem = static_cast<int>(sizeof(SharedStorage<Cfg, T>));
-  auto kernel = sm90_grouped_gemm_kernel<Cfg, T, Out>;
+  auto kernel =
+      kn.epi ? sm90_grouped_gemm_kernel<Cfg, T, Out, 1> : sm90_grouped_gemm_kernel<Cfg, T, Out, 0>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   // Persistent: one block per SM (at most as many as the tile upper bound).
   const int64_t grid = tiles < device_sm_count() ? tiles : device_sm_count();
