@@ -13,6 +13,7 @@
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90_tile_math.h"
+#include "gemm/split_k.h"
 #include "moekit/error.h"
 #include "moekit/gemm.h"
 #include "moekit/reference.h"
@@ -357,17 +358,20 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   p.num_groups = 256;
   p.n = 4096;
   p.k = 7168;
-  p.m = 4096;  // 16 rows per expert
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecode);
+  p.m = 4096;  // 16 rows per expert: big, long k -> the deep stream tiles
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
   p.m = 8192;  // 32 rows per expert
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecode);
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
+  p.k = 2048;  // shorter k (ds-v3 down's): the 2-stage stream tiles
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStream);
+  p.k = 7168;
   p.m = 16384;  // 64 rows per expert
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.m = 32768;  // 128 rows per expert
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.alignment = 128;
   p.m = 4096 + 256 * 127;  // alignment padding is not counted as rows
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecode);
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
   p.config = detail::kGemmConfigPrefill;  // forced
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
   p.config = -1;
@@ -385,6 +389,45 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   dense.m = 8192;
   dense.n = 4096;
   EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigSm90);
+  // A shared-expert MLP at 32 tokens (ds-v3 gate_up: 32 tiles of 32 x 64 outputs):
+  // decode tiles split over k (split_k.h picks 8 here).
+  dense.m = 32;
+  dense.n = 2048;
+  dense.k = 7168;
+  dense.activation = Activation::kSiluAndMul;
+  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecodeSplitK);
+  EXPECT_EQ(detail::decode_split_k(dense, 132), 8);
+  dense.activation = Activation::kNone;  // its down GEMM: 56 tiles of 32 x 128, k 2048
+  dense.n = 7168;
+  dense.k = 2048;
+  EXPECT_EQ(detail::decode_split_k(dense, 132), 4);
+  dense.k = 512;  // 8 k slices of 128 bytes: too few to split
+  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
+  dense.k = 18432;  // kimi-k2 t1 down: 56 tiles, 288 k slices
+  EXPECT_EQ(detail::decode_split_k(dense, 132), 8);
+  dense.m = 1;  // kimi-k2 t1 gate_up: 288 tiles, just over one wave (264): split 2
+  dense.n = 18432;
+  dense.k = 7168;
+  dense.activation = Activation::kSiluAndMul;
+  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecodeSplitK);
+  EXPECT_EQ(detail::decode_split_k(dense, 132), 2);
+  dense.n = 36864;  // 576 tiles, over two waves: no split
+  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
+  dense.activation = Activation::kNone;
+  dense.k = 0;  // nothing to split
+  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
+  dense.split_k = 3;  // forced: rounded down to a power of two
+  EXPECT_EQ(detail::decode_split_k(dense, 132), 2);
+
+  // Few experts, few rows (qwen3-30b ep8 decode: 204 tiles at most): the plain decode
+  // tiles (split-K is picked for dense rows only).
+  detail::GroupedGemmProblem few;
+  few.rows = detail::GemmRows::kContiguous;
+  few.num_groups = 16;
+  few.n = 1536;
+  few.k = 2048;
+  few.m = 8;
+  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecode);
 
   detail::GroupedGemmFP8Problem f;
   f.num_groups = 32;

@@ -63,8 +63,8 @@ std::string describe(const GemmCase& c, int config) {
 
 // Runs one case through the engine (config >= 0: forced) or, with config == -1, the
 // public op (dense cases always use the engine), and checks it against the reference.
-void run_case(const GemmCase& cs, int config) {
-  SCOPED_TRACE(describe(cs, config));
+void run_case(const GemmCase& cs, int config, int split_k = 0) {
+  SCOPED_TRACE(describe(cs, config) + (split_k > 0 ? " split_k " + std::to_string(split_k) : ""));
   const bool silu = cs.act == Activation::kSiluAndMul;
   const int G = static_cast<int>(cs.counts.size());
   const int64_t b_rows = silu ? 2 * cs.n : cs.n;
@@ -164,6 +164,7 @@ void run_case(const GemmCase& cs, int config) {
       p.max_m = cs.max_m;
       p.m = total_rows;
       p.config = config;
+      p.split_k = split_k;
       detail::run_grouped_gemm(p, nullptr);
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -235,12 +236,17 @@ std::vector<GemmCase> cases() {
   return v;
 }
 
-TEST(GemmGpu, EveryConfigMatchesReference) {
+// Every config on every case, one test per config (so they can run as parallel
+// processes: --gtest_filter='EveryConfig/GemmGpuConfig.*/3').
+class GemmGpuConfig : public ::testing::TestWithParam<int> {};
+
+TEST_P(GemmGpuConfig, EveryCaseMatchesReference) {
   MOEKIT_REQUIRE_GPU();
-  for (const GemmCase& c : cases()) {
-    for (int config = 0; config < detail::kGemmConfigCount; ++config) run_case(c, config);
-  }
+  for (const GemmCase& c : cases()) run_case(c, GetParam());
 }
+
+INSTANTIATE_TEST_SUITE_P(EveryConfig, GemmGpuConfig,
+                         ::testing::Range(0, static_cast<int>(detail::kGemmConfigCount)));
 
 TEST(GemmGpu, PublicOpWithHeuristicMatchesReference) {
   MOEKIT_REQUIRE_GPU();
@@ -248,7 +254,7 @@ TEST(GemmGpu, PublicOpWithHeuristicMatchesReference) {
 }
 
 // Extra shapes for the SM90 (TMA + wgmma) config (passed on the H200, 2026-12-02)
-// (EveryConfigMatchesReference and ClampsOutOfRangeMetadata run it too): many tiles
+// (EveryConfig/GemmGpuConfig and ClampsOutOfRangeMetadata run it too): many tiles
 // per SM (the persistent loop and the pipeline phases carried across tiles), tiles
 // straddling group boundaries, n not a multiple of the 256 / 128 tile width, the
 // 1024-group maximum.
@@ -276,6 +282,37 @@ TEST(GemmGpu, Sm90ConfigMatchesReference) {
   v.push_back({"sm90_1024_experts", bf, f32, silu, R::kContiguous, 1, random_counts(1024, 0, 3), 0,
                136, 64});
   for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90);
+}
+
+// The decode split-K config at every split: k slices not a multiple of the split (and
+// fewer slices than CTAs, so some ranks only add zeros), one row, empty and ragged
+// groups, masked and dense rows, silu_and_mul, f32 output, k == 0.
+TEST(GemmGpu, SplitKMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  using R = detail::GemmRows;
+  const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
+  const Activation none = Activation::kNone, silu = Activation::kSiluAndMul;
+  std::vector<GemmCase> v;
+  v.push_back({"splitk_dense_one_row", bf, bf, none, R::kDense, 1, {1}, 0, 264, 1000});
+  v.push_back({"splitk_dense_t32_silu", bf, bf, silu, R::kDense, 1, {32}, 0, 200, 2056});
+  v.push_back({"splitk_dense_t33_f16_f32out", f16, f32, none, R::kDense, 1, {33}, 0, 136, 712});
+  v.push_back({"splitk_k_short", bf, bf, silu, R::kDense, 1, {5}, 0, 64, 72});
+  v.push_back({"splitk_ragged_empty",
+               bf,
+               f32,
+               silu,
+               R::kContiguous,
+               8,
+               {0, 17, 1, 0, 70, 0},
+               0,
+               128,
+               1288});
+  v.push_back(
+      {"splitk_masked_f16", f16, f16, none, R::kMasked, 1, {0, 1, 40, 0, 33}, 40, 264, 520});
+  v.push_back({"splitk_k_zero", bf, bf, silu, R::kContiguous, 1, {3, 0, 5}, 0, 16, 0});
+  for (const GemmCase& c : v) {
+    for (int split : {2, 4, 8}) run_case(c, detail::kGemmConfigDecodeSplitK, split);
+  }
 }
 
 // Out-of-range metadata (only visible on the device) is clamped: nothing is read or

@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/launch.h"
+#include "gemm/split_k.h"
 #include "moekit/error.h"
 
 namespace moekit::detail {
@@ -86,6 +87,22 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
   // every such bench row (H200, 2026-12-02: ds-v3 prefill up 4.42 vs 6.27 ms, dense
   // 4096 x 4096 x 7168 0.50 vs 1.01 ms); k == 0 has no TMA descriptor.
   if (config == kGemmConfigPrefill && p.k > 0) return kGemmConfigSm90;
+  // Decode tiles too few for the SMs (dense MLP at few tokens, few experts): split k
+  // over a cluster (split_k.h). Only in the decode regime (more rows per group run
+  // decode tiles only because the prefill tiles would be too few) and for k > 0.
+  // Measured on dense layouts only (a shared-expert MLP): on the H200 routed256
+  // (16 experts x 16 rows) ran slower split (0.040 -> 0.050 ms at split 2).
+  if (config == kGemmConfigDecode && p.rows == GemmRows::kDense && rows_per_group <= 48 &&
+      p.k > 0 && decode_split_k(p, sm_count()) > 1) {
+    return kGemmConfigDecodeSplitK;
+  }
+  // Big decode GEMMs (>= 4 waves of decode tiles): the 256-byte-per-row stream tiles,
+  // with the deep pipeline for long k (H200: ds-v3 up 3.578 -> 3.400 ms, down 1.813 ->
+  // 1.787 ms). Small ones keep the 4-stage 128-byte tiles (more bytes in flight per CTA).
+  if (config == kGemmConfigDecode &&
+      decode_tiles_upper(p) >= 4 * static_cast<int64_t>(sm_count()) * kDecodeBlocksPerSm) {
+    return p.k >= 4096 ? kGemmConfigDecodeStreamDeep : kGemmConfigDecodeStream;
+  }
   return config;
 }
 

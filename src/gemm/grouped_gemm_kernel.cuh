@@ -25,13 +25,12 @@ struct GemmParams {
   int silu;  // Activation::kSiluAndMul: b has 2n rows per group
 };
 
-template <class Cfg, class In, class Out, class Mma>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
-    grouped_gemm_kernel(const __grid_constant__ GemmParams p) {
-  extern __shared__ __align__(128) uint8_t smem[];
-  TileCoord t;
-  if (!find_tile<Cfg::THREADS>(p.rows, Cfg::BM, p.n_tiles, blockIdx.x, t)) return;
-
+// One tile's mainloop over k-slices [kt_begin, kt_end) (of BK_BYTES each) into acc
+// (zeroed here). Shared by the plain kernel (all of k) and the split-K kernel.
+template <class Cfg, class In, class Mma>
+__device__ __forceinline__ void tile_mainloop(const GemmParams& p, const TileCoord& t,
+                                              uint8_t* smem, float (&acc)[Cfg::MF][Cfg::NF][4],
+                                              int kt_begin, int kt_end) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
   const bool silu = p.silu != 0;
@@ -66,7 +65,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     loader.b_row[i] = col < p.n ? b_group + b_row * k_bytes : nullptr;
   }
 
-  float acc[Cfg::MF][Cfg::NF][4];
 #pragma unroll
   for (int mf = 0; mf < Cfg::MF; ++mf)
 #pragma unroll
@@ -77,19 +75,35 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   const int valid_mf = valid_fragments<Cfg>(t.rows, wm);
   const uint32_t s_a0 = smem_addr(smem);
   const uint32_t s_b0 = s_a0 + Cfg::STAGES * Cfg::A_STAGE_BYTES;
-  const int k_tiles = static_cast<int>((k_bytes + Cfg::BK_BYTES - 1) / Cfg::BK_BYTES);
   run_pipeline<Cfg>(
-      k_tiles,
+      kt_end - kt_begin,
       [&](int stage, int kt) {
-        loader.load(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES, kt);
+        loader.load(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
+                    kt_begin + kt);
       },
       [&](int stage, int) {
         warp_mma_tile<Cfg, Mma>(s_a0 + stage * Cfg::A_STAGE_BYTES,
                                 s_b0 + stage * Cfg::B_STAGE_BYTES, acc, wm, wn, lane, valid_mf);
       });
+}
 
-  store_tile<Cfg, Out>(acc, static_cast<Out*>(p.c), p.n, t.row0, t.rows, t.n_tile, silu, wm, wn,
-                       lane);
+template <class Cfg, class In>
+__device__ __forceinline__ int k_slices(const GemmParams& p) {
+  const int64_t k_bytes = p.k * static_cast<int64_t>(sizeof(In));
+  return static_cast<int>((k_bytes + Cfg::BK_BYTES - 1) / Cfg::BK_BYTES);
+}
+
+template <class Cfg, class In, class Out, class Mma>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    grouped_gemm_kernel(const __grid_constant__ GemmParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  TileCoord t;
+  if (!find_tile<Cfg::THREADS>(p.rows, Cfg::BM, p.n_tiles, blockIdx.x, t)) return;
+  float acc[Cfg::MF][Cfg::NF][4];
+  tile_mainloop<Cfg, In, Mma>(p, t, smem, acc, 0, k_slices<Cfg, In>(p));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  store_tile<Cfg, Out>(acc, static_cast<Out*>(p.c), p.n, t.row0, t.rows, t.n_tile, p.silu != 0,
+                       warp / Cfg::WARPS_N, warp % Cfg::WARPS_N, lane);
 }
 
 // Launches the kernel over an upper bound of tiles (no host sync on the metadata).

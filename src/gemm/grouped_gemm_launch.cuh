@@ -2,9 +2,12 @@
 // then the (config, out dtype) instantiation.
 #pragma once
 
+#include <cstdlib>
+
 #include "gemm/configs.cuh"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_kernel.cuh"
+#include "gemm/splitk_kernel.cuh"
 
 namespace moekit::detail::gemm {
 
@@ -31,6 +34,23 @@ inline RowsDesc rows_desc(const GroupedGemmProblem& p) {
   return d;
 }
 
+inline int split_k_sm_count() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 132;
+  }
+  return count;
+}
+
+// Measurement knob (docs/gemm.md "Decode split-K"): MOEKIT_GEMM_SPLIT_K = 1, 2, 4 or 8
+// forces the split of the split-K config (when the caller set none).
+inline int env_int(const char* name) {
+  const char* s = std::getenv(name);
+  return s && *s ? std::atoi(s) : 0;
+}
+
 template <class In, class Mma>
 void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t stream) {
   GemmParams p{};
@@ -53,6 +73,22 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
   };
   if (config == kGemmConfigPrefill) {
     launch(PrefillConfig{});
+  } else if (config == kGemmConfigDecodeStream) {
+    launch(DecodeStreamConfig{});
+  } else if (config == kGemmConfigDecodeStreamDeep) {
+    launch(DecodeStreamDeepConfig{});
+  } else if (config == kGemmConfigDecodeSplitK) {
+    // Forced or picked: at least 2 (a forced split of a big problem still runs split).
+    static const int env_split = env_int("MOEKIT_GEMM_SPLIT_K");
+    GroupedGemmProblem q = prob;
+    if (q.split_k <= 0 && env_split > 0) q.split_k = env_split;
+    int split = decode_split_k(q, split_k_sm_count());
+    if (q.split_k <= 0 && split < 2) split = 2;
+    if (f32_out) {
+      launch_grouped_gemm_splitk<DecodeConfig, In, float, Mma>(p, split, stream, op);
+    } else {
+      launch_grouped_gemm_splitk<DecodeConfig, In, In, Mma>(p, split, stream, op);
+    }
   } else {
     launch(DecodeConfig{});
   }

@@ -33,7 +33,8 @@ struct TileConfig {
   static constexpr int A_ITERS = BM / ROW_STEP;
   static constexpr int B_ITERS = BN / ROW_STEP;
 
-  static_assert(BK_BYTES == 64 || BK_BYTES == 128, "swizzle handles 64- or 128-byte rows");
+  static_assert(BK_BYTES == 64 || BK_BYTES == 128 || BK_BYTES == 256,
+                "swizzle handles 64-, 128- or 256-byte rows");
   static_assert(BM % (WARPS_M * 16) == 0 && BN % (WARPS_N * 16) == 0, "warp tiling");
   static_assert(NF % 2 == 0, "one ldmatrix.x4 loads two n fragments");
   static_assert(THREADS % CHUNKS == 0 && BM % ROW_STEP == 0 && BN % ROW_STEP == 0,
@@ -46,8 +47,10 @@ struct TileConfig {
 // hit 8 distinct 16-byte bank groups: conflict-free without padding.
 template <int BK_BYTES>
 __device__ __forceinline__ uint32_t swizzle_offset(int row, int chunk) {
-  if constexpr (BK_BYTES == 128) {
-    return row * 128 + ((chunk ^ (row & 7)) << 4);
+  if constexpr (BK_BYTES >= 128) {
+    // 128 bytes: each row one full line; 256: 8 rows at one logical chunk still land
+    // in 8 distinct 16-byte bank groups ((chunk ^ row) mod 8 differs).
+    return row * BK_BYTES + ((chunk ^ (row & 7)) << 4);
   } else {
     // Two 64-byte rows share a 128-byte line: vary the chunk with row/2.
     return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4);
