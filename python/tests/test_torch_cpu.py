@@ -182,7 +182,7 @@ def _valid_calls():
     }  # fmt: skip
 
 
-@pytest.mark.skipif(moekit.raw.device_count() > 0 if torch_skip_reason() is None else True,
+@pytest.mark.skipif(moekit.raw.device_count() > 0 if torch_skip_reason() is None else False,
                     reason="a CUDA device is present: these calls would launch kernels")
 @pytest.mark.parametrize("name", list(_valid_calls()) if torch_skip_reason() is None else [])
 def test_the_torch_layer_passes_valid_arguments(name, monkeypatch):
@@ -220,7 +220,7 @@ def test_raw_binding_dlpack_rejects_host_torch_tensors():
         moekit.raw.describe(moekit.ops._v(t.t()))
 
 
-@pytest.mark.skipif(moekit.raw.device_count() > 0 if torch_skip_reason() is None else True,
+@pytest.mark.skipif(moekit.raw.device_count() > 0 if torch_skip_reason() is None else False,
                     reason="a CUDA device is present: these calls would launch kernels")
 def test_workspace_cached_per_stream_grown_on_demand(monkeypatch):
     """The torch layer's workspace: one entry per (device, stream), grown (through the
