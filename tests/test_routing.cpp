@@ -453,12 +453,11 @@ TEST(FusedTopKGpu, TiesGoToTheLowerId) {
   }
 }
 
-// Edge shapes of the limits: T = 65536 with E = 512 and top_k = 16 (grouped and not),
-// odd T, one token.
+// Edge shapes of the limits against the reference: E = 512 with top_k = 16, odd T,
+// one token. (T = 65536 with E = 512, top_k = 16: CurrentKernelMatchesPreviousBitForBit;
+// the CPU reference of that size alone takes ~8 s.)
 TEST(FusedTopKGpu, LimitShapes) {
   MOEKIT_REQUIRE_GPU();
-  check_topk_case({DType::kBF16, 65536, 512, params(16, kSigmoid, true, 16, 3, 2.5f), true}, 41);
-  check_topk_case({DType::kF16, 65536, 512, params(16, kSoftmax, true)}, 42);
   check_topk_case({DType::kF32, 1, 512, params(16, kSigmoid, false), true}, 43);
   check_topk_case({DType::kBF16, 1, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true}, 44);
   check_topk_case({DType::kBF16, 4097, 384, params(16, kSigmoid, true), true}, 45);
@@ -477,8 +476,11 @@ TEST(FusedTopKGpu, CurrentKernelMatchesPreviousBitForBit) {
     int E;
     TopKParams p;
     bool bias;
+    bool large = false;  // ordinary logits only, drawn by a cheap generator
   };
   const std::vector<Cfg> cfgs = {
+      {DType::kBF16, 65536, 512, params(16, kSigmoid, true, 16, 3, 2.5f), true, true},
+      {DType::kF16, 65536, 512, params(16, kSoftmax, true), false, true},
       {DType::kBF16, 37, 128, params(8, kSoftmax, true), false},
       {DType::kF16, 37, 128, params(8, kSigmoid, true), true},
       {DType::kF32, 37, 33, params(5, kSoftmax, true), false},
@@ -496,7 +498,7 @@ TEST(FusedTopKGpu, CurrentKernelMatchesPreviousBitForBit) {
   };
   uint64_t seed = 500;
   for (const Cfg& c : cfgs) {
-    for (int mode = 0; mode < 3; ++mode) {  // normal, integer levels (ties), huge logits
+    for (int mode = 0; mode < (c.large ? 1 : 3); ++mode) {  // normal, ties, huge logits
       SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.T) +
                    " E=" + std::to_string(c.E) + " K=" + std::to_string(c.p.top_k) +
                    " mode=" + std::to_string(mode));
@@ -504,8 +506,17 @@ TEST(FusedTopKGpu, CurrentKernelMatchesPreviousBitForBit) {
       HostTensor g(c.dtype, {c.T, c.E}), bias(DType::kF32, {c.E});
       std::normal_distribution<double> normal(0.0, mode == 2 ? 60.0 : 1.0);
       std::uniform_int_distribution<int> level(0, 3);
-      for (int64_t i = 0; i < c.T * c.E; ++i)
-        g.set(i, mode == 1 ? static_cast<double>(level(rng)) : normal(rng));
+      uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+      for (int64_t i = 0; i < c.T * c.E; ++i) {
+        if (c.large) {  // xorshift, uniform in [-4, 4)
+          x ^= x << 13;
+          x ^= x >> 7;
+          x ^= x << 17;
+          g.set(i, static_cast<double>(x >> 11) * 0x1p-53 * 8.0 - 4.0);
+        } else {
+          g.set(i, mode == 1 ? static_cast<double>(level(rng)) : normal(rng));
+        }
+      }
       if (mode != 1) bias.fill_normal(rng, 0.1);  // mode 1: zero bias keeps the ties exact
       testing::DeviceTensor dg(g), db(bias);
       HostTensor out[2][2];
