@@ -137,6 +137,47 @@ struct Names {
   PyObject* is_contiguous = nullptr;
 } g_names;
 
+// The C descriptors behind those names on torch.Tensor (methods and getsets of
+// torch._C.TensorBase), called directly for tensors whose type resolves the five
+// names to these same descriptors (torch.Tensor, nn.Parameter, ...): no attribute
+// lookup per read. Other types use the generic attribute calls.
+struct Descrs {
+  PyObject* get_device = nullptr;
+  PyObject* data_ptr = nullptr;
+  PyObject* dtype = nullptr;
+  PyObject* shape = nullptr;
+  PyObject* is_contiguous = nullptr;
+} g_descrs;
+constexpr int kMaxFastTypes = 8;
+PyTypeObject* g_fast_types[kMaxFastTypes] = {};  // checked once, then kept (strong refs)
+int g_num_fast_types = 0;
+
+bool same_descriptors(PyTypeObject* t) {
+  return g_descrs.get_device && _PyType_Lookup(t, g_names.get_device) == g_descrs.get_device &&
+         _PyType_Lookup(t, g_names.data_ptr) == g_descrs.data_ptr &&
+         _PyType_Lookup(t, g_names.dtype) == g_descrs.dtype &&
+         _PyType_Lookup(t, g_names.shape) == g_descrs.shape &&
+         _PyType_Lookup(t, g_names.is_contiguous) == g_descrs.is_contiguous;
+}
+
+bool is_fast_type(PyTypeObject* t) {
+  for (int i = 0; i < g_num_fast_types; ++i) {
+    if (g_fast_types[i] == t) return true;
+  }
+  if (g_num_fast_types == kMaxFastTypes || !same_descriptors(t)) return false;
+  Py_INCREF(reinterpret_cast<PyObject*>(t));
+  g_fast_types[g_num_fast_types++] = t;
+  return true;
+}
+
+// A method descriptor called on `self` without arguments / a getset read.
+PyObject* call_descr(PyObject* descr, PyObject* self) {
+  return PyObject_Vectorcall(descr, &self, 1, nullptr);
+}
+PyObject* get_descr(PyObject* descr, PyObject* self) {
+  return Py_TYPE(descr)->tp_descr_get(descr, self, reinterpret_cast<PyObject*>(Py_TYPE(self)));
+}
+
 const char* dl_device_name(int type) {
   switch (type) {
     case 1:
@@ -180,7 +221,18 @@ class Converter {
     if (g_tensor_type == nullptr || !PyObject_TypeCheck(o, g_tensor_type)) {
       fail(op_, arg, "a torch.Tensor", type_of(o));
     }
-    const int64_t dev = call_int(o, g_names.get_device);
+    const bool fast = is_fast_type(Py_TYPE(o));
+    auto call = [&](PyObject* descr, PyObject* name) {
+      PyObject* r = fast ? call_descr(descr, o) : PyObject_CallMethodNoArgs(o, name);
+      if (!r) throw nb::python_error();
+      return nb::steal(r);
+    };
+    auto get = [&](PyObject* descr, PyObject* name) {
+      PyObject* r = fast ? get_descr(descr, o) : PyObject_GetAttr(o, name);
+      if (!r) throw nb::python_error();
+      return nb::steal(r);
+    };
+    const int64_t dev = as_int64(call(g_descrs.get_device, g_names.get_device).ptr());
     if (g_check_devices) {
       if (dev < 0) fail(op_, arg, "a CUDA tensor", "a tensor on " + attr_str(o, "device"));
       if (first_arg_ == nullptr) {
@@ -194,16 +246,11 @@ class Converter {
       }
     }
     TensorView v;
-    v.data = reinterpret_cast<void*>(static_cast<uintptr_t>(call_int(o, g_names.data_ptr)));
-    nb::object dt = nb::steal(PyObject_GetAttr(o, g_names.dtype));
-    if (!dt.is_valid()) throw nb::python_error();
-    v.dtype = dtype_from_code(dt.ptr(), op_, arg);
-    nb::object shape = nb::steal(PyObject_GetAttr(o, g_names.shape));
-    if (!shape.is_valid()) throw nb::python_error();
-    v.ndim = read_dims(shape.ptr(), v.shape, op_, arg, "shape");
-    nb::object contiguous = nb::steal(PyObject_CallMethodNoArgs(o, g_names.is_contiguous));
-    if (!contiguous.is_valid()) throw nb::python_error();
-    if (contiguous.ptr() != Py_True) {
+    v.data = reinterpret_cast<void*>(
+        static_cast<uintptr_t>(as_int64(call(g_descrs.data_ptr, g_names.data_ptr).ptr())));
+    v.dtype = dtype_from_code(get(g_descrs.dtype, g_names.dtype).ptr(), op_, arg);
+    v.ndim = read_dims(get(g_descrs.shape, g_names.shape).ptr(), v.shape, op_, arg, "shape");
+    if (call(g_descrs.is_contiguous, g_names.is_contiguous).ptr() != Py_True) {
       fail(op_, arg, "a contiguous row-major tensor", "a non-contiguous one");
     }
     int64_t s = 1;
@@ -214,11 +261,8 @@ class Converter {
     return v;
   }
 
-  static int64_t call_int(PyObject* o, PyObject* method) {
-    PyObject* r = PyObject_CallMethodNoArgs(o, method);
-    if (!r) throw nb::python_error();
+  static int64_t as_int64(PyObject* r) {
     long long v = PyLong_AsLongLong(r);
-    Py_DECREF(r);
     if (v == -1 && PyErr_Occurred()) throw nb::python_error();
     return v;
   }
@@ -901,6 +945,26 @@ NB_MODULE(_moekit, m) {
         g_names.dtype = PyUnicode_InternFromString("dtype");
         g_names.shape = PyUnicode_InternFromString("shape");
         g_names.is_contiguous = PyUnicode_InternFromString("is_contiguous");
+        // The descriptors are those torch.Tensor resolves the names to (borrowed from
+        // the type's MRO, which the strong reference to the type keeps alive).
+        PyTypeObject* t = g_tensor_type;
+        g_descrs.get_device = _PyType_Lookup(t, g_names.get_device);
+        g_descrs.data_ptr = _PyType_Lookup(t, g_names.data_ptr);
+        g_descrs.dtype = _PyType_Lookup(t, g_names.dtype);
+        g_descrs.shape = _PyType_Lookup(t, g_names.shape);
+        g_descrs.is_contiguous = _PyType_Lookup(t, g_names.is_contiguous);
+        const bool usable =
+            g_descrs.get_device && PyObject_TypeCheck(g_descrs.get_device, &PyMethodDescr_Type) &&
+            g_descrs.data_ptr && PyObject_TypeCheck(g_descrs.data_ptr, &PyMethodDescr_Type) &&
+            g_descrs.is_contiguous &&
+            PyObject_TypeCheck(g_descrs.is_contiguous, &PyMethodDescr_Type) && g_descrs.dtype &&
+            PyObject_TypeCheck(g_descrs.dtype, &PyGetSetDescr_Type) && g_descrs.shape &&
+            PyObject_TypeCheck(g_descrs.shape, &PyGetSetDescr_Type);
+        if (!usable) g_descrs = Descrs{};  // a torch whose attributes are not C descriptors
+        for (int i = 0; i < g_num_fast_types; ++i) {
+          Py_DECREF(reinterpret_cast<PyObject*>(g_fast_types[i]));
+        }
+        g_num_fast_types = 0;
       },
       arg("tensor_type"), arg("grow"));
   m.def(
