@@ -274,7 +274,10 @@ def set_workspace_cache(enabled: bool) -> bool:
     return old
 
 
-_raw._register_torch(torch.Tensor, _grow)
+# The extension reads torch tensors through torch's DLPack C exchange API where this
+# torch has it (one C call per tensor), else through TensorBase's attribute descriptors;
+# MOEKIT_DLPACK_EXCHANGE=0 forces the latter.
+_raw._register_torch(torch.Tensor, _grow, os.environ.get("MOEKIT_DLPACK_EXCHANGE", "1") != "0")
 _empty_like = torch.empty_like
 
 

@@ -124,6 +124,46 @@ DType dtype_from_dlpack(nb::dlpack::dtype dt, const char* op, const char* arg) {
            ", lanes " + std::to_string(dt.lanes) + ")");
 }
 
+// The DLPack C exchange API (dlpack.h >= 1.2: DLPackExchangeAPI) that torch >= 2.9
+// publishes as torch.Tensor.__dlpack_c_exchange_api__: dltensor_from_py_object_no_sync
+// fills a non-owning DLTensor from a tensor in one C call. Declared here (ABI of
+// DLPack major version 1) to stay independent of the dlpack.h that nanobind bundles.
+namespace xdl {
+struct Device {
+  int32_t device_type;
+  int32_t device_id;
+};
+struct DataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct Tensor {
+  void* data;
+  Device device;
+  int32_t ndim;
+  DataType dtype;
+  int64_t* shape;
+  int64_t* strides;
+  uint64_t byte_offset;
+};
+struct ApiHeader {
+  uint32_t major;
+  uint32_t minor;
+  void* prev_api;
+};
+struct Api {
+  ApiHeader header;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, Tensor* out);
+  void* current_work_stream;
+};
+}  // namespace xdl
+const xdl::Api* g_exchange = nullptr;  // torch.Tensor's, when usable
+PyObject* g_exchange_capsule = nullptr;
+
 // The torch layer's tensor type (torch.Tensor, registered by moekit.ops), the names
 // of the attributes read from it, and its workspace grow callback.
 PyTypeObject* g_tensor_type = nullptr;
@@ -135,6 +175,7 @@ struct Names {
   PyObject* dtype = nullptr;
   PyObject* shape = nullptr;
   PyObject* is_contiguous = nullptr;
+  PyObject* exchange_api = nullptr;
 } g_names;
 
 // The C descriptors behind those names on torch.Tensor (methods and getsets of
@@ -157,7 +198,9 @@ bool same_descriptors(PyTypeObject* t) {
          _PyType_Lookup(t, g_names.data_ptr) == g_descrs.data_ptr &&
          _PyType_Lookup(t, g_names.dtype) == g_descrs.dtype &&
          _PyType_Lookup(t, g_names.shape) == g_descrs.shape &&
-         _PyType_Lookup(t, g_names.is_contiguous) == g_descrs.is_contiguous;
+         _PyType_Lookup(t, g_names.is_contiguous) == g_descrs.is_contiguous &&
+         (g_exchange_capsule == nullptr ||
+          _PyType_Lookup(t, g_names.exchange_api) == g_exchange_capsule);
 }
 
 bool is_fast_type(PyTypeObject* t) {
@@ -222,6 +265,15 @@ class Converter {
       fail(op_, arg, "a torch.Tensor", type_of(o));
     }
     const bool fast = is_fast_type(Py_TYPE(o));
+    if (fast && g_exchange != nullptr) {
+      xdl::Tensor dl{};
+      if (g_exchange->dltensor_from_py_object_no_sync(o, &dl) == 0) {
+        TensorView v;
+        if (from_dltensor(dl, o, arg, v)) return v;
+      } else {
+        PyErr_Clear();  // a tensor DLPack cannot describe: the attribute reads decide
+      }
+    }
     auto call = [&](PyObject* descr, PyObject* name) {
       PyObject* r = fast ? call_descr(descr, o) : PyObject_CallMethodNoArgs(o, name);
       if (!r) throw nb::python_error();
@@ -232,19 +284,7 @@ class Converter {
       if (!r) throw nb::python_error();
       return nb::steal(r);
     };
-    const int64_t dev = as_int64(call(g_descrs.get_device, g_names.get_device).ptr());
-    if (g_check_devices) {
-      if (dev < 0) fail(op_, arg, "a CUDA tensor", "a tensor on " + attr_str(o, "device"));
-      if (first_arg_ == nullptr) {
-        device_ = dev;
-        first_arg_ = arg;
-      } else if (dev != device_) {
-        fail(
-            op_, arg,
-            "a tensor on cuda:" + std::to_string(device_) + " (the device of '" + first_arg_ + "')",
-            "cuda:" + std::to_string(dev));
-      }
-    }
+    check_device(as_int64(call(g_descrs.get_device, g_names.get_device).ptr()), o, arg);
     TensorView v;
     v.data = reinterpret_cast<void*>(
         static_cast<uintptr_t>(as_int64(call(g_descrs.data_ptr, g_names.data_ptr).ptr())));
@@ -259,6 +299,53 @@ class Converter {
       s *= v.shape[d];
     }
     return v;
+  }
+
+  // The device check shared by both ways of reading a torch tensor.
+  void check_device(int64_t dev, PyObject* o, const char* arg) {
+    if (!g_check_devices) return;
+    if (dev < 0) fail(op_, arg, "a CUDA tensor", "a tensor on " + attr_str(o, "device"));
+    if (first_arg_ == nullptr) {
+      device_ = dev;
+      first_arg_ = arg;
+    } else if (dev != device_) {
+      fail(op_, arg,
+           "a tensor on cuda:" + std::to_string(device_) + " (the device of '" + first_arg_ + "')",
+           "cuda:" + std::to_string(dev));
+    }
+  }
+
+  // Fills v from a DLTensor of the exchange API. Returns false (v untouched) for what
+  // the attribute reads must handle and name: a dtype moekit does not take, too many
+  // dimensions. Rejects a non-contiguous tensor and checks the device.
+  bool from_dltensor(const xdl::Tensor& dl, PyObject* o, const char* arg, TensorView& v) {
+    DType dtype = DType::kUndefined;
+    if (dl.dtype.lanes == 1) {
+      const int code = dl.dtype.code, bits = dl.dtype.bits;
+      if (code == 4 && bits == 16) dtype = DType::kBF16;     // kDLBfloat
+      if (code == 2 && bits == 16) dtype = DType::kF16;      // kDLFloat
+      if (code == 2 && bits == 32) dtype = DType::kF32;      // kDLFloat
+      if (code == 0 && bits == 32) dtype = DType::kI32;      // kDLInt
+      if (code == 10 && bits == 8) dtype = DType::kFP8E4M3;  // kDLFloat8_e4m3fn
+    }
+    if (dtype == DType::kUndefined || dl.ndim < 0 || dl.ndim > kMaxDims) return false;
+    const int type = dl.device.device_type;
+    check_device(type == kDLCUDA || type == kDLCUDAManaged ? dl.device.device_id : -1, o, arg);
+    v.data = static_cast<char*>(dl.data) + dl.byte_offset;
+    v.dtype = dtype;
+    v.ndim = dl.ndim;
+    int64_t numel = 1;
+    bool contiguous = true;  // torch's rule: strides of size-1 dims do not matter
+    for (int d = v.ndim - 1; d >= 0; --d) {
+      v.shape[d] = dl.shape[d];
+      if (dl.strides && v.shape[d] != 1 && dl.strides[d] != numel) contiguous = false;
+      v.stride[d] = numel;
+      numel *= v.shape[d];
+    }
+    if (!contiguous && numel != 0) {
+      fail(op_, arg, "a contiguous row-major tensor", "a non-contiguous one");
+    }
+    return true;
   }
 
   static int64_t as_int64(PyObject* r) {
@@ -932,7 +1019,7 @@ NB_MODULE(_moekit, m) {
   // layer's cached entry, grown through its callback: one call, one conversion.
   m.def(
       "_register_torch",
-      [](nb::handle tensor_type, nb::handle grow) {
+      [](nb::handle tensor_type, nb::handle grow, bool use_exchange) {
         if (!PyType_Check(tensor_type.ptr())) {
           throw Error("moekit.raw._register_torch: tensor_type: expected a type");
         }
@@ -961,12 +1048,42 @@ NB_MODULE(_moekit, m) {
             PyObject_TypeCheck(g_descrs.dtype, &PyGetSetDescr_Type) && g_descrs.shape &&
             PyObject_TypeCheck(g_descrs.shape, &PyGetSetDescr_Type);
         if (!usable) g_descrs = Descrs{};  // a torch whose attributes are not C descriptors
+        // torch >= 2.9: the DLPack C exchange API (major version 1, with the DLTensor
+        // export); older torch reads attributes only.
+        g_names.exchange_api = PyUnicode_InternFromString("__dlpack_c_exchange_api__");
+        g_exchange = nullptr;
+        g_exchange_capsule = nullptr;
+        PyObject* cap = _PyType_Lookup(t, g_names.exchange_api);
+        if (usable && use_exchange && cap && PyCapsule_IsValid(cap, "dlpack_exchange_api")) {
+          auto* api =
+              static_cast<const xdl::Api*>(PyCapsule_GetPointer(cap, "dlpack_exchange_api"));
+          if (api && api->header.major == 1 && api->dltensor_from_py_object_no_sync) {
+            g_exchange = api;
+            g_exchange_capsule = cap;
+          }
+        }
+        PyErr_Clear();
         for (int i = 0; i < g_num_fast_types; ++i) {
           Py_DECREF(reinterpret_cast<PyObject*>(g_fast_types[i]));
         }
         g_num_fast_types = 0;
       },
-      arg("tensor_type"), arg("grow"));
+      arg("tensor_type"), arg("grow"), arg("use_exchange") = true);
+  m.def(
+      "_t_view",
+      [](nb::handle t) {
+        Converter cv("_t_view", true);
+        TensorView v = cv(t, "t");
+        nb::list shape;
+        for (int d = 0; d < v.ndim; ++d) shape.append(v.shape[d]);
+        return nb::make_tuple(reinterpret_cast<uintptr_t>(v.data), static_cast<int>(v.dtype),
+                              nb::tuple(shape));
+      },
+      arg("t"), "Tests: (data_ptr, dtype code, shape) as the torch entry points read t.");
+  m.def(
+      "_tensor_protocol", []() { return g_exchange ? "dlpack-exchange" : "attributes"; },
+      "How the torch entry points read tensors: 'dlpack-exchange' (torch's DLPack C "
+      "exchange API, one C call per tensor) or 'attributes'.");
   m.def(
       "_set_device_check",
       [](bool on) {

@@ -286,3 +286,40 @@ def test_torch_entry_points_reject_non_tensors_and_check_devices():
                        match=r"moekit::fused_topk: argument 'gating_output': expected a CUDA "
                              r"tensor, got a tensor on cpu"):  # fmt: skip
         moekit.raw._t_fused_topk(x, None, w, ids, 2, False, "softmax", 0, 0, 1.0, 0)
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_torch_entry_points_read_tensors_exactly(exchange):
+    """Both ways the extension reads a torch tensor (torch's DLPack C exchange API, the
+    attribute descriptors) give its data pointer, dtype and shape: views with a storage
+    offset, nn.Parameter with requires_grad, size-1 dims with odd strides, empty
+    tensors; strided views and unsupported dtypes are rejected, named."""
+    raw = moekit.raw
+    raw._register_torch(torch.Tensor, moekit.ops._grow, exchange)
+    old = raw._set_device_check(False)
+    try:
+        if exchange and hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+            assert raw._tensor_protocol() == "dlpack-exchange"
+        if not exchange:
+            assert raw._tensor_protocol() == "attributes"
+        base = torch.arange(6 * 64, dtype=torch.float32).view(6, 64)
+        cases = [
+            base, base[2:], base[1:3], torch.nn.Parameter(torch.zeros(4, 8, dtype=bf16)),
+            torch.zeros(5, 1, 7, dtype=f16).transpose(0, 1).contiguous(),
+            torch.zeros(3, 1, 8)[:, 0], torch.zeros(0, 16, dtype=i32),
+            torch.zeros(2, 3, 32).to(torch.float8_e4m3fn), base.view(-1)[5:17].view(3, 4),
+        ]
+        for t in cases:
+            code = moekit.ops.TORCH_DTYPES[t.dtype]
+            assert raw._t_view(t) == (t.data_ptr(), code, tuple(t.shape)), (t.shape, t.dtype)
+        with pytest.raises(moekit.MoekitError, match="non-contiguous"):
+            raw._t_view(base.t())
+        with pytest.raises(moekit.MoekitError, match="torch.int64"):
+            raw._t_view(torch.zeros(3, dtype=torch.int64))
+        with pytest.raises(moekit.MoekitError, match="a torch.Tensor, got int"):
+            raw._t_view(3)
+    finally:
+        raw._set_device_check(old)
+        moekit.ops._raw._register_torch(
+            torch.Tensor, moekit.ops._grow,
+            moekit.ops.os.environ.get("MOEKIT_DLPACK_EXCHANGE", "1") != "0")  # fmt: skip
