@@ -18,6 +18,7 @@ F expert intermediate size, S shared intermediate size, P permuted rows.
 """
 
 import os
+import threading
 
 import torch
 
@@ -230,9 +231,14 @@ def _rows_like(x):
 # graph's private pool, as any other allocation there), so a graph never shares
 # memory with eager calls. release_workspaces() gives the cached buffers back to the
 # caching allocator; set_workspace_cache(False) (or MOEKIT_WORKSPACE_CACHE=0)
-# allocates per call.
+# allocates per call. Only the eager fast path uses the cache: a call through the
+# dispatcher (torch.ops.moekit.*, so every torch.compile'd graph) allocates per call,
+# because inductor's CUDA-graph trees run their warm-up outside stream capture but
+# inside the graph's private memory pool, and a cached buffer from that pool would
+# outlive the graph ("tensors in the cudagraph pool not tracked as outputs").
 
 _ws_cache = {}  # (device index, stream) -> entry
+_tls = threading.local()  # .uncached: inside a dispatcher-registered kernel
 _ws_cache_on = os.environ.get("MOEKIT_WORKSPACE_CACHE", "1") != "0"
 _is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (lambda: False)
 _MiB = 1 << 20
@@ -250,7 +256,7 @@ def _grow(entry, nbytes):
 
 def _ws(dev, stream, like):
     """The workspace entry for an op about to run on (dev, stream)."""
-    if _ws_cache_on and not _is_capturing():
+    if _ws_cache_on and not getattr(_tls, "uncached", False) and not _is_capturing():
         e = _ws_cache.get((dev, stream))
         if e is None:
             e = _ws_cache[(dev, stream)] = [0, 0, None, like.device, True]
@@ -716,11 +722,25 @@ def _cpu_kernel(name):
     return kernel
 
 
+def _dispatched(fn):
+    # The CUDA kernel as registered with the dispatcher: a workspace per call (see _ws).
+    def kernel(*args, **kwargs):
+        before = getattr(_tls, "uncached", False)
+        _tls.uncached = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _tls.uncached = before
+
+    kernel.__name__ = fn.__name__
+    return kernel
+
+
 _lib = torch.library.Library("moekit", "DEF")
 _OPS = {}
 for _name, (_schema, _cuda, _fake) in _SCHEMAS.items():
     _lib.define(_name + _schema)
-    _lib.impl(_name, _cuda, "CUDA")
+    _lib.impl(_name, _dispatched(_cuda), "CUDA")
     _lib.impl(_name, _cpu_kernel(_name), "CPU")
     torch.library.register_fake("moekit::" + _name, _fake, lib=_lib)
     _OPS[_name] = getattr(torch.ops.moekit, _name).default

@@ -527,6 +527,23 @@ def test_workspace_cache_serves_many_shapes_and_streams():
 
 
 @requires_real_gpu
+def test_dispatcher_calls_never_use_the_workspace_cache():
+    """torch.ops.moekit.* (what compiled graphs call) allocates its workspace per call:
+    a cached buffer from a CUDA-graph tree's private pool would outlive the graph."""
+    x, logits, w13, w2, (s13, s2), p = _layer_inputs(24, bf16, "softmax", 22, S=128)
+    moekit.ops.release_workspaces()
+    got = torch.ops.moekit.fused_moe_shared_expert.default(x, logits, w13, w2, s13, s2, **p)
+    assert len(moekit.ops._ws_cache) == 0
+    old = moekit.ops.set_eager_fast_path(True)
+    try:
+        eager = moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
+    finally:
+        moekit.ops.set_eager_fast_path(old)
+    assert len(moekit.ops._ws_cache) == 1
+    assert torch.equal(got, eager)
+
+
+@requires_real_gpu
 def test_runs_on_the_current_stream():
     H, S = 256, 128
     g = gen(17)
