@@ -28,7 +28,10 @@ struct GroupedGemmFP8Problem {
 enum Fp8GemmConfig : int {
   kFp8ConfigDecode = 0,   // 32x128 tiles, 4 warps
   kFp8ConfigPrefill = 1,  // 128x128 tiles, 8 warps
-  kFp8ConfigCount = 2,
+  // SM90 TMA + wgmma, 128x128x128 tiles, persistent (sm90_fp8_grouped_gemm.cu).
+  // Unverified on GPU (compiled only, 2026-12-02): never picked by the heuristic.
+  kFp8ConfigSm90 = 2,
+  kFp8ConfigCount = 3,
 };
 
 // problem.config, else MOEKIT_GEMM_CONFIG, else the heuristic (docs/gemm.md).
@@ -36,5 +39,10 @@ int select_grouped_gemm_fp8_config(const GroupedGemmFP8Problem& problem);
 
 // Validates nothing; launches on `stream`.
 void run_grouped_gemm_fp8(const GroupedGemmFP8Problem& problem, cudaStream_t stream);
+
+// The SM90 config: whether it takes the problem (k > 0, at most 1024 groups, 32-bit
+// extents), and its launcher (throws outside those limits).
+bool sm90_fp8_supports(const GroupedGemmFP8Problem& problem);
+void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& problem, cudaStream_t stream);
 
 }  // namespace moekit::detail
