@@ -50,6 +50,8 @@
 #include "core/dtype.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/grouped_gemm.h"
+#include "gemm/sm90_epilogue.cuh"  // quad_transpose, store_4_blocks, store_accumulators
+#include "gemm/sm90_schedule.cuh"  // build_tile_schedule, Tile, locate_tile
 #include "gemm/sm90_tile_math.h"
 #include "gemm/tile_scheduler.cuh"
 #include "moekit/error.h"
@@ -201,126 +203,6 @@ struct Params {
   uint64_t hint_a, hint_b;  // TMA L2 cache hints (TMA::CacheHintSm90 values)
 };
 
-struct Tile {
-  int group;
-  int a_row, a_l;  // first A row (TMA coordinates)
-  int rows;        // valid rows, 1..BM
-  int b_row0, b_row1;
-  int64_t c_row;  // first output row
-  int n0;         // first output column
-};
-
-// Tile `id` (< total) -> coordinates. Order: group-major, then n-tile, m-tile fastest
-// (the m-tiles sharing one b tile are processed side by side by neighbouring blocks).
-template <class Cfg, class T>
-__device__ __forceinline__ Tile locate_tile(const Params<Cfg, T>& p, const int* tile_start,
-                                            int id) {
-  // Largest g with tile_start[g] <= id: a non-empty group (an empty g has
-  // tile_start[g] == tile_start[g + 1], so g + 1 would also qualify).
-  int lo = 0, hi = p.rows.num_groups - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (tile_start[mid] <= id)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  Tile t;
-  t.group = lo;
-  int64_t first, count;
-  group_rows(p.rows, lo, first, count);
-  const int m_tiles = static_cast<int>((count + Cfg::BM - 1) / Cfg::BM);
-  const int local = id - tile_start[lo];
-  const int m_tile = local % m_tiles, n_tile = local / m_tiles;
-  t.rows = static_cast<int>(min(static_cast<int64_t>(Cfg::BM), count - int64_t{m_tile} * Cfg::BM));
-  t.c_row = first + int64_t{m_tile} * Cfg::BM;
-  if (p.rows.mode == kRowsMasked) {
-    t.a_row = m_tile * Cfg::BM;  // inside the group's slab (L = group)
-    t.a_l = lo;
-  } else {
-    t.a_row = static_cast<int>(t.c_row);
-    t.a_l = 0;
-  }
-  if (p.silu) {
-    t.n0 = n_tile * Cfg::B_BOX;
-    t.b_row0 = t.n0;        // gate rows
-    t.b_row1 = p.n + t.n0;  // the matching up rows
-  } else {
-    t.n0 = n_tile * Cfg::BN;
-    t.b_row0 = t.n0;
-    t.b_row1 = t.n0 + Cfg::B_BOX;
-  }
-  return t;
-}
-
-// 4 x 4 transpose of 32-bit words across the 4 lanes of a quad (lane & 3 = q): on
-// return x[j] holds what lane j held in x[q] (two butterfly stages, 4 shuffles).
-__device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int q) {
-  const bool b0 = (q & 1) != 0, b1 = (q & 2) != 0;
-  {  // 2 x 2 blocks: swap the off-diagonal elements with lane q ^ 1
-    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, b0 ? x[0] : x[1], 1);
-    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, b0 ? x[2] : x[3], 1);
-    if (b0) {
-      x[0] = r0;
-      x[2] = r1;
-    } else {
-      x[1] = r0;
-      x[3] = r1;
-    }
-  }
-  {  // swap the off-diagonal 2 x 2 blocks with lane q ^ 2
-    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, b1 ? x[0] : x[2], 2);
-    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, b1 ? x[1] : x[3], 2);
-    if (b1) {
-      x[0] = r0;
-      x[1] = r1;
-    } else {
-      x[2] = r0;
-      x[3] = r1;
-    }
-  }
-}
-
-__device__ __forceinline__ uint32_t pack2(float x, float y, __nv_bfloat16*) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-__device__ __forceinline__ uint32_t pack2(float x, float y, __half*) {
-  const __half2 v = __floats2half2_rn(x, y);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// Stores 4 adjacent 8-column blocks of one row, held as wgmma D pairs: lane q of the
-// quad holds columns 2q, 2q + 1 of each block (v[j] = block j); after the transpose lane
-// q writes block q whole (16 bytes of 16-bit output, 32 of f32) at `dst` + 8 q.
-template <class Out>
-__device__ __forceinline__ void store_4_blocks(Out* dst, const float (&vx)[4], const float (&vy)[4],
-                                               int q, bool store) {
-  if constexpr (sizeof(Out) == 4) {
-    uint32_t x[4], y[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      x[j] = __float_as_uint(vx[j]);
-      y[j] = __float_as_uint(vy[j]);
-    }
-    quad_transpose(x, q);
-    quad_transpose(y, q);
-    if (store) {
-      float4* d = reinterpret_cast<float4*>(dst + 8 * q);
-      d[0] = make_float4(__uint_as_float(x[0]), __uint_as_float(y[0]), __uint_as_float(x[1]),
-                         __uint_as_float(y[1]));
-      d[1] = make_float4(__uint_as_float(x[2]), __uint_as_float(y[2]), __uint_as_float(x[3]),
-                         __uint_as_float(y[3]));
-    }
-  } else {
-    uint32_t x[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) x[j] = pack2(vx[j], vy[j], static_cast<Out*>(nullptr));
-    quad_transpose(x, q);
-    if (store) *reinterpret_cast<uint4*>(dst + 8 * q) = make_uint4(x[0], x[1], x[2], x[3]);
-  }
-}
-
 // VEC_EPI: 1 = 16-byte stores of whole 8-column blocks after a quad transpose
 // (store_4_blocks), 0 = the wgmma pairs stored as they are (4 / 8 bytes).
 template <class Cfg, class T, class Out, int VEC_EPI>
@@ -336,32 +218,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int warp_group = threadIdx.x / 128;
   const int G = p.rows.num_groups;
 
-  // Tile schedule: tiles per group, then an inclusive scan by warp 0 (any G <= 1024),
-  // in 64 bits and saturated at the host's bound (<= INT_MAX): non-monotonic metadata
-  // can make the groups overlap and their tile counts sum past it (tile_prefix).
-  for (int g = threadIdx.x; g < G; g += Cfg::THREADS) {
-    int64_t first, count;
-    group_rows(p.rows, g, first, count);
-    ss.tile_start[g + 1] = tiles_of_group(count, BM, p.n_tiles, p.tile_bound);
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    int64_t running = 0;
-    for (int base = 0; base < G; base += 32) {
-      const int g = base + lane;
-      int64_t v = g < G ? ss.tile_start[g + 1] : 0;
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const int64_t u = __shfl_up_sync(0xffffffffu, v, off);
-        if (lane >= off) v += u;
-      }
-      if (g < G) ss.tile_start[g + 1] = tile_prefix(running, v, p.tile_bound);
-      running += __shfl_sync(0xffffffffu, v, 31);
-      running = running < p.tile_bound ? running : p.tile_bound;  // no overflow over chunks
-    }
-    if (lane == 0) ss.tile_start[0] = 0;
-  }
+  // Tile schedule (sm90_schedule.cuh): tile_start[G + 1] in shared memory.
+  build_tile_schedule<Cfg::THREADS, BM>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Cfg::STAGE_BYTES;
@@ -385,7 +243,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
       PipelineState write = cutlass::make_producer_start_state<Pipeline>();
       for (int id = blockIdx.x; id < total; id += gridDim.x) {
-        const Tile t = locate_tile<Cfg, T>(p, ss.tile_start, id);
+        const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
         // (BM, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
         Tensor gA = local_tile(domain_offset(make_coord(t.a_row, 0), mA(_, _, t.a_l)),
                                make_shape(Int<BM>{}, Int<BK>{}), make_coord(0, _));
@@ -442,7 +300,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
     if (get<0>(tCcC(0)) / 64 != warp_group - 1 || get<1>(tCcC(0)) != 2 * q) __trap();
     for (int id = blockIdx.x; id < total; id += gridDim.x) {
-      const Tile t = locate_tile<Cfg, T>(p, ss.tile_start, id);
+      const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
       if (k_tiles == 0) {
         clear(acc);
       } else if (wg_row0 >= t.rows) {
@@ -493,80 +351,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         pipeline.consumer_release(release);
       }
 
-      // Epilogue: f32 -> (silu(gate) * up) -> one rounding -> predicated stores.
-      // Elements i, i+1 (i even) are adjacent columns; with silu, element i + ACC/2 is
-      // column + 128 of the same row (wgmma D layout: index = e + 2*h + 4*(col/8)); the
-      // checks below fold to constants and trap if CuTe's layout ever differs.
-      const int64_t n = p.n;
-      if constexpr (VEC_EPI) {
-        // Groups of 4 8-column blocks (16 accumulator elements) per row half h: element
-        // 16 J + 4 j + 2 h + e is column 32 J + 8 j + 2 q + e of row r(h). The quad's 4
-        // lanes transpose their pairs so each stores one whole block (16 bytes).
-        constexpr int OUT_COLS = BN;  // accumulator columns (silu: gate | up halves)
-        constexpr int GROUPS = OUT_COLS / 32;
-        auto epi = [&](auto value, auto groups) {
-          CUTE_UNROLL
-          for (int J = 0; J < decltype(groups)::value; ++J) {
-            CUTE_UNROLL
-            for (int h = 0; h < 2; ++h) {
-              const int i0 = 16 * J + 2 * h;
-              const int r = get<0>(tCcC(i0)), col0 = get<1>(tCcC(i0));
-              float vx[4], vy[4];
-              CUTE_UNROLL
-              for (int j = 0; j < 4; ++j) {
-                const int i = i0 + 4 * j;
-                if (get<0>(tCcC(i)) != r || get<1>(tCcC(i)) != col0 + 8 * j ||
-                    get<0>(tCcC(i + 1)) != r || get<1>(tCcC(i + 1)) != col0 + 8 * j + 1) {
-                  __trap();
-                }
-                vx[j] = value(i);
-                vy[j] = value(i + 1);
-              }
-              // This lane's block after the transpose starts at column 32 J + 8 q.
-              const int64_t out_col = t.n0 + 32 * J + 8 * q;
-              const bool ok = r < t.rows && out_col < n;  // n % 8 == 0: blocks whole
-              store_4_blocks<Out>(c + (t.c_row + r) * n + t.n0 + 32 * J, vx, vy, q, ok);
-            }
-          }
-        };
-        if (silu) {
-          static_assert(ACC / 2 == 16 * (Cfg::B_BOX / 32), "silu halves");
-          epi(
-              [&](int i) {
-                if (get<1>(tCcC(i + ACC / 2)) != get<1>(tCcC(i)) + Cfg::B_BOX ||
-                    get<0>(tCcC(i + ACC / 2)) != get<0>(tCcC(i))) {
-                  __trap();
-                }
-                return detail::silu(acc(i)) * acc(i + ACC / 2);
-              },
-              Int<Cfg::B_BOX / 32>{});
-        } else {
-          epi([&](int i) { return acc(i); }, Int<GROUPS>{});
-        }
-      } else if (silu) {
-        CUTE_UNROLL
-        for (int i = 0; i < ACC / 2; i += 2) {
-          const int r = get<0>(tCcC(i)), col = get<1>(tCcC(i));
-          if (get<1>(tCcC(i + 1)) != col + 1 || get<1>(tCcC(i + ACC / 2)) != col + Cfg::B_BOX ||
-              get<0>(tCcC(i + ACC / 2)) != r || col >= Cfg::B_BOX) {
-            __trap();
-          }
-          const int64_t out_col = t.n0 + col;
-          if (r >= t.rows || out_col >= n) continue;
-          const float x = detail::silu(acc(i)) * acc(i + ACC / 2);
-          const float y = detail::silu(acc(i + 1)) * acc(i + 1 + ACC / 2);
-          store_pair<Out>(c + (t.c_row + r) * n + out_col, x, y);
-        }
-      } else {
-        CUTE_UNROLL
-        for (int i = 0; i < ACC; i += 2) {
-          const int r = get<0>(tCcC(i)), col = get<1>(tCcC(i));
-          if (get<1>(tCcC(i + 1)) != col + 1) __trap();
-          const int64_t out_col = t.n0 + col;
-          if (r >= t.rows || out_col >= n) continue;  // n % 8 == 0: a pair is wholly in or out
-          store_pair<Out>(c + (t.c_row + r) * n + out_col, acc(i), acc(i + 1));
-        }
-      }
+      // Epilogue (sm90_epilogue.cuh): f32 -> (silu(gate) * up) -> one rounding ->
+      // predicated stores straight from the accumulators.
+      store_accumulators<BN, Cfg::B_BOX, VEC_EPI>(acc, tCcC, t, c, p.n, silu, q);
     }
   }
 #endif
@@ -584,10 +371,12 @@ inline int device_sm_count() {
 
 // In: __nv_bfloat16 / __half (pointer type of the problem); T: the matching CuTe type.
 // Callers route k == 0 elsewhere (a TMA descriptor needs a non-empty k extent).
-template <class T, class Out>
-void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t stream,
-            const char* op) {
-  using Cfg = Config<T>;
+// Fills the kernel parameters of config Cfg (BM, BN, B_BOX, MAX_GROUPS, the smem box
+// layouts; shared with the ping-pong config 6) and returns the host's upper bound of
+// tiles (0: nothing to do, p untouched).
+template <class Cfg, class T>
+int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const char* op,
+                    Params<Cfg, T>& p) {
   const bool silu = prob.activation == Activation::kSiluAndMul;
   const int64_t G = rows.mode == kRowsDense ? 1 : rows.num_groups;
   const int64_t a_rows = rows.mode == kRowsMasked ? rows.max_m : rows.total_rows;
@@ -596,7 +385,7 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
   const int64_t out_cols_per_tile = silu ? Cfg::B_BOX : Cfg::BN;
   const int64_t n_tiles = (prob.n + out_cols_per_tile - 1) / out_cols_per_tile;
   const int64_t tiles = max_tiles(rows, Cfg::BM, static_cast<int>(n_tiles));
-  if (tiles <= 0) return;
+  if (tiles <= 0) return 0;
   if (G > Cfg::MAX_GROUPS) {
     throw Error(std::string("moekit::") + op + ": the SM90 GEMM config supports at most " +
                 std::to_string(Cfg::MAX_GROUPS) + " groups, got " + std::to_string(G));
@@ -606,8 +395,6 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
       a_rows * a_l > INT_MAX) {
     throw Error(std::string("moekit::") + op + ": problem too large for the SM90 GEMM config");
   }
-  const Knobs& kn = knobs();
-  Params<Cfg, T> p;
   const auto* a = static_cast<const T*>(prob.a);
   const int encodes = g_encode_calls;
   g_l2_bytes = l2_bytes(rows.mode);
@@ -641,7 +428,17 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
                                               : cute::TMA::CacheHintSm90::EVICT_NORMAL);
   p.hint_b = static_cast<uint64_t>(hints != 0 ? cute::TMA::CacheHintSm90::EVICT_FIRST
                                               : cute::TMA::CacheHintSm90::EVICT_NORMAL);
+  return tiles;
+}
 
+template <class T, class Out>
+void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t stream,
+            const char* op) {
+  using Cfg = Config<T>;
+  Params<Cfg, T> p;
+  const int64_t tiles = make_params<Cfg, T>(prob, rows, op, p);
+  if (tiles <= 0) return;
+  const Knobs& kn = knobs();
   const int smem = static_cast<int>(sizeof(SharedStorage<Cfg, T>));
   auto kernel =
       kn.epi ? sm90_grouped_gemm_kernel<Cfg, T, Out, 1> : sm90_grouped_gemm_kernel<Cfg, T, Out, 0>;

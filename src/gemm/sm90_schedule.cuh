@@ -1,0 +1,102 @@
+// Device-side persistent tile schedule of the SM90 bf16/f16 grouped-GEMM kernels
+// (config 2, sm90_grouped_gemm.cuh; config 6, sm90_pingpong.cuh): every block builds
+// tile_start[G + 1] in shared memory from the layout metadata (no host sync), then walks
+// tile ids blockIdx.x, + gridDim.x, ... and maps each to its coordinates.
+#pragma once
+
+#include <cstdint>
+
+#include "gemm/sm90_tile_math.h"
+#include "gemm/tile_scheduler.cuh"
+
+namespace moekit::detail::gemm::sm90 {
+
+// Tile schedule: tiles per group, then an inclusive scan by warp 0 (any G <= the
+// caller's tile_start capacity - 1), in 64 bits and saturated at the host's bound
+// (<= INT_MAX): non-monotonic metadata can make the groups overlap and their tile counts
+// sum past it (tile_prefix). Block-wide (contains a __syncthreads); tile_start is
+// complete for warp 0 on return, for the others after the caller's next __syncthreads.
+template <int THREADS, int BM>
+__device__ __forceinline__ void build_tile_schedule(const RowsDesc& rows, int n_tiles,
+                                                    int tile_bound, int* tile_start) {
+  const int G = rows.num_groups;
+  for (int g = threadIdx.x; g < G; g += THREADS) {
+    int64_t first, count;
+    group_rows(rows, g, first, count);
+    tile_start[g + 1] = tiles_of_group(count, BM, n_tiles, tile_bound);
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int64_t running = 0;
+    for (int base = 0; base < G; base += 32) {
+      const int g = base + lane;
+      int64_t v = g < G ? tile_start[g + 1] : 0;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const int64_t u = __shfl_up_sync(0xffffffffu, v, off);
+        if (lane >= off) v += u;
+      }
+      if (g < G) tile_start[g + 1] = tile_prefix(running, v, tile_bound);
+      running += __shfl_sync(0xffffffffu, v, 31);
+      running = running < tile_bound ? running : tile_bound;  // no overflow over chunks
+    }
+    if (lane == 0) tile_start[0] = 0;
+  }
+}
+
+struct Tile {
+  int group;
+  int a_row, a_l;  // first A row (TMA coordinates)
+  int rows;        // valid rows, 1..BM
+  int b_row0, b_row1;
+  int64_t c_row;  // first output row
+  int n0;         // first output column
+};
+
+// Tile `id` (< total) -> coordinates. Order: group-major, then n-tile, m-tile fastest
+// (the m-tiles sharing one b tile are processed side by side by neighbouring blocks).
+// Cfg: BM (tile rows), BN (b rows per tile = output columns without silu), B_BOX (b rows
+// per TMA box; with silu the tile's output columns: box 0 gate, box 1 up). P: the
+// kernel's params (rows, n, silu).
+template <class Cfg, class P>
+__device__ __forceinline__ Tile locate_tile(const P& p, const int* tile_start, int id) {
+  // Largest g with tile_start[g] <= id: a non-empty group (an empty g has
+  // tile_start[g] == tile_start[g + 1], so g + 1 would also qualify).
+  int lo = 0, hi = p.rows.num_groups - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (tile_start[mid] <= id)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  Tile t;
+  t.group = lo;
+  int64_t first, count;
+  group_rows(p.rows, lo, first, count);
+  const int m_tiles = static_cast<int>((count + Cfg::BM - 1) / Cfg::BM);
+  const int local = id - tile_start[lo];
+  const int m_tile = local % m_tiles, n_tile = local / m_tiles;
+  t.rows = static_cast<int>(min(static_cast<int64_t>(Cfg::BM), count - int64_t{m_tile} * Cfg::BM));
+  t.c_row = first + int64_t{m_tile} * Cfg::BM;
+  if (p.rows.mode == kRowsMasked) {
+    t.a_row = m_tile * Cfg::BM;  // inside the group's slab (L = group)
+    t.a_l = lo;
+  } else {
+    t.a_row = static_cast<int>(t.c_row);
+    t.a_l = 0;
+  }
+  if (p.silu) {
+    t.n0 = n_tile * Cfg::B_BOX;
+    t.b_row0 = t.n0;        // gate rows
+    t.b_row1 = p.n + t.n0;  // the matching up rows
+  } else {
+    t.n0 = n_tile * Cfg::BN;
+    t.b_row0 = t.n0;
+    t.b_row1 = t.n0 + Cfg::B_BOX;
+  }
+  return t;
+}
+
+}  // namespace moekit::detail::gemm::sm90
