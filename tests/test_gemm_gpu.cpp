@@ -410,10 +410,14 @@ void run_fp8_case(const Fp8Case& cs, int config) {
   for (int64_t i = 0; i < as.numel(); ++i) as.set(i, scale(rng()) / std::sqrt(double(cs.k)));
   for (int64_t i = 0; i < bs.numel(); ++i) bs.set(i, scale(rng()));
   std::vector<uint8_t> row_valid(E * cs.max_m, 0);
-  std::vector<int32_t> meta;
+  // The device gets the counts as they are; the kernels clamp them to [0, max_m], so the
+  // reference (which trusts its metadata) gets them clamped.
+  std::vector<int32_t> meta, meta_clamped;
   for (int64_t e = 0; e < E; ++e) {
+    const int valid = static_cast<int>(std::clamp<int64_t>(cs.counts[e], 0, cs.max_m));
     meta.push_back(cs.counts[e]);
-    for (int r = 0; r < cs.counts[e]; ++r) row_valid[e * cs.max_m + r] = 1;
+    meta_clamped.push_back(valid);
+    for (int r = 0; r < valid; ++r) row_valid[e * cs.max_m + r] = 1;
   }
   // Rows past the counts: NaN data and NaN scales (never read as data).
   for (int64_t r = 0; r < E * cs.max_m; ++r) {
@@ -421,7 +425,7 @@ void run_fp8_case(const Fp8Case& cs, int config) {
     for (int64_t j = 0; j < cs.k; ++j) a.as<uint8_t>()[r * cs.k + j] = 0x7f;  // NaN
     for (int64_t j = 0; j < KB; ++j) as.set(r * KB + j, NAN);
   }
-  HostTensor meta_h = i32_tensor(meta);
+  HostTensor meta_h = i32_tensor(meta), meta_ref = i32_tensor(meta_clamped);
   HostTensor ref(DType::kBF16, {E, cs.max_m, cs.n});
   ref.fill_bytes(0xFF);
   GroupedGemmFP8Args ha;
@@ -429,7 +433,7 @@ void run_fp8_case(const Fp8Case& cs, int config) {
   ha.a_scale = as.view();
   ha.b = b.view();
   ha.b_scale = bs.view();
-  ha.layout_metadata = meta_h.view();
+  ha.layout_metadata = meta_ref.view();
   ha.c = ref.view();
   reference::moe_grouped_gemm_fp8(ha);
 
@@ -493,6 +497,17 @@ std::vector<Fp8Case> fp8_cases() {
       {"all_empty", {0, 0, 0}, 32, 128, 256},
       {"max_m_zero", {0, 0}, 0, 128, 256},
       {"k16", {5, 9}, 9, 8, 16},
+      // Edges of the SM90 config (128 x 128 x 128 tiles, 6 stages, a as two 64-row boxes):
+      // one group with count = max_m over two m-tiles and more k blocks than stages;
+      {"one_group_full_k1024", {256}, 256, 384, 1024},
+      // counts past max_m / negative (clamped), n and k off the tile (264 = 2 tiles + 8,
+      // 272 = 2 k blocks + 16), max_m off the a box (rows 72..127 of a tile zero-filled);
+      {"clamped_counts_tails", {100, 500, -3, 65}, 72, 264, 272},
+      // many groups, more tiles than SMs (persistent walk, pipeline phases across tiles),
+      // tiles with <= 64 and > 64 valid rows;
+      {"many_groups_persistent", random_counts(40, 0, 100), 100, 512, 256},
+      // long k (56 k blocks, as ds-v3's up projection).
+      {"long_k7168", {3, 70}, 80, 256, 7168},
   };
 }
 
