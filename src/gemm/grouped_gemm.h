@@ -61,7 +61,11 @@ enum GemmConfig : int {
   kGemmConfigDecodeStream = 4,
   // The same with 5 stages, 1 block per SM: big decode GEMMs with k >= 4096.
   kGemmConfigDecodeStreamDeep = 5,
-  kGemmConfigCount = 6,
+  // Config 2's ping-pong variant: two consumer warpgroups, each a whole 64x256 tile, one's
+  // epilogue overlapping the other's mainloop (docs/gemm.md "SM90 ping-pong"). Unverified
+  // on the GPU (compiled only, 2026-12-02): the heuristic never picks it (force it).
+  kGemmConfigSm90Pingpong = 6,
+  kGemmConfigCount = 7,
 };
 
 // The config run_grouped_gemm would pick for `problem` (problem.config, else the

@@ -1,0 +1,21 @@
+// bf16-input instantiations of the SM90 ping-pong grouped-GEMM config (config 6,
+// kGemmConfigSm90Pingpong). UNVERIFIED ON GPU (compiled and SASS-checked only,
+// 2026-12-02); see sm90_pingpong.cuh.
+#include "gemm/grouped_gemm_launch.cuh"
+#include "gemm/launch.h"
+#include "gemm/sm90_pingpong.cuh"
+
+namespace moekit::detail {
+
+void launch_grouped_gemm_sm90_pingpong_bf16(const GroupedGemmProblem& problem,
+                                            cudaStream_t stream) {
+  const char* op = "moe_grouped_gemm";
+  const gemm::RowsDesc rows = gemm::rows_desc(problem);
+  if (problem.out_dtype == DType::kF32) {
+    gemm::sm90::launch_pingpong<cutlass::bfloat16_t, float>(problem, rows, stream, op);
+  } else {
+    gemm::sm90::launch_pingpong<cutlass::bfloat16_t, __nv_bfloat16>(problem, rows, stream, op);
+  }
+}
+
+}  // namespace moekit::detail

@@ -1,0 +1,245 @@
+// The SM90 (Hopper) bf16/f16 grouped-GEMM kernel, ping-pong variant (config 6,
+// kGemmConfigSm90Pingpong): one producer warp loading for two consumer warpgroups that
+// each own a whole 64 x 256 tile and take turns on the tensor cores, so that one
+// warpgroup's epilogue runs while the other's mainloop keeps the tensor cores (and, through
+// the freed stages, the TMA loads) busy. The shape of CUTLASS's
+// KernelTmaWarpSpecializedPingpong, composed of CuTe pieces as config 2 is
+// (sm90_grouped_gemm.cuh, whose descriptors, parameters, schedule and epilogue it shares).
+//
+// UNVERIFIED ON GPU (compiled and SASS-checked only, 2026-12-02): the heuristic never
+// picks it; force it with GroupedGemmProblem::config = 6 or MOEKIT_GEMM_CONFIG=6. The
+// every-config GPU tests (tests/test_gemm_gpu.cpp) run it. docs/gemm.md, "SM90 ping-pong".
+//
+// Design:
+// - Tile 64 x 256 x 64 per consumer warpgroup: one wgmma 64x256x16 per 16 k (the widest
+//   wgmma: the least shared-memory operand traffic per FLOP), the same per-thread
+//   accumulator layout (128 f32) as a config-2 consumer, so the silu pairing (box 0 =
+//   128 gate rows, box 1 = the 128 up rows of the same output columns) and the epilogue
+//   (store_accumulators) are config 2's. 64-row tiles also halve the rows a ragged
+//   group's last tile wastes.
+// - 5 stages of 40 KB (a 64 x 64 + b 256 x 64, 128-byte swizzle) on one
+//   cutlass::PipelineTmaAsync; the producer thread fills them in tile order, so the
+//   stages of consecutive tiles alternate between the consumers: each consumer skips the
+//   other's k_tiles stages (PipelineState::advance), as CUTLASS's ping-pong does.
+// - Tile ids blockIdx.x + j * gridDim.x (the device-side schedule of config 2,
+//   sm90_schedule.cuh); tile j of a block goes to consumer j % 2.
+// - cutlass::OrderedSequenceBarrier<1, 2>: a consumer issues its tile's wgmmas only
+//   after the other one has issued all of its previous tile's (mainloops in tile order,
+//   never interleaved on the tensor cores); the epilogues are not ordered (global stores
+//   straight from registers, no shared buffer), so consumer A's epilogue overlaps
+//   consumer B's mainloop.
+#pragma once
+
+#include "gemm/sm90_grouped_gemm.cuh"  // TMA encoder, knobs, make_tma, Params, make_params
+
+namespace moekit::detail::gemm::sm90 {
+
+template <class T>
+struct PingpongConfig {
+  static constexpr int BM = 64, BN = 256, BK = 64, STAGES = 5;
+  static constexpr int B_BOX = 128;  // b rows per TMA box (two boxes per stage)
+  static constexpr int MAX_GROUPS = 1024;
+  static constexpr int THREADS = 384;  // warpgroup 0: producer; 1, 2: consumers
+  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // 128*40 + 256*232 <= 64K
+  static constexpr uint32_t STAGE_BYTES = (BM + BN) * BK * sizeof(T);
+
+  using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<T>;
+  using SmemLayoutA = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::make_shape(cute::Int<BM>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  using SmemLayoutB = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::make_shape(cute::Int<BN>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  // b's stage bytes as 2*STAGES boxes of 128 rows (as config 2: 16 KB boxes keep the
+  // swizzle phase).
+  using SmemLayoutBBoxes = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::make_shape(cute::Int<B_BOX>{}, cute::Int<BK>{}, cute::Int<2 * STAGES>{})));
+  // One consumer warpgroup computes the whole 64 x 256 tile.
+  using TiledMma = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<T, T, float,
+                                 cute::Shape<cute::Int<BM>, cute::Int<BN>, cute::Int<BK>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+      cute::Layout<cute::Shape<cute::_1, cute::_1, cute::_1>>{}));
+  using Pipeline = cutlass::PipelineTmaAsync<STAGES>;
+  using PipelineState = typename Pipeline::PipelineState;
+  using OrderBarrier = cutlass::OrderedSequenceBarrier<1, 2>;
+};
+
+template <class Cfg, class T>
+struct PingpongSharedStorage {
+  // A at the start of dynamic smem (1024-byte aligned: no static smem), B after 40 KB.
+  alignas(1024) T a[cute::cosize_v<typename Cfg::SmemLayoutA>];
+  alignas(1024) T b[cute::cosize_v<typename Cfg::SmemLayoutB>];
+  typename Cfg::Pipeline::SharedStorage pipeline;
+  typename Cfg::OrderBarrier::SharedStorage order;
+  int tile_start[Cfg::MAX_GROUPS + 1];  // tiles before group g; [G] = total
+};
+
+template <class Cfg, class T, class Out>
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+    sm90_pingpong_gemm_kernel(const __grid_constant__ Params<Cfg, T> p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using namespace cute;
+  using Pipeline = typename Cfg::Pipeline;
+  using PipelineState = typename Cfg::PipelineState;
+  using OrderBarrier = typename Cfg::OrderBarrier;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  auto& ss = *reinterpret_cast<PingpongSharedStorage<Cfg, T>*>(smem_raw);
+  const int warp_group = threadIdx.x / 128;
+
+  build_tile_schedule<Cfg::THREADS, BM>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
+
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = Cfg::STAGE_BYTES;
+  pp.role =
+      warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = 128;  // each stage is read by one consumer warpgroup
+  Pipeline pipeline(ss.pipeline, pp, Shape<_1, _1, _1>{});  // warp 0 inits the barriers
+  typename OrderBarrier::Params op;
+  op.group_id = warp_group == 2 ? 1 : 0;  // the producer never uses it
+  op.group_size = 128;
+  OrderBarrier order(ss.order, op);  // warp 0 inits; consumer 0 holds the first turn
+  __syncthreads();                   // barrier init and the tile schedule are visible to all
+
+  const int total = ss.tile_start[p.rows.num_groups];
+  const int k_tiles = (p.k + BK - 1) / BK;
+
+  if (warp_group == 0) {
+    // Producer: one thread issues every TMA load, tiles in order (both consumers').
+    cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
+    if (threadIdx.x == 0) {
+      Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.a_rows, p.k, p.a_l));
+      Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.b_rows, p.k, p.b_l));
+      Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
+      Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
+      PipelineState write = cutlass::make_producer_start_state<Pipeline>();
+      const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
+      const auto hint_b = static_cast<TMA::CacheHintSm90>(p.hint_b);
+      for (int id = blockIdx.x; id < total; id += gridDim.x) {
+        const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
+        Tensor gA = local_tile(domain_offset(make_coord(t.a_row, 0), mA(_, _, t.a_l)),
+                               make_shape(Int<BM>{}, Int<BK>{}), make_coord(0, _));
+        Tensor gB0 = local_tile(domain_offset(make_coord(t.b_row0, 0), mB(_, _, t.group)),
+                                make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
+        Tensor gB1 = local_tile(domain_offset(make_coord(t.b_row1, 0), mB(_, _, t.group)),
+                                make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
+        auto [tAgA, tAsA] = tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA),
+                                          group_modes<0, 2>(gA));
+        auto [tBgB0, tBsB] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
+                                           group_modes<0, 2>(gB0));
+        auto [tBgB1, tBsB1] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
+                                            group_modes<0, 2>(gB1));
+        (void)tBsB1;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
+          auto* bar = pipeline.producer_get_barrier(write);
+          const int s = write.index();
+          // Boxes past the tensor's edges are zero-filled and still count their full bytes.
+          copy(p.tma_a.with(*bar, 0, hint_a), tAgA(_, kt), tAsA(_, s));
+          copy(p.tma_b.with(*bar, 0, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
+          copy(p.tma_b.with(*bar, 0, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+          ++write;
+        }
+      }
+      pipeline.producer_tail(write);  // do not exit while consumers still read smem
+    }
+  } else {
+    // Consumers: warpgroup 1 + w takes the block's tiles j with j % 2 == w, whole.
+    cutlass::arch::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
+    const int w = warp_group - 1;
+    const int ctid = threadIdx.x - 128 * warp_group;
+    typename Cfg::TiledMma mma;
+    auto thr = mma.get_thread_slice(ctid);
+    Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutB{});
+    Tensor tCsA = thr.partition_A(sA);        // (MMA, MMA_M, MMA_K, STAGES)
+    Tensor tCsB = thr.partition_B(sB);        // (MMA, MMA_N, MMA_K, STAGES)
+    Tensor tCrA = thr.make_fragment_A(tCsA);  // smem descriptors
+    Tensor tCrB = thr.make_fragment_B(tCsB);
+    Tensor acc = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
+    Tensor tCcC = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
+    static_assert(decltype(size(acc))::value == BM * BN / 128, "accumulator fragment size");
+    // The producer filled consumer 0's first tile's stages first: consumer 1 starts after.
+    PipelineState read;  // stage 0, phase 0
+    if (w == 1) read.advance(k_tiles);
+
+    Out* c = static_cast<Out*>(p.c);
+    const bool silu = p.silu != 0;
+    const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
+    if (get<0>(tCcC(0)) >= BM || get<1>(tCcC(0)) != 2 * q) __trap();
+    for (int id = blockIdx.x + w * gridDim.x; id < total; id += 2 * gridDim.x) {
+      const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
+      // Our turn on the tensor cores: the other consumer has issued its previous tile.
+      order.wait();
+      // Keep one wgmma batch in flight: stage kt's batch is issued before stage kt-1's
+      // smem is released (as config 2). k_tiles >= 1 (the host routes k == 0 elsewhere;
+      // a branch around the wgmmas would make ptxas serialize them, C7518).
+      PipelineState release = read;
+      pipeline.consumer_wait(read);
+      warpgroup_fence_operand(acc);
+      warpgroup_arrive();
+      mma.accumulate_ = GMMA::ScaleOut::Zero;
+      CUTE_UNROLL
+      for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+        cute::gemm(mma, tCrA(_, _, kb, read.index()), tCrB(_, _, kb, read.index()), acc);
+        mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_fence_operand(acc);
+      ++read;
+      CUTE_NO_UNROLL
+      for (int kt = 1; kt < k_tiles; ++kt) {
+        pipeline.consumer_wait(read);
+        warpgroup_fence_operand(acc);
+        warpgroup_arrive();
+        CUTE_UNROLL
+        for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+          cute::gemm(mma, tCrA(_, _, kb, read.index()), tCrB(_, _, kb, read.index()), acc);
+        }
+        warpgroup_commit_batch();
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(acc);
+        pipeline.consumer_release(release);
+        ++release;
+        ++read;
+      }
+      // All of this tile's wgmmas are issued: the other consumer's mainloop may start
+      // (it queues behind ours on the tensor cores) while we drain and store.
+      order.arrive();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc);
+      pipeline.consumer_release(release);
+      read.advance(k_tiles);  // skip the other consumer's tile
+
+      // Epilogue (sm90_epilogue.cuh, as config 2): f32 -> (silu(gate) * up) -> one
+      // rounding -> 16-byte predicated stores straight from the accumulators.
+      store_accumulators<BN, Cfg::B_BOX, 1>(acc, tCcC, t, c, p.n, silu, q);
+    }
+  }
+#endif
+}
+
+// In: the CuTe element type (cutlass::bfloat16_t / cutlass::half_t); k > 0 (callers
+// route k == 0 elsewhere, as for config 2). The 16-byte epilogue only
+// (MOEKIT_SM90_EPI does not apply); MOEKIT_SM90_L2 / MOEKIT_SM90_HINTS do.
+template <class T, class Out>
+void launch_pingpong(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t stream,
+                     const char* op) {
+  using Cfg = PingpongConfig<T>;
+  if (prob.k <= 0) {
+    throw Error(std::string("moekit::") + op + ": internal: SM90 ping-pong config with k == 0");
+  }
+  Params<Cfg, T> p;
+  const int64_t tiles = make_params<Cfg, T>(prob, rows, op, p);
+  if (tiles <= 0) return;
+  static_assert(sizeof(PingpongSharedStorage<Cfg, T>) <= 227 * 1024, "shared memory");
+  const int smem = static_cast<int>(sizeof(PingpongSharedStorage<Cfg, T>));
+  auto kernel = sm90_pingpong_gemm_kernel<Cfg, T, Out>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  // Persistent: one block per SM (at most as many as the tile upper bound; a block
+  // with a single tile leaves its second consumer idle).
+  const int64_t grid = tiles < device_sm_count() ? tiles : device_sm_count();
+  kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);
+}
+
+}  // namespace moekit::detail::gemm::sm90
