@@ -34,6 +34,7 @@ using E4M3 = cutlass::float_e4m3_t;
 struct Cfg {
   static constexpr int BM = 128, BN = 128, BK = 128, STAGES = 6;
   static constexpr int A_BOX = 64;  // a rows per TMA box (one per consumer warpgroup)
+  static constexpr int B_BOX = BN;  // b rows per TMA box (locate_tile)
   static constexpr int MAX_GROUPS = 1024;
   static constexpr int THREADS = 384;  // warpgroup 0: producer; 1, 2: consumers
   static constexpr int CONSUMER_THREADS = 256;
@@ -81,47 +82,14 @@ struct Fp8Params {
   const float* a_scale;  // [G, max_m, k_blocks]
   const float* b_scale;  // [G, n_blocks, k_blocks]
   __nv_bfloat16* c;      // [G, max_m, n]
-  const int32_t* counts;
-  int num_groups;
+  RowsDesc rows;         // masked: the device counts (clamped to [0, max_m] where read)
   int max_m;
   int n, k;
-  int k_blocks, n_tiles;  // n_tiles == n_blocks (BN = 128)
-  int tile_bound;         // the host's upper bound of tiles
+  static constexpr int silu = 0;  // for locate_tile
+  int k_blocks, n_tiles;          // n_tiles == n_blocks (BN = 128)
+  int tile_bound;                 // the host's upper bound of tiles
   uint64_t hint_a, hint_b;
 };
-
-struct Tile {
-  int group;
-  int m0;    // first row inside the group's slab
-  int rows;  // valid rows, 1..BM
-  int n_tile;
-};
-
-__device__ __forceinline__ int group_count(const Fp8Params& p, int g) {
-  const int c = p.counts[g];
-  return c < 0 ? 0 : (c > p.max_m ? p.max_m : c);
-}
-
-// Largest g with tile_start[g] <= id (a non-empty group), then the tile inside it.
-__device__ __forceinline__ Tile locate_tile(const Fp8Params& p, const int* tile_start, int id) {
-  int lo = 0, hi = p.num_groups - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (tile_start[mid] <= id)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int count = group_count(p, lo);
-  const int m_tiles = (count + Cfg::BM - 1) / Cfg::BM;
-  const int local = id - tile_start[lo];
-  Tile t;
-  t.group = lo;
-  t.m0 = (local % m_tiles) * Cfg::BM;
-  t.n_tile = local / m_tiles;
-  t.rows = min(Cfg::BM, count - t.m0);
-  return t;
-}
 
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_fp8_grouped_gemm_kernel(const __grid_constant__ Fp8Params p) {
@@ -133,31 +101,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<Fp8Storage*>(smem_raw);
   const int warp_group = threadIdx.x / 128;
-  const int G = p.num_groups;
+  const int G = p.rows.num_groups;
 
-  // Tile schedule from the device counts: per-group tiles, then a 64-bit inclusive scan
-  // by warp 0, saturated at the host's bound (as the bf16 SM90 kernel's schedule).
-  for (int g = threadIdx.x; g < G; g += Cfg::THREADS) {
-    ss.tile_start[g + 1] = tiles_of_group(group_count(p, g), BM, p.n_tiles, p.tile_bound);
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    int64_t running = 0;
-    for (int base = 0; base < G; base += 32) {
-      const int g = base + lane;
-      int64_t v = g < G ? ss.tile_start[g + 1] : 0;
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const int64_t u = __shfl_up_sync(0xffffffffu, v, off);
-        if (lane >= off) v += u;
-      }
-      if (g < G) ss.tile_start[g + 1] = tile_prefix(running, v, p.tile_bound);
-      running += __shfl_sync(0xffffffffu, v, 31);
-      running = running < p.tile_bound ? running : p.tile_bound;
-    }
-    if (lane == 0) ss.tile_start[0] = 0;
-  }
+  // Tile schedule from the device counts (no host sync): sm90_schedule.cuh.
+  build_tile_schedule<Cfg::THREADS, BM>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Cfg::BASE_TX_BYTES;
@@ -182,12 +129,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       const auto hint_b = static_cast<TMA::CacheHintSm90>(p.hint_b);
       PipelineState write = cutlass::make_producer_start_state<Pipeline>();
       for (int id = blockIdx.x; id < total; id += gridDim.x) {
-        const Tile t = locate_tile(p, ss.tile_start, id);
-        Tensor gA0 = local_tile(domain_offset(make_coord(t.m0, 0), mA(_, _, t.group)),
+        const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
+        Tensor gA0 = local_tile(domain_offset(make_coord(t.a_row, 0), mA(_, _, t.group)),
                                 make_shape(Int<Cfg::A_BOX>{}, Int<BK>{}), make_coord(0, _));
-        Tensor gA1 = local_tile(domain_offset(make_coord(t.m0 + Cfg::A_BOX, 0), mA(_, _, t.group)),
-                                make_shape(Int<Cfg::A_BOX>{}, Int<BK>{}), make_coord(0, _));
-        Tensor gB = local_tile(domain_offset(make_coord(t.n_tile * BN, 0), mB(_, _, t.group)),
+        Tensor gA1 =
+            local_tile(domain_offset(make_coord(t.a_row + Cfg::A_BOX, 0), mA(_, _, t.group)),
+                       make_shape(Int<Cfg::A_BOX>{}, Int<BK>{}), make_coord(0, _));
+        Tensor gB = local_tile(domain_offset(make_coord(t.b_row0, 0), mB(_, _, t.group)),
                                make_shape(Int<BN>{}, Int<BK>{}), make_coord(0, _));
         auto [tAgA0, tAsA] = tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA),
                                            group_modes<0, 2>(gA0));
@@ -246,7 +194,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
     PipelineState read;
     for (int id = blockIdx.x; id < total; id += gridDim.x) {
-      const Tile t = locate_tile(p, ss.tile_start, id);
+      const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
       if (wg_row0 >= t.rows) {
         // No valid row in this half (its a box was not even loaded): keep in step.
         CUTE_NO_UNROLL
@@ -257,7 +205,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         }
         continue;
       }
-      const int64_t slab_row = static_cast<int64_t>(t.group) * p.max_m + t.m0;
+      const int64_t slab_row = t.c_row;  // group * max_m + first tile row
+      const int n_tile = t.n0 / BN;
       // Scale rows of this thread's two accumulator rows; rows past the count are never
       // read (their outputs are not stored).
       const float* sa_ptr[2];
@@ -266,7 +215,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         sa_ptr[h] = row_h[h] < t.rows ? p.a_scale + (slab_row + row_h[h]) * p.k_blocks : nullptr;
       }
       const float* sb_ptr =
-          p.b_scale + (static_cast<int64_t>(t.group) * p.n_tiles + t.n_tile) * p.k_blocks;
+          p.b_scale + (static_cast<int64_t>(t.group) * p.n_tiles + n_tile) * p.k_blocks;
       clear(acc);
 
       CUTE_NO_UNROLL
@@ -302,7 +251,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // pairs so each lane stores one whole block (16 bytes).
       __nv_bfloat16* c = p.c;
       const int64_t n = p.n;
-      const int n0 = t.n_tile * BN;
+      const int n0 = t.n0;
       CUTE_UNROLL
       for (int J = 0; J < BN / 32; ++J) {
         CUTE_UNROLL
@@ -366,8 +315,10 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   p.a_scale = prob.a_scale;
   p.b_scale = prob.b_scale;
   p.c = static_cast<__nv_bfloat16*>(prob.c);
-  p.counts = prob.layout_metadata;
-  p.num_groups = static_cast<int>(G);
+  p.rows.mode = gemm::kRowsMasked;
+  p.rows.num_groups = static_cast<int>(G);
+  p.rows.meta = prob.layout_metadata;
+  p.rows.max_m = prob.max_m;
   p.max_m = static_cast<int>(prob.max_m);
   p.n = static_cast<int>(prob.n);
   p.k = static_cast<int>(prob.k);
