@@ -253,13 +253,11 @@ TEST(GemmGpu, PublicOpWithHeuristicMatchesReference) {
   for (const GemmCase& c : cases()) run_case(c, -1);
 }
 
-// Extra shapes for the SM90 (TMA + wgmma) config (passed on the H200, 2026-12-02)
-// (EveryConfig/GemmGpuConfig and ClampsOutOfRangeMetadata run it too): many tiles
-// per SM (the persistent loop and the pipeline phases carried across tiles), tiles
-// straddling group boundaries, n not a multiple of the 256 / 128 tile width, the
-// 1024-group maximum.
-TEST(GemmGpu, Sm90ConfigMatchesReference) {
-  MOEKIT_REQUIRE_GPU();
+// Extra shapes for the SM90 (TMA + wgmma) configs 2 and 6 (EveryConfig/GemmGpuConfig and
+// ClampsOutOfRangeMetadata run them too): many tiles per SM (the persistent loop and the
+// pipeline phases carried across tiles), tiles straddling group boundaries, n not a
+// multiple of the 256 / 128 tile width, the 1024-group maximum.
+std::vector<GemmCase> sm90_cases() {
   using R = detail::GemmRows;
   const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
   const Activation none = Activation::kNone, silu = Activation::kSiluAndMul;
@@ -281,7 +279,46 @@ TEST(GemmGpu, Sm90ConfigMatchesReference) {
   v.push_back({"sm90_dense_f16", f16, f16, none, R::kDense, 1, {1000}, 0, 520, 2056});
   v.push_back({"sm90_1024_experts", bf, f32, silu, R::kContiguous, 1, random_counts(1024, 0, 3), 0,
                136, 64});
-  for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90);
+  return v;
+}
+
+// Config 2 passed these on the H200 (2026-12-02).
+TEST(GemmGpu, Sm90ConfigMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (const GemmCase& c : sm90_cases()) run_case(c, detail::kGemmConfigSm90);
+}
+
+// The SM90 ping-pong config 6 (unverified on the GPU: compiled only, 2026-12-02) on the
+// same shapes, plus k-tile counts below, at and above its 5 stages (each consumer
+// warpgroup skips the other's k_tiles stages, so the pipeline phases it carries depend
+// on k_tiles), blocks with 1, 2 and 3 tiles (the second consumer idle, even and odd
+// splits), 64-row tiles straddling groups, masked and dense rows, silu, f32 output.
+TEST(GemmGpu, Sm90PingpongMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  using R = detail::GemmRows;
+  const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
+  const Activation none = Activation::kNone, silu = Activation::kSiluAndMul;
+  std::vector<GemmCase> v = sm90_cases();
+  // 4483 rows = 71 m-tiles x 4 n-tiles = 284 tiles: 2 or 3 per block; 3 k-tiles.
+  v.push_back({"pingpong_dense_k3_odd_tiles", bf, bf, none, R::kDense, 1, {4483}, 0, 1000, 136});
+  // 5 k-tiles (= stages), ragged groups with 64-row tiles straddling them.
+  v.push_back({"pingpong_k5_silu_f16_f32out", f16, f32, silu, R::kContiguous, 1,
+               random_counts(16, 0, 300), 0, 264, 320});
+  // 8 k-tiles, the last one partial; masked slabs not a multiple of 64 rows.
+  v.push_back({"pingpong_k8_masked_silu",
+               bf,
+               bf,
+               silu,
+               R::kMasked,
+               1,
+               {65, 0, 200, 64, 1, 130},
+               200,
+               392,
+               456});
+  // 1 k-tile, 2 tiles per block on every block (264 tiles) and the grid at 132.
+  v.push_back(
+      {"pingpong_k1_two_tiles_per_block", bf, f32, none, R::kDense, 1, {64 * 264}, 0, 256, 64});
+  for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90Pingpong);
 }
 
 // The decode split-K config at every split: k slices not a multiple of the split (and
