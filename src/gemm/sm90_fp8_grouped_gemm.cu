@@ -218,13 +218,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           p.b_scale + (static_cast<int64_t>(t.group) * p.n_tiles + n_tile) * p.k_blocks;
       clear(acc);
 
+      // Scales one k block ahead (registers): their L2 / DRAM latency is hidden behind a
+      // whole stage instead of stalling the promotion.
+      auto load_scales = [&](int kb, float(&s)[3]) {
+        s[0] = __ldg(sb_ptr + kb);
+        CUTE_UNROLL
+        for (int h = 0; h < 2; ++h) s[1 + h] = sa_ptr[h] ? __ldg(sa_ptr[h] + kb) : 0.f;
+      };
+      float next[3];
+      load_scales(0, next);
       CUTE_NO_UNROLL
       for (int kb = 0; kb < k_blocks; ++kb) {
-        // Scales first: in flight while the stage's data lands.
-        const float sb = __ldg(sb_ptr + kb);
-        float s[2];
-        CUTE_UNROLL
-        for (int h = 0; h < 2; ++h) s[h] = sa_ptr[h] ? __ldg(sa_ptr[h] + kb) : 0.f;
+        float s[2] = {next[1] * next[0], next[2] * next[0]};  // a_scale[row h, kb] * b_scale
+        if (kb + 1 < k_blocks) load_scales(kb + 1, next);
 
         pipeline.consumer_wait(read);
         warpgroup_fence_operand(blk);
@@ -241,8 +247,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         pipeline.consumer_release(read);
         ++read;
 
-        s[0] *= sb;
-        s[1] *= sb;
         CUTE_UNROLL
         for (int i = 0; i < ACC; ++i) acc(i) = fmaf(blk(i), s[(i >> 1) & 1], acc(i));
       }
