@@ -439,6 +439,13 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigPrefill);
 }
 
+// The SM90 FP8 kernel's layout assumptions, checked on the CPU with CuTe's layouts: the
+// a stage as two 64-row TMA boxes is the 128-row wgmma operand byte for byte, and the
+// wgmma accumulator element -> (row, column) map the scale promotion and the epilogue use.
+TEST(GemmSm90Fp8, LayoutsMatchTheKernelsAssumptions) {
+  EXPECT_EQ(detail::sm90_fp8_layout_mismatch(), "");
+}
+
 // The SM90 FP8 config (kFp8ConfigSm90, unverified on GPU as of 2026-12-02) is reachable
 // only when forced: the heuristic's picks for the FP8 bench rows (bench/workloads/seed1.json)
 // and a sweep of shapes stay the mma.sync configs they were.

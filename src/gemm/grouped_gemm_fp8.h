@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 namespace moekit::detail {
 
@@ -44,5 +45,8 @@ void run_grouped_gemm_fp8(const GroupedGemmFP8Problem& problem, cudaStream_t str
 // extents), and its launcher (throws outside those limits).
 bool sm90_fp8_supports(const GroupedGemmFP8Problem& problem);
 void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& problem, cudaStream_t stream);
+// Host check of the SM90 config's shared-memory and accumulator layout assumptions:
+// empty when they hold, else what differs (CPU test).
+std::string sm90_fp8_layout_mismatch();
 
 }  // namespace moekit::detail

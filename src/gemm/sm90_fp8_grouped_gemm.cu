@@ -282,6 +282,46 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
 namespace moekit::detail {
 
+// Host check of the layout facts the kernel relies on (tests/test_gemm.cpp runs it on
+// the CPU): the a stage seen as two 64-row TMA boxes is byte for byte the 128-row
+// wgmma operand, and thread ctid's accumulator element i is row wg_row0 + 16 (warp % 4)
+// + lane / 4 + 8 h, column 8 j + 2 q + e (i = e + 2 h + 4 j), as the promotion and the
+// epilogue index it.
+std::string sm90_fp8_layout_mismatch() {
+  using namespace cute;
+  using gemm::sm90fp8::Cfg;
+  const Cfg::SmemLayoutA a{};
+  const Cfg::SmemLayoutABoxes boxes{};
+  for (int s = 0; s < Cfg::STAGES; ++s)
+    for (int r = 0; r < Cfg::BM; ++r)
+      for (int k = 0; k < Cfg::BK; ++k) {
+        const int x = a(r, k, s), y = boxes(r % Cfg::A_BOX, k, 2 * s + r / Cfg::A_BOX);
+        if (x != y) {
+          return "a smem: stage " + std::to_string(s) + " row " + std::to_string(r) + " k " +
+                 std::to_string(k) + ": wgmma offset " + std::to_string(x) + ", TMA box offset " +
+                 std::to_string(y);
+        }
+      }
+  Cfg::TiledMma mma;
+  for (int ctid = 0; ctid < Cfg::CONSUMER_THREADS; ++ctid) {
+    auto thr = mma.get_thread_slice(ctid);
+    Tensor c = thr.partition_C(make_identity_tensor(make_shape(Int<Cfg::BM>{}, Int<Cfg::BN>{})));
+    const int wg_row0 = ctid / 128 * 64, q = ctid & 3;
+    if (size(c) != Cfg::BM * Cfg::BN / Cfg::CONSUMER_THREADS) return "accumulator size";
+    for (int i = 0; i < size(c); ++i) {
+      const int row = wg_row0 + 16 * ((ctid / 32) % 4) + (ctid % 32) / 4 + 8 * ((i >> 1) & 1);
+      const int col = 8 * (i >> 2) + 2 * q + (i & 1);
+      if (get<0>(c(i)) != row || get<1>(c(i)) != col) {
+        return "accumulator: thread " + std::to_string(ctid) + " element " + std::to_string(i) +
+               " is (" + std::to_string(int(get<0>(c(i)))) + ", " +
+               std::to_string(int(get<1>(c(i)))) + "), expected (" + std::to_string(row) + ", " +
+               std::to_string(col) + ")";
+      }
+    }
+  }
+  return "";
+}
+
 bool sm90_fp8_supports(const GroupedGemmFP8Problem& prob) {
   using gemm::sm90fp8::Cfg;
   // TMA needs a non-empty k extent; coordinates and tile ids are 32-bit.
