@@ -51,6 +51,7 @@
 #include "gemm/epilogue.cuh"
 #include "gemm/grouped_gemm.h"
 #include "gemm/sm90_epilogue.cuh"  // quad_transpose, store_4_blocks, store_accumulators
+#include "gemm/sm90_mainloop.cuh"  // issue_tile_wgmmas
 #include "gemm/sm90_schedule.cuh"  // build_tile_schedule, Tile, locate_tile
 #include "gemm/sm90_tile_math.h"
 #include "gemm/tile_scheduler.cuh"
@@ -315,37 +316,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         }
         continue;
       } else {
-        // Keep one wgmma batch in flight: stage kt's batch is issued before stage
-        // kt-1's smem is released.
-        PipelineState release = read;
-        pipeline.consumer_wait(read);
-        warpgroup_fence_operand(acc);
-        warpgroup_arrive();
-        mma.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int kb = 0; kb < size<2>(tCrA); ++kb) {
-          cute::gemm(mma, tCrA(_, _, kb, read.index()), tCrB(_, _, kb, read.index()), acc);
-          mma.accumulate_ = GMMA::ScaleOut::One;
-        }
-        warpgroup_commit_batch();
-        warpgroup_fence_operand(acc);
-        ++read;
-        CUTE_NO_UNROLL
-        for (int kt = 1; kt < k_tiles; ++kt) {
-          pipeline.consumer_wait(read);
-          warpgroup_fence_operand(acc);
-          warpgroup_arrive();
-          CUTE_UNROLL
-          for (int kb = 0; kb < size<2>(tCrA); ++kb) {
-            cute::gemm(mma, tCrA(_, _, kb, read.index()), tCrB(_, _, kb, read.index()), acc);
-          }
-          warpgroup_commit_batch();
-          warpgroup_wait<1>();
-          warpgroup_fence_operand(acc);
-          pipeline.consumer_release(release);
-          ++release;
-          ++read;
-        }
+        const PipelineState release =
+            issue_tile_wgmmas(mma, tCrA, tCrB, acc, pipeline, read, k_tiles);
         warpgroup_wait<0>();
         warpgroup_fence_operand(acc);
         pipeline.consumer_release(release);

@@ -171,38 +171,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
       // Our turn on the tensor cores: the other consumer has issued its previous tile.
       order.wait();
-      // Keep one wgmma batch in flight: stage kt's batch is issued before stage kt-1's
-      // smem is released (as config 2). k_tiles >= 1 (the host routes k == 0 elsewhere;
-      // a branch around the wgmmas would make ptxas serialize them, C7518).
-      PipelineState release = read;
-      pipeline.consumer_wait(read);
-      warpgroup_fence_operand(acc);
-      warpgroup_arrive();
-      mma.accumulate_ = GMMA::ScaleOut::Zero;
-      CUTE_UNROLL
-      for (int kb = 0; kb < size<2>(tCrA); ++kb) {
-        cute::gemm(mma, tCrA(_, _, kb, read.index()), tCrB(_, _, kb, read.index()), acc);
-        mma.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
-      warpgroup_fence_operand(acc);
-      ++read;
-      CUTE_NO_UNROLL
-      for (int kt = 1; kt < k_tiles; ++kt) {
-        pipeline.consumer_wait(read);
-        warpgroup_fence_operand(acc);
-        warpgroup_arrive();
-        CUTE_UNROLL
-        for (int kb = 0; kb < size<2>(tCrA); ++kb) {
-          cute::gemm(mma, tCrA(_, _, kb, read.index()), tCrB(_, _, kb, read.index()), acc);
-        }
-        warpgroup_commit_batch();
-        warpgroup_wait<1>();
-        warpgroup_fence_operand(acc);
-        pipeline.consumer_release(release);
-        ++release;
-        ++read;
-      }
+      // k_tiles >= 1: the host routes k == 0 elsewhere (sm90_mainloop.cuh).
+      const PipelineState release =
+          issue_tile_wgmmas(mma, tCrA, tCrB, acc, pipeline, read, k_tiles);
       // All of this tile's wgmmas are issued: the other consumer's mainloop may start
       // (it queues behind ours on the tensor cores) while we drain and store.
       order.arrive();
