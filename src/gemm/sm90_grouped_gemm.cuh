@@ -51,7 +51,7 @@
 #include "gemm/epilogue.cuh"
 #include "gemm/grouped_gemm.h"
 #include "gemm/sm90_epilogue.cuh"  // quad_transpose, store_4_blocks, store_accumulators
-#include "gemm/sm90_mainloop.cuh"  // issue_tile_wgmmas
+#include "gemm/sm90_mainloop.cuh"  // produce_tiles, issue_tile_wgmmas
 #include "gemm/sm90_schedule.cuh"  // build_tile_schedule, Tile, locate_tile
 #include "gemm/sm90_tile_math.h"
 #include "gemm/tile_scheduler.cuh"
@@ -238,41 +238,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // Producer: one thread issues every TMA load.
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.a_rows, p.k, p.a_l));
-      Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.b_rows, p.k, p.b_l));
-      Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
-      Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
-      PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-      for (int id = blockIdx.x; id < total; id += gridDim.x) {
-        const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
-        // (BM, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
-        Tensor gA = local_tile(domain_offset(make_coord(t.a_row, 0), mA(_, _, t.a_l)),
-                               make_shape(Int<BM>{}, Int<BK>{}), make_coord(0, _));
-        Tensor gB0 = local_tile(domain_offset(make_coord(t.b_row0, 0), mB(_, _, t.group)),
-                                make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
-        Tensor gB1 = local_tile(domain_offset(make_coord(t.b_row1, 0), mB(_, _, t.group)),
-                                make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
-        auto [tAgA, tAsA] = tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA),
-                                          group_modes<0, 2>(gA));
-        auto [tBgB0, tBsB] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
-                                           group_modes<0, 2>(gB0));
-        auto [tBgB1, tBsB1] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
-                                            group_modes<0, 2>(gB1));
-        (void)tBsB1;
-        for (int kt = 0; kt < k_tiles; ++kt) {
-          pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
-          auto* bar = pipeline.producer_get_barrier(write);
-          const int s = write.index();
-          // Boxes past the tensor's edges are zero-filled and still count their full bytes.
-          const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
-          const auto hint_b = static_cast<TMA::CacheHintSm90>(p.hint_b);
-          copy(p.tma_a.with(*bar, 0, hint_a), tAgA(_, kt), tAsA(_, s));
-          copy(p.tma_b.with(*bar, 0, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
-          copy(p.tma_b.with(*bar, 0, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
-          ++write;
-        }
-      }
-      pipeline.producer_tail(write);  // do not exit while consumers still read smem
+      produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles);
     }
   } else {
     // Consumers: two warpgroups, 64 rows each, of the 128 x 256 tile.

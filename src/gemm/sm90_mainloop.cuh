@@ -1,10 +1,63 @@
-// Mainloop of one consumer warpgroup of the SM90 bf16/f16 grouped-GEMM kernels
-// (config 2, sm90_grouped_gemm.cuh; config 6, sm90_pingpong.cuh).
+// Mainloop of the SM90 bf16/f16 grouped-GEMM kernels (config 2, sm90_grouped_gemm.cuh;
+// config 6, sm90_pingpong.cuh): the producer thread's TMA loads and one consumer
+// warpgroup's wgmmas.
 #pragma once
 
+// cute/tensor.hpp must come first (the atoms build on it).
+// clang-format off
 #include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+// clang-format on
+
+#include "gemm/sm90_schedule.cuh"
 
 namespace moekit::detail::gemm::sm90 {
+
+// The producer thread: for each of the block's tiles (id = blockIdx.x, + gridDim.x, ...;
+// both configs load their tiles in this order), k_tiles stages of one a box (BM x BK
+// rows from the tile's first a row) and two b boxes (B_BOX rows each, at the tile's two
+// b row offsets), then waits until the consumers released every stage.
+template <class Cfg, class Params, class Shared, class Pipeline>
+__device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipeline& pipeline,
+                                              int total, int k_tiles) {
+  using namespace cute;
+  constexpr int BM = Cfg::BM, BK = Cfg::BK;
+  Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.a_rows, p.k, p.a_l));
+  Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.b_rows, p.k, p.b_l));
+  Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
+  auto write = cutlass::make_producer_start_state<Pipeline>();
+  const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
+  const auto hint_b = static_cast<TMA::CacheHintSm90>(p.hint_b);
+  for (int id = blockIdx.x; id < total; id += gridDim.x) {
+    const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
+    // (BM, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
+    Tensor gA = local_tile(domain_offset(make_coord(t.a_row, 0), mA(_, _, t.a_l)),
+                           make_shape(Int<BM>{}, Int<BK>{}), make_coord(0, _));
+    Tensor gB0 = local_tile(domain_offset(make_coord(t.b_row0, 0), mB(_, _, t.group)),
+                            make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
+    Tensor gB1 = local_tile(domain_offset(make_coord(t.b_row1, 0), mB(_, _, t.group)),
+                            make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
+    auto [tAgA, tAsA] = tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA),
+                                      group_modes<0, 2>(gA));
+    auto [tBgB0, tBsB] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
+                                       group_modes<0, 2>(gB0));
+    auto [tBgB1, tBsB1] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
+                                        group_modes<0, 2>(gB1));
+    (void)tBsB1;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
+      auto* bar = pipeline.producer_get_barrier(write);
+      const int s = write.index();
+      // Boxes past the tensor's edges are zero-filled and still count their full bytes.
+      copy(p.tma_a.with(*bar, 0, hint_a), tAgA(_, kt), tAsA(_, s));
+      copy(p.tma_b.with(*bar, 0, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
+      copy(p.tma_b.with(*bar, 0, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+      ++write;
+    }
+  }
+  pipeline.producer_tail(write);  // do not exit while consumers still read smem
+}
 
 // Issues one tile's wgmmas over k_tiles >= 1 pipeline stages starting at `read`, keeping
 // one wgmma batch in flight: stage kt's batch is issued before stage kt-1's shared memory

@@ -108,40 +108,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // Producer: one thread issues every TMA load, tiles in order (both consumers').
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.a_rows, p.k, p.a_l));
-      Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.b_rows, p.k, p.b_l));
-      Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
-      Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
-      PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-      const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
-      const auto hint_b = static_cast<TMA::CacheHintSm90>(p.hint_b);
-      for (int id = blockIdx.x; id < total; id += gridDim.x) {
-        const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
-        Tensor gA = local_tile(domain_offset(make_coord(t.a_row, 0), mA(_, _, t.a_l)),
-                               make_shape(Int<BM>{}, Int<BK>{}), make_coord(0, _));
-        Tensor gB0 = local_tile(domain_offset(make_coord(t.b_row0, 0), mB(_, _, t.group)),
-                                make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
-        Tensor gB1 = local_tile(domain_offset(make_coord(t.b_row1, 0), mB(_, _, t.group)),
-                                make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
-        auto [tAgA, tAsA] = tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA),
-                                          group_modes<0, 2>(gA));
-        auto [tBgB0, tBsB] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
-                                           group_modes<0, 2>(gB0));
-        auto [tBgB1, tBsB1] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
-                                            group_modes<0, 2>(gB1));
-        (void)tBsB1;
-        for (int kt = 0; kt < k_tiles; ++kt) {
-          pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
-          auto* bar = pipeline.producer_get_barrier(write);
-          const int s = write.index();
-          // Boxes past the tensor's edges are zero-filled and still count their full bytes.
-          copy(p.tma_a.with(*bar, 0, hint_a), tAgA(_, kt), tAsA(_, s));
-          copy(p.tma_b.with(*bar, 0, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
-          copy(p.tma_b.with(*bar, 0, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
-          ++write;
-        }
-      }
-      pipeline.producer_tail(write);  // do not exit while consumers still read smem
+      produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles);
     }
   } else {
     // Consumers: warpgroup 1 + w takes the block's tiles j with j % 2 == w, whole.
