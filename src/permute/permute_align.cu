@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "core/check.h"
+#include "core/pdl.cuh"
 #include "permute/permute_kernels.h"
 #include "permute/route_sort.cuh"
 
@@ -56,6 +57,7 @@ __global__ void __launch_bounds__(kThreads)
   int* warp_cnt = s_ids + kRouteChunk;           // [kWarps][E]
   int* start = warp_cnt + kWarps * num_experts;  // [E]
   int* cnt = start + num_experts;                // [E]
+  pdl_wait();                                    // PDL: before any global access (core/pdl.cuh)
   const int tid = threadIdx.x;
   const int c0 = blockIdx.x * kRouteChunk;
   const int len = min(kRouteChunk, num_routes - c0);
@@ -69,6 +71,7 @@ __global__ void __launch_bounds__(kThreads)
     start[e] = g_start[e];
     cnt[e] = g_cnt[e];
   }
+  pdl_trigger();
   __syncthreads();
   route::warp_counts(s_ids, len, num_experts, warp_cnt);
   __syncthreads();
@@ -101,6 +104,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int before[kPermuteMaxExperts];
   __shared__ int start[kPermuteMaxExperts];
   __shared__ __align__(16) unsigned char wcnt[kWarps][kPermuteMaxExperts];  // <= 32 each
+  pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int c0 = blockIdx.x * kFusedChunk;
   for (int e = tid; e < num_experts; e += kThreads) {
@@ -127,6 +131,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  pdl_trigger();  // every id is loaded
   const unsigned peers = __match_any_sync(route::kFullMask, e);
   const unsigned below = peers & ((1u << lane) - 1u);
   if (e >= 0 && below == 0) wcnt[warp][e] = static_cast<unsigned char>(__popc(peers));
@@ -159,6 +164,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int cnt[kPermuteMaxExperts];        // routes of e from this chunk on, then all
   __shared__ int start[kPermuteMaxExperts + 1];  // padded starts; start[E] = total
   __shared__ __align__(16) unsigned char wcnt[kWarps][kPermuteMaxExperts];  // <= 32 each
+  pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int c0 = blockIdx.x * kFusedChunk;
   const int E = num_experts;
@@ -185,6 +191,7 @@ __global__ void __launch_bounds__(kThreads)
         atomicAdd(j0 + u * kThreads + tid < c0 ? &before[v[u]] : &cnt[v[u]], 1);
     }
   }
+  pdl_trigger();  // every id is loaded
   const unsigned peers = __match_any_sync(route::kFullMask, e);
   const unsigned below = peers & ((1u << lane) - 1u);
   if (e >= 0 && below == 0) wcnt[warp][e] = static_cast<unsigned char>(__popc(peers));
@@ -263,13 +270,13 @@ void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
     const int blocks = std::max(
         {(l.num_routes + kFusedChunk - 1) / kFusedChunk, (l.num_blocks + kWarps - 1) / kWarps, 1});
     if (align_legacy_select()) {
-      align_fused_kernel<<<blocks, kThreads, 0, stream>>>(
-          l.topk_ids, l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size,
-          l.expert_ids, l.num_blocks, l.num_tokens_post_padded);
+      launch_pdl(align_fused_kernel, dim3(blocks), dim3(kThreads), 0, stream, l.topk_ids,
+                 l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size, l.expert_ids,
+                 l.num_blocks, l.num_tokens_post_padded);
     } else {
-      align_fused_v2_kernel<<<blocks, kThreads, 0, stream>>>(
-          l.topk_ids, l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size,
-          l.expert_ids, l.num_blocks, l.num_tokens_post_padded);
+      launch_pdl(align_fused_v2_kernel, dim3(blocks), dim3(kThreads), 0, stream, l.topk_ids,
+                 l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size, l.expert_ids,
+                 l.num_blocks, l.num_tokens_post_padded);
     }
   } else {
     launch_route_chunk_count_scan(l.topk_ids, l.num_routes, E, l.block_size, l.workspace, nullptr,
@@ -280,9 +287,9 @@ void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
     const int smem = (kRouteChunk + (kWarps + 2) * E) * 4;
     constexpr int kMaxSmem = (kRouteChunk + (kWarps + 2) * kPermuteMaxExperts) * 4;
     allow_large_smem(reinterpret_cast<const void*>(align_scatter_kernel), kMaxSmem, 0);
-    align_scatter_kernel<<<chunks, kThreads, smem, stream>>>(
-        l.topk_ids, l.num_routes, E, l.block_size, offsets, start, start + E, l.sorted_token_ids,
-        l.sorted_size, l.expert_ids, l.num_blocks);
+    launch_pdl(align_scatter_kernel, dim3(chunks), dim3(kThreads), smem, stream, l.topk_ids,
+               l.num_routes, E, l.block_size, offsets, start, start + E, l.sorted_token_ids,
+               l.sorted_size, l.expert_ids, l.num_blocks);
   }
   check_launch("moe_permute_align");
 }

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/dtype.cuh"
+#include "core/pdl.cuh"
 #include "permute/permute_kernels.h"
 
 namespace moekit::detail {
@@ -43,6 +44,7 @@ __global__ void __launch_bounds__(kThreads)
     post_permute_kernel(const Tin* __restrict__ expert_output, int64_t num_rows, int64_t hidden,
                         const float* __restrict__ weights, const int32_t* __restrict__ inverse,
                         int64_t num_tokens, int top_k, Tout* __restrict__ out) {
+  pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   const int64_t vecs_per_row = hidden / 8;
   const int64_t g = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t total = num_tokens * vecs_per_row;
@@ -79,6 +81,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  pdl_trigger();  // every load is issued; only the store is left
   Pack8<Tout> o;
 #pragma unroll
   for (int i = 0; i < 8; ++i) o.set(i, acc[i]);
@@ -89,9 +92,9 @@ template <class Tin, class Tout>
 void launch_typed(const PostPermuteLaunch& l, cudaStream_t stream) {
   const int64_t threads = l.num_tokens * (l.hidden / 8);
   const int64_t blocks = (threads + kThreads - 1) / kThreads;
-  post_permute_kernel<Tin, Tout><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<const Tin*>(l.expert_output), l.num_rows, l.hidden, l.topk_weights,
-      l.inverse_indices, l.num_tokens, l.top_k, static_cast<Tout*>(l.out));
+  launch_pdl(post_permute_kernel<Tin, Tout>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
+             stream, static_cast<const Tin*>(l.expert_output), l.num_rows, l.hidden, l.topk_weights,
+             l.inverse_indices, l.num_tokens, l.top_k, static_cast<Tout*>(l.out));
 }
 
 template <class Tin>

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/pdl.cuh"
 #include "permute/permute_kernels.h"
 #include "permute/route_sort.cuh"
 
@@ -63,6 +64,7 @@ __global__ void __launch_bounds__(kCopyThreads)
   __shared__ int before[kPermuteMaxExperts];
   __shared__ int start[kPermuteMaxExperts];
   __shared__ int dest[kMaxFusedRows];
+  pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   const int tid = threadIdx.x;
   const int r0 = blockIdx.x * rows_per_block;
   const int nr = min(rows_per_block, num_routes - r0);
@@ -98,6 +100,7 @@ __global__ void __launch_bounds__(kCopyThreads)
         atomicAdd(j0 + u * kCopyThreads + tid < r0 ? &before[v[u]] : &hist[v[u]], 1);
     }
   }
+  pdl_trigger();  // the preloaded rows and every id are loaded
   __syncthreads();
   if (tid < 32) {
     const int lane = tid;
@@ -153,6 +156,7 @@ __global__ void __launch_bounds__(kScatterThreads)
   int* s_ids = smem;                                    // [kRouteChunk]
   int* warp_cnt = s_ids + kRouteChunk;                  // [kScatterWarps][E]
   int* start = warp_cnt + kScatterWarps * num_experts;  // [E]
+  pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   const int tid = threadIdx.x;
   const int c0 = blockIdx.x * kRouteChunk;
   const int len = min(kRouteChunk, num_routes - c0);
@@ -163,6 +167,7 @@ __global__ void __launch_bounds__(kScatterThreads)
   }
   for (int i = tid; i < kScatterWarps * num_experts; i += kScatterThreads) warp_cnt[i] = 0;
   for (int e = tid; e < num_experts; e += kScatterThreads) start[e] = g_start[e];
+  pdl_trigger();
   __syncthreads();
   route::warp_counts(s_ids, len, num_experts, warp_cnt);
   __syncthreads();
@@ -178,9 +183,13 @@ __global__ void __launch_bounds__(kCopyThreads)
                             const int32_t* __restrict__ inverse, int num_routes, int top_k,
                             int rows_per_block, uint4* __restrict__ permuted) {
   __shared__ int dest[kMaxCopyRows];
+  pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   const int r0 = blockIdx.x * rows_per_block;
   const int nr = min(rows_per_block, num_routes - r0);
   if (threadIdx.x < nr) dest[threadIdx.x] = __ldg(inverse + r0 + threadIdx.x);
+  // The row loads and stores alternate in copy_items: trigger before them (the next
+  // kernel's CTAs only become resident once every CTA here is).
+  pdl_trigger();
   __syncthreads();
   copy_items(hidden, V, r0, top_k, dest, threadIdx.x, nr * V, permuted);
 }
@@ -206,9 +215,9 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
     if (pre_permute_rows_override() > 0) rows = pre_permute_rows_override();
     rows = std::min<int64_t>(std::max<int64_t>(rows, 1), kMaxFusedRows);
     const int blocks = std::max(1, static_cast<int>((N + rows - 1) / rows));
-    pre_permute_fused_kernel<<<blocks, kCopyThreads, 0, stream>>>(
-        hidden, V, l.ids, N, l.top_k, E, l.alignment, static_cast<int>(rows), permuted,
-        l.layout_metadata, l.inverse_indices);
+    launch_pdl(pre_permute_fused_kernel, dim3(blocks), dim3(kCopyThreads), 0, stream, hidden, V,
+               l.ids, N, l.top_k, E, l.alignment, static_cast<int>(rows), permuted,
+               l.layout_metadata, l.inverse_indices);
   } else {
     launch_route_chunk_count_scan(l.ids, N, E, l.alignment, l.workspace, l.layout_metadata, nullptr,
                                   stream);
@@ -218,12 +227,12 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
     const int smem = (kRouteChunk + (kScatterWarps + 1) * E) * 4;
     constexpr int kMaxSmem = (kRouteChunk + (kScatterWarps + 1) * kPermuteMaxExperts) * 4;
     allow_large_smem(reinterpret_cast<const void*>(pre_permute_scatter_kernel), kMaxSmem, 2);
-    pre_permute_scatter_kernel<<<chunks, kScatterThreads, smem, stream>>>(l.ids, N, E, offsets,
-                                                                          start, l.inverse_indices);
+    launch_pdl(pre_permute_scatter_kernel, dim3(chunks), dim3(kScatterThreads), smem, stream, l.ids,
+               N, E, offsets, start, l.inverse_indices);
     const int64_t rows = std::min<int64_t>(kMaxCopyRows, std::max<int64_t>(1, 2048 / V));
     const int64_t blocks = (N + rows - 1) / rows;
-    pre_permute_copy_kernel<<<static_cast<unsigned>(blocks), kCopyThreads, 0, stream>>>(
-        hidden, V, l.inverse_indices, N, l.top_k, static_cast<int>(rows), permuted);
+    launch_pdl(pre_permute_copy_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kCopyThreads), 0,
+               stream, hidden, V, l.inverse_indices, N, l.top_k, static_cast<int>(rows), permuted);
   }
   check_launch("moe_pre_permute");
 }

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "core/check.h"
+#include "core/pdl.cuh"
 #include "permute/permute_kernels.h"
 #include "permute/route_sort.cuh"
 
@@ -17,6 +18,7 @@ __global__ void __launch_bounds__(kCountThreads)
     chunk_count_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
                        int32_t* __restrict__ counts) {
   __shared__ int hist[kPermuteMaxExperts];
+  pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) hist[e] = 0;
   __syncthreads();
   const int c0 = blockIdx.x * kRouteChunk;
@@ -26,6 +28,7 @@ __global__ void __launch_bounds__(kCountThreads)
     const int e = __ldg(ids + c0 + i);
     if (route::valid_id(e, num_experts)) atomicAdd(&hist[e], 1);  // order-free sum
   }
+  pdl_trigger();
   __syncthreads();
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x)
     counts[static_cast<int64_t>(blockIdx.x) * num_experts + e] = hist[e];
@@ -37,6 +40,7 @@ __global__ void __launch_bounds__(kScanThreads)
                       int32_t* __restrict__ layout_metadata, int32_t* __restrict__ num_post) {
   __shared__ int s_start[kPermuteMaxExperts];
   __shared__ int s_cnt[kPermuteMaxExperts];
+  pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
     // Column scan over chunks, 16 loads in flight at a time.
     int run = 0;
@@ -54,6 +58,7 @@ __global__ void __launch_bounds__(kScanThreads)
     s_cnt[e] = run;
     s_start[e] = route::align_up(run, alignment);
   }
+  pdl_trigger();  // the counts are read (the in-place offsets are written with them)
   __syncthreads();
   const int total = route::block_exclusive_scan(s_start, num_experts);
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
@@ -73,9 +78,10 @@ void launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_e
   int32_t* counts = static_cast<int32_t*>(workspace);
   int32_t* start = counts + static_cast<int64_t>(chunks) * num_experts;
   int32_t* cnt = start + num_experts;
-  chunk_count_kernel<<<chunks, kCountThreads, 0, stream>>>(ids, num_routes, num_experts, counts);
-  chunk_scan_kernel<<<1, kScanThreads, 0, stream>>>(counts, chunks, num_experts, alignment, start,
-                                                    cnt, layout_metadata, num_post_padded);
+  launch_pdl(chunk_count_kernel, dim3(chunks), dim3(kCountThreads), 0, stream, ids, num_routes,
+             num_experts, counts);
+  launch_pdl(chunk_scan_kernel, dim3(1), dim3(kScanThreads), 0, stream, counts, chunks, num_experts,
+             alignment, start, cnt, layout_metadata, num_post_padded);
 }
 
 void allow_large_smem(const void* kernel, int bytes, int slot) {

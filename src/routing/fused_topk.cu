@@ -19,6 +19,7 @@
 
 #include "core/check.h"
 #include "core/dtype.cuh"
+#include "core/pdl.cuh"
 #include "routing/fused_topk_kernel.h"
 
 namespace moekit::detail {
@@ -63,6 +64,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                       int num_groups, int topk_group, float scale, float* __restrict__ out_w,
                       int32_t* __restrict__ out_ids) {
   extern __shared__ __align__(16) unsigned char smem_raw[];  // grouped, general group size
+  pdl_wait();  // PDL: the previous kernel's writes of gating / reads of the outputs are done
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
@@ -80,6 +82,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     bv[s] = (bias != nullptr && e < E) ? __ldg(bias + e) : 0.f;
     if (e < E) avail |= 1u << s;
   }
+  pdl_trigger();  // every global load is issued: the next kernel may launch
   if (softmax) {
     float m = -INFINITY;
     if (kTree) {
@@ -356,11 +359,11 @@ void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
                                                   static_cast<size_t>(p.num_expert_group) * 9)
                               : 0;
   const int64_t blocks = (l.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  fused_topk_kernel<T, kSlots, kTree>
-      <<<static_cast<unsigned>(blocks), kWarpsPerBlock * 32, smem, stream>>>(
-          static_cast<const T*>(l.gating), l.bias, l.num_tokens, l.num_experts, p.top_k,
-          p.scoring_func == ScoringFunc::kSoftmax, p.renormalize, p.num_expert_group, p.topk_group,
-          p.routed_scaling_factor, l.topk_weights, l.topk_ids);
+  launch_pdl(fused_topk_kernel<T, kSlots, kTree>, dim3(static_cast<unsigned>(blocks)),
+             dim3(kWarpsPerBlock * 32), smem, stream, static_cast<const T*>(l.gating), l.bias,
+             l.num_tokens, l.num_experts, p.top_k, p.scoring_func == ScoringFunc::kSoftmax,
+             p.renormalize, p.num_expert_group, p.topk_group, p.routed_scaling_factor,
+             l.topk_weights, l.topk_ids);
 }
 
 template <class T, bool kTree>
