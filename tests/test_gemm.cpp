@@ -369,6 +369,12 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.m = 32768;  // 128 rows per expert
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  p.activation = Activation::kSiluAndMul;  // epilogue-heavy: the ping-pong variant
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90Pingpong);
+  p.activation = Activation::kNone;
+  p.k = 2048;  // short k (ds-v3 down): ping-pong too
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90Pingpong);
+  p.k = 7168;
   p.alignment = 128;
   p.m = 4096 + 256 * 127;  // alignment padding is not counted as rows
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
@@ -434,6 +440,8 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   f.max_m = 64;
   f.n = 4096;
   f.k = 7168;
+  EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigSm90);
+  f.k = 0;  // no TMA descriptor: the mma.sync decode config
   EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigDecode);
   f.max_m = 512;
   EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigPrefill);
@@ -446,49 +454,30 @@ TEST(GemmSm90Fp8, LayoutsMatchTheKernelsAssumptions) {
   EXPECT_EQ(detail::sm90_fp8_layout_mismatch(), "");
 }
 
-// The SM90 FP8 config (kFp8ConfigSm90, unverified on GPU as of 2026-12-02) is reachable
-// only when forced: the heuristic's picks for the FP8 bench rows (bench/workloads/seed1.json)
-// and a sweep of shapes stay the mma.sync configs they were.
-TEST(GemmConfig, Fp8HeuristicDoesNotPickTheSm90Config) {
+// The SM90 FP8 config (kFp8ConfigSm90) is the heuristic's pick wherever it takes the
+// problem (it beat both mma.sync configs on every FP8 bench row on the H200, 2026-12-02);
+// outside its limits the mma.sync configs remain.
+TEST(GemmConfig, Fp8HeuristicPicksTheSm90ConfigWhereItApplies) {
   EXPECT_EQ(detail::kFp8ConfigSm90, 2);
   EXPECT_EQ(detail::kFp8ConfigCount, 3);
-  struct Row {
-    int groups;
-    int64_t max_m, n, k;
-    int expected;
-  };
-  const Row rows[] = {
-      {8, 128, 4096, 7168, detail::kFp8ConfigPrefill},   // ds-v3-e8-up-masked
-      {8, 128, 7168, 2048, detail::kFp8ConfigPrefill},   // ds-v3-e8-down-masked
-      {32, 64, 4096, 7168, detail::kFp8ConfigDecode},    // ds-v3-dec-b64-up
-      {32, 64, 7168, 2048, detail::kFp8ConfigDecode},    // ds-v3-dec-b64-down
-      {32, 256, 4096, 7168, detail::kFp8ConfigPrefill},  // ds-v3-dec-b256-up
-      {32, 256, 7168, 2048, detail::kFp8ConfigPrefill},  // ds-v3-dec-b256-down
-      {16, 64, 3072, 4096, detail::kFp8ConfigDecode},    // qwen3-235b-dec-b64-up
-      {16, 256, 3072, 4096, detail::kFp8ConfigPrefill},  // qwen3-235b-dec-b256-up
-      {48, 256, 4096, 7168, detail::kFp8ConfigPrefill},  // kimi-k2-dec-b256-up
-      {1, 128, 256, 512, detail::kFp8ConfigDecode},      // 2 prefill tiles < the SMs
-  };
-  for (const Row& r : rows) {
-    detail::GroupedGemmFP8Problem f;
-    f.num_groups = r.groups;
-    f.max_m = r.max_m;
-    f.n = r.n;
-    f.k = r.k;
-    EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), r.expected)
-        << r.groups << " x " << r.max_m << " x " << r.n << " x " << r.k;
-  }
-  for (int groups : {1, 8, 32, 256, 1024})
+  for (int groups : {1, 8, 32, 256, 1024, 1025})
     for (int64_t max_m : {1, 64, 65, 128, 1024, 8192})
-      for (int64_t n : {8, 4096}) {
-        detail::GroupedGemmFP8Problem f;
-        f.num_groups = groups;
-        f.max_m = max_m;
-        f.n = n;
-        f.k = 7168;
-        const int c = detail::select_grouped_gemm_fp8_config(f);
-        EXPECT_TRUE(c == detail::kFp8ConfigDecode || c == detail::kFp8ConfigPrefill) << c;
-      }
+      for (int64_t n : {8, 4096})
+        for (int64_t k : {0, 128, 7168}) {
+          detail::GroupedGemmFP8Problem f;
+          f.num_groups = groups;
+          f.max_m = max_m;
+          f.n = n;
+          f.k = k;
+          const int c = detail::select_grouped_gemm_fp8_config(f);
+          const bool sm90 = k > 0 && groups <= 1024;
+          EXPECT_EQ(detail::sm90_fp8_supports(f), sm90) << groups << " " << max_m << " " << k;
+          if (sm90) {
+            EXPECT_EQ(c, detail::kFp8ConfigSm90);
+          } else {
+            EXPECT_TRUE(c == detail::kFp8ConfigDecode || c == detail::kFp8ConfigPrefill) << c;
+          }
+        }
   // Forced: taken as asked; one past the last config is refused before any launch.
   detail::GroupedGemmFP8Problem f;
   f.num_groups = 8;

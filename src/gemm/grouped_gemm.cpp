@@ -86,7 +86,16 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
   // Many rows per group: the SM90 TMA + wgmma kernel beats the mma.sync prefill tiles on
   // every such bench row (H200, 2026-12-02: ds-v3 prefill up 4.42 vs 6.27 ms, dense
   // 4096 x 4096 x 7168 0.50 vs 1.01 ms); k == 0 has no TMA descriptor.
-  if (config == kGemmConfigPrefill && p.k > 0) return kGemmConfigSm90;
+  if (config == kGemmConfigPrefill && p.k > 0) {
+    // Grouped GEMMs whose epilogue is a large share of a tile (silu_and_mul, or k <=
+    // 2048): the ping-pong variant overlaps one consumer's epilogue with the other's
+    // mainloop (H200, a9ccd6e: ds-v3 prefill swiglu 4.39 -> 4.23 ms, down 2.19 -> 2.09,
+    // expert MLP 6.52 -> 6.25). Long-k plain tiles (ds-v3 up: 4.17 vs 4.27) and dense
+    // problems (shared expert t4096: 0.540 vs 0.574) keep the cooperative kernel.
+    const bool epilogue_heavy = p.activation == Activation::kSiluAndMul || p.k <= 2048;
+    if (p.rows != GemmRows::kDense && groups > 1 && epilogue_heavy) return kGemmConfigSm90Pingpong;
+    return kGemmConfigSm90;
+  }
   // Decode tiles too few for the SMs (dense MLP at few tokens, few experts): split k
   // over a cluster (split_k.h). Only in the decode regime (more rows per group run
   // decode tiles only because the prefill tiles would be too few) and for k > 0.
@@ -126,7 +135,7 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
                   dtype_name(p.in_dtype));
     }
   } else if (config == kGemmConfigSm90Pingpong && p.k > 0) {
-    // Forced only (never the heuristic's pick); k == 0 as for config 2.
+    // k == 0 as for config 2.
     if (p.in_dtype == DType::kBF16) {
       launch_grouped_gemm_sm90_pingpong_bf16(p, stream);
     } else if (p.in_dtype == DType::kF16) {
@@ -149,6 +158,11 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
 int select_grouped_gemm_fp8_config(const GroupedGemmFP8Problem& p) {
   if (p.config >= 0) return p.config;
   if (env_config(kFp8ConfigCount) >= 0) return env_config(kFp8ConfigCount);
+  // The SM90 TMA + wgmma kernel beat both mma.sync configs on all 14 FP8 bench rows
+  // (H200, 2026-12-02, a9ccd6e: masked ds-v3 e8 up 0.261 -> 0.075 ms, kimi-k2 b256 up
+  // 0.775 -> 0.362, ds-v3 b64 up 0.251 -> 0.235); the mma.sync configs remain for what
+  // it does not take (k == 0, more than 1024 groups, 64-bit extents).
+  if (sm90_fp8_supports(p)) return kFp8ConfigSm90;
   const int64_t groups = p.num_groups < 1 ? 1 : p.num_groups;
   // max_m only bounds the counts (DeepGEMM-style masked decode buffers are sized
   // generously): keep the decode config up to 64 (0.23 vs 0.48 ms at T = 64, E = 32).

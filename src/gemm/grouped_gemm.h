@@ -62,8 +62,8 @@ enum GemmConfig : int {
   // The same with 5 stages, 1 block per SM: big decode GEMMs with k >= 4096.
   kGemmConfigDecodeStreamDeep = 5,
   // Config 2's ping-pong variant: two consumer warpgroups, each a whole 64x256 tile, one's
-  // epilogue overlapping the other's mainloop (docs/gemm.md "SM90 ping-pong"). Unverified
-  // on the GPU (compiled only, 2026-12-02): the heuristic never picks it (force it).
+  // epilogue overlapping the other's mainloop (docs/gemm.md "SM90 ping-pong"): the
+  // heuristic's pick for grouped many-row GEMMs with silu_and_mul or k <= 2048.
   kGemmConfigSm90Pingpong = 6,
   kGemmConfigCount = 7,
 };

@@ -29,8 +29,8 @@ struct GroupedGemmFP8Problem {
 enum Fp8GemmConfig : int {
   kFp8ConfigDecode = 0,   // 32x128 tiles, 4 warps
   kFp8ConfigPrefill = 1,  // 128x128 tiles, 8 warps
-  // SM90 TMA + wgmma, 128x128x128 tiles, persistent (sm90_fp8_grouped_gemm.cu).
-  // Unverified on GPU (compiled only, 2026-12-02): never picked by the heuristic.
+  // SM90 TMA + wgmma, 128x128x128 tiles, persistent (sm90_fp8_grouped_gemm.cu): the
+  // heuristic's pick wherever it takes the problem (H200-verified 2026-12-02).
   kFp8ConfigSm90 = 2,
   kFp8ConfigCount = 3,
 };
