@@ -422,8 +422,24 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   dense.activation = Activation::kNone;
   dense.k = 0;  // nothing to split
   EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
-  dense.split_k = 3;  // forced: rounded down to a power of two
-  EXPECT_EQ(detail::decode_split_k(dense, 132), 2);
+  // Co-resident clusters (cudaOccupancyMaxActiveClusters on the device; the engine
+  // passes them): a split whose clusters spill into a mostly empty second wave is
+  // skipped (ds-v3 gate_up measured 4 ahead of 8 by ~6.7 us, see split_k.h).
+  {
+    int cap[detail::kMaxSplitK + 1] = {0, 264, 132, 88, 66, 52, 44, 36, 30};
+    EXPECT_EQ(detail::choose_split_k(32, 7168, 2, 132, cap), 4);  // 32 > 30 clusters of 8
+    cap[8] = 32;
+    EXPECT_EQ(detail::choose_split_k(32, 7168, 2, 132, cap), 8);  // one wave
+    cap[8] = 30;
+    EXPECT_EQ(detail::choose_split_k(24, 5120, 2, 132, cap), 8);   // glm45 gate_up: fits
+    EXPECT_EQ(detail::choose_split_k(56, 18432, 2, 132, cap), 8);  // kimi down: 1.9 waves
+    EXPECT_EQ(detail::choose_split_k(288, 7168, 2, 132, cap), 2);  // kimi gate_up: 2.2 waves
+    EXPECT_EQ(detail::choose_split_k(56, 2048, 2, 132, cap), 4);   // ds-v3 down
+  }
+  dense.split_k = 3;  // forced: any cluster size 1..8 (non-powers of two included)
+  EXPECT_EQ(detail::decode_split_k(dense, 132), 3);
+  dense.split_k = 12;  // clamped to the portable cluster size
+  EXPECT_EQ(detail::decode_split_k(dense, 132), 8);
 
   // Few experts, few rows (qwen3-30b ep8 decode: 204 tiles at most): the plain decode
   // tiles (split-K is picked for dense rows only).

@@ -348,7 +348,13 @@ TEST(GemmGpu, SplitKMatchesReference) {
       {"splitk_masked_f16", f16, f16, none, R::kMasked, 1, {0, 1, 40, 0, 33}, 40, 264, 520});
   v.push_back({"splitk_k_zero", bf, bf, silu, R::kContiguous, 1, {3, 0, 5}, 0, 16, 0});
   for (const GemmCase& c : v) {
-    for (int split : {2, 4, 8}) run_case(c, detail::kGemmConfigDecodeSplitK, split);
+    // 3, 5, 6, 7: clusters whose size is not a power of two (timing sweep candidates).
+    for (int split : {2, 3, 4, 5, 6, 7, 8}) run_case(c, detail::kGemmConfigDecodeSplitK, split);
+    // The stream tiles (256-byte stages) split the same way (GroupedGemmProblem::split_k).
+    for (int split : {2, 5, 8}) {
+      run_case(c, detail::kGemmConfigDecodeStream, split);
+      run_case(c, detail::kGemmConfigDecodeStreamDeep, split);
+    }
   }
 }
 

@@ -102,7 +102,7 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
   // Measured on dense layouts only (a shared-expert MLP): on the H200 routed256
   // (16 experts x 16 rows) ran slower split (0.040 -> 0.050 ms at split 2).
   if (config == kGemmConfigDecode && p.rows == GemmRows::kDense && rows_per_group <= 48 &&
-      p.k > 0 && decode_split_k(p, sm_count()) > 1) {
+      p.k > 0 && decode_split_k(p, sm_count(), splitk_cluster_capacity_table()) > 1) {
     return kGemmConfigDecodeSplitK;
   }
   // Big decode GEMMs (>= 4 waves of decode tiles): the 256-byte-per-row stream tiles,

@@ -40,8 +40,10 @@ struct GroupedGemmProblem {
   // Kernel configuration: -1 = heuristic (docs/gemm.md), else a GemmConfig value
   // (forces one; tests use this to cover every config the heuristic can pick).
   int config = -1;
-  // kGemmConfigDecodeSplitK only: CTAs (one thread-block cluster) per output tile,
-  // rounded down to 1, 2, 4 or 8; 0 = the heuristic's split (src/gemm/split_k.h).
+  // kGemmConfigDecodeSplitK: CTAs (one thread-block cluster) per output tile, clamped
+  // to 1..8 (any cluster size); 0 = the heuristic's split (src/gemm/split_k.h).
+  // kGemmConfigDecodeStream / kGemmConfigDecodeStreamDeep: >= 2 runs those tiles split
+  // the same way (a measured variant, not picked by the heuristic); 0 or 1: unsplit.
   int split_k = 0;
 };
 

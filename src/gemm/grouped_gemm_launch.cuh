@@ -44,7 +44,7 @@ inline int split_k_sm_count() {
   return count;
 }
 
-// Measurement knob (docs/gemm.md "Decode split-K"): MOEKIT_GEMM_SPLIT_K = 1, 2, 4 or 8
+// Measurement knob (docs/gemm.md "Decode split-K"): MOEKIT_GEMM_SPLIT_K = 1..8
 // forces the split of the split-K config (when the caller set none).
 inline int env_int(const char* name) {
   const char* s = std::getenv(name);
@@ -71,7 +71,28 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
       launch_grouped_gemm_kernel<Cfg, In, In, Mma>(p, stream, op);
     }
   };
-  if (config == kGemmConfigPrefill) {
+  // Configs 4 / 5 with a forced split (problem.split_k >= 2; measured by the sweep
+  // GemmTiming.DISABLED_DecodeSplitSweep, never picked by the heuristic yet): the stream
+  // tiles' 256-byte stages with config 3's cluster split-K and DSMEM reduction.
+  auto launch_split = [&](auto cfg, int split) {
+    using Cfg = decltype(cfg);
+    if (f32_out) {
+      launch_grouped_gemm_splitk<Cfg, In, float, Mma>(p, split, stream, op);
+    } else {
+      launch_grouped_gemm_splitk<Cfg, In, In, Mma>(p, split, stream, op);
+    }
+  };
+  const bool stream_split =
+      (config == kGemmConfigDecodeStream || config == kGemmConfigDecodeStreamDeep) &&
+      prob.split_k >= 2;
+  if (stream_split) {
+    const int split = decode_split_k(prob, split_k_sm_count());
+    if (config == kGemmConfigDecodeStream) {
+      launch_split(DecodeStreamConfig{}, split);
+    } else {
+      launch_split(DecodeStreamDeepConfig{}, split);
+    }
+  } else if (config == kGemmConfigPrefill) {
     launch(PrefillConfig{});
   } else if (config == kGemmConfigDecodeStream) {
     launch(DecodeStreamConfig{});
@@ -82,13 +103,9 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
     static const int env_split = env_int("MOEKIT_GEMM_SPLIT_K");
     GroupedGemmProblem q = prob;
     if (q.split_k <= 0 && env_split > 0) q.split_k = env_split;
-    int split = decode_split_k(q, split_k_sm_count());
+    int split = decode_split_k(q, split_k_sm_count(), splitk_cluster_capacity_table());
     if (q.split_k <= 0 && split < 2) split = 2;
-    if (f32_out) {
-      launch_grouped_gemm_splitk<DecodeConfig, In, float, Mma>(p, split, stream, op);
-    } else {
-      launch_grouped_gemm_splitk<DecodeConfig, In, In, Mma>(p, split, stream, op);
-    }
+    launch_split(DecodeConfig{}, split);
   } else {
     launch(DecodeConfig{});
   }

@@ -38,30 +38,44 @@ inline int64_t decode_tiles_upper(const GroupedGemmProblem& p) {
   return m_tiles * n_tiles;
 }
 
+// Co-resident clusters of the split-K kernel per cluster size on the current device
+// (cudaOccupancyMaxActiveClusters, queried once per process): table[s] for s = 1..8,
+// or nullptr when unknown (no GPU). Clusters live inside one GPC, so the count for 8
+// can be below slots / 8 (grouped_gemm_bf16.cu).
+const int* splitk_cluster_capacity_table();
+
 // The split (1, 2, 4 or 8): the largest that keeps >= 6 k slices per CTA and at most
 // 2.5 waves of CTAs (a wave: sms x 2 resident CTAs); 1 (no split) from two waves of
 // tiles up. Fitted to H200 measurements (docs/gemm.md "Decode split-K"): each CTA
 // costs a few microseconds (launch, pipeline fill, cluster reduction), so long k
 // slices and few waves win over evenly filled waves of short CTAs.
-inline int choose_split_k(int64_t tiles, int64_t k_elems, int elem_bytes, int sms) {
+// A split whose clusters overflow the co-resident ones into a mostly empty tail wave
+// (tiles < 60% of waves x capacity, more than one wave) is skipped: ds-v3-t32 gate_up
+// (32 tiles) measured 4 > 8 by ~6.7 us while glm45-t32 (24 tiles) gained from 8, the
+// suspected cause being fewer than 32 co-resident 8-CTA clusters (GPC packing).
+// `clusters`: co-resident clusters per split (index 1..8), nullptr: sms x 2 / split.
+inline int choose_split_k(int64_t tiles, int64_t k_elems, int elem_bytes, int sms,
+                          const int* clusters = nullptr) {
   const int64_t slots = static_cast<int64_t>(sms > 0 ? sms : 132) * kDecodeBlocksPerSm;
   if (tiles <= 0 || tiles >= 2 * slots) return 1;
   const int64_t k_tiles = (k_elems * elem_bytes + kDecodeBKBytes - 1) / kDecodeBKBytes;
   int best = 1;
   for (int s = 2; s <= kMaxSplitK; s *= 2) {
-    if (tiles * s * 2 <= slots * 5 && k_tiles / s >= 6) best = s;
+    if (tiles * s * 2 > slots * 5 || k_tiles / s < 6) continue;
+    const int64_t cap = clusters && clusters[s] > 0 ? clusters[s] : slots / s;
+    const int64_t waves = (tiles + cap - 1) / cap;
+    if (waves > 1 && tiles * 10 < waves * cap * 6) continue;  // mostly empty tail wave
+    best = s;
   }
   return best;
 }
 
-// problem.split_k (rounded down to 1, 2, 4 or 8) if set, else the heuristic's split.
-inline int decode_split_k(const GroupedGemmProblem& p, int sms) {
-  if (p.split_k > 0) {
-    int s = 1;
-    while (s * 2 <= p.split_k && s * 2 <= kMaxSplitK) s *= 2;
-    return s;
-  }
-  return choose_split_k(decode_tiles_upper(p), p.k, 2, sms);
+// problem.split_k (clamped to 1..8: any cluster size up to the portable 8 works, the
+// kernel splits k slices evenly over any count) if set, else the heuristic's split.
+// `clusters` as for choose_split_k (the engine passes splitk_cluster_capacity_table()).
+inline int decode_split_k(const GroupedGemmProblem& p, int sms, const int* clusters = nullptr) {
+  if (p.split_k > 0) return p.split_k < kMaxSplitK ? p.split_k : kMaxSplitK;
+  return choose_split_k(decode_tiles_upper(p), p.k, 2, sms, clusters);
 }
 
 }  // namespace moekit::detail
