@@ -178,13 +178,14 @@ TEST(GemmTiming, DISABLED_DeepSeekV3Shapes) {
 
 // Per-GEMM sweep of the decode-regime configs on the small bench rows (issue 5): the
 // two GEMMs of SharedExpertMLPFwd ds-v3-t32, glm45-t32, kimi-k2-t1 (gate_up with
-// silu_and_mul, then down) and MoEGroupedGemmFwd qwen3-30b-ep8-routed256. Each cell is a
-// CUDA graph of kCalls back-to-back calls rotating over >= 128 MB of weight copies (more
-// than twice the 50 MB L2), so the weights come from HBM as in the bench; the time is
-// the best of 3 graph launches / kCalls. Prints one line per (shape, config, split) and
-// the cluster occupancy per split (how many split-CTA clusters are co-resident). Run:
-//   build-gpu/tests/test_gemm --gtest_also_run_disabled_tests \
-//       --gtest_filter='GemmTiming.DISABLED_DecodeSplitSweep'
+// silu_and_mul, then down) and MoEGroupedGemmFwd qwen3-30b-ep8-routed256 / -decode. Each
+// cell is a CUDA graph of kCalls back-to-back calls rotating over >= 128 MB of weight
+// copies (more than twice the 50 MB L2), so the weights come from HBM as in the bench;
+// the time is the best of 3 graph launches / kCalls. Prints the co-resident clusters per
+// split first, one line per (shape, config, split), the best cell per shape, then each
+// MLP (gate_up + down) at the heuristic's and at the best cells. Run (one line):
+//   build-gpu/tests/test_gemm --gtest_also_run_disabled_tests
+//   --gtest_filter=GemmTiming.DISABLED_DecodeSplitSweep
 // (~15 s on an H200; docs/gemm.md "Decode split-K").
 TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
   MOEKIT_REQUIRE_GPU();
@@ -211,15 +212,17 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
     int64_t m, n, k;  // dense: m rows; grouped: m = rows per group
     bool silu;
     int groups;  // 0: dense; > 0: contiguous, `groups` groups of m rows, alignment 1
+    int active;  // contiguous: groups 0..active-1 hold m rows each, the rest none
   };
   const Shape shapes[] = {
-      {"ds-v3-t32 gate_up", 32, 2048, 7168, true, 0},
-      {"ds-v3-t32 down", 32, 7168, 2048, false, 0},
-      {"glm45-t32 gate_up", 32, 1536, 5120, true, 0},
-      {"glm45-t32 down", 32, 5120, 1536, false, 0},
-      {"kimi-k2-t1 gate_up", 1, 18432, 7168, true, 0},
-      {"kimi-k2-t1 down", 1, 7168, 18432, false, 0},
-      {"routed256 (16x16)", 16, 1536, 2048, false, 16},
+      {"ds-v3-t32 gate_up", 32, 2048, 7168, true, 0, 0},
+      {"ds-v3-t32 down", 32, 7168, 2048, false, 0, 0},
+      {"glm45-t32 gate_up", 32, 1536, 5120, true, 0, 0},
+      {"glm45-t32 down", 32, 5120, 1536, false, 0, 0},
+      {"kimi-k2-t1 gate_up", 1, 18432, 7168, true, 0, 0},
+      {"kimi-k2-t1 down", 1, 7168, 18432, false, 0, 0},
+      {"routed256 (16x16)", 16, 1536, 2048, false, 16, 16},
+      {"qwen3-ep8-dec (8x1)", 1, 1536, 2048, false, 16, 8},
   };
   struct Cell {
     int config, split;  // config -1 = heuristic
@@ -288,7 +291,8 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
   for (size_t si = 0; si < std::size(shapes); ++si) {
     const Shape& sh = shapes[si];
     const int groups = sh.groups > 0 ? sh.groups : 1;
-    const int64_t rows = sh.m * groups;
+    const int active = sh.groups > 0 ? sh.active : 1;
+    const int64_t rows = sh.m * active;
     const int64_t b_rows = sh.silu ? 2 * sh.n : sh.n;
     const int64_t b_bytes = int64_t{groups} * b_rows * sh.k * 2;
     const int copies =
@@ -302,10 +306,12 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
         meta(static_cast<size_t>(groups * 4));
     fill<__nv_bfloat16>(a.p, rows * sh.k, 1.7f, 3);
     std::vector<int32_t> ends(groups);
-    for (int g = 0; g < groups; ++g) ends[g] = static_cast<int32_t>((g + 1) * sh.m);
+    for (int g = 0; g < groups; ++g) ends[g] = static_cast<int32_t>(std::min(g + 1, active) * sh.m);
     cudaMemcpy(meta.p, ends.data(), groups * 4, cudaMemcpyHostToDevice);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const double bytes = double(b_bytes) + double(rows) * sh.k * 2 + double(rows) * sh.n * 2;
+    // Bytes moved: the weights of the groups with rows, a, c.
+    const double bytes =
+        double(b_bytes) / groups * active + double(rows) * sh.k * 2 + double(rows) * sh.n * 2;
     float best_us = 1e30f;
     std::string best;
     for (const Cell& cell : cells) {

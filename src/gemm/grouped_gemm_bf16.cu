@@ -9,6 +9,13 @@ namespace moekit::detail {
 const int* splitk_cluster_capacity_table() {
   static const std::array<int, kMaxSplitK + 1> table = [] {
     std::array<int, kMaxSplitK + 1> t{};
+    // The first GEMM may run inside a graph capture: relaxed mode for these queries.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    struct Restore {
+      cudaStreamCaptureMode& m;
+      ~Restore() { cudaThreadExchangeStreamCaptureMode(&m); }
+    } restore{mode};
     using Cfg = gemm::DecodeConfig;
     auto kernel =
         gemm::grouped_gemm_splitk_kernel<Cfg, __nv_bfloat16, __nv_bfloat16, gemm::MmaBF16>;
