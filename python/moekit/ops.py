@@ -238,9 +238,20 @@ def _rows_like(x):
 # outlive the graph ("tensors in the cudagraph pool not tracked as outputs").
 
 _ws_cache = {}  # (device index, stream) -> entry
-_tls = threading.local()  # .uncached: inside a dispatcher-registered kernel
+
+
+class _Local(threading.local):
+    # True inside a dispatcher-registered kernel. A class default, so that reading it in
+    # a thread that never set it is a plain attribute read (a missing threading.local
+    # attribute costs an AttributeError raised and caught, ~0.45 us).
+    uncached = False
+
+
+_tls = _Local()
 _ws_cache_on = os.environ.get("MOEKIT_WORKSPACE_CACHE", "1") != "0"
-_is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (lambda: False)
+# Whether a stream (the current one, as an int) is capturing a CUDA graph: the
+# extension's cudaStreamIsCapturing, ~10x cheaper than torch's current-stream check.
+_is_capturing = _raw._stream_capturing
 _MiB = 1 << 20
 
 
@@ -256,7 +267,7 @@ def _grow(entry, nbytes):
 
 def _ws(dev, stream, like):
     """The workspace entry for an op about to run on (dev, stream)."""
-    if _ws_cache_on and not getattr(_tls, "uncached", False) and not _is_capturing():
+    if _ws_cache_on and not _tls.uncached and not _is_capturing(stream):
         e = _ws_cache.get((dev, stream))
         if e is None:
             e = _ws_cache[(dev, stream)] = [0, 0, None, like.device, True]
@@ -334,9 +345,12 @@ def _fused_topk_cuda(
             _fused_topk_cuda, gating_output, top_k, renormalize, scoring_func, num_expert_group,
             topk_group, routed_scaling_factor, correction_bias,
         )  # fmt: skip
-    shape = _topk_out(gating_output, top_k)
-    weights = gating_output.new_empty(shape, dtype=_f32)
-    ids = gating_output.new_empty(shape, dtype=_i32)
+    # Sizes as separate ints: new_empty(T, K) parses ~0.5 us faster than new_empty((T, K)).
+    s = gating_output.shape
+    T = s[0] if len(s) == 2 else _dims(gating_output, 2)[0]
+    K = top_k if top_k > 0 else 0
+    weights = gating_output.new_empty(T, K, dtype=_f32)
+    ids = gating_output.new_empty(T, K, dtype=_i32)
     _t_fused_topk(
         gating_output, correction_bias, weights, ids, top_k, renormalize, scoring_func,
         num_expert_group, topk_group, routed_scaling_factor, _raw_stream(dev),
@@ -372,7 +386,7 @@ def _moe_pre_permute_cuda(hidden_states, local_expert_ids, num_local_experts, al
             local_expert_ids, num_local_experts, alignment,
         )  # fmt: skip
     P, H, E, TK = _pre_sizes(hidden_states, local_expert_ids, num_local_experts, alignment)
-    permuted = hidden_states.new_empty((P, H))
+    permuted = hidden_states.new_empty(P, H)
     metadata = hidden_states.new_empty(E, dtype=_i32)
     inverse = hidden_states.new_empty(TK, dtype=_i32)
     stream = _raw_stream(dev)
@@ -392,7 +406,7 @@ def _moe_post_permute_cuda(expert_output, topk_weights, inverse_indices, out_dty
             expert_output, topk_weights, inverse_indices, out_dtype,
         )  # fmt: skip
     out = expert_output.new_empty(
-        _post_shape(expert_output, topk_weights),
+        *_post_shape(expert_output, topk_weights),
         dtype=out_dtype if out_dtype is not None else expert_output.dtype,
     )
     _t_moe_post_permute(expert_output, topk_weights, inverse_indices, out, _raw_stream(dev))
@@ -410,7 +424,7 @@ def _moe_grouped_gemm_cuda(
             out_dtype,
         )  # fmt: skip
     c = a.new_empty(
-        _gemm_shape(a, b, masked, activation),
+        *_gemm_shape(a, b, masked, activation),
         dtype=out_dtype if out_dtype is not None else a.dtype,
     )
     max_m = a.shape[1] if masked and a.dim() == 3 else 0
@@ -428,7 +442,7 @@ def _moe_grouped_gemm_fp8_cuda(a, a_scale, b, b_scale, layout_metadata):
             (a, a_scale, b, b_scale, layout_metadata), _moe_grouped_gemm_fp8_cuda, a, a_scale,
             b, b_scale, layout_metadata,
         )  # fmt: skip
-    c = a.new_empty(_fp8_shape(a, b), dtype=_bf16)
+    c = a.new_empty(*_fp8_shape(a, b), dtype=_bf16)
     _t_moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata, c, _raw_stream(dev))
     return c
 
@@ -725,7 +739,7 @@ def _cpu_kernel(name):
 def _dispatched(fn):
     # The CUDA kernel as registered with the dispatcher: a workspace per call (see _ws).
     def kernel(*args, **kwargs):
-        before = getattr(_tls, "uncached", False)
+        before = _tls.uncached
         _tls.uncached = True
         try:
             return fn(*args, **kwargs)

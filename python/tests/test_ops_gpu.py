@@ -409,8 +409,11 @@ def test_cuda_graph_fused_moe_shared_expert(fast_path):
                 moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
+        moekit.ops.release_workspaces()
         with torch.cuda.graph(graph):
             out = moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
+        # The capture took its workspace from the graph's pool, never from the cache.
+        assert moekit.ops._ws_cache == {}
     finally:
         moekit.ops.set_eager_fast_path(old)
     g = gen(12)
@@ -425,6 +428,29 @@ def test_cuda_graph_fused_moe_shared_expert(fast_path):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, first), "replays differ"
+
+
+@requires_real_gpu
+def test_stream_capturing_check():
+    """The extension's capture check (moekit.raw._stream_capturing, what the eager fast
+    path asks before it uses a cached workspace) agrees with torch's."""
+    check = moekit.raw._stream_capturing
+    assert not check(torch.cuda.current_stream().cuda_stream)
+    assert not check(0)
+    x = torch.zeros(8, device=DEVICE)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        x.add_(1)  # warm up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    seen = []
+    with torch.cuda.graph(graph):
+        seen.append(check(torch.cuda.current_stream().cuda_stream))
+        seen.append(torch.cuda.is_current_stream_capturing())
+        x.add_(1)
+    assert seen == [True, True]
+    assert not check(torch.cuda.current_stream().cuda_stream)
 
 
 def _layer(x, logits, w13, w2, s13, s2):

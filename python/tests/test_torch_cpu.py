@@ -195,7 +195,7 @@ def test_the_torch_layer_passes_valid_arguments(name, monkeypatch):
     # the extension's device check, so that the call goes down the direct path.
     monkeypatch.setattr(moekit.ops, "_current_device", lambda: -1)
     monkeypatch.setattr(moekit.ops, "_raw_stream", lambda dev: 0)
-    monkeypatch.setattr(moekit.ops, "_is_capturing", lambda: False)
+    monkeypatch.setattr(moekit.ops, "_is_capturing", lambda stream: False)
     old = moekit.raw._set_device_check(False)
     try:
         with pytest.raises(moekit.MoekitError) as info:
@@ -229,7 +229,7 @@ def test_workspace_cached_per_stream_grown_on_demand(monkeypatch):
     taken its workspace."""
     o = moekit.ops
     monkeypatch.setattr(o, "_current_device", lambda: -1)
-    monkeypatch.setattr(o, "_is_capturing", lambda: False)
+    monkeypatch.setattr(o, "_is_capturing", lambda stream: False)
     stream = [7]
     monkeypatch.setattr(o, "_raw_stream", lambda dev: stream[0])
     old = moekit.raw._set_device_check(False)
@@ -260,10 +260,10 @@ def test_workspace_cached_per_stream_grown_on_demand(monkeypatch):
         call(6)
         assert set(o._ws_cache) == {(-1, 7), (-1, 9)}
         o.release_workspaces()
-        monkeypatch.setattr(o, "_is_capturing", lambda: True)  # capture: never cached
+        monkeypatch.setattr(o, "_is_capturing", lambda stream: True)  # capture: never cached
         call(6)
         assert o._ws_cache == {}
-        monkeypatch.setattr(o, "_is_capturing", lambda: False)
+        monkeypatch.setattr(o, "_is_capturing", lambda stream: False)
         assert o.set_workspace_cache(False) is True
         call(6)
         assert o._ws_cache == {}
