@@ -14,7 +14,14 @@ the queue never fills) and reports the median per call of:
   eager      moekit.<op>(...): the default path (direct call in plain eager mode);
   dispatch   torch.ops.moekit.<op>.default(...): through the PyTorch dispatcher
              (what torch.compile'd graphs and modes call);
-  alloc      the output allocation(s) the eager path makes (part of eager/dispatch).
+  alloc      the output allocation(s) the eager path makes (part of eager/dispatch);
+  py         moekit.<op>(...) with the extension call (moekit.ops._t_<op>) replaced by a
+             Python no-op: the Python layer alone, allocations included, nothing launched
+             (so without the launch-time noise of the other columns).
+
+The columns' bursts are interleaved (raw, entry, eager, ..., raw, entry, eager, ...), and
+eager - raw and dispatch - raw are the medians of the per-round differences: a drift of
+the host's speed or a slow round shifts all columns alike.
 
 The Python layer's own overhead is eager - raw (and dispatch - raw), i.e. everything
 but the C++ op: reading the tensors, allocating outputs through the caching allocator,
@@ -51,6 +58,55 @@ def host_time_us(fn, bursts, burst_len):
     return statistics.median(per_call)
 
 
+def interleaved_us(fns, bursts, burst_len):
+    """Per column, the host time per call (median over bursts), with the columns' bursts
+    interleaved (raw, entry, eager, ... raw, entry, eager, ...) so that a drift of the
+    host (clock, other load) shifts every column alike; and, for each column, the median
+    over rounds of its burst minus the raw burst of the same round (the differences the
+    table reports, robust to a slow round). A column given as (fn, enter, leave) calls
+    enter() before and leave() after each of its bursts, outside the timed region."""
+    cols = {}
+    for name, f in fns.items():
+        cols[name] = f if isinstance(f, tuple) else (f, None, None)
+    for fn, enter, leave in cols.values():
+        if enter:
+            enter()
+        for _ in range(3 * burst_len):  # warm up: caching allocator, lazy module loads
+            fn()
+        if leave:
+            leave()
+    torch.cuda.synchronize()
+    times = {name: [] for name in cols}
+    for _ in range(bursts):
+        for name, (fn, enter, leave) in cols.items():
+            if enter:
+                enter()
+            t0 = time.perf_counter()
+            for _ in range(burst_len):
+                fn()
+            t1 = time.perf_counter()
+            if leave:
+                leave()
+            torch.cuda.synchronize()  # outside the timed region
+            times[name].append((t1 - t0) / burst_len * 1e6)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    diff = {}
+    if "raw" in times:
+        for name, t in times.items():
+            diff[name] = statistics.median(a - b for a, b in zip(t, times["raw"]))
+    return med, diff
+
+
+def swapped(name, fake):
+    """(enter, leave) that replace moekit.ops.<name> with fake for a burst."""
+    real = getattr(moekit.ops, name)
+    return (lambda: setattr(moekit.ops, name, fake), lambda: setattr(moekit.ops, name, real))
+
+
+def _noop(*args):
+    return None
+
+
 def v(t):
     return moekit.ops._v(t)
 
@@ -82,8 +138,9 @@ def cases():
         entry=lambda: raw._t_fused_topk(logits, None, ow, oi, K, True, "softmax", 0, 0, 1.0,
                                         stream),
         eager=lambda: moekit.fused_topk(logits, K, True),
+        py=(lambda: moekit.fused_topk(logits, K, True), *swapped("_t_fused_topk", _noop)),
         dispatch=lambda: torch.ops.moekit.fused_topk.default(logits, K, True),
-        alloc=lambda: (logits.new_empty((T, K), dtype=f32), logits.new_empty((T, K), dtype=i32)),
+        alloc=lambda: (logits.new_empty(T, K, dtype=f32), logits.new_empty(T, K, dtype=i32)),
     )  # fmt: skip
     # moe_post_permute: 1 output, no workspace.
     oo = torch.empty(T, H, dtype=bf16, device=dev)
@@ -92,8 +149,10 @@ def cases():
         raw=lambda: raw.moe_post_permute(*pargs),
         entry=lambda: raw._t_moe_post_permute(permuted, w, inv, oo, stream),
         eager=lambda: moekit.moe_post_permute(permuted, w, inv),
+        py=(lambda: moekit.moe_post_permute(permuted, w, inv),
+            *swapped("_t_moe_post_permute", _noop)),
         dispatch=lambda: torch.ops.moekit.moe_post_permute.default(permuted, w, inv),
-        alloc=lambda: permuted.new_empty((T, H), dtype=bf16),
+        alloc=lambda: permuted.new_empty(T, H, dtype=bf16),
     )
     # fused_moe: 1 output + workspace.
     fo = torch.empty(T, H, dtype=bf16, device=dev)
@@ -105,6 +164,7 @@ def cases():
         entry=lambda: raw._t_fused_moe(x, logits, None, w13, w2, fo, K, True, "softmax", 0, 0,
                                        1.0, ws_entry, stream),
         eager=lambda: moekit.fused_moe(x, logits, w13, w2, K, True),
+        py=(lambda: moekit.fused_moe(x, logits, w13, w2, K, True), *swapped("_t_fused_moe", _noop)),
         dispatch=lambda: torch.ops.moekit.fused_moe.default(x, logits, w13, w2, K, True),
         alloc=lambda: torch.empty_like(x),
     )  # fmt: skip
@@ -120,6 +180,8 @@ def cases():
                                                      True, "softmax", 0, 0, 1.0, ws_entry,
                                                      stream),
         eager=lambda: moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, K, True),
+        py=(lambda: moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, K, True),
+            *swapped("_t_fused_moe_shared_expert", _noop)),
         dispatch=lambda: torch.ops.moekit.fused_moe_shared_expert.default(
             x, logits, w13, w2, s13, s2, K, True),
         alloc=lambda: torch.empty_like(x),
@@ -133,6 +195,7 @@ def cases():
         raw=lambda: raw.shared_expert_mlp(*margs, mws.data_ptr(), nm, stream),
         entry=lambda: raw._t_shared_expert_mlp(x, s13, s2, mo, ws_entry, stream),
         eager=lambda: moekit.shared_expert_mlp(x, s13, s2),
+        py=(lambda: moekit.shared_expert_mlp(x, s13, s2), *swapped("_t_shared_expert_mlp", _noop)),
         dispatch=lambda: torch.ops.moekit.shared_expert_mlp.default(x, s13, s2),
         alloc=lambda: torch.empty_like(x),
     )
@@ -152,6 +215,8 @@ def pieces():
             (1, 256), dtype=torch.bfloat16, device=x.device),
         "x.new_empty(shape)": lambda: x.new_empty((1, 256)),
         "x.new_empty(shape, dtype=)": lambda: x.new_empty((1, 256), dtype=torch.float32),
+        "x.new_empty(1, 256, dtype=) (sizes as ints)": lambda: x.new_empty(1, 256,
+                                                                           dtype=torch.float32),
         "torch.empty_like(x)": lambda: torch.empty_like(x),
         "tuple (ptr, dtype, size, contiguous)": lambda: o._v(x),
         "x.__dlpack__()": lambda: x.__dlpack__(),
@@ -159,6 +224,9 @@ def pieces():
         "eager-mode check (_eager)": lambda: o._eager(x),
         "current device (_cuda_getDevice)": lambda: o._current_device(),
         "stream (_cuda_getCurrentRawStream)": lambda: o._raw_stream(dev),
+        "capture check, torch's (is_current_stream_capturing)":
+            torch._C._cuda_isCurrentStreamCapturing,
+        "capture check, moekit's (raw._stream_capturing)": lambda: raw._stream_capturing(stream),
         "capture check + workspace lookup (_ws)": lambda: o._ws(dev, stream, x),
         "raw.describe(tuple): binding call + convert": (lambda t: lambda: raw.describe(t))(o._v(x)),
     }  # fmt: skip
@@ -174,25 +242,34 @@ def main():
         print("overhead: no CUDA GPU", file=sys.stderr)
         return 2
     results = {}
-    cols = ("raw", "entry", "eager", "dispatch", "alloc")
-    print(f"# host time per call (us), median of {args.bursts} bursts of {args.burst_len}; "
-          f"{torch.cuda.get_device_name()}, torch {torch.__version__}")  # fmt: skip
+    cols = ("raw", "entry", "eager", "dispatch", "alloc", "py")
+    print(f"# host time per call (us), median of {args.bursts} bursts of {args.burst_len}, the "
+          f"columns' bursts interleaved; {torch.cuda.get_device_name()}, "
+          f"torch {torch.__version__}")  # fmt: skip
     print(f"{'op':<26}" + "".join(f"{c:>10}" for c in cols) + f"{'eager-raw':>11}{'disp-raw':>10}")
     for name, fns in cases().items():
-        r = {c: host_time_us(fns[c], args.bursts, args.burst_len) for c in cols if c in fns}
+        r, diff = interleaved_us({c: fns[c] for c in cols if c in fns}, args.bursts, args.burst_len)
         if "raw" in r:
-            r["eager_overhead"] = r["eager"] - r["raw"]
-            r["dispatch_overhead"] = r["dispatch"] - r["raw"]
+            # Medians of the per-round differences (each round's bursts back to back).
+            r["eager_overhead"] = diff["eager"]
+            r["dispatch_overhead"] = diff["dispatch"]
         results[name] = r
         line = f"{name:<26}" + "".join(f"{r[c]:>10.2f}" if c in r else f"{'-':>10}" for c in cols)
         if "raw" in r:
             line += f"{r['eager_overhead']:>11.2f}{r['dispatch_overhead']:>10.2f}"
         print(line, flush=True)
+    target = 5.0
+    print(f"\n# eager - raw: the Python layer's overhead per call (target < {target:g} us); "
+          "py: the same eager call with the extension call replaced by a no-op (no launch)")
+    for name, r in results.items():
+        if "eager_overhead" in r:
+            ok = "ok" if r["eager_overhead"] < target else "OVER"
+            print(f"{name:<26}{r['eager_overhead']:>8.2f} us  {ok:<5} (py {r['py']:.2f} us)")
     print(f"\n# pieces of the eager path (us per call, median)")
     parts = {}
     for name, fn in pieces().items():
         parts[name] = host_time_us(fn, args.bursts, args.burst_len)
-        print(f"{name:<44}{parts[name]:>8.2f}", flush=True)
+        print(f"{name:<54}{parts[name]:>8.2f}", flush=True)
     results["pieces"] = parts
     if args.json:
         with open(args.json, "w") as f:
