@@ -273,6 +273,56 @@ def test_workspace_cached_per_stream_grown_on_demand(monkeypatch):
         o.release_workspaces()
 
 
+@pytest.mark.skipif(moekit.raw.device_count() > 0 if torch_skip_reason() is None else False,
+                    reason="a CUDA device is present: these calls would launch kernels")
+def test_fused_topk_output_prototypes(monkeypatch):
+    """fused_topk's eager path allocates its outputs as empty_like of cached prototypes
+    (stride-0 views of a one-element base): fresh contiguous [T, K] f32 / i32 tensors of
+    their own for every shape, and no prototype made during a capture or inside a
+    dispatcher-registered kernel. CPU tensors stand in, as above."""
+    o = moekit.ops
+    monkeypatch.setattr(o, "_current_device", lambda: -1)
+    monkeypatch.setattr(o, "_raw_stream", lambda dev: 0)
+    capturing = [False]
+    monkeypatch.setattr(o, "_is_capturing", lambda stream: capturing[0])
+    old = moekit.raw._set_device_check(False)
+    try:
+        o.release_workspaces()
+        for T, K in [(5, 3), (0, 4), (1, 1), (1, 8), (8, 1), (3, 0), (5, 3), (1, 8)]:
+            lg = torch.randn(T, 8)
+            w, ids = o._topk_outputs(lg, T, K, -1, 0)  # a miss: plain allocations
+            p = o._topk_protos[(T, K, -1)]
+            outs = [w, ids, torch.empty_like(p[0]), torch.empty_like(p[1])]
+            for out, dtype in zip(outs, (f32, i32, f32, i32)):
+                assert out.shape == (T, K) and out.dtype == dtype and out.is_contiguous()
+                assert out.stride() == torch.empty(T, K).stride(), (T, K, out.stride())
+                assert out.untyped_storage().nbytes() == T * K * 4
+            if T * K > 1:  # hit: distinct fresh storage per call, prototypes hold none
+                a, b = torch.empty_like(p[0]), torch.empty_like(p[0])
+                assert a.data_ptr() != b.data_ptr() and p[0].untyped_storage().nbytes() == 4
+            if T:  # through the op: the outputs get past the C++ checks, the launch fails
+                with pytest.raises(moekit.MoekitError, match="CUDA"):
+                    o._fused_topk_cuda(lg, K if K else 1)
+            else:  # nothing to launch
+                w, ids = o._fused_topk_cuda(lg, K)
+                assert w.shape == ids.shape == (0, K) and (w.dtype, ids.dtype) == (f32, i32)
+        assert len(o._topk_bases) == 2  # one base per (device, dtype)
+        o.release_workspaces()
+        capturing[0] = True
+        o._topk_outputs(torch.randn(5, 8), 5, 3, -1, 0)
+        assert o._topk_protos == {}
+        capturing[0] = False
+        o._tls.uncached = True
+        try:
+            o._topk_outputs(torch.randn(5, 8), 5, 3, -1, 0)
+        finally:
+            o._tls.uncached = False
+        assert o._topk_protos == {}
+    finally:
+        moekit.raw._set_device_check(old)
+        o.release_workspaces()
+
+
 def test_torch_entry_points_reject_non_tensors_and_check_devices():
     """The extension's torch entry points: a non-tensor is named with its type; CPU
     tensors are rejected naming the argument (the device check runs in C++)."""
