@@ -68,6 +68,23 @@ if _raw_stream is None:  # a torch without CUDA: the kernels can never run anywa
 
 
 _current_device = getattr(torch._C, "_cuda_getDevice", lambda: -1)
+
+
+def _launch_ctx_py(t):
+    """(device, stream) where an op whose first tensor is t runs: t's device if it is the
+    current one, and torch's current stream of it (an int; never cached: it changes
+    under torch.cuda.stream(s) and during capture); None when t is elsewhere."""
+    dev = t.get_device()
+    if dev < 0 or dev != _current_device():
+        return None
+    return dev, _raw_stream(dev)
+
+
+# The extension answers in one C call where torch has the DLPack exchange API (torch's
+# current stream from it, the current device from the extension's CUDA runtime) and
+# calls _launch_ctx_py for everything else.
+_raw._set_launch_ctx_fallback(_launch_ctx_py)
+_launch_ctx = _raw._launch_ctx
 _is_compiling = torch.compiler.is_compiling
 _dispatch_stack_len = torch._C._len_torch_dispatch_stack
 _function_mode_on = torch._C._is_torch_function_mode_enabled
@@ -265,12 +282,13 @@ def _grow(entry, nbytes):
     entry[0], entry[1], entry[2] = ptr, nbytes, w
 
 
-def _ws(dev, stream, like):
-    """The workspace entry for an op about to run on (dev, stream)."""
-    if _ws_cache_on and not _tls.uncached and not _is_capturing(stream):
-        e = _ws_cache.get((dev, stream))
+def _ws(ctx, like):
+    """The workspace entry for an op about to run in the launch context ctx (device,
+    stream)."""
+    if _ws_cache_on and not _tls.uncached and not _is_capturing(ctx[1]):
+        e = _ws_cache.get(ctx)
         if e is None:
-            e = _ws_cache[(dev, stream)] = [0, 0, None, like.device, True]
+            e = _ws_cache[ctx] = [0, 0, None, like.device, True]
         return e
     return [0, 0, None, like.device, False]  # per call: lives until the op is enqueued
 
@@ -341,17 +359,17 @@ def _fused_topk_cuda(
     routed_scaling_factor=1.0,
     correction_bias=None,
 ):
-    dev = gating_output.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(gating_output)
+    if ctx is None:
         return _elsewhere(
             "fused_topk", ("gating_output", "correction_bias"), (gating_output, correction_bias),
             _fused_topk_cuda, gating_output, top_k, renormalize, scoring_func, num_expert_group,
             topk_group, routed_scaling_factor, correction_bias,
         )  # fmt: skip
+    dev, stream = ctx
     s = gating_output.shape
     T = s[0] if len(s) == 2 else _dims(gating_output, 2)[0]
     K = top_k if top_k > 0 else 0
-    stream = _raw_stream(dev)
     p = _topk_protos.get((T, K, dev))
     if p is not None:
         weights, ids = _empty_like(p[0]), _empty_like(p[1])
@@ -399,108 +417,111 @@ def _topk_outputs(gating_output, T, K, dev, stream):
 
 
 def _moe_permute_align_cuda(topk_ids, num_experts, block_size=64):
-    dev = topk_ids.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(topk_ids)
+    if ctx is None:
         return _elsewhere(
             "moe_permute_align", ("topk_ids",), (topk_ids,), _moe_permute_align_cuda, topk_ids,
             num_experts, block_size,
         )  # fmt: skip
+    stream = ctx[1]
     sorted_size, num_blocks = _align_sizes(topk_ids, num_experts, block_size)
     sorted_ids = topk_ids.new_empty(sorted_size, dtype=_i32)
     expert_ids = topk_ids.new_empty(num_blocks, dtype=_i32)
     ntpp = topk_ids.new_empty(1, dtype=_i32)
-    stream = _raw_stream(dev)
     _t_moe_permute_align(
         topk_ids, num_experts, block_size, sorted_ids, expert_ids, ntpp,
-        _ws(dev, stream, topk_ids), stream,
+        _ws(ctx, topk_ids), stream,
     )  # fmt: skip
     return sorted_ids, expert_ids, ntpp
 
 
 def _moe_pre_permute_cuda(hidden_states, local_expert_ids, num_local_experts, alignment=1):
-    dev = hidden_states.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(hidden_states)
+    if ctx is None:
         return _elsewhere(
             "moe_pre_permute", ("hidden_states", "local_expert_ids"),
             (hidden_states, local_expert_ids), _moe_pre_permute_cuda, hidden_states,
             local_expert_ids, num_local_experts, alignment,
         )  # fmt: skip
+    stream = ctx[1]
     P, H, E, TK = _pre_sizes(hidden_states, local_expert_ids, num_local_experts, alignment)
     permuted = hidden_states.new_empty(P, H)
     metadata = hidden_states.new_empty(E, dtype=_i32)
     inverse = hidden_states.new_empty(TK, dtype=_i32)
-    stream = _raw_stream(dev)
     _t_moe_pre_permute(
         hidden_states, local_expert_ids, num_local_experts, alignment, permuted, metadata,
-        inverse, _ws(dev, stream, hidden_states), stream,
+        inverse, _ws(ctx, hidden_states), stream,
     )  # fmt: skip
     return permuted, metadata, inverse
 
 
 def _moe_post_permute_cuda(expert_output, topk_weights, inverse_indices, out_dtype=None):
-    dev = expert_output.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(expert_output)
+    if ctx is None:
         return _elsewhere(
             "moe_post_permute", ("expert_output", "topk_weights", "inverse_indices"),
             (expert_output, topk_weights, inverse_indices), _moe_post_permute_cuda,
             expert_output, topk_weights, inverse_indices, out_dtype,
         )  # fmt: skip
+    stream = ctx[1]
     out = expert_output.new_empty(
         *_post_shape(expert_output, topk_weights),
         dtype=out_dtype if out_dtype is not None else expert_output.dtype,
     )
-    _t_moe_post_permute(expert_output, topk_weights, inverse_indices, out, _raw_stream(dev))
+    _t_moe_post_permute(expert_output, topk_weights, inverse_indices, out, stream)
     return out
 
 
 def _moe_grouped_gemm_cuda(
     a, b, layout_metadata, masked=False, alignment=1, activation="none", out_dtype=None
 ):
-    dev = a.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(a)
+    if ctx is None:
         return _elsewhere(
             "moe_grouped_gemm", ("a", "b", "layout_metadata"), (a, b, layout_metadata),
             _moe_grouped_gemm_cuda, a, b, layout_metadata, masked, alignment, activation,
             out_dtype,
         )  # fmt: skip
+    stream = ctx[1]
     c = a.new_empty(
         *_gemm_shape(a, b, masked, activation),
         dtype=out_dtype if out_dtype is not None else a.dtype,
     )
     max_m = a.shape[1] if masked and a.dim() == 3 else 0
     _t_moe_grouped_gemm(
-        a, b, layout_metadata, masked, alignment, max_m, activation, c, _raw_stream(dev)
+        a, b, layout_metadata, masked, alignment, max_m, activation, c, stream
     )
     return c
 
 
 def _moe_grouped_gemm_fp8_cuda(a, a_scale, b, b_scale, layout_metadata):
-    dev = a.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(a)
+    if ctx is None:
         return _elsewhere(
             "moe_grouped_gemm_fp8", ("a", "a_scale", "b", "b_scale", "layout_metadata"),
             (a, a_scale, b, b_scale, layout_metadata), _moe_grouped_gemm_fp8_cuda, a, a_scale,
             b, b_scale, layout_metadata,
         )  # fmt: skip
+    stream = ctx[1]
     c = a.new_empty(*_fp8_shape(a, b), dtype=_bf16)
-    _t_moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata, c, _raw_stream(dev))
+    _t_moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata, c, stream)
     return c
 
 
 def _moe_expert_mlp_cuda(expert_input, layout_metadata, w_gate_up, w_down, alignment=1):
-    dev = expert_input.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(expert_input)
+    if ctx is None:
         return _elsewhere(
             "moe_expert_mlp", ("expert_input", "layout_metadata", "w_gate_up", "w_down"),
             (expert_input, layout_metadata, w_gate_up, w_down), _moe_expert_mlp_cuda,
             expert_input, layout_metadata, w_gate_up, w_down, alignment,
         )  # fmt: skip
+    stream = ctx[1]
     # [P, H] like the input (a wrong input shape is rejected, naming the input, first).
     out = _empty_like(expert_input)
-    stream = _raw_stream(dev)
     _t_moe_expert_mlp(
         expert_input, layout_metadata, alignment, w_gate_up, w_down, out,
-        _ws(dev, stream, expert_input), stream,
+        _ws(ctx, expert_input), stream,
     )  # fmt: skip
     return out
 
@@ -509,35 +530,35 @@ _EXPERTS_NAMES = ("hidden_states", "w_gate_up", "w_down", "topk_weights", "topk_
 
 
 def _fused_moe_experts_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    dev = hidden_states.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(hidden_states)
+    if ctx is None:
         return _elsewhere(
             "fused_moe_experts", _EXPERTS_NAMES,
             (hidden_states, w_gate_up, w_down, topk_weights, topk_ids), _fused_moe_experts_cuda,
             hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
         )  # fmt: skip
+    stream = ctx[1]
     out = _empty_like(hidden_states)
-    stream = _raw_stream(dev)
     _t_fused_moe_experts(
         hidden_states, w_gate_up, w_down, topk_weights, topk_ids, out,
-        _ws(dev, stream, hidden_states), stream,
+        _ws(ctx, hidden_states), stream,
     )  # fmt: skip
     return out
 
 
 def _indexed_expert_mlp_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    dev = hidden_states.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(hidden_states)
+    if ctx is None:
         return _elsewhere(
             "indexed_expert_mlp", _EXPERTS_NAMES,
             (hidden_states, w_gate_up, w_down, topk_weights, topk_ids), _indexed_expert_mlp_cuda,
             hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
         )  # fmt: skip
+    stream = ctx[1]
     out = _empty_like(hidden_states)
-    stream = _raw_stream(dev)
     _t_indexed_expert_mlp(
         hidden_states, w_gate_up, w_down, topk_weights, topk_ids, out,
-        _ws(dev, stream, hidden_states), stream,
+        _ws(ctx, hidden_states), stream,
     )  # fmt: skip
     return out
 
@@ -555,8 +576,8 @@ def _fused_moe_cuda(
     routed_scaling_factor=1.0,
     correction_bias=None,
 ):
-    dev = hidden_states.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(hidden_states)
+    if ctx is None:
         return _elsewhere(
             "fused_moe",
             ("hidden_states", "gating_output", "w_gate_up", "w_down", "correction_bias"),
@@ -564,12 +585,12 @@ def _fused_moe_cuda(
             hidden_states, gating_output, w_gate_up, w_down, top_k, renormalize, scoring_func,
             num_expert_group, topk_group, routed_scaling_factor, correction_bias,
         )  # fmt: skip
+    stream = ctx[1]
     out = _empty_like(hidden_states)
-    stream = _raw_stream(dev)
     _t_fused_moe(
         hidden_states, gating_output, correction_bias, w_gate_up, w_down, out, top_k,
         renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor,
-        _ws(dev, stream, hidden_states), stream,
+        _ws(ctx, hidden_states), stream,
     )  # fmt: skip
     return out
 
@@ -589,8 +610,8 @@ def _fused_moe_shared_expert_cuda(
     routed_scaling_factor=1.0,
     correction_bias=None,
 ):
-    dev = hidden_states.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(hidden_states)
+    if ctx is None:
         return _elsewhere(
             "fused_moe_shared_expert",
             ("hidden_states", "gating_output", "w_gate_up", "w_down", "shared_w_gate_up",
@@ -601,28 +622,28 @@ def _fused_moe_shared_expert_cuda(
             shared_w_gate_up, shared_w_down, top_k, renormalize, scoring_func, num_expert_group,
             topk_group, routed_scaling_factor, correction_bias,
         )  # fmt: skip
+    stream = ctx[1]
     out = _empty_like(hidden_states)
-    stream = _raw_stream(dev)
     _t_fused_moe_shared_expert(
         hidden_states, gating_output, correction_bias, w_gate_up, w_down, shared_w_gate_up,
         shared_w_down, out, top_k, renormalize, scoring_func, num_expert_group, topk_group,
-        routed_scaling_factor, _ws(dev, stream, hidden_states), stream,
+        routed_scaling_factor, _ws(ctx, hidden_states), stream,
     )  # fmt: skip
     return out
 
 
 def _shared_expert_mlp_cuda(hidden_states, w_gate_up, w_down):
-    dev = hidden_states.get_device()
-    if dev != _current_device():
+    ctx = _launch_ctx(hidden_states)
+    if ctx is None:
         return _elsewhere(
             "shared_expert_mlp", ("hidden_states", "w_gate_up", "w_down"),
             (hidden_states, w_gate_up, w_down), _shared_expert_mlp_cuda, hidden_states,
             w_gate_up, w_down,
         )  # fmt: skip
+    stream = ctx[1]
     out = _empty_like(hidden_states)
-    stream = _raw_stream(dev)
     _t_shared_expert_mlp(
-        hidden_states, w_gate_up, w_down, out, _ws(dev, stream, hidden_states), stream
+        hidden_states, w_gate_up, w_down, out, _ws(ctx, hidden_states), stream
     )
     return out
 

@@ -158,7 +158,7 @@ struct Api {
   void* managed_tensor_from_py_object_no_sync;
   void* managed_tensor_to_py_object_no_sync;
   int (*dltensor_from_py_object_no_sync)(void* py_object, Tensor* out);
-  void* current_work_stream;
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out_stream);
 };
 }  // namespace xdl
 const xdl::Api* g_exchange = nullptr;  // torch.Tensor's, when usable
@@ -168,7 +168,8 @@ PyObject* g_exchange_capsule = nullptr;
 // of the attributes read from it, and its workspace grow callback.
 PyTypeObject* g_tensor_type = nullptr;
 PyObject* g_workspace_grow = nullptr;
-bool g_check_devices = true;  // off only in a CPU-only test of the argument plumbing
+PyObject* g_launch_ctx_fallback = nullptr;  // the torch layer's Python launch context
+bool g_check_devices = true;                // off only in a CPU-only test of the argument plumbing
 struct Names {
   PyObject* get_device = nullptr;
   PyObject* data_ptr = nullptr;
@@ -1084,6 +1085,59 @@ NB_MODULE(_moekit, m) {
       "_tensor_protocol", []() { return g_exchange ? "dlpack-exchange" : "attributes"; },
       "How the torch entry points read tensors: 'dlpack-exchange' (torch's DLPack C "
       "exchange API, one C call per tensor) or 'attributes'.");
+  m.def(
+      "_launch_ctx",
+      [](nb::handle t) -> nb::object {
+        // Where the torch layer launches an op whose first tensor is t: (device index,
+        // torch's current stream of that device as an int) when t is a CUDA tensor on
+        // the current device, else None (the caller then checks the devices, naming
+        // the argument at fault, and calls again under t's device). One C call instead
+        // of t.get_device(), torch's current device and its current stream (three
+        // Python calls, ~0.6 us on the H200 host): the device from the exchange API's
+        // DLTensor, the current device from this extension's CUDA runtime (the device
+        // its launches go to: the context current on this thread, which torch's
+        // runtime sets), the stream from the exchange API (torch.cuda.current_stream).
+        // Anything else (no exchange API, a tensor subclass, managed memory, an error,
+        // the two runtimes disagreeing) is answered by the torch layer's Python
+        // version, registered with _register_torch.
+        PyObject* o = t.ptr();
+        if (g_exchange != nullptr && g_exchange->current_work_stream != nullptr &&
+            Py_TYPE(o) == g_tensor_type) {
+          xdl::Tensor dl{};
+          if (g_exchange->dltensor_from_py_object_no_sync(o, &dl) != 0) {
+            PyErr_Clear();
+          } else if (dl.device.device_type == kDLCUDA) {
+            int cur = -1;
+            if (cudaGetDevice(&cur) != cudaSuccess) {
+              cudaGetLastError();
+            } else if (cur == dl.device.device_id) {
+              void* stream = nullptr;
+              if (g_exchange->current_work_stream(kDLCUDA, cur, &stream) == 0) {
+                return nb::make_tuple(cur, reinterpret_cast<uintptr_t>(stream));
+              }
+              PyErr_Clear();
+            }
+          } else if (dl.device.device_type != kDLCUDAManaged) {
+            return nb::none();  // a CPU or meta tensor: never launched from here
+          }
+        }
+        if (g_launch_ctx_fallback == nullptr) {
+          throw Error("moekit.raw._launch_ctx: no fallback registered (moekit.ops does it)");
+        }
+        PyObject* r = PyObject_CallOneArg(g_launch_ctx_fallback, o);
+        if (!r) throw nb::python_error();
+        return nb::steal(r);
+      },
+      arg("t"),
+      "The torch layer's launch context for a first tensor t: (device, current stream) or "
+      "None when t is not a CUDA tensor on the current device.");
+  m.def(
+      "_set_launch_ctx_fallback",
+      [](nb::handle fn) {
+        Py_XDECREF(g_launch_ctx_fallback);
+        g_launch_ctx_fallback = fn.inc_ref().ptr();
+      },
+      arg("fn"), "The torch layer's Python launch context (see _launch_ctx).");
   m.def(
       "_stream_capturing",
       [](uintptr_t stream) {

@@ -453,6 +453,37 @@ def test_stream_capturing_check():
     assert not check(torch.cuda.current_stream().cuda_stream)
 
 
+@requires_real_gpu
+def test_launch_context():
+    """moekit.raw._launch_ctx (one C call for the eager path's device and stream) gives
+    what the Python version (get_device, torch's current device and current stream)
+    gives: on the default stream, a side stream, during capture; None for a CPU tensor
+    and for a tensor on another GPU than the current one."""
+    o = moekit.ops
+    x = torch.zeros(4, device=DEVICE)
+
+    def expected():
+        return (torch.cuda.current_device(), torch.cuda.current_stream().cuda_stream)
+
+    assert o._launch_ctx(x) == o._launch_ctx_py(x) == expected()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert o._launch_ctx(x) == o._launch_ctx_py(x) == expected()
+        assert o._launch_ctx(x)[1] == side.cuda_stream
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        seen = (o._launch_ctx(x), o._launch_ctx_py(x), expected())
+        x.add_(1)
+    assert seen[0] == seen[1] == seen[2]
+    assert o._launch_ctx(x.cpu()) is None
+    if torch.cuda.device_count() > 1:
+        y = torch.zeros(4, device="cuda:1")
+        assert o._launch_ctx(y) is None and o._launch_ctx_py(y) is None
+        with torch.cuda.device(1):
+            assert o._launch_ctx(y) == o._launch_ctx_py(y) == expected()
+            assert o._launch_ctx(x) is None
+
+
 def _layer(x, logits, w13, w2, s13, s2):
     y = moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, 4, True, "sigmoid", 4, 2,
                                        2.5)  # fmt: skip

@@ -191,10 +191,9 @@ def test_the_torch_layer_passes_valid_arguments(name, monkeypatch):
     failing on a machine without a GPU. Checks shapes, dtypes, parameter order and
     workspace plumbing of the torch layer without a GPU."""
     monkeypatch.setattr(moekit.ops, "_device", lambda op, names, *ts: 0)
-    # CPU tensors report device -1: make that the "current device", and let them past
-    # the extension's device check, so that the call goes down the direct path.
-    monkeypatch.setattr(moekit.ops, "_current_device", lambda: -1)
-    monkeypatch.setattr(moekit.ops, "_raw_stream", lambda dev: 0)
+    # CPU tensors report device -1: make that the launch context's device, and let them
+    # past the extension's device check, so that the call goes down the direct path.
+    monkeypatch.setattr(moekit.ops, "_launch_ctx", lambda t: (-1, 0))
     monkeypatch.setattr(moekit.ops, "_is_capturing", lambda stream: False)
     old = moekit.raw._set_device_check(False)
     try:
@@ -228,10 +227,9 @@ def test_workspace_cached_per_stream_grown_on_demand(monkeypatch):
     CPU tensors stand in, as above; each call fails at the launch, after the op has
     taken its workspace."""
     o = moekit.ops
-    monkeypatch.setattr(o, "_current_device", lambda: -1)
     monkeypatch.setattr(o, "_is_capturing", lambda stream: False)
     stream = [7]
-    monkeypatch.setattr(o, "_raw_stream", lambda dev: stream[0])
+    monkeypatch.setattr(o, "_launch_ctx", lambda t: (-1, stream[0]))
     old = moekit.raw._set_device_check(False)
     E, K, H, F = 8, 2, 64, 32
     w13, w2 = torch.randn(E, 2 * F, H, dtype=bf16), torch.randn(E, H, F, dtype=bf16)
@@ -281,8 +279,7 @@ def test_fused_topk_output_prototypes(monkeypatch):
     their own for every shape, and no prototype made during a capture or inside a
     dispatcher-registered kernel. CPU tensors stand in, as above."""
     o = moekit.ops
-    monkeypatch.setattr(o, "_current_device", lambda: -1)
-    monkeypatch.setattr(o, "_raw_stream", lambda dev: 0)
+    monkeypatch.setattr(o, "_launch_ctx", lambda t: (-1, 0))
     capturing = [False]
     monkeypatch.setattr(o, "_is_capturing", lambda stream: capturing[0])
     old = moekit.raw._set_device_check(False)
@@ -321,6 +318,22 @@ def test_fused_topk_output_prototypes(monkeypatch):
     finally:
         moekit.raw._set_device_check(old)
         o.release_workspaces()
+
+
+def test_launch_context_without_a_gpu():
+    """moekit.raw._launch_ctx (the eager path's device and stream lookup): a CPU or meta
+    first tensor never gets a launch context (the caller then checks the devices and
+    names the argument at fault); a tensor subclass goes to the Python version."""
+    o = moekit.ops
+    assert o._launch_ctx(torch.zeros(2, 3)) is None
+    assert o._launch_ctx(torch.zeros(2, 3, device="meta")) is None
+    seen = []
+    moekit.raw._set_launch_ctx_fallback(lambda t: seen.append(t) or (5, 6))
+    try:
+        p = torch.nn.Parameter(torch.zeros(2))
+        assert o._launch_ctx(p) == (5, 6) and seen == [p]
+    finally:
+        moekit.raw._set_launch_ctx_fallback(o._launch_ctx_py)
 
 
 def test_torch_entry_points_reject_non_tensors_and_check_devices():

@@ -129,7 +129,7 @@ def cases():
         return torch.empty(max(n, 1), dtype=torch.uint8, device=dev)
 
     out = {}
-    ws_entry = moekit.ops._ws(torch.cuda.current_device(), stream, x)
+    ws_entry = moekit.ops._ws((torch.cuda.current_device(), stream), x)
     # fused_topk: 2 outputs, no workspace.
     ow, oi = torch.empty(T, K, dtype=f32, device=dev), torch.empty(T, K, dtype=i32, device=dev)
     args = (v(logits), None, v(ow), v(oi), K, True, "softmax", 0, 0, 1.0, stream)
@@ -227,7 +227,9 @@ def pieces():
         "capture check, torch's (is_current_stream_capturing)":
             torch._C._cuda_isCurrentStreamCapturing,
         "capture check, moekit's (raw._stream_capturing)": lambda: raw._stream_capturing(stream),
-        "capture check + workspace lookup (_ws)": lambda: o._ws(dev, stream, x),
+        "capture check + workspace lookup (_ws)": lambda: o._ws((dev, stream), x),
+        "launch context, moekit's (raw._launch_ctx)": lambda: o._launch_ctx(x),
+        "launch context, Python (get_device, device, stream)": lambda: o._launch_ctx_py(x),
         "raw.describe(tuple): binding call + convert": (lambda t: lambda: raw.describe(t))(o._v(x)),
     }  # fmt: skip
 
