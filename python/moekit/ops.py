@@ -267,7 +267,8 @@ class _Local(threading.local):
 _tls = _Local()
 _ws_cache_on = os.environ.get("MOEKIT_WORKSPACE_CACHE", "1") != "0"
 # Whether a stream (the current one, as an int) is capturing a CUDA graph: the
-# extension's cudaStreamIsCapturing, ~10x cheaper than torch's current-stream check.
+# extension's cudaStreamIsCapturing on it, cheaper than torch's current-stream check
+# (which looks up the current device, its primary context and its stream again).
 _is_capturing = _raw._stream_capturing
 _MiB = 1 << 20
 
