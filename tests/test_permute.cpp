@@ -129,6 +129,53 @@ TEST(PostPermuteReference, WeightsAndEmptyTokens) {
 
 // ---------------------------------------------------------------- CPU: validation
 
+// The small post-permute kernel's token index: n / d as a multiply-high, exact for
+// every n < 2^31 (all n for small d; around every multiple of d and at the ends for
+// large d), and the shapes that take that kernel.
+TEST(PostPermuteDivisor, ExactBelow2To31) {
+  std::mt19937_64 rng(7);
+  auto check = [](uint32_t n, int d, detail::PostPermuteDivisor dv) {
+    ASSERT_EQ(detail::post_permute_divide(n, dv), n / static_cast<uint32_t>(d))
+        << "n=" << n << " d=" << d;
+  };
+  std::vector<int> divisors;
+  for (int d = 1; d <= 1100; ++d) divisors.push_back(d);
+  for (int d : {2047, 2048, 2049, 65535, 65536, 65537, 1 << 20, (1 << 28) - 1, 1 << 28, 1000003,
+                INT32_MAX / 3, INT32_MAX - 1, INT32_MAX})
+    divisors.push_back(d);
+  for (int i = 0; i < 200; ++i) divisors.push_back(static_cast<int>(rng() % INT32_MAX) + 1);
+  for (int d : divisors) {
+    const detail::PostPermuteDivisor dv = detail::post_permute_divisor(d);
+    const uint32_t top = INT32_MAX;
+    for (uint32_t n = 0; n < 4096; ++n) check(n, d, dv);
+    for (uint32_t n = top - 4096; n < top; ++n) check(n, d, dv);
+    check(top, d, dv);
+    for (int i = 0; i < 2000; ++i) {  // both sides of multiples of d
+      const uint64_t q = rng() % (uint64_t{top} / d + 1);
+      for (int64_t delta : {-1, 0, 1}) {
+        const int64_t n = static_cast<int64_t>(q) * d + delta;
+        if (n >= 0 && n <= top) check(static_cast<uint32_t>(n), d, dv);
+      }
+      check(static_cast<uint32_t>(rng() % (uint64_t{top} + 1)), d, dv);
+    }
+  }
+  for (uint32_t n = 0; n < (1u << 22); ++n) check(n, 7, detail::post_permute_divisor(7));
+  detail::PostPermuteLaunch l;
+  l.num_tokens = 32;
+  l.hidden = 128;
+  l.num_rows = 64;
+  l.top_k = 2;
+  EXPECT_TRUE(detail::post_permute_small_ok(l));
+  l.top_k = 9;
+  EXPECT_FALSE(detail::post_permute_small_ok(l));
+  l.top_k = 8;
+  l.num_rows = (int64_t{1} << 31) / 128;  // P*H = 2^31
+  EXPECT_FALSE(detail::post_permute_small_ok(l));
+  l.num_rows = 64;
+  l.num_tokens = (int64_t{1} << 24);  // T*H = 2^31
+  EXPECT_FALSE(detail::post_permute_small_ok(l));
+}
+
 TEST(PermuteAlignValidation, RejectsBadInput) {
   const int64_t T = 4, K = 2;
   const int E = 8, bs = 16;
@@ -701,7 +748,7 @@ TEST(PermuteAlignGpu, MatchesReference) {
 }
 
 // The one-launch path at its limits (T*K up to kAlignFusedMaxRoutes), and the current
-// kernel against the previous one (MOEKIT_ROUTING_LEGACY=1): same bytes, every case.
+// kernel against the previous ones (MOEKIT_ROUTING_LEGACY=1, v2): same bytes, every case.
 TEST(PermuteAlignGpu, FusedPathEdgesAndBothKernels) {
   MOEKIT_REQUIRE_GPU();
   const std::vector<AlignCase> cases = {
@@ -710,10 +757,12 @@ TEST(PermuteAlignGpu, FusedPathEdgesAndBothKernels) {
       {7, 16, 512, 256, IdMode::kNoneLocal},   {1, 1, 512, 16, IdMode::kMixed},
       {31, 3, 5, 32, IdMode::kMixed},          {511, 8, 256, 64, IdMode::kUniform},
       {32, 8, 384, 64, IdMode::kUniform},      {512, 8, 128, 64, IdMode::kUniform},
+      {1024, 1, 300, 32, IdMode::kMixed},      {1025, 1, 300, 32, IdMode::kUniform},
+      {4097, 1, 64, 16, IdMode::kDuplicates},  // v3's count: 1 / 4 / 16 loads per thread
   };
   uint64_t seed = 600;
   for (const AlignCase& c : cases) {
-    for (int v : {1, 2}) {
+    for (int v : {1, 2, 3, 4}) {  // current (v3), legacy, v2, v3 with v2's count
       detail::permute_align_variant_override() = v;
       check_align_case(c, seed);
     }
@@ -763,6 +812,58 @@ TEST(PostPermuteGpu, MatchesReference) {
   };
   uint64_t seed = 31;
   for (const PostCase& c : cases) check_post_case(c, seed++);
+}
+
+// The small post-permute kernel (<= 32768 threads, top_k <= 8, 32-bit indices) against
+// the generic one (MOEKIT_ROUTING_LEGACY=1): same bytes on every shape, K = 1..8 (each
+// compile-time bound 2, 4, 8) and K = 9 / 16 or more threads (generic either way),
+// every threads-per-block setting.
+TEST(PostPermuteGpu, SmallKernelMatchesGenericBitForBit) {
+  MOEKIT_REQUIRE_GPU();
+  const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
+  struct C {
+    DType in, out;
+    int64_t T, K, P, H;
+  };
+  const std::vector<C> cases = {
+      {bf, bf, 32, 2, 64, 128},      {f16, f32, 513, 1, 600, 136}, {bf, f32, 77, 3, 300, 24},
+      {f16, f16, 45, 4, 200, 64},    {f32, f32, 19, 5, 100, 40},   {bf, bf, 100, 8, 800, 7168},
+      {bf, bf, 1, 8, 8, 2048},       {f16, f16, 33, 6, 250, 8},    {bf, bf, 21, 7, 170, 2056},
+      {bf, f32, 5, 9, 50, 64},       {f16, f16, 3, 16, 48, 16},    {bf, f32, 30, 8, 240, 1024},
+      {f16, f16, 256, 8, 900, 1024},  // 32768 threads: the largest small-kernel grid
+      {f16, f16, 257, 8, 900, 1024},  // one token more: the generic kernel
+  };
+  std::mt19937_64 rng(4242);
+  for (const C& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.in)) + "/" + dtype_name(c.out) + " T=" +
+                 std::to_string(c.T) + " K=" + std::to_string(c.K) + " H=" + std::to_string(c.H));
+    HostTensor y(c.in, {c.P, c.H}), w(DType::kF32, {c.T, c.K}), inv(DType::kI32, {c.T * c.K});
+    y.fill_normal(rng);
+    w.fill_normal(rng, 0.5);
+    std::uniform_int_distribution<int64_t> any(-2, c.P + 1);  // a few dropped routes
+    for (int64_t i = 0; i < c.T * c.K; ++i) inv.as<int32_t>()[i] = static_cast<int32_t>(any(rng));
+    testing::DeviceTensor dy(y), dw(w), dinv(inv);
+    PostPermuteArgs a;
+    a.expert_output = dy.view();
+    a.topk_weights = dw.view();
+    a.inverse_indices = dinv.view();
+    auto run = [&](int variant, int threads) {
+      testing::DeviceTensor dout(c.out, {c.T, c.H}, 0xFF);
+      a.out = dout.view();
+      detail::post_permute_variant_override() = variant;
+      detail::post_permute_threads_override() = threads;
+      moe_post_permute(a, nullptr);
+      detail::post_permute_variant_override() = 0;
+      detail::post_permute_threads_override() = 0;
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return dout.download();
+    };
+    const HostTensor generic = run(2, 0);
+    for (int threads : {0, 32, 64, 96, 128, 256}) {
+      SCOPED_TRACE("threads=" + std::to_string(threads));
+      EXPECT_TRUE(same_bytes(run(1, threads), generic));
+    }
+  }
 }
 
 // Every rows-per-block setting of the fused pre-permute kernel is correct.

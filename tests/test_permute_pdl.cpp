@@ -238,6 +238,7 @@ void check_chain(const ChainShape& shape, int variant, uint64_t seed) {
   SCOPED_TRACE(shape_name(shape) + " variant=" + std::to_string(variant));
   detail::fused_topk_variant_override() = variant;
   detail::permute_align_variant_override() = variant;
+  detail::post_permute_variant_override() = variant;
   cudaStream_t s;
   MOEKIT_CUDA_OK(cudaStreamCreate(&s));
   {
@@ -283,6 +284,7 @@ void check_chain(const ChainShape& shape, int variant, uint64_t seed) {
   MOEKIT_CUDA_OK(cudaStreamDestroy(s));
   detail::fused_topk_variant_override() = 0;
   detail::permute_align_variant_override() = 0;
+  detail::post_permute_variant_override() = 0;
 }
 
 TEST(PdlGpu, ChainGraphMatchesPlainBitForBit) {

@@ -42,7 +42,9 @@ struct AlignLaunch {
 };
 void launch_permute_align(const AlignLaunch& l, cudaStream_t stream);
 // Test knob (not thread-safe): 0 = default (MOEKIT_ROUTING_LEGACY=1 in the environment
-// selects the previous one-launch kernel), 1 = current kernel, 2 = previous kernel.
+// selects the legacy one-launch kernel), 1 = current kernel (v3), 2 = legacy kernel,
+// 3 = v2 (the 19b9437 kernel), 4 = v3 with v2's 16-slot count. The environment's
+// MOEKIT_PERMUTE_ALIGN_VARIANT sets its first value (tuning).
 int& permute_align_variant_override();
 
 struct PrePermuteLaunch {
@@ -73,6 +75,41 @@ struct PostPermuteLaunch {
   DType out_dtype = DType::kUndefined;
 };
 void launch_post_permute(const PostPermuteLaunch& l, cudaStream_t stream);
+// Test knob (not thread-safe): 0 = default (MOEKIT_ROUTING_LEGACY=1 in the environment
+// selects the generic kernel for every shape), 1 = current choice, 2 = generic kernel.
+int& post_permute_variant_override();
+// Tuning knob (not thread-safe): > 0 sets the threads per block of the small kernel
+// (a multiple of 32, <= 256); the environment's MOEKIT_POST_PERMUTE_THREADS sets it first.
+int& post_permute_threads_override();
+
+// The small post-permute kernel takes the shape: top_k <= 8 and every index it forms
+// (t*H + col, row*H + col, t*K + k, the thread id) fits in a signed 32-bit int.
+inline bool post_permute_small_ok(const PostPermuteLaunch& l) {
+  constexpr int64_t kMax = INT32_MAX;
+  return l.top_k >= 1 && l.top_k <= 8 && l.hidden <= kMax && l.num_tokens <= kMax &&
+         l.num_tokens * l.hidden <= kMax && l.num_rows * l.hidden <= kMax &&
+         l.num_tokens * l.top_k <= kMax;
+}
+
+// n / d == (umulhi(n, magic) + n) >> shift for every 0 <= n < 2^31 and 1 <= d < 2^31
+// (Granlund-Montgomery round-up multiplier; the sum cannot overflow 32 bits since
+// umulhi(n, magic) <= n < 2^31). Checked exhaustively on ranges by a CPU test.
+struct PostPermuteDivisor {
+  uint32_t magic;
+  int shift;
+};
+inline PostPermuteDivisor post_permute_divisor(int d) {
+  int l = 0;
+  while ((int64_t{1} << l) < d) ++l;  // l = ceil(log2(d))
+  const uint64_t two_l = uint64_t{1} << l;
+  const uint64_t m =
+      ((uint64_t{1} << 32) * (two_l - static_cast<uint64_t>(d))) / static_cast<uint64_t>(d) + 1;
+  return {static_cast<uint32_t>(m), l};
+}
+inline uint32_t post_permute_divide(uint32_t n, PostPermuteDivisor dv) {
+  const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(n) * dv.magic) >> 32);
+  return (hi + n) >> dv.shift;
+}
 
 // Multi-kernel building blocks shared by PermuteAlign and PrePermute (route_sort.cu).
 // counts[c][e] = routes of chunk c with id e; then, in place, the number of such
@@ -83,7 +120,8 @@ void launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_e
                                    int32_t* num_post_padded, cudaStream_t stream);
 
 // Tuning knob (not thread-safe; tests and tuning only): > 0 overrides the routes
-// per block (1..32) of the fused pre-permute kernel.
+// per block (1..32) of the fused pre-permute kernel; the environment's
+// MOEKIT_PRE_PERMUTE_ROWS sets its first value.
 int& pre_permute_rows_override();
 
 // Allows a kernel more than 48 KiB of dynamic shared memory (once per device).

@@ -1,8 +1,19 @@
-// MoEPostPermuteFwd kernel: one thread per (token, 8 consecutive columns).
-// Each thread reads the token's K route rows as 16-byte vectors, 8 routes in
-// flight, and accumulates w * x in f32 in k order (a fixed order: deterministic).
-// Routes whose inverse index is -1 or outside [0, P) are skipped.
+// MoEPostPermuteFwd kernels: one thread per (token, 8 consecutive columns). Each
+// thread reads the token's route rows as 16-byte vectors, all in flight at once, and
+// accumulates w * x in f32 in k order (a fixed order: deterministic). Routes whose
+// inverse index is -1 or outside [0, P) are skipped.
+//  * post_permute_small_kernel (at most 32768 threads, top_k <= 8 and every index
+//    fits in 31 bits: the latency-bound shapes): 32-bit index math, the token found with a
+//    multiply-high by a host-computed magic number, K rounded up to 2, 4 or 8 at compile time
+//    (loads predicated, no loop), blocks sized so that small shapes spread over many SMs. About 80
+//    instructions per thread at K = 2 (the generic kernel ran ~600: a 64-bit index path, an 8-wide
+//    predicated body per K chunk, per-load parameter reloads).
+//  * post_permute_kernel: any shape (64-bit indices, K in chunks of 8); the larger
+//    grids use it (faster at ds-v3-ep8-t100, see launch_typed).
+// MOEKIT_ROUTING_LEGACY=1 (or post_permute_variant_override() = 2) runs the generic
+// kernel for every shape; both give the same bytes.
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "core/check.h"
@@ -15,6 +26,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kInFlight = 8;  // route rows loaded before the first FMA (K = 8 in one round trip)
+constexpr int64_t kPostSmallMaxThreads = 32768;  // larger grids take the generic kernel
 
 // 8 consecutive elements of T as 16-byte vectors (one for 16-bit types, two for f32).
 template <class T>
@@ -38,6 +50,75 @@ struct Pack8 {
     for (int i = 0; i < kVecs; ++i) q[i] = v[i];
   }
 };
+
+// 8 floats -> 8 elements of T as 16-byte vectors built from 32-bit words (so the
+// stores are 16 bytes wide; the byte-wise Pack8::set gave four 4-byte stores).
+__device__ __forceinline__ uint32_t pack2(float a, float b, __nv_bfloat16*) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ uint32_t pack2(float a, float b, __half*) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+template <class T>
+__device__ __forceinline__ void store8(T* p, const float (&a)[8]) {
+  if constexpr (sizeof(T) == 4) {
+    float4* q = reinterpret_cast<float4*>(p);
+    q[0] = make_float4(a[0], a[1], a[2], a[3]);
+    q[1] = make_float4(a[4], a[5], a[6], a[7]);
+  } else {
+    *reinterpret_cast<uint4*>(p) = make_uint4(
+        pack2(a[0], a[1], static_cast<T*>(nullptr)), pack2(a[2], a[3], static_cast<T*>(nullptr)),
+        pack2(a[4], a[5], static_cast<T*>(nullptr)), pack2(a[6], a[7], static_cast<T*>(nullptr)));
+  }
+}
+
+// Fast path: top_k <= kMaxK <= 8; T*H, P*H and T*K below 2^31. Thread g handles
+// token t = g / V (V = H / 8 vectors per row), computed as
+// (umulhi(g, magic) + g) >> shift (exact for g < 2^31; post_permute_divisor()).
+template <class Tin, class Tout, int kMaxK>
+__global__ void __launch_bounds__(kThreads)
+    post_permute_small_kernel(const Tin* __restrict__ expert_output, int num_rows, int hidden,
+                              int vecs_per_row, unsigned magic, int shift,
+                              const float* __restrict__ weights,
+                              const int32_t* __restrict__ inverse, int total, int top_k,
+                              Tout* __restrict__ out) {
+  pdl_wait();  // PDL: before any global access (core/pdl.cuh)
+  const int g = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (g >= total) return;
+  const unsigned ug = static_cast<unsigned>(g);
+  const int t = static_cast<int>((__umulhi(ug, magic) + ug) >> shift);
+  const int col = (g - t * vecs_per_row) * 8;
+  const int32_t* inv_t = inverse + t * top_k;
+  const float* w_t = weights + t * top_k;
+  int row[kMaxK];
+  float w[kMaxK];
+#pragma unroll
+  for (int k = 0; k < kMaxK; ++k) {  // independent loads: one round trip
+    row[k] = k < top_k ? __ldg(inv_t + k) : -1;
+    w[k] = k < top_k ? __ldg(w_t + k) : 0.f;
+  }
+  Pack8<Tin> x[kMaxK];
+  bool ok[kMaxK];
+#pragma unroll
+  for (int k = 0; k < kMaxK; ++k) {
+    ok[k] = static_cast<unsigned>(row[k]) < static_cast<unsigned>(num_rows);
+    if (ok[k]) x[k].load(expert_output + (row[k] * hidden + col));
+  }
+  pdl_trigger();  // every load is issued; only the store is left
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+#pragma unroll
+  for (int k = 0; k < kMaxK; ++k) {
+    if (ok[k]) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = fmaf(w[k], x[k].get(i), acc[i]);
+    }
+  }
+  store8(out + (t * hidden + col), acc);
+}
 
 template <class Tin, class Tout>
 __global__ void __launch_bounds__(kThreads)
@@ -88,9 +169,53 @@ __global__ void __launch_bounds__(kThreads)
   o.store(out + t * hidden + col);
 }
 
+bool post_legacy_select() {
+  static const bool env_legacy = [] {
+    const char* v = std::getenv("MOEKIT_ROUTING_LEGACY");
+    return v != nullptr && v[0] == '1';
+  }();
+  const int o = post_permute_variant_override();
+  return o == 0 ? env_legacy : o == 2;
+}
+
+// Threads per block of the small kernel: 128 (64 for <= 256 threads), so a small
+// grid spreads over several SMs. H200 sweep of 32/64/128/256 (PDL on): decode-t32
+// 1.00-1.05 us (128 best by ~0.02), prefill-t512 1.09-1.22 (128 best), qwen3 b1 (256
+// threads) 1.22 at 64, 1.25 at 32/128, 1.43 at 256.
+int post_small_threads(int64_t threads) {
+  if (post_permute_threads_override() > 0) return post_permute_threads_override();
+  return threads <= 256 ? 64 : 128;
+}
+
+template <class Tin, class Tout, int kMaxK>
+void launch_small(const PostPermuteLaunch& l, int total, cudaStream_t stream) {
+  const int V = static_cast<int>(l.hidden / 8);
+  const PostPermuteDivisor d = post_permute_divisor(V);
+  const int tpb = post_small_threads(total);
+  const int blocks = (total + tpb - 1) / tpb;
+  launch_pdl(post_permute_small_kernel<Tin, Tout, kMaxK>, dim3(static_cast<unsigned>(blocks)),
+             dim3(tpb), 0, stream, static_cast<const Tin*>(l.expert_output),
+             static_cast<int>(l.num_rows), static_cast<int>(l.hidden), V, d.magic, d.shift,
+             l.topk_weights, l.inverse_indices, total, l.top_k, static_cast<Tout*>(l.out));
+}
+
 template <class Tin, class Tout>
 void launch_typed(const PostPermuteLaunch& l, cudaStream_t stream) {
   const int64_t threads = l.num_tokens * (l.hidden / 8);
+  // The small kernel for latency-bound grids only: at ds-v3-ep8-t100 (89600 threads,
+  // K = 8, H = 7168; bandwidth-bound) the generic kernel was faster with PDL on
+  // (5.08 vs 5.72 us, H200).
+  if (!post_legacy_select() && post_permute_small_ok(l) && threads <= kPostSmallMaxThreads) {
+    const int total = static_cast<int>(threads);
+    if (l.top_k <= 2) {
+      launch_small<Tin, Tout, 2>(l, total, stream);
+    } else if (l.top_k <= 4) {
+      launch_small<Tin, Tout, 4>(l, total, stream);
+    } else {
+      launch_small<Tin, Tout, 8>(l, total, stream);
+    }
+    return;
+  }
   const int64_t blocks = (threads + kThreads - 1) / kThreads;
   launch_pdl(post_permute_kernel<Tin, Tout>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0,
              stream, static_cast<const Tin*>(l.expert_output), l.num_rows, l.hidden, l.topk_weights,
@@ -107,6 +232,19 @@ void launch_out(const PostPermuteLaunch& l, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int& post_permute_variant_override() {
+  static int v = 0;
+  return v;
+}
+
+int& post_permute_threads_override() {
+  static int v = [] {
+    const char* e = std::getenv("MOEKIT_POST_PERMUTE_THREADS");  // tuning only
+    return e != nullptr ? std::atoi(e) : 0;
+  }();
+  return v;
+}
 
 void launch_post_permute(const PostPermuteLaunch& l, cudaStream_t stream) {
   if (l.num_tokens == 0) return;

@@ -6,6 +6,7 @@
 // Above: chunk counts + scan (route_sort.cu), a scatter kernel that writes
 // inverse_indices per chunk, and a copy kernel driven by inverse_indices.
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/check.h"
 #include "core/pdl.cuh"
@@ -197,7 +198,10 @@ __global__ void __launch_bounds__(kCopyThreads)
 }  // namespace
 
 int& pre_permute_rows_override() {
-  static int rows = 0;
+  static int rows = [] {
+    const char* e = std::getenv("MOEKIT_PRE_PERMUTE_ROWS");  // tuning only
+    return e != nullptr ? std::atoi(e) : 0;
+  }();
   return rows;
 }
 
