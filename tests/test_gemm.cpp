@@ -409,32 +409,31 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_EQ(detail::decode_split_k(dense, 132), 4);
   dense.k = 512;  // 8 k slices of 128 bytes: too few to split
   EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
-  dense.k = 18432;  // kimi-k2 t1 down: 56 tiles, 288 k slices
-  EXPECT_EQ(detail::decode_split_k(dense, 132), 8);
-  dense.m = 1;  // kimi-k2 t1 gate_up: 288 tiles, just over one wave (264): split 2
+  dense.k = 18432;  // kimi-k2 t1 down: 56 tiles, 288 k slices: 66 clusters of 4 fit
+  EXPECT_EQ(detail::decode_split_k(dense, 132), 4);
+  dense.m = 1;  // kimi-k2 t1 gate_up: 288 tiles, more than any split holds at once
   dense.n = 18432;
   dense.k = 7168;
   dense.activation = Activation::kSiluAndMul;
   EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecodeSplitK);
-  EXPECT_EQ(detail::decode_split_k(dense, 132), 2);
-  dense.n = 36864;  // 576 tiles, over two waves: no split
+  EXPECT_EQ(detail::decode_split_k(dense, 132), 4);  // fullest last wave: 288 / (5 x 66)
+  dense.n = 36864;                                   // 576 tiles, over two waves: no split
   EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
   dense.activation = Activation::kNone;
   dense.k = 0;  // nothing to split
   EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
-  // Co-resident clusters (cudaOccupancyMaxActiveClusters on the device; the engine
-  // passes them): a split whose clusters spill into a mostly empty second wave is
-  // skipped (ds-v3 gate_up measured 4 ahead of 8 by ~6.7 us, see split_k.h).
+  // With the co-resident clusters the H200 reports (cudaOccupancyMaxActiveClusters, 2
+  // CTAs/SM; the engine passes them): the largest split whose clusters all fit at once
+  // (the sweep: a few clusters spilling into a second wave cost up to 50%).
   {
-    int cap[detail::kMaxSplitK + 1] = {0, 264, 132, 88, 66, 52, 44, 36, 30};
-    EXPECT_EQ(detail::choose_split_k(32, 7168, 2, 132, cap), 4);  // 32 > 30 clusters of 8
-    cap[8] = 32;
-    EXPECT_EQ(detail::choose_split_k(32, 7168, 2, 132, cap), 8);  // one wave
-    cap[8] = 30;
-    EXPECT_EQ(detail::choose_split_k(24, 5120, 2, 132, cap), 8);   // glm45 gate_up: fits
-    EXPECT_EQ(detail::choose_split_k(56, 18432, 2, 132, cap), 8);  // kimi down: 1.9 waves
-    EXPECT_EQ(detail::choose_split_k(288, 7168, 2, 132, cap), 2);  // kimi gate_up: 2.2 waves
-    EXPECT_EQ(detail::choose_split_k(56, 2048, 2, 132, cap), 4);   // ds-v3 down
+    const int cap[detail::kMaxSplitK + 1] = {0, 264, 132, 79, 62, 47, 39, 32, 30};
+    EXPECT_EQ(detail::choose_split_k(32, 7168, 2, 132, cap), 7);   // ds-v3 gate_up: 32 <= 32
+    EXPECT_EQ(detail::choose_split_k(56, 2048, 2, 132, cap), 4);   // ds-v3 down: 56 <= 62
+    EXPECT_EQ(detail::choose_split_k(24, 5120, 2, 132, cap), 8);   // glm45 gate_up
+    EXPECT_EQ(detail::choose_split_k(40, 1536, 2, 132, cap), 4);   // glm45 down: >= 6 k slices
+    EXPECT_EQ(detail::choose_split_k(56, 18432, 2, 132, cap), 4);  // kimi down
+    EXPECT_EQ(detail::choose_split_k(288, 7168, 2, 132, cap), 4);  // kimi gate_up: 5 waves
+    EXPECT_EQ(detail::choose_split_k(600, 7168, 2, 132, cap), 1);  // > 2 waves unsplit
   }
   dense.split_k = 3;  // forced: any cluster size 1..8 (non-powers of two included)
   EXPECT_EQ(detail::decode_split_k(dense, 132), 3);

@@ -44,28 +44,38 @@ inline int64_t decode_tiles_upper(const GroupedGemmProblem& p) {
 // can be below slots / 8 (grouped_gemm_bf16.cu).
 const int* splitk_cluster_capacity_table();
 
-// The split (1, 2, 4 or 8): the largest that keeps >= 6 k slices per CTA and at most
-// 2.5 waves of CTAs (a wave: sms x 2 resident CTAs); 1 (no split) from two waves of
-// tiles up. Fitted to H200 measurements (docs/gemm.md "Decode split-K"): each CTA
-// costs a few microseconds (launch, pipeline fill, cluster reduction), so long k
-// slices and few waves win over evenly filled waves of short CTAs.
-// A split whose clusters overflow the co-resident ones into a mostly empty tail wave
-// (tiles < 60% of waves x capacity, more than one wave) is skipped: ds-v3-t32 gate_up
-// (32 tiles) measured 4 > 8 by ~6.7 us while glm45-t32 (24 tiles) gained from 8, the
-// suspected cause being fewer than 32 co-resident 8-CTA clusters (GPC packing).
-// `clusters`: co-resident clusters per split (index 1..8), nullptr: sms x 2 / split.
+// The split (1..8), from the H200 sweep GemmTiming.DISABLED_DecodeSplitSweep (docs/gemm.md
+// "Decode split-K"): a split is fast while all its clusters are co-resident (one wave)
+// and slow once a few spill into a second wave (ds-v3-t32 gate_up, 32 tiles: split 7
+// 21.9 us with 32 co-resident 7-CTA clusters, split 8 31.6 us with 30). So: the largest
+// split whose clusters all fit at once and that leaves >= 6 k slices per CTA; when no
+// split fits in one wave (kimi-k2-t1 gate_up, 288 tiles), the one of 1..4 whose last
+// wave is fullest (split 4: 137-141 us vs 147 at split 2); 1 (no split) from two waves
+// of unsplit tiles up. `clusters`: co-resident clusters per split (index 1..8; nullptr:
+// sms x 2 / split, which is what the CPU tests see).
 inline int choose_split_k(int64_t tiles, int64_t k_elems, int elem_bytes, int sms,
                           const int* clusters = nullptr) {
   const int64_t slots = static_cast<int64_t>(sms > 0 ? sms : 132) * kDecodeBlocksPerSm;
   if (tiles <= 0 || tiles >= 2 * slots) return 1;
   const int64_t k_tiles = (k_elems * elem_bytes + kDecodeBKBytes - 1) / kDecodeBKBytes;
+  auto cap = [&](int s) -> int64_t {
+    const int64_t c = clusters && clusters[s] > 0 ? clusters[s] : slots / s;
+    return c > 0 ? c : 1;
+  };
+  for (int s = kMaxSplitK; s >= 2; --s) {
+    if (cap(s) >= tiles && k_tiles / s >= 6) return s;
+  }
+  // Several waves whatever the split: the fullest last wave (ties: the smaller split).
   int best = 1;
-  for (int s = 2; s <= kMaxSplitK; s *= 2) {
-    if (tiles * s * 2 > slots * 5 || k_tiles / s < 6) continue;
-    const int64_t cap = clusters && clusters[s] > 0 ? clusters[s] : slots / s;
-    const int64_t waves = (tiles + cap - 1) / cap;
-    if (waves > 1 && tiles * 10 < waves * cap * 6) continue;  // mostly empty tail wave
-    best = s;
+  double best_fill = 0.0;
+  for (int s = 1; s <= 4; ++s) {
+    if (s > 1 && k_tiles / s < 6) break;
+    const int64_t c = cap(s), waves = (tiles + c - 1) / c;
+    const double fill = static_cast<double>(tiles) / static_cast<double>(waves * c);
+    if (fill > best_fill + 1e-9) {
+      best = s;
+      best_fill = fill;
+    }
   }
   return best;
 }
