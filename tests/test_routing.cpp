@@ -147,6 +147,21 @@ class FusedTopKValidation : public ::testing::Test {
   }
 };
 
+// The early-trigger rule of the FusedTopK launch (fused_topk_kernel.h): small grids
+// always; mode 2 also full grids (>= 95% of the CTA slots); mode 1 never for more
+// blocks than SMs; mode 0 always.
+TEST(FusedTopKTrigger, Rule) {
+  using detail::fused_topk_early_trigger;
+  EXPECT_TRUE(fused_topk_early_trigger(0, 1024, 132, 12));
+  EXPECT_TRUE(fused_topk_early_trigger(1, 132, 132, 12));
+  EXPECT_TRUE(fused_topk_early_trigger(2, 128, 132, 12));
+  EXPECT_FALSE(fused_topk_early_trigger(1, 1024, 132, 8));
+  EXPECT_TRUE(fused_topk_early_trigger(2, 1024, 132, 8));    // E = 384: 1024 of 1056 slots
+  EXPECT_FALSE(fused_topk_early_trigger(2, 1024, 132, 10));  // E = 256: 1024 of 1320
+  EXPECT_FALSE(fused_topk_early_trigger(2, 1024, 132, 12));  // E = 128: 1024 of 1584
+  EXPECT_TRUE(fused_topk_early_trigger(2, 16384, 132, 12));  // several waves
+}
+
 TEST_F(FusedTopKValidation, RejectsBadDtypes) {
   FusedTopKArgs a = args();
   a.gating_output.dtype = DType::kI32;
@@ -422,6 +437,22 @@ TEST(FusedTopKGpu, EmptyAndLargeBatches) {
   check_topk_case({DType::kBF16, 0, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true}, 7);
   check_topk_case({DType::kBF16, 65536, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true}, 8);
   check_topk_case({DType::kF32, 65536, 128, params(8, kSoftmax, true)}, 9);
+}
+
+// Every PDL trigger mode (the trigger only decides when the next kernel may launch):
+// grids of one wave with spare CTA slots, as on the T = 4096 seed rows, and a small one.
+TEST(FusedTopKGpu, EveryTriggerModeMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE("trigger mode " + std::to_string(mode));
+    detail::fused_topk_trigger_mode_override() = mode;
+    check_topk_case({DType::kBF16, 4096, 128, params(8, kSoftmax, true)}, 70 + mode);
+    check_topk_case({DType::kBF16, 4096, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true},
+                    80 + mode);
+    check_topk_case({DType::kF16, 4096, 384, params(8, kSigmoid, true)}, 90 + mode);
+    check_topk_case({DType::kF32, 200, 64, params(4, kSoftmax, false)}, 95 + mode);
+  }
+  detail::fused_topk_trigger_mode_override() = -1;
 }
 
 TEST(FusedTopKGpu, TiesGoToTheLowerId) {
