@@ -364,7 +364,15 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
   p.k = 2048;  // shorter k (ds-v3 down's): the 2-stage stream tiles
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStream);
+  p.k = 4096;  // qwen3-235b up: still the 2-stage tiles (deep from k > 4096)
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStream);
   p.k = 7168;
+  p.routed_counts = true;  // counts from routing (fused layers): SM90 above 12 rows
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  p.m = 256 * 12;  // 12 rows per expert on average: the decode tiles still
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
+  p.routed_counts = false;
+  p.m = 8192;
   p.m = 16384;  // 64 rows per expert
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.m = 32768;  // 128 rows per expert

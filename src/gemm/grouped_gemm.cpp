@@ -82,7 +82,14 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
   // bf16 ds-v3 up-projection (n 4096, k 7168): decode wins at 32 rows per group
   // (4.0 vs 4.4 ms), prefill at 64 (5.5 vs 5.9-6.4 ms): switch at 48.
   const int64_t out_cols_per_tile = p.activation == Activation::kSiluAndMul ? 64 : 128;
-  const int config = pick(rows_per_group, 48, groups, 128, ceil_div(p.n, out_cols_per_tile));
+  // Routed counts (fused layers): the SM90 tiles (128 rows: one pass over a group's
+  // weights up to 128 rows) from 12 rows per group on average (H200, 83a8ebc, forced
+  // config 2 vs the decode tiles: kimi-k2 decode, 16 rows on average, 4.27 -> 3.77 ms;
+  // qwen3-235b decode, 32: 1.43 -> 1.23; kimi-k2 + shared t2048, 43: 13.2 -> 8.3;
+  // at 4-6 rows the decode tiles stay ahead: ds-v3 t128 3.27 vs 3.42, glm45 t128).
+  const int64_t decode_max_rows = p.routed_counts ? 12 : 48;
+  const int config =
+      pick(rows_per_group, decode_max_rows, groups, 128, ceil_div(p.n, out_cols_per_tile));
   // Many rows per group: the SM90 TMA + wgmma kernel beats the mma.sync prefill tiles on
   // every such bench row (H200, 2026-12-02: ds-v3 prefill up 4.42 vs 6.27 ms, dense
   // 4096 x 4096 x 7168 0.50 vs 1.01 ms); k == 0 has no TMA descriptor.
@@ -110,7 +117,9 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
   // 1.787 ms). Small ones keep the 4-stage 128-byte tiles (more bytes in flight per CTA).
   if (config == kGemmConfigDecode &&
       decode_tiles_upper(p) >= 4 * static_cast<int64_t>(sm_count()) * kDecodeBlocksPerSm) {
-    return p.k >= 4096 ? kGemmConfigDecodeStreamDeep : kGemmConfigDecodeStream;
+    // k == 4096 (qwen3-235b up) measured faster on the 2-stage tiles (expert MLP 1.156
+    // vs 1.189 ms), so the deep pipeline starts above it.
+    return p.k > 4096 ? kGemmConfigDecodeStreamDeep : kGemmConfigDecodeStream;
   }
   return config;
 }

@@ -45,6 +45,11 @@ struct GroupedGemmProblem {
   // kGemmConfigDecodeStream / kGemmConfigDecodeStreamDeep: >= 2 runs those tiles split
   // the same way (a measured variant, not picked by the heuristic); 0 or 1: unsplit.
   int split_k = 0;
+  // The per-group counts come from top-k routing (the fused MoE layers): ragged and
+  // skewed, so many groups run past the decode tile's 32 rows (each extra m-tile streams
+  // the group's weights again) even at a low average. The heuristic then leaves the
+  // decode tiles at a lower average (docs/gemm.md). The standalone ops cannot know.
+  bool routed_counts = false;
 };
 
 // The tile configurations of the bf16/f16 engine (docs/gemm.md).

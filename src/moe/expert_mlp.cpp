@@ -10,7 +10,8 @@ namespace detail {
 
 void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t* layout_metadata,
                           int alignment, int64_t E, int64_t H, int64_t F, const void* w_gate_up,
-                          const void* w_down, void* act, void* out, cudaStream_t stream) {
+                          const void* w_down, void* act, void* out, bool routed_counts,
+                          cudaStream_t stream) {
   GroupedGemmProblem up;
   up.in_dtype = dtype;
   up.out_dtype = dtype;  // the activation is rounded to the op's dtype (SPEC)
@@ -25,6 +26,7 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
   up.layout_metadata = layout_metadata;
   up.alignment = alignment;
   up.m = P;
+  up.routed_counts = routed_counts;
   run_grouped_gemm(up, stream);
 
   GroupedGemmProblem down = up;
@@ -93,7 +95,8 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
   detail::run_expert_mlp_gemms(s.dtype, args.expert_input.data, P,
                                static_cast<const int32_t*>(args.layout_metadata.data),
                                args.layout.alignment, s.E, s.H, s.F, args.w_gate_up.data,
-                               args.w_down.data, act, args.expert_output.data, stream);
+                               args.w_down.data, act, args.expert_output.data,
+                               /*routed_counts=*/false, stream);
 }
 
 // ---- SharedExpertMLPFwd ----

@@ -111,7 +111,8 @@ static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaS
   const int64_t P = pre.permuted.size(0);
   // The expert output overwrites the permuted input (dead after the first GEMM).
   run_expert_mlp_gemms(s.dtype, b.permuted, P, b.layout_metadata, kPermutedAlignment, s.E, s.H, s.F,
-                       p.w_gate_up, p.w_down, b.perm_act, b.permuted, stream);
+                       p.w_gate_up, p.w_down, b.perm_act, b.permuted, /*routed_counts=*/true,
+                       stream);
   if (p.addend == nullptr) {
     PostPermuteArgs post;
     post.expert_output = make_view(b.permuted, s.dtype, {P, s.H});

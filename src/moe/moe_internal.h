@@ -68,7 +68,8 @@ void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t st
 // `out` may alias `in` (the input is dead once the first GEMM has run).
 void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t* layout_metadata,
                           int alignment, int64_t E, int64_t H, int64_t F, const void* w_gate_up,
-                          const void* w_down, void* act, void* out, cudaStream_t stream);
+                          const void* w_down, void* act, void* out, bool routed_counts,
+                          cudaStream_t stream);
 
 // Dense gated MLP (shared expert): act = silu_and_mul(x . w_gate_up^T) [T, S] in the
 // dtype, then out = act . w_down^T [T, H] in out_dtype (the dtype, or f32).
