@@ -369,6 +369,12 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   p.k = 7168;
   p.routed_counts = true;  // counts from routing (fused layers): SM90 above 12 rows
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  p.activation = Activation::kSiluAndMul;  // the cooperative kernel under 128 rows
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  p.m = 256 * 128;  // routed prefill: ping-pong as for the standalone ops
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90Pingpong);
+  p.activation = Activation::kNone;
+  p.m = 8192;
   p.m = 256 * 12;  // 12 rows per expert on average: the decode tiles still
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
   p.routed_counts = false;

@@ -99,8 +99,13 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
     // mainloop (H200, a9ccd6e: ds-v3 prefill swiglu 4.39 -> 4.23 ms, down 2.19 -> 2.09,
     // expert MLP 6.52 -> 6.25). Long-k plain tiles (ds-v3 up: 4.17 vs 4.27) and dense
     // problems (shared expert t4096: 0.540 vs 0.574) keep the cooperative kernel.
+    // Routed counts under 128 rows per group (the fused layers' decode, which leave the
+    // decode tiles above 12): the cooperative kernel, the one measured there.
     const bool epilogue_heavy = p.activation == Activation::kSiluAndMul || p.k <= 2048;
-    if (p.rows != GemmRows::kDense && groups > 1 && epilogue_heavy) return kGemmConfigSm90Pingpong;
+    const bool measured_pingpong = !p.routed_counts || rows_per_group >= 128;
+    if (p.rows != GemmRows::kDense && groups > 1 && epilogue_heavy && measured_pingpong) {
+      return kGemmConfigSm90Pingpong;
+    }
     return kGemmConfigSm90;
   }
   // Decode tiles too few for the SMs (dense MLP at few tokens, few experts): split k
