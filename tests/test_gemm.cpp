@@ -430,7 +430,7 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   dense.k = 7168;
   dense.activation = Activation::kSiluAndMul;
   EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecodeSplitK);
-  EXPECT_EQ(detail::decode_split_k(dense, 132), 4);  // fullest last wave: 288 / (5 x 66)
+  EXPECT_EQ(detail::decode_split_k(dense, 132), 3);  // least waves x (slices + CTA cost)
   dense.n = 36864;                                   // 576 tiles, over two waves: no split
   EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
   dense.activation = Activation::kNone;
@@ -446,9 +446,13 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
     EXPECT_EQ(detail::choose_split_k(24, 5120, 2, 132, cap), 8);   // glm45 gate_up
     EXPECT_EQ(detail::choose_split_k(40, 1536, 2, 132, cap), 4);   // glm45 down: >= 6 k slices
     EXPECT_EQ(detail::choose_split_k(56, 18432, 2, 132, cap), 4);  // kimi down
-    EXPECT_EQ(detail::choose_split_k(288, 7168, 2, 132, cap), 4);  // kimi gate_up: 5 waves
+    EXPECT_EQ(detail::choose_split_k(288, 7168, 2, 132, cap), 3);  // kimi gate_up: 4 waves
     EXPECT_EQ(detail::choose_split_k(600, 7168, 2, 132, cap), 1);  // > 2 waves unsplit
   }
+  // Long k slices per split CTA (kimi-k2-t1 down: 72) run the 256-byte stream stages.
+  EXPECT_TRUE(detail::split_uses_stream_tiles(18432, 2, 4));
+  EXPECT_FALSE(detail::split_uses_stream_tiles(7168, 2, 3));   // 37 slices
+  EXPECT_FALSE(detail::split_uses_stream_tiles(18432, 2, 1));  // not split
   dense.split_k = 3;  // forced: any cluster size 1..8 (non-powers of two included)
   EXPECT_EQ(detail::decode_split_k(dense, 132), 3);
   dense.split_k = 12;  // clamped to the portable cluster size

@@ -105,7 +105,11 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
     if (q.split_k <= 0 && env_split > 0) q.split_k = env_split;
     int split = decode_split_k(q, split_k_sm_count(), splitk_cluster_capacity_table());
     if (q.split_k <= 0 && split < 2) split = 2;
-    launch_split(DecodeConfig{}, split);
+    if (split_uses_stream_tiles(q.k, static_cast<int>(sizeof(In)), split)) {
+      launch_split(DecodeStreamConfig{}, split);  // long k slices: 256-byte stages
+    } else {
+      launch_split(DecodeConfig{}, split);
+    }
   } else {
     launch(DecodeConfig{});
   }

@@ -45,14 +45,17 @@ inline int64_t decode_tiles_upper(const GroupedGemmProblem& p) {
 const int* splitk_cluster_capacity_table();
 
 // The split (1..8), from the H200 sweep GemmTiming.DISABLED_DecodeSplitSweep (docs/gemm.md
-// "Decode split-K"): a split is fast while all its clusters are co-resident (one wave)
-// and slow once a few spill into a second wave (ds-v3-t32 gate_up, 32 tiles: split 7
-// 21.9 us with 32 co-resident 7-CTA clusters, split 8 31.6 us with 30). So: the largest
-// split whose clusters all fit at once and that leaves >= 6 k slices per CTA; when no
-// split fits in one wave (kimi-k2-t1 gate_up, 288 tiles), the one of 1..4 whose last
-// wave is fullest (split 4: 137-141 us vs 147 at split 2); 1 (no split) from two waves
-// of unsplit tiles up. `clusters`: co-resident clusters per split (index 1..8; nullptr:
-// sms x 2 / split, which is what the CPU tests see).
+// "Decode split-K"): the one with the least modelled time, waves x (k slices per CTA +
+// kSplitCtaCost), where a wave is the clusters of that size that are co-resident at
+// once. A split is fast while all its clusters fit at once and slow as soon as a few
+// spill into a second wave (ds-v3-t32 gate_up, 32 tiles: split 7 21.9 us with 32
+// co-resident 7-CTA clusters, split 8 31.6 us with 30); the per-CTA cost (launch,
+// pipeline fill, the DSMEM reduction: ~12 slices of 128 B) makes kimi-k2-t1 gate_up
+// (288 tiles, several waves at any split) pick 3 (137 us; 4: 141, 2: 147). Splits
+// leave >= 6 k slices per CTA; 1 (no split) from two waves of unsplit tiles up.
+// `clusters`: co-resident clusters per split (index 1..8; nullptr: sms x 2 / split,
+// which is what the CPU tests see).
+constexpr int64_t kSplitCtaCost = 12;  // in 128-byte k slices
 inline int choose_split_k(int64_t tiles, int64_t k_elems, int elem_bytes, int sms,
                           const int* clusters = nullptr) {
   const int64_t slots = static_cast<int64_t>(sms > 0 ? sms : 132) * kDecodeBlocksPerSm;
@@ -62,22 +65,28 @@ inline int choose_split_k(int64_t tiles, int64_t k_elems, int elem_bytes, int sm
     const int64_t c = clusters && clusters[s] > 0 ? clusters[s] : slots / s;
     return c > 0 ? c : 1;
   };
-  for (int s = kMaxSplitK; s >= 2; --s) {
-    if (cap(s) >= tiles && k_tiles / s >= 6) return s;
-  }
-  // Several waves whatever the split: the fullest last wave (ties: the smaller split).
   int best = 1;
-  double best_fill = 0.0;
-  for (int s = 1; s <= 4; ++s) {
+  int64_t best_cost = 0;
+  for (int s = 1; s <= kMaxSplitK; ++s) {
     if (s > 1 && k_tiles / s < 6) break;
-    const int64_t c = cap(s), waves = (tiles + c - 1) / c;
-    const double fill = static_cast<double>(tiles) / static_cast<double>(waves * c);
-    if (fill > best_fill + 1e-9) {
+    const int64_t waves = (tiles + cap(s) - 1) / cap(s);
+    // x s keeps the division exact: waves x (k_tiles / s + cost), scaled by s.
+    const int64_t cost = waves * (k_tiles + kSplitCtaCost * s) * (840 / s);
+    if (s == 1 || cost < best_cost) {
       best = s;
-      best_fill = fill;
+      best_cost = cost;
     }
   }
   return best;
+}
+
+// Split CTAs with this many 128-byte k slices or more run the 256-byte stream tiles
+// (config 4's stages) instead of the decode tiles: kimi-k2-t1 down (k 18432, split 4:
+// 72 slices) 68.1 vs 71.1 us; shorter slices measured even or slower.
+constexpr int64_t kSplitStreamMinSlices = 64;
+inline bool split_uses_stream_tiles(int64_t k_elems, int elem_bytes, int split) {
+  const int64_t k_tiles = (k_elems * elem_bytes + kDecodeBKBytes - 1) / kDecodeBKBytes;
+  return split >= 2 && k_tiles / split >= kSplitStreamMinSlices;
 }
 
 // problem.split_k (clamped to 1..8: any cluster size up to the portable 8 works, the
