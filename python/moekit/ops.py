@@ -317,7 +317,10 @@ def set_workspace_cache(enabled: bool) -> bool:
 # torch has it (one C call per tensor), else through TensorBase's attribute descriptors;
 # MOEKIT_DLPACK_EXCHANGE=0 forces the latter.
 _raw._register_torch(torch.Tensor, _grow, os.environ.get("MOEKIT_DLPACK_EXCHANGE", "1") != "0")
+# The eager path's allocations go through these module names (python/tools/overhead.py's
+# attribution mode replaces them to time the path without its allocations).
 _empty_like = torch.empty_like
+_new_empty = torch.Tensor.new_empty
 
 
 # ---------------------------------------------------------------- CUDA kernels
@@ -465,10 +468,14 @@ def _moe_post_permute_cuda(expert_output, topk_weights, inverse_indices, out_dty
             expert_output, topk_weights, inverse_indices, out_dtype,
         )  # fmt: skip
     stream = ctx[1]
-    out = expert_output.new_empty(
-        *_post_shape(expert_output, topk_weights),
-        dtype=out_dtype if out_dtype is not None else expert_output.dtype,
-    )
+    # _post_shape inline (two fewer Python frames), and no dtype keyword unless asked.
+    sw, se = topk_weights.shape, expert_output.shape
+    T = sw[0] if len(sw) == 2 else _dims(topk_weights, 2)[0]
+    H = se[1] if len(se) == 2 else _dims(expert_output, 2)[1]
+    if out_dtype is None:
+        out = _new_empty(expert_output, T, H)
+    else:
+        out = _new_empty(expert_output, T, H, dtype=out_dtype)
     _t_moe_post_permute(expert_output, topk_weights, inverse_indices, out, stream)
     return out
 
