@@ -583,6 +583,83 @@ def test_workspace_cache_serves_many_shapes_and_streams():
     assert len(moekit.ops._ws_cache) >= 2
 
 
+def _eager_calls(T=4, E=16, K=4, H=256, F=128, S=128):
+    """Eager calls of eleven ops (all but the FP8 GEMM) on small CUDA inputs: a list of
+    (op name, first tensor, call)."""
+    x, logits, w13, w2, (s13, s2), _ = _layer_inputs(T, bf16, "softmax", 31, E, H, F, S)
+    w, ids = moekit.fused_topk(logits, K, True)
+    permuted, meta, inv = moekit.moe_pre_permute(x, ids, E)
+    return [
+        ("fused_topk", logits, lambda: moekit.fused_topk(logits, K, True)),
+        ("moe_permute_align", ids, lambda: moekit.moe_permute_align(ids, E)),
+        ("moe_pre_permute", x, lambda: moekit.moe_pre_permute(x, ids, E)),
+        ("moe_post_permute", permuted, lambda: moekit.moe_post_permute(permuted, w, inv)),
+        ("moe_grouped_gemm", permuted, lambda: moekit.moe_grouped_gemm(permuted, w13, meta)),
+        ("moe_expert_mlp", permuted, lambda: moekit.moe_expert_mlp(permuted, meta, w13, w2)),
+        ("fused_moe_experts", x, lambda: moekit.fused_moe_experts(x, w13, w2, w, ids)),
+        ("indexed_expert_mlp", x, lambda: moekit.indexed_expert_mlp(x, w13, w2, w, ids)),
+        ("fused_moe", x, lambda: moekit.fused_moe(x, logits, w13, w2, K, True)),
+        ("fused_moe_shared_expert", x,
+         lambda: moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, K, True)),
+        ("shared_expert_mlp", x, lambda: moekit.shared_expert_mlp(x, s13, s2)),
+    ]  # fmt: skip
+
+
+@requires_real_gpu
+@pytest.mark.parametrize("side_stream", [False, True])
+def test_eager_fast_path_end_to_end(monkeypatch, side_stream):
+    """In plain eager mode, for CUDA tensors on the current device and the current stream
+    (the default one, or a side stream), every op takes the fast path end to end: the
+    launch context from the extension's C path (not its Python fallback, not None, which
+    would send every call through _elsewhere and torch.cuda.device), equal to the Python
+    version; after two warm-up calls no call through _elsewhere or the dispatcher, no
+    fused_topk prototype miss, no workspace allocation. A silent slow-path regression
+    passes every correctness test; this one fails."""
+    o = moekit.ops
+    monkeypatch.setattr(o, "_fast_path", True)
+    counts = {}
+
+    def counting(key, fn):
+        def wrapper(*args, **kwargs):
+            counts[key] = counts.get(key, 0) + 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    calls = _eager_calls()
+    stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        expected = (torch.cuda.current_device(), stream.cuda_stream)
+        for _, first, call in calls:  # warm up: prototypes, workspace growth
+            call()
+            call()
+        for name in {name for name, _, _ in calls}:
+            monkeypatch.setattr(o, "_op_" + name, counting("dispatcher:" + name,
+                                                           getattr(o, "_op_" + name)))
+        monkeypatch.setattr(o, "_elsewhere", counting("_elsewhere", o._elsewhere))
+        monkeypatch.setattr(o, "_topk_outputs", counting("topk prototype miss", o._topk_outputs))
+        monkeypatch.setattr(o, "_workspace", counting("workspace allocation", o._workspace))
+        moekit.raw._set_launch_ctx_fallback(counting("launch ctx fallback", o._launch_ctx_py))
+        try:
+            for name, first, call in calls:
+                assert o._eager(first), name
+                ctx = o._launch_ctx(first)
+                assert counts == {}, f"{name}: the launch context took {counts}"
+                assert ctx == o._launch_ctx_py(first) == expected, name
+                assert not o._is_capturing(ctx[1]), name
+                counts.clear()
+                out = call()
+                out = call()
+                assert counts == {}, f"{name}: the eager call took a slow path: {counts}"
+                assert out is not None
+            assert o._ws(expected, calls[0][1])[4], "the workspace entry is not the cached one"
+        finally:
+            moekit.raw._set_launch_ctx_fallback(o._launch_ctx_py)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+
+
 @requires_real_gpu
 def test_dispatcher_calls_never_use_the_workspace_cache():
     """torch.ops.moekit.* (what compiled graphs call) allocates its workspace per call:
