@@ -2,7 +2,8 @@
 # The Python package on an H100/H200 machine with PyTorch (scripts/gpu-check calls it):
 # makes moekit importable (python/install-local.sh: a carried wheel, else a build of this
 # checkout), runs the CPU-level tests and the GPU tests (two pytest processes), then
-# measures the host overhead per call (python/tools/overhead.py). Logs and JSON go to
+# measures the host overhead per call and splits it per op (python/tools/overhead.py
+# --attribute). Logs and JSON go to
 # $MOEKIT_PY_OUT (default build-python/gpu-check). Last line:
 #   python gpu-check: N passed, N failed, N skipped
 set -uo pipefail
@@ -43,7 +44,9 @@ count "$out/pytest-gpu.log"
 if [ "$rc1" -ne 0 ] && [ "$fail" -eq 0 ]; then fail=$((fail + 1)); fi  # crashed or collected nothing
 if [ "$rc2" -ne 0 ] && [ "$fail" -eq 0 ]; then fail=$((fail + 1)); fi
 if [ "${MOEKIT_PY_SKIP_OVERHEAD:-0}" != 1 ]; then
-  "$PY" ../tools/overhead.py --json "$out/overhead.json" 2>&1 | tee "$out/overhead.txt"
+  # --attribute: the eager path's split per op after the tables (~10-20 s more)
+  timeout 90 "$PY" ../tools/overhead.py --attribute --json "$out/overhead.json" 2>&1 |
+    tee "$out/overhead.txt"
 fi
 echo "python gpu-check: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]
