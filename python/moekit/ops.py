@@ -371,14 +371,17 @@ def _fused_topk_cuda(
             topk_group, routed_scaling_factor, correction_bias,
         )  # fmt: skip
     dev, stream = ctx
-    s = gating_output.shape
-    T = s[0] if len(s) == 2 else _dims(gating_output, 2)[0]
-    K = top_k if top_k > 0 else 0
-    p = _topk_protos.get((T, K, dev))
+    # Keyed by the logits' shape as it is (a torch.Size) and top_k as given: a hit
+    # computes no sizes.
+    key = (gating_output.shape, top_k, dev)
+    p = _topk_protos.get(key)
     if p is not None:
         weights, ids = _empty_like(p[0]), _empty_like(p[1])
     else:
-        weights, ids = _topk_outputs(gating_output, T, K, dev, stream)
+        s = gating_output.shape
+        T = s[0] if len(s) == 2 else _dims(gating_output, 2)[0]
+        K = top_k if top_k > 0 else 0
+        weights, ids = _topk_outputs(gating_output, T, K, dev, stream, key)
     _t_fused_topk(
         gating_output, correction_bias, weights, ids, top_k, renormalize, scoring_func,
         num_expert_group, topk_group, routed_scaling_factor, stream,
@@ -396,12 +399,14 @@ def _fused_topk_cuda(
 # that empty_like copies its contiguous strides). A prototype is only made outside a
 # dispatcher-registered kernel and outside a capture, so that its base never comes from
 # a CUDA graph's private pool; the cache is cleared past _TOPK_PROTOS_MAX shapes.
-_topk_protos = {}  # (T, K, device index) -> (f32 prototype, i32 prototype)
+_topk_protos = {}  # (logits shape, top_k, device index) -> (f32 prototype, i32 prototype)
 _topk_bases = {}  # (device index, dtype) -> one-element tensor
 _TOPK_PROTOS_MAX = 4096
 
 
-def _topk_outputs(gating_output, T, K, dev, stream):
+def _topk_outputs(gating_output, T, K, dev, stream, key=None):
+    """fused_topk's outputs on a prototype miss; makes the prototypes, under key (default
+    (T, K, dev)), where that is safe."""
     weights = gating_output.new_empty(T, K, dtype=_f32)
     ids = gating_output.new_empty(T, K, dtype=_i32)
     if not _tls.uncached and not _is_capturing(stream):
@@ -416,7 +421,7 @@ def _topk_outputs(gating_output, T, K, dev, stream):
                 protos.append(base.expand(T, K))
         if len(_topk_protos) >= _TOPK_PROTOS_MAX:
             _topk_protos.clear()
-        _topk_protos[(T, K, dev)] = tuple(protos)
+        _topk_protos[key if key is not None else (T, K, dev)] = tuple(protos)
     return weights, ids
 
 

@@ -320,6 +320,37 @@ def test_fused_topk_output_prototypes(monkeypatch):
         o.release_workspaces()
 
 
+def test_fused_topk_prototype_cache_keys(monkeypatch):
+    """fused_topk's eager path looks its prototypes up by (logits shape, top_k, device):
+    a second call of one shape and top_k hits (no _topk_outputs), another T, E, top_k or
+    device misses, and every call's outputs are fresh [T, K] f32 / i32 tensors."""
+    o = moekit.ops
+    dev = [-1]
+    monkeypatch.setattr(o, "_launch_ctx", lambda t: (dev[0], 0))
+    monkeypatch.setattr(o, "_is_capturing", lambda stream: False)
+    monkeypatch.setattr(o, "_t_fused_topk", lambda *args: None)
+    misses = []
+    real = o._topk_outputs
+    monkeypatch.setattr(o, "_topk_outputs", lambda *a: misses.append(a[1:3]) or real(*a))
+    o.release_workspaces()
+    try:
+        ptrs, alive = set(), []  # the outputs stay alive: their addresses stay distinct
+        for (T, E), K, d in [((5, 8), 3, -1), ((5, 8), 3, -1), ((6, 8), 3, -1), ((5, 9), 3, -1),
+                             ((5, 8), 2, -1), ((5, 8), 3, -2), ((1, 8), 1, -1), ((1, 8), 1, -1),
+                             ((0, 8), 4, -1), ((0, 8), 4, -1)]:  # fmt: skip
+            dev[0] = d
+            w, ids = o._fused_topk_cuda(torch.randn(T, E), K)
+            assert w.shape == ids.shape == (T, K) and (w.dtype, ids.dtype) == (f32, i32)
+            assert w.is_contiguous() and ids.is_contiguous()
+            if T * K > 1:
+                assert w.data_ptr() not in ptrs and ids.data_ptr() not in ptrs
+                ptrs |= {w.data_ptr(), ids.data_ptr()}
+                alive.append((w, ids))
+        assert misses == [(5, 3), (6, 3), (5, 3), (5, 2), (5, 3), (1, 1), (0, 4)]
+    finally:
+        o.release_workspaces()
+
+
 def test_launch_context_without_a_gpu():
     """moekit.raw._launch_ctx (the eager path's device and stream lookup): a CPU or meta
     first tensor never gets a launch context (the caller then checks the devices and
