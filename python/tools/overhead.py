@@ -32,8 +32,9 @@ times those pieces alone.
 rounds (one more table per op, at burst lengths 20 and --attr-long-burst):
 
   read       entry - raw: the C++ reading the torch tensors;
-  call       eager - py - entry (+ the loop): what the C++ call costs inside the eager
-             path beyond the entry column alone (cache effects, argument passing);
+  call       eager - (py - noop) - entry (+ the loop): what the C++ call costs inside the
+             eager path beyond the entry column alone (cache effects, argument passing;
+             noop: the Python no-op standing in for it in py, timed with its arguments);
   alloc      py - (py with the allocations replaced by preallocated outputs, through the
              module names moekit.ops._empty_like / _new_empty), plus the stubs' own cost;
   check      moekit.ops._eager(first) alone;
@@ -361,11 +362,13 @@ def attribution_columns(m, case, cpu):
     name, first, call = m["name"], m["first"], m["call"]
     ext = "_t_" + name
     real_ext = getattr(o, ext)
-    setattr(o, ext, _noop)
+    ext_args = []
+    setattr(o, ext, lambda *a: ext_args.append(a))
     try:
         outs = call()  # outputs as the eager path allocates them (nothing launched)
     finally:
         setattr(o, ext, real_ext)
+    ext_args = ext_args[0]
     outs = list(outs) if isinstance(outs, tuple) else [outs]
     if len(outs) == 1:
         out0 = outs[0]
@@ -426,6 +429,7 @@ def attribution_columns(m, case, cpu):
         py=(call, enter_py, leave),
         noalloc=(call, enter_noalloc, leave),
         loop=lambda: None,
+        noop=lambda: _noop(*ext_args),  # the no-op standing in for the C++ call in py
         stub=lambda: stub(first),
         alloc=alloc,
         check=lambda: eager_chk(first),
@@ -446,7 +450,8 @@ ATTR_ROWS = (
     ("ws", "  + workspace lookup (_ws) alone"),
     ("rest", "  + the rest: frames, argument passing, glue"),
     ("sum", "  = sum of the rows above"),
-    ("py", "py: the Python layer (extension call a no-op)"),
+    ("py", "py - noop: the Python layer alone (= the rows from alloc on)"),
+    ("noop", "noop: the no-op standing in for the C++ call in py"),
     ("alloc_alone", "allocation(s) alone, as the eager path makes them"),
     ("loop", "burst loop per call (subtracted from the pieces)"),
 )
@@ -454,9 +459,10 @@ ATTR_ROWS = (
 
 def attribution_rows(t, n_alloc, cpu):
     """Per-round decomposition of eager - raw (medians of per-round values):
-    eager - raw = (entry - raw) + (eager - py - entry + loop) + (py - loop), and
-    py - loop = allocations + check + ctx + ws + rest, the allocations being
-    py - noalloc plus what the stubs that replaced them cost."""
+    eager - raw = (entry - raw) + (eager - (py - noop) - entry + loop) + (py - noop - loop),
+    and py - noop - loop = allocations + check + ctx + ws + rest, the allocations being
+    py - noalloc plus what the stubs that replaced them cost (noop: the Python no-op that
+    stands in for the C++ call in py, with the same arguments)."""
     med = statistics.median
     rounds = range(len(t["py"]))
     lp = t["loop"]
@@ -465,18 +471,21 @@ def attribution_rows(t, n_alloc, cpu):
         return [t[k][i] - lp[i] for i in rounds] if k in t else [0.0 for _ in rounds]
 
     check, ctx, ws, stub = piece("check"), piece("ctx"), piece("ws"), piece("stub")
+    noop = piece("noop")
     alloc = [t["py"][i] - t["noalloc"][i] + n_alloc * stub[i] for i in rounds]
-    rest = [t["noalloc"][i] - lp[i] - n_alloc * stub[i] - check[i] - ctx[i] - ws[i]
+    rest = [t["noalloc"][i] - lp[i] - n_alloc * stub[i] - check[i] - ctx[i] - ws[i] - noop[i]
             for i in rounds]  # fmt: skip
     r = {"alloc": med(alloc), "check": med(check), "ctx": med(ctx), "rest": med(rest),
-         "py": med(piece("py")), "alloc_alone": med(piece("alloc")), "loop": med(lp)}  # fmt: skip
+         "py": med(a - b for a, b in zip(piece("py"), noop)), "noop": med(noop), "alloc_alone": med(piece("alloc")),
+         "loop": med(lp)}  # fmt: skip
     if "ws" in t:
         r["ws"] = med(ws)
     parts = ["alloc", "check", "ctx", "ws", "rest"]
     if not cpu:
         r["total"] = med(t["eager"][i] - t["raw"][i] for i in rounds)
         r["read"] = med(t["entry"][i] - t["raw"][i] for i in rounds)
-        r["call"] = med(t["eager"][i] - t["py"][i] - t["entry"][i] + lp[i] for i in rounds)
+        r["call"] = med(t["eager"][i] - t["py"][i] + noop[i] - t["entry"][i] + lp[i]
+                        for i in rounds)  # fmt: skip
         parts = ["read", "call"] + parts
     r["sum"] = sum(r.get(k, 0.0) for k in parts)
     return r
