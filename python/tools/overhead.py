@@ -61,6 +61,7 @@ import collections
 import gc
 import itertools
 import json
+import os
 import statistics
 import sys
 import sysconfig
@@ -476,8 +477,8 @@ def attribution_rows(t, n_alloc, cpu):
     rest = [t["noalloc"][i] - lp[i] - n_alloc * stub[i] - check[i] - ctx[i] - ws[i] - noop[i]
             for i in rounds]  # fmt: skip
     r = {"alloc": med(alloc), "check": med(check), "ctx": med(ctx), "rest": med(rest),
-         "py": med(a - b for a, b in zip(piece("py"), noop)), "noop": med(noop), "alloc_alone": med(piece("alloc")),
-         "loop": med(lp)}  # fmt: skip
+         "py": med(a - b for a, b in zip(piece("py"), noop)), "noop": med(noop),
+         "alloc_alone": med(piece("alloc")), "loop": med(lp)}  # fmt: skip
     if "ws" in t:
         r["ws"] = med(ws)
     parts = ["alloc", "check", "ctx", "ws", "rest"]
@@ -491,6 +492,27 @@ def attribution_rows(t, n_alloc, cpu):
     return r
 
 
+def host_info():
+    """The interpreter's build and the CPU: what makes one host's Python layer slower."""
+    cfg = sysconfig.get_config_var("CONFIG_ARGS") or ""
+    opt = [f for f in ("--enable-optimizations", "--with-lto") if f in cfg]
+    cflags = [f for f in (sysconfig.get_config_var("OPT") or "").split() if f.startswith("-O")]
+    cpu, mhz = "?", "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and cpu == "?":
+                    cpu = line.split(":", 1)[1].strip()
+                if line.startswith("cpu MHz") and mhz == "?":
+                    mhz = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return (f"Python {sys.version.split()[0]} ({' '.join(opt) or 'no PGO/LTO flags'}, "
+            f"{' '.join(cflags) or '?'}; gc {gc.get_threshold()}), torch {torch.__version__}, "
+            f"tensor protocol {raw._tensor_protocol()}; CPU {cpu} at {mhz} MHz, "
+            f"{os.cpu_count()} cores")  # fmt: skip
+
+
 def attribute(all_cases, args, cpu):
     """--attribute: per op, which path the eager call takes, and its eager - raw split
     into rows measured in the same interleaved rounds (see attribution_rows)."""
@@ -498,8 +520,7 @@ def attribute(all_cases, args, cpu):
     lens = [args.burst_len] + ([args.attr_long_burst] if args.attr_long_burst else [])
     print(f"\n# attribution of eager - raw (us per call, medians of per-round values; columns "
           f"interleaved per op; burst length {' and '.join(map(str, lens))})")  # fmt: skip
-    print(f"# {sys.version.split()[0]} {sysconfig.get_config_var('CONFIG_ARGS') or ''}"[:160])
-    print(f"# gc thresholds {gc.get_threshold()}, tensor protocol {raw._tensor_protocol()}")
+    print("# " + host_info())
     out = {}
     for name, case in all_cases.items():
         m = case.get("meta")
