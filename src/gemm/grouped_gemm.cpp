@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/pdl.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/launch.h"
 #include "gemm/split_k.h"
@@ -129,10 +130,14 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
   return config;
 }
 
+bool grouped_gemm_launches(const GroupedGemmProblem& p) {
+  const int64_t rows = p.rows == GemmRows::kMasked ? p.max_m : p.m;
+  return !(rows <= 0 || p.n <= 0 || (p.rows != GemmRows::kDense && p.num_groups <= 0));
+}
+
 void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
   const char* op = "moe_grouped_gemm";
-  const int64_t rows = p.rows == GemmRows::kMasked ? p.max_m : p.m;
-  if (rows <= 0 || p.n <= 0 || (p.rows != GemmRows::kDense && p.num_groups <= 0)) return;
+  if (!grouped_gemm_launches(p)) return;
   const int config = select_grouped_gemm_config(p);
   if (config < 0 || config >= kGemmConfigCount) {
     throw Error(std::string("moekit::") + op + ": config: expected -1.." +
@@ -167,6 +172,70 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
                 dtype_name(p.in_dtype));
   }
   check_launch(op);
+}
+
+int& gemm_pdl_override() {
+  static int v = 0;
+  return v;
+}
+
+bool gemm_pdl_enabled() {
+  static const bool env_on = [] {
+    const char* v = std::getenv("MOEKIT_GEMM_PDL");
+    return v != nullptr && v[0] == '1' && v[1] == 0;
+  }();
+  const int o = gemm_pdl_override();
+  // MOEKIT_PDL=0 (every kernel plain) wins over MOEKIT_GEMM_PDL=1; the override over both.
+  return o == 0 ? env_on && pdl_enabled() : o == 1;
+}
+
+namespace {
+
+// The configs with a PDL variant (grouped_gemm_launch.cuh instantiates exactly these):
+// the decode-regime mma.sync + cp.async kernels, bf16/f16, out in the input dtype (and
+// f32 for the second GEMM: the fused layer's shared expert).
+bool pdl_config(const GroupedGemmProblem& p, bool second) {
+  if (!grouped_gemm_launches(p)) return false;
+  if (p.in_dtype != DType::kBF16 && p.in_dtype != DType::kF16) return false;
+  if (p.out_dtype != p.in_dtype && !(second && p.out_dtype == DType::kF32)) return false;
+  const int config = select_grouped_gemm_config(p);
+  return config == kGemmConfigDecode || config == kGemmConfigDecodeSplitK ||
+         config == kGemmConfigDecodeStream ||
+         (config == kGemmConfigDecodeStreamDeep && p.split_k < 2);
+}
+
+}  // namespace
+
+bool gemm_pdl_chain(const GroupedGemmProblem& first, const GroupedGemmProblem& second) {
+  return gemm_pdl_enabled() && pdl_config(first, false) && pdl_config(second, true);
+}
+
+MlpGemmForce& mlp_gemm_force_override() {
+  static MlpGemmForce v;
+  return v;
+}
+
+void run_grouped_gemm_pair(GroupedGemmProblem first, GroupedGemmProblem second,
+                           cudaStream_t stream) {
+  const MlpGemmForce& force = mlp_gemm_force_override();
+  if (first.config < 0 && force.first_config >= 0) {
+    first.config = force.first_config;
+    first.split_k = force.first_split;
+  }
+  if (second.config < 0 && force.second_config >= 0) {
+    second.config = force.second_config;
+    second.split_k = force.second_split;
+  }
+  first.pdl = GemmPdl::kNone;
+  second.pdl = GemmPdl::kNone;
+  // Both launch (gemm_pdl_chain checks it), so the kSecond kernel's stream predecessor is
+  // the kFirst kernel: its pre-wait weight loads rely on that (docs/gemm.md).
+  if (gemm_pdl_chain(first, second)) {
+    first.pdl = GemmPdl::kFirst;
+    second.pdl = GemmPdl::kSecond;
+  }
+  run_grouped_gemm(first, stream);
+  run_grouped_gemm(second, stream);
 }
 
 int select_grouped_gemm_fp8_config(const GroupedGemmFP8Problem& p) {

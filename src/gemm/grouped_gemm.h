@@ -12,6 +12,19 @@
 
 namespace moekit::detail {
 
+// Programmatic dependent launch (PDL) between the two GEMMs of an MLP (docs/gemm.md
+// "PDL chain of an MLP's GEMMs"). Set only by run_grouped_gemm_pair.
+enum class GemmPdl : int {
+  kNone = 0,  // a plain launch: no attribute, no griddepcontrol (today's kernels)
+  // The chain's first GEMM: launched with the PDL attribute, griddepcontrol.wait before
+  // any global access, launch_dependents once its mainloop's last loads are issued.
+  kFirst = 1,
+  // The chain's second GEMM, launched with the PDL attribute right after a kFirst GEMM
+  // on the same stream: issues its first b (weight) stages, then waits for the first
+  // GEMM, then loads a. The first GEMM must not write this one's b or metadata.
+  kSecond = 2,
+};
+
 enum class GemmRows {
   kContiguous,  // a [P, k]: group g owns rows [align_up(end[g-1], alignment), end[g])
   kMasked,      // a [G, max_m, k]: group g owns rows [0, count[g]) of its slab
@@ -50,6 +63,9 @@ struct GroupedGemmProblem {
   // the group's weights again) even at a low average. The heuristic then leaves the
   // decode tiles at a lower average (docs/gemm.md). The standalone ops cannot know.
   bool routed_counts = false;
+  // PDL role (run_grouped_gemm_pair sets it); kNone everywhere else. Configs without a
+  // PDL variant (1, 2, 6; 5 split) launch plainly whatever it says.
+  GemmPdl pdl = GemmPdl::kNone;
 };
 
 // The tile configurations of the bf16/f16 engine (docs/gemm.md).
@@ -81,5 +97,35 @@ int select_grouped_gemm_config(const GroupedGemmProblem& problem);
 
 // Validates nothing (callers have); launches on `stream`. m == 0 or n == 0 is a no-op.
 void run_grouped_gemm(const GroupedGemmProblem& problem, cudaStream_t stream);
+
+// False when run_grouped_gemm(problem) launches nothing (no rows, n == 0, no groups).
+bool grouped_gemm_launches(const GroupedGemmProblem& problem);
+
+// The MLP GEMMs' PDL chain: on with MOEKIT_GEMM_PDL=1 in the environment (read once;
+// MOEKIT_PDL=0 turns it off too), or as gemm_pdl_override() says. Off by default.
+bool gemm_pdl_enabled();
+// Test knob (not thread-safe): 0 = default (the environment), 1 = on, 2 = off.
+int& gemm_pdl_override();
+
+// True when run_grouped_gemm_pair runs (first, second) as a PDL chain: gemm_pdl_enabled(),
+// both launch, bf16/f16 in, first's out in its in dtype, second's in it or f32, and both
+// take a decode-regime mma.sync config (0, 3, 4, or 5 unsplit).
+bool gemm_pdl_chain(const GroupedGemmProblem& first, const GroupedGemmProblem& second);
+
+// Test knob of the MLP paths (not thread-safe): configs and splits forced on the GEMMs
+// that run_grouped_gemm_pair runs (where the problem leaves them to the heuristic);
+// config -1 = the heuristic. Lets GPU tests run every config through the MLP ops.
+struct MlpGemmForce {
+  int first_config = -1, first_split = 0;
+  int second_config = -1, second_split = 0;
+};
+MlpGemmForce& mlp_gemm_force_override();
+
+// first, then second, on `stream` (the two GEMMs of an MLP: second reads what first
+// writes). As a PDL chain (first kFirst, second kSecond) when gemm_pdl_chain(), else
+// two plain launches, exactly as two run_grouped_gemm calls. `first` must not write
+// second's b or layout metadata (weights and routing metadata never are).
+void run_grouped_gemm_pair(GroupedGemmProblem first, GroupedGemmProblem second,
+                           cudaStream_t stream);
 
 }  // namespace moekit::detail

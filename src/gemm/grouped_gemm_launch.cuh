@@ -82,22 +82,53 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
       launch_grouped_gemm_splitk<Cfg, In, In, Mma>(p, split, stream, op);
     }
   };
+  // The decode-regime configs an MLP's GEMMs take (0, 3, 4, 5 unsplit, 4 split): the PDL
+  // kernels when run_grouped_gemm_pair chained them (prob.pdl; grouped_gemm.h GemmPdl,
+  // docs/gemm.md "PDL chain of an MLP's GEMMs"), else the plain launches above. The
+  // first GEMM has out == in (silu_and_mul into the activation); the second either.
+  static_assert(kPdlFirst == static_cast<int>(GemmPdl::kFirst) &&
+                    kPdlSecond == static_cast<int>(GemmPdl::kSecond),
+                "the device roles mirror GemmPdl");
+  auto launch_decode = [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    if (prob.pdl == GemmPdl::kFirst && !f32_out) {
+      launch_grouped_gemm_kernel<Cfg, In, In, Mma, kPdlFirst>(p, stream, op);
+    } else if (prob.pdl == GemmPdl::kSecond && f32_out) {
+      launch_grouped_gemm_kernel<Cfg, In, float, Mma, kPdlSecond>(p, stream, op);
+    } else if (prob.pdl == GemmPdl::kSecond) {
+      launch_grouped_gemm_kernel<Cfg, In, In, Mma, kPdlSecond>(p, stream, op);
+    } else {
+      launch(cfg);
+    }
+  };
+  auto launch_split_decode = [&](auto cfg, int split) {
+    using Cfg = decltype(cfg);
+    if (prob.pdl == GemmPdl::kFirst && !f32_out) {
+      launch_grouped_gemm_splitk<Cfg, In, In, Mma, kPdlFirst>(p, split, stream, op);
+    } else if (prob.pdl == GemmPdl::kSecond && f32_out) {
+      launch_grouped_gemm_splitk<Cfg, In, float, Mma, kPdlSecond>(p, split, stream, op);
+    } else if (prob.pdl == GemmPdl::kSecond) {
+      launch_grouped_gemm_splitk<Cfg, In, In, Mma, kPdlSecond>(p, split, stream, op);
+    } else {
+      launch_split(cfg, split);
+    }
+  };
   const bool stream_split =
       (config == kGemmConfigDecodeStream || config == kGemmConfigDecodeStreamDeep) &&
       prob.split_k >= 2;
   if (stream_split) {
     const int split = decode_split_k(prob, split_k_sm_count());
     if (config == kGemmConfigDecodeStream) {
-      launch_split(DecodeStreamConfig{}, split);
+      launch_split_decode(DecodeStreamConfig{}, split);
     } else {
       launch_split(DecodeStreamDeepConfig{}, split);
     }
   } else if (config == kGemmConfigPrefill) {
     launch(PrefillConfig{});
   } else if (config == kGemmConfigDecodeStream) {
-    launch(DecodeStreamConfig{});
+    launch_decode(DecodeStreamConfig{});
   } else if (config == kGemmConfigDecodeStreamDeep) {
-    launch(DecodeStreamDeepConfig{});
+    launch_decode(DecodeStreamDeepConfig{});
   } else if (config == kGemmConfigDecodeSplitK) {
     // Forced or picked: at least 2 (a forced split of a big problem still runs split).
     static const int env_split = env_int("MOEKIT_GEMM_SPLIT_K");
@@ -106,12 +137,12 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
     int split = decode_split_k(q, split_k_sm_count(), splitk_cluster_capacity_table());
     if (q.split_k <= 0 && split < 2) split = 2;
     if (split_uses_stream_tiles(q.k, static_cast<int>(sizeof(In)), split)) {
-      launch_split(DecodeStreamConfig{}, split);  // long k slices: 256-byte stages
+      launch_split_decode(DecodeStreamConfig{}, split);  // long k slices: 256-byte stages
     } else {
-      launch_split(DecodeConfig{}, split);
+      launch_split_decode(DecodeConfig{}, split);
     }
   } else {
-    launch(DecodeConfig{});
+    launch_decode(DecodeConfig{});
   }
 }
 
