@@ -1,11 +1,13 @@
 // Rough timings of the grouped GEMMs on the seed page's DeepSeek-V3 shapes (CUDA
-// events). DISABLED_: run by hand with --gtest_also_run_disabled_tests on an H200.
+// events), the decode split sweep and the MLP PDL chain. DISABLED_: run by hand with
+// --gtest_also_run_disabled_tests on an H200.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -75,6 +77,12 @@ float time_ms(Fn&& fn, int iters = 10) {
   cudaEventDestroy(e1);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   return ms / iters;
+}
+
+int split_k_sms() {
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  return sms;
 }
 
 TEST(GemmTiming, DISABLED_DeepSeekV3Shapes) {
@@ -423,6 +431,138 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
           up.name, variant ? "best cells" : "heuristic ", cu.config, cu.split, cd.config, cd.split,
           us, us > 0 ? (w_bytes + 2.0 * m * (H + I)) / us / 1e3 : 0.0, err.c_str());
     }
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(stream);
+}
+
+// The opt-in PDL chain of an MLP's two GEMMs (run_grouped_gemm_pair, MOEKIT_GEMM_PDL=1;
+// docs/gemm.md "PDL chain of an MLP's GEMMs") on the three SharedExpertMLPFwd rows of
+// issue 5, bf16: a CUDA graph of kCalls back-to-back MLP calls (gate_up + silu_and_mul
+// into h, then down; weights rotating over >= 128 MB of copies, so they come from HBM),
+// chain off vs on, interleaved over 3 rounds, best graph launch / kCalls each; the
+// outputs of both must be equal. Also each GEMM alone (plain) for the sum. Run:
+//   build-gpu/tests/test_gemm --gtest_also_run_disabled_tests
+//   --gtest_filter=GemmTiming.DISABLED_MlpPdlChain
+TEST(GemmTiming, DISABLED_MlpPdlChain) {
+  MOEKIT_REQUIRE_GPU();
+  constexpr int kCalls = 200;
+  constexpr int64_t kRotateBytes = int64_t{128} << 20;
+  struct Row {
+    const char* name;
+    int64_t m, H, I;
+  };
+  const Row rows[] = {
+      {"ds-v3-t32", 32, 7168, 2048}, {"glm45-t32", 32, 5120, 1536}, {"kimi-k2-t1", 1, 7168, 18432}};
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  const int prev_override = detail::gemm_pdl_override();
+  // A graph of kCalls calls of `call(i)`, with the chain override `pdl` while capturing.
+  auto capture = [&](int pdl, const std::function<void(int)>& call) -> cudaGraphExec_t {
+    detail::gemm_pdl_override() = pdl;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    for (int i = 0; i < kCalls; ++i) call(i);
+    EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphDestroy(graph);
+    detail::gemm_pdl_override() = prev_override;
+    cudaGraphLaunch(exec, stream);  // warm-up
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    return exec;
+  };
+  auto launch_us = [&](cudaGraphExec_t exec) {
+    cudaEventRecord(e0, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(e1, stream);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    return ms * 1000.f / kCalls;
+  };
+  std::printf("%-11s | %9s %9s | %9s %9s %7s | %s\n", "row", "gate_up", "down", "MLP plain",
+              "MLP PDL", "gain", "configs (gate_up / down), weight copies");
+  for (const Row& row : rows) {
+    const int64_t m = row.m, H = row.H, I = row.I;
+    const int64_t w_bytes = (2 * I * H + H * I) * 2;
+    const int copies =
+        static_cast<int>(std::max<int64_t>(1, (kRotateBytes + w_bytes - 1) / w_bytes));
+    std::vector<std::unique_ptr<Buf>> wu, wd;
+    for (int i = 0; i < copies; ++i) {
+      wu.push_back(std::make_unique<Buf>(static_cast<size_t>(2 * I * H * 2)));
+      wd.push_back(std::make_unique<Buf>(static_cast<size_t>(H * I * 2)));
+      fill<__nv_bfloat16>(wu.back()->p, 2 * I * H, 1.7f / 84.0f, 200 + i);
+      fill<__nv_bfloat16>(wd.back()->p, H * I, 1.7f / 45.0f, 300 + i);
+    }
+    Buf x(static_cast<size_t>(m * H * 2)), h(static_cast<size_t>(m * I * 2)),
+        y(static_cast<size_t>(m * H * 2));
+    fill<__nv_bfloat16>(x.p, m * H, 1.7f, 4);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    detail::GroupedGemmProblem up;
+    up.in_dtype = up.out_dtype = DType::kBF16;
+    up.a = x.p;
+    up.c = h.p;
+    up.n = I;
+    up.k = H;
+    up.activation = Activation::kSiluAndMul;
+    up.rows = detail::GemmRows::kDense;
+    up.m = m;
+    detail::GroupedGemmProblem down = up;
+    down.a = h.p;
+    down.c = y.p;
+    down.n = H;
+    down.k = I;
+    down.activation = Activation::kNone;
+    detail::gemm_pdl_override() = 1;
+    const bool chained = detail::gemm_pdl_chain(up, down);
+    detail::gemm_pdl_override() = prev_override;
+    auto mlp = [&](int i) {
+      up.b = wu[i % copies]->p;
+      down.b = wd[i % copies]->p;
+      detail::run_grouped_gemm_pair(up, down, stream);
+    };
+    cudaGraphExec_t g_plain = capture(2, mlp);
+    std::vector<uint8_t> y_plain(static_cast<size_t>(m * H * 2)), y_pdl(y_plain.size());
+    cudaMemcpy(y_plain.data(), y.p, y_plain.size(), cudaMemcpyDeviceToHost);
+    cudaMemset(y.p, 0xFF, y_plain.size());
+    cudaGraphExec_t g_pdl = capture(1, mlp);
+    cudaMemcpy(y_pdl.data(), y.p, y_pdl.size(), cudaMemcpyDeviceToHost);
+    EXPECT_EQ(std::memcmp(y_plain.data(), y_pdl.data(), y_plain.size()), 0) << row.name;
+    cudaGraphExec_t g_up = capture(2, [&](int i) {
+      up.b = wu[i % copies]->p;
+      detail::run_grouped_gemm(up, stream);
+    });
+    cudaGraphExec_t g_down = capture(2, [&](int i) {
+      down.b = wd[i % copies]->p;
+      detail::run_grouped_gemm(down, stream);
+    });
+    float best_plain = 1e30f, best_pdl = 1e30f, best_up = 1e30f, best_down = 1e30f;
+    for (int r = 0; r < 3; ++r) {  // interleaved: clock and thermal drift hit both alike
+      best_plain = std::min(best_plain, launch_us(g_plain));
+      best_pdl = std::min(best_pdl, launch_us(g_pdl));
+      best_up = std::min(best_up, launch_us(g_up));
+      best_down = std::min(best_down, launch_us(g_down));
+    }
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const int sms = split_k_sms();
+    const int cu = detail::select_grouped_gemm_config(up),
+              cd = detail::select_grouped_gemm_config(down);
+    const int su = cu == detail::kGemmConfigDecodeSplitK
+                       ? detail::decode_split_k(up, sms, detail::splitk_cluster_capacity_table())
+                       : 0;
+    const int sd = cd == detail::kGemmConfigDecodeSplitK
+                       ? detail::decode_split_k(down, sms, detail::splitk_cluster_capacity_table())
+                       : 0;
+    std::printf("%-11s | %9.2f %9.2f | %9.2f %9.2f %6.1f%% | %d/%d, %d/%d, %d copies%s\n", row.name,
+                best_up, best_down, best_plain, best_pdl,
+                100.0 * (best_plain - best_pdl) / best_plain, cu, su, cd, sd, copies,
+                chained ? "" : "  (NOT chained: the same kernels twice)");
+    for (cudaGraphExec_t g : {g_plain, g_pdl, g_up, g_down}) cudaGraphExecDestroy(g);
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

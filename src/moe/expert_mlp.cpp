@@ -1,5 +1,6 @@
 // MoEExpertMLPFwd and SharedExpertMLPFwd: two grouped GEMMs each (gate/up with the
-// silu_and_mul epilogue into a workspace activation buffer, then down).
+// silu_and_mul epilogue into a workspace activation buffer, then down), run by
+// run_grouped_gemm_pair (a PDL chain when MOEKIT_GEMM_PDL=1 and both take a decode config).
 #include "gemm/grouped_gemm.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
@@ -27,7 +28,6 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
   up.alignment = alignment;
   up.m = P;
   up.routed_counts = routed_counts;
-  run_grouped_gemm(up, stream);
 
   GroupedGemmProblem down = up;
   down.a = act;
@@ -36,7 +36,8 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
   down.n = H;
   down.k = F;
   down.activation = Activation::kNone;
-  run_grouped_gemm(down, stream);
+  // A PDL chain with MOEKIT_GEMM_PDL=1 (docs/gemm.md): up writes only act.
+  run_grouped_gemm_pair(up, down, stream);
 }
 
 }  // namespace detail
@@ -129,7 +130,6 @@ void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
   up.activation = Activation::kSiluAndMul;
   up.rows = GemmRows::kDense;
   up.m = T;
-  run_grouped_gemm(up, stream);
 
   GroupedGemmProblem down = up;
   down.out_dtype = out_dtype;
@@ -139,7 +139,8 @@ void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
   down.n = H;
   down.k = S;
   down.activation = Activation::kNone;
-  run_grouped_gemm(down, stream);
+  // A PDL chain with MOEKIT_GEMM_PDL=1 (docs/gemm.md): up writes only act.
+  run_grouped_gemm_pair(up, down, stream);
 }
 
 }  // namespace detail
