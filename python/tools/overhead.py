@@ -426,6 +426,15 @@ def attribution_columns(m, case, cpu):
     cols = {}
     if not cpu:
         cols.update(raw=case["raw"], entry=case["entry"], eager=call)
+    inference = []
+
+    def enter_inference():
+        inference.append(torch.inference_mode())
+        inference[-1].__enter__()
+
+    def leave_inference():
+        inference.pop().__exit__(None, None, None)
+
     cols.update(
         py=(call, enter_py, leave),
         noalloc=(call, enter_noalloc, leave),
@@ -438,6 +447,10 @@ def attribution_columns(m, case, cpu):
     )
     if name in WS_OPS:
         cols["ws"] = lambda: ws(ctx, first)
+    # For scale, not a row of the sum: the whole eager call (cpu: py) under
+    # torch.inference_mode(), as inference servers run (no autograd metadata on outputs).
+    cols["inference"] = (call, enter_inference, leave_inference) if not cpu else (
+        call, lambda: (enter_py(), enter_inference()), lambda: (leave_inference(), leave()))
     return cols, len(outs)
 
 
@@ -453,6 +466,7 @@ ATTR_ROWS = (
     ("sum", "  = sum of the rows above"),
     ("py", "py - noop: the Python layer alone (= the rows from alloc on)"),
     ("noop", "noop: the no-op standing in for the C++ call in py"),
+    ("inference", "under torch.inference_mode(): eager - raw (--cpu: py - noop)"),
     ("alloc_alone", "allocation(s) alone, as the eager path makes them"),
     ("loop", "burst loop per call (subtracted from the pieces)"),
 )
@@ -489,6 +503,10 @@ def attribution_rows(t, n_alloc, cpu):
                         for i in rounds)  # fmt: skip
         parts = ["read", "call"] + parts
     r["sum"] = sum(r.get(k, 0.0) for k in parts)
+    if cpu:  # the Python layer under inference mode, as the py row
+        r["inference"] = med(t["inference"][i] - lp[i] - noop[i] for i in rounds)
+    else:
+        r["inference"] = med(t["inference"][i] - t["raw"][i] for i in rounds)
     return r
 
 
@@ -507,10 +525,18 @@ def host_info():
                     mhz = line.split(":", 1)[1].strip()
     except OSError:
         pass
+    # What slows every Python call down when on: dev mode, a debug allocator, tracemalloc,
+    # a trace or profile hook.
+    slow = [name for name, on in (
+        ("dev mode", sys.flags.dev_mode), ("PYTHONMALLOC=" + os.environ.get("PYTHONMALLOC", ""),
+                                           os.environ.get("PYTHONMALLOC")),
+        ("tracemalloc", "tracemalloc" in sys.modules and sys.modules["tracemalloc"].is_tracing()),
+        ("trace hook", sys.gettrace()), ("profile hook", sys.getprofile())) if on]  # fmt: skip
     return (f"Python {sys.version.split()[0]} ({' '.join(opt) or 'no PGO/LTO flags'}, "
-            f"{' '.join(cflags) or '?'}; gc {gc.get_threshold()}), torch {torch.__version__}, "
-            f"tensor protocol {raw._tensor_protocol()}; CPU {cpu} at {mhz} MHz, "
-            f"{os.cpu_count()} cores")  # fmt: skip
+            f"{' '.join(cflags) or '?'}; gc {gc.get_threshold()}; "
+            f"{', '.join(slow) if slow else 'no debug hooks'}), torch {torch.__version__} "
+            f"(grad mode {torch.is_grad_enabled()}), tensor protocol {raw._tensor_protocol()}; "
+            f"CPU {cpu} at {mhz} MHz, {os.cpu_count()} cores")  # fmt: skip
 
 
 def attribute(all_cases, args, cpu):
