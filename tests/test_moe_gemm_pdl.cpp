@@ -153,11 +153,15 @@ struct DenseInputs {
 };
 
 // `calls` shared_expert_mlp calls (call_input), PDL override `pdl`; returns both
-// output buffers and sets *edges (graph only).
+// output buffers and sets *edges (graph only). copy_down: before each call, weight set
+// r % 2's w_down is copied (cudaMemcpyAsync) into the one buffer every call reads, so
+// the down GEMM's pre-wait weight loads must see a write made just before gate_up.
 std::vector<HostTensor> run_dense(const DenseCase& c, const DenseInputs& in, int pdl, int calls,
-                                  bool graph, cudaStream_t stream, int* edges) {
+                                  bool graph, cudaStream_t stream, int* edges,
+                                  bool copy_down = false) {
   Knobs knobs(pdl, c.f);
   DeviceTensor x0(in.x0), x1(in.x1), wgu0(in.wgu[0]), wgu1(in.wgu[1]), wd0(in.wd[0]), wd1(in.wd[1]);
+  DeviceTensor wd_live(c.dt, {c.H, c.S}, kPoison);
   DeviceTensor buf[2] = {DeviceTensor(c.dt, {c.T, c.H}, kPoison),
                          DeviceTensor(c.dt, {c.T, c.H}, kPoison)};
   const DeviceTensor* wgu[2] = {&wgu0, &wgu1};
@@ -174,6 +178,13 @@ std::vector<HostTensor> run_dense(const DenseCase& c, const DenseInputs& in, int
       a.hidden_states = call_input(r, x0, x1, buf).view();
       a.w_gate_up = wgu[r % 2]->view();
       a.w_down = wd[r % 2]->view();
+      if (copy_down) {
+        EXPECT_EQ(cudaMemcpyAsync(wd_live.data(), wd[r % 2]->data(),
+                                  static_cast<size_t>(c.H * c.S) * dtype_size(c.dt),
+                                  cudaMemcpyDeviceToDevice, s),
+                  cudaSuccess);
+        a.w_down = wd_live.view();
+      }
       a.output = buf[r % 2].view();
       shared_expert_mlp(a, s);
     }
@@ -266,6 +277,11 @@ TEST(MoEGemmPdl, SharedExpertMlpGraphOfCallsMatchesPlainBitForBit) {
     const auto chained = run_dense(c, in, 1, kCalls, true, stream, &edges_chained);
     expect_same_bytes(eager, plain, "graph without PDL vs eager");
     expect_same_bytes(eager, chained, "graph with the PDL chain vs eager");
+    // The same with w_down rewritten before each call (eager and graph).
+    const auto copied = run_dense(c, in, 1, kCalls, false, stream, &unused, true);
+    const auto copied_graph = run_dense(c, in, 1, kCalls, true, stream, &unused, true);
+    expect_same_bytes(eager, copied, "w_down copied before each call, eager, PDL chain");
+    expect_same_bytes(eager, copied_graph, "w_down copied before each call, graph, PDL chain");
     EXPECT_EQ(edges_plain, 0);
     EXPECT_EQ(dense_chained(c), c.chained);
     if (c.chained) {
