@@ -285,8 +285,8 @@ TEST(MoEGemmPdl, SharedExpertMlpGraphOfCallsMatchesPlainBitForBit) {
     EXPECT_EQ(edges_plain, 0);
     EXPECT_EQ(dense_chained(c), c.chained);
     if (c.chained) {
-      // gate_up -> down in every call (and down -> the next call's gate_up).
-      EXPECT_GE(edges_chained, kCalls) << "programmatic edges";
+      // gate_up -> down in every call and down -> the next call's gate_up.
+      EXPECT_GE(edges_chained, 2 * kCalls - 1) << "programmatic edges";
     } else {
       EXPECT_EQ(edges_chained, 0);
     }
@@ -333,6 +333,33 @@ struct ExpertInputs {
     }
   }
 };
+
+// Whether run_grouped_gemm_pair chains this case's GEMMs (as run_expert_mlp_gemms
+// builds them).
+bool experts_chained(const ExpertCase& c, const ExpertInputs& in) {
+  detail::GroupedGemmProblem up;
+  up.in_dtype = up.out_dtype = c.dt;
+  up.num_groups = static_cast<int>(c.E);
+  up.n = c.F;
+  up.k = c.H;
+  up.activation = Activation::kSiluAndMul;
+  up.rows = detail::GemmRows::kContiguous;
+  up.alignment = c.alignment;
+  up.m = in.P;
+  up.config = c.f.up_config;
+  up.split_k = c.f.up_config >= 0 ? c.f.up_split : 0;
+  detail::GroupedGemmProblem down = up;
+  down.n = c.H;
+  down.k = c.F;
+  down.activation = Activation::kNone;
+  down.config = c.f.down_config;
+  down.split_k = c.f.down_config >= 0 ? c.f.down_split : 0;
+  const int prev = detail::gemm_pdl_override();
+  detail::gemm_pdl_override() = 1;
+  const bool chained = detail::gemm_pdl_chain(up, down);
+  detail::gemm_pdl_override() = prev;
+  return chained;
+}
 
 std::vector<HostTensor> run_experts(const ExpertCase& c, const ExpertInputs& in, int pdl, int calls,
                                     bool graph, cudaStream_t stream, int* edges) {
@@ -381,6 +408,7 @@ TEST(MoEGemmPdl, ExpertMlpChainMatchesPlainBitForBit) {
   for (const ExpertCase& c : cases) {
     SCOPED_TRACE(expert_name(c));
     const ExpertInputs in(c, ++seed);
+    EXPECT_TRUE(experts_chained(c, in));
     int edges = 0;
     const auto plain = run_experts(c, in, 2, 2, false, stream, &edges);
     const auto chained = run_experts(c, in, 1, 2, false, stream, &edges);
@@ -400,6 +428,8 @@ TEST(MoEGemmPdl, ExpertMlpChainMatchesPlainBitForBit) {
     expect_same_bytes(eager, plain, "graph without PDL vs eager");
     expect_same_bytes(eager, chained, "graph with the PDL chain vs eager");
     EXPECT_EQ(edges_plain, 0);
+    EXPECT_TRUE(experts_chained(c, in));
+    EXPECT_GE(edges_chained, 2 * kCalls - 1) << "programmatic edges";
     std::printf("[          ] %s: %d programmatic edges in %d calls\n", expert_name(c).c_str(),
                 edges_chained, kCalls);
   }
