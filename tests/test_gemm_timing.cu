@@ -52,6 +52,25 @@ struct Buf {
   ~Buf() { cudaFree(p); }
 };
 
+// bf16 gate_up [2I, H] and down [H, I] weights of a gated MLP, in as many copies as
+// fill `rotate_bytes` (at least one), so that calls rotating over them read HBM.
+struct MlpWeights {
+  std::vector<std::unique_ptr<Buf>> gate_up, down;
+  int64_t one_copy_bytes = 0;  // gate_up + down, one copy
+  MlpWeights(int64_t H, int64_t I, int64_t rotate_bytes) : one_copy_bytes((2 * I * H + H * I) * 2) {
+    const int64_t w_bytes = one_copy_bytes;
+    const int64_t n = std::max<int64_t>(1, (rotate_bytes + w_bytes - 1) / w_bytes);
+    for (int64_t i = 0; i < n; ++i) {
+      gate_up.push_back(std::make_unique<Buf>(static_cast<size_t>(2 * I * H * 2)));
+      down.push_back(std::make_unique<Buf>(static_cast<size_t>(H * I * 2)));
+      fill<__nv_bfloat16>(gate_up.back()->p, 2 * I * H, 1.7f / 84.0f, 200 + uint32_t(i));
+      fill<__nv_bfloat16>(down.back()->p, H * I, 1.7f / 45.0f, 300 + uint32_t(i));
+    }
+  }
+  int copies() const { return static_cast<int>(gate_up.size()); }
+  double bytes() const { return static_cast<double>(one_copy_bytes); }
+};
+
 std::vector<int32_t> multinomial_counts(int64_t rows, int groups, uint64_t seed) {
   std::mt19937_64 r(seed);
   std::uniform_int_distribution<int> d(0, groups - 1);
@@ -383,16 +402,10 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
     const Shape& up = shapes[si];
     const Shape& dn = shapes[si + 1];
     const int64_t m = up.m, I = up.n, H = up.k;
-    const int64_t w_bytes = (2 * I * H + H * I) * 2;
-    const int copies =
-        static_cast<int>(std::max<int64_t>(1, (kRotateBytes + w_bytes - 1) / w_bytes));
-    std::vector<std::unique_ptr<Buf>> wu, wd;
-    for (int i = 0; i < copies; ++i) {
-      wu.push_back(std::make_unique<Buf>(static_cast<size_t>(2 * I * H * 2)));
-      wd.push_back(std::make_unique<Buf>(static_cast<size_t>(H * I * 2)));
-      fill<__nv_bfloat16>(wu.back()->p, 2 * I * H, 1.7f / 84.0f, 200 + i);
-      fill<__nv_bfloat16>(wd.back()->p, H * I, 1.7f / 45.0f, 300 + i);
-    }
+    const MlpWeights w(H, I, kRotateBytes);
+    const int copies = w.copies();
+    const auto& wu = w.gate_up;
+    const auto& wd = w.down;
     Buf x(static_cast<size_t>(m * H * 2)), h(static_cast<size_t>(m * I * 2)),
         y(static_cast<size_t>(m * H * 2));
     fill<__nv_bfloat16>(x.p, m * H, 1.7f, 4);
@@ -429,7 +442,7 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
           "MLP %-10.10s %s: gate_up config %d split %d + down config %d split %d: %8.2f us  %8.0f "
           "GB/s %s\n",
           up.name, variant ? "best cells" : "heuristic ", cu.config, cu.split, cd.config, cd.split,
-          us, us > 0 ? (w_bytes + 2.0 * m * (H + I)) / us / 1e3 : 0.0, err.c_str());
+          us, us > 0 ? (w.bytes() + 2.0 * m * (H + I)) / us / 1e3 : 0.0, err.c_str());
     }
   }
   cudaEventDestroy(e0);
@@ -489,16 +502,10 @@ TEST(GemmTiming, DISABLED_MlpPdlChain) {
               "MLP PDL", "gain", "configs (gate_up / down), weight copies");
   for (const Row& row : rows) {
     const int64_t m = row.m, H = row.H, I = row.I;
-    const int64_t w_bytes = (2 * I * H + H * I) * 2;
-    const int copies =
-        static_cast<int>(std::max<int64_t>(1, (kRotateBytes + w_bytes - 1) / w_bytes));
-    std::vector<std::unique_ptr<Buf>> wu, wd;
-    for (int i = 0; i < copies; ++i) {
-      wu.push_back(std::make_unique<Buf>(static_cast<size_t>(2 * I * H * 2)));
-      wd.push_back(std::make_unique<Buf>(static_cast<size_t>(H * I * 2)));
-      fill<__nv_bfloat16>(wu.back()->p, 2 * I * H, 1.7f / 84.0f, 200 + i);
-      fill<__nv_bfloat16>(wd.back()->p, H * I, 1.7f / 45.0f, 300 + i);
-    }
+    const MlpWeights w(H, I, kRotateBytes);
+    const int copies = w.copies();
+    const auto& wu = w.gate_up;
+    const auto& wd = w.down;
     Buf x(static_cast<size_t>(m * H * 2)), h(static_cast<size_t>(m * I * 2)),
         y(static_cast<size_t>(m * H * 2));
     fill<__nv_bfloat16>(x.p, m * H, 1.7f, 4);

@@ -192,6 +192,25 @@ std::vector<HostTensor> run_dense(const DenseCase& c, const DenseInputs& in, int
   return {buf[0].download(), buf[1].download()};
 }
 
+// Whether run_grouped_gemm_pair chains `up` and the down GEMM built from it as the MLP
+// paths build it (n = H, k = the intermediate size, no activation), with the forced
+// configs of `f` and the chain switched on.
+bool pair_chained(detail::GroupedGemmProblem up, const Force& f, int64_t H, int64_t inter) {
+  up.config = f.up_config;
+  up.split_k = f.up_config >= 0 ? f.up_split : 0;
+  detail::GroupedGemmProblem down = up;
+  down.n = H;
+  down.k = inter;
+  down.activation = Activation::kNone;
+  down.config = f.down_config;
+  down.split_k = f.down_config >= 0 ? f.down_split : 0;
+  const int prev = detail::gemm_pdl_override();
+  detail::gemm_pdl_override() = 1;
+  const bool chained = detail::gemm_pdl_chain(up, down);
+  detail::gemm_pdl_override() = prev;
+  return chained;
+}
+
 // Whether run_grouped_gemm_pair chains this case's GEMMs (as run_dense_mlp builds them).
 bool dense_chained(const DenseCase& c) {
   detail::GroupedGemmProblem up;
@@ -201,19 +220,7 @@ bool dense_chained(const DenseCase& c) {
   up.activation = Activation::kSiluAndMul;
   up.rows = detail::GemmRows::kDense;
   up.m = c.T;
-  up.config = c.f.up_config;
-  up.split_k = c.f.up_config >= 0 ? c.f.up_split : 0;
-  detail::GroupedGemmProblem down = up;
-  down.n = c.H;
-  down.k = c.S;
-  down.activation = Activation::kNone;
-  down.config = c.f.down_config;
-  down.split_k = c.f.down_config >= 0 ? c.f.down_split : 0;
-  const int prev = detail::gemm_pdl_override();
-  detail::gemm_pdl_override() = 1;
-  const bool chained = detail::gemm_pdl_chain(up, down);
-  detail::gemm_pdl_override() = prev;
-  return chained;
+  return pair_chained(up, c.f, c.H, c.S);
 }
 
 // H = 1000 / S = 328: k of 2000 / 656 bytes (not a multiple of the 128- or 256-byte
@@ -346,19 +353,7 @@ bool experts_chained(const ExpertCase& c, const ExpertInputs& in) {
   up.rows = detail::GemmRows::kContiguous;
   up.alignment = c.alignment;
   up.m = in.P;
-  up.config = c.f.up_config;
-  up.split_k = c.f.up_config >= 0 ? c.f.up_split : 0;
-  detail::GroupedGemmProblem down = up;
-  down.n = c.H;
-  down.k = c.F;
-  down.activation = Activation::kNone;
-  down.config = c.f.down_config;
-  down.split_k = c.f.down_config >= 0 ? c.f.down_split : 0;
-  const int prev = detail::gemm_pdl_override();
-  detail::gemm_pdl_override() = 1;
-  const bool chained = detail::gemm_pdl_chain(up, down);
-  detail::gemm_pdl_override() = prev;
-  return chained;
+  return pair_chained(up, c.f, c.H, c.F);
 }
 
 std::vector<HostTensor> run_experts(const ExpertCase& c, const ExpertInputs& in, int pdl, int calls,
