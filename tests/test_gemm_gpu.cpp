@@ -253,7 +253,7 @@ TEST(GemmGpu, PublicOpWithHeuristicMatchesReference) {
   for (const GemmCase& c : cases()) run_case(c, -1);
 }
 
-// Extra shapes for the SM90 (TMA + wgmma) configs 2 and 6 (EveryConfig/GemmGpuConfig and
+// Extra shapes for the SM90 (TMA + wgmma) configs 2, 6, 7 and 8 (EveryConfig/GemmGpuConfig and
 // ClampsOutOfRangeMetadata run them too): many tiles per SM (the persistent loop and the
 // pipeline phases carried across tiles), tiles straddling group boundaries, n not a
 // multiple of the 256 / 128 tile width, the 1024-group maximum.
@@ -288,13 +288,12 @@ TEST(GemmGpu, Sm90ConfigMatchesReference) {
   for (const GemmCase& c : sm90_cases()) run_case(c, detail::kGemmConfigSm90);
 }
 
-// The SM90 ping-pong config 6 (unverified on the GPU: compiled only, 2026-12-02) on the
-// same shapes, plus k-tile counts below, at and above its 5 stages (each consumer
-// warpgroup skips the other's k_tiles stages, so the pipeline phases it carries depend
-// on k_tiles), blocks with 1, 2 and 3 tiles (the second consumer idle, even and odd
-// splits), 64-row tiles straddling groups, masked and dense rows, silu, f32 output.
-TEST(GemmGpu, Sm90PingpongMatchesReference) {
-  MOEKIT_REQUIRE_GPU();
+// Extra shapes for the SM90 ping-pong configs 6 and 8 (on top of sm90_cases): k-tile
+// counts below, at and above its 5 stages (each consumer warpgroup skips the other's
+// k_tiles stages, so the pipeline phases it carries depend on k_tiles), blocks with 1, 2
+// and 3 tiles (the second consumer idle, even and odd splits), 64-row tiles straddling
+// groups, masked and dense rows, silu, f32 output.
+std::vector<GemmCase> pingpong_cases() {
   using R = detail::GemmRows;
   const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
   const Activation none = Activation::kNone, silu = Activation::kSiluAndMul;
@@ -318,7 +317,50 @@ TEST(GemmGpu, Sm90PingpongMatchesReference) {
   // 1 k-tile, 2 tiles per block on every block (264 tiles) and the grid at 132.
   v.push_back(
       {"pingpong_k1_two_tiles_per_block", bf, f32, none, R::kDense, 1, {64 * 264}, 0, 256, 64});
-  for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90Pingpong);
+  return v;
+}
+
+// The SM90 ping-pong config 6 (passed on the H200, 2026-12-02).
+TEST(GemmGpu, Sm90PingpongMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (const GemmCase& c : pingpong_cases()) run_case(c, detail::kGemmConfigSm90Pingpong);
+}
+
+// The paired configs (2-CTA clusters, the shared operand multicast): 7 on config 2's
+// shapes, 8 on the ping-pong ones, plus the pairs' edges: an odd number of n-tiles (7:
+// the second CTA of the last pair has no columns, with and without silu), groups with an
+// odd number of 64-row m-tiles and groups of one m-tile (8: the second CTA has no rows),
+// a single pair tile in all, many pair tiles per cluster, masked and dense rows.
+TEST(GemmGpu, Sm90PairedConfigsMatchReference) {
+  MOEKIT_REQUIRE_GPU();
+  using R = detail::GemmRows;
+  const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
+  const Activation none = Activation::kNone, silu = Activation::kSiluAndMul;
+  std::vector<GemmCase> edges;
+  edges.push_back(
+      {"pair_odd_n_tiles", bf, bf, none, R::kContiguous, 1, {130, 0, 7, 300}, 0, 3 * 256 - 8, 200});
+  edges.push_back({"pair_odd_n_tiles_silu_f32out",
+                   f16,
+                   f32,
+                   silu,
+                   R::kContiguous,
+                   1,
+                   {1, 129, 64, 65},
+                   0,
+                   3 * 128,
+                   136});
+  edges.push_back({"pair_one_tile", bf, bf, none, R::kDense, 1, {5}, 0, 64, 64});
+  edges.push_back(
+      {"pair_masked_odd_m", bf, bf, silu, R::kMasked, 1, {64, 1, 0, 193, 128}, 200, 256, 264});
+  edges.push_back(
+      {"pair_many_tiles", bf, bf, none, R::kContiguous, 1, random_counts(40, 0, 900), 0, 512, 200});
+  edges.push_back(
+      {"pair_dense_odd_rows_k_long", f16, f16, none, R::kDense, 1, {321}, 0, 264, 1032});
+  std::vector<GemmCase> v7 = sm90_cases(), v8 = pingpong_cases();
+  v7.insert(v7.end(), edges.begin(), edges.end());
+  v8.insert(v8.end(), edges.begin(), edges.end());
+  for (const GemmCase& c : v7) run_case(c, detail::kGemmConfigSm90PairN);
+  for (const GemmCase& c : v8) run_case(c, detail::kGemmConfigSm90PingpongPairM);
 }
 
 // The decode split-K config at every split: k slices not a multiple of the split (and

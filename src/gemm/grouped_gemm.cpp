@@ -163,6 +163,17 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
       throw Error(std::string("moekit::") + op + ": unsupported input dtype " +
                   dtype_name(p.in_dtype));
     }
+  } else if ((config == kGemmConfigSm90PairN || config == kGemmConfigSm90PingpongPairM) &&
+             p.k > 0) {
+    // k == 0 as for config 2.
+    if (p.in_dtype == DType::kBF16) {
+      launch_grouped_gemm_sm90_pair_bf16(p, config, stream);
+    } else if (p.in_dtype == DType::kF16) {
+      launch_grouped_gemm_sm90_pair_f16(p, config, stream);
+    } else {
+      throw Error(std::string("moekit::") + op + ": unsupported input dtype " +
+                  dtype_name(p.in_dtype));
+    }
   } else if (p.in_dtype == DType::kBF16) {
     launch_grouped_gemm_bf16(p, config, stream);
   } else if (p.in_dtype == DType::kF16) {

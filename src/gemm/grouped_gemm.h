@@ -88,7 +88,14 @@ enum GemmConfig : int {
   // epilogue overlapping the other's mainloop (docs/gemm.md "SM90 ping-pong"): the
   // heuristic's pick for grouped many-row GEMMs with silu_and_mul or k <= 2048.
   kGemmConfigSm90Pingpong = 6,
-  kGemmConfigCount = 7,
+  // Paired SM90 configs: 2-CTA clusters whose CTAs take two tiles that share an operand
+  // and load it once, multicast to both (less L2 -> SM traffic, the limit of the
+  // many-row GEMMs on the H200: docs/gemm.md "Paired SM90 configs"). 7: config 2's
+  // 128x256 tiles on n-tile pairs (a multicast); 8: config 6's 64x256 ping-pong tiles on
+  // m-tile pairs (b multicast).
+  kGemmConfigSm90PairN = 7,
+  kGemmConfigSm90PingpongPairM = 8,
+  kGemmConfigCount = 9,
 };
 
 // The config run_grouped_gemm would pick for `problem` (problem.config, else the

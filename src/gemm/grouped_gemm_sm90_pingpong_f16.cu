@@ -1,6 +1,5 @@
 // f16-input instantiations of the SM90 ping-pong grouped-GEMM config (config 6,
-// kGemmConfigSm90Pingpong). UNVERIFIED ON GPU (compiled and SASS-checked only,
-// 2026-12-02); see sm90_pingpong.cuh.
+// kGemmConfigSm90Pingpong), H200-verified 2026-12-02; see sm90_pingpong.cuh.
 #include "gemm/grouped_gemm_launch.cuh"
 #include "gemm/launch.h"
 #include "gemm/sm90_pingpong.cuh"

@@ -35,6 +35,7 @@ struct Cfg {
   static constexpr int BM = 128, BN = 128, BK = 128, STAGES = 6;
   static constexpr int A_BOX = 64;  // a rows per TMA box (one per consumer warpgroup)
   static constexpr int B_BOX = BN;  // b rows per TMA box (locate_tile)
+  static constexpr int PAIR = kPairNone;
   static constexpr int MAX_GROUPS = 1024;
   static constexpr int THREADS = 384;  // warpgroup 0: producer; 1, 2: consumers
   static constexpr int CONSUMER_THREADS = 256;
@@ -73,10 +74,10 @@ struct Fp8Storage {
 static_assert(sizeof(Fp8Storage) <= 227 * 1024, "shared memory");
 
 struct Fp8Params {
-  using TmaA = decltype(make_tma<Cfg, E4M3>(static_cast<const E4M3*>(nullptr), 1, 16, 1,
-                                            Cfg::SmemLayoutABoxes{}(cute::_, cute::_, 0)));
-  using TmaB = decltype(make_tma<Cfg, E4M3>(static_cast<const E4M3*>(nullptr), 1, 16, 1,
-                                            Cfg::SmemLayoutB{}(cute::_, cute::_, 0)));
+  using TmaA = decltype(make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(
+      static_cast<const E4M3*>(nullptr), 1, 16, 1, Cfg::SmemLayoutABoxes{}(cute::_, cute::_, 0)));
+  using TmaB = decltype(make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(
+      static_cast<const E4M3*>(nullptr), 1, 16, 1, Cfg::SmemLayoutB{}(cute::_, cute::_, 0)));
   TmaA tma_a;
   TmaB tma_b;
   const float* a_scale;  // [G, max_m, k_blocks]
@@ -348,10 +349,12 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   const auto* b = static_cast<const E4M3*>(prob.b);
   const int encodes = g_encode_calls;
   g_l2_bytes = l2_bytes(gemm::kRowsMasked);
-  p.tma_a = make_tma<Cfg, E4M3>(a, static_cast<int>(prob.max_m), static_cast<int>(prob.k),
-                                static_cast<int>(G), Cfg::SmemLayoutABoxes{}(cute::_, cute::_, 0));
-  p.tma_b = make_tma<Cfg, E4M3>(b, static_cast<int>(prob.n), static_cast<int>(prob.k),
-                                static_cast<int>(G), Cfg::SmemLayoutB{}(cute::_, cute::_, 0));
+  p.tma_a = make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(a, static_cast<int>(prob.max_m),
+                                                     static_cast<int>(prob.k), static_cast<int>(G),
+                                                     Cfg::SmemLayoutABoxes{}(cute::_, cute::_, 0));
+  p.tma_b = make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(b, static_cast<int>(prob.n),
+                                                     static_cast<int>(prob.k), static_cast<int>(G),
+                                                     Cfg::SmemLayoutB{}(cute::_, cute::_, 0));
   if (g_encode_calls != encodes + 2) {
     throw Error(std::string("moekit::") + op +
                 ": internal: the SM90 TMA descriptors were not built by moekit's encoder");

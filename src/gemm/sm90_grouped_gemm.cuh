@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 // cute/tensor.hpp must come first (the atoms build on it).
 // clang-format off
@@ -132,10 +133,15 @@ namespace moekit::detail::gemm::sm90 {
 
 // T: the CuTe element type (cutlass::bfloat16_t / cutlass::half_t; the GMMA selector
 // keys on these, not on __nv_bfloat16 / __half).
-template <class T>
+// PAIR_ (sm90_schedule.cuh): kPairNone = config 2; kPairN = config 7, 2-CTA clusters on
+// n-tile pairs with the a box multicast (each CTA loads 64 of its 128 rows).
+template <class T, int PAIR_ = kPairNone>
 struct Config {
   static constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
   static constexpr int B_BOX = 128;  // b rows per TMA box (two boxes per stage)
+  static constexpr int PAIR = PAIR_;
+  static constexpr int CLUSTER = PAIR == kPairNone ? 1 : 2;
+  static constexpr int A_BOX = PAIR == kPairN ? BM / 2 : BM;  // a rows per TMA box
   static constexpr int MAX_GROUPS = 1024;
   static constexpr int THREADS = 384;  // warpgroup 0: producer; 1, 2: consumers
   static constexpr int CONSUMER_THREADS = 256;
@@ -148,6 +154,15 @@ struct Config {
       SmemAtom{}, cute::make_shape(cute::Int<BM>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
   using SmemLayoutB = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::make_shape(cute::Int<BN>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  // a's stage bytes as boxes of A_BOX rows (kPairN: box 2s + h = rows 64h.. of stage s;
+  // 8 KB halves keep the 1 KB swizzle phase, as b's boxes below).
+  using SmemLayoutABoxes =
+      decltype(cute::tile_to_shape(SmemAtom{}, cute::make_shape(cute::Int<A_BOX>{}, cute::Int<BK>{},
+                                                                cute::Int<BM / A_BOX * STAGES>{})));
+  using TmaOpA =
+      std::conditional_t<PAIR == kPairN, cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
+  using TmaOpB =
+      std::conditional_t<PAIR == kPairM, cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
   // The same b bytes seen as 2*STAGES boxes of 128 rows (box h of stage s = index 2s+h):
   // atoms stack along rows first, so rows 128..255 of a stage are the second 16 KB
   // with the same swizzle phase (16 KB is a multiple of the 1 KB swizzle period).
@@ -174,22 +189,26 @@ struct SharedStorage {
   int tile_start[Cfg::MAX_GROUPS + 1];  // tiles before group g; [G] = total
 };
 
-// One TMA descriptor over a (rows, k, L) row-major 16-bit tensor, box = (box_rows, BK).
-template <class Cfg, class T, class BoxLayout>
+// One TMA descriptor over a (rows, k, L) row-major 16-bit tensor, box = (box_rows, BK);
+// Op: SM90_TMA_LOAD, or SM90_TMA_LOAD_MULTICAST for the operand a pair shares (the box
+// is not split: each CTA of the pair loads whole boxes, multicast).
+template <class Cfg, class T, class Op, class BoxLayout>
 auto make_tma(const T* ptr, int rows, int k, int l, BoxLayout box) {
   using namespace cute;
   const int64_t row_stride = k, l_stride = static_cast<int64_t>(rows) * k;
   Tensor g = make_tensor(make_gmem_ptr(ptr), make_shape(rows, k, l),
                          make_stride(row_stride, _1{}, l_stride));
-  return make_tma_copy(SM90_TMA_LOAD{}, g, box, make_shape(size<0>(box), size<1>(box)), _1{});
+  return make_tma_copy(Op{}, g, box, make_shape(size<0>(box), size<1>(box)), _1{});
 }
 
 template <class Cfg, class T>
 struct Params {
-  using TmaA = decltype(make_tma<Cfg, T>(static_cast<const T*>(nullptr), 1, 8, 1,
-                                         typename Cfg::SmemLayoutA{}(cute::_, cute::_, 0)));
-  using TmaB = decltype(make_tma<Cfg, T>(static_cast<const T*>(nullptr), 1, 8, 1,
-                                         typename Cfg::SmemLayoutBBoxes{}(cute::_, cute::_, 0)));
+  using TmaA = decltype(make_tma<Cfg, T, typename Cfg::TmaOpA>(
+      static_cast<const T*>(nullptr), 1, 8, 1,
+      typename Cfg::SmemLayoutABoxes{}(cute::_, cute::_, 0)));
+  using TmaB = decltype(make_tma<Cfg, T, typename Cfg::TmaOpB>(
+      static_cast<const T*>(nullptr), 1, 8, 1,
+      typename Cfg::SmemLayoutBBoxes{}(cute::_, cute::_, 0)));
   TmaA tma_a;
   TmaB tma_b;
   void* c;
@@ -200,7 +219,7 @@ struct Params {
   int n;  // output columns
   int n_tiles;
   int silu;
-  int tile_bound;           // the host's upper bound of tiles (the grid walks at most this many)
+  int tile_bound;  // the host's upper bound of (pair) tiles (the grid walks at most this many)
   uint64_t hint_a, hint_b;  // TMA L2 cache hints (TMA::CacheHintSm90 values)
 };
 
@@ -220,7 +239,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int G = p.rows.num_groups;
 
   // Tile schedule (sm90_schedule.cuh): tile_start[G + 1] in shared memory.
-  build_tile_schedule<Cfg::THREADS, BM>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
+  build_tile_schedule<Cfg::THREADS, sched_bm<Cfg>()>(p.rows, sched_n_tiles<Cfg>(p.n_tiles),
+                                                     p.tile_bound, ss.tile_start);
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Cfg::STAGE_BYTES;
@@ -228,17 +248,21 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = Cfg::CONSUMER_THREADS;
-  Pipeline pipeline(ss.pipeline, pp, Shape<_1, _1, _1>{});  // warp 0 inits the barriers
+  // Warp 0 inits the barriers; with a pair, each consumer warpgroup's releases arrive on
+  // both CTAs' empty barriers (the partner multicasts into this CTA's stages).
+  Pipeline pipeline(ss.pipeline, pp, Shape<Int<Cfg::CLUSTER>, _1, _1>{});
   __syncthreads();  // barrier init and the tile schedule are visible to all
+  if constexpr (Cfg::CLUSTER > 1) cute::cluster_sync();  // and to the partner CTA
 
   const int total = ss.tile_start[G];
   const int k_tiles = (p.k + BK - 1) / BK;
+  const Walk walk = tile_walk<Cfg>();
 
   if (warp_group == 0) {
     // Producer: one thread issues every TMA load.
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles);
+      produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles, walk);
     }
   } else {
     // Consumers: two warpgroups, 64 rows each, of the 128 x 256 tile.
@@ -266,14 +290,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const int wg_row0 = (warp_group - 1) * 64;
     const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
     if (get<0>(tCcC(0)) / 64 != warp_group - 1 || get<1>(tCcC(0)) != 2 * q) __trap();
-    for (int id = blockIdx.x; id < total; id += gridDim.x) {
-      const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
+    for (int id = walk.first; id < total; id += walk.stride) {
+      const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       if (k_tiles == 0) {
         clear(acc);
-      } else if (wg_row0 >= t.rows) {
-        // No valid row in this warpgroup's half (a group's last tile with <= 64 rows):
-        // skip its wgmmas (the other warpgroup then has the tensor cores to itself) but
-        // keep the pipeline in step. Its accumulators are never stored.
+      } else if (wg_row0 >= t.rows || (Cfg::PAIR == kPairN && t.n0 >= p.n)) {
+        // No valid row in this warpgroup's half (a group's last tile with <= 64 rows), or
+        // a pair's second n-tile past n: skip its wgmmas (the other warpgroup then has the tensor
+        // cores to itself) but keep the pipeline in step. Its accumulators are never stored.
         CUTE_NO_UNROLL
         for (int kt = 0; kt < k_tiles; ++kt) {
           pipeline.consumer_wait(read);
@@ -322,7 +346,9 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   const int64_t b_rows = silu ? 2 * prob.n : prob.n;
   const int64_t out_cols_per_tile = silu ? Cfg::B_BOX : Cfg::BN;
   const int64_t n_tiles = (prob.n + out_cols_per_tile - 1) / out_cols_per_tile;
-  const int64_t tiles = max_tiles(rows, Cfg::BM, static_cast<int>(n_tiles));
+  // Paired configs count pair tiles (sm90_schedule.cuh).
+  const int64_t tiles =
+      max_tiles(rows, sched_bm<Cfg>(), sched_n_tiles<Cfg>(static_cast<int>(n_tiles)));
   if (tiles <= 0) return 0;
   if (G > Cfg::MAX_GROUPS) {
     throw Error(std::string("moekit::") + op + ": the SM90 GEMM config supports at most " +
@@ -337,12 +363,12 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   const int encodes = g_encode_calls;
   g_l2_bytes = l2_bytes(rows.mode);
   const auto* b = static_cast<const T*>(prob.b);
-  p.tma_a =
-      make_tma<Cfg, T>(a, static_cast<int>(a_rows), static_cast<int>(prob.k), static_cast<int>(a_l),
-                       typename Cfg::SmemLayoutA{}(cute::_, cute::_, 0));
-  p.tma_b =
-      make_tma<Cfg, T>(b, static_cast<int>(b_rows), static_cast<int>(prob.k), static_cast<int>(G),
-                       typename Cfg::SmemLayoutBBoxes{}(cute::_, cute::_, 0));
+  p.tma_a = make_tma<Cfg, T, typename Cfg::TmaOpA>(
+      a, static_cast<int>(a_rows), static_cast<int>(prob.k), static_cast<int>(a_l),
+      typename Cfg::SmemLayoutABoxes{}(cute::_, cute::_, 0));
+  p.tma_b = make_tma<Cfg, T, typename Cfg::TmaOpB>(
+      b, static_cast<int>(b_rows), static_cast<int>(prob.k), static_cast<int>(G),
+      typename Cfg::SmemLayoutBBoxes{}(cute::_, cute::_, 0));
   if (g_encode_calls != encodes + 2) {
     throw Error(std::string("moekit::") + op +
                 ": internal: the SM90 TMA descriptors were not built by moekit's encoder");
@@ -369,21 +395,68 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   return tiles;
 }
 
-template <class T, class Out>
+// Launches a persistent kernel of Cfg over `tiles` (pair) tiles: one block per SM, or,
+// for the paired configs, as many 2-CTA clusters as can be resident at once
+// (cudaOccupancyMaxActiveClusters, queried once per device), at most `tiles`.
+template <class Cfg, class P>
+void launch_persistent(void (*kernel)(P), const P& p, int64_t tiles, int smem, cudaStream_t stream,
+                       const char* op) {
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const int sms = device_sm_count();
+  if constexpr (Cfg::CLUSTER == 1) {
+    const int64_t grid = tiles < sms ? tiles : sms;
+    kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);
+  } else {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = Cfg::CLUSTER;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(sms / Cfg::CLUSTER * Cfg::CLUSTER));
+    cfg.blockDim = dim3(Cfg::THREADS);
+    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    static int resident[64];  // per device: 0 = not yet queried (a benign race)
+    int device = 0;
+    cudaGetDevice(&device);
+    int* slot = device >= 0 && device < 64 ? &resident[device] : nullptr;
+    int clusters = slot ? *slot : 0;
+    if (clusters <= 0) {
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        clusters = 0;
+      }
+      if (clusters <= 0) {
+        throw Error(std::string("moekit::") + op +
+                    ": the paired SM90 GEMM config cannot place its 2-CTA clusters on this device");
+      }
+      if (slot) *slot = clusters;
+    }
+    const int64_t grid_clusters = tiles < clusters ? tiles : clusters;
+    cfg.gridDim = dim3(static_cast<unsigned>(grid_clusters * Cfg::CLUSTER));
+    cudaLaunchKernelEx(&cfg, kernel, p);
+  }
+}
+
+template <class T, class Out, int PAIR = kPairNone>
 void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t stream,
             const char* op) {
-  using Cfg = Config<T>;
+  using Cfg = Config<T, PAIR>;
   Params<Cfg, T> p;
   const int64_t tiles = make_params<Cfg, T>(prob, rows, op, p);
   if (tiles <= 0) return;
   const Knobs& kn = knobs();
   const int smem = static_cast<int>(sizeof(SharedStorage<Cfg, T>));
-  auto kernel =
-      kn.epi ? sm90_grouped_gemm_kernel<Cfg, T, Out, 1> : sm90_grouped_gemm_kernel<Cfg, T, Out, 0>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  void (*kernel)(Params<Cfg, T>) = sm90_grouped_gemm_kernel<Cfg, T, Out, 1>;
+  // Paired: the 16-byte epilogue only (MOEKIT_SM90_EPI does not apply).
+  if constexpr (PAIR == kPairNone) {
+    if (!kn.epi) kernel = sm90_grouped_gemm_kernel<Cfg, T, Out, 0>;
+  }
   // Persistent: one block per SM (at most as many as the tile upper bound).
-  const int64_t grid = tiles < device_sm_count() ? tiles : device_sm_count();
-  kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);
+  launch_persistent<Cfg>(kernel, p, tiles, smem, stream, op);
 }
 
 }  // namespace moekit::detail::gemm::sm90

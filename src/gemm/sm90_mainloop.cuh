@@ -13,28 +13,36 @@
 
 namespace moekit::detail::gemm::sm90 {
 
-// The producer thread: for each of the block's tiles (id = blockIdx.x, + gridDim.x, ...;
-// both configs load their tiles in this order), k_tiles stages of one a box (BM x BK
-// rows from the tile's first a row) and two b boxes (B_BOX rows each, at the tile's two
-// b row offsets), then waits until the consumers released every stage.
+// The producer thread: for each of the block's tiles (ids walk.first, + walk.stride, ...;
+// both configs load their tiles in this order), k_tiles stages of the a box(es) (BM x
+// BK rows from the tile's first a row) and two b boxes (B_BOX rows each, at the tile's
+// two b row offsets), then waits until the consumers released every stage. Paired
+// configs (Cfg::PAIR, 2-CTA clusters) load the shared operand's half that is theirs,
+// multicast to both CTAs: kPairN a rows [64 rank, + 64) of the tile (both CTAs have the
+// same m-tile), kPairM b box `rank` (both have the same n-tile). Each CTA's full barrier
+// still expects STAGE_BYTES: its own loads plus the partner's multicast half.
 template <class Cfg, class Params, class Shared, class Pipeline>
 __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipeline& pipeline,
-                                              int total, int k_tiles) {
+                                              int total, int k_tiles, Walk walk) {
   using namespace cute;
-  constexpr int BM = Cfg::BM, BK = Cfg::BK;
+  constexpr int BK = Cfg::BK, A_BOX = Cfg::A_BOX;
+  constexpr uint16_t kBoth = 0b11;  // multicast to both CTAs of the pair
+  const int rank = walk.rank;
   Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.a_rows, p.k, p.a_l));
   Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.b_rows, p.k, p.b_l));
-  Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
+  Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutABoxes{});
   Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
   auto write = cutlass::make_producer_start_state<Pipeline>();
   const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
   const auto hint_b = static_cast<TMA::CacheHintSm90>(p.hint_b);
-  for (int id = blockIdx.x; id < total; id += gridDim.x) {
-    const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
-    // (BM, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
-    Tensor gA = local_tile(domain_offset(make_coord(t.a_row, 0), mA(_, _, t.a_l)),
-                           make_shape(Int<BM>{}, Int<BK>{}), make_coord(0, _));
-    Tensor gB0 = local_tile(domain_offset(make_coord(t.b_row0, 0), mB(_, _, t.group)),
+  for (int id = walk.first; id < total; id += walk.stride) {
+    const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, rank);
+    // (box rows, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
+    const int a_row = Cfg::PAIR == kPairN ? t.a_row + rank * A_BOX : t.a_row;
+    Tensor gA = local_tile(domain_offset(make_coord(a_row, 0), mA(_, _, t.a_l)),
+                           make_shape(Int<A_BOX>{}, Int<BK>{}), make_coord(0, _));
+    const int b_row0 = Cfg::PAIR == kPairM && rank == 1 ? t.b_row1 : t.b_row0;
+    Tensor gB0 = local_tile(domain_offset(make_coord(b_row0, 0), mB(_, _, t.group)),
                             make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
     Tensor gB1 = local_tile(domain_offset(make_coord(t.b_row1, 0), mB(_, _, t.group)),
                             make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
@@ -50,9 +58,17 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
       auto* bar = pipeline.producer_get_barrier(write);
       const int s = write.index();
       // Boxes past the tensor's edges are zero-filled and still count their full bytes.
-      copy(p.tma_a.with(*bar, 0, hint_a), tAgA(_, kt), tAsA(_, s));
-      copy(p.tma_b.with(*bar, 0, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
-      copy(p.tma_b.with(*bar, 0, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+      if constexpr (Cfg::PAIR == kPairN) {
+        copy(p.tma_a.with(*bar, kBoth, hint_a), tAgA(_, kt), tAsA(_, 2 * s + rank));
+      } else {
+        copy(p.tma_a.with(*bar, 0, hint_a), tAgA(_, kt), tAsA(_, s));
+      }
+      if constexpr (Cfg::PAIR == kPairM) {
+        copy(p.tma_b.with(*bar, kBoth, hint_b), tBgB0(_, kt), tBsB(_, 2 * s + rank));
+      } else {
+        copy(p.tma_b.with(*bar, 0, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
+        copy(p.tma_b.with(*bar, 0, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+      }
       ++write;
     }
   }

@@ -6,9 +6,9 @@
 // KernelTmaWarpSpecializedPingpong, composed of CuTe pieces as config 2 is
 // (sm90_grouped_gemm.cuh, whose descriptors, parameters, schedule and epilogue it shares).
 //
-// UNVERIFIED ON GPU (compiled and SASS-checked only, 2026-12-02): the heuristic never
-// picks it; force it with GroupedGemmProblem::config = 6 or MOEKIT_GEMM_CONFIG=6. The
-// every-config GPU tests (tests/test_gemm_gpu.cpp) run it. docs/gemm.md, "SM90 ping-pong".
+// H200-verified 2026-12-02; the heuristic picks it for grouped epilogue-heavy GEMMs
+// (grouped_gemm.cpp). Config 8 is its paired variant (2-CTA clusters on m-tile pairs,
+// b multicast). docs/gemm.md, "SM90 ping-pong" and "Paired SM90 configs".
 //
 // Design:
 // - Tile 64 x 256 x 64 per consumer warpgroup: one wgmma 64x256x16 per 16 k (the widest
@@ -34,10 +34,15 @@
 
 namespace moekit::detail::gemm::sm90 {
 
-template <class T>
+// PAIR_ (sm90_schedule.cuh): kPairNone = config 6; kPairM = config 8, 2-CTA clusters on
+// m-tile pairs of one n-tile with the b boxes multicast (each CTA loads one of the two).
+template <class T, int PAIR_ = kPairNone>
 struct PingpongConfig {
   static constexpr int BM = 64, BN = 256, BK = 64, STAGES = 5;
   static constexpr int B_BOX = 128;  // b rows per TMA box (two boxes per stage)
+  static constexpr int PAIR = PAIR_;
+  static constexpr int CLUSTER = PAIR == kPairNone ? 1 : 2;
+  static constexpr int A_BOX = BM;  // a rows per TMA box
   static constexpr int MAX_GROUPS = 1024;
   static constexpr int THREADS = 384;  // warpgroup 0: producer; 1, 2: consumers
   static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // 128*40 + 256*232 <= 64K
@@ -48,6 +53,10 @@ struct PingpongConfig {
       SmemAtom{}, cute::make_shape(cute::Int<BM>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
   using SmemLayoutB = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::make_shape(cute::Int<BN>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  using SmemLayoutABoxes = SmemLayoutA;
+  using TmaOpA = cute::SM90_TMA_LOAD;
+  using TmaOpB =
+      std::conditional_t<PAIR == kPairM, cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
   // b's stage bytes as 2*STAGES boxes of 128 rows (as config 2: 16 KB boxes keep the
   // swizzle phase).
   using SmemLayoutBBoxes = decltype(cute::tile_to_shape(
@@ -86,7 +95,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   auto& ss = *reinterpret_cast<PingpongSharedStorage<Cfg, T>*>(smem_raw);
   const int warp_group = threadIdx.x / 128;
 
-  build_tile_schedule<Cfg::THREADS, BM>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
+  build_tile_schedule<Cfg::THREADS, sched_bm<Cfg>()>(p.rows, sched_n_tiles<Cfg>(p.n_tiles),
+                                                     p.tile_bound, ss.tile_start);
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Cfg::STAGE_BYTES;
@@ -94,21 +104,25 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = 128;  // each stage is read by one consumer warpgroup
-  Pipeline pipeline(ss.pipeline, pp, Shape<_1, _1, _1>{});  // warp 0 inits the barriers
+  // Warp 0 inits the barriers; with a pair, a consumer's releases arrive on both CTAs'
+  // empty barriers (the partner multicasts into this CTA's stages).
+  Pipeline pipeline(ss.pipeline, pp, Shape<Int<Cfg::CLUSTER>, _1, _1>{});
   typename OrderBarrier::Params op;
   op.group_id = warp_group == 2 ? 1 : 0;  // the producer never uses it
   op.group_size = 128;
   OrderBarrier order(ss.order, op);  // warp 0 inits; consumer 0 holds the first turn
   __syncthreads();                   // barrier init and the tile schedule are visible to all
+  if constexpr (Cfg::CLUSTER > 1) cute::cluster_sync();  // and to the partner CTA
 
   const int total = ss.tile_start[p.rows.num_groups];
   const int k_tiles = (p.k + BK - 1) / BK;
+  const Walk walk = tile_walk<Cfg>();
 
   if (warp_group == 0) {
     // Producer: one thread issues every TMA load, tiles in order (both consumers').
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles);
+      produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles, walk);
     }
   } else {
     // Consumers: warpgroup 1 + w takes the block's tiles j with j % 2 == w, whole.
@@ -134,10 +148,23 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const bool silu = p.silu != 0;
     const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
     if (get<0>(tCcC(0)) >= BM || get<1>(tCcC(0)) != 2 * q) __trap();
-    for (int id = blockIdx.x + w * gridDim.x; id < total; id += 2 * gridDim.x) {
-      const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
+    for (int id = walk.first + w * walk.stride; id < total; id += 2 * walk.stride) {
+      const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       // Our turn on the tensor cores: the other consumer has issued its previous tile.
       order.wait();
+      if (Cfg::PAIR == kPairM && t.rows <= 0) {
+        // A pair's second m-tile past the group: keep the stages (which the partner
+        // shares) and the turn order in step, no wgmma, nothing stored.
+        CUTE_NO_UNROLL
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          pipeline.consumer_wait(read);
+          pipeline.consumer_release(read);
+          ++read;
+        }
+        order.arrive();
+        read.advance(k_tiles);
+        continue;
+      }
       // k_tiles >= 1: the host routes k == 0 elsewhere (sm90_mainloop.cuh).
       const PipelineState release =
           issue_tile_wgmmas(mma, tCrA, tCrB, acc, pipeline, read, k_tiles);
@@ -160,10 +187,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 // In: the CuTe element type (cutlass::bfloat16_t / cutlass::half_t); k > 0 (callers
 // route k == 0 elsewhere, as for config 2). The 16-byte epilogue only
 // (MOEKIT_SM90_EPI does not apply); MOEKIT_SM90_L2 / MOEKIT_SM90_HINTS do.
-template <class T, class Out>
+template <class T, class Out, int PAIR = kPairNone>
 void launch_pingpong(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t stream,
                      const char* op) {
-  using Cfg = PingpongConfig<T>;
+  using Cfg = PingpongConfig<T, PAIR>;
   if (prob.k <= 0) {
     throw Error(std::string("moekit::") + op + ": internal: SM90 ping-pong config with k == 0");
   }
@@ -172,12 +199,9 @@ void launch_pingpong(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaS
   if (tiles <= 0) return;
   static_assert(sizeof(PingpongSharedStorage<Cfg, T>) <= 227 * 1024, "shared memory");
   const int smem = static_cast<int>(sizeof(PingpongSharedStorage<Cfg, T>));
-  auto kernel = sm90_pingpong_gemm_kernel<Cfg, T, Out>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  // Persistent: one block per SM (at most as many as the tile upper bound; a block
-  // with a single tile leaves its second consumer idle).
-  const int64_t grid = tiles < device_sm_count() ? tiles : device_sm_count();
-  kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);
+  // Persistent: one block (or pair) per SM (pair), at most as many as the tile upper
+  // bound; a block with a single tile leaves its second consumer idle.
+  launch_persistent<Cfg>(sm90_pingpong_gemm_kernel<Cfg, T, Out>, p, tiles, smem, stream, op);
 }
 
 }  // namespace moekit::detail::gemm::sm90

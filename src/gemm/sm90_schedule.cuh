@@ -45,10 +45,43 @@ __device__ __forceinline__ void build_tile_schedule(const RowsDesc& rows, int n_
   }
 }
 
+// Cluster pairs (configs 7 and 8): the two CTAs of a 2-CTA cluster take the two tiles of
+// one "pair tile" in lockstep and load the operand they share once, multicast to both.
+// kPairN: n-tiles 2j and 2j + 1 of one m-tile (they share a rows); kPairM: m-tiles 2i and
+// 2i + 1 of one n-tile (they share b rows). The schedule then counts pair tiles.
+enum TilePair : int { kPairNone = 0, kPairN = 1, kPairM = 2 };
+
+// The schedule's unit: rows per m-unit and n-tiles per n-unit (pair tiles for 7 / 8).
+template <class Cfg>
+constexpr int sched_bm() {
+  return Cfg::PAIR == kPairM ? 2 * Cfg::BM : Cfg::BM;
+}
+template <class Cfg>
+__host__ __device__ constexpr int sched_n_tiles(int n_tiles) {
+  return Cfg::PAIR == kPairN ? (n_tiles + 1) / 2 : n_tiles;
+}
+
+// A block's walk over (pair) tile ids: ids first, first + stride, ... < total, and the
+// CTA's rank in its pair (a 2-CTA cluster along x is blocks 2c, 2c + 1; units = blocks,
+// or pairs for the paired configs). Measured and dropped (H200, 2026-12-02): walking
+// even waves on fewer units (4096 tiles: 128 blocks x 32, not 4 blocks with a 32nd)
+// lost 3% on config 2 and up to 40% on config 6, whose neighbouring blocks then no
+// longer read the same b tile at the same time (docs/gemm.md).
+struct Walk {
+  int first, stride, rank;
+};
+template <class Cfg>
+__device__ __forceinline__ Walk tile_walk() {
+  const bool pair = Cfg::PAIR != kPairNone;
+  return {static_cast<int>(pair ? blockIdx.x >> 1 : blockIdx.x),
+          static_cast<int>(pair ? gridDim.x >> 1 : gridDim.x),
+          pair ? static_cast<int>(blockIdx.x & 1) : 0};
+}
+
 struct Tile {
   int group;
   int a_row, a_l;  // first A row (TMA coordinates)
-  int rows;        // valid rows, 1..BM
+  int rows;        // valid rows, 1..BM (<= 0: a pair's empty second tile)
   int b_row0, b_row1;
   int64_t c_row;  // first output row
   int n0;         // first output column
@@ -56,11 +89,15 @@ struct Tile {
 
 // Tile `id` (< total) -> coordinates. Order: group-major, then n-tile, m-tile fastest
 // (the m-tiles sharing one b tile are processed side by side by neighbouring blocks).
+// Paired configs (Cfg::PAIR): `id` is a pair tile and `rank` (0, 1) the CTA's half; a
+// pair's second tile may lie past the group (rows <= 0) or past n (n0 >= n): the CTA then
+// loads and waits in step with its partner but stores nothing.
 // Cfg: BM (tile rows), BN (b rows per tile = output columns without silu), B_BOX (b rows
 // per TMA box; with silu the tile's output columns: box 0 gate, box 1 up). P: the
 // kernel's params (rows, n, silu).
 template <class Cfg, class P>
-__device__ __forceinline__ Tile locate_tile(const P& p, const int* tile_start, int id) {
+__device__ __forceinline__ Tile locate_tile(const P& p, const int* tile_start, int id,
+                                            int rank = 0) {
   // Largest g with tile_start[g] <= id: a non-empty group (an empty g has
   // tile_start[g] == tile_start[g + 1], so g + 1 would also qualify).
   int lo = 0, hi = p.rows.num_groups - 1;
@@ -75,9 +112,21 @@ __device__ __forceinline__ Tile locate_tile(const P& p, const int* tile_start, i
   t.group = lo;
   int64_t first, count;
   group_rows(p.rows, lo, first, count);
-  const int m_tiles = static_cast<int>((count + Cfg::BM - 1) / Cfg::BM);
   const int local = id - tile_start[lo];
-  const int m_tile = local % m_tiles, n_tile = local / m_tiles;
+  int m_tile, n_tile;
+  if constexpr (Cfg::PAIR == kPairM) {
+    const int m_pairs = static_cast<int>((count + 2 * Cfg::BM - 1) / (2 * Cfg::BM));
+    m_tile = local % m_pairs * 2 + rank;
+    n_tile = local / m_pairs;
+  } else if constexpr (Cfg::PAIR == kPairN) {
+    const int m_tiles = static_cast<int>((count + Cfg::BM - 1) / Cfg::BM);
+    m_tile = local % m_tiles;
+    n_tile = local / m_tiles * 2 + rank;
+  } else {
+    const int m_tiles = static_cast<int>((count + Cfg::BM - 1) / Cfg::BM);
+    m_tile = local % m_tiles;
+    n_tile = local / m_tiles;
+  }
   t.rows = static_cast<int>(min(static_cast<int64_t>(Cfg::BM), count - int64_t{m_tile} * Cfg::BM));
   t.c_row = first + int64_t{m_tile} * Cfg::BM;
   if (p.rows.mode == kRowsMasked) {
