@@ -369,8 +369,12 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   p.k = 7168;
   p.routed_counts = true;  // counts from routing (fused layers): SM90 above 12 rows
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
-  p.activation = Activation::kSiluAndMul;  // the cooperative kernel under 128 rows
+  p.activation = Activation::kSiluAndMul;  // the cooperative kernel under 64 rows
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  p.m = 256 * 63;
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  p.m = 256 * 64;  // from 64 rows (ds-v3 + shared t2048): ping-pong
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90Pingpong);
   p.m = 256 * 128;  // routed prefill: ping-pong as for the standalone ops
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90Pingpong);
   p.activation = Activation::kNone;

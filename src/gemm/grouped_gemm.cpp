@@ -100,10 +100,14 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
     // mainloop (H200, a9ccd6e: ds-v3 prefill swiglu 4.39 -> 4.23 ms, down 2.19 -> 2.09,
     // expert MLP 6.52 -> 6.25). Long-k plain tiles (ds-v3 up: 4.17 vs 4.27) and dense
     // problems (shared expert t4096: 0.540 vs 0.574) keep the cooperative kernel.
-    // Routed counts under 128 rows per group (the fused layers' decode, which leave the
-    // decode tiles above 12): the cooperative kernel, the one measured there.
+    // Routed counts under 64 rows per group (the fused layers' decode, which leave the
+    // decode tiles above 12): the cooperative kernel, measured there (kimi-k2 + shared
+    // t2048, 43 rows: 8.3 ms vs 13.2 on the decode tiles). From 64 rows the ping-pong
+    // kernel: full runs on the H200 with one vs the other (83a8ebc ping-pong, 43df3b0
+    // cooperative): ds-v3 + shared t2048 (64 rows) 6.25 vs 6.30 ms, kimi-k2 + shared
+    // t4096 (85) 13.98 vs 15.16, glm45 + shared t2048 (102) 2.58 vs 2.74.
     const bool epilogue_heavy = p.activation == Activation::kSiluAndMul || p.k <= 2048;
-    const bool measured_pingpong = !p.routed_counts || rows_per_group >= 128;
+    const bool measured_pingpong = !p.routed_counts || rows_per_group >= 64;
     if (p.rows != GemmRows::kDense && groups > 1 && epilogue_heavy && measured_pingpong) {
       return kGemmConfigSm90Pingpong;
     }
