@@ -147,44 +147,24 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
     throw Error(std::string("moekit::") + op + ": config: expected -1.." +
                 std::to_string(kGemmConfigCount - 1) + ", got " + std::to_string(config));
   }
-  if (config == kGemmConfigSm90 && p.k > 0) {
-    // k == 0 (no TMA descriptor possible; c = 0 or silu(0)*0) takes the decode config.
-    if (p.in_dtype == DType::kBF16) {
-      launch_grouped_gemm_sm90_bf16(p, stream);
-    } else if (p.in_dtype == DType::kF16) {
-      launch_grouped_gemm_sm90_f16(p, stream);
-    } else {
-      throw Error(std::string("moekit::") + op + ": unsupported input dtype " +
-                  dtype_name(p.in_dtype));
-    }
-  } else if (config == kGemmConfigSm90Pingpong && p.k > 0) {
-    // k == 0 as for config 2.
-    if (p.in_dtype == DType::kBF16) {
-      launch_grouped_gemm_sm90_pingpong_bf16(p, stream);
-    } else if (p.in_dtype == DType::kF16) {
-      launch_grouped_gemm_sm90_pingpong_f16(p, stream);
-    } else {
-      throw Error(std::string("moekit::") + op + ": unsupported input dtype " +
-                  dtype_name(p.in_dtype));
-    }
-  } else if ((config == kGemmConfigSm90PairN || config == kGemmConfigSm90PingpongPairM) &&
-             p.k > 0) {
-    // k == 0 as for config 2.
-    if (p.in_dtype == DType::kBF16) {
-      launch_grouped_gemm_sm90_pair_bf16(p, config, stream);
-    } else if (p.in_dtype == DType::kF16) {
-      launch_grouped_gemm_sm90_pair_f16(p, config, stream);
-    } else {
-      throw Error(std::string("moekit::") + op + ": unsupported input dtype " +
-                  dtype_name(p.in_dtype));
-    }
-  } else if (p.in_dtype == DType::kBF16) {
-    launch_grouped_gemm_bf16(p, config, stream);
-  } else if (p.in_dtype == DType::kF16) {
-    launch_grouped_gemm_f16(p, config, stream);
-  } else {
+  if (p.in_dtype != DType::kBF16 && p.in_dtype != DType::kF16) {
     throw Error(std::string("moekit::") + op + ": unsupported input dtype " +
                 dtype_name(p.in_dtype));
+  }
+  const bool bf16 = p.in_dtype == DType::kBF16;
+  // The SM90 configs need k > 0 (a TMA descriptor needs a non-empty k extent); k == 0
+  // (c = 0 or silu(0) * 0) takes the decode config.
+  const bool sm90 = p.k > 0;
+  if (sm90 && config == kGemmConfigSm90) {
+    bf16 ? launch_grouped_gemm_sm90_bf16(p, stream) : launch_grouped_gemm_sm90_f16(p, stream);
+  } else if (sm90 && config == kGemmConfigSm90Pingpong) {
+    bf16 ? launch_grouped_gemm_sm90_pingpong_bf16(p, stream)
+         : launch_grouped_gemm_sm90_pingpong_f16(p, stream);
+  } else if (sm90 && (config == kGemmConfigSm90PairN || config == kGemmConfigSm90PingpongPairM)) {
+    bf16 ? launch_grouped_gemm_sm90_pair_bf16(p, config, stream)
+         : launch_grouped_gemm_sm90_pair_f16(p, config, stream);
+  } else {
+    bf16 ? launch_grouped_gemm_bf16(p, config, stream) : launch_grouped_gemm_f16(p, config, stream);
   }
   check_launch(op);
 }

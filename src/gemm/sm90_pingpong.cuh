@@ -204,4 +204,23 @@ void launch_pingpong(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaS
   launch_persistent<Cfg>(sm90_pingpong_gemm_kernel<Cfg, T, Out>, p, tiles, smem, stream, op);
 }
 
+// The paired configs' dispatch (7: config 2's tiles on n-tile pairs; 8: the ping-pong
+// tiles on m-tile pairs) for one input type: T the CuTe type, In the matching CUDA type
+// (the output type when out_dtype is not f32). Instantiated per input dtype in
+// grouped_gemm_sm90_pair_{bf16,f16}.cu.
+template <class T, class In>
+void launch_paired(const GroupedGemmProblem& prob, bool pair_n, const RowsDesc& rows,
+                   cudaStream_t stream, const char* op) {
+  const bool f32 = prob.out_dtype == DType::kF32;
+  if (pair_n && f32) {
+    launch<T, float, kPairN>(prob, rows, stream, op);
+  } else if (pair_n) {
+    launch<T, In, kPairN>(prob, rows, stream, op);
+  } else if (f32) {
+    launch_pingpong<T, float, kPairM>(prob, rows, stream, op);
+  } else {
+    launch_pingpong<T, In, kPairM>(prob, rows, stream, op);
+  }
+}
+
 }  // namespace moekit::detail::gemm::sm90
