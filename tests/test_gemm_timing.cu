@@ -53,11 +53,17 @@ struct Buf {
 };
 
 // bf16 gate_up [2I, H] and down [H, I] weights of a gated MLP, in as many copies as
-// fill `rotate_bytes` (at least one), so that calls rotating over them read HBM.
-struct MlpWeights {
+// fill `rotate_bytes` (at least one), so that calls rotating over them read HBM; and the
+// MLP's activations for m rows: x [m, H] (filled), h [m, I], y [m, H].
+struct MlpBuffers {
   std::vector<std::unique_ptr<Buf>> gate_up, down;
   int64_t one_copy_bytes = 0;  // gate_up + down, one copy
-  MlpWeights(int64_t H, int64_t I, int64_t rotate_bytes) : one_copy_bytes((2 * I * H + H * I) * 2) {
+  Buf x, h, y;
+  MlpBuffers(int64_t m, int64_t H, int64_t I, int64_t rotate_bytes)
+      : one_copy_bytes((2 * I * H + H * I) * 2),
+        x(static_cast<size_t>(m * H * 2)),
+        h(static_cast<size_t>(m * I * 2)),
+        y(static_cast<size_t>(m * H * 2)) {
     const int64_t w_bytes = one_copy_bytes;
     const int64_t n = std::max<int64_t>(1, (rotate_bytes + w_bytes - 1) / w_bytes);
     for (int64_t i = 0; i < n; ++i) {
@@ -66,6 +72,7 @@ struct MlpWeights {
       fill<__nv_bfloat16>(gate_up.back()->p, 2 * I * H, 1.7f / 84.0f, 200 + uint32_t(i));
       fill<__nv_bfloat16>(down.back()->p, H * I, 1.7f / 45.0f, 300 + uint32_t(i));
     }
+    fill<__nv_bfloat16>(x.p, m * H, 1.7f, 4);
   }
   int copies() const { return static_cast<int>(gate_up.size()); }
   double bytes() const { return static_cast<double>(one_copy_bytes); }
@@ -402,13 +409,11 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
     const Shape& up = shapes[si];
     const Shape& dn = shapes[si + 1];
     const int64_t m = up.m, I = up.n, H = up.k;
-    const MlpWeights w(H, I, kRotateBytes);
+    const MlpBuffers w(m, H, I, kRotateBytes);
     const int copies = w.copies();
     const auto& wu = w.gate_up;
     const auto& wd = w.down;
-    Buf x(static_cast<size_t>(m * H * 2)), h(static_cast<size_t>(m * I * 2)),
-        y(static_cast<size_t>(m * H * 2));
-    fill<__nv_bfloat16>(x.p, m * H, 1.7f, 4);
+    const Buf &x = w.x, &h = w.h, &y = w.y;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     auto problem = [&](const Shape& sh, const Cell& cell, const void* a, void* c) {
       detail::GroupedGemmProblem p;
@@ -502,13 +507,11 @@ TEST(GemmTiming, DISABLED_MlpPdlChain) {
               "MLP PDL", "gain", "configs (gate_up / down), weight copies");
   for (const Row& row : rows) {
     const int64_t m = row.m, H = row.H, I = row.I;
-    const MlpWeights w(H, I, kRotateBytes);
+    const MlpBuffers w(m, H, I, kRotateBytes);
     const int copies = w.copies();
     const auto& wu = w.gate_up;
     const auto& wd = w.down;
-    Buf x(static_cast<size_t>(m * H * 2)), h(static_cast<size_t>(m * I * 2)),
-        y(static_cast<size_t>(m * H * 2));
-    fill<__nv_bfloat16>(x.p, m * H, 1.7f, 4);
+    const Buf &x = w.x, &h = w.h, &y = w.y;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     detail::GroupedGemmProblem up;
     up.in_dtype = up.out_dtype = DType::kBF16;
