@@ -18,6 +18,7 @@
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/split_k.h"
+#include "gemm/streamk_mlp.h"
 #include "support/gpu.h"
 
 namespace moekit {
@@ -573,6 +574,143 @@ TEST(GemmTiming, DISABLED_MlpPdlChain) {
                 100.0 * (best_plain - best_pdl) / best_plain, cu, su, cd, sd, copies,
                 chained ? "" : "  (NOT chained: the same kernels twice)");
     for (cudaGraphExec_t g : {g_plain, g_pdl, g_up, g_down}) cudaGraphExecDestroy(g);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(stream);
+}
+
+// The stream-K MLP (src/gemm/streamk_mlp.h) against the two-GEMM path on the bench's
+// small shared-expert rows: graphs of back-to-back calls over rotating weights (HBM
+// reads), each phase alone, one L2-flushed call as the bench times it, and that call's
+// per-CTA timeline (globaltimer stamps, microseconds from the first CTA's entry).
+TEST(GemmTiming, DISABLED_StreamkMlp) {
+  MOEKIT_REQUIRE_GPU();
+  constexpr int kCalls = 100;
+  constexpr int64_t kRotateBytes = int64_t{256} << 20;
+  struct Row {
+    const char* name;
+    int64_t m, H, I;
+  };
+  const Row rows[] = {{"ds-v3-t32", 32, 7168, 2048},
+                      {"glm45-t32", 32, 5120, 1536},
+                      {"kimi-k2-t1", 1, 7168, 18432},
+                      {"ds-v3-t1", 1, 7168, 2048},
+                      {"ds-v3-t64", 64, 7168, 2048}};
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  Buf flush(size_t{128} << 20);
+  detail::StreamkMlpDebug& dbg = detail::streamk_mlp_debug();
+  auto graph_us = [&](int calls, const std::function<void(int)>& call) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    for (int i = 0; i < calls; ++i) call(i);
+    EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphDestroy(graph);
+    cudaGraphLaunch(exec, stream);
+    float best = 1e30f;
+    for (int r = 0; r < 3; ++r) {
+      cudaEventRecord(e0, stream);
+      cudaGraphLaunch(exec, stream);
+      cudaEventRecord(e1, stream);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      best = std::min(best, ms * 1000.f / calls);
+    }
+    cudaGraphExecDestroy(exec);
+    return best;
+  };
+  // Median over 20 single calls, each after a 128 MB memset (the bench's flush).
+  auto flushed_us = [&](const std::function<void()>& call) {
+    std::vector<float> t;
+    for (int r = 0; r < 21; ++r) {
+      cudaMemsetAsync(flush.p, r & 0xff, size_t{128} << 20, stream);
+      cudaEventRecord(e0, stream);
+      call();
+      cudaEventRecord(e1, stream);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (r) t.push_back(ms * 1000.f);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  std::printf("%-11s | %8s %8s %8s %8s | %8s %8s | %s\n", "row (us)", "streamK", "gate_up", "down",
+              "2 GEMMs", "flush SK", "flush 2G", "ideal at 4.5 TB/s");
+  for (const Row& row : rows) {
+    const int64_t m = row.m, H = row.H, I = row.I;
+    const MlpBuffers w(m, H, I, kRotateBytes);
+    const int copies = w.copies();
+    const size_t scratch_bytes = detail::streamk_mlp_scratch_bytes(DType::kBF16, m, H, I);
+    ASSERT_GT(scratch_bytes, 0u);
+    Buf scratch(scratch_bytes);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    auto streamk = [&](int i) {
+      detail::run_streamk_mlp(DType::kBF16, w.x.p, m, H, I, w.gate_up[i % copies]->p,
+                              w.down[i % copies]->p, w.h.p, w.y.p, DType::kBF16, scratch.p, stream);
+    };
+    detail::GroupedGemmProblem up;
+    up.in_dtype = up.out_dtype = DType::kBF16;
+    up.a = w.x.p;
+    up.c = w.h.p;
+    up.n = I;
+    up.k = H;
+    up.activation = Activation::kSiluAndMul;
+    up.rows = detail::GemmRows::kDense;
+    up.m = m;
+    detail::GroupedGemmProblem down = up;
+    down.a = w.h.p;
+    down.c = w.y.p;
+    down.n = H;
+    down.k = I;
+    down.activation = Activation::kNone;
+    auto gemms = [&](int i) {
+      up.b = w.gate_up[i % copies]->p;
+      down.b = w.down[i % copies]->p;
+      detail::run_grouped_gemm_pair(up, down, stream);
+    };
+    const float sk = graph_us(kCalls, streamk);
+    dbg.phases = 1;
+    const float sk1 = graph_us(kCalls, streamk);
+    dbg.phases = 2;
+    const float sk2 = graph_us(kCalls, streamk);
+    dbg.phases = 3;
+    const float g2 = graph_us(kCalls, gemms);
+    const float fsk = flushed_us([&] { streamk(0); });
+    const float fg2 = flushed_us([&] { gemms(0); });
+    std::printf("%-11s | %8.2f %8.2f %8.2f %8.2f | %8.2f %8.2f | %.2f\n", row.name, sk, sk1, sk2,
+                g2, fsk, fg2, w.bytes() / 4.5e6);
+    // One flushed call's timeline.
+    const int grid = split_k_sms();
+    Buf trace(static_cast<size_t>(grid) * 6 * 8);
+    cudaMemset(trace.p, 0, static_cast<size_t>(grid) * 6 * 8);
+    dbg.trace = static_cast<unsigned long long*>(trace.p);
+    cudaMemsetAsync(flush.p, 1, size_t{128} << 20, stream);
+    streamk(0);
+    dbg.trace = nullptr;
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::vector<unsigned long long> t(static_cast<size_t>(grid) * 6);
+    cudaMemcpy(t.data(), trace.p, t.size() * 8, cudaMemcpyDeviceToHost);
+    unsigned long long t0 = ~0ull;
+    for (int c = 0; c < grid; ++c) t0 = std::min(t0, t[c * 6]);
+    const char* names[6] = {"entry",   "grid barrier", "gate_up mainloop",
+                            "h ready", "last W load",  "end"};
+    for (int e = 0; e < 6; ++e) {
+      std::vector<double> v;
+      for (int c = 0; c < grid; ++c)
+        if (t[c * 6 + e]) v.push_back((t[c * 6 + e] - t0) * 1e-3);
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      std::printf("    %-17s min %7.2f  median %7.2f  max %7.2f  (%zu CTAs)\n", names[e], v.front(),
+                  v[v.size() / 2], v.back(), v.size());
+    }
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gemm/grouped_gemm.h"
+#include "gemm/streamk_mlp.h"
 #include "moekit/moe.h"
 #include "support/gpu.h"
 #include "test_moe_common.h"
@@ -43,11 +44,15 @@ std::string force_name(const Force& f) {
   return "gate_up " + one(f.up_config, f.up_split) + ", down " + one(f.down_config, f.down_split);
 }
 
-// Sets the PDL override and the forced configs for a scope.
+// Sets the PDL override and the forced configs for a scope; the dense MLPs take their
+// two GEMMs (not the stream-K kernel, which has no PDL chain).
 class Knobs {
  public:
   Knobs(int pdl, const Force& f)
-      : prev_pdl_(detail::gemm_pdl_override()), prev_force_(detail::mlp_gemm_force_override()) {
+      : prev_pdl_(detail::gemm_pdl_override()),
+        prev_force_(detail::mlp_gemm_force_override()),
+        prev_path_(detail::dense_mlp_path_override()) {
+    detail::dense_mlp_path_override() = 2;
     detail::gemm_pdl_override() = pdl;
     detail::MlpGemmForce& force = detail::mlp_gemm_force_override();
     force.first_config = f.up_config;
@@ -58,11 +63,13 @@ class Knobs {
   ~Knobs() {
     detail::gemm_pdl_override() = prev_pdl_;
     detail::mlp_gemm_force_override() = prev_force_;
+    detail::dense_mlp_path_override() = prev_path_;
   }
 
  private:
   int prev_pdl_;
   detail::MlpGemmForce prev_force_;
+  int prev_path_;
 };
 
 // Kernel-node edges of the programmatic type in a captured graph.

@@ -2,6 +2,7 @@
 // silu_and_mul epilogue into a workspace activation buffer, then down), run by
 // run_grouped_gemm_pair (a PDL chain when MOEKIT_GEMM_PDL=1 and both take a decode config).
 #include "gemm/grouped_gemm.h"
+#include "gemm/streamk_mlp.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
 #include "moekit/moe.h"
@@ -104,20 +105,36 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
 
 size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args) {
   const int64_t T = detail::dim_or_zero(args.hidden_states, 0);
+  const int64_t H = detail::dim_or_zero(args.hidden_states, 1);
   const int64_t S = detail::dim_or_zero(args.w_gate_up, 0) / 2;
   if (T == 0) return 0;
   detail::WorkspaceCarver ws(nullptr);
   ws.take(static_cast<size_t>(T * S) * dtype_size(args.hidden_states.dtype));
+  detail::take_dense_mlp_scratch(ws, args.hidden_states.dtype, T, H, S);
   return ws.bytes();
 }
 
 namespace detail {
 
+size_t dense_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S) {
+  return streamk_mlp_scratch_bytes(dtype, T, H, S);
+}
+
+void* take_dense_mlp_scratch(WorkspaceCarver& ws, DType dtype, int64_t T, int64_t H, int64_t S) {
+  const size_t bytes = dense_mlp_scratch_bytes(dtype, T, H, S);
+  return bytes > 0 ? ws.take(bytes) : nullptr;
+}
+
 // Dense gated MLP: act = silu_and_mul(x . w_gate_up^T) [T, S] in the dtype, then
 // out = act . w_down^T [T, H] in out_dtype (the dtype, or f32 for a later sum).
 void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                    const void* w_gate_up, const void* w_down, void* act, void* out, DType out_dtype,
-                   cudaStream_t stream) {
+                   void* streamk_scratch, cudaStream_t stream) {
+  if (streamk_scratch && streamk_mlp_preferred()) {
+    run_streamk_mlp(dtype, x, T, H, S, w_gate_up, w_down, act, out, out_dtype, streamk_scratch,
+                    stream);
+    return;
+  }
   GroupedGemmProblem up;
   up.in_dtype = dtype;
   up.out_dtype = dtype;
@@ -155,8 +172,9 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
   if (s.T == 0) return;
   detail::WorkspaceCarver ws(args.workspace.data);
   void* act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
+  void* scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
   detail::run_dense_mlp(s.dtype, args.hidden_states.data, s.T, s.H, s.F, args.w_gate_up.data,
-                        args.w_down.data, act, args.output.data, s.dtype, stream);
+                        args.w_down.data, act, args.output.data, s.dtype, scratch, stream);
 }
 
 }  // namespace moekit

@@ -235,10 +235,11 @@ bool layer_uses_direct(const detail::MoEShapes& s) {
 }
 
 struct LayerBuffers {
-  float* topk_weights = nullptr;  // [T, K]
-  int32_t* topk_ids = nullptr;    // [T, K]
-  void* shared_act = nullptr;     // [T, S] dtype (shared expert only)
-  float* shared_out = nullptr;    // [T, H] f32 (shared expert only)
+  float* topk_weights = nullptr;   // [T, K]
+  int32_t* topk_ids = nullptr;     // [T, K]
+  void* shared_act = nullptr;      // [T, S] dtype (shared expert only)
+  float* shared_out = nullptr;     // [T, H] f32 (shared expert only)
+  void* shared_scratch = nullptr;  // the shared MLP's stream-K scratch, if it takes that path
 };
 
 // Topk buffers, then (shared expert) its activation and f32 output, then the
@@ -250,6 +251,7 @@ LayerBuffers carve_layer(const detail::MoEShapes& s, int64_t S, detail::Workspac
   if (S > 0) {
     b.shared_act = ws.take(static_cast<size_t>(s.T * S) * dtype_size(s.dtype));
     b.shared_out = static_cast<float*>(ws.take(static_cast<size_t>(s.T * s.H) * 4));
+    b.shared_scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, S);
   }
   return b;
 }
@@ -292,7 +294,8 @@ void run_layer(const FusedMoEArgs& a, const detail::MoEShapes& s, const TensorVi
     // The shared expert's output stays f32 and is added in the routed combine, so
     // the layer output is rounded once.
     detail::run_dense_mlp(s.dtype, a.hidden_states.data, s.T, s.H, S, shared_gu->data,
-                          shared_down->data, b.shared_act, b.shared_out, DType::kF32, stream);
+                          shared_down->data, b.shared_act, b.shared_out, DType::kF32,
+                          b.shared_scratch, stream);
   }
   detail::RoutedExperts p;
   p.s = s;

@@ -1,0 +1,240 @@
+// GPU tests of the stream-K dense MLP (src/gemm/streamk_mlp.h) through SharedExpertMLPFwd:
+// against the CPU reference on fresh random inputs, at token counts and sizes that put
+// the (tile, k) split points everywhere (tiles with one to 56 contributing CTAs, sizes
+// off the tile and stage), with poisoned outputs and a poisoned workspace (the kernel
+// must zero its own counters), on several grid sizes; bit-for-bit determinism, CUDA graph
+// replays, and agreement with the two-GEMM path.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gemm/streamk_mlp.h"
+#include "moe/moe_internal.h"
+#include "moekit/moe.h"
+#include "moekit/reference.h"
+#include "reference/accuracy.h"
+#include "support/gpu.h"
+#include "test_moe_common.h"
+
+namespace moekit {
+namespace {
+
+using testing::DeviceTensor;
+using testing::DeviceWorkspace;
+
+constexpr uint8_t kPoison = 0xFF;  // 0xFFFF is a NaN in bf16 and f16
+
+struct MlpCase {
+  DType dt;
+  int64_t T, H, S;
+};
+
+std::string name(const MlpCase& c) {
+  return std::string(dtype_name(c.dt)) + " T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) +
+         " S=" + std::to_string(c.S);
+}
+
+// Sets the path / grid knobs for one scope.
+class Knobs {
+ public:
+  Knobs(int path, int grid)
+      : path_(detail::dense_mlp_path_override()), grid_(detail::streamk_mlp_grid_override()) {
+    detail::dense_mlp_path_override() = path;
+    detail::streamk_mlp_grid_override() = grid;
+  }
+  ~Knobs() {
+    detail::dense_mlp_path_override() = path_;
+    detail::streamk_mlp_grid_override() = grid_;
+  }
+
+ private:
+  int path_, grid_;
+};
+
+struct MlpInputs {
+  HostTensor x, wgu, wd;
+  MlpInputs(const MlpCase& c, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    x = moetest::normal(rng, c.dt, {c.T, c.H}, 1.0);
+    wgu = moetest::normal(rng, c.dt, {2 * c.S, c.H}, 1.0 / std::sqrt(double(c.H)));
+    wd = moetest::normal(rng, c.dt, {c.H, c.S}, 1.0 / std::sqrt(double(c.S)));
+  }
+  HostTensor reference(const MlpCase& c) const {
+    HostTensor ref(c.dt, {c.T, c.H});
+    SharedExpertMLPArgs r;
+    r.hidden_states = x.view();
+    r.w_gate_up = wgu.view();
+    r.w_down = wd.view();
+    r.output = ref.view();
+    reference::shared_expert_mlp(r);
+    return ref;
+  }
+};
+
+// Device copies of the inputs, a poisoned output and a poisoned workspace.
+struct MlpDevice {
+  DeviceTensor x, wgu, wd, out;
+  SharedExpertMLPArgs args;
+  DeviceWorkspace ws;
+  MlpDevice(const MlpCase& c, const MlpInputs& in)
+      : x(in.x),
+        wgu(in.wgu),
+        wd(in.wd),
+        out(c.dt, {c.T, c.H}, kPoison),
+        args(make_args()),
+        ws(shared_expert_mlp_workspace_size(args)) {
+    args.workspace = ws.get();
+    poison_workspace();
+  }
+  SharedExpertMLPArgs make_args() const {
+    SharedExpertMLPArgs a;
+    a.hidden_states = x.view();
+    a.w_gate_up = wgu.view();
+    a.w_down = wd.view();
+    a.output = out.view();
+    return a;
+  }
+  void poison_workspace() {
+    if (args.workspace.bytes)
+      ASSERT_EQ(cudaMemset(args.workspace.data, 0xFF, args.workspace.bytes), cudaSuccess);
+  }
+};
+
+void expect_close(const HostTensor& out, const HostTensor& ref, DType dt, const std::string& what) {
+  const Tolerance tol = tolerance_for(dt);
+  const Accuracy acc = compare(out.view(), ref.view(), tol);
+  EXPECT_TRUE(acc.pass(tol)) << what << ": " << acc.str() << " over " << acc.count;
+}
+
+void sync_ok() {
+  const cudaError_t err = cudaDeviceSynchronize();
+  ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
+}
+
+std::vector<MlpCase> cases() {
+  const DType b = DType::kBF16, h = DType::kF16;
+  return {
+      {b, 1, 256, 128},
+      {h, 1, 256, 128},
+      {b, 7, 136, 72},
+      {h, 16, 8, 8},
+      {b, 17, 264, 40},
+      {h, 32, 512, 256},
+      {b, 33, 1024, 1000},
+      {h, 64, 2056, 520},
+      {b, 64, 8, 2048},
+      // tiles1 = 2 with 56 k iterations: most of the 112 iterations are a CTA's whole
+      // range, so a tile is summed from up to 56 partials.
+      {b, 5, 7168, 64},
+      // k extents that end inside the second 64-element box of a stage (and H = 8: a box
+      // entirely past the tensor).
+      {h, 3, 72, 8},
+  };
+}
+
+TEST(StreamkMlpGpu, MatchesReferenceOnEveryGrid) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 7100;
+  for (const MlpCase& c : cases()) {
+    SCOPED_TRACE(name(c));
+    ASSERT_GT(detail::dense_mlp_scratch_bytes(c.dt, c.T, c.H, c.S), 0u)
+        << "the stream-K MLP must be available on an sm_90 GPU for this shape";
+    const MlpInputs in(c, ++seed);
+    const HostTensor ref = in.reference(c);
+    for (int grid : {0, 1, 7, 61}) {
+      SCOPED_TRACE("grid " + std::to_string(grid));
+      Knobs knobs(/*path=*/1, grid);
+      MlpDevice d(c, in);
+      shared_expert_mlp(d.args, nullptr);
+      sync_ok();
+      expect_close(d.out.download(), ref, c.dt, "stream-K shared_expert_mlp " + name(c));
+    }
+  }
+}
+
+TEST(StreamkMlpGpu, DeterministicAndCloseToTheGemmPath) {
+  MOEKIT_REQUIRE_GPU();
+  const MlpCase cs[] = {{DType::kBF16, 32, 7168, 2048}, {DType::kF16, 9, 5120, 1536}};
+  uint64_t seed = 7200;
+  for (const MlpCase& c : cs) {
+    SCOPED_TRACE(name(c));
+    const MlpInputs in(c, ++seed);
+    MlpDevice d(c, in);
+    HostTensor first, gemm;
+    {
+      Knobs knobs(1, 0);
+      shared_expert_mlp(d.args, nullptr);
+      sync_ok();
+      first = d.out.download();
+      for (int rep = 0; rep < 3; ++rep) {
+        d.poison_workspace();
+        ASSERT_EQ(cudaMemset(d.out.data(), kPoison, first.nbytes()), cudaSuccess);
+        shared_expert_mlp(d.args, nullptr);
+        sync_ok();
+        const HostTensor again = d.out.download();
+        EXPECT_EQ(std::memcmp(first.data(), again.data(), first.nbytes()), 0) << "run " << rep;
+      }
+    }
+    {
+      Knobs knobs(2, 0);  // the two grouped GEMMs
+      ASSERT_EQ(cudaMemset(d.out.data(), kPoison, first.nbytes()), cudaSuccess);
+      shared_expert_mlp(d.args, nullptr);
+      sync_ok();
+      gemm = d.out.download();
+    }
+    // Both round h once to the dtype, so they agree to the dtype's tolerance.
+    expect_close(first, gemm, c.dt, "stream-K vs GEMM path " + name(c));
+  }
+}
+
+TEST(StreamkMlpGpu, GraphReplaysZeroTheirOwnCounters) {
+  MOEKIT_REQUIRE_GPU();
+  const MlpCase c{DType::kBF16, 12, 1536, 520};
+  const MlpInputs in(c, 7300);
+  const HostTensor ref = in.reference(c);
+  Knobs knobs(1, 0);
+  MlpDevice d(c, in);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  shared_expert_mlp(d.args, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int rep = 0; rep < 3; ++rep) {
+    d.poison_workspace();
+    ASSERT_EQ(cudaMemset(d.out.data(), kPoison, ref.nbytes()), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    expect_close(d.out.download(), ref, c.dt, "graph replay " + std::to_string(rep));
+  }
+  // Back-to-back replays without a host sync in between.
+  for (int rep = 0; rep < 5; ++rep) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  expect_close(d.out.download(), ref, c.dt, "back-to-back replays");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// Without a GPU (or off sm_90) the path reserves nothing and the op keeps its GEMMs.
+TEST(StreamkMlp, ScratchOnlyWhereTheKernelRuns) {
+  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kBF16, 65, 256, 128), 0u);
+  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kBF16, 0, 256, 128), 0u);
+  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kF32, 8, 256, 128), 0u);
+  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kBF16, 8, 0, 128), 0u);
+  const size_t bytes = detail::dense_mlp_scratch_bytes(DType::kBF16, 8, 256, 128);
+  if (testing::gpu_available()) {
+    EXPECT_GT(bytes, 0u);
+  } else {
+    EXPECT_EQ(bytes, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace moekit
