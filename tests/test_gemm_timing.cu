@@ -684,9 +684,12 @@ TEST(GemmTiming, DISABLED_StreamkMlp) {
     dbg.phases = 3;
     const float g2 = graph_us(kCalls, gemms);
     const float fsk = flushed_us([&] { streamk(0); });
+    dbg.weight_evict_first = 0;
+    const float fsk0 = flushed_us([&] { streamk(0); });
+    dbg.weight_evict_first = 1;
     const float fg2 = flushed_us([&] { gemms(0); });
-    std::printf("%-11s | %8.2f %8.2f %8.2f %8.2f | %8.2f %8.2f | %.2f\n", row.name, sk, sk1, sk2,
-                g2, fsk, fg2, w.bytes() / 4.5e6);
+    std::printf("%-11s | %8.2f %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f | %.2f\n", row.name, sk, sk1,
+                sk2, g2, fsk, fsk0, fg2, w.bytes() / 4.5e6);
     // One flushed call's timeline.
     const int grid = split_k_sms();
     Buf trace(static_cast<size_t>(grid) * 6 * 8);

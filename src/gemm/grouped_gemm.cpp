@@ -205,6 +205,14 @@ bool gemm_pdl_chain(const GroupedGemmProblem& first, const GroupedGemmProblem& s
   return gemm_pdl_enabled() && pdl_config(first, false) && pdl_config(second, true);
 }
 
+bool gemm_b_evict_first() {
+  static const bool on = [] {
+    const char* s = std::getenv("MOEKIT_GEMM_B_HINT");
+    return s && std::strcmp(s, "1") == 0;
+  }();
+  return on;
+}
+
 MlpGemmForce& mlp_gemm_force_override() {
   static MlpGemmForce v;
   return v;

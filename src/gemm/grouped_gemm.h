@@ -108,6 +108,11 @@ void run_grouped_gemm(const GroupedGemmProblem& problem, cudaStream_t stream);
 // False when run_grouped_gemm(problem) launches nothing (no rows, n == 0, no groups).
 bool grouped_gemm_launches(const GroupedGemmProblem& problem);
 
+// The mma.sync configs' weight (b) loads carry an L2 evict-first policy: on with
+// MOEKIT_GEMM_B_HINT=1 (read once). A measurement knob (docs/gemm.md "L2 policy of
+// streamed weights").
+bool gemm_b_evict_first();
+
 // The MLP GEMMs' PDL chain: on with MOEKIT_GEMM_PDL=1 in the environment (read once;
 // MOEKIT_PDL=0 turns it off too), or as gemm_pdl_override() says. Off by default.
 bool gemm_pdl_enabled();

@@ -22,7 +22,8 @@ struct GemmParams {
   int64_t n;  // output columns
   int64_t k;  // reduction length in elements
   int n_tiles;
-  int silu;  // Activation::kSiluAndMul: b has 2n rows per group
+  int silu;           // Activation::kSiluAndMul: b has 2n rows per group
+  int b_evict_first;  // b (weight) loads marked L2 evict-first (gemm_b_evict_first())
 };
 
 // One tile's mainloop over k-slices [kt_begin, kt_end) (of BK_BYTES each) into acc
@@ -42,6 +43,10 @@ __device__ __forceinline__ void tile_mainloop(const GemmParams& p, const TileCoo
   loader.k_bytes = k_bytes;
   loader.chunk = tid % Cfg::CHUNKS;
   loader.row_base = tid / Cfg::CHUNKS;
+  if (p.b_evict_first) {
+    loader.b_hint = true;
+    loader.b_policy = l2_evict_first_policy();
+  }
 #pragma unroll
   for (int i = 0; i < Cfg::A_ITERS; ++i) {
     const int r = loader.row_base + i * Cfg::ROW_STEP;

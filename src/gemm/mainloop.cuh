@@ -22,6 +22,8 @@ struct TileLoader {
   int64_t k_bytes;
   int chunk;
   int row_base;
+  bool b_hint = false;  // b copies carry b_policy (L2 evict-first for streamed weights)
+  uint64_t b_policy = 0;
 
   __device__ __forceinline__ void load(uint32_t s_a, uint32_t s_b, int kt) const {
     load_a(s_a, kt);
@@ -47,8 +49,12 @@ struct TileLoader {
     for (int i = 0; i < Cfg::B_ITERS; ++i) {
       const int row = row_base + i * Cfg::ROW_STEP;
       const bool ok = k_ok && b_row[i] != nullptr;
-      cp_async_16(s_b + swizzle_offset<Cfg::BK_BYTES>(row, chunk), ok ? b_row[i] + kofs : fallback,
-                  ok);
+      const uint32_t dst = s_b + swizzle_offset<Cfg::BK_BYTES>(row, chunk);
+      if (b_hint) {
+        cp_async_16_hint(dst, ok ? b_row[i] + kofs : fallback, ok, b_policy);
+      } else {
+        cp_async_16(dst, ok ? b_row[i] + kofs : fallback, ok);
+      }
     }
   }
 };

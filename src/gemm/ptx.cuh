@@ -18,6 +18,23 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
                : "memory");
 }
 
+// The same with an L2 cache policy (see l2_evict_first_policy).
+__device__ __forceinline__ void cp_async_16_hint(uint32_t dst, const void* src, bool valid,
+                                                 uint64_t policy) {
+  int src_size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+               "l"(src), "r"(src_size), "l"(policy)
+               : "memory");
+}
+
+// Marks the lines a load touches evict-first in L2: weights streamed once at decode then
+// replace each other instead of the L2's other (possibly dirty) lines.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

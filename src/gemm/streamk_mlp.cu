@@ -169,6 +169,7 @@ void run_streamk_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S
   pl.p.out_f32 = out_dtype == DType::kF32;
   pl.p.phases = streamk_mlp_debug().phases;
   pl.p.trace = streamk_mlp_debug().trace;
+  pl.p.weight_evict_first = streamk_mlp_debug().weight_evict_first;
   pl.p.counters = static_cast<int*>(scratch);
   pl.p.partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + pl.counter_bytes);
   if (dtype == DType::kBF16)

@@ -36,6 +36,7 @@ int& streamk_mlp_grid_override();
 struct StreamkMlpDebug {
   int phases = 3;
   unsigned long long* trace = nullptr;
+  int weight_evict_first = 1;  // 0: weight loads without the L2 evict-first hint
 };
 StreamkMlpDebug& streamk_mlp_debug();
 

@@ -65,6 +65,9 @@ struct Params {
   // whatever h holds); trace, when set, receives kTraceEvents globaltimer stamps per CTA.
   int phases;
   unsigned long long* trace;
+  // Weight loads evict-first in L2 (1, the default) or with no hint (0): the weights
+  // are read once, so they should not push out what the L2 holds (docs/gemm.md).
+  int weight_evict_first;
 };
 
 constexpr int kTraceEvents = 6;  // entry, after the grid barrier, phase-1 mainloop done,
@@ -115,10 +118,22 @@ struct Walk {
   }
 };
 
+struct WeightMaps {
+  const CUtensorMap *gate, *up, *down;
+  uint64_t policy;  // L2 policy of the loads, used when `hint`
+  bool hint;
+  __device__ void load(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) const {
+    if (hint) {
+      ptx90::tma_load_2d_hint(dst, map, bar, c0, c1, policy);
+    } else {
+      ptx90::tma_load_2d(dst, map, bar, c0, c1);
+    }
+  }
+};
+
 template <int TN>
 __device__ __forceinline__ void load_weights(uint8_t* stage, uint64_t* full, int phase, int tile,
-                                             int kb, const CUtensorMap* gate, const CUtensorMap* up,
-                                             const CUtensorMap* down) {
+                                             int kb, const WeightMaps& w) {
   using L = Layout<TN>;
   ptx90::mbar_arrive_expect_tx(full, L::kStageBytes);
 #pragma unroll
@@ -126,10 +141,10 @@ __device__ __forceinline__ void load_weights(uint8_t* stage, uint64_t* full, int
     uint8_t* box = stage + h * L::kBoxBytes;
     const int k = kb * kStageK + h * 64;
     if (phase == 0) {
-      ptx90::tma_load_2d(box, gate, full, k, tile * kGateCols);
-      ptx90::tma_load_2d(box + L::kBoxBytes / 2, up, full, k, tile * kGateCols);
+      w.load(box, w.gate, full, k, tile * kGateCols);
+      w.load(box + L::kBoxBytes / 2, w.up, full, k, tile * kGateCols);
     } else {
-      ptx90::tma_load_2d(box, down, full, k, tile * kTileRows);
+      w.load(box, w.down, full, k, tile * kTileRows);
     }
   }
 }
@@ -316,6 +331,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int prefill = count < L::kStages ? count : L::kStages;
   const bool w_producer = warp == kConsumerWarps && lane == 0;
   const bool x_producer = warp == kConsumerWarps + 1 && lane == 0;
+  const WeightMaps wmaps{&gate_map, &up_map, &down_map,
+                         p.weight_evict_first ? ptx90::evict_first_policy() : 0,
+                         p.weight_evict_first != 0};
   if (w_producer) {
     ptx90::prefetch_tensormap(&gate_map);
     ptx90::prefetch_tensormap(&up_map);
@@ -323,8 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int u = 0; u < prefill; ++u) {
       int phase, tile, kb;
       walk.at(u, p, phase, tile, kb);
-      load_weights<TN>(smem + u * L::kStageBytes, &full[u], phase, tile, kb, &gate_map, &up_map,
-                       &down_map);
+      load_weights<TN>(smem + u * L::kStageBytes, &full[u], phase, tile, kb, wmaps);
     }
   }
   const int x_prefill = prefill < count1 ? prefill : count1;
@@ -346,8 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx90::mbar_wait(&empty[s], ((u / L::kStages) & 1) ^ 1);
       int phase, tile, kb;
       walk.at(u, p, phase, tile, kb);
-      load_weights<TN>(smem + s * L::kStageBytes, &full[s], phase, tile, kb, &gate_map, &up_map,
-                       &down_map);
+      load_weights<TN>(smem + s * L::kStageBytes, &full[s], phase, tile, kb, wmaps);
     }
     stamp(p, 4);
   } else if (x_producer) {
