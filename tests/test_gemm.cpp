@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -579,6 +580,16 @@ TEST(GemmSm90Schedule, TileSumsSaturateAtTheHostBound) {
   }
   EXPECT_EQ(start[1], tiles_of_group(P, bm, n_tiles, bound));
   EXPECT_EQ(start[G], bound);
+}
+
+// Streamed weights get the L2 evict-first hint in small decode GEMMs only (docs/gemm.md
+// "L2 policy of streamed weights").
+TEST(GemmConfig, EvictFirstHintOnlyForSmallWeightStreams) {
+  if (std::getenv("MOEKIT_GEMM_B_HINT")) GTEST_SKIP() << "MOEKIT_GEMM_B_HINT is set";
+  EXPECT_TRUE(detail::gemm_b_evict_first(100 << 20));           // qwen3-30b routed256
+  EXPECT_TRUE(detail::gemm_b_evict_first(int64_t{528} << 20));  // kimi-k2 shared gate_up
+  EXPECT_FALSE(detail::gemm_b_evict_first(int64_t{15} << 30));  // ds-v3 decode up
+  EXPECT_FALSE(detail::gemm_b_evict_first(int64_t{3} << 30));   // qwen3-235b decode up
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -220,6 +221,21 @@ TEST(StreamkMlpGpu, GraphReplaysZeroTheirOwnCounters) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// The measured defaults (docs/gemm.md "Stream-K MLP"): the kernel for the long weight
+// streams (kimi-k2's 793 MB shared expert), the two GEMMs for the ~50-90 MB ones.
+TEST(StreamkMlp, DefaultPathFollowsTheWeightBytes) {
+  Knobs knobs(0, 0);
+  if (std::getenv("MOEKIT_DENSE_MLP"))
+    GTEST_SKIP() << "MOEKIT_DENSE_MLP is set: the default is overridden";
+  EXPECT_TRUE(detail::streamk_mlp_preferred(7168, 18432));  // kimi-k2
+  EXPECT_FALSE(detail::streamk_mlp_preferred(7168, 2048));  // ds-v3
+  EXPECT_FALSE(detail::streamk_mlp_preferred(5120, 1536));  // glm45
+  detail::dense_mlp_path_override() = 1;
+  EXPECT_TRUE(detail::streamk_mlp_preferred(7168, 2048));
+  detail::dense_mlp_path_override() = 2;
+  EXPECT_FALSE(detail::streamk_mlp_preferred(7168, 18432));
 }
 
 // Without a GPU (or off sm_90) the path reserves nothing and the op keeps its GEMMs.

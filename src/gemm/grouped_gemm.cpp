@@ -205,12 +205,12 @@ bool gemm_pdl_chain(const GroupedGemmProblem& first, const GroupedGemmProblem& s
   return gemm_pdl_enabled() && pdl_config(first, false) && pdl_config(second, true);
 }
 
-bool gemm_b_evict_first() {
-  static const bool on = [] {
+bool gemm_b_evict_first(int64_t b_bytes) {
+  static const int forced = [] {
     const char* s = std::getenv("MOEKIT_GEMM_B_HINT");
-    return s && std::strcmp(s, "1") == 0;
+    return s && *s ? (std::strcmp(s, "1") == 0 ? 1 : 0) : -1;
   }();
-  return on;
+  return forced >= 0 ? forced == 1 : b_bytes <= kEvictFirstMaxBBytes;
 }
 
 MlpGemmForce& mlp_gemm_force_override() {

@@ -108,10 +108,12 @@ void run_grouped_gemm(const GroupedGemmProblem& problem, cudaStream_t stream);
 // False when run_grouped_gemm(problem) launches nothing (no rows, n == 0, no groups).
 bool grouped_gemm_launches(const GroupedGemmProblem& problem);
 
-// The mma.sync configs' weight (b) loads carry an L2 evict-first policy: on with
-// MOEKIT_GEMM_B_HINT=1 (read once). A measurement knob (docs/gemm.md "L2 policy of
-// streamed weights").
-bool gemm_b_evict_first();
+// Whether the mma.sync configs' weight (b) loads of a problem whose b holds `b_bytes`
+// carry an L2 evict-first policy: by default when b_bytes <= kEvictFirstMaxBBytes (small
+// decode GEMMs gained 1-11% on the H200, the multi-GB ones lost 1-2%: docs/gemm.md "L2
+// policy of streamed weights"); MOEKIT_GEMM_B_HINT=0 / 1 (read once) forces it off / on.
+constexpr int64_t kEvictFirstMaxBBytes = int64_t{1} << 30;
+bool gemm_b_evict_first(int64_t b_bytes);
 
 // The MLP GEMMs' PDL chain: on with MOEKIT_GEMM_PDL=1 in the environment (read once;
 // MOEKIT_PDL=0 turns it off too), or as gemm_pdl_override() says. Off by default.

@@ -23,7 +23,7 @@ struct GemmParams {
   int64_t k;  // reduction length in elements
   int n_tiles;
   int silu;           // Activation::kSiluAndMul: b has 2n rows per group
-  int b_evict_first;  // b (weight) loads marked L2 evict-first (gemm_b_evict_first())
+  int b_evict_first;  // b (weight) loads marked L2 evict-first (gemm_b_evict_first)
 };
 
 // One tile's mainloop over k-slices [kt_begin, kt_end) (of BK_BYTES each) into acc

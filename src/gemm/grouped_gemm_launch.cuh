@@ -61,7 +61,9 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
   p.n = prob.n;
   p.k = prob.k;
   p.silu = prob.activation == Activation::kSiluAndMul ? 1 : 0;
-  p.b_evict_first = gemm_b_evict_first() ? 1 : 0;
+  const int64_t b_rows = prob.activation == Activation::kSiluAndMul ? 2 * prob.n : prob.n;
+  p.b_evict_first =
+      gemm_b_evict_first(static_cast<int64_t>(prob.num_groups) * b_rows * prob.k * 2) ? 1 : 0;
   const char* op = "moe_grouped_gemm";
   const bool f32_out = prob.out_dtype == DType::kF32;
   auto launch = [&](auto cfg) {

@@ -149,13 +149,15 @@ int& dense_mlp_path_override() {
   return v;
 }
 
-bool streamk_mlp_preferred() {
+bool streamk_mlp_preferred(int64_t H, int64_t S) {
   if (dense_mlp_path_override() != 0) return dense_mlp_path_override() == 1;
-  static const bool env = [] {
+  static const int env = [] {
     const char* s = std::getenv("MOEKIT_DENSE_MLP");
-    return s && std::strcmp(s, "streamk") == 0;
+    if (!s || !*s) return 0;
+    return std::strcmp(s, "streamk") == 0 ? 1 : 2;
   }();
-  return env;
+  if (env != 0) return env == 1;
+  return 3 * H * S * 2 >= kStreamkMlpMinWeightBytes;  // 2-byte gate, up and down weights
 }
 
 void run_streamk_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,

@@ -22,11 +22,12 @@ size_t streamk_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S);
 
 // Which dense-MLP path run_dense_mlp takes where the stream-K kernel can run:
 // 0 = default (the MOEKIT_DENSE_MLP environment variable, `gemm` or `streamk`; unset =
-// the GEMMs until the kernel beats them on the bench rows), 1 = stream-K, 2 = the two
-// grouped GEMMs. A test / benchmark knob (not
-// thread-safe).
+// stream-K for MLPs of >= kStreamkMlpMinWeightBytes of weights, where it beat the GEMMs
+// on the H200, else the GEMMs), 1 = stream-K, 2 = the two grouped GEMMs. A test /
+// benchmark knob (not thread-safe).
 int& dense_mlp_path_override();
-bool streamk_mlp_preferred();
+constexpr int64_t kStreamkMlpMinWeightBytes = int64_t{256} << 20;
+bool streamk_mlp_preferred(int64_t H, int64_t S);
 // Test knob: CTAs of the stream-K grid (0 = one per SM; else clamped to 1..SMs), so tests
 // can move the split points of the (tile, k) ranges.
 int& streamk_mlp_grid_override();

@@ -29,13 +29,17 @@
 
 namespace moekit::detail::gemm::streamk {
 
-constexpr int kTileRows = 64;  // weight rows per tile: 4 consumer warps x 16
+constexpr int kTileRows = 64;  // weight rows per tile: 4 row groups of 16
 constexpr int kGateCols = 32;  // output columns of a gate_up tile (32 gate + 32 up rows)
 constexpr int kStageK = 128;   // k per stage: two 64-element (128-byte) TMA boxes
-constexpr int kConsumerWarps = 4;
+// Consumer warps w = 0..7: rows 16 (w % 4) .. + 15 of the tile, k box w / 4 of each stage
+// (two warps per SM sub-partition hide the mma.sync chains' latency; the k halves are
+// added through shared memory at a segment's end). Warps 0-3 run the fixup / epilogue.
+constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = 32 * kConsumerWarps;
+constexpr int kEpilogueThreads = 128;
 constexpr int kThreads = kConsumers + 64;  // + the weight and activation producer warps
-constexpr int kStageBudget = 224 * 1024;   // shared bytes for the stage ring
+constexpr int kStageBudget = 224 * 1024;   // shared bytes for the stage ring + k-half sums
 
 template <int TN>
 struct Layout {
@@ -43,10 +47,12 @@ struct Layout {
   static constexpr int kWBytes = 2 * kBoxBytes;
   static constexpr int kXBytes = 2 * TN * 128;
   static constexpr int kStageBytes = kWBytes + kXBytes;
-  static constexpr int kStages = kStageBudget / kStageBytes;
+  static constexpr int kRedBytes = kTileRows * TN * 4;  // k box 1's f32 sums of a segment
+  static constexpr int kStages = (kStageBudget - kRedBytes) / kStageBytes;
   static constexpr int kNF = TN / 8;  // mma n-fragments (8 tokens each)
-  // Stages, 1024 bytes to align them (128-byte swizzle), 2 mbarriers per stage, a flag.
-  static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + kStages * 16 + 16;
+  // Stages, the k-half sums, 1024 bytes to align the stages (128-byte swizzle), 2
+  // mbarriers per stage, a flag.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kRedBytes + 1024 + kStages * 16 + 16;
   static constexpr int kSlotFloats = kTileRows * TN;  // one partial tile
   static_assert(TN % 16 == 0 && TN <= 64, "tokens per tile: 16, 32 or 64");
   static_assert(kStageBytes % 1024 == 0, "stages keep the boxes 1024-byte aligned");
@@ -160,32 +166,31 @@ __device__ __forceinline__ void load_activations(uint8_t* stage, uint64_t* full,
   }
 }
 
-// acc += W(16 rows of this warp) . X(TN tokens)^T over one stage (128 k).
+// acc0 / acc1 += W(16 rows of this warp) . X(TN tokens)^T over k box h of one stage
+// (64 k: even / odd 16-k steps into two accumulator sets, two independent mma chains).
 template <typename Mma, int TN>
-__device__ __forceinline__ void mma_stage(float (&acc)[TN / 8][4], const uint8_t* stage, int a_row,
-                                          int lane) {
+__device__ __forceinline__ void mma_stage(float (&acc0)[TN / 8][4], float (&acc1)[TN / 8][4],
+                                          const uint8_t* stage, int h, int a_row, int lane) {
   using L = Layout<TN>;
   const int a_hi = lane >> 4;
   const int x_row = ((lane >> 4) << 3) + (lane & 7);
   const int x_hi = (lane >> 3) & 1;
   const int sw = lane & 7;  // a_row % 8 == x row % 8 == lane % 8 (128-byte swizzle)
+  const uint32_t w = smem_addr(stage + h * L::kBoxBytes) + a_row * 128;
+  const uint32_t xs = smem_addr(stage + L::kWBytes + h * TN * 128) + x_row * 128;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t w = smem_addr(stage + h * L::kBoxBytes) + a_row * 128;
-    const uint32_t xs = smem_addr(stage + L::kWBytes + h * TN * 128) + x_row * 128;
+  for (int kk = 0; kk < 4; ++kk) {
+    float(&acc)[TN / 8][4] = (kk & 1) ? acc1 : acc0;
+    uint32_t a[4];
+    ldmatrix_x4(a, w + (((2 * kk + a_hi) ^ sw) << 4));
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t a[4];
-      ldmatrix_x4(a, w + (((2 * kk + a_hi) ^ sw) << 4));
-#pragma unroll
-      for (int pp = 0; pp < TN / 16; ++pp) {
-        uint32_t b[4];
-        ldmatrix_x4(b, xs + pp * 16 * 128 + (((2 * kk + x_hi) ^ sw) << 4));
-        const uint32_t b0[2] = {b[0], b[1]};
-        const uint32_t b1[2] = {b[2], b[3]};
-        Mma::mma(acc[2 * pp], a, b0);
-        Mma::mma(acc[2 * pp + 1], a, b1);
-      }
+    for (int pp = 0; pp < TN / 16; ++pp) {
+      uint32_t b[4];
+      ldmatrix_x4(b, xs + pp * 16 * 128 + (((2 * kk + x_hi) ^ sw) << 4));
+      const uint32_t b0[2] = {b[0], b[1]};
+      const uint32_t b1[2] = {b[2], b[3]};
+      Mma::mma(acc[2 * pp], a, b0);
+      Mma::mma(acc[2 * pp + 1], a, b1);
     }
   }
 }
@@ -252,9 +257,9 @@ __device__ __forceinline__ bool complete_tile(float (&acc)[TN / 8][4], const Par
   for (int nf = 0; nf < NF; ++nf)
     __stcg(mine + idx + nf * 32, make_float4(acc[nf][0], acc[nf][1], acc[nf][2], acc[nf][3]));
   __threadfence();
-  ptx90::named_barrier_sync(1, kConsumers);
+  ptx90::named_barrier_sync(1, kEpilogueThreads);
   if (threadIdx.x == 0) *flag = atomicAdd(&p.counters[phase == 0 ? tile : p.tiles1 + tile], 1);
-  ptx90::named_barrier_sync(1, kConsumers);
+  ptx90::named_barrier_sync(1, kEpilogueThreads);
   const int first = cta_of(tile * iters, total);
   const int last = cta_of(tile * iters + iters - 1, total);
   if (*flag != last - first) return false;
@@ -298,7 +303,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                              ~static_cast<uintptr_t>(1023));
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kStages * L::kStageBytes);
+  float4* red = reinterpret_cast<float4*>(smem + L::kStages * L::kStageBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kStages * L::kStageBytes + L::kRedBytes);
   uint64_t* empty = full + L::kStages;
   int* flag = reinterpret_cast<int*>(empty + L::kStages);
 
@@ -384,7 +390,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_activations<TN>(smem + s * L::kStageBytes, &full[s], phase, kb, &x_map, &act_map);
     }
   } else if (warp < kConsumerWarps) {
-    float acc[NF][4];
+    const int rw = warp & 3, kh = warp >> 2;  // row group, k box
+    float acc[NF][4], acc1[NF][4];
     int u = 0;
     for (int phase = 0; phase < 2; ++phase) {
       const int b = phase == 0 ? walk.b1 : walk.b2;
@@ -394,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // (fragment rows 0-7) with up row c (rows 8-15) so one thread holds both.
       const int fr = ((lane >> 3) & 1) * 8 + (lane & 7);
       const int a_row =
-          phase == 0 ? (fr < 8 ? warp * 8 + fr : kGateCols + warp * 8 + fr - 8) : warp * 16 + fr;
+          phase == 0 ? (fr < 8 ? rw * 8 + fr : kGateCols + rw * 8 + fr - 8) : rw * 16 + fr;
       for (int i = b; i < e;) {
         const int tile = i / iters;
         const int seg_begin = i;
@@ -402,21 +409,46 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int nf = 0; nf < NF; ++nf)
 #pragma unroll
-          for (int j = 0; j < 4; ++j) acc[nf][j] = 0.f;
+          for (int j = 0; j < 4; ++j) acc[nf][j] = acc1[nf][j] = 0.f;
         for (; i < seg_end; ++i, ++u) {
           const int s = u % L::kStages;
           ptx90::mbar_wait(&full[s], (u / L::kStages) & 1);
-          mma_stage<Mma, TN>(acc, smem + s * L::kStageBytes, a_row, lane);
+          mma_stage<Mma, TN>(acc, acc1, smem + s * L::kStageBytes, kh, a_row, lane);
           __syncwarp();
           if (lane == 0) ptx90::mbar_arrive(&empty[s]);
         }
+        // The segment's sum, in a fixed order: (even + odd steps) of box 0, + box 1's.
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[nf][j] += acc1[nf][j];
+        float4* mine = red + (rw * NF) * 32 + lane;
+        if (kh == 1) {
+#pragma unroll
+          for (int nf = 0; nf < NF; ++nf)
+            mine[nf * 32] = make_float4(acc[nf][0], acc[nf][1], acc[nf][2], acc[nf][3]);
+        }
+        ptx90::named_barrier_sync(2, kConsumers);
+        if (kh == 0) {
+#pragma unroll
+          for (int nf = 0; nf < NF; ++nf) {
+            const float4 v = mine[nf * 32];
+            acc[nf][0] += v.x;
+            acc[nf][1] += v.y;
+            acc[nf][2] += v.z;
+            acc[nf][3] += v.w;
+          }
+        }
+        // Box 1's warps may overwrite the sums only after box 0's warps read them.
+        ptx90::named_barrier_sync(3, kConsumers);
+        if (kh == 1) continue;
         const bool whole = seg_begin == tile * iters && seg_end == (tile + 1) * iters;
         if (!complete_tile<TN>(acc, p, phase, tile, whole, b, flag)) continue;
         if (phase == 0) {
           store_h<T, TN>(acc, p, tile, warp, lane);
           // Publish the h tile: every thread's stores, then one release-ordered count.
           __threadfence();
-          ptx90::named_barrier_sync(1, kConsumers);
+          ptx90::named_barrier_sync(1, kEpilogueThreads);
           if (threadIdx.x == 0) atomicAdd(&p.counters[p.tiles1 + p.tiles2], 1);
         } else if (p.out_f32) {
           store_y<float, TN>(acc, p, tile, warp, lane);

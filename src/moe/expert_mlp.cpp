@@ -130,7 +130,7 @@ void* take_dense_mlp_scratch(WorkspaceCarver& ws, DType dtype, int64_t T, int64_
 void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                    const void* w_gate_up, const void* w_down, void* act, void* out, DType out_dtype,
                    void* streamk_scratch, cudaStream_t stream) {
-  if (streamk_scratch && streamk_mlp_preferred()) {
+  if (streamk_scratch && streamk_mlp_preferred(H, S)) {
     run_streamk_mlp(dtype, x, T, H, S, w_gate_up, w_down, act, out, out_dtype, streamk_scratch,
                     stream);
     return;
