@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/host_dtype.h"
+#include "gemm/streamk_mlp.h"
 #include "moekit/error.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
@@ -594,7 +595,10 @@ TEST(MoEWorkspace, SizesDependOnShapesOnly) {
   SharedExpertMLPArgs s;
   s.hidden_states = null_view(kBF, {3, 64});
   s.w_gate_up = null_view(kBF, {256, 64});
-  EXPECT_EQ(shared_expert_mlp_workspace_size(s), size_t{(3 * 128 * 2 + 255) / 256 * 256});
+  // act [3, 128] bf16 + the stream-K MLP's scratch where that kernel can run (an sm_90
+  // GPU is present; 0 on a CPU-only machine).
+  const size_t sk = detail::streamk_mlp_scratch_bytes(kBF, 3, 64, 128);
+  EXPECT_EQ(shared_expert_mlp_workspace_size(s), size_t{(3 * 128 * 2 + 255) / 256 * 256} + sk);
 
   FusedMoEArgs l;
   l.hidden_states = null_view(kBF, {1, 7168});
@@ -607,9 +611,10 @@ TEST(MoEWorkspace, SizesDependOnShapesOnly) {
   FusedMoESharedExpertArgs ls;
   ls.moe = l;
   ls.shared_w_gate_up = null_view(kBF, {4096, 7168});
-  // + shared act [1, 2048] bf16 + shared out [1, 7168] f32.
+  // + shared act [1, 2048] bf16 + shared out [1, 7168] f32 (+ stream-K scratch, above).
   EXPECT_EQ(fused_moe_shared_expert_workspace_size(ls),
-            fused_moe_workspace_size(l) + 4096 + 7168 * 4);
+            fused_moe_workspace_size(l) + 4096 + 7168 * 4 +
+                detail::streamk_mlp_scratch_bytes(kBF, 1, 7168, 2048));
 }
 
 }  // namespace
