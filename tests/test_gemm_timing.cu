@@ -106,6 +106,22 @@ float time_ms(Fn&& fn, int iters = 10) {
   return ms / iters;
 }
 
+// One warm-up replay of `exec`, then the best of three timed replays (ms per replay).
+float best_graph_ms(cudaGraphExec_t exec, cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1) {
+  cudaGraphLaunch(exec, stream);
+  float best = 1e30f;
+  for (int r = 0; r < 3; ++r) {
+    cudaEventRecord(e0, stream);
+    cudaGraphLaunch(exec, stream);
+    cudaEventRecord(e1, stream);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    best = std::min(best, ms);
+  }
+  return best;
+}
+
 int split_k_sms() {
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -296,17 +312,7 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
     }
     float us = -1.f;
     if (err.empty()) {
-      cudaGraphLaunch(exec, stream);  // warm-up
-      float ms_best = 1e30f;
-      for (int r = 0; r < 3; ++r) {
-        cudaEventRecord(e0, stream);
-        cudaGraphLaunch(exec, stream);
-        cudaEventRecord(e1, stream);
-        cudaEventSynchronize(e1);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, e0, e1);
-        ms_best = std::min(ms_best, ms);
-      }
+      const float ms_best = best_graph_ms(exec, stream, e0, e1);
       const cudaError_t e = cudaStreamSynchronize(stream);
       if (e != cudaSuccess) {
         err = cudaGetErrorString(e);
@@ -612,17 +618,7 @@ TEST(GemmTiming, DISABLED_StreamkMlp) {
     EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
     EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     cudaGraphDestroy(graph);
-    cudaGraphLaunch(exec, stream);
-    float best = 1e30f;
-    for (int r = 0; r < 3; ++r) {
-      cudaEventRecord(e0, stream);
-      cudaGraphLaunch(exec, stream);
-      cudaEventRecord(e1, stream);
-      cudaEventSynchronize(e1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      best = std::min(best, ms * 1000.f / calls);
-    }
+    const float best = best_graph_ms(exec, stream, e0, e1) * 1000.f / calls;
     cudaGraphExecDestroy(exec);
     return best;
   };
