@@ -149,14 +149,20 @@ int& dense_mlp_path_override() {
   return v;
 }
 
-bool streamk_mlp_preferred(int64_t H, int64_t S) {
-  if (dense_mlp_path_override() != 0) return dense_mlp_path_override() == 1;
+int dense_mlp_forced_path() {
+  if (dense_mlp_path_override() != 0) return dense_mlp_path_override();
   static const int env = [] {
     const char* s = std::getenv("MOEKIT_DENSE_MLP");
     if (!s || !*s) return 0;
-    return std::strcmp(s, "streamk") == 0 ? 1 : 2;
+    if (std::strcmp(s, "streamk") == 0) return 1;
+    return std::strcmp(s, "direct") == 0 ? 3 : 2;
   }();
-  if (env != 0) return env == 1;
+  return env;
+}
+
+bool streamk_mlp_preferred(int64_t H, int64_t S) {
+  const int forced = dense_mlp_forced_path();
+  if (forced != 0) return forced == 1;
   return 3 * H * S * 2 >= kStreamkMlpMinWeightBytes;  // 2-byte gate, up and down weights
 }
 

@@ -20,13 +20,17 @@ constexpr int64_t kStreamkMlpMaxTokens = 64;
 // there (not bf16/f16, T outside 1..64, H or S outside 1..2^30, not an sm_90 device).
 size_t streamk_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S);
 
-// Which dense-MLP path run_dense_mlp takes where the stream-K kernel can run:
-// 0 = default (the MOEKIT_DENSE_MLP environment variable, `gemm` or `streamk`; unset =
-// stream-K for MLPs of >= kStreamkMlpMinWeightBytes of weights, where it beat the GEMMs
-// on the H200, else the GEMMs), 1 = stream-K, 2 = the two grouped GEMMs. A test /
-// benchmark knob (not thread-safe).
+// Which dense-MLP path run_dense_mlp takes (src/moe/expert_mlp.cpp): 0 = default (the
+// MOEKIT_DENSE_MLP environment variable, `gemm`, `streamk` or `direct`; unset = the
+// direct kernels where they run, else stream-K for MLPs of >= kStreamkMlpMinWeightBytes
+// of weights, else the GEMMs), 1 = stream-K, 2 = the two grouped GEMMs, 3 = direct. A
+// test / benchmark knob (not thread-safe). A forced path that cannot run a shape falls
+// back to the GEMMs.
 int& dense_mlp_path_override();
+// The override, else the environment's path, else 0.
+int dense_mlp_forced_path();
 constexpr int64_t kStreamkMlpMinWeightBytes = int64_t{256} << 20;
+// Stream-K over the GEMMs (forced, or by default for >= kStreamkMlpMinWeightBytes).
 bool streamk_mlp_preferred(int64_t H, int64_t S);
 // Test knob: CTAs of the stream-K grid (0 = one per SM; else clamped to 1..SMs), so tests
 // can move the split points of the (tile, k) ranges.

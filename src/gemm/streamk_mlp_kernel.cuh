@@ -51,8 +51,8 @@ struct Layout {
   static constexpr int kStages = (kStageBudget - kRedBytes) / kStageBytes;
   static constexpr int kNF = TN / 8;  // mma n-fragments (8 tokens each)
   // Stages, the k-half sums, 1024 bytes to align the stages (128-byte swizzle), 2
-  // mbarriers per stage, a flag.
-  static constexpr int kSmemBytes = kStages * kStageBytes + kRedBytes + 1024 + kStages * 16 + 16;
+  // mbarriers per stage, the grid-token mbarrier, a flag and the grid token.
+  static constexpr int kSmemBytes = kStages * kStageBytes + kRedBytes + 1024 + kStages * 16 + 32;
   static constexpr int kSlotFloats = kTileRows * TN;  // one partial tile
   static_assert(TN % 16 == 0 && TN <= 64, "tokens per tile: 16, 32 or 64");
   static_assert(kStageBytes % 1024 == 0, "stages keep the boxes 1024-byte aligned");
@@ -76,7 +76,35 @@ struct Params {
   int weight_evict_first;
 };
 
-constexpr int kTraceEvents = 6;  // entry, after the grid barrier, phase-1 mainloop done,
+// Split-phase grid barrier on the cooperative launch's barrier word, with the protocol of
+// cooperative_groups::grid_group::sync (CTA 0 adds 2^31 - (grid - 1), the others 1, so
+// bit 31 flips once every CTA arrived). grid.sync() arrives and waits in one call; the
+// kernel arrives first thing and waits only where it touches the counters, so the
+// barrier's latency (~8 us behind the first weight loads on the H200) hides under the
+// mainloop. grid_arrive: one thread per CTA, after a __syncthreads that orders the
+// CTA's writes before it (release; cumulative).
+__device__ __forceinline__ unsigned* grid_barrier_word() {
+  return &cooperative_groups::details::get_grid_workspace()->barrier;
+}
+__device__ __forceinline__ unsigned grid_arrive() {
+  const unsigned nb = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+  unsigned old;
+  asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;\n"
+               : "=r"(old)
+               : "l"(grid_barrier_word()), "r"(nb)
+               : "memory");
+  return old;
+}
+// Returns once every CTA has arrived (acquire: their writes before arriving are visible).
+__device__ __forceinline__ void grid_wait(unsigned token) {
+  const unsigned* bar = grid_barrier_word();
+  unsigned cur;
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(cur) : "l"(bar) : "memory");
+  } while (((token ^ cur) & 0x80000000u) == 0);
+}
+
+constexpr int kTraceEvents = 6;  // entry, grid barrier passed, phase-1 mainloop done,
                                  // h ready (activation producer), last weight load, end
 
 __device__ __forceinline__ void stamp(const Params& p, int event) {
@@ -306,7 +334,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   float4* red = reinterpret_cast<float4*>(smem + L::kStages * L::kStageBytes);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kStages * L::kStageBytes + L::kRedBytes);
   uint64_t* empty = full + L::kStages;
-  int* flag = reinterpret_cast<int*>(empty + L::kStages);
+  uint64_t* token_ready = empty + L::kStages;  // the grid token is in shared memory
+  int* flag = reinterpret_cast<int*>(token_ready + 1);
+  unsigned* token_smem = reinterpret_cast<unsigned*>(flag + 1);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int grid = gridDim.x, cta = blockIdx.x;
@@ -324,6 +354,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx90::mbar_init(&full[s], 1);
       ptx90::mbar_init(&empty[s], kConsumerWarps);
     }
+    ptx90::mbar_init(token_ready, 1);
     ptx90::fence_barrier_init();
   }
   // The counters start at zero in every launch (the workspace holds anything before).
@@ -332,8 +363,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     p.counters[i] = 0;
   __syncthreads();
 
-  // Round 0 of each stage needs no wait: the weight loads and phase 1's activation loads
-  // start before the grid-wide barrier, which only orders the counters' zeroing.
+  // The grid barrier only orders the counters' zeroing before their first use: the
+  // weight producer arrives (before its first loads, which would delay the arrival's
+  // release), and only the threads that touch the counters wait (thread 0 before its
+  // first counter atomic, the activation producer before it polls h). Round 0 of each
+  // stage needs no wait.
   const int prefill = count < L::kStages ? count : L::kStages;
   const bool w_producer = warp == kConsumerWarps && lane == 0;
   const bool x_producer = warp == kConsumerWarps + 1 && lane == 0;
@@ -341,6 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                          p.weight_evict_first ? ptx90::evict_first_policy() : 0,
                          p.weight_evict_first != 0};
   if (w_producer) {
+    const unsigned token = grid_arrive();
     ptx90::prefetch_tensormap(&gate_map);
     ptx90::prefetch_tensormap(&up_map);
     ptx90::prefetch_tensormap(&down_map);
@@ -348,6 +383,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       int phase, tile, kb;
       walk.at(u, p, phase, tile, kb);
       load_weights<TN>(smem + u * L::kStageBytes, &full[u], phase, tile, kb, wmaps);
+    }
+    *token_smem = token;
+    ptx90::mbar_arrive(token_ready);
+    if (p.trace) {
+      grid_wait(token);
+      stamp(p, 1);
     }
   }
   const int x_prefill = prefill < count1 ? prefill : count1;
@@ -360,8 +401,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_activations<TN>(smem + u * L::kStageBytes, &full[u], phase, kb, &x_map, &act_map);
     }
   }
-  cooperative_groups::this_grid().sync();
-  if (threadIdx.x == 0) stamp(p, 1);
+  // Thread 0 (counter atomics) and the activation producer (h poll): wait for the grid.
+  bool grid_passed = false;
+  const auto pass_grid = [&] {
+    if (grid_passed) return;
+    ptx90::mbar_wait(token_ready, 0);
+    grid_wait(*token_smem);
+    grid_passed = true;
+  };
 
   if (w_producer) {
     for (int u = prefill; u < count; ++u) {
@@ -381,6 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // first and never wait inside it, so this cannot deadlock in a co-resident grid).
         const int* written = p.counters + p.tiles1 + p.tiles2;
         const int needed = (p.phases & 1) ? p.tiles1 : 0;
+        pass_grid();
         while (ptx90::ld_acquire_gpu(written) < needed) __nanosleep(64);
         ptx90::fence_proxy_async_global();
         stamp(p, 3);
@@ -443,13 +491,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         ptx90::named_barrier_sync(3, kConsumers);
         if (kh == 1) continue;
         const bool whole = seg_begin == tile * iters && seg_end == (tile + 1) * iters;
+        if (threadIdx.x == 0 && !whole) pass_grid();  // complete_tile counts arrivals
         if (!complete_tile<TN>(acc, p, phase, tile, whole, b, flag)) continue;
         if (phase == 0) {
           store_h<T, TN>(acc, p, tile, warp, lane);
           // Publish the h tile: every thread's stores, then one release-ordered count.
           __threadfence();
           ptx90::named_barrier_sync(1, kEpilogueThreads);
-          if (threadIdx.x == 0) atomicAdd(&p.counters[p.tiles1 + p.tiles2], 1);
+          if (threadIdx.x == 0) {
+            pass_grid();
+            atomicAdd(&p.counters[p.tiles1 + p.tiles2], 1);
+          }
         } else if (p.out_f32) {
           store_y<float, TN>(acc, p, tile, warp, lane);
         } else {

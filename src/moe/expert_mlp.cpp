@@ -1,6 +1,7 @@
 // MoEExpertMLPFwd and SharedExpertMLPFwd: two grouped GEMMs each (gate/up with the
 // silu_and_mul epilogue into a workspace activation buffer, then down), run by
 // run_grouped_gemm_pair (a PDL chain when MOEKIT_GEMM_PDL=1 and both take a decode config).
+#include "gemm/direct_mlp.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/streamk_mlp.h"
 #include "moe/moe_internal.h"
@@ -130,6 +131,11 @@ void* take_dense_mlp_scratch(WorkspaceCarver& ws, DType dtype, int64_t T, int64_
 void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                    const void* w_gate_up, const void* w_down, void* act, void* out, DType out_dtype,
                    void* streamk_scratch, cudaStream_t stream) {
+  const int forced = dense_mlp_forced_path();
+  if (forced == 3 && direct_mlp_supported(dtype, T, H, S)) {
+    run_direct_mlp(dtype, x, T, H, S, w_gate_up, w_down, act, out, out_dtype, stream);
+    return;
+  }
   if (streamk_scratch && streamk_mlp_preferred(H, S)) {
     run_streamk_mlp(dtype, x, T, H, S, w_gate_up, w_down, act, out, out_dtype, streamk_scratch,
                     stream);

@@ -1,0 +1,34 @@
+// The direct dense MLP (docs/gemm.md "Direct dense MLP"): the two GEMMs of a gated MLP
+// over T <= 32 tokens as two small-batch kernels that stream the weights straight into
+// mma.sync registers (direct_mlp_kernel.cuh), chained with PDL. SharedExpertMLPFwd and
+// the fused layer's shared expert take it where direct_mlp_supported() holds.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "moekit/tensor.h"
+
+namespace moekit::detail {
+
+constexpr int64_t kDirectMlpMaxTokens = 32;
+
+// bf16/f16, 1 <= T <= 32, H and S multiples of 8 in 1..2^30, the x slice of a cluster
+// rank fits the shared memory, and the current device is an sm_90 part.
+bool direct_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S);
+
+// act [T, S] (dtype) = silu(x w_gate_up[:S]^T) * (x w_gate_up[S:]^T); out [T, H] (dtype or
+// f32) = act w_down^T. No workspace beyond act; x, weights, act and out 16-byte aligned.
+void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
+                    const void* w_gate_up, const void* w_down, void* act, void* out,
+                    DType out_dtype, cudaStream_t stream);
+
+// The k split (cluster size) and k slice one direct GEMM of n_out output columns over
+// k uses (host plan; exposed for the tests).
+struct DirectGemmPlan {
+  int split = 0, k_slice = 0, row_groups = 0, tn = 0, smem = 0;
+};
+DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, int sms);
+
+}  // namespace moekit::detail

@@ -1,0 +1,227 @@
+// The direct small-batch GEMM of the dense MLP (docs/gemm.md "Direct dense MLP"):
+// out[t, n] = sum_k x[t, k] w[n, k] for T <= 32 tokens, the weights streamed straight
+// from global memory into mma.sync registers (no shared-memory staging), the tokens'
+// k slice staged once in shared memory. Streaming 16-byte loads with many bytes in
+// flight per SM is what reaches the memory's rate on 15-60 MB matrices (a plain read
+// kernel, H200: 58.7 MB in 14.3 us, 4.1 TB/s; the TMA ring of the stream-K kernel and
+// the cp.async GEMM tiles reach 2.5-3.4 TB/s there).
+//
+// Swap-AB: 16 weight rows are the M side of mma.sync m16n8k16, 8 tokens the N side.
+// Lane (g = lane / 4, q = lane % 4) loads 16 bytes of weight rows g and g + 8 at k
+// 8q .. 8q + 7 of each 32-wide chunk: the mma's logical k (2q, 2q + 1, 2q + 8, 2q + 9)
+// is read as physical k 8q .. 8q + 3 (first mma) and 8q + 4 .. 8q + 7 (second). A sum
+// over k does not care about the order, so the tokens' fragments are read with the same
+// permutation: one 16-byte shared load of x[token g][8q .. 8q + 7] feeds both mmas.
+//
+// Work: a CTA = 8 warps x 16 weight rows (silu: 8 gate + 8 up rows of the same 8
+// output columns, so a thread holds gate and up of its column) over a k slice; the
+// `split` CTAs of a thread-block cluster take the k slices of the same rows and add
+// their partials through distributed shared memory in rank order (deterministic, no
+// workspace). PDL roles: kFirst waits before any global access, kSecond loads its first
+// weights (which no kernel of the MLP writes) before it waits.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <cstdint>
+
+#include "core/dtype.cuh"
+#include "core/pdl.cuh"
+#include "gemm/ptx.cuh"
+
+namespace moekit::detail::gemm::direct {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kChunkK = 32;  // k per pair of mmas
+constexpr int kBatch = 4;    // chunks per load batch; two batches are in flight
+constexpr int kMaxSplit = 8;
+constexpr int kPdlNone = 0, kPdlFirst = 1, kPdlSecond = 2;
+
+struct Params {
+  const void* x;  // [T, K]
+  const void* w;  // [rows, K]: silu [2 n_out, K] (gate rows, then up rows), else [n_out, K]
+  void* out;      // [T, n_out]
+  int T, K, n_out;
+  int k_slice;   // k per cluster rank, a multiple of kChunkK
+  int x_stride;  // shared row stride of the staged x, elements (k_slice + 8)
+  int pdl;       // kPdlNone / kPdlFirst / kPdlSecond
+};
+
+// Output columns per CTA: silu 8 per warp, plain 16 per warp.
+template <bool kSilu>
+constexpr int cols_per_cta() {
+  return kSilu ? 8 * kWarps : 16 * kWarps;
+}
+
+// 16 weight bytes, or zeros when !valid. The load is predicated inside the asm (no
+// branch): with a branch per load ptxas sank the next batch's loads below the current
+// batch's mmas, leaving one batch in flight.
+__device__ __forceinline__ uint4 ld_weights(const void* p, bool valid, uint64_t policy) {
+  uint4 v;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %5, 0;\n"
+      "mov.b32 %0, 0;\n"
+      "mov.b32 %1, 0;\n"
+      "mov.b32 %2, 0;\n"
+      "mov.b32 %3, 0;\n"
+      "@p ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %6;\n"
+      "}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(valid)), "l"(policy));
+  return v;
+}
+
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+
+template <typename T, typename Mma, typename Out, int TN, bool kSilu>
+__global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
+  constexpr int NG = TN / 8;  // 8-token groups
+  namespace cg = cooperative_groups;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, q = lane % 4;
+  const int split = static_cast<int>(gridDim.x), rank = static_cast<int>(blockIdx.x);
+  const int k0 = rank * p.k_slice;
+  const int kend = min(p.K, k0 + p.k_slice);
+  const int chunks = kend > k0 ? (kend - k0 + kChunkK - 1) / kChunkK : 0;
+
+  // This lane's two weight rows (fragment rows g and g + 8) and output column(s).
+  int row0, row1, col;
+  bool ok0, ok1;
+  if constexpr (kSilu) {
+    col = (blockIdx.y * kWarps + warp) * 8 + g;
+    row0 = col;            // gate
+    row1 = p.n_out + col;  // up
+    ok0 = ok1 = col < p.n_out;
+  } else {
+    col = (blockIdx.y * kWarps + warp) * 16 + g;
+    row0 = col;
+    row1 = col + 8;
+    ok0 = row0 < p.n_out;
+    ok1 = row1 < p.n_out;
+  }
+  const T* w = static_cast<const T*>(p.w);
+  const T* w0 = w + static_cast<int64_t>(ok0 ? row0 : 0) * p.K + k0 + 8 * q;
+  const T* w1 = w + static_cast<int64_t>(ok1 ? row1 : 0) * p.K + k0 + 8 * q;
+  const uint64_t policy = l2_evict_first_policy();
+  const auto load = [&](uint4(&a)[kBatch], uint4(&b)[kBatch], int c) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int kk = (c + j) * kChunkK;
+      const bool in = k0 + kk + 8 * q < kend;
+      a[j] = ld_weights(w0 + kk, in && ok0, policy);
+      b[j] = ld_weights(w1 + kk, in && ok1, policy);
+    }
+  };
+
+  if (p.pdl == kPdlFirst) pdl_wait();
+  uint4 cur0[kBatch], cur1[kBatch];
+  load(cur0, cur1, 0);
+  if (p.pdl == kPdlSecond) pdl_wait();  // x is the previous kernel's output
+
+  // Stage x[0 .. TN)[k0 .. k0 + k_slice) (zeros past T and K).
+  const T* x = static_cast<const T*>(p.x);
+  const uint32_t xs = smem_addr(smem);
+  const int units = p.k_slice / 8;
+  for (int i = threadIdx.x; i < TN * units; i += kThreads) {
+    const int t = i / units, u = i - t * units;
+    const int k = k0 + 8 * u;
+    const bool valid = t < p.T && k < kend;
+    cp_async_16(xs + (t * p.x_stride + 8 * u) * 2,
+                x + (valid ? static_cast<int64_t>(t) * p.K + k : 0), valid);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  if (p.pdl == kPdlFirst) pdl_trigger();  // the dependent only prefetches weights early
+
+  float acc[NG][4];
+#pragma unroll
+  for (int n = 0; n < NG; ++n)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[n][j] = 0.f;
+  const uint32_t xrow = xs + (g * p.x_stride + 8 * q) * 2;
+  const auto compute = [&](const uint4(&a)[kBatch], const uint4(&b)[kBatch], int c) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const uint32_t a_lo[4] = {a[j].x, b[j].x, a[j].y, b[j].y};
+      const uint32_t a_hi[4] = {a[j].z, b[j].z, a[j].w, b[j].w};
+#pragma unroll
+      for (int n = 0; n < NG; ++n) {
+        const uint4 xv = lds128(xrow + (n * 8 * p.x_stride + (c + j) * kChunkK) * 2);
+        const uint32_t b_lo[2] = {xv.x, xv.y};
+        const uint32_t b_hi[2] = {xv.z, xv.w};
+        Mma::mma(acc[n], a_lo, b_lo);
+        Mma::mma(acc[n], a_hi, b_hi);
+      }
+    }
+  };
+  // Two named register buffers (no copy between them: with one, ptxas allocated a single
+  // set and issued each batch's loads only after the previous batch's mmas).
+  for (int c = 0; c < chunks; c += 2 * kBatch) {
+    uint4 nxt0[kBatch], nxt1[kBatch];
+    load(nxt0, nxt1, c + kBatch);
+    compute(cur0, cur1, c);
+    load(cur0, cur1, c + 2 * kBatch);
+    if (c + kBatch < chunks) compute(nxt0, nxt1, c + kBatch);
+  }
+
+  // Cluster reduction: every rank parks its partials, rank (warp % split) adds the warp's
+  // tile over all ranks in rank order.
+  float4* part = reinterpret_cast<float4*>(smem + TN * p.x_stride * 2) + warp * NG * 32 + lane;
+  if (split > 1) {
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+      part[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    if (warp % split == rank) {
+#pragma unroll
+      for (int n = 0; n < NG; ++n)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[n][j] = 0.f;
+      for (int r = 0; r < split; ++r) {
+        const float4* rp = cluster.map_shared_rank(part, r);
+#pragma unroll
+        for (int n = 0; n < NG; ++n) {
+          const float4 v = rp[n * 32];
+          acc[n][0] += v.x;
+          acc[n][1] += v.y;
+          acc[n][2] += v.z;
+          acc[n][3] += v.w;
+        }
+      }
+    }
+    cluster.sync();  // no CTA exits while another still reads its partials
+    if (warp % split != rank) return;
+  }
+
+  // Epilogue: acc[n][0..1] = row g, tokens 8n + 2q, + 1; acc[n][2..3] = row g + 8.
+  Out* out = static_cast<Out*>(p.out);
+#pragma unroll
+  for (int n = 0; n < NG; ++n) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t = n * 8 + 2 * q + h;
+      if (t >= p.T) continue;
+      Out* o = out + static_cast<int64_t>(t) * p.n_out;
+      if constexpr (kSilu) {
+        if (ok0) o[col] = from_float<Out>(silu(acc[n][h]) * acc[n][2 + h]);
+      } else {
+        if (ok0) o[row0] = from_float<Out>(acc[n][h]);
+        if (ok1) o[row1] = from_float<Out>(acc[n][2 + h]);
+      }
+    }
+  }
+}
+
+}  // namespace moekit::detail::gemm::direct

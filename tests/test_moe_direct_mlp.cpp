@@ -1,0 +1,258 @@
+// Tests of the direct dense MLP (src/gemm/direct_mlp.h): on the GPU against the CPU
+// reference on fresh random inputs through SharedExpertMLPFwd (token counts 1..32 on
+// both tile widths, sizes off every chunk / slice / cluster boundary, a 1..8-rank k
+// split, poisoned outputs), with the PDL chain on and off, f32 output, determinism and
+// back-to-back graph replays; on the CPU the host plan and the path rule.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/pdl.h"
+#include "gemm/direct_mlp.h"
+#include "gemm/streamk_mlp.h"
+#include "moekit/moe.h"
+#include "moekit/reference.h"
+#include "reference/accuracy.h"
+#include "support/gpu.h"
+#include "test_moe_common.h"
+
+namespace moekit {
+namespace {
+
+using testing::DeviceTensor;
+using testing::DeviceWorkspace;
+
+constexpr uint8_t kPoison = 0xFF;  // 0xFFFF is a NaN in bf16 and f16
+
+struct Case {
+  DType dt;
+  int64_t T, H, S;
+};
+
+std::string name(const Case& c) {
+  return std::string(dtype_name(c.dt)) + " T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) +
+         " S=" + std::to_string(c.S);
+}
+
+// Forces the dense-MLP path and the PDL switch for one scope.
+class Knobs {
+ public:
+  Knobs(int path, int pdl)
+      : path_(detail::dense_mlp_path_override()), pdl_(detail::pdl_override()) {
+    detail::dense_mlp_path_override() = path;
+    detail::pdl_override() = pdl;
+  }
+  ~Knobs() {
+    detail::dense_mlp_path_override() = path_;
+    detail::pdl_override() = pdl_;
+  }
+
+ private:
+  int path_, pdl_;
+};
+
+struct Inputs {
+  HostTensor x, wgu, wd;
+  Inputs(const Case& c, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    x = moetest::normal(rng, c.dt, {c.T, c.H}, 1.0);
+    wgu = moetest::normal(rng, c.dt, {2 * c.S, c.H}, 1.0 / std::sqrt(double(c.H)));
+    wd = moetest::normal(rng, c.dt, {c.H, c.S}, 1.0 / std::sqrt(double(c.S)));
+  }
+  HostTensor reference(const Case& c) const {
+    HostTensor ref(c.dt, {c.T, c.H});
+    SharedExpertMLPArgs r;
+    r.hidden_states = x.view();
+    r.w_gate_up = wgu.view();
+    r.w_down = wd.view();
+    r.output = ref.view();
+    reference::shared_expert_mlp(r);
+    return ref;
+  }
+};
+
+struct Device {
+  DeviceTensor x, wgu, wd, out;
+  SharedExpertMLPArgs args;
+  DeviceWorkspace ws;
+  Device(const Case& c, const Inputs& in)
+      : x(in.x),
+        wgu(in.wgu),
+        wd(in.wd),
+        out(c.dt, {c.T, c.H}, kPoison),
+        args(make()),
+        ws(shared_expert_mlp_workspace_size(args)) {
+    args.workspace = ws.get();
+  }
+  SharedExpertMLPArgs make() const {
+    SharedExpertMLPArgs a;
+    a.hidden_states = x.view();
+    a.w_gate_up = wgu.view();
+    a.w_down = wd.view();
+    a.output = out.view();
+    return a;
+  }
+  void poison_out() {
+    const size_t bytes = static_cast<size_t>(args.output.numel()) * dtype_size(args.output.dtype);
+    ASSERT_EQ(cudaMemset(out.data(), kPoison, bytes), cudaSuccess);
+  }
+};
+
+void expect_close(const HostTensor& out, const HostTensor& ref, DType dt, const std::string& what) {
+  const Tolerance tol = tolerance_for(dt);
+  const Accuracy acc = compare(out.view(), ref.view(), tol);
+  EXPECT_TRUE(acc.pass(tol)) << what << ": " << acc.str() << " over " << acc.count;
+}
+
+void sync_ok() {
+  const cudaError_t err = cudaDeviceSynchronize();
+  ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
+}
+
+std::vector<Case> cases() {
+  const DType b = DType::kBF16, h = DType::kF16;
+  return {
+      {b, 1, 256, 128},     // TN 8, one chunk batch
+      {h, 1, 7168, 2048},   // ds-v3 t1: split gate_up, slices of 3584
+      {b, 3, 72, 8},        // k = 72: a partial chunk; S = 8: one silu warp of 8
+      {h, 8, 136, 72},      // TN 8 full
+      {b, 9, 264, 40},      // TN 32, n off the CTA's columns
+      {h, 17, 1000, 1000},  // k off the chunk; n off 16 and 64
+      {b, 32, 7168, 2048},  // ds-v3 t32: 8-rank gate_up clusters, 4-rank down
+      {h, 31, 5120, 1536},  // glm45
+      {b, 32, 8, 8},        // the smallest shape
+      {h, 5, 7168, 64},     // down with k = 64 against H = 7168 rows
+      {b, 2, 520, 7168},    // gate_up with many silu columns, down with k 7168
+  };
+}
+
+TEST(DirectMlpGpu, MatchesReferenceWithAndWithoutPdl) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 8100;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(name(c));
+    ASSERT_TRUE(detail::direct_mlp_supported(c.dt, c.T, c.H, c.S))
+        << "the direct MLP must run on an sm_90 GPU for this shape";
+    const Inputs in(c, ++seed);
+    const HostTensor ref = in.reference(c);
+    for (int pdl : {1, 2}) {
+      SCOPED_TRACE(pdl == 1 ? "PDL on" : "PDL off");
+      Knobs knobs(/*path=*/3, pdl);
+      Device d(c, in);
+      shared_expert_mlp(d.args, nullptr);
+      sync_ok();
+      expect_close(d.out.download(), ref, c.dt, "direct shared_expert_mlp " + name(c));
+    }
+  }
+}
+
+// The fused layer's shared expert writes f32 (a later sum); the down GEMM's f32 kernel.
+TEST(DirectMlpGpu, F32OutputMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  const Case cs[] = {{DType::kBF16, 4, 1000, 520}, {DType::kF16, 32, 2048, 1024}};
+  uint64_t seed = 8200;
+  for (const Case& c : cs) {
+    SCOPED_TRACE(name(c));
+    const Inputs in(c, ++seed);
+    const HostTensor ref = in.reference(c);
+    DeviceTensor x(in.x), wgu(in.wgu), wd(in.wd);
+    DeviceTensor act(c.dt, {c.T, c.S}, kPoison), out(DType::kF32, {c.T, c.H}, kPoison);
+    detail::run_direct_mlp(c.dt, x.data(), c.T, c.H, c.S, wgu.data(), wd.data(), act.data(),
+                           out.data(), DType::kF32, nullptr);
+    sync_ok();
+    const HostTensor got = out.download();
+    HostTensor rounded(c.dt, {c.T, c.H});
+    for (int64_t i = 0; i < c.T * c.H; ++i) rounded.set(i, got.at(i));
+    expect_close(rounded, ref, c.dt, "f32 output " + name(c));
+  }
+}
+
+TEST(DirectMlpGpu, DeterministicAndCloseToTheGemmPath) {
+  MOEKIT_REQUIRE_GPU();
+  const Case c{DType::kBF16, 32, 7168, 2048};
+  const Inputs in(c, 8300);
+  Device d(c, in);
+  HostTensor first, gemm;
+  {
+    Knobs knobs(3, 0);
+    shared_expert_mlp(d.args, nullptr);
+    sync_ok();
+    first = d.out.download();
+    for (int rep = 0; rep < 3; ++rep) {
+      d.poison_out();
+      shared_expert_mlp(d.args, nullptr);
+      sync_ok();
+      const HostTensor again = d.out.download();
+      EXPECT_EQ(std::memcmp(first.data(), again.data(), first.nbytes()), 0) << "run " << rep;
+    }
+  }
+  {
+    Knobs knobs(2, 0);
+    d.poison_out();
+    shared_expert_mlp(d.args, nullptr);
+    sync_ok();
+    gemm = d.out.download();
+  }
+  expect_close(first, gemm, c.dt, "direct vs GEMM path");
+}
+
+// Back-to-back graph replays: with PDL the next gate_up may start while down runs; it
+// must not overwrite h (act) before down has read it.
+TEST(DirectMlpGpu, BackToBackGraphReplays) {
+  MOEKIT_REQUIRE_GPU();
+  const Case c{DType::kF16, 20, 1536, 520};
+  const Inputs in(c, 8400);
+  const HostTensor ref = in.reference(c);
+  Knobs knobs(3, 1);
+  Device d(c, in);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  for (int i = 0; i < 4; ++i) shared_expert_mlp(d.args, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int rep = 0; rep < 3; ++rep) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  expect_close(d.out.download(), ref, c.dt, "graph replays");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// The host plan: at most 8 ranks, slices of whole load batches that cover k exactly
+// once (no rank without k), x slices that fit the shared memory.
+TEST(DirectMlp, PlanCoversKOnceWithinTheClusterLimit) {
+  for (int64_t T : {1, 8, 9, 32})
+    for (int64_t k : {8, 72, 1000, 1536, 2048, 5120, 7168, 18432})
+      for (int64_t n : {8, 40, 1536, 7168, 36864})
+        for (bool silu : {false, true}) {
+          const detail::DirectGemmPlan pl = detail::direct_gemm_plan(T, n, k, silu, 132);
+          SCOPED_TRACE("T " + std::to_string(T) + " k " + std::to_string(k) + " n " +
+                       std::to_string(n));
+          EXPECT_GE(pl.split, 1);
+          EXPECT_LE(pl.split, 8);
+          EXPECT_EQ(pl.k_slice % 128, 0);
+          EXPECT_GE(int64_t{pl.split} * pl.k_slice, k);
+          EXPECT_LT(int64_t{pl.split - 1} * pl.k_slice, k);
+          EXPECT_EQ(pl.tn, T <= 8 ? 8 : 32);
+          EXPECT_GE(int64_t{pl.row_groups} * (silu ? 64 : 128), n);
+          EXPECT_LT(int64_t{pl.row_groups - 1} * (silu ? 64 : 128), n);
+        }
+}
+
+TEST(DirectMlp, SupportedOnlyForItsShapes) {
+  EXPECT_FALSE(detail::direct_mlp_supported(DType::kBF16, 33, 256, 128));
+  EXPECT_FALSE(detail::direct_mlp_supported(DType::kBF16, 0, 256, 128));
+  EXPECT_FALSE(detail::direct_mlp_supported(DType::kF32, 8, 256, 128));
+  EXPECT_FALSE(detail::direct_mlp_supported(DType::kBF16, 8, 260, 128));
+  EXPECT_EQ(detail::direct_mlp_supported(DType::kBF16, 8, 256, 128), testing::gpu_available());
+}
+
+}  // namespace
+}  // namespace moekit
