@@ -82,7 +82,7 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   return v;
 }
 
-template <typename T, typename Mma, typename Out, int TN, bool kSilu>
+template <typename T, typename Mma, typename Out, int TN, bool kSilu, int B = kBatch>
 __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
   constexpr int NG = TN / 8;  // 8-token groups
   namespace cg = cooperative_groups;
@@ -113,9 +113,9 @@ __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
   const T* w0 = w + static_cast<int64_t>(ok0 ? row0 : 0) * p.K + k0 + 8 * q;
   const T* w1 = w + static_cast<int64_t>(ok1 ? row1 : 0) * p.K + k0 + 8 * q;
   const uint64_t policy = l2_evict_first_policy();
-  const auto load = [&](uint4(&a)[kBatch], uint4(&b)[kBatch], int c) {
+  const auto load = [&](uint4(&a)[B], uint4(&b)[B], int c) {
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
+    for (int j = 0; j < B; ++j) {
       const int kk = (c + j) * kChunkK;
       const bool in = k0 + kk + 8 * q < kend;
       a[j] = ld_weights(w0 + kk, in && ok0, policy);
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
   };
 
   if (p.pdl == kPdlFirst) pdl_wait();
-  uint4 cur0[kBatch], cur1[kBatch];
+  uint4 cur0[B], cur1[B];
   load(cur0, cur1, 0);
   if (p.pdl == kPdlSecond) pdl_wait();  // x is the previous kernel's output
 
@@ -150,9 +150,9 @@ __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[n][j] = 0.f;
   const uint32_t xrow = xs + (g * p.x_stride + 8 * q) * 2;
-  const auto compute = [&](const uint4(&a)[kBatch], const uint4(&b)[kBatch], int c) {
+  const auto compute = [&](const uint4(&a)[B], const uint4(&b)[B], int c) {
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
+    for (int j = 0; j < B; ++j) {
       const uint32_t a_lo[4] = {a[j].x, b[j].x, a[j].y, b[j].y};
       const uint32_t a_hi[4] = {a[j].z, b[j].z, a[j].w, b[j].w};
 #pragma unroll
@@ -167,12 +167,12 @@ __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
   };
   // Two named register buffers (no copy between them: with one, ptxas allocated a single
   // set and issued each batch's loads only after the previous batch's mmas).
-  for (int c = 0; c < chunks; c += 2 * kBatch) {
-    uint4 nxt0[kBatch], nxt1[kBatch];
-    load(nxt0, nxt1, c + kBatch);
+  for (int c = 0; c < chunks; c += 2 * B) {
+    uint4 nxt0[B], nxt1[B];
+    load(nxt0, nxt1, c + B);
     compute(cur0, cur1, c);
-    load(cur0, cur1, c + 2 * kBatch);
-    if (c + kBatch < chunks) compute(nxt0, nxt1, c + kBatch);
+    load(cur0, cur1, c + 2 * B);
+    if (c + B < chunks) compute(nxt0, nxt1, c + B);
   }
 
   // Cluster reduction: every rank parks its partials, rank (warp % split) adds the warp's
