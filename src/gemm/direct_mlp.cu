@@ -5,6 +5,7 @@
 #include "core/pdl.h"
 #include "gemm/direct_mlp.h"
 #include "gemm/direct_mlp_kernel.cuh"
+#include "gemm/sm90_device.h"
 #include "moekit/error.h"
 
 namespace moekit::detail {
@@ -16,26 +17,6 @@ constexpr int kMaxDevices = 64;
 constexpr int kMaxSmem = 200 * 1024;
 constexpr int kSliceAlign = dg::kBatch * dg::kChunkK;  // whole load batches per slice
 
-// SMs of the current device when it is an sm_90 part (clusters, sm_90a build), else 0.
-int direct_sms() {
-  static int cached[kMaxDevices] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (cached[device] == 0) {
-    int major = 0, sms = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      cudaGetLastError();
-      major = 0;
-    }
-    cached[device] = major == 9 ? sms : -1;
-  }
-  return cached[device] > 0 ? cached[device] : 0;
-}
-
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
@@ -43,12 +24,15 @@ int64_t ceil_div(int64_t a, int64_t b) {
 template <typename T, typename Mma, typename Out, int TN, bool kSilu>
 void launch(const DirectGemmPlan& pl, const dg::Params& p, cudaStream_t stream) {
   auto kernel = dg::direct_gemm_kernel<T, Mma, Out, TN, kSilu>;
-  static bool attr_set = false;  // per instantiation; the largest slice fits kMaxSmem
-  if (!attr_set) {
+  static bool attr_set[kMaxDevices] = {};  // per instantiation and device (kMaxSmem)
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 0 || device >= kMaxDevices) device = 0;
+  if (!attr_set[device]) {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) !=
         cudaSuccess)
       throw Error("moekit: direct MLP: cannot reserve its shared memory on this device");
-    attr_set = true;
+    attr_set[device] = true;
   }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(pl.split), static_cast<unsigned>(pl.row_groups));
@@ -109,7 +93,7 @@ DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, 
 
 bool direct_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S) {
   if ((dtype != DType::kBF16 && dtype != DType::kF16) || !dims_fit(T, H, S)) return false;
-  const int sms = direct_sms();
+  const int sms = sm90_sm_count();
   if (sms == 0) return false;
   return direct_gemm_plan(T, S, H, true, sms).smem <= kMaxSmem &&
          direct_gemm_plan(T, H, S, false, sms).smem <= kMaxSmem;
@@ -120,7 +104,7 @@ void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                     DType out_dtype, cudaStream_t stream) {
   if (!direct_mlp_supported(dtype, T, H, S))
     throw Error("moekit: direct MLP called for a shape or device it does not support");
-  const int sms = direct_sms();
+  const int sms = sm90_sm_count();
   const bool pdl = pdl_enabled();
   const DirectGemmPlan up = direct_gemm_plan(T, S, H, true, sms);
   const DirectGemmPlan down = direct_gemm_plan(T, H, S, false, sms);

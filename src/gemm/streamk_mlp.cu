@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "gemm/sm90_device.h"
 #include "gemm/streamk_mlp.h"
 #include "gemm/streamk_mlp_kernel.cuh"
 #include "gemm/tma_desc.h"
@@ -15,26 +16,6 @@ namespace {
 namespace sk = gemm::streamk;
 
 constexpr int kMaxDevices = 64;
-
-// SMs of the current device when it is an sm_90 part (the kernels are sm_90a only), else 0.
-int streamk_grid() {
-  static int cached[kMaxDevices] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
-    cudaGetLastError();
-    return 0;
-  }
-  if (cached[device] == 0) {
-    int major = 0, sms = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      cudaGetLastError();
-      major = 0;
-    }
-    cached[device] = major == 9 ? sms : -1;
-  }
-  return cached[device] > 0 ? cached[device] : 0;
-}
 
 int tokens_per_tile(int64_t T) {
   return T <= 16 ? 16 : (T <= 32 ? 32 : 64);
@@ -48,7 +29,7 @@ struct Plan {
 
 Plan make_plan(int64_t T, int64_t H, int64_t S, bool for_launch) {
   Plan pl;
-  pl.grid = streamk_grid();
+  pl.grid = sm90_sm_count();
   const int forced = streamk_mlp_grid_override();
   // The scratch is sized for one CTA per SM; a launch may use fewer (test knob).
   if (for_launch && forced > 0 && forced < pl.grid) pl.grid = forced;
@@ -129,7 +110,7 @@ void launch_tn(const Plan& pl, const void* x, const void* w_gate_up, const void*
 }  // namespace
 
 size_t streamk_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S) {
-  if (!shape_fits(dtype, T, H, S) || streamk_grid() == 0) return 0;
+  if (!shape_fits(dtype, T, H, S) || sm90_sm_count() == 0) return 0;
   const Plan pl = make_plan(T, H, S, /*for_launch=*/false);
   return pl.counter_bytes + pl.partial_bytes;
 }
