@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -244,6 +245,23 @@ TEST(DirectMlp, PlanCoversKOnceWithinTheClusterLimit) {
           EXPECT_GE(int64_t{pl.row_groups} * (silu ? 64 : 128), n);
           EXPECT_LT(int64_t{pl.row_groups - 1} * (silu ? 64 : 128), n);
         }
+}
+
+// The measured default (docs/gemm.md "Direct dense MLP"): up to 8 tokens on MLPs under
+// 256 MB of weights; forced paths win.
+TEST(DirectMlp, DefaultPathRule) {
+  Knobs knobs(0, 0);
+  if (std::getenv("MOEKIT_DENSE_MLP"))
+    GTEST_SKIP() << "MOEKIT_DENSE_MLP is set: the default is overridden";
+  EXPECT_TRUE(detail::direct_mlp_preferred(1, 7168, 2048));    // ds-v3 t1
+  EXPECT_TRUE(detail::direct_mlp_preferred(8, 5120, 1536));    // glm45 t8
+  EXPECT_FALSE(detail::direct_mlp_preferred(9, 5120, 1536));   // more tokens: the GEMMs
+  EXPECT_FALSE(detail::direct_mlp_preferred(32, 7168, 2048));  // ds-v3 t32
+  EXPECT_FALSE(detail::direct_mlp_preferred(1, 7168, 18432));  // kimi-k2: stream-K
+  detail::dense_mlp_path_override() = 3;
+  EXPECT_TRUE(detail::direct_mlp_preferred(32, 7168, 18432));
+  detail::dense_mlp_path_override() = 2;
+  EXPECT_FALSE(detail::direct_mlp_preferred(1, 7168, 2048));
 }
 
 TEST(DirectMlp, SupportedOnlyForItsShapes) {

@@ -6,6 +6,7 @@
 #include "gemm/direct_mlp.h"
 #include "gemm/direct_mlp_kernel.cuh"
 #include "gemm/sm90_device.h"
+#include "gemm/streamk_mlp.h"
 #include "moekit/error.h"
 
 namespace moekit::detail {
@@ -89,6 +90,12 @@ DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, 
   pl.k_slice = static_cast<int>(slice);
   pl.smem = pl.tn * (pl.k_slice + 8) * 2 + dg::kWarps * (pl.tn / 8) * 32 * 16;
   return pl;
+}
+
+bool direct_mlp_preferred(int64_t T, int64_t H, int64_t S) {
+  const int forced = dense_mlp_forced_path();
+  if (forced != 0) return forced == 3;
+  return T <= kDirectMlpDefaultMaxTokens && 3 * H * S * 2 < kStreamkMlpMinWeightBytes;
 }
 
 bool direct_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S) {

@@ -18,6 +18,14 @@ constexpr int64_t kDirectMlpMaxTokens = 32;
 // rank fits the shared memory, and the current device is an sm_90 part.
 bool direct_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S);
 
+// run_dense_mlp's choice: forced (dense_mlp_forced_path() == 3, src/gemm/streamk_mlp.h),
+// or by default T <= kDirectMlpDefaultMaxTokens with < kStreamkMlpMinWeightBytes of
+// weights. H200 (docs/gemm.md "Direct dense MLP"): it won at one token on 47-88 MB
+// MLPs (FusedMoESharedExpert glm45-t1 0.1442 -> 0.1351 ms, ds-v3-grouped-t1 0.2400 ->
+// 0.2313) and lost at 32 tokens (ds-v3-t32 37.8 -> 50.5 us) and on kimi-k2's 793 MB.
+constexpr int64_t kDirectMlpDefaultMaxTokens = 8;
+bool direct_mlp_preferred(int64_t T, int64_t H, int64_t S);
+
 // act [T, S] (dtype) = silu(x w_gate_up[:S]^T) * (x w_gate_up[S:]^T); out [T, H] (dtype or
 // f32) = act w_down^T. No workspace beyond act; x, weights, act and out 16-byte aligned.
 void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,

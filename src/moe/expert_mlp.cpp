@@ -131,8 +131,7 @@ void* take_dense_mlp_scratch(WorkspaceCarver& ws, DType dtype, int64_t T, int64_
 void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                    const void* w_gate_up, const void* w_down, void* act, void* out, DType out_dtype,
                    void* streamk_scratch, cudaStream_t stream) {
-  const int forced = dense_mlp_forced_path();
-  if (forced == 3 && direct_mlp_supported(dtype, T, H, S)) {
+  if (direct_mlp_preferred(T, H, S) && direct_mlp_supported(dtype, T, H, S)) {
     run_direct_mlp(dtype, x, T, H, S, w_gate_up, w_down, act, out, out_dtype, stream);
     return;
   }
