@@ -19,6 +19,7 @@
 #include "moekit/reference.h"
 #include "reference/accuracy.h"
 #include "support/gpu.h"
+#include "test_dense_mlp_common.h"
 #include "test_moe_common.h"
 
 namespace moekit {
@@ -29,15 +30,11 @@ using testing::DeviceWorkspace;
 
 constexpr uint8_t kPoison = 0xFF;  // 0xFFFF is a NaN in bf16 and f16
 
-struct MlpCase {
-  DType dt;
-  int64_t T, H, S;
-};
-
-std::string name(const MlpCase& c) {
-  return std::string(dtype_name(c.dt)) + " T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) +
-         " S=" + std::to_string(c.S);
-}
+using dense_mlp_test::expect_close;
+using dense_mlp_test::MlpCase;
+using dense_mlp_test::MlpInputs;
+using dense_mlp_test::name;
+using dense_mlp_test::sync_ok;
 
 // Sets the path / grid knobs for one scope.
 class Knobs {
@@ -54,26 +51,6 @@ class Knobs {
 
  private:
   int path_, grid_;
-};
-
-struct MlpInputs {
-  HostTensor x, wgu, wd;
-  MlpInputs(const MlpCase& c, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    x = moetest::normal(rng, c.dt, {c.T, c.H}, 1.0);
-    wgu = moetest::normal(rng, c.dt, {2 * c.S, c.H}, 1.0 / std::sqrt(double(c.H)));
-    wd = moetest::normal(rng, c.dt, {c.H, c.S}, 1.0 / std::sqrt(double(c.S)));
-  }
-  HostTensor reference(const MlpCase& c) const {
-    HostTensor ref(c.dt, {c.T, c.H});
-    SharedExpertMLPArgs r;
-    r.hidden_states = x.view();
-    r.w_gate_up = wgu.view();
-    r.w_down = wd.view();
-    r.output = ref.view();
-    reference::shared_expert_mlp(r);
-    return ref;
-  }
 };
 
 // Device copies of the inputs, a poisoned output and a poisoned workspace.
@@ -104,17 +81,6 @@ struct MlpDevice {
       ASSERT_EQ(cudaMemset(args.workspace.data, 0xFF, args.workspace.bytes), cudaSuccess);
   }
 };
-
-void expect_close(const HostTensor& out, const HostTensor& ref, DType dt, const std::string& what) {
-  const Tolerance tol = tolerance_for(dt);
-  const Accuracy acc = compare(out.view(), ref.view(), tol);
-  EXPECT_TRUE(acc.pass(tol)) << what << ": " << acc.str() << " over " << acc.count;
-}
-
-void sync_ok() {
-  const cudaError_t err = cudaDeviceSynchronize();
-  ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
-}
 
 std::vector<MlpCase> cases() {
   const DType b = DType::kBF16, h = DType::kF16;
