@@ -213,6 +213,36 @@ TEST(DirectMlp, PlanCoversKOnceWithinTheClusterLimit) {
         }
 }
 
+// With the device's cluster capacity the split shrinks until all row groups' clusters
+// are resident at once (one wave), and keeps the first choice when none fits.
+TEST(DirectMlp, PlanKeepsEveryClusterInOneWave) {
+  // ds-v3's 32-token gate_up: 32 row groups, 8 ranks first; the H200 held 30 such
+  // clusters of 8 and 32 of 7.
+  const detail::DirectGemmPlan free_plan = detail::direct_gemm_plan(32, 2048, 7168, true, 132);
+  EXPECT_EQ(free_plan.split, 8);
+  EXPECT_EQ(free_plan.row_groups, 32);
+  int queries = 0;
+  const detail::DirectGemmPlan pl =
+      detail::direct_gemm_plan(32, 2048, 7168, true, 132, [&](int split, int smem) {
+        ++queries;
+        EXPECT_LE(smem, 200 * 1024);
+        return split >= 8 ? 30 : 32;
+      });
+  EXPECT_EQ(pl.split, 7);
+  EXPECT_EQ(pl.k_slice, 1024);
+  EXPECT_EQ(queries, 2);
+  // Capacity to spare: the first choice stands.
+  const detail::DirectGemmPlan roomy =
+      detail::direct_gemm_plan(32, 2048, 7168, true, 132, [](int, int) { return 64; });
+  EXPECT_EQ(roomy.split, free_plan.split);
+  EXPECT_EQ(roomy.k_slice, free_plan.k_slice);
+  // Nothing fits: the first choice (a second wave is still correct).
+  const detail::DirectGemmPlan none =
+      detail::direct_gemm_plan(32, 2048, 7168, true, 132, [](int, int) { return 1; });
+  EXPECT_EQ(none.split, free_plan.split);
+  EXPECT_EQ(none.k_slice, free_plan.k_slice);
+}
+
 // The measured default (docs/gemm.md "Direct dense MLP"): up to 8 tokens on MLPs under
 // 256 MB of weights; forced paths win.
 TEST(DirectMlp, DefaultPathRule) {

@@ -1,6 +1,9 @@
 // Host side of the direct dense MLP: per-GEMM plan (k split over a cluster, k slice,
 // tokens per tile) and the two launches. Kernel: direct_mlp_kernel.cuh.
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "core/pdl.h"
 #include "gemm/direct_mlp.h"
@@ -22,19 +25,69 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-template <typename T, typename Mma, typename Out, int TN, bool kSilu>
-void launch(const DirectGemmPlan& pl, const dg::Params& p, cudaStream_t stream) {
-  auto kernel = dg::direct_gemm_kernel<T, Mma, Out, TN, kSilu>;
-  static bool attr_set[kMaxDevices] = {};  // per instantiation and device (kMaxSmem)
+// The kernel of a plan's tile width, its shared-memory limit raised (once per device).
+template <typename T, typename Mma, typename Out, bool kSilu>
+const void* prepared_kernel(int tn) {
+  const void* kernel =
+      tn == 8 ? reinterpret_cast<const void*>(dg::direct_gemm_kernel<T, Mma, Out, 8, kSilu>)
+              : reinterpret_cast<const void*>(dg::direct_gemm_kernel<T, Mma, Out, 32, kSilu>);
+  static bool attr_set[2][kMaxDevices] = {};  // per instantiation and device
   int device = 0;
   cudaGetDevice(&device);
   if (device < 0 || device >= kMaxDevices) device = 0;
-  if (!attr_set[device]) {
+  bool& set = attr_set[tn == 8 ? 0 : 1][device];
+  if (!set) {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) !=
         cudaSuccess)
       throw Error("moekit: direct MLP: cannot reserve its shared memory on this device");
-    attr_set[device] = true;
+    set = true;
   }
+  return kernel;
+}
+
+// Clusters of `split` CTAs with `smem` bytes each of `kernel` the device holds at once
+// (cached: the query costs a driver call).
+int cluster_capacity(const void* kernel, int split, int smem) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, int, int>, int> cache;
+  int device = 0;
+  cudaGetDevice(&device);
+  const auto key = std::make_tuple(device, kernel, split, smem);
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(split));
+  cfg.blockDim = dim3(dg::kThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(split);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();  // not fatal: the plan keeps its first choice
+    clusters = 0;
+  }
+  cache[key] = clusters;
+  return clusters;
+}
+
+template <typename T, typename Mma, typename Out, bool kSilu>
+DirectGemmPlan plan_for(int64_t T_, int64_t n_out, int64_t k, int sms) {
+  const ClusterCapacity capacity = [&](int split, int smem) {
+    const int tn = T_ <= 8 ? 8 : 32;
+    return split == 1 ? 1 << 30  // no cluster: any number of CTAs queue behind each other
+                      : cluster_capacity(prepared_kernel<T, Mma, Out, kSilu>(tn), split, smem);
+  };
+  return direct_gemm_plan(T_, n_out, k, kSilu, sms, capacity);
+}
+
+void launch(const void* kernel, const DirectGemmPlan& pl, const dg::Params& p,
+            cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(pl.split), static_cast<unsigned>(pl.row_groups));
   cfg.blockDim = dim3(dg::kThreads);
@@ -56,15 +109,8 @@ void launch(const DirectGemmPlan& pl, const dg::Params& p, cudaStream_t stream) 
   }
   cfg.attrs = attr;
   cfg.numAttrs = n;
-  cudaLaunchKernelEx(&cfg, kernel, p);
-}
-
-template <typename T, typename Mma, typename Out, bool kSilu>
-void launch_tn(const DirectGemmPlan& pl, const dg::Params& p, cudaStream_t stream) {
-  if (pl.tn == 8)
-    launch<T, Mma, Out, 8, kSilu>(pl, p, stream);
-  else
-    launch<T, Mma, Out, 32, kSilu>(pl, p, stream);
+  void* args[] = {const_cast<dg::Params*>(&p)};
+  cudaLaunchKernelExC(&cfg, kernel, args);
 }
 
 bool dims_fit(int64_t T, int64_t H, int64_t S) {
@@ -75,21 +121,31 @@ bool dims_fit(int64_t T, int64_t H, int64_t S) {
 
 }  // namespace
 
-DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, int sms) {
+DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, int sms,
+                                const ClusterCapacity& capacity) {
   DirectGemmPlan pl;
   pl.tn = T <= 8 ? 8 : 32;
   pl.row_groups = static_cast<int>(
       ceil_div(n_out, silu ? dg::cols_per_cta<true>() : dg::cols_per_cta<false>()));
+  const auto with_split = [&](int64_t want) {
+    const int64_t split = std::clamp<int64_t>(want, 1, dg::kMaxSplit);
+    const int64_t slice = ceil_div(ceil_div(k, split), kSliceAlign) * kSliceAlign;
+    pl.split = static_cast<int>(ceil_div(k, slice));
+    pl.k_slice = static_cast<int>(slice);
+    pl.smem = pl.tn * (pl.k_slice + dg::kXPad) * 2 + dg::kWarps * (pl.tn / 8) * 32 * 16;
+  };
   // Enough CTAs for ~2 per SM (the loads in flight that the memory's rate needs), a k
   // slice whose x fits the shared memory at 2-3 CTAs per SM, at most 8 ranks.
   const int64_t k_max = pl.tn == 8 ? 4096 : 1024;
-  const int64_t want = std::max<int64_t>(ceil_div(k, k_max), ceil_div(2 * sms, pl.row_groups));
-  int64_t split = std::clamp<int64_t>(want, 1, dg::kMaxSplit);
-  const int64_t slice = ceil_div(ceil_div(k, split), kSliceAlign) * kSliceAlign;
-  pl.split = static_cast<int>(ceil_div(k, slice));
-  pl.k_slice = static_cast<int>(slice);
-  pl.smem = pl.tn * (pl.k_slice + 8) * 2 + dg::kWarps * (pl.tn / 8) * 32 * 16;
-  return pl;
+  with_split(std::max<int64_t>(ceil_div(k, k_max), ceil_div(2 * sms, pl.row_groups)));
+  if (!capacity) return pl;
+  // Then the largest split at or below it whose clusters all fit at once, if any does.
+  const DirectGemmPlan first = pl;
+  for (int s = first.split; s >= 1; --s) {
+    with_split(s);
+    if (pl.split == s && pl.smem <= kMaxSmem && capacity(s, pl.smem) >= pl.row_groups) return pl;
+  }
+  return first;
 }
 
 bool direct_mlp_preferred(int64_t T, int64_t H, int64_t S) {
@@ -106,45 +162,57 @@ bool direct_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S) {
          direct_gemm_plan(T, H, S, false, sms).smem <= kMaxSmem;
 }
 
+namespace {
+
+template <typename E, typename Mma, typename Out>
+void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gate_up,
+               const void* w_down, void* act, void* out, cudaStream_t stream) {
+  const int sms = sm90_sm_count();
+  const bool pdl = pdl_enabled();
+  const DirectGemmPlan up = plan_for<E, Mma, E, true>(T, S, H, sms);
+  const DirectGemmPlan down = plan_for<E, Mma, Out, false>(T, H, S, sms);
+  const dg::Params pu{x,
+                      w_gate_up,
+                      act,
+                      static_cast<int>(T),
+                      static_cast<int>(H),
+                      static_cast<int>(S),
+                      up.k_slice,
+                      up.k_slice + dg::kXPad,
+                      pdl ? dg::kPdlFirst : dg::kPdlNone};
+  const dg::Params pd{act,
+                      w_down,
+                      out,
+                      static_cast<int>(T),
+                      static_cast<int>(S),
+                      static_cast<int>(H),
+                      down.k_slice,
+                      down.k_slice + dg::kXPad,
+                      pdl ? dg::kPdlSecond : dg::kPdlNone};
+  launch(prepared_kernel<E, Mma, E, true>(up.tn), up, pu, stream);
+  launch(prepared_kernel<E, Mma, Out, false>(down.tn), down, pd, stream);
+}
+
+}  // namespace
+
 void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                     const void* w_gate_up, const void* w_down, void* act, void* out,
                     DType out_dtype, cudaStream_t stream) {
   if (!direct_mlp_supported(dtype, T, H, S))
     throw Error("moekit: direct MLP called for a shape or device it does not support");
-  const int sms = sm90_sm_count();
-  const bool pdl = pdl_enabled();
-  const DirectGemmPlan up = direct_gemm_plan(T, S, H, true, sms);
-  const DirectGemmPlan down = direct_gemm_plan(T, H, S, false, sms);
-  dg::Params pu{x,
-                w_gate_up,
-                act,
-                static_cast<int>(T),
-                static_cast<int>(H),
-                static_cast<int>(S),
-                up.k_slice,
-                up.k_slice + 8,
-                pdl ? dg::kPdlFirst : dg::kPdlNone};
-  dg::Params pd{act,
-                w_down,
-                out,
-                static_cast<int>(T),
-                static_cast<int>(S),
-                static_cast<int>(H),
-                down.k_slice,
-                down.k_slice + 8,
-                pdl ? dg::kPdlSecond : dg::kPdlNone};
+  const bool f32 = out_dtype == DType::kF32;
   if (dtype == DType::kBF16) {
-    launch_tn<__nv_bfloat16, gemm::MmaBF16, __nv_bfloat16, true>(up, pu, stream);
-    if (out_dtype == DType::kF32)
-      launch_tn<__nv_bfloat16, gemm::MmaBF16, float, false>(down, pd, stream);
+    if (f32)
+      run_typed<__nv_bfloat16, gemm::MmaBF16, float>(x, T, H, S, w_gate_up, w_down, act, out,
+                                                     stream);
     else
-      launch_tn<__nv_bfloat16, gemm::MmaBF16, __nv_bfloat16, false>(down, pd, stream);
+      run_typed<__nv_bfloat16, gemm::MmaBF16, __nv_bfloat16>(x, T, H, S, w_gate_up, w_down, act,
+                                                             out, stream);
   } else {
-    launch_tn<__half, gemm::MmaF16, __half, true>(up, pu, stream);
-    if (out_dtype == DType::kF32)
-      launch_tn<__half, gemm::MmaF16, float, false>(down, pd, stream);
+    if (f32)
+      run_typed<__half, gemm::MmaF16, float>(x, T, H, S, w_gate_up, w_down, act, out, stream);
     else
-      launch_tn<__half, gemm::MmaF16, __half, false>(down, pd, stream);
+      run_typed<__half, gemm::MmaF16, __half>(x, T, H, S, w_gate_up, w_down, act, out, stream);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "moekit/tensor.h"
 
@@ -33,10 +34,16 @@ void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                     DType out_dtype, cudaStream_t stream);
 
 // The k split (cluster size) and k slice one direct GEMM of n_out output columns over
-// k uses (host plan; exposed for the tests).
+// k uses (host plan; exposed for the tests). capacity(split, smem), when given, is the
+// number of such clusters the device holds at once: the split shrinks until every row
+// group's cluster fits in one wave (a second wave doubled the time: H200, ds-v3's
+// 32-token gate_up at 8 ranks, 30 of 32 clusters resident, 34.9 us; at 7 ranks, 32 of
+// 32, 24.7 us).
+using ClusterCapacity = std::function<int(int split, int smem)>;
 struct DirectGemmPlan {
   int split = 0, k_slice = 0, row_groups = 0, tn = 0, smem = 0;
 };
-DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, int sms);
+DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, int sms,
+                                const ClusterCapacity& capacity = {});
 
 }  // namespace moekit::detail
