@@ -1,7 +1,6 @@
 // Host side of the direct dense MLP: per-GEMM plan (k split over a cluster, k slice,
 // tokens per tile) and the two launches. Kernel: direct_mlp_kernel.cuh.
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -149,20 +148,6 @@ DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, 
   return first;
 }
 
-int& direct_mlp_prefetch_override() {
-  static int v = 0;
-  return v;
-}
-
-bool direct_mlp_prefetch_down() {
-  static const bool env_on = [] {
-    const char* v = std::getenv("MOEKIT_DIRECT_L2_PREFETCH");
-    return !(v != nullptr && v[0] == '0');
-  }();
-  const int o = direct_mlp_prefetch_override();
-  return o == 0 ? env_on : o == 1;
-}
-
 bool direct_mlp_preferred(int64_t T, int64_t H, int64_t S) {
   const int forced = dense_mlp_forced_path();
   if (forced != 0) return forced == 3;
@@ -184,7 +169,6 @@ void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gat
                const void* w_down, void* act, void* out, cudaStream_t stream) {
   const int sms = sm90_sm_count();
   const bool pdl = pdl_enabled();
-  const bool prefetch = direct_mlp_prefetch_down();
   const DirectGemmPlan up = plan_for<E, Mma, E, true>(T, S, H, sms);
   const DirectGemmPlan down = plan_for<E, Mma, Out, false>(T, H, S, sms);
   const dg::Params pu{x,
@@ -195,9 +179,7 @@ void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gat
                       static_cast<int>(S),
                       up.k_slice,
                       up.k_slice + dg::kXPad,
-                      pdl ? dg::kPdlFirst : dg::kPdlNone,
-                      prefetch ? w_down : nullptr,
-                      prefetch ? H * S * 2 : 0};
+                      pdl ? dg::kPdlFirst : dg::kPdlNone};
   const dg::Params pd{act,
                       w_down,
                       out,
@@ -206,9 +188,7 @@ void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gat
                       static_cast<int>(H),
                       down.k_slice,
                       down.k_slice + dg::kXPad,
-                      pdl ? dg::kPdlSecond : dg::kPdlNone,
-                      nullptr,
-                      0};
+                      pdl ? dg::kPdlSecond : dg::kPdlNone};
   launch(prepared_kernel<E, Mma, E, true>(up.tn), up, pu, stream);
   launch(prepared_kernel<E, Mma, Out, false>(down.tn), down, pd, stream);
 }

@@ -27,11 +27,6 @@ bool direct_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S);
 constexpr int64_t kDirectMlpDefaultMaxTokens = 8;
 bool direct_mlp_preferred(int64_t T, int64_t H, int64_t S);
 
-// Whether gate_up prefetches down's weights into L2 (docs/gemm.md "Direct dense MLP"):
-// on unless MOEKIT_DIRECT_L2_PREFETCH=0; the override (1 on, 2 off) wins, for tests.
-int& direct_mlp_prefetch_override();
-bool direct_mlp_prefetch_down();
-
 // act [T, S] (dtype) = silu(x w_gate_up[:S]^T) * (x w_gate_up[S:]^T); out [T, H] (dtype or
 // f32) = act w_down^T. No workspace beyond act; x, weights, act and out 16-byte aligned.
 void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,

@@ -51,31 +51,7 @@ struct Params {
   int k_slice;   // k per cluster rank, a multiple of kChunkK
   int x_stride;  // shared row stride of the staged x, elements (k_slice + kXPad)
   int pdl;       // kPdlNone / kPdlFirst / kPdlSecond
-  // Weights of the next GEMM (down, for gate_up) that this kernel's CTAs prefetch into
-  // L2, an equal share each, while their own loads run; null for none.
-  const void* l2_next;
-  int64_t l2_next_bytes;  // a multiple of 16
 };
-
-// This CTA's share of p.l2_next, prefetched into L2 by bulk copies (no registers, no
-// shared memory: the DRAM streams the next GEMM's weights while this one waits on
-// latency) with an evict-last policy, so this kernel's evict-first stream passes them by.
-__device__ __forceinline__ void prefetch_next_weights(const Params& p) {
-  constexpr int64_t kPiece = 32 * 1024;
-  const int64_t ctas = static_cast<int64_t>(gridDim.x) * gridDim.y;
-  const int64_t cta = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-  const int64_t share = ((p.l2_next_bytes + ctas - 1) / ctas + 15) & ~int64_t{15};
-  const int64_t end = min(p.l2_next_bytes, (cta + 1) * share);
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  for (int64_t b = cta * share; b < end; b += kPiece) {
-    const uint32_t bytes = static_cast<uint32_t>(min(kPiece, end - b));
-    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(
-                     static_cast<const char*>(p.l2_next) + b),
-                 "r"(bytes), "l"(policy)
-                 : "memory");
-  }
-}
 
 // Output columns per CTA: silu 8 per warp, plain 16 per warp.
 template <bool kSilu>
@@ -152,7 +128,6 @@ __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
     }
   };
 
-  if (p.l2_next && threadIdx.x == 0) prefetch_next_weights(p);  // weights: no PDL wait
   if (p.pdl == kPdlFirst) pdl_wait();
   uint4 cur0[B], cur1[B];
   load(cur0, cur1, 0);
