@@ -243,7 +243,7 @@ TEST(DirectMlp, PlanKeepsEveryClusterInOneWave) {
   EXPECT_EQ(none.k_slice, free_plan.k_slice);
 }
 
-// The measured default (docs/gemm.md "Direct dense MLP"): up to 8 tokens on MLPs under
+// The measured default (docs/gemm.md "Direct dense MLP"): up to 32 tokens on MLPs under
 // 256 MB of weights; forced paths win.
 TEST(DirectMlp, DefaultPathRule) {
   Knobs knobs(0, 0);
@@ -251,8 +251,9 @@ TEST(DirectMlp, DefaultPathRule) {
     GTEST_SKIP() << "MOEKIT_DENSE_MLP is set: the default is overridden";
   EXPECT_TRUE(detail::direct_mlp_preferred(1, 7168, 2048));    // ds-v3 t1
   EXPECT_TRUE(detail::direct_mlp_preferred(8, 5120, 1536));    // glm45 t8
-  EXPECT_FALSE(detail::direct_mlp_preferred(9, 5120, 1536));   // more tokens: the GEMMs
-  EXPECT_FALSE(detail::direct_mlp_preferred(32, 7168, 2048));  // ds-v3 t32
+  EXPECT_TRUE(detail::direct_mlp_preferred(32, 5120, 1536));   // glm45 t32
+  EXPECT_TRUE(detail::direct_mlp_preferred(32, 7168, 2048));   // ds-v3 t32
+  EXPECT_FALSE(detail::direct_mlp_preferred(33, 7168, 2048));  // past the kernels: GEMMs
   EXPECT_FALSE(detail::direct_mlp_preferred(1, 7168, 18432));  // kimi-k2: stream-K
   detail::dense_mlp_path_override() = 3;
   EXPECT_TRUE(detail::direct_mlp_preferred(32, 7168, 18432));

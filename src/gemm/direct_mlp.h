@@ -23,8 +23,10 @@ bool direct_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S);
 // or by default T <= kDirectMlpDefaultMaxTokens with < kStreamkMlpMinWeightBytes of
 // weights. H200 (docs/gemm.md "Direct dense MLP"): it won at one token on 47-88 MB
 // MLPs (FusedMoESharedExpert glm45-t1 0.1442 -> 0.1351 ms, ds-v3-grouped-t1 0.2400 ->
-// 0.2313) and lost at 32 tokens (ds-v3-t32 37.8 -> 50.5 us) and on kimi-k2's 793 MB.
-constexpr int64_t kDirectMlpDefaultMaxTokens = 8;
+// 0.2313) and, since its clusters fit one wave and its x reads are conflict-free, at 32
+// tokens (SharedExpertMLP glm45-t32 0.02715 -> 0.02542 ms, ds-v3-t32 0.03767 ->
+// 0.03730); it lost on kimi-k2's 793 MB (stream-K's).
+constexpr int64_t kDirectMlpDefaultMaxTokens = kDirectMlpMaxTokens;
 bool direct_mlp_preferred(int64_t T, int64_t H, int64_t S);
 
 // act [T, S] (dtype) = silu(x w_gate_up[:S]^T) * (x w_gate_up[S:]^T); out [T, H] (dtype or
