@@ -26,58 +26,22 @@ namespace moekit {
 namespace {
 
 using testing::DeviceTensor;
-using testing::DeviceWorkspace;
 
-constexpr uint8_t kPoison = 0xFF;  // 0xFFFF is a NaN in bf16 and f16
+using dense_mlp_test::kPoison;
 
 using dense_mlp_test::expect_close;
 using dense_mlp_test::name;
 using dense_mlp_test::sync_ok;
 using Case = dense_mlp_test::MlpCase;
 using Inputs = dense_mlp_test::MlpInputs;
+using Device = dense_mlp_test::MlpDevice;
 
 // Forces the dense-MLP path and the PDL switch for one scope.
-class Knobs {
- public:
-  Knobs(int path, int pdl)
-      : path_(detail::dense_mlp_path_override()), pdl_(detail::pdl_override()) {
-    detail::dense_mlp_path_override() = path;
-    detail::pdl_override() = pdl;
-  }
-  ~Knobs() {
-    detail::dense_mlp_path_override() = path_;
-    detail::pdl_override() = pdl_;
-  }
-
- private:
-  int path_, pdl_;
-};
-
-struct Device {
-  DeviceTensor x, wgu, wd, out;
-  SharedExpertMLPArgs args;
-  DeviceWorkspace ws;
-  Device(const Case& c, const Inputs& in)
-      : x(in.x),
-        wgu(in.wgu),
-        wd(in.wd),
-        out(c.dt, {c.T, c.H}, kPoison),
-        args(make()),
-        ws(shared_expert_mlp_workspace_size(args)) {
-    args.workspace = ws.get();
-  }
-  SharedExpertMLPArgs make() const {
-    SharedExpertMLPArgs a;
-    a.hidden_states = x.view();
-    a.w_gate_up = wgu.view();
-    a.w_down = wd.view();
-    a.output = out.view();
-    return a;
-  }
-  void poison_out() {
-    const size_t bytes = static_cast<size_t>(args.output.numel()) * dtype_size(args.output.dtype);
-    ASSERT_EQ(cudaMemset(out.data(), kPoison, bytes), cudaSuccess);
-  }
+struct Knobs {
+  Knobs(int path_value, int pdl_value)
+      : path(detail::dense_mlp_path_override(), path_value),
+        pdl(detail::pdl_override(), pdl_value) {}
+  dense_mlp_test::ScopedKnob path, pdl;
 };
 
 std::vector<Case> cases() {

@@ -25,61 +25,21 @@
 namespace moekit {
 namespace {
 
-using testing::DeviceTensor;
-using testing::DeviceWorkspace;
-
-constexpr uint8_t kPoison = 0xFF;  // 0xFFFF is a NaN in bf16 and f16
+using dense_mlp_test::kPoison;
 
 using dense_mlp_test::expect_close;
 using dense_mlp_test::MlpCase;
+using dense_mlp_test::MlpDevice;
 using dense_mlp_test::MlpInputs;
 using dense_mlp_test::name;
 using dense_mlp_test::sync_ok;
 
 // Sets the path / grid knobs for one scope.
-class Knobs {
- public:
-  Knobs(int path, int grid)
-      : path_(detail::dense_mlp_path_override()), grid_(detail::streamk_mlp_grid_override()) {
-    detail::dense_mlp_path_override() = path;
-    detail::streamk_mlp_grid_override() = grid;
-  }
-  ~Knobs() {
-    detail::dense_mlp_path_override() = path_;
-    detail::streamk_mlp_grid_override() = grid_;
-  }
-
- private:
-  int path_, grid_;
-};
-
-// Device copies of the inputs, a poisoned output and a poisoned workspace.
-struct MlpDevice {
-  DeviceTensor x, wgu, wd, out;
-  SharedExpertMLPArgs args;
-  DeviceWorkspace ws;
-  MlpDevice(const MlpCase& c, const MlpInputs& in)
-      : x(in.x),
-        wgu(in.wgu),
-        wd(in.wd),
-        out(c.dt, {c.T, c.H}, kPoison),
-        args(make_args()),
-        ws(shared_expert_mlp_workspace_size(args)) {
-    args.workspace = ws.get();
-    poison_workspace();
-  }
-  SharedExpertMLPArgs make_args() const {
-    SharedExpertMLPArgs a;
-    a.hidden_states = x.view();
-    a.w_gate_up = wgu.view();
-    a.w_down = wd.view();
-    a.output = out.view();
-    return a;
-  }
-  void poison_workspace() {
-    if (args.workspace.bytes)
-      ASSERT_EQ(cudaMemset(args.workspace.data, 0xFF, args.workspace.bytes), cudaSuccess);
-  }
+struct Knobs {
+  Knobs(int path_value, int grid_value)
+      : path(detail::dense_mlp_path_override(), path_value),
+        grid(detail::streamk_mlp_grid_override(), grid_value) {}
+  dense_mlp_test::ScopedKnob path, grid;
 };
 
 std::vector<MlpCase> cases() {
