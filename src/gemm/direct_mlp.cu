@@ -164,6 +164,20 @@ bool direct_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S) {
 
 namespace {
 
+// out [T, n_out] = x [T, K] w [rows, K]^T under plan pl.
+dg::Params gemm_params(const void* x, const void* w, void* out, int64_t T, int64_t K, int64_t n_out,
+                       const DirectGemmPlan& pl, int pdl) {
+  return {x,
+          w,
+          out,
+          static_cast<int>(T),
+          static_cast<int>(K),
+          static_cast<int>(n_out),
+          pl.k_slice,
+          pl.k_slice + dg::kXPad,
+          pdl};
+}
+
 template <typename E, typename Mma, typename Out>
 void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gate_up,
                const void* w_down, void* act, void* out, cudaStream_t stream) {
@@ -171,24 +185,10 @@ void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gat
   const bool pdl = pdl_enabled();
   const DirectGemmPlan up = plan_for<E, Mma, E, true>(T, S, H, sms);
   const DirectGemmPlan down = plan_for<E, Mma, Out, false>(T, H, S, sms);
-  const dg::Params pu{x,
-                      w_gate_up,
-                      act,
-                      static_cast<int>(T),
-                      static_cast<int>(H),
-                      static_cast<int>(S),
-                      up.k_slice,
-                      up.k_slice + dg::kXPad,
-                      pdl ? dg::kPdlFirst : dg::kPdlNone};
-  const dg::Params pd{act,
-                      w_down,
-                      out,
-                      static_cast<int>(T),
-                      static_cast<int>(S),
-                      static_cast<int>(H),
-                      down.k_slice,
-                      down.k_slice + dg::kXPad,
-                      pdl ? dg::kPdlSecond : dg::kPdlNone};
+  const dg::Params pu =
+      gemm_params(x, w_gate_up, act, T, H, S, up, pdl ? dg::kPdlFirst : dg::kPdlNone);
+  const dg::Params pd =
+      gemm_params(act, w_down, out, T, S, H, down, pdl ? dg::kPdlSecond : dg::kPdlNone);
   launch(prepared_kernel<E, Mma, E, true>(up.tn), up, pu, stream);
   launch(prepared_kernel<E, Mma, Out, false>(down.tn), down, pd, stream);
 }
