@@ -14,6 +14,9 @@
 //    Put it first, before any early return: a grid none of whose threads waited
 //    could complete before its predecessor, and its own dependent would then not
 //    wait for that predecessor (the wait is not transitive through such a grid).
+//    An L2 prefetch (cp.async.bulk.prefetch.L2) of inputs may come before it: it
+//    brings no data into the SM, and the L2 is coherent, so the loads after the wait
+//    still see the previous grid's writes.
 //  * pdl_trigger() after the CTA's main global loads, before its stores. It only
 //    lets the next kernel be scheduled early (that kernel still waits for this one
 //    to complete); a CTA that exits without it counts as triggered.

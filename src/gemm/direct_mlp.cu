@@ -1,6 +1,7 @@
 // Host side of the direct dense MLP: per-GEMM plan (k split over a cluster, k slice,
 // tokens per tile) and the two launches. Kernel: direct_mlp_kernel.cuh.
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -113,6 +114,21 @@ void launch(const void* kernel, const DirectGemmPlan& pl, const dg::Params& p,
   cudaLaunchKernelExC(&cfg, kernel, args);
 }
 
+// Weight elements per row that each CTA prefetches into L2 before its loads start (its
+// slice's head; docs/gemm.md "Direct dense MLP"): 256 by default, MOEKIT_DIRECT_PF (gate_up)
+// and MOEKIT_DIRECT_PF_DOWN (down; default: gate_up's) override, 0 turns it off. H200,
+// moekit-bench: 128-320 all helped, 512 and more delayed x and lost.
+constexpr int kDefaultPrefetchElems = 256;
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? std::atoi(v) : fallback;
+}
+int direct_prefetch_elems(bool silu) {
+  static const int up = std::max(0, env_int("MOEKIT_DIRECT_PF", kDefaultPrefetchElems)) / 8 * 8;
+  static const int down = std::max(0, env_int("MOEKIT_DIRECT_PF_DOWN", up)) / 8 * 8;
+  return silu ? up : down;
+}
+
 bool dims_fit(int64_t T, int64_t H, int64_t S) {
   constexpr int64_t kMaxDim = int64_t{1} << 30;
   return T >= 1 && T <= kDirectMlpMaxTokens && H >= 8 && S >= 8 && H <= kMaxDim && S <= kMaxDim &&
@@ -175,7 +191,8 @@ dg::Params gemm_params(const void* x, const void* w, void* out, int64_t T, int64
           static_cast<int>(n_out),
           pl.k_slice,
           pl.k_slice + dg::kXPad,
-          pdl};
+          pdl,
+          0};
 }
 
 template <typename E, typename Mma, typename Out>
@@ -185,10 +202,10 @@ void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gat
   const bool pdl = pdl_enabled();
   const DirectGemmPlan up = plan_for<E, Mma, E, true>(T, S, H, sms);
   const DirectGemmPlan down = plan_for<E, Mma, Out, false>(T, H, S, sms);
-  const dg::Params pu =
-      gemm_params(x, w_gate_up, act, T, H, S, up, pdl ? dg::kPdlFirst : dg::kPdlNone);
-  const dg::Params pd =
-      gemm_params(act, w_down, out, T, S, H, down, pdl ? dg::kPdlSecond : dg::kPdlNone);
+  dg::Params pu = gemm_params(x, w_gate_up, act, T, H, S, up, pdl ? dg::kPdlFirst : dg::kPdlNone);
+  dg::Params pd = gemm_params(act, w_down, out, T, S, H, down, pdl ? dg::kPdlSecond : dg::kPdlNone);
+  pu.prefetch = direct_prefetch_elems(true);
+  pd.prefetch = direct_prefetch_elems(false);
   launch(prepared_kernel<E, Mma, E, true>(up.tn), up, pu, stream);
   launch(prepared_kernel<E, Mma, Out, false>(down.tn), down, pd, stream);
 }

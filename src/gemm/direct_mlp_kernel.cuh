@@ -51,6 +51,7 @@ struct Params {
   int k_slice;   // k per cluster rank, a multiple of kChunkK
   int x_stride;  // shared row stride of the staged x, elements (k_slice + kXPad)
   int pdl;       // kPdlNone / kPdlFirst / kPdlSecond
+  int prefetch;  // weight elements per row and k slice prefetched into L2 first (x 8)
 };
 
 // Output columns per CTA: silu 8 per warp, plain 16 per warp.
@@ -77,6 +78,11 @@ __device__ __forceinline__ uint4 ld_weights(const void* p, bool valid, uint64_t 
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"(static_cast<int>(valid)), "l"(policy));
   return v;
+}
+
+// [p, p + bytes) into L2 (16-byte aligned, bytes a multiple of 16).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* p, int bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 }
 
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
@@ -128,6 +134,14 @@ __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
     }
   };
 
+  // The head of the weight stream goes to L2 while x is staged (and, before the PDL wait,
+  // while the previous kernel ends): a prefetch is L2-coherent, so it cannot feed stale
+  // data to the loads below, which all come after the wait.
+  if (q == 0 && p.prefetch > 0) {
+    const int n = min(p.prefetch, kend - k0);
+    if (n > 0 && ok0) bulk_prefetch_l2(w0, n * static_cast<int>(sizeof(T)));
+    if (n > 0 && ok1) bulk_prefetch_l2(w1, n * static_cast<int>(sizeof(T)));
+  }
   if (p.pdl == kPdlFirst) pdl_wait();
   uint4 cur0[B], cur1[B];
   load(cur0, cur1, 0);
