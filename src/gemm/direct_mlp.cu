@@ -77,6 +77,21 @@ int cluster_capacity(const void* kernel, int split, int smem) {
   return clusters;
 }
 
+// Weight elements per row that each CTA prefetches into L2 before its loads start (its
+// slice's head; docs/gemm.md "Direct dense MLP"): 256 by default, MOEKIT_DIRECT_PF (gate_up)
+// and MOEKIT_DIRECT_PF_DOWN (down; default: gate_up's) override, 0 turns it off. H200,
+// moekit-bench: 128-320 all helped, 512 and more delayed x and lost.
+constexpr int kDefaultPrefetchElems = 256;
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? std::atoi(v) : fallback;
+}
+int direct_prefetch_elems(bool silu) {
+  static const int up = std::max(0, env_int("MOEKIT_DIRECT_PF", kDefaultPrefetchElems)) / 8 * 8;
+  static const int down = std::max(0, env_int("MOEKIT_DIRECT_PF_DOWN", up)) / 8 * 8;
+  return silu ? up : down;
+}
+
 template <typename T, typename Mma, typename Out, bool kSilu>
 DirectGemmPlan plan_for(int64_t T_, int64_t n_out, int64_t k, int sms) {
   const ClusterCapacity capacity = [&](int split, int smem) {
@@ -84,7 +99,9 @@ DirectGemmPlan plan_for(int64_t T_, int64_t n_out, int64_t k, int sms) {
     return split == 1 ? 1 << 30  // no cluster: any number of CTAs queue behind each other
                       : cluster_capacity(prepared_kernel<T, Mma, Out, kSilu>(tn), split, smem);
   };
-  return direct_gemm_plan(T_, n_out, k, kSilu, sms, capacity);
+  static const int forced_up = env_int("MOEKIT_DIRECT_SPLIT_UP", 0);
+  static const int forced_down = env_int("MOEKIT_DIRECT_SPLIT_DOWN", 0);
+  return direct_gemm_plan(T_, n_out, k, kSilu, sms, capacity, kSilu ? forced_up : forced_down);
 }
 
 void launch(const void* kernel, const DirectGemmPlan& pl, const dg::Params& p,
@@ -114,21 +131,6 @@ void launch(const void* kernel, const DirectGemmPlan& pl, const dg::Params& p,
   cudaLaunchKernelExC(&cfg, kernel, args);
 }
 
-// Weight elements per row that each CTA prefetches into L2 before its loads start (its
-// slice's head; docs/gemm.md "Direct dense MLP"): 256 by default, MOEKIT_DIRECT_PF (gate_up)
-// and MOEKIT_DIRECT_PF_DOWN (down; default: gate_up's) override, 0 turns it off. H200,
-// moekit-bench: 128-320 all helped, 512 and more delayed x and lost.
-constexpr int kDefaultPrefetchElems = 256;
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && v[0] != '\0' ? std::atoi(v) : fallback;
-}
-int direct_prefetch_elems(bool silu) {
-  static const int up = std::max(0, env_int("MOEKIT_DIRECT_PF", kDefaultPrefetchElems)) / 8 * 8;
-  static const int down = std::max(0, env_int("MOEKIT_DIRECT_PF_DOWN", up)) / 8 * 8;
-  return silu ? up : down;
-}
-
 bool dims_fit(int64_t T, int64_t H, int64_t S) {
   constexpr int64_t kMaxDim = int64_t{1} << 30;
   return T >= 1 && T <= kDirectMlpMaxTokens && H >= 8 && S >= 8 && H <= kMaxDim && S <= kMaxDim &&
@@ -138,7 +140,7 @@ bool dims_fit(int64_t T, int64_t H, int64_t S) {
 }  // namespace
 
 DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, int sms,
-                                const ClusterCapacity& capacity) {
+                                const ClusterCapacity& capacity, int force_split) {
   DirectGemmPlan pl;
   pl.tn = T <= 8 ? 8 : 32;
   pl.row_groups = static_cast<int>(
@@ -152,6 +154,10 @@ DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, 
   };
   // Enough CTAs for ~2 per SM (the loads in flight that the memory's rate needs), a k
   // slice whose x fits the shared memory at 2-3 CTAs per SM, at most 8 ranks.
+  if (force_split > 0) {
+    with_split(force_split);
+    return pl;
+  }
   const int64_t k_max = pl.tn == 8 ? 4096 : 1024;
   with_split(std::max<int64_t>(ceil_div(k, k_max), ceil_div(2 * sms, pl.row_groups)));
   if (!capacity) return pl;
@@ -192,6 +198,7 @@ dg::Params gemm_params(const void* x, const void* w, void* out, int64_t T, int64
           pl.k_slice,
           pl.k_slice + dg::kXPad,
           pdl,
+          0,
           0};
 }
 
@@ -204,6 +211,8 @@ void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gat
   const DirectGemmPlan down = plan_for<E, Mma, Out, false>(T, H, S, sms);
   dg::Params pu = gemm_params(x, w_gate_up, act, T, H, S, up, pdl ? dg::kPdlFirst : dg::kPdlNone);
   dg::Params pd = gemm_params(act, w_down, out, T, S, H, down, pdl ? dg::kPdlSecond : dg::kPdlNone);
+  static const int x_first = env_int("MOEKIT_DIRECT_XFIRST", 0);
+  pu.x_first = pd.x_first = x_first;
   pu.prefetch = direct_prefetch_elems(true);
   pd.prefetch = direct_prefetch_elems(false);
   launch(prepared_kernel<E, Mma, E, true>(up.tn), up, pu, stream);

@@ -45,7 +45,9 @@ using ClusterCapacity = std::function<int(int split, int smem)>;
 struct DirectGemmPlan {
   int split = 0, k_slice = 0, row_groups = 0, tn = 0, smem = 0;
 };
+// force_split > 0 (the MOEKIT_DIRECT_SPLIT_UP / _DOWN experiment knobs) takes that split
+// as it is, fitting or not.
 DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, int sms,
-                                const ClusterCapacity& capacity = {});
+                                const ClusterCapacity& capacity = {}, int force_split = 0);
 
 }  // namespace moekit::detail

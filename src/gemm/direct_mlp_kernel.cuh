@@ -52,6 +52,7 @@ struct Params {
   int x_stride;  // shared row stride of the staged x, elements (k_slice + kXPad)
   int pdl;       // kPdlNone / kPdlFirst / kPdlSecond
   int prefetch;  // weight elements per row and k slice prefetched into L2 first (x 8)
+  int x_first;   // not kPdlSecond: issue x's copies before the first weight batch
 };
 
 // Output columns per CTA: silu 8 per warp, plain 16 per warp.
@@ -144,7 +145,8 @@ __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
   }
   if (p.pdl == kPdlFirst) pdl_wait();
   uint4 cur0[B], cur1[B];
-  load(cur0, cur1, 0);
+  const bool x_first = p.x_first && p.pdl != kPdlSecond;
+  if (!x_first) load(cur0, cur1, 0);
   if (p.pdl == kPdlSecond) pdl_wait();  // x is the previous kernel's output
 
   // Stage x[0 .. TN)[k0 .. k0 + k_slice) (zeros past T and K).
@@ -159,6 +161,7 @@ __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
                 x + (valid ? static_cast<int64_t>(t) * p.K + k : 0), valid);
   }
   cp_async_commit();
+  if (x_first) load(cur0, cur1, 0);
   cp_async_wait<0>();
   __syncthreads();
   if (p.pdl == kPdlFirst) pdl_trigger();  // the dependent only prefetches weights early
