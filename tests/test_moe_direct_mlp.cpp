@@ -207,6 +207,16 @@ TEST(DirectMlp, PlanKeepsEveryClusterInOneWave) {
   EXPECT_EQ(none.k_slice, free_plan.k_slice);
 }
 
+// The experiment knob's forced split is taken as it is, fitting or not.
+TEST(DirectMlp, PlanTakesAForcedSplit) {
+  const detail::DirectGemmPlan pl =
+      detail::direct_gemm_plan(32, 2048, 7168, true, 132, [](int, int) { return 1; }, 5);
+  EXPECT_EQ(pl.split, 5);
+  EXPECT_EQ(pl.k_slice, 1536);  // ceil(7168 / 5) rounded up to whole load batches (128)
+  EXPECT_EQ(pl.row_groups, 32);
+  EXPECT_EQ(pl.smem, 32 * (1536 + 32) * 2 + 8 * 4 * 32 * 16);
+}
+
 // The measured default (docs/gemm.md "Direct dense MLP"): up to 32 tokens on MLPs under
 // 256 MB of weights; forced paths win.
 TEST(DirectMlp, DefaultPathRule) {
