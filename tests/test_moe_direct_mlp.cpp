@@ -209,8 +209,8 @@ TEST(DirectMlp, PlanKeepsEveryClusterInOneWave) {
 
 // The experiment knob's forced split is taken as it is, fitting or not.
 TEST(DirectMlp, PlanTakesAForcedSplit) {
-  const detail::DirectGemmPlan pl =
-      detail::direct_gemm_plan(32, 2048, 7168, true, 132, [](int, int) { return 1; }, 5);
+  const detail::DirectGemmPlan pl = detail::direct_gemm_plan(
+      32, 2048, 7168, true, 132, [](int, int) { return 1; }, 5);
   EXPECT_EQ(pl.split, 5);
   EXPECT_EQ(pl.k_slice, 1536);  // ceil(7168 / 5) rounded up to whole load batches (128)
   EXPECT_EQ(pl.row_groups, 32);
