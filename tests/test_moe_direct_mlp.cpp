@@ -207,7 +207,7 @@ TEST(DirectMlp, PlanKeepsEveryClusterInOneWave) {
   EXPECT_EQ(none.k_slice, free_plan.k_slice);
 }
 
-// The experiment knob's forced split is taken as it is, fitting or not.
+// The experiment knob's forced split is taken as it is where its x slice fits.
 TEST(DirectMlp, PlanTakesAForcedSplit) {
   const detail::DirectGemmPlan pl = detail::direct_gemm_plan(
       32, 2048, 7168, true, 132, [](int, int) { return 1; }, 5);
@@ -215,6 +215,12 @@ TEST(DirectMlp, PlanTakesAForcedSplit) {
   EXPECT_EQ(pl.k_slice, 1536);  // ceil(7168 / 5) rounded up to whole load batches (128)
   EXPECT_EQ(pl.row_groups, 32);
   EXPECT_EQ(pl.smem, 32 * (1536 + 32) * 2 + 8 * 4 * 32 * 16);
+  // One rank would stage all 7168 k of 32 tokens (460 KB): the unforced plan instead.
+  const detail::DirectGemmPlan big = detail::direct_gemm_plan(32, 2048, 7168, true, 132, {}, 1);
+  const detail::DirectGemmPlan free_plan = detail::direct_gemm_plan(32, 2048, 7168, true, 132);
+  EXPECT_EQ(big.split, free_plan.split);
+  EXPECT_EQ(big.k_slice, free_plan.k_slice);
+  EXPECT_EQ(big.smem, free_plan.smem);
 }
 
 // The measured default (docs/gemm.md "Direct dense MLP"): up to 32 tokens on MLPs under

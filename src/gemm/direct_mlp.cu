@@ -152,12 +152,12 @@ DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, 
     pl.k_slice = static_cast<int>(slice);
     pl.smem = pl.tn * (pl.k_slice + dg::kXPad) * 2 + dg::kWarps * (pl.tn / 8) * 32 * 16;
   };
+  if (force_split > 0) {  // taken as it is where its x slice fits the shared memory
+    with_split(force_split);
+    if (pl.smem <= kMaxSmem) return pl;
+  }
   // Enough CTAs for ~2 per SM (the loads in flight that the memory's rate needs), a k
   // slice whose x fits the shared memory at 2-3 CTAs per SM, at most 8 ranks.
-  if (force_split > 0) {
-    with_split(force_split);
-    return pl;
-  }
   const int64_t k_max = pl.tn == 8 ? 4096 : 1024;
   with_split(std::max<int64_t>(ceil_div(k, k_max), ceil_div(2 * sms, pl.row_groups)));
   if (!capacity) return pl;

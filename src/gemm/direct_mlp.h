@@ -46,7 +46,8 @@ struct DirectGemmPlan {
   int split = 0, k_slice = 0, row_groups = 0, tn = 0, smem = 0;
 };
 // force_split > 0 (the MOEKIT_DIRECT_SPLIT_UP / _DOWN experiment knobs) takes that split
-// as it is, fitting or not.
+// as it is, whether its clusters fit one wave or not, unless its x slice would not fit
+// the shared memory (then the plan is the unforced one).
 DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, int sms,
                                 const ClusterCapacity& capacity = {}, int force_split = 0);
 
