@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   if (start >= total) return;
   const int my_tiles = (total - start + stride - 1) / stride;
   const int kt_count = k_slices<Cfg, In>(p);  // >= 1: the host sends k == 0 elsewhere
-  const int slices = my_tiles * kt_count;
+  const int64_t slices = static_cast<int64_t>(my_tiles) * kt_count;  // may pass 2^31
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
@@ -132,14 +132,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   // The load side runs STAGES - 1 slices ahead of the compute side, possibly a tile ahead.
   TileLoader<Cfg> loader;
   int load_tile = -1;
-  const auto load = [&](int stage, int s) {
-    const int i = s / kt_count;
+  // Tile ids stay below total <= INT_MAX, so start + i * stride fits an int.
+  const auto load = [&](int stage, int64_t s) {
+    const int i = static_cast<int>(s / kt_count);
     if (i != load_tile) {
       load_tile = i;
       setup_loader<Cfg, In>(p, locate<Cfg>(tab, groups, p.n_tiles, start + i * stride), loader);
     }
     loader.load(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
-                s - i * kt_count);
+                static_cast<int>(s - static_cast<int64_t>(i) * kt_count));
   };
 
   float acc[Cfg::MF][Cfg::NF][4];
@@ -150,10 +151,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     if (s < slices) load(s, s);
     cp_async_commit();
   }
-  for (int s = 0; s < slices; ++s) {
-    const int kt = s % kt_count;
+  for (int64_t s = 0; s < slices; ++s) {
+    const int kt = static_cast<int>(s % kt_count);
     if (kt == 0) {
-      t = locate<Cfg>(tab, groups, p.n_tiles, start + (s / kt_count) * stride);
+      t = locate<Cfg>(tab, groups, p.n_tiles, start + static_cast<int>(s / kt_count) * stride);
       valid_mf = valid_fragments<Cfg>(t.rows, wm);
 #pragma unroll
       for (int mf = 0; mf < Cfg::MF; ++mf)
@@ -164,12 +165,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     }
     cp_async_wait<Cfg::STAGES - 2>();
     __syncthreads();  // slice s visible; every warp is done with the stage refilled below
-    const int next = s + Cfg::STAGES - 1;
-    if (next < slices) load(next % Cfg::STAGES, next);
+    const int64_t next = s + Cfg::STAGES - 1;
+    if (next < slices) load(static_cast<int>(next % Cfg::STAGES), next);
     cp_async_commit();
-    warp_mma_tile<Cfg, Mma>(s_a0 + (s % Cfg::STAGES) * Cfg::A_STAGE_BYTES,
-                            s_b0 + (s % Cfg::STAGES) * Cfg::B_STAGE_BYTES, acc, wm, wn, lane,
-                            valid_mf);
+    const int stage = static_cast<int>(s % Cfg::STAGES);
+    warp_mma_tile<Cfg, Mma>(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
+                            acc, wm, wn, lane, valid_mf);
     if (kt == kt_count - 1) {
       store_tile<Cfg, Out>(acc, static_cast<Out*>(p.c), p.n, t.row0, t.rows, t.n_tile, p.silu != 0,
                            wm, wn, lane);
