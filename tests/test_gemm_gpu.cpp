@@ -377,6 +377,33 @@ TEST(GemmGpu, Sm90PingpongPairMMatchesReference) {
 // The decode split-K config at every split: k slices not a multiple of the split (and
 // fewer slices than CTAs, so some ranks only add zeros), one row, empty and ragged
 // groups, masked and dense rows, silu_and_mul, f32 output, k == 0.
+// Extra shapes for the persistent decode config 9: CTAs with many tiles each (the
+// pipeline streams across tile boundaries, the next tile's loads under the current
+// tile's epilogue), tiles of 1-32 rows, empty groups between full ones, k off the
+// 128-element stage, silu, masked and dense rows, f32 output, and more groups than the
+// shared table holds (1500: config 4 runs it).
+std::vector<GemmCase> persistent_cases() {
+  using R = detail::GemmRows;
+  const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
+  const Activation none = Activation::kNone, silu = Activation::kSiluAndMul;
+  std::vector<GemmCase> v;
+  v.push_back({"persistent_many_tiles", bf, bf, none, R::kContiguous, 1, random_counts(256, 0, 40),
+               0, 2048, 520});
+  v.push_back({"persistent_silu_f32out", f16, f32, silu, R::kContiguous, 1,
+               random_counts(96, 0, 70), 0, 1000, 392});
+  v.push_back(
+      {"persistent_masked", bf, bf, silu, R::kMasked, 1, {16, 0, 32, 1, 0, 33, 31}, 40, 1536, 264});
+  v.push_back({"persistent_dense_one_tile_per_cta", bf, bf, none, R::kDense, 1, {19}, 0, 264, 136});
+  v.push_back({"persistent_1500_groups", bf, bf, none, R::kContiguous, 1, random_counts(1500, 0, 2),
+               0, 136, 64});
+  return v;
+}
+
+TEST(GemmGpu, DecodePersistentMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (const GemmCase& c : persistent_cases()) run_case(c, detail::kGemmConfigDecodePersistent);
+}
+
 TEST(GemmGpu, SplitKMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   using R = detail::GemmRows;

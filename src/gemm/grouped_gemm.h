@@ -95,7 +95,12 @@ enum GemmConfig : int {
   // m-tile pairs (b multicast).
   kGemmConfigSm90PairN = 7,
   kGemmConfigSm90PingpongPairM = 8,
-  kGemmConfigCount = 9,
+  // Config 4's stream tiles on a persistent grid (2 CTAs per SM walking the tiles, the
+  // group table built once per CTA, one cp.async stream over all of a CTA's tiles):
+  // docs/gemm.md "Persistent decode tiles". Forcible only (not yet measured); k == 0 or
+  // more than 1024 groups run config 4.
+  kGemmConfigDecodePersistent = 9,
+  kGemmConfigCount = 10,
 };
 
 // The config run_grouped_gemm would pick for `problem` (problem.config, else the

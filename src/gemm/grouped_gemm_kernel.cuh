@@ -26,19 +26,14 @@ struct GemmParams {
   int b_evict_first;  // b (weight) loads marked L2 evict-first (gemm_b_evict_first)
 };
 
-// One tile's mainloop over k-slices [kt_begin, kt_end) (of BK_BYTES each) into acc
-// (zeroed here). Shared by the plain kernel (all of k) and the split-K kernel. kPdl:
-// the kernel's PDL role (mainloop.cuh run_pipeline_pdl); kPdlNone is today's pipeline.
-template <class Cfg, class In, class Mma, int kPdl = kPdlNone>
-__device__ __forceinline__ void tile_mainloop(const GemmParams& p, const TileCoord& t,
-                                              uint8_t* smem, float (&acc)[Cfg::MF][Cfg::NF][4],
-                                              int kt_begin, int kt_end) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
+// Points the loader of thread threadIdx.x at tile t's a rows and b rows (null: a row
+// past the group or a column past n, zero-filled).
+template <class Cfg, class In>
+__device__ __forceinline__ void setup_loader(const GemmParams& p, const TileCoord& t,
+                                             TileLoader<Cfg>& loader) {
+  const int tid = threadIdx.x;
   const bool silu = p.silu != 0;
   const int64_t k_bytes = p.k * static_cast<int64_t>(sizeof(In));
-
-  TileLoader<Cfg> loader;
   loader.fallback = static_cast<const char*>(p.a);
   loader.k_bytes = k_bytes;
   loader.chunk = tid % Cfg::CHUNKS;
@@ -70,6 +65,20 @@ __device__ __forceinline__ void tile_mainloop(const GemmParams& p, const TileCoo
     }
     loader.b_row[i] = col < p.n ? b_group + b_row * k_bytes : nullptr;
   }
+}
+
+// One tile's mainloop over k-slices [kt_begin, kt_end) (of BK_BYTES each) into acc
+// (zeroed here). Shared by the plain kernel (all of k) and the split-K kernel. kPdl:
+// the kernel's PDL role (mainloop.cuh run_pipeline_pdl); kPdlNone is today's pipeline.
+template <class Cfg, class In, class Mma, int kPdl = kPdlNone>
+__device__ __forceinline__ void tile_mainloop(const GemmParams& p, const TileCoord& t,
+                                              uint8_t* smem, float (&acc)[Cfg::MF][Cfg::NF][4],
+                                              int kt_begin, int kt_end) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
+
+  TileLoader<Cfg> loader;
+  setup_loader<Cfg, In>(p, t, loader);
 
 #pragma unroll
   for (int mf = 0; mf < Cfg::MF; ++mf)

@@ -7,6 +7,7 @@
 #include "gemm/configs.cuh"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_kernel.cuh"
+#include "gemm/persistent_kernel.cuh"
 #include "gemm/splitk_kernel.cuh"
 
 namespace moekit::detail::gemm {
@@ -130,6 +131,18 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
     launch(PrefillConfig{});
   } else if (config == kGemmConfigDecodeStream) {
     launch_decode(DecodeStreamConfig{});
+  } else if (config == kGemmConfigDecodePersistent) {
+    if (prob.k > 0 && p.rows.num_groups <= kPersistentMaxGroups) {
+      if (f32_out) {
+        launch_grouped_gemm_persistent<DecodeStreamConfig, In, float, Mma>(p, split_k_sm_count(),
+                                                                           stream, op);
+      } else {
+        launch_grouped_gemm_persistent<DecodeStreamConfig, In, In, Mma>(p, split_k_sm_count(),
+                                                                        stream, op);
+      }
+    } else {
+      launch(DecodeStreamConfig{});  // config 4's one-CTA-per-tile kernel
+    }
   } else if (config == kGemmConfigDecodeStreamDeep) {
     launch_decode(DecodeStreamDeepConfig{});
   } else if (config == kGemmConfigDecodeSplitK) {

@@ -110,8 +110,9 @@ __device__ bool find_tile(const RowsDesc& d, int BM, int n_tiles, int64_t tile_i
   return true;
 }
 
-// Host side: how many tiles to launch (an upper bound of the real count).
-inline int64_t max_tiles(const RowsDesc& d, int BM, int n_tiles) {
+// How many tiles to launch (an upper bound of the real count); the persistent kernel
+// also caps its device-side count with it.
+__host__ __device__ inline int64_t max_tiles(const RowsDesc& d, int BM, int n_tiles) {
   int64_t m_tiles = 0;
   if (d.mode == kRowsContiguous) {
     // Each group wastes at most one partial tile: sum ceil(c_g/BM) <= P/BM + G.
