@@ -56,7 +56,6 @@
 #include "gemm/sm90_schedule.cuh"  // build_tile_schedule, Tile, locate_tile
 #include "gemm/sm90_tile_math.h"
 #include "gemm/tile_scheduler.cuh"
-#include "gemm/tma_desc.h"
 #include "moekit/error.h"
 
 namespace moekit::detail::gemm::sm90 {
@@ -75,10 +74,6 @@ struct Knobs {
   int l2 = env_knob("MOEKIT_SM90_L2", -1);
   int hints = env_knob("MOEKIT_SM90_HINTS", -1);
   int epi = env_knob("MOEKIT_SM90_EPI", 1);
-  // b L2 prefetch (experiment, off by default): MOEKIT_SM90_PF = distance in k stages
-  // ahead of the loads, MOEKIT_SM90_PF_COLS = elements per row and prefetch (64..256).
-  int pf = env_knob("MOEKIT_SM90_PF", 0);
-  int pf_cols = env_knob("MOEKIT_SM90_PF_COLS", 256);
 };
 inline const Knobs& knobs() {
   static const Knobs k;
@@ -226,10 +221,6 @@ struct Params {
   int silu;
   int tile_bound;  // the host's upper bound of (pair) tiles (the grid walks at most this many)
   uint64_t hint_a, hint_b;  // TMA L2 cache hints (TMA::CacheHintSm90 values)
-  // b's L2 prefetch (MOEKIT_SM90_PF): boxes of B_BOX rows x pf_stages * BK columns, one
-  // per b box every pf_stages stages, pf_dist stages ahead. pf_dist == 0: off.
-  CUtensorMap pf_b;  // 64-byte aligned by its type
-  int pf_dist, pf_stages;
 };
 
 // VEC_EPI: 1 = 16-byte stores of whole 8-column blocks after a quad transpose
@@ -401,14 +392,6 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
                                               : cute::TMA::CacheHintSm90::EVICT_NORMAL);
   p.hint_b = static_cast<uint64_t>(hints != 0 ? cute::TMA::CacheHintSm90::EVICT_FIRST
                                               : cute::TMA::CacheHintSm90::EVICT_NORMAL);
-  const int pf_stages = knobs().pf_cols / Cfg::BK;
-  p.pf_dist = 0;
-  p.pf_stages = 1;
-  if (knobs().pf > 0 && pf_stages >= 1 && pf_stages * Cfg::BK <= 256) {
-    p.pf_b = make_tma_prefetch_3d_b16(b, G, b_rows, prob.k, Cfg::B_BOX, pf_stages * Cfg::BK);
-    p.pf_dist = knobs().pf;
-    p.pf_stages = pf_stages;
-  }
   return tiles;
 }
 

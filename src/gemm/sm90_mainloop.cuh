@@ -53,22 +53,7 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
     auto [tBgB1, tBsB1] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
                                         group_modes<0, 2>(gB1));
     (void)tBsB1;
-    // b's L2 prefetch (MOEKIT_SM90_PF, experiment): wider rows per DRAM request than a
-    // 128-byte load box. At the tile's start it covers stages [0, dist + chunk), then one
-    // chunk per chunk of stages, dist stages ahead. Paired configs: not prefetched.
-    auto prefetch_b = [&](int kt0, int kt1) {
-      if constexpr (Cfg::PAIR == kPairNone) {
-        for (int kt = kt0; kt < kt1 && kt < k_tiles; kt += p.pf_stages) {
-          SM90_TMA_LOAD_3D::PREFETCH::copy(&p.pf_b, kt * BK, t.b_row0, t.group);
-          SM90_TMA_LOAD_3D::PREFETCH::copy(&p.pf_b, kt * BK, t.b_row1, t.group);
-        }
-      }
-    };
-    if (p.pf_dist > 0) prefetch_b(0, p.pf_dist + p.pf_stages);
     for (int kt = 0; kt < k_tiles; ++kt) {
-      if (p.pf_dist > 0 && kt > 0 && kt % p.pf_stages == 0) {
-        prefetch_b(kt + p.pf_dist, kt + p.pf_dist + 1);
-      }
       pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
       auto* bar = pipeline.producer_get_barrier(write);
       const int s = write.index();

@@ -48,28 +48,4 @@ CUtensorMap make_tma_2d_b16(const void* base, int64_t rows, int64_t cols, int bo
   return map;
 }
 
-CUtensorMap make_tma_prefetch_3d_b16(const void* base, int64_t l, int64_t rows, int64_t cols,
-                                     int box_rows, int box_cols) {
-  CUtensorMap map{};
-  PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
-  if (!encode) throw Error("moekit: cuTensorMapEncodeTiled is not available from the driver");
-  cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows),
-                        static_cast<cuuint64_t>(l)};
-  cuuint64_t strides[2] = {static_cast<cuuint64_t>(cols) * 2,
-                           static_cast<cuuint64_t>(cols) * static_cast<cuuint64_t>(rows) * 2};
-  cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
-  cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r =
-      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box,
-             elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    throw Error("moekit: cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) +
-                ") for a prefetch view of a [" + std::to_string(l) + ", " + std::to_string(rows) +
-                ", " + std::to_string(cols) + "] tensor, box " + std::to_string(box_rows) + " x " +
-                std::to_string(box_cols));
-  }
-  return map;
-}
-
 }  // namespace moekit::detail

@@ -15,11 +15,4 @@ namespace moekit::detail {
 // base % 16 == 0 and cols % 8 == 0. Throws moekit::Error if the driver refuses.
 CUtensorMap make_tma_2d_b16(const void* base, int64_t rows, int64_t cols, int box_rows);
 
-// An L2-prefetch-only descriptor over a row-major [l, rows, cols] tensor of 2-byte
-// elements: boxes of box_rows x box_cols (box_cols <= 256), no swizzle, L2 promotion
-// 256 bytes. For `cp.async.bulk.prefetch.tensor`, which fetches a box's rows into L2
-// box_cols * 2 bytes at a time (a load box is 128 bytes wide). Throws moekit::Error.
-CUtensorMap make_tma_prefetch_3d_b16(const void* base, int64_t l, int64_t rows, int64_t cols,
-                                     int box_rows, int box_cols);
-
 }  // namespace moekit::detail
