@@ -199,7 +199,6 @@ dg::Params gemm_params(const void* x, const void* w, void* out, int64_t T, int64
           pl.k_slice + dg::kXPad,
           pdl,
           0,
-          0,
           0};
 }
 
@@ -218,8 +217,6 @@ void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gat
   static const int x_first_env = env_int("MOEKIT_DIRECT_XFIRST", -1);
   pu.x_first = x_first_env >= 0 ? x_first_env : up.tn == 32;
   pd.x_first = x_first_env >= 0 ? x_first_env : down.tn == 32;
-  static const int roll = env_int("MOEKIT_DIRECT_ROLL", 0);  // experiment: rolling prefetch
-  pu.roll = pd.roll = roll;
   pu.prefetch = direct_prefetch_elems(true);
   pd.prefetch = direct_prefetch_elems(false);
   launch(prepared_kernel<E, Mma, E, true>(up.tn), up, pu, stream);

@@ -53,7 +53,6 @@ struct Params {
   int pdl;       // kPdlNone / kPdlFirst / kPdlSecond
   int prefetch;  // weight elements per row and k slice prefetched into L2 first (x 8)
   int x_first;   // not kPdlSecond: issue x's copies before the first weight batch
-  int roll;      // keep prefetching `prefetch` elements ahead of the loads in the k loop
 };
 
 // Output columns per CTA: silu 8 per warp, plain 16 per warp.
@@ -191,12 +190,6 @@ __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
   // Two named register buffers (no copy between them: with one, ptxas allocated a single
   // set and issued each batch's loads only after the previous batch's mmas).
   for (int c = 0; c < chunks; c += 2 * B) {
-    if (p.roll && q == 0) {  // the next 2B chunks, `prefetch` elements ahead
-      const int kk = c * kChunkK + p.prefetch;
-      const int n = min(2 * B * kChunkK, kend - k0 - kk);
-      if (n > 0 && ok0) bulk_prefetch_l2(w0 + kk, n * static_cast<int>(sizeof(T)));
-      if (n > 0 && ok1) bulk_prefetch_l2(w1 + kk, n * static_cast<int>(sizeof(T)));
-    }
     uint4 nxt0[B], nxt1[B];
     load(nxt0, nxt1, c + B);
     compute(cur0, cur1, c);
