@@ -363,8 +363,16 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
   p.m = 8192;  // 32 rows per expert
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
-  p.k = 2048;  // shorter k (ds-v3 down's): the 2-stage stream tiles
+  p.k = 2048;  // short k (ds-v3 down's): the stream tiles on the persistent grid
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodePersistent);
+  p.split_k = 2;  // a split asked for: config 4's split kernel
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStream);
+  p.split_k = 0;
+  p.num_groups = detail::kGemmPersistentMaxGroups + 1;  // past the kernel's group table
+  p.m = 32 * p.num_groups;
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStream);
+  p.num_groups = 256;
+  p.m = 8192;
   p.k = 4096;  // qwen3-235b up: still the 2-stage tiles (deep from k > 4096)
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStream);
   p.k = 7168;

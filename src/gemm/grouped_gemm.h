@@ -97,11 +97,14 @@ enum GemmConfig : int {
   kGemmConfigSm90PingpongPairM = 8,
   // Config 4's stream tiles on a persistent grid (2 CTAs per SM walking the tiles, the
   // group table built once per CTA, one cp.async stream over all of a CTA's tiles):
-  // docs/gemm.md "Persistent decode tiles". Forcible only (not yet measured); k == 0 or
-  // more than 1024 groups run config 4.
+  // docs/gemm.md "Persistent decode tiles". The heuristic's pick for short-k grouped
+  // decode GEMMs; k == 0 or more than kGemmPersistentMaxGroups groups run config 4.
   kGemmConfigDecodePersistent = 9,
   kGemmConfigCount = 10,
 };
+
+// Groups config 9's shared-memory group table holds.
+constexpr int kGemmPersistentMaxGroups = 1024;
 
 // The config run_grouped_gemm would pick for `problem` (problem.config, else the
 // MOEKIT_GEMM_CONFIG environment variable, else the heuristic).

@@ -24,7 +24,7 @@
 namespace moekit::detail::gemm {
 
 // Groups the shared-memory table holds; more groups take config 4 (the host decides).
-constexpr int kPersistentMaxGroups = 1024;
+constexpr int kPersistentMaxGroups = kGemmPersistentMaxGroups;
 
 struct PersistentGroupTable {
   int64_t first[kPersistentMaxGroups];       // first flattened row of each group
