@@ -104,7 +104,8 @@ TEST(GemmPdl, ChainsOnlyDecodeRegimeMmaSyncConfigs) {
   // Prefill-sized MLPs take the SM90 kernels: not chained.
   MlpPair prefill = dense_mlp(4096, 7168, 2048);
   EXPECT_FALSE(detail::gemm_pdl_chain(prefill.up, prefill.down));
-  // Routed experts (contiguous): chained when both take the decode tiles.
+  // Routed experts (contiguous): chained when both take the decode tiles; short-k
+  // stream GEMMs take the persistent config 9, which has no PDL variant.
   MlpPair routed = dense_mlp(0, 2048, 768);
   for (detail::GroupedGemmProblem* q : {&routed.up, &routed.down}) {
     q->rows = detail::GemmRows::kContiguous;
@@ -113,7 +114,11 @@ TEST(GemmPdl, ChainsOnlyDecodeRegimeMmaSyncConfigs) {
     q->alignment = 1;
     q->routed_counts = true;
   }
+  EXPECT_EQ(detail::select_grouped_gemm_config(routed.up), detail::kGemmConfigDecodePersistent);
+  EXPECT_FALSE(detail::gemm_pdl_chain(routed.up, routed.down));
+  routed.up.config = routed.down.config = detail::kGemmConfigDecodeStream;
   EXPECT_TRUE(detail::gemm_pdl_chain(routed.up, routed.down));
+  routed.up.config = routed.down.config = -1;
 
   // A GEMM that launches nothing: no chain (the second GEMM's pre-wait loads rely on
   // the first one being its stream predecessor).
