@@ -66,6 +66,14 @@ bool persistent_decode_enabled() {
   return on;
 }
 
+bool small_stream_enabled() {
+  static const bool on = [] {
+    const char* s = std::getenv("MOEKIT_GEMM_SMALL_STREAM");
+    return !(s && std::strcmp(s, "0") == 0);
+  }();
+  return on;
+}
+
 }  // namespace
 
 int select_grouped_gemm_config(const GroupedGemmProblem& p) {
@@ -147,6 +155,16 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
         groups <= kGemmPersistentMaxGroups && persistent_decode_enabled()) {
       return kGemmConfigDecodePersistent;
     }
+    return kGemmConfigDecodeStream;
+  }
+  // Under 4 waves, standalone contiguous GEMMs whose groups all hold rows (>= 16 per
+  // group on average) stream 256 bytes per row too (H200, session 4, three interleaved
+  // reps: qwen3-30b routed256, 16 experts x 16 rows, k 2048: 0.0348-0.0350 vs
+  // 0.0353-0.0356 ms on config 0). Nearly empty groups keep config 0 (ep8-decode, 8
+  // rows over 16 experts: 0.0177 vs 0.0206-0.0213 on config 4). Measured at k 2048 only;
+  // MOEKIT_GEMM_SMALL_STREAM=0 turns it off.
+  if (config == kGemmConfigDecode && p.rows == GemmRows::kContiguous && !p.routed_counts &&
+      rows_per_group >= 16 && p.k > 0 && p.k <= 2048 && small_stream_enabled()) {
     return kGemmConfigDecodeStream;
   }
   return config;
