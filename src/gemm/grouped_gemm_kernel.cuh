@@ -161,20 +161,31 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   grouped_gemm_body<Cfg, In, Out, Mma, kPdl>(p, smem);
 }
 
+// The host's upper bound of Cfg's tiles for p (no sync on the metadata), with
+// p.n_tiles set; <= 0: nothing to launch. Throws when tiles x split (the CTAs of a
+// split-K launch) passes 32-bit ids.
+template <class Cfg>
+int64_t launch_tile_bound(GemmParams& p, const char* op, int split = 1) {
+  const int64_t out_cols_per_tile = p.silu ? Cfg::BN / 2 : Cfg::BN;
+  const int64_t n_tiles = (p.n + out_cols_per_tile - 1) / out_cols_per_tile;
+  const int64_t tiles = max_tiles(p.rows, Cfg::BM, static_cast<int>(n_tiles));
+  if (tiles <= 0) return 0;
+  if (n_tiles > INT_MAX || tiles * split > INT_MAX) {
+    throw Error(std::string("moekit::") + op + ": problem too large for one launch (" +
+                std::to_string(tiles) + " tiles" +
+                (split > 1 ? " x split " + std::to_string(split) : std::string()) + ")");
+  }
+  p.n_tiles = static_cast<int>(n_tiles);
+  return tiles;
+}
+
 // Launches the kernel over an upper bound of tiles (no host sync on the metadata);
 // kPdl != kPdlNone: grouped_gemm_pdl_kernel with the programmatic-stream-serialization
 // attribute.
 template <class Cfg, class In, class Out, class Mma, int kPdl = kPdlNone>
 void launch_grouped_gemm_kernel(GemmParams p, cudaStream_t stream, const char* op) {
-  const int64_t out_cols_per_tile = p.silu ? Cfg::BN / 2 : Cfg::BN;
-  const int64_t n_tiles = (p.n + out_cols_per_tile - 1) / out_cols_per_tile;
-  const int64_t tiles = max_tiles(p.rows, Cfg::BM, static_cast<int>(n_tiles));
+  const int64_t tiles = launch_tile_bound<Cfg>(p, op);
   if (tiles <= 0) return;
-  if (n_tiles > INT_MAX || tiles > INT_MAX) {
-    throw Error(std::string("moekit::") + op + ": problem too large for one launch (" +
-                std::to_string(tiles) + " tiles)");
-  }
-  p.n_tiles = static_cast<int>(n_tiles);
   if constexpr (kPdl == kPdlNone) {
     auto kernel = grouped_gemm_kernel<Cfg, In, Out, Mma>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);

@@ -183,15 +183,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 // num_groups <= kPersistentMaxGroups (the caller checks).
 template <class Cfg, class In, class Out, class Mma>
 void launch_grouped_gemm_persistent(GemmParams p, int sms, cudaStream_t stream, const char* op) {
-  const int64_t out_cols_per_tile = p.silu ? Cfg::BN / 2 : Cfg::BN;
-  const int64_t n_tiles = (p.n + out_cols_per_tile - 1) / out_cols_per_tile;
-  const int64_t tiles = max_tiles(p.rows, Cfg::BM, static_cast<int>(n_tiles));
+  const int64_t tiles = launch_tile_bound<Cfg>(p, op);
   if (tiles <= 0) return;
-  if (n_tiles > INT_MAX || tiles > INT_MAX) {
-    throw Error(std::string("moekit::") + op + ": problem too large for one launch (" +
-                std::to_string(tiles) + " tiles)");
-  }
-  p.n_tiles = static_cast<int>(n_tiles);
   const int64_t grid = std::min<int64_t>(tiles, static_cast<int64_t>(sms) * Cfg::MIN_BLOCKS);
   auto kernel = grouped_gemm_persistent_kernel<Cfg, In, Out, Mma>;
   constexpr int smem = persistent_smem_bytes<Cfg>();

@@ -127,15 +127,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
 // programmatic-stream-serialization attributes in one cudaLaunchKernelEx.
 template <class Cfg, class In, class Out, class Mma, int kPdl = kPdlNone>
 void launch_grouped_gemm_splitk(GemmParams p, int split, cudaStream_t stream, const char* op) {
-  const int64_t out_cols_per_tile = p.silu ? Cfg::BN / 2 : Cfg::BN;
-  const int64_t n_tiles = (p.n + out_cols_per_tile - 1) / out_cols_per_tile;
-  const int64_t tiles = max_tiles(p.rows, Cfg::BM, static_cast<int>(n_tiles));
+  const int64_t tiles = launch_tile_bound<Cfg>(p, op, split);
   if (tiles <= 0) return;
-  if (n_tiles > INT_MAX || tiles * split > INT_MAX) {
-    throw Error(std::string("moekit::") + op + ": problem too large for one launch (" +
-                std::to_string(tiles) + " tiles x split " + std::to_string(split) + ")");
-  }
-  p.n_tiles = static_cast<int>(n_tiles);
   void (*kernel)(GemmParams, int) = nullptr;
   if constexpr (kPdl == kPdlNone) {
     kernel = grouped_gemm_splitk_kernel<Cfg, In, Out, Mma>;
