@@ -58,19 +58,17 @@ int pick(int64_t rows_per_group, int64_t decode_max_rows, int64_t groups, int64_
   return 1;
 }
 
+// A heuristic rule's off switch: on unless the variable reads "0".
+bool rule_on(const char* env) {
+  const char* s = std::getenv(env);
+  return !(s && std::strcmp(s, "0") == 0);
+}
 bool persistent_decode_enabled() {
-  static const bool on = [] {
-    const char* s = std::getenv("MOEKIT_GEMM_PERSISTENT");
-    return !(s && std::strcmp(s, "0") == 0);
-  }();
+  static const bool on = rule_on("MOEKIT_GEMM_PERSISTENT");
   return on;
 }
-
 bool small_stream_enabled() {
-  static const bool on = [] {
-    const char* s = std::getenv("MOEKIT_GEMM_SMALL_STREAM");
-    return !(s && std::strcmp(s, "0") == 0);
-  }();
+  static const bool on = rule_on("MOEKIT_GEMM_SMALL_STREAM");
   return on;
 }
 
