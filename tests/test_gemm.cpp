@@ -413,24 +413,6 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   p.k = 0;  // no TMA descriptor for k == 0: the mma.sync prefill config
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
 
-  // Under 4 waves (qwen3-30b routed256: 16 experts x 16 rows, n 1536, k 2048): the
-  // stream tiles when every group holds rows; nearly empty groups (ep8 decode) config 0.
-  detail::GroupedGemmProblem small;
-  small.rows = detail::GemmRows::kContiguous;
-  small.num_groups = 16;
-  small.n = 1536;
-  small.k = 2048;
-  small.m = 256;
-  EXPECT_EQ(detail::select_grouped_gemm_config(small), detail::kGemmConfigDecodeStream);
-  small.m = 8;
-  EXPECT_EQ(detail::select_grouped_gemm_config(small), detail::kGemmConfigDecode);
-  small.m = 256;
-  small.routed_counts = true;  // the fused layers' counts: their own rule (SM90 from 12)
-  EXPECT_EQ(detail::select_grouped_gemm_config(small), detail::kGemmConfigSm90);
-  small.routed_counts = false;
-  small.k = 4096;  // measured at k 2048 only
-  EXPECT_EQ(detail::select_grouped_gemm_config(small), detail::kGemmConfigDecode);
-
   detail::GroupedGemmProblem dense;
   dense.rows = detail::GemmRows::kDense;
   dense.n = 512;
@@ -497,6 +479,15 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   few.n = 1536;
   few.k = 2048;
   few.m = 8;
+  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecode);
+  // Still under 4 waves, but every group holds rows (routed256: 16 rows per expert):
+  // the 256-byte stream tiles.
+  few.m = 256;
+  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecodeStream);
+  few.routed_counts = true;  // the fused layers' counts: their own rule (SM90 from 12)
+  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigSm90);
+  few.routed_counts = false;
+  few.k = 4096;  // measured at k 2048 only
   EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecode);
 
   detail::GroupedGemmFP8Problem f;
