@@ -86,10 +86,10 @@ struct Fp8Params {
   RowsDesc rows;         // masked: the device counts (clamped to [0, max_m] where read)
   int max_m;
   int n, k;
-  static constexpr int silu = 0;  // for locate_tile
-  int k_blocks, n_tiles;          // n_tiles == n_blocks (BN = 128)
-  int tile_bound;                 // the host's upper bound of tiles
-  uint64_t hint_a, hint_b;
+  static constexpr int silu = 0;        // for locate_tile
+  int k_blocks, n_tiles;                // n_tiles == n_blocks (BN = 128)
+  int tile_bound;                       // the host's upper bound of tiles
+  uint64_t hint_a, hint_b, hint_b_odd;  // hint_b_odd: b's odd k blocks (as config 2)
 };
 
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
@@ -127,7 +127,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       Tensor sA = make_tensor(make_smem_ptr(ss.a), Cfg::SmemLayoutABoxes{});
       Tensor sB = make_tensor(make_smem_ptr(ss.b), Cfg::SmemLayoutB{});
       const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
-      const auto hint_b = static_cast<TMA::CacheHintSm90>(p.hint_b);
+      const auto hint_b_even = static_cast<TMA::CacheHintSm90>(p.hint_b);
+      const auto hint_b_odd = static_cast<TMA::CacheHintSm90>(p.hint_b_odd);
       PipelineState write = cutlass::make_producer_start_state<Pipeline>();
       for (int id = blockIdx.x; id < total; id += gridDim.x) {
         const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
@@ -152,6 +153,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           if (second_a) pipeline.producer_expect_transaction(write, Cfg::A_BOX_BYTES);
           auto* bar = pipeline.producer_get_barrier(write);
           const int s = write.index();
+          const auto hint_b = kb & 1 ? hint_b_odd : hint_b_even;
           copy(p.tma_b.with(*bar, 0, hint_b), tBgB(_, kb), tBsB(_, s));
           copy(p.tma_a.with(*bar, 0, hint_a), tAgA0(_, kb), tAsA(_, 2 * s));
           if (second_a) copy(p.tma_a.with(*bar, 0, hint_a), tAgA1(_, kb), tAsA(_, 2 * s + 1));
@@ -372,13 +374,12 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   p.k_blocks = static_cast<int>((prob.k + Cfg::BK - 1) / Cfg::BK);
   p.n_tiles = static_cast<int>(n_tiles);
   p.tile_bound = static_cast<int>(tiles);
-  // MOEKIT_SM90_HINTS as for the bf16 config's masked rows (default: no hints).
-  const int hints = cache_hints(gemm::kRowsMasked);
-  p.hint_a = static_cast<uint64_t>(hints == 1 ? cute::TMA::CacheHintSm90::EVICT_LAST
-                                              : cute::TMA::CacheHintSm90::EVICT_NORMAL);
-  p.hint_b = static_cast<uint64_t>(hints != 0 ? cute::TMA::CacheHintSm90::EVICT_FIRST
-                                              : cute::TMA::CacheHintSm90::EVICT_NORMAL);
-
+  // MOEKIT_SM90_HINTS as for the bf16 config's masked rows (3: b EVICT_FIRST on odd k
+  // blocks; H200: the 14 FP8 rows equal or up to 3% faster than with no hints).
+  const TmaHints h = tma_hints(cache_hints(gemm::kRowsMasked));
+  p.hint_a = h.a;
+  p.hint_b = h.b_even;
+  p.hint_b_odd = h.b_odd;
   const int smem = static_cast<int>(sizeof(Fp8Storage));
   auto kernel = sm90_fp8_grouped_gemm_kernel;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

@@ -34,7 +34,8 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
   Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
   auto write = cutlass::make_producer_start_state<Pipeline>();
   const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
-  const auto hint_b = static_cast<TMA::CacheHintSm90>(p.hint_b);
+  const auto hint_b_even = static_cast<TMA::CacheHintSm90>(p.hint_b);
+  const auto hint_b_odd = static_cast<TMA::CacheHintSm90>(p.hint_b_odd);
   for (int id = walk.first; id < total; id += walk.stride) {
     const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, rank);
     // (box rows, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
@@ -57,6 +58,7 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
       pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
       auto* bar = pipeline.producer_get_barrier(write);
       const int s = write.index();
+      const auto hint_b = kt & 1 ? hint_b_odd : hint_b_even;
       // Boxes past the tensor's edges are zero-filled and still count their full bytes.
       if constexpr (Cfg::PAIR == kPairN) {
         copy(p.tma_a.with(*bar, kBoth, hint_a), tAgA(_, kt), tAsA(_, 2 * s + rank));
