@@ -61,31 +61,6 @@ constexpr int cols_per_cta() {
   return kSilu ? 8 * kWarps : 16 * kWarps;
 }
 
-// 16 weight bytes, or zeros when !valid. The load is predicated inside the asm (no
-// branch): with a branch per load ptxas sank the next batch's loads below the current
-// batch's mmas, leaving one batch in flight.
-__device__ __forceinline__ uint4 ld_weights(const void* p, bool valid, uint64_t policy) {
-  uint4 v;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %5, 0;\n"
-      "mov.b32 %0, 0;\n"
-      "mov.b32 %1, 0;\n"
-      "mov.b32 %2, 0;\n"
-      "mov.b32 %3, 0;\n"
-      "@p ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %6;\n"
-      "}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(static_cast<int>(valid)), "l"(policy));
-  return v;
-}
-
-// [p, p + bytes) into L2 (16-byte aligned, bytes a multiple of 16).
-__device__ __forceinline__ void bulk_prefetch_l2(const void* p, int bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-}
-
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"

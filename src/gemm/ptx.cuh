@@ -1,5 +1,6 @@
-// Thin wrappers over the sm_80+/sm_89+ PTX the grouped-GEMM kernels use:
-// cp.async (16-byte global->shared copies with zero fill), ldmatrix and mma.sync.
+// Thin wrappers over the sm_80+/sm_90 PTX the GEMM kernels use: cp.async (16-byte
+// global->shared copies with zero fill), ldmatrix, mma.sync, streamed weight loads and
+// L2 bulk prefetches.
 #pragma once
 
 #include <cstdint>
@@ -87,5 +88,30 @@ struct MmaE4M3 {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   }
 };
+
+// 16 weight bytes, or zeros when !valid. The load is predicated inside the asm (no
+// branch): with a branch per load ptxas sank the next batch's loads below the current
+// batch's mmas, leaving one batch in flight.
+__device__ __forceinline__ uint4 ld_weights(const void* p, bool valid, uint64_t policy) {
+  uint4 v;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %5, 0;\n"
+      "mov.b32 %0, 0;\n"
+      "mov.b32 %1, 0;\n"
+      "mov.b32 %2, 0;\n"
+      "mov.b32 %3, 0;\n"
+      "@p ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %6;\n"
+      "}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(valid)), "l"(policy));
+  return v;
+}
+
+// [p, p + bytes) into L2 (16-byte aligned, bytes a multiple of 16).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* p, int bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+}
 
 }  // namespace moekit::detail::gemm

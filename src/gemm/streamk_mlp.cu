@@ -136,6 +136,7 @@ int dense_mlp_forced_path() {
     const char* s = std::getenv("MOEKIT_DENSE_MLP");
     if (!s || !*s) return 0;
     if (std::strcmp(s, "streamk") == 0) return 1;
+    if (std::strcmp(s, "gemv") == 0) return 4;
     return std::strcmp(s, "direct") == 0 ? 3 : 2;
   }();
   return env;

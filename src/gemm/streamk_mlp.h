@@ -21,11 +21,11 @@ constexpr int64_t kStreamkMlpMaxTokens = 64;
 size_t streamk_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S);
 
 // Which dense-MLP path run_dense_mlp takes (src/moe/expert_mlp.cpp): 0 = default (the
-// MOEKIT_DENSE_MLP environment variable, `gemm`, `streamk` or `direct`; unset = the
-// direct kernels where they run, else stream-K for MLPs of >= kStreamkMlpMinWeightBytes
-// of weights, else the GEMMs), 1 = stream-K, 2 = the two grouped GEMMs, 3 = direct. A
-// test / benchmark knob (not thread-safe). A forced path that cannot run a shape falls
-// back to the GEMMs.
+// MOEKIT_DENSE_MLP environment variable, `gemm`, `streamk`, `direct` or `gemv`; unset =
+// the GEMV kernels at one token, the direct kernels where they run, else stream-K for
+// MLPs of >= kStreamkMlpMinWeightBytes of weights, else the GEMMs), 1 = stream-K, 2 = the
+// two grouped GEMMs, 3 = direct, 4 = GEMV. A test / benchmark knob (not thread-safe). A
+// forced path that cannot run a shape falls back to the GEMMs.
 int& dense_mlp_path_override();
 // The override, else the environment's path, else 0.
 int dense_mlp_forced_path();

@@ -2,6 +2,7 @@
 // silu_and_mul epilogue into a workspace activation buffer, then down), run by
 // run_grouped_gemm_pair (a PDL chain when MOEKIT_GEMM_PDL=1 and both take a decode config).
 #include "gemm/direct_mlp.h"
+#include "gemm/gemv_mlp.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/streamk_mlp.h"
 #include "moe/moe_internal.h"
@@ -131,6 +132,10 @@ void* take_dense_mlp_scratch(WorkspaceCarver& ws, DType dtype, int64_t T, int64_
 void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                    const void* w_gate_up, const void* w_down, void* act, void* out, DType out_dtype,
                    void* streamk_scratch, cudaStream_t stream) {
+  if (gemv_mlp_preferred(T, H, S) && gemv_mlp_supported(dtype, T, H, S)) {
+    run_gemv_mlp(dtype, x, T, H, S, w_gate_up, w_down, act, out, out_dtype, stream);
+    return;
+  }
   if (direct_mlp_preferred(T, H, S) && direct_mlp_supported(dtype, T, H, S)) {
     run_direct_mlp(dtype, x, T, H, S, w_gate_up, w_down, act, out, out_dtype, stream);
     return;
