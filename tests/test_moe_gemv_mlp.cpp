@@ -149,14 +149,16 @@ TEST(GemvMlpGpu, BackToBackGraphReplays) {
   cudaStreamDestroy(stream);
 }
 
-// The default: every one-token MLP (docs/gemm.md "GEMV MLP"); forced paths win.
+// The measured default (docs/gemm.md "GEMV MLP"): one token on MLPs of >= 256 MB of
+// weights (stream-K's before); forced paths win.
 TEST(GemvMlp, DefaultPathRule) {
   Knobs knobs(0, 0);
   if (std::getenv("MOEKIT_DENSE_MLP"))
     GTEST_SKIP() << "MOEKIT_DENSE_MLP is set: the default is overridden";
-  EXPECT_TRUE(detail::gemv_mlp_preferred(1, 7168, 2048));    // ds-v3 t1
-  EXPECT_TRUE(detail::gemv_mlp_preferred(1, 7168, 18432));   // kimi-k2 t1
-  EXPECT_FALSE(detail::gemv_mlp_preferred(2, 7168, 2048));   // two tokens: direct
+  EXPECT_TRUE(detail::gemv_mlp_preferred(1, 7168, 18432));   // kimi-k2 t1, 793 MB
+  EXPECT_FALSE(detail::gemv_mlp_preferred(1, 7168, 2048));   // ds-v3 t1, 88 MB: direct
+  EXPECT_FALSE(detail::gemv_mlp_preferred(1, 5120, 1536));   // glm45 t1: direct
+  EXPECT_FALSE(detail::gemv_mlp_preferred(2, 7168, 18432));  // two tokens: stream-K
   EXPECT_FALSE(detail::gemv_mlp_preferred(32, 7168, 2048));  // direct
   detail::dense_mlp_path_override() = kGemvPath;
   EXPECT_TRUE(detail::gemv_mlp_preferred(1, 7168, 2048));

@@ -85,11 +85,9 @@ bool gemv_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S) {
 }
 
 bool gemv_mlp_preferred(int64_t T, int64_t H, int64_t S) {
-  (void)H;
-  (void)S;
   const int forced = dense_mlp_forced_path();
   if (forced != 0) return forced == 4;
-  return T == 1;
+  return T == 1 && 3 * H * S * 2 >= kStreamkMlpMinWeightBytes;  // 2-byte gate, up, down
 }
 
 void run_gemv_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
