@@ -7,9 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "core/pdl.h"
+#include "gemm/streamk_mlp.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"
@@ -107,5 +112,110 @@ struct MlpDevice {
       ASSERT_EQ(cudaMemset(args.workspace.data, kPoison, args.workspace.bytes), cudaSuccess);
   }
 };
+
+// Forces the dense-MLP path (detail::dense_mlp_path_override: 2 GEMMs, 3 direct, 4 GEMV)
+// and the PDL switch (0 default, 1 on, 2 off) for one scope.
+struct PathKnobs {
+  PathKnobs(int path_value, int pdl_value)
+      : path(detail::dense_mlp_path_override(), path_value),
+        pdl(detail::pdl_override(), pdl_value) {}
+  ScopedKnob path, pdl;
+};
+
+// The forced path against the reference on each case, PDL on and off (fresh device copies
+// with poisoned output and workspace each time). supported(dtype, T, H, S) must hold: the
+// path has to run these shapes on an sm_90 GPU, not fall back.
+template <class Supported>
+void expect_path_matches_reference(int path, const std::vector<MlpCase>& cases, uint64_t seed,
+                                   Supported supported) {
+  for (const MlpCase& c : cases) {
+    SCOPED_TRACE(name(c));
+    ASSERT_TRUE(supported(c.dt, c.T, c.H, c.S)) << "the forced path must run this shape";
+    const MlpInputs in(c, ++seed);
+    const HostTensor ref = in.reference(c);
+    for (int pdl : {1, 2}) {
+      SCOPED_TRACE(pdl == 1 ? "PDL on" : "PDL off");
+      PathKnobs knobs(path, pdl);
+      MlpDevice d(c, in);
+      shared_expert_mlp(d.args, nullptr);
+      sync_ok();
+      expect_close(d.out.download(), ref, c.dt, "shared_expert_mlp " + name(c));
+    }
+  }
+}
+
+// A path's f32-output entry (the fused layer's shared expert writes f32 for a later sum):
+// run(dtype, x, T, H, S, w_gate_up, w_down, act, out, out_dtype, stream), checked on each
+// case against the reference with poisoned act and out.
+template <class Run>
+void expect_f32_output_matches(std::initializer_list<MlpCase> cases, uint64_t seed, Run run) {
+  for (const MlpCase& c : cases) {
+    SCOPED_TRACE(name(c));
+    const MlpInputs in(c, ++seed);
+    const HostTensor ref = in.reference(c);
+    testing::DeviceTensor x(in.x), wgu(in.wgu), wd(in.wd);
+    testing::DeviceTensor act(c.dt, {c.T, c.S}, kPoison), out(DType::kF32, {c.T, c.H}, kPoison);
+    run(c.dt, x.data(), c.T, c.H, c.S, wgu.data(), wd.data(), act.data(), out.data(), DType::kF32,
+        nullptr);
+    sync_ok();
+    const HostTensor got = out.download();
+    HostTensor rounded(c.dt, {c.T, c.H});
+    for (int64_t i = 0; i < c.T * c.H; ++i) rounded.set(i, got.at(i));
+    expect_close(rounded, ref, c.dt, "f32 output " + name(c));
+  }
+}
+
+// The forced path, PDL off: four runs bitwise equal (poisoned output between them), and
+// close to the two-GEMM path's result.
+inline void expect_deterministic_and_close_to_gemm(int path, const MlpCase& c, uint64_t seed) {
+  const MlpInputs in(c, seed);
+  MlpDevice d(c, in);
+  HostTensor first, gemm;
+  {
+    PathKnobs knobs(path, 0);
+    shared_expert_mlp(d.args, nullptr);
+    sync_ok();
+    first = d.out.download();
+    for (int rep = 0; rep < 3; ++rep) {
+      d.poison_out();
+      shared_expert_mlp(d.args, nullptr);
+      sync_ok();
+      const HostTensor again = d.out.download();
+      EXPECT_EQ(std::memcmp(first.data(), again.data(), first.nbytes()), 0) << "run " << rep;
+    }
+  }
+  {
+    PathKnobs knobs(2, 0);
+    d.poison_out();
+    shared_expert_mlp(d.args, nullptr);
+    sync_ok();
+    gemm = d.out.download();
+  }
+  expect_close(first, gemm, c.dt, "forced path vs GEMM path");
+}
+
+// The forced path with PDL on: four calls captured in a graph and replayed three times
+// back to back. With PDL the next gate_up may start while down runs; it must not
+// overwrite h (act) before down has read it.
+inline void expect_graph_replays_match(int path, const MlpCase& c, uint64_t seed) {
+  const MlpInputs in(c, seed);
+  const HostTensor ref = in.reference(c);
+  PathKnobs knobs(path, 1);
+  MlpDevice d(c, in);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  for (int i = 0; i < 4; ++i) shared_expert_mlp(d.args, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int rep = 0; rep < 3; ++rep) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  expect_close(d.out.download(), ref, c.dt, "graph replays");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
 
 }  // namespace moekit::dense_mlp_test

@@ -25,24 +25,8 @@
 namespace moekit {
 namespace {
 
-using testing::DeviceTensor;
-
-using dense_mlp_test::kPoison;
-
-using dense_mlp_test::expect_close;
-using dense_mlp_test::name;
-using dense_mlp_test::sync_ok;
 using Case = dense_mlp_test::MlpCase;
-using Inputs = dense_mlp_test::MlpInputs;
-using Device = dense_mlp_test::MlpDevice;
-
-// Forces the dense-MLP path and the PDL switch for one scope.
-struct Knobs {
-  Knobs(int path_value, int pdl_value)
-      : path(detail::dense_mlp_path_override(), path_value),
-        pdl(detail::pdl_override(), pdl_value) {}
-  dense_mlp_test::ScopedKnob path, pdl;
-};
+using dense_mlp_test::PathKnobs;
 
 std::vector<Case> cases() {
   const DType b = DType::kBF16, h = DType::kF16;
@@ -63,97 +47,25 @@ std::vector<Case> cases() {
 
 TEST(DirectMlpGpu, MatchesReferenceWithAndWithoutPdl) {
   MOEKIT_REQUIRE_GPU();
-  uint64_t seed = 8100;
-  for (const Case& c : cases()) {
-    SCOPED_TRACE(name(c));
-    ASSERT_TRUE(detail::direct_mlp_supported(c.dt, c.T, c.H, c.S))
-        << "the direct MLP must run on an sm_90 GPU for this shape";
-    const Inputs in(c, ++seed);
-    const HostTensor ref = in.reference(c);
-    for (int pdl : {1, 2}) {
-      SCOPED_TRACE(pdl == 1 ? "PDL on" : "PDL off");
-      Knobs knobs(/*path=*/3, pdl);
-      Device d(c, in);
-      shared_expert_mlp(d.args, nullptr);
-      sync_ok();
-      expect_close(d.out.download(), ref, c.dt, "direct shared_expert_mlp " + name(c));
-    }
-  }
+  dense_mlp_test::expect_path_matches_reference(3, cases(), 8100, detail::direct_mlp_supported);
 }
 
-// The fused layer's shared expert writes f32 (a later sum); the down GEMM's f32 kernel.
+// The fused layer's shared expert writes f32 (a later sum).
 TEST(DirectMlpGpu, F32OutputMatchesReference) {
   MOEKIT_REQUIRE_GPU();
-  const Case cs[] = {{DType::kBF16, 4, 1000, 520}, {DType::kF16, 32, 2048, 1024}};
-  uint64_t seed = 8200;
-  for (const Case& c : cs) {
-    SCOPED_TRACE(name(c));
-    const Inputs in(c, ++seed);
-    const HostTensor ref = in.reference(c);
-    DeviceTensor x(in.x), wgu(in.wgu), wd(in.wd);
-    DeviceTensor act(c.dt, {c.T, c.S}, kPoison), out(DType::kF32, {c.T, c.H}, kPoison);
-    detail::run_direct_mlp(c.dt, x.data(), c.T, c.H, c.S, wgu.data(), wd.data(), act.data(),
-                           out.data(), DType::kF32, nullptr);
-    sync_ok();
-    const HostTensor got = out.download();
-    HostTensor rounded(c.dt, {c.T, c.H});
-    for (int64_t i = 0; i < c.T * c.H; ++i) rounded.set(i, got.at(i));
-    expect_close(rounded, ref, c.dt, "f32 output " + name(c));
-  }
+  dense_mlp_test::expect_f32_output_matches(
+      {{DType::kBF16, 4, 1000, 520}, {DType::kF16, 32, 2048, 1024}}, 8200, detail::run_direct_mlp);
 }
 
 TEST(DirectMlpGpu, DeterministicAndCloseToTheGemmPath) {
   MOEKIT_REQUIRE_GPU();
-  const Case c{DType::kBF16, 32, 7168, 2048};
-  const Inputs in(c, 8300);
-  Device d(c, in);
-  HostTensor first, gemm;
-  {
-    Knobs knobs(3, 0);
-    shared_expert_mlp(d.args, nullptr);
-    sync_ok();
-    first = d.out.download();
-    for (int rep = 0; rep < 3; ++rep) {
-      d.poison_out();
-      shared_expert_mlp(d.args, nullptr);
-      sync_ok();
-      const HostTensor again = d.out.download();
-      EXPECT_EQ(std::memcmp(first.data(), again.data(), first.nbytes()), 0) << "run " << rep;
-    }
-  }
-  {
-    Knobs knobs(2, 0);
-    d.poison_out();
-    shared_expert_mlp(d.args, nullptr);
-    sync_ok();
-    gemm = d.out.download();
-  }
-  expect_close(first, gemm, c.dt, "direct vs GEMM path");
+  dense_mlp_test::expect_deterministic_and_close_to_gemm(3, {DType::kBF16, 32, 7168, 2048}, 8300);
 }
 
-// Back-to-back graph replays: with PDL the next gate_up may start while down runs; it
-// must not overwrite h (act) before down has read it.
+// Back-to-back graph replays with PDL (h's write-after-read between calls).
 TEST(DirectMlpGpu, BackToBackGraphReplays) {
   MOEKIT_REQUIRE_GPU();
-  const Case c{DType::kF16, 20, 1536, 520};
-  const Inputs in(c, 8400);
-  const HostTensor ref = in.reference(c);
-  Knobs knobs(3, 1);
-  Device d(c, in);
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  for (int i = 0; i < 4; ++i) shared_expert_mlp(d.args, stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int rep = 0; rep < 3; ++rep) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  expect_close(d.out.download(), ref, c.dt, "graph replays");
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  dense_mlp_test::expect_graph_replays_match(3, {DType::kF16, 20, 1536, 520}, 8400);
 }
 
 // The host plan: at most 8 ranks, slices of whole load batches that cover k exactly
@@ -226,7 +138,7 @@ TEST(DirectMlp, PlanTakesAForcedSplit) {
 // The measured default (docs/gemm.md "Direct dense MLP"): up to 32 tokens on MLPs under
 // 256 MB of weights; forced paths win.
 TEST(DirectMlp, DefaultPathRule) {
-  Knobs knobs(0, 0);
+  PathKnobs knobs(0, 0);
   if (std::getenv("MOEKIT_DENSE_MLP"))
     GTEST_SKIP() << "MOEKIT_DENSE_MLP is set: the default is overridden";
   EXPECT_TRUE(detail::direct_mlp_preferred(1, 7168, 2048));    // ds-v3 t1

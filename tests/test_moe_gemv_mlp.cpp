@@ -21,24 +21,10 @@
 namespace moekit {
 namespace {
 
-using testing::DeviceTensor;
-
-using dense_mlp_test::expect_close;
-using dense_mlp_test::kPoison;
-using dense_mlp_test::name;
-using dense_mlp_test::sync_ok;
 using Case = dense_mlp_test::MlpCase;
-using Inputs = dense_mlp_test::MlpInputs;
-using Device = dense_mlp_test::MlpDevice;
+using dense_mlp_test::PathKnobs;
 
 constexpr int kGemvPath = 4;
-
-struct Knobs {
-  Knobs(int path_value, int pdl_value)
-      : path(detail::dense_mlp_path_override(), path_value),
-        pdl(detail::pdl_override(), pdl_value) {}
-  dense_mlp_test::ScopedKnob path, pdl;
-};
 
 std::vector<Case> cases() {
   const DType b = DType::kBF16, h = DType::kF16;
@@ -56,103 +42,33 @@ std::vector<Case> cases() {
 
 TEST(GemvMlpGpu, MatchesReferenceWithAndWithoutPdl) {
   MOEKIT_REQUIRE_GPU();
-  uint64_t seed = 9100;
-  for (const Case& c : cases()) {
-    SCOPED_TRACE(name(c));
-    ASSERT_TRUE(detail::gemv_mlp_supported(c.dt, c.T, c.H, c.S))
-        << "the GEMV MLP must run on an sm_90 GPU for this shape";
-    const Inputs in(c, ++seed);
-    const HostTensor ref = in.reference(c);
-    for (int pdl : {1, 2}) {
-      SCOPED_TRACE(pdl == 1 ? "PDL on" : "PDL off");
-      Knobs knobs(kGemvPath, pdl);
-      Device d(c, in);
-      shared_expert_mlp(d.args, nullptr);
-      sync_ok();
-      expect_close(d.out.download(), ref, c.dt, "GEMV shared_expert_mlp " + name(c));
-    }
-  }
+  dense_mlp_test::expect_path_matches_reference(kGemvPath, cases(), 9100,
+                                                detail::gemv_mlp_supported);
 }
 
 // The fused layer's shared expert writes f32 (a later sum).
 TEST(GemvMlpGpu, F32OutputMatchesReference) {
   MOEKIT_REQUIRE_GPU();
-  const Case cs[] = {{DType::kBF16, 1, 1000, 520}, {DType::kF16, 1, 2048, 1024}};
-  uint64_t seed = 9200;
-  for (const Case& c : cs) {
-    SCOPED_TRACE(name(c));
-    const Inputs in(c, ++seed);
-    const HostTensor ref = in.reference(c);
-    DeviceTensor x(in.x), wgu(in.wgu), wd(in.wd);
-    DeviceTensor act(c.dt, {c.T, c.S}, kPoison), out(DType::kF32, {c.T, c.H}, kPoison);
-    detail::run_gemv_mlp(c.dt, x.data(), c.T, c.H, c.S, wgu.data(), wd.data(), act.data(),
-                         out.data(), DType::kF32, nullptr);
-    sync_ok();
-    const HostTensor got = out.download();
-    HostTensor rounded(c.dt, {c.T, c.H});
-    for (int64_t i = 0; i < c.T * c.H; ++i) rounded.set(i, got.at(i));
-    expect_close(rounded, ref, c.dt, "f32 output " + name(c));
-  }
+  dense_mlp_test::expect_f32_output_matches(
+      {{DType::kBF16, 1, 1000, 520}, {DType::kF16, 1, 2048, 1024}}, 9200, detail::run_gemv_mlp);
 }
 
 TEST(GemvMlpGpu, DeterministicAndCloseToTheGemmPath) {
   MOEKIT_REQUIRE_GPU();
-  const Case c{DType::kBF16, 1, 7168, 2048};
-  const Inputs in(c, 9300);
-  Device d(c, in);
-  HostTensor first, gemm;
-  {
-    Knobs knobs(kGemvPath, 0);
-    shared_expert_mlp(d.args, nullptr);
-    sync_ok();
-    first = d.out.download();
-    for (int rep = 0; rep < 3; ++rep) {
-      d.poison_out();
-      shared_expert_mlp(d.args, nullptr);
-      sync_ok();
-      const HostTensor again = d.out.download();
-      EXPECT_EQ(std::memcmp(first.data(), again.data(), first.nbytes()), 0) << "run " << rep;
-    }
-  }
-  {
-    Knobs knobs(2, 0);
-    d.poison_out();
-    shared_expert_mlp(d.args, nullptr);
-    sync_ok();
-    gemm = d.out.download();
-  }
-  expect_close(first, gemm, c.dt, "GEMV vs GEMM path");
+  dense_mlp_test::expect_deterministic_and_close_to_gemm(kGemvPath, {DType::kBF16, 1, 7168, 2048},
+                                                         9300);
 }
 
-// Back-to-back graph replays: with PDL the next gate_up may start while down runs; it
-// must not overwrite h (act) before down has read it.
+// Back-to-back graph replays with PDL (h's write-after-read between calls).
 TEST(GemvMlpGpu, BackToBackGraphReplays) {
   MOEKIT_REQUIRE_GPU();
-  const Case c{DType::kF16, 1, 1536, 520};
-  const Inputs in(c, 9400);
-  const HostTensor ref = in.reference(c);
-  Knobs knobs(kGemvPath, 1);
-  Device d(c, in);
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  for (int i = 0; i < 4; ++i) shared_expert_mlp(d.args, stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int rep = 0; rep < 3; ++rep) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  expect_close(d.out.download(), ref, c.dt, "graph replays");
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  dense_mlp_test::expect_graph_replays_match(kGemvPath, {DType::kF16, 1, 1536, 520}, 9400);
 }
 
 // The measured default (docs/gemm.md "GEMV MLP"): one token on MLPs of >= 256 MB of
 // weights (stream-K's before); forced paths win.
 TEST(GemvMlp, DefaultPathRule) {
-  Knobs knobs(0, 0);
+  PathKnobs knobs(0, 0);
   if (std::getenv("MOEKIT_DENSE_MLP"))
     GTEST_SKIP() << "MOEKIT_DENSE_MLP is set: the default is overridden";
   EXPECT_TRUE(detail::gemv_mlp_preferred(1, 7168, 18432));   // kimi-k2 t1, 793 MB
