@@ -6,14 +6,14 @@
 // pair), the weight stream is everything, and DRAM reads best in long contiguous runs.
 // The stream-K and direct kernels read each weight row 64-256 bytes at a time across
 // many rows (the mma fragments' shape); here a warp reads 512 contiguous bytes per load
-// instruction and the grid's warps walk neighbouring rows, as a plain read kernel does.
+// instruction and the grid's CTAs walk neighbouring rows, as a plain read kernel does.
 //
 // Work: CTA b takes output columns b, b + gridDim.x, ... (silu: gate row n and up row
 // n_out + n of the same column, silu(gate) * up rounded once to the output type; else row
 // n); its threads split the row's 16-byte chunks (thread t: t, t + kThreads, ...; up to
 // kChunks per row issued before their FMAs), so a column is one or two DRAM round trips of
 // the whole CTA and the grid's last columns leave no long tail. The sums: a shuffle tree
-// per warp, then warp 0's partials in warp order (fixed: deterministic).
+// per warp, then thread 0 adds the warps' partials in warp order (fixed: deterministic).
 #pragma once
 
 #include <cstdint>
