@@ -50,6 +50,19 @@ TEST(DirectMlpGpu, MatchesReferenceWithAndWithoutPdl) {
   dense_mlp_test::expect_path_matches_reference(3, cases(), 8100, detail::direct_mlp_supported);
 }
 
+// Both weight-load schemes on every case (the rule picks per k slice): single lanes and
+// paired lanes, whose partner swap must hand each lane its own row's line half; k ends
+// off a line (k 72, 1000) and rows off 128 bytes (k 72, 136, 264, 520) included.
+TEST(DirectMlpGpu, BothLoadSchemesMatchReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (int mode : {1, 2}) {
+    SCOPED_TRACE(mode == 2 ? "paired lanes" : "single lanes");
+    dense_mlp_test::ScopedKnob knob(detail::direct_mlp_load_mode_override(), mode);
+    dense_mlp_test::expect_path_matches_reference(3, cases(), 8150 + 10 * mode,
+                                                  detail::direct_mlp_supported);
+  }
+}
+
 // The fused layer's shared expert writes f32 (a later sum).
 TEST(DirectMlpGpu, F32OutputMatchesReference) {
   MOEKIT_REQUIRE_GPU();

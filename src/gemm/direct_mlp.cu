@@ -86,6 +86,25 @@ int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && v[0] != '\0' ? std::atoi(v) : fallback;
 }
+// How the direct kernels load weight lines (docs/gemm.md "Direct dense MLP", H200 session
+// 6): paired lanes (a warp instruction reads 4 whole 128-byte lines, not 16 halves) where a
+// CTA's k slice is >= 1024 (ds-v3's 32-token gate_up: SharedExpertMLP ds-v3-t32 0.0352 ->
+// 0.0335 ms), else single lanes with a 128-byte L2 fetch (glm45-t32 0.0238 -> 0.0236;
+// pairing lost there: 0.0241). MOEKIT_DIRECT_PAIR (bit 0 gate_up, bit 1 down) and
+// MOEKIT_DIRECT_L2FETCH / _DOWN (0, 128, 256) override.
+constexpr int kPairMinSlice = 1024;
+int direct_pair_rows(bool silu, int k_slice) {
+  if (direct_mlp_load_mode_override() > 0) return direct_mlp_load_mode_override() == 2;
+  static const int env = env_int("MOEKIT_DIRECT_PAIR", -1);
+  return env >= 0 ? (env >> (silu ? 0 : 1)) & 1 : k_slice >= kPairMinSlice;
+}
+int direct_l2_fetch(bool silu, bool pair) {
+  static const int up = env_int("MOEKIT_DIRECT_L2FETCH", -1);
+  static const int down = env_int("MOEKIT_DIRECT_L2FETCH_DOWN", up);
+  const int v = silu ? up : down;
+  if (v < 0) return pair ? 0 : 128;  // paired loads already ask for whole lines
+  return v == 128 || v == 256 ? v : 0;
+}
 int direct_prefetch_elems(bool silu) {
   static const int up = std::max(0, env_int("MOEKIT_DIRECT_PF", kDefaultPrefetchElems)) / 8 * 8;
   static const int down = std::max(0, env_int("MOEKIT_DIRECT_PF_DOWN", up)) / 8 * 8;
@@ -199,6 +218,8 @@ dg::Params gemm_params(const void* x, const void* w, void* out, int64_t T, int64
           pl.k_slice + dg::kXPad,
           pdl,
           0,
+          0,
+          0,
           0};
 }
 
@@ -217,6 +238,10 @@ void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gat
   static const int x_first_env = env_int("MOEKIT_DIRECT_XFIRST", -1);
   pu.x_first = x_first_env >= 0 ? x_first_env : up.tn == 32;
   pd.x_first = x_first_env >= 0 ? x_first_env : down.tn == 32;
+  pu.pair_rows = direct_pair_rows(true, up.k_slice);
+  pd.pair_rows = direct_pair_rows(false, down.k_slice);
+  pu.l2_fetch = direct_l2_fetch(true, pu.pair_rows != 0);
+  pd.l2_fetch = direct_l2_fetch(false, pd.pair_rows != 0);
   pu.prefetch = direct_prefetch_elems(true);
   pd.prefetch = direct_prefetch_elems(false);
   launch(prepared_kernel<E, Mma, E, true>(up.tn), up, pu, stream);
@@ -244,6 +269,11 @@ void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
     else
       run_typed<__half, gemm::MmaF16, __half>(x, T, H, S, w_gate_up, w_down, act, out, stream);
   }
+}
+
+int& direct_mlp_load_mode_override() {
+  static int v = 0;
+  return v;
 }
 
 }  // namespace moekit::detail

@@ -35,6 +35,12 @@ void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                     const void* w_gate_up, const void* w_down, void* act, void* out,
                     DType out_dtype, cudaStream_t stream);
 
+// Test knob (not thread-safe): how both direct kernels load weights. 0 = the rule
+// (paired lanes where the k slice is >= 1024, else single lanes with a 128-byte L2
+// fetch; MOEKIT_DIRECT_PAIR / MOEKIT_DIRECT_L2FETCH override it), 1 = single lanes,
+// 2 = paired lanes.
+int& direct_mlp_load_mode_override();
+
 // The k split (cluster size) and k slice one direct GEMM of n_out output columns over
 // k uses (host plan; exposed for the tests). capacity(split, smem), when given, is the
 // number of such clusters the device holds at once: the split shrinks until every row

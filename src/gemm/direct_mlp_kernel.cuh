@@ -24,6 +24,7 @@
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dtype.cuh"
 #include "core/pdl.cuh"
@@ -48,11 +49,13 @@ struct Params {
   const void* w;  // [rows, K]: silu [2 n_out, K] (gate rows, then up rows), else [n_out, K]
   void* out;      // [T, n_out]
   int T, K, n_out;
-  int k_slice;   // k per cluster rank, a multiple of kChunkK
-  int x_stride;  // shared row stride of the staged x, elements (k_slice + kXPad)
-  int pdl;       // kPdlNone / kPdlFirst / kPdlSecond
-  int prefetch;  // weight elements per row and k slice prefetched into L2 first (x 8)
-  int x_first;   // not kPdlSecond: issue x's copies before the first weight batch
+  int k_slice;    // k per cluster rank, a multiple of kChunkK
+  int x_stride;   // shared row stride of the staged x, elements (k_slice + kXPad)
+  int pdl;        // kPdlNone / kPdlFirst / kPdlSecond
+  int prefetch;   // weight elements per row and k slice prefetched into L2 first (x 8)
+  int x_first;    // not kPdlSecond: issue x's copies before the first weight batch
+  int l2_fetch;   // 0 / 128 / 256: the weight loads' L2 prefetch size (ld_weights)
+  int pair_rows;  // lanes g, g ^ 1 load one row's 128-byte line together (see the loads)
 };
 
 // Output columns per CTA: silu 8 per warp, plain 16 per warp.
@@ -70,7 +73,7 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 }
 
 template <typename T, typename Mma, typename Out, int TN, bool kSilu, int B = kBatch>
-__global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p) {
   constexpr int NG = TN / 8;  // 8-token groups
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -82,32 +85,82 @@ __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
   const int chunks = kend > k0 ? (kend - k0 + kChunkK - 1) / kChunkK : 0;
 
   // This lane's two weight rows (fragment rows g and g + 8) and output column(s).
-  int row0, row1, col;
+  const auto rows_of = [&](int gg, int& r0, int& r1, bool& v0, bool& v1) {
+    if constexpr (kSilu) {
+      const int c = (blockIdx.y * kWarps + warp) * 8 + gg;
+      r0 = c;            // gate
+      r1 = p.n_out + c;  // up
+      v0 = v1 = c < p.n_out;
+    } else {
+      r0 = (blockIdx.y * kWarps + warp) * 16 + gg;
+      r1 = r0 + 8;
+      v0 = r0 < p.n_out;
+      v1 = r1 < p.n_out;
+    }
+  };
+  int row0, row1;
   bool ok0, ok1;
-  if constexpr (kSilu) {
-    col = (blockIdx.y * kWarps + warp) * 8 + g;
-    row0 = col;            // gate
-    row1 = p.n_out + col;  // up
-    ok0 = ok1 = col < p.n_out;
-  } else {
-    col = (blockIdx.y * kWarps + warp) * 16 + g;
-    row0 = col;
-    row1 = col + 8;
-    ok0 = row0 < p.n_out;
-    ok1 = row1 < p.n_out;
-  }
+  rows_of(g, row0, row1, ok0, ok1);
+  const int col = row0;  // silu: the output column (its gate row)
   const T* w = static_cast<const T*>(p.w);
-  const T* w0 = w + static_cast<int64_t>(ok0 ? row0 : 0) * p.K + k0 + 8 * q;
-  const T* w1 = w + static_cast<int64_t>(ok1 ? row1 : 0) * p.K + k0 + 8 * q;
+  const auto row_ptr = [&](int r, bool v) {
+    return w + static_cast<int64_t>(v ? r : 0) * p.K + k0;
+  };
+  const T* w0 = row_ptr(row0, ok0) + 8 * q;
+  const T* w1 = row_ptr(row1, ok1) + 8 * q;
+  // Loads per pair of chunks (64 k = one 128-byte line of a row): chunk c + j (j even) from
+  // pa[0] / pb[0], chunk c + j + 1 from pa[1] / pb[1], both at (c + j) * kChunkK + kq[.].
+  // Unpaired: this lane's own rows at k 8q and 8q + 32 (4 lanes read 64 bytes of a row).
+  // Paired (p.pair_rows): lanes g and g ^ 1 read one row's whole line together (rows g & ~1
+  // from [0], g | 1 from [1], k 8 (q + 4 (g & 1))), and compute() swaps the halves that
+  // belong to the partner lane (shfl.xor 4), so 8 lanes read each line in one instruction.
+  const bool pair = p.pair_rows != 0;
+  const int h = g & 1;
+  const T* pa[2];
+  const T* pb[2];
+  bool oka[2], okb[2];
+  int kq[2];
+  if (pair) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      int r0, r1;
+      bool v0, v1;
+      rows_of((g & ~1) | i, r0, r1, v0, v1);
+      pa[i] = row_ptr(r0, v0) + 8 * (q + 4 * h);
+      pb[i] = row_ptr(r1, v1) + 8 * (q + 4 * h);
+      oka[i] = v0;
+      okb[i] = v1;
+      kq[i] = 8 * (q + 4 * h);
+    }
+  } else {
+    pa[0] = w0;
+    pa[1] = w0 + kChunkK;
+    pb[0] = w1;
+    pb[1] = w1 + kChunkK;
+    oka[0] = oka[1] = ok0;
+    okb[0] = okb[1] = ok1;
+    kq[0] = 8 * q;
+    kq[1] = 8 * q + kChunkK;
+  }
   const uint64_t policy = l2_evict_first_policy();
-  const auto load = [&](uint4(&a)[B], uint4(&b)[B], int c) {
+  const auto load_with = [&](auto fetch, uint4(&a)[B], uint4(&b)[B], int c) {
+    constexpr int kFetch = decltype(fetch)::value;
 #pragma unroll
     for (int j = 0; j < B; ++j) {
-      const int kk = (c + j) * kChunkK;
-      const bool in = k0 + kk + 8 * q < kend;
-      a[j] = ld_weights(w0 + kk, in && ok0, policy);
-      b[j] = ld_weights(w1 + kk, in && ok1, policy);
+      const int i = j & 1;
+      const int kk = (c + j - i) * kChunkK;
+      const bool in = k0 + kk + kq[i] < kend;
+      a[j] = ld_weights<kFetch>(pa[i] + kk, in && oka[i], policy);
+      b[j] = ld_weights<kFetch>(pb[i] + kk, in && okb[i], policy);
     }
+  };
+  const auto load = [&](uint4(&a)[B], uint4(&b)[B], int c) {
+    if (p.l2_fetch == 256)
+      load_with(std::integral_constant<int, 256>{}, a, b, c);
+    else if (p.l2_fetch == 128)
+      load_with(std::integral_constant<int, 128>{}, a, b, c);
+    else
+      load_with(std::integral_constant<int, 0>{}, a, b, c);
   };
 
   // The head of the weight stream goes to L2 while x is staged (and, before the PDL wait,
@@ -147,7 +200,27 @@ __global__ void __launch_bounds__(kThreads) direct_gemm_kernel(const Params p) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[n][j] = 0.f;
   const uint32_t xrow = xs + (g * p.x_stride + 8 * q) * 2;
-  const auto compute = [&](const uint4(&a)[B], const uint4(&b)[B], int c) {
+  // Paired loads: this lane holds, per pair of chunks, its partner's half of the line in
+  // one register set; swap it for the partner's copy of this lane's own half.
+  const auto unpair = [&](uint4& lo, uint4& hi) {
+    uint32_t* l = &lo.x;
+    uint32_t* u = &hi.x;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t recv = __shfl_xor_sync(0xffffffffu, h ? l[e] : u[e], 4);
+      const uint32_t first = h ? recv : l[e];
+      u[e] = h ? u[e] : recv;
+      l[e] = first;
+    }
+  };
+  const auto compute = [&](uint4(&a)[B], uint4(&b)[B], int c) {
+    if (pair) {
+#pragma unroll
+      for (int j = 0; j < B; j += 2) {
+        unpair(a[j], a[j + 1]);
+        unpair(b[j], b[j + 1]);
+      }
+    }
 #pragma unroll
     for (int j = 0; j < B; ++j) {
       const uint32_t a_lo[4] = {a[j].x, b[j].x, a[j].y, b[j].y};

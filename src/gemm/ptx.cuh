@@ -92,20 +92,34 @@ struct MmaE4M3 {
 // 16 weight bytes, or zeros when !valid. The load is predicated inside the asm (no
 // branch): with a branch per load ptxas sank the next batch's loads below the current
 // batch's mmas, leaving one batch in flight.
+// kL2Prefetch: 0, or 128 / 256 = the L2 fetches that many bytes around the address from
+// DRAM (.L2::128B / .L2::256B): loads that take a row 64 bytes at a time then find the
+// line's rest in L2 rather than sending a second DRAM request for it.
+template <int kL2Prefetch = 0>
 __device__ __forceinline__ uint4 ld_weights(const void* p, bool valid, uint64_t policy) {
+  static_assert(kL2Prefetch == 0 || kL2Prefetch == 128 || kL2Prefetch == 256);
   uint4 v;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %5, 0;\n"
-      "mov.b32 %0, 0;\n"
-      "mov.b32 %1, 0;\n"
-      "mov.b32 %2, 0;\n"
-      "mov.b32 %3, 0;\n"
-      "@p ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %6;\n"
-      "}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(static_cast<int>(valid)), "l"(policy));
+#define MOEKIT_LD_WEIGHTS(SIZE)                             \
+  asm volatile(                                             \
+      "{\n"                                                 \
+      ".reg .pred p;\n"                                     \
+      "setp.ne.b32 p, %5, 0;\n"                             \
+      "mov.b32 %0, 0;\n"                                    \
+      "mov.b32 %1, 0;\n"                                    \
+      "mov.b32 %2, 0;\n"                                    \
+      "mov.b32 %3, 0;\n"                                    \
+      "@p ld.global.nc.L1::no_allocate.L2::cache_hint" SIZE \
+      ".v4.u32 {%0, %1, %2, %3}, [%4], %6;\n"               \
+      "}\n"                                                 \
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)          \
+      : "l"(p), "r"(static_cast<int>(valid)), "l"(policy))
+  if constexpr (kL2Prefetch == 256)
+    MOEKIT_LD_WEIGHTS(".L2::256B");
+  else if constexpr (kL2Prefetch == 128)
+    MOEKIT_LD_WEIGHTS(".L2::128B");
+  else
+    MOEKIT_LD_WEIGHTS("");
+#undef MOEKIT_LD_WEIGHTS
   return v;
 }
 
