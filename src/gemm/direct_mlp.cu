@@ -220,7 +220,6 @@ dg::Params gemm_params(const void* x, const void* w, void* out, int64_t T, int64
           0,
           0,
           0,
-          0,
           0};
 }
 
@@ -243,11 +242,6 @@ void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gat
   pd.pair_rows = direct_pair_rows(false, down.k_slice);
   pu.l2_fetch = direct_l2_fetch(true, pu.pair_rows != 0);
   pd.l2_fetch = direct_l2_fetch(false, pd.pair_rows != 0);
-  // Experiment knob (default 0): down lets the next kernel launch early (1: once h is
-  // staged, 2: after its k loop). Session 3 measured 1: glm45-t32 -1.2 us, ds-v3-t32
-  // +3.4 us (the next call's gate_up clusters no longer fit beside down's CTAs).
-  static const int trigger = env_int("MOEKIT_DIRECT_TRIGGER", 0);
-  pd.trigger = trigger;
   pu.prefetch = direct_prefetch_elems(true);
   pd.prefetch = direct_prefetch_elems(false);
   launch(prepared_kernel<E, Mma, E, true>(up.tn), up, pu, stream);

@@ -56,8 +56,6 @@ struct Params {
   int x_first;    // not kPdlSecond: issue x's copies before the first weight batch
   int l2_fetch;   // 0 / 128 / 256: the weight loads' L2 prefetch size (ld_weights)
   int pair_rows;  // lanes g, g ^ 1 load one row's 128-byte line together (see the loads)
-  int trigger;    // kPdlSecond: 0 = none (the next kernel starts at exit), 1 = once x
-                  // is staged, 2 = after the k loop (experiment knob MOEKIT_DIRECT_TRIGGER)
 };
 
 // Output columns per CTA: silu 8 per warp, plain 16 per warp.
@@ -194,9 +192,7 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
   if (x_first) load(cur0, cur1, 0);
   cp_async_wait<0>();
   __syncthreads();
-  // The dependent only prefetches weights early. The second kernel's own trigger
-  // (p.trigger) lets whatever kernel follows the MLP launch into free SM slots.
-  if (p.pdl == kPdlFirst || (p.pdl == kPdlSecond && p.trigger == 1)) pdl_trigger();
+  if (p.pdl == kPdlFirst) pdl_trigger();  // the dependent only prefetches weights early
 
   float acc[NG][4];
 #pragma unroll
@@ -248,8 +244,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
     load(cur0, cur1, c + 2 * B);
     if (c + B < chunks) compute(nxt0, nxt1, c + B);
   }
-
-  if (p.pdl == kPdlSecond && p.trigger == 2) pdl_trigger();
 
   // Cluster reduction: every rank parks its partials, rank (warp % split) adds the warp's
   // tile over all ranks in rank order.
