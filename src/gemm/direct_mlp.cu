@@ -88,10 +88,11 @@ int env_int(const char* name, int fallback) {
 }
 // How the direct kernels load weight lines (docs/gemm.md "Direct dense MLP", H200 session
 // 6): paired lanes (a warp instruction reads 4 whole 128-byte lines, not 16 halves) where a
-// CTA's k slice is >= 1024 (ds-v3's 32-token gate_up: SharedExpertMLP ds-v3-t32 0.0352 ->
-// 0.0335 ms), else single lanes with a 128-byte L2 fetch (glm45-t32 0.0238 -> 0.0236;
-// pairing lost there: 0.0241). MOEKIT_DIRECT_PAIR (bit 0 gate_up, bit 1 down) and
-// MOEKIT_DIRECT_L2FETCH / _DOWN (0, 128, 256) override.
+// CTA's k slice is >= 1024 (ds-v3's 32-token gate_up), else single lanes with a 128-byte
+// L2 fetch. SharedExpertMLP, interleaved on one GPU: ds-v3-t32 0.0352 -> 0.0333 ms (pairing
+// on gate_up alone: 0.0335), glm45-t32 0.0238 -> 0.0236 (pairing lost there: 0.0241).
+// MOEKIT_DIRECT_PAIR (bit 0 gate_up, bit 1 down) and MOEKIT_DIRECT_L2FETCH / _DOWN (0, 128, 256)
+// override.
 constexpr int kPairMinSlice = 1024;
 int direct_pair_rows(bool silu, int k_slice) {
   if (direct_mlp_load_mode_override() > 0) return direct_mlp_load_mode_override() == 2;
