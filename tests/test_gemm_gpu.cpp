@@ -320,6 +320,42 @@ std::vector<GemmCase> pingpong_cases() {
   return v;
 }
 
+// Config 2 with 192-row b tiles (96-row boxes, 5 stages; the dense wave rule's pick, forced
+// here on every row layout): the ping-pong shapes (k-tiles below, at and above the stage
+// count, ragged / masked / dense rows, silu, f32 output) plus output widths off the
+// 192- and 96-column tiles.
+TEST(GemmGpu, Sm90Tile192MatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  using R = detail::GemmRows;
+  std::vector<GemmCase> v = pingpong_cases();
+  v.push_back({"n192_dense_silu_off_96",
+               DType::kBF16,
+               DType::kBF16,
+               Activation::kSiluAndMul,
+               R::kDense,
+               1,
+               {300},
+               0,
+               1000,
+               520});
+  v.push_back({"n192_dense_f16_off_192",
+               DType::kF16,
+               DType::kF16,
+               Activation::kNone,
+               R::kDense,
+               1,
+               {129},
+               0,
+               584,
+               704});
+  struct Restore {
+    int saved = detail::sm90_tile_n_override();
+    ~Restore() { detail::sm90_tile_n_override() = saved; }
+  } restore;
+  detail::sm90_tile_n_override() = 192;
+  for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90);
+}
+
 // The SM90 ping-pong config 6 (passed on the H200, 2026-12-02).
 TEST(GemmGpu, Sm90PingpongMatchesReference) {
   MOEKIT_REQUIRE_GPU();

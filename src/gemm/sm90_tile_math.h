@@ -32,6 +32,24 @@ MOEKIT_SM90_HD int tile_prefix(int64_t running, int64_t inclusive, int bound) {
   return static_cast<int>(t < bound ? t : bound);
 }
 
+// Config 2's tile width (b rows per tile: 256, or 192) for a dense GEMM of m rows and
+// n_out output columns (silu: a tile's output columns are half its b rows): 192 where
+// its tile waves take at least 5% less time than 256's, a wave's time taken as its tile
+// width (smaller tiles also pay more epilogues and pipeline fills). E.g. kimi-k2's
+// 512-token shared-expert gate_up (n_out 18432, silu): 576 tiles of 256 on 132 SMs fill
+// 5 waves (4.36 full), 768 tiles of 192 fill 6: 6 x 192 = 0.9 x 5 x 256. Only where
+// 256-wide tiles take more than one wave (one partial wave: not measured, left at 256).
+inline int dense_tile_n(int64_t m, int64_t n_out, bool silu, int sms) {
+  if (m <= 0 || n_out <= 0 || sms <= 0) return 256;
+  const auto tiles = [&](int64_t bn) {
+    const int64_t cols = silu ? bn / 2 : bn;
+    return (m + 127) / 128 * ((n_out + cols - 1) / cols);
+  };
+  const auto cost = [&](int64_t bn) { return (tiles(bn) + sms - 1) / sms * bn; };
+  if (tiles(256) <= sms) return 256;
+  return cost(192) * 100 <= cost(256) * 95 ? 192 : 256;
+}
+
 }  // namespace moekit::detail::gemm::sm90
 
 #undef MOEKIT_SM90_HD
