@@ -211,7 +211,8 @@ int& sm90_tile_n_override() {
 }
 
 int sm90_tile_n(const GroupedGemmProblem& problem) {
-  const auto valid = [](int v) { return v == 256 || v == 192; };
+  const bool silu = problem.activation == Activation::kSiluAndMul;
+  const auto valid = [&](int v) { return v == 256 || v == 192 || (v == 224 && !silu); };
   if (valid(sm90_tile_n_override())) return sm90_tile_n_override();
   static const int env = [] {
     const char* v = std::getenv("MOEKIT_SM90_BN");
@@ -219,8 +220,7 @@ int sm90_tile_n(const GroupedGemmProblem& problem) {
   }();
   if (valid(env)) return env;
   if (problem.rows != GemmRows::kDense) return 256;
-  return gemm::sm90::dense_tile_n(problem.m, problem.n,
-                                  problem.activation == Activation::kSiluAndMul, sm90_sm_count());
+  return gemm::sm90::dense_tile_n(problem.m, problem.n, silu, sm90_sm_count());
 }
 
 int& gemm_pdl_override() {
