@@ -276,4 +276,11 @@ int& direct_mlp_load_mode_override() {
   return v;
 }
 
+#if defined(MOEKIT_DIRECT_TRACE)
+// The timeline probe's buffer (bench/tools/direct_trace): nullptr turns the stamps off.
+void set_direct_trace_buffer(unsigned long long* buffer) {
+  cudaMemcpyToSymbol(dg::g_direct_trace, &buffer, sizeof(buffer));
+}
+#endif
+
 }  // namespace moekit::detail
