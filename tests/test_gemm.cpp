@@ -601,6 +601,66 @@ TEST(GemmSm90Schedule, TileSumsSaturateAtTheHostBound) {
 
 // Streamed weights get the L2 evict-first hint in small decode GEMMs only (docs/gemm.md
 // "L2 policy of streamed weights").
+// Config 2's dense tile width: the narrower width (224 without silu, 192) only where its
+// waves cost >= 5% less (a wave's time ~ its tile width). kimi-k2's 512-token shared
+// expert: gate_up (silu) 576 tiles of 256 = 5 waves on 132 SMs vs 768 of 192 = 6 (0.9x);
+// down (n 7168) 112 tiles of 256 vs 128 of 224, one wave each (0.875x). ds-v3's
+// 4096-token shared expert stays at 256.
+TEST(GemmSm90TileN, DenseRuleTakesANarrowerTileWhereItsWavesCostLess) {
+  using detail::gemm::sm90::dense_tile_n;
+  EXPECT_EQ(dense_tile_n(512, 18432, true, 132), 192);
+  EXPECT_EQ(dense_tile_n(512, 7168, false, 132), 224);
+  EXPECT_EQ(dense_tile_n(4096, 2048, true, 132), 256);
+  EXPECT_EQ(dense_tile_n(4096, 7168, false, 132), 256);  // 7 waves of 256 = 8 of 224
+  EXPECT_EQ(dense_tile_n(0, 4096, false, 132), 256);
+  EXPECT_EQ(dense_tile_n(512, 0, true, 132), 256);
+  EXPECT_EQ(dense_tile_n(512, 18432, true, 0), 256);
+  // The rule on a sweep, recomputed here from tile counts.
+  for (int64_t m : {64, 128, 512, 1000, 4096})
+    for (int64_t n : {1024, 4608, 7168, 18432})
+      for (bool silu : {false, true}) {
+        const auto cost = [&](int64_t bn) {
+          const int64_t cols = silu ? bn / 2 : bn;
+          const int64_t tiles = (m + 127) / 128 * ((n + cols - 1) / cols);
+          return (tiles + 131) / 132 * bn;
+        };
+        int want = 256;
+        int64_t best = cost(256);
+        for (int bn : {224, 192}) {
+          if ((bn != 224 || !silu) && cost(bn) < best) {
+            best = cost(bn);
+            want = bn;
+          }
+        }
+        if (best * 100 > cost(256) * 95) want = 256;
+        const int got = dense_tile_n(m, n, silu, 132);
+        EXPECT_EQ(got, want) << m << " x " << n << (silu ? " silu" : "");
+        EXPECT_FALSE(silu && got == 224);
+      }
+}
+
+// The chooser: the override, else the dense rule; grouped rows keep 256.
+TEST(GemmSm90TileN, ChooserTakesTheOverrideAndKeepsGroupedRowsAt256) {
+  if (std::getenv("MOEKIT_SM90_BN") != nullptr) GTEST_SKIP() << "MOEKIT_SM90_BN is set";
+  detail::GroupedGemmProblem p;
+  p.rows = detail::GemmRows::kContiguous;
+  p.m = 512;
+  p.n = 18432;
+  p.activation = Activation::kSiluAndMul;
+  EXPECT_EQ(detail::sm90_tile_n(p), 256);
+  int& o = detail::sm90_tile_n_override();
+  const int saved = o;
+  o = 192;
+  EXPECT_EQ(detail::sm90_tile_n(p), 192);
+  o = 224;  // silu cannot take 224: ignored
+  EXPECT_EQ(detail::sm90_tile_n(p), 256);
+  p.activation = Activation::kNone;
+  EXPECT_EQ(detail::sm90_tile_n(p), 224);
+  o = 100;  // not a tile width: ignored
+  EXPECT_EQ(detail::sm90_tile_n(p), 256);
+  o = saved;
+}
+
 TEST(GemmConfig, EvictFirstHintOnlyForSmallWeightStreams) {
   if (std::getenv("MOEKIT_GEMM_B_HINT")) GTEST_SKIP() << "MOEKIT_GEMM_B_HINT is set";
   EXPECT_TRUE(detail::gemm_b_evict_first(100 << 20));           // qwen3-30b routed256

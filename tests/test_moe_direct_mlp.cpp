@@ -63,6 +63,18 @@ TEST(DirectMlpGpu, BothLoadSchemesMatchReference) {
   }
 }
 
+// Forced splits of 10 and 16 ranks (non-portable clusters, the split experiment knob):
+// ranks past the 8 warps only park partials and wait; every case where the slice fits.
+TEST(DirectMlpGpu, WideForcedSplitsMatchReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (int split : {10, 16}) {
+    SCOPED_TRACE("split " + std::to_string(split));
+    dense_mlp_test::ScopedKnob knob(detail::direct_mlp_split_override(), split);
+    dense_mlp_test::expect_path_matches_reference(3, cases(), 8200 + split,
+                                                  detail::direct_mlp_supported);
+  }
+}
+
 // The fused layer's shared expert writes f32 (a later sum).
 TEST(DirectMlpGpu, F32OutputMatchesReference) {
   MOEKIT_REQUIRE_GPU();
@@ -146,6 +158,14 @@ TEST(DirectMlp, PlanTakesAForcedSplit) {
   EXPECT_EQ(big.split, free_plan.split);
   EXPECT_EQ(big.k_slice, free_plan.k_slice);
   EXPECT_EQ(big.smem, free_plan.smem);
+  // Forced splits reach 16 ranks (non-portable clusters; ranks 8.. own no warp's sum).
+  const detail::DirectGemmPlan wide = detail::direct_gemm_plan(
+      32, 1536, 5120, true, 132, [](int, int) { return 1; }, 10);
+  EXPECT_EQ(wide.split, 10);
+  EXPECT_EQ(wide.k_slice, 512);
+  const detail::DirectGemmPlan capped = detail::direct_gemm_plan(
+      32, 1536, 5120, true, 132, [](int, int) { return 1; }, 40);
+  EXPECT_EQ(capped.split, 14);  // 16 asked: slices of 384 cover 5120 in 14
 }
 
 // The measured default (docs/gemm.md "Direct dense MLP"): up to 32 tokens on MLPs under

@@ -41,6 +41,10 @@ const void* prepared_kernel(int tn) {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) !=
         cudaSuccess)
       throw Error("moekit: direct MLP: cannot reserve its shared memory on this device");
+    // Forced splits above 8 (an experiment knob) need clusters of up to 16 CTAs.
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+        cudaSuccess)
+      cudaGetLastError();
     set = true;
   }
   return kernel;
@@ -121,7 +125,9 @@ DirectGemmPlan plan_for(int64_t T_, int64_t n_out, int64_t k, int sms) {
   };
   static const int forced_up = env_int("MOEKIT_DIRECT_SPLIT_UP", 0);
   static const int forced_down = env_int("MOEKIT_DIRECT_SPLIT_DOWN", 0);
-  return direct_gemm_plan(T_, n_out, k, kSilu, sms, capacity, kSilu ? forced_up : forced_down);
+  const int forced = direct_mlp_split_override() > 0 ? direct_mlp_split_override()
+                                                     : (kSilu ? forced_up : forced_down);
+  return direct_gemm_plan(T_, n_out, k, kSilu, sms, capacity, forced);
 }
 
 void launch(const void* kernel, const DirectGemmPlan& pl, const dg::Params& p,
@@ -165,15 +171,15 @@ DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, 
   pl.tn = T <= 8 ? 8 : 32;
   pl.row_groups = static_cast<int>(
       ceil_div(n_out, silu ? dg::cols_per_cta<true>() : dg::cols_per_cta<false>()));
-  const auto with_split = [&](int64_t want) {
-    const int64_t split = std::clamp<int64_t>(want, 1, dg::kMaxSplit);
+  const auto with_split = [&](int64_t want, int64_t max_split = dg::kMaxSplit) {
+    const int64_t split = std::clamp<int64_t>(want, 1, max_split);
     const int64_t slice = ceil_div(ceil_div(k, split), kSliceAlign) * kSliceAlign;
     pl.split = static_cast<int>(ceil_div(k, slice));
     pl.k_slice = static_cast<int>(slice);
     pl.smem = pl.tn * (pl.k_slice + dg::kXPad) * 2 + dg::kWarps * (pl.tn / 8) * 32 * 16;
   };
   if (force_split > 0) {  // taken as it is where its x slice fits the shared memory
-    with_split(force_split);
+    with_split(force_split, dg::kMaxForcedSplit);  // above 8: ranks without a warp to sum
     if (pl.smem <= kMaxSmem) return pl;
   }
   // Enough CTAs for ~2 per SM (the loads in flight that the memory's rate needs), a k
@@ -276,5 +282,17 @@ int& direct_mlp_load_mode_override() {
   static int v = 0;
   return v;
 }
+
+int& direct_mlp_split_override() {
+  static int v = 0;
+  return v;
+}
+
+#if defined(MOEKIT_DIRECT_TRACE)
+// The timeline probe's buffer (bench/tools/direct_trace): nullptr turns the stamps off.
+void set_direct_trace_buffer(unsigned long long* buffer) {
+  cudaMemcpyToSymbol(dg::g_direct_trace, &buffer, sizeof(buffer));
+}
+#endif
 
 }  // namespace moekit::detail

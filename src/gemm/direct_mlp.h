@@ -41,6 +41,11 @@ void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
 // 2 = paired lanes.
 int& direct_mlp_load_mode_override();
 
+// Test knob (not thread-safe): the k split (1-16) forced on both direct GEMMs where its x
+// slice fits (0 = MOEKIT_DIRECT_SPLIT_UP / _DOWN, else the plan). Above 8 the clusters
+// are non-portable and ranks 8.. own no warp's sum.
+int& direct_mlp_split_override();
+
 // The k split (cluster size) and k slice one direct GEMM of n_out output columns over
 // k uses (host plan; exposed for the tests). capacity(split, smem), when given, is the
 // number of such clusters the device holds at once: the split shrinks until every row

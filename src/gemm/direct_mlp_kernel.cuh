@@ -34,15 +34,41 @@ namespace moekit::detail::gemm::direct {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kChunkK = 32;  // k per pair of mmas
-constexpr int kBatch = 4;    // chunks per load batch; two batches are in flight
-constexpr int kMaxSplit = 8;
+constexpr int kChunkK = 32;          // k per pair of mmas
+constexpr int kBatch = 4;            // chunks per load batch; two batches are in flight
+constexpr int kMaxSplit = 8;         // the plan's ranks per cluster (portable clusters)
+constexpr int kMaxForcedSplit = 16;  // MOEKIT_DIRECT_SPLIT_UP / _DOWN: non-portable clusters
 // Padding of a staged x row, elements: 32 (64 bytes) puts the two token rows that one
 // quarter-warp's 16-byte fragment reads touch (g, g + 1) in disjoint bank halves (H200:
 // 8 -> 32 took the 32-token GEMMs from 11.1 to 9.5 us on glm45's down, 13.6 to 12.5 on
 // ds-v3's).
 constexpr int kXPad = 32;
 constexpr int kPdlNone = 0, kPdlFirst = 1, kPdlSecond = 2;
+
+// Timeline probe (bench/tools/direct_trace; compiled in only with MOEKIT_DIRECT_TRACE):
+// thread 0 of each CTA writes %globaltimer at kTraceStamps points into
+// g_direct_trace[(kernel * kTraceMaxCtas + cta) * kTraceStamps + point], kernel 0 = gate_up
+// (silu), 1 = down. Points: 0 start, 1 after the PDL wait (down: and its first weight
+// batch's loads issued), 2 x staged, 3 k loop done,
+// 4 cluster reduction done, 5 stores done (ranks that do not store leave 5 at 0).
+constexpr int kTraceStamps = 6, kTraceMaxCtas = 2048;
+#if defined(MOEKIT_DIRECT_TRACE)
+__device__ unsigned long long* g_direct_trace;
+#define MOEKIT_DIRECT_STAMP(point)                                                              \
+  do {                                                                                          \
+    if (threadIdx.x == 0 && g_direct_trace != nullptr) {                                        \
+      const int cta_ = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);                   \
+      unsigned long long t_;                                                                    \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                    \
+      if (cta_ < kTraceMaxCtas)                                                                 \
+        g_direct_trace[((kSilu ? 0 : 1) * kTraceMaxCtas + cta_) * kTraceStamps + (point)] = t_; \
+    }                                                                                           \
+  } while (0)
+#else
+#define MOEKIT_DIRECT_STAMP(point) \
+  do {                             \
+  } while (0)
+#endif
 
 struct Params {
   const void* x;  // [T, K]
@@ -163,6 +189,7 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
       load_with(std::integral_constant<int, 0>{}, a, b, c);
   };
 
+  MOEKIT_DIRECT_STAMP(0);
   // The head of the weight stream goes to L2 while x is staged (and, before the PDL wait,
   // while the previous kernel ends): a prefetch is L2-coherent, so it cannot feed stale
   // data to the loads below, which all come after the wait.
@@ -176,6 +203,7 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
   const bool x_first = p.x_first && p.pdl != kPdlSecond;
   if (!x_first) load(cur0, cur1, 0);
   if (p.pdl == kPdlSecond) pdl_wait();  // x is the previous kernel's output
+  MOEKIT_DIRECT_STAMP(1);
 
   // Stage x[0 .. TN)[k0 .. k0 + k_slice) (zeros past T and K).
   const T* x = static_cast<const T*>(p.x);
@@ -192,6 +220,7 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
   if (x_first) load(cur0, cur1, 0);
   cp_async_wait<0>();
   __syncthreads();
+  MOEKIT_DIRECT_STAMP(2);
   if (p.pdl == kPdlFirst) pdl_trigger();  // the dependent only prefetches weights early
 
   float acc[NG][4];
@@ -245,6 +274,7 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
     if (c + B < chunks) compute(nxt0, nxt1, c + B);
   }
 
+  MOEKIT_DIRECT_STAMP(3);
   // Cluster reduction: every rank parks its partials, rank (warp % split) adds the warp's
   // tile over all ranks in rank order.
   float4* part = reinterpret_cast<float4*>(smem + TN * p.x_stride * 2) + warp * NG * 32 + lane;
@@ -272,7 +302,10 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
       }
     }
     cluster.sync();  // no CTA exits while another still reads its partials
+    MOEKIT_DIRECT_STAMP(4);
     if (warp % split != rank) return;
+  } else {
+    MOEKIT_DIRECT_STAMP(4);
   }
 
   // Epilogue: acc[n][0..1] = row g, tokens 8n + 2q, + 1; acc[n][2..3] = row g + 8.
@@ -292,6 +325,7 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
       }
     }
   }
+  MOEKIT_DIRECT_STAMP(5);
 }
 
 }  // namespace moekit::detail::gemm::direct

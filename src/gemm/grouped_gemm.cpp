@@ -11,6 +11,8 @@
 #include "core/pdl.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/launch.h"
+#include "gemm/sm90_device.h"
+#include "gemm/sm90_tile_math.h"
 #include "gemm/split_k.h"
 #include "moekit/error.h"
 
@@ -201,6 +203,24 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
     bf16 ? launch_grouped_gemm_bf16(p, config, stream) : launch_grouped_gemm_f16(p, config, stream);
   }
   check_launch(op);
+}
+
+int& sm90_tile_n_override() {
+  static int v = 0;
+  return v;
+}
+
+int sm90_tile_n(const GroupedGemmProblem& problem) {
+  const bool silu = problem.activation == Activation::kSiluAndMul;
+  const auto valid = [&](int v) { return v == 256 || v == 192 || (v == 224 && !silu); };
+  if (valid(sm90_tile_n_override())) return sm90_tile_n_override();
+  static const int env = [] {
+    const char* v = std::getenv("MOEKIT_SM90_BN");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  if (valid(env)) return env;
+  if (problem.rows != GemmRows::kDense) return 256;
+  return gemm::sm90::dense_tile_n(problem.m, problem.n, silu, sm90_sm_count());
 }
 
 int& gemm_pdl_override() {

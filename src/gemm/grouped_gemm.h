@@ -134,6 +134,13 @@ int& gemm_pdl_override();
 // take a decode-regime mma.sync config (0, 3, 4, or 5 unsplit).
 bool gemm_pdl_chain(const GroupedGemmProblem& first, const GroupedGemmProblem& second);
 
+// Config 2's tile width (b rows per tile: 256, 224 (no silu) or 192) for `problem`: the
+// test override (0 = none), else MOEKIT_SM90_BN, else sm90::dense_tile_n for dense rows
+// (wave quantization; sm90_tile_math.h) and 256 for grouped rows. A width the problem
+// cannot take (224 with silu, anything else) is ignored.
+int& sm90_tile_n_override();
+int sm90_tile_n(const GroupedGemmProblem& problem);
+
 // Test knob of the MLP paths (not thread-safe): configs and splits forced on the GEMMs
 // that run_grouped_gemm_pair runs (where the problem leaves them to the heuristic);
 // config -1 = the heuristic. Lets GPU tests run every config through the MLP ops.

@@ -8,6 +8,15 @@ namespace moekit::detail {
 
 void launch_grouped_gemm_sm90_bf16(const GroupedGemmProblem& problem, cudaStream_t stream) {
   const char* op = "moe_grouped_gemm";
+  const int tile_n = sm90_tile_n(problem);
+  if (tile_n == 192) {
+    launch_grouped_gemm_sm90_n192_bf16(problem, stream);
+    return;
+  }
+  if (tile_n == 224) {
+    launch_grouped_gemm_sm90_n224_bf16(problem, stream);
+    return;
+  }
   const gemm::RowsDesc rows = gemm::rows_desc(problem);
   if (problem.out_dtype == DType::kF32) {
     gemm::sm90::launch<cutlass::bfloat16_t, float>(problem, rows, stream, op);

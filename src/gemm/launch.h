@@ -14,6 +14,12 @@ void launch_grouped_gemm_f16(const GroupedGemmProblem& problem, int config, cuda
 // The SM90 (TMA + wgmma) config, kGemmConfigSm90; k > 0.
 void launch_grouped_gemm_sm90_bf16(const GroupedGemmProblem& problem, cudaStream_t stream);
 void launch_grouped_gemm_sm90_f16(const GroupedGemmProblem& problem, cudaStream_t stream);
+// Config 2 with 192- / 224-row b tiles (the launchers above call them where sm90_tile_n
+// says; 224: no silu).
+void launch_grouped_gemm_sm90_n192_bf16(const GroupedGemmProblem& problem, cudaStream_t stream);
+void launch_grouped_gemm_sm90_n192_f16(const GroupedGemmProblem& problem, cudaStream_t stream);
+void launch_grouped_gemm_sm90_n224_bf16(const GroupedGemmProblem& problem, cudaStream_t stream);
+void launch_grouped_gemm_sm90_n224_f16(const GroupedGemmProblem& problem, cudaStream_t stream);
 // Its ping-pong variant, kGemmConfigSm90Pingpong; k > 0.
 void launch_grouped_gemm_sm90_pingpong_bf16(const GroupedGemmProblem& problem, cudaStream_t stream);
 void launch_grouped_gemm_sm90_pingpong_f16(const GroupedGemmProblem& problem, cudaStream_t stream);

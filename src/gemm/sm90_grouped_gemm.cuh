@@ -8,11 +8,12 @@
 //
 // Design (docs/gemm.md has the rationale):
 // - Block tile 128 x 256 x 64, 4 stages (48 KB each): a [128 x 64], b [256 x 64] as two
-//   TMA boxes of 128 b rows. kNone: the boxes are b rows n0 .. n0+255 (256 output
-//   columns). kSiluAndMul: box 0 = 128 gate rows, box 1 = the 128 up rows of the same
-//   output columns, so wgmma's accumulator holds gate column j and up column j + 128 in
-//   the same thread (the wgmma D fragment spans every 8-column block of N), and the
-//   epilogue pairs them in registers.
+//   TMA boxes of 128 b rows (BN = 224 / 192: 112- / 96-row boxes, 5 stages; for dense
+//   GEMMs whose 256-wide tiles leave a short last wave, sm90_tile_math.h dense_tile_n). kNone: the
+//   boxes are b rows n0 .. n0+255 (256 output columns). kSiluAndMul: box 0 = 128 gate rows, box 1 =
+//   the 128 up rows of the same output columns, so wgmma's accumulator holds gate column j and up
+//   column j + 128 in the same thread (the wgmma D fragment spans every 8-column block of N), and
+//   the epilogue pairs them in registers.
 // - A is one TMA descriptor over the whole buffer, as (rows, k, L): contiguous / dense
 //   (P or m, k, 1), masked (max_m, k, G). A tile starts at the group's first row
 //   (any row, not a multiple of 128): the tile's trailing rows may belong to the next
@@ -152,10 +153,16 @@ namespace moekit::detail::gemm::sm90 {
 // keys on these, not on __nv_bfloat16 / __half).
 // PAIR_ (sm90_schedule.cuh): kPairNone = config 2; kPairN = config 7, 2-CTA clusters on
 // n-tile pairs with the a box multicast (each CTA loads 64 of its 128 rows).
-template <class T, int PAIR_ = kPairNone>
+// BN_: b rows per tile, 256, 224 or 192 (two boxes of BN_ / 2 rows; silu: BN_ / 2
+// output columns, which the epilogue needs in whole 32-column groups: 224 takes no silu).
+// 224 needs CuTe's extended wgmma shapes (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, defined
+// in its own .cu only).
+template <class T, int PAIR_ = kPairNone, int BN_ = 256>
 struct Config {
-  static constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4;
-  static constexpr int B_BOX = 128;  // b rows per TMA box (two boxes per stage)
+  static_assert(BN_ == 256 || BN_ == 224 || BN_ == 192, "SM90 tile widths: 256, 224, 192");
+  static constexpr int BM = 128, BN = BN_, BK = 64;
+  static constexpr int STAGES = BN == 256 ? 4 : 5;  // 48, 44 or 40 KB each
+  static constexpr int B_BOX = BN / 2;              // b rows per TMA box (two boxes per stage)
   static constexpr int PAIR = PAIR_;
   static constexpr int CLUSTER = PAIR == kPairNone ? 1 : 2;
   static constexpr int A_BOX = PAIR == kPairN ? BM / 2 : BM;  // a rows per TMA box
@@ -185,8 +192,8 @@ struct Config {
   // with the same swizzle phase (16 KB is a multiple of the 1 KB swizzle period).
   using SmemLayoutBBoxes = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::make_shape(cute::Int<B_BOX>{}, cute::Int<BK>{}, cute::Int<2 * STAGES>{})));
-  // Two consumer warpgroups stacked along M: each computes 64 x 256 with one
-  // 64x256x16 wgmma per 16 k.
+  // Two consumer warpgroups stacked along M: each computes 64 x BN with one
+  // 64xBNx16 wgmma per 16 k.
   using TiledMma = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<T, T, float,
                                  cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<BK>>,
@@ -459,18 +466,19 @@ void launch_persistent(void (*kernel)(P), const P& p, int64_t tiles, int smem, c
   }
 }
 
-template <class T, class Out, int PAIR = kPairNone>
+template <class T, class Out, int PAIR = kPairNone, int BN = 256>
 void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t stream,
             const char* op) {
-  using Cfg = Config<T, PAIR>;
+  using Cfg = Config<T, PAIR, BN>;
   Params<Cfg, T> p;
   const int64_t tiles = make_params<Cfg, T>(prob, rows, op, p);
   if (tiles <= 0) return;
   const Knobs& kn = knobs();
+  static_assert(sizeof(SharedStorage<Cfg, T>) <= 227 * 1024, "SM90 shared memory per block");
   const int smem = static_cast<int>(sizeof(SharedStorage<Cfg, T>));
   void (*kernel)(Params<Cfg, T>) = sm90_grouped_gemm_kernel<Cfg, T, Out, 1>;
-  // Paired: the 16-byte epilogue only (MOEKIT_SM90_EPI does not apply).
-  if constexpr (PAIR == kPairNone) {
+  // Paired, and BN < 256: the 16-byte epilogue only (MOEKIT_SM90_EPI does not apply).
+  if constexpr (PAIR == kPairNone && BN == 256) {
     if (!kn.epi) kernel = sm90_grouped_gemm_kernel<Cfg, T, Out, 0>;
   }
   // Persistent: one block per SM (at most as many as the tile upper bound).

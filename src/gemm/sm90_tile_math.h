@@ -32,6 +32,29 @@ MOEKIT_SM90_HD int tile_prefix(int64_t running, int64_t inclusive, int bound) {
   return static_cast<int>(t < bound ? t : bound);
 }
 
+// Config 2's tile width (b rows per tile: 256, 224 without silu, or 192) for a dense GEMM
+// of m rows and n_out output columns (silu: a tile's output columns are half its b rows):
+// the width whose tile waves take the least time, a wave's time taken as its tile width,
+// where that is at least 5% less than 256's (smaller tiles also pay more epilogues and
+// pipeline fills); ties go to the wider tile. kimi-k2's 512-token shared expert: gate_up
+// (n_out 18432, silu) 576 tiles of 256 on 132 SMs fill 5 waves (4.36 full), 768 of 192
+// fill 6 (6 x 192 = 0.9 x 5 x 256); down (n 7168) 112 tiles of 256 leave 20 SMs idle,
+// 128 of 224 take 0.875 of the time.
+inline int dense_tile_n(int64_t m, int64_t n_out, bool silu, int sms) {
+  if (m <= 0 || n_out <= 0 || sms <= 0) return 256;
+  const auto cost = [&](int64_t bn) {
+    const int64_t cols = silu ? bn / 2 : bn;
+    const int64_t tiles = (m + 127) / 128 * ((n_out + cols - 1) / cols);
+    return (tiles + sms - 1) / sms * bn;
+  };
+  int best = 256;
+  for (int bn : {224, 192}) {
+    if (silu && bn == 224) continue;
+    if (cost(bn) < cost(best)) best = bn;
+  }
+  return cost(best) * 100 <= cost(256) * 95 ? best : 256;
+}
+
 }  // namespace moekit::detail::gemm::sm90
 
 #undef MOEKIT_SM90_HD
