@@ -227,10 +227,7 @@ dg::Params gemm_params(const void* x, const void* w, void* out, int64_t T, int64
           0,
           0,
           0,
-          0,
-          nullptr,
-          0,
-          dg::kNextPfOff};
+          0};
 }
 
 template <typename E, typename Mma, typename Out>
@@ -254,14 +251,6 @@ void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gat
   pd.l2_fetch = direct_l2_fetch(false, pd.pair_rows != 0);
   pu.prefetch = direct_prefetch_elems(true);
   pd.prefetch = direct_prefetch_elems(false);
-  // gate_up's CTAs put down's weights into L2 (MOEKIT_DIRECT_NEXT_PF: 0 off, 1 after their
-  // k loop, 2 after x is staged, 3 at their start).
-  static const int next_pf = env_int("MOEKIT_DIRECT_NEXT_PF", dg::kNextPfOff);
-  if (next_pf > 0 && next_pf <= dg::kNextPfAtStart) {
-    pu.next_w = w_down;
-    pu.next_bytes = static_cast<long long>(H) * S * static_cast<long long>(sizeof(E));
-    pu.next_when = next_pf;
-  }
   launch(prepared_kernel<E, Mma, E, true>(up.tn), up, pu, stream);
   launch(prepared_kernel<E, Mma, Out, false>(down.tn), down, pd, stream);
 }

@@ -82,29 +82,7 @@ struct Params {
   int x_first;    // not kPdlSecond: issue x's copies before the first weight batch
   int l2_fetch;   // 0 / 128 / 256: the weight loads' L2 prefetch size (ld_weights)
   int pair_rows;  // lanes g, g ^ 1 load one row's 128-byte line together (see the loads)
-  // The next GEMM's weights (gate_up: down's matrix), spread over the CTAs and prefetched
-  // into L2 at point next_when (kNextPf*), so its k loop reads L2, not DRAM, while the
-  // memory would otherwise idle through this kernel's reduction, stores and the PDL wait.
-  const void* next_w;
-  long long next_bytes;
-  int next_when;
 };
-constexpr int kNextPfOff = 0, kNextPfAfterLoop = 1, kNextPfAfterX = 2, kNextPfAtStart = 3;
-
-// This CTA's share of p.next_w (16-byte aligned pieces, split over warp 0's lanes).
-__device__ __forceinline__ void prefetch_next_weights(const Params& p) {
-  if (threadIdx.x >= 32 || p.next_bytes <= 0) return;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p.next_w);
-  const uintptr_t base = (start + 15) & ~uintptr_t{15};
-  const long long usable = (p.next_bytes - static_cast<long long>(base - start)) & ~15ll;
-  const long long ctas = static_cast<long long>(gridDim.x) * gridDim.y;
-  const long long cta = static_cast<long long>(blockIdx.y) * gridDim.x + blockIdx.x;
-  const long long share = ((usable + ctas - 1) / ctas + 15) & ~15ll;
-  const long long lo = cta * share, len = min(share, usable - lo);
-  const long long piece = ((len + 31) / 32 + 15) & ~15ll;  // one per lane
-  const long long off = threadIdx.x * piece, n = min(piece, len - off);
-  if (n > 0) bulk_prefetch_l2(reinterpret_cast<const void*>(base + lo + off), static_cast<int>(n));
-}
 
 // Output columns per CTA: silu 8 per warp, plain 16 per warp.
 template <bool kSilu>
@@ -212,7 +190,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
   };
 
   MOEKIT_DIRECT_STAMP(0);
-  if (p.next_when == kNextPfAtStart) prefetch_next_weights(p);
   // The head of the weight stream goes to L2 while x is staged (and, before the PDL wait,
   // while the previous kernel ends): a prefetch is L2-coherent, so it cannot feed stale
   // data to the loads below, which all come after the wait.
@@ -244,7 +221,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
   cp_async_wait<0>();
   __syncthreads();
   MOEKIT_DIRECT_STAMP(2);
-  if (p.next_when == kNextPfAfterX) prefetch_next_weights(p);
   if (p.pdl == kPdlFirst) pdl_trigger();  // the dependent only prefetches weights early
 
   float acc[NG][4];
@@ -299,7 +275,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
   }
 
   MOEKIT_DIRECT_STAMP(3);
-  if (p.next_when == kNextPfAfterLoop) prefetch_next_weights(p);
   // Cluster reduction: every rank parks its partials, rank (warp % split) adds the warp's
   // tile over all ranks in rank order.
   float4* part = reinterpret_cast<float4*>(smem + TN * p.x_stride * 2) + warp * NG * 32 + lane;
