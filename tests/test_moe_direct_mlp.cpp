@@ -75,6 +75,22 @@ TEST(DirectMlpGpu, WideForcedSplitsMatchReference) {
   }
 }
 
+// Every form of the cluster sum (pull, batched pull, push) on every case, under the plan's
+// splits and forced 3, 5, 7 ranks (the push owners' slot layouts for splits that do not
+// divide the 8 warps) and 16 (ranks without a warp).
+TEST(DirectMlpGpu, EveryReductionMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (int mode : {0, 1, 2}) {
+    dense_mlp_test::ScopedKnob reduce(detail::direct_mlp_reduce_override(), mode);
+    for (int split : {0, 3, 5, 7, 16}) {
+      SCOPED_TRACE("reduce " + std::to_string(mode) + " split " + std::to_string(split));
+      dense_mlp_test::ScopedKnob knob(detail::direct_mlp_split_override(), split);
+      dense_mlp_test::expect_path_matches_reference(3, cases(), 8500 + 20 * mode + split,
+                                                    detail::direct_mlp_supported);
+    }
+  }
+}
+
 // The fused layer's shared expert writes f32 (a later sum).
 TEST(DirectMlpGpu, F32OutputMatchesReference) {
   MOEKIT_REQUIRE_GPU();
@@ -151,7 +167,8 @@ TEST(DirectMlp, PlanTakesAForcedSplit) {
   EXPECT_EQ(pl.split, 5);
   EXPECT_EQ(pl.k_slice, 1536);  // ceil(7168 / 5) rounded up to whole load batches (128)
   EXPECT_EQ(pl.row_groups, 32);
-  EXPECT_EQ(pl.smem, 32 * (1536 + 32) * 2 + 8 * 4 * 32 * 16);
+  // The partial slots: ceil(8 / 5) * 5 = 10 (the push reduction's owner layout).
+  EXPECT_EQ(pl.smem, 32 * (1536 + 32) * 2 + 10 * 4 * 32 * 16);
   // One rank would stage all 7168 k of 32 tokens (460 KB): the unforced plan instead.
   const detail::DirectGemmPlan big = detail::direct_gemm_plan(32, 2048, 7168, true, 132, {}, 1);
   const detail::DirectGemmPlan free_plan = detail::direct_gemm_plan(32, 2048, 7168, true, 132);

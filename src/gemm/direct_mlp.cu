@@ -116,6 +116,14 @@ int direct_prefetch_elems(bool silu) {
   return silu ? up : down;
 }
 
+// The cluster sum's form (dg::kReduce*; the kernel's comment): MOEKIT_DIRECT_REDUCE or the
+// test knob, else kReducePull.
+int direct_reduce_mode() {
+  if (direct_mlp_reduce_override() >= 0) return direct_mlp_reduce_override();
+  static const int env = env_int("MOEKIT_DIRECT_REDUCE", dg::kReducePull);
+  return env >= dg::kReducePull && env <= dg::kReducePush ? env : dg::kReducePull;
+}
+
 template <typename T, typename Mma, typename Out, bool kSilu>
 DirectGemmPlan plan_for(int64_t T_, int64_t n_out, int64_t k, int sms) {
   const ClusterCapacity capacity = [&](int split, int smem) {
@@ -176,7 +184,8 @@ DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, 
     const int64_t slice = ceil_div(ceil_div(k, split), kSliceAlign) * kSliceAlign;
     pl.split = static_cast<int>(ceil_div(k, slice));
     pl.k_slice = static_cast<int>(slice);
-    pl.smem = pl.tn * (pl.k_slice + dg::kXPad) * 2 + dg::kWarps * (pl.tn / 8) * 32 * 16;
+    pl.smem =
+        pl.tn * (pl.k_slice + dg::kXPad) * 2 + dg::reduce_slots(pl.split) * (pl.tn / 8) * 32 * 16;
   };
   if (force_split > 0) {  // taken as it is where its x slice fits the shared memory
     with_split(force_split, dg::kMaxForcedSplit);  // above 8: ranks without a warp to sum
@@ -227,7 +236,8 @@ dg::Params gemm_params(const void* x, const void* w, void* out, int64_t T, int64
           0,
           0,
           0,
-          0};
+          0,
+          dg::kReducePull};
 }
 
 template <typename E, typename Mma, typename Out>
@@ -251,6 +261,7 @@ void run_typed(const void* x, int64_t T, int64_t H, int64_t S, const void* w_gat
   pd.l2_fetch = direct_l2_fetch(false, pd.pair_rows != 0);
   pu.prefetch = direct_prefetch_elems(true);
   pd.prefetch = direct_prefetch_elems(false);
+  pu.reduce = pd.reduce = direct_reduce_mode();
   launch(prepared_kernel<E, Mma, E, true>(up.tn), up, pu, stream);
   launch(prepared_kernel<E, Mma, Out, false>(down.tn), down, pd, stream);
 }
@@ -280,6 +291,11 @@ void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
 
 int& direct_mlp_load_mode_override() {
   static int v = 0;
+  return v;
+}
+
+int& direct_mlp_reduce_override() {
+  static int v = -1;
   return v;
 }
 

@@ -82,7 +82,23 @@ struct Params {
   int x_first;    // not kPdlSecond: issue x's copies before the first weight batch
   int l2_fetch;   // 0 / 128 / 256: the weight loads' L2 prefetch size (ld_weights)
   int pair_rows;  // lanes g, g ^ 1 load one row's 128-byte line together (see the loads)
+  int reduce;     // kReducePull / kReducePullBatched / kReducePush (the cluster sum)
 };
+
+// The cluster sum of the k split's partials, all in rank order (the same bits):
+// kReducePull: each rank parks its partials, the owning warp reads the ranks' one by one
+// through distributed shared memory (a remote round trip per rank), a second cluster
+// barrier keeps every CTA alive until then; kReducePullBatched: the same reads issued 4
+// ranks at a time; kReducePush: each warp stores its partials into its owner's slots
+// (remote stores do not wait), one cluster barrier, the owner sums its local slots.
+constexpr int kReducePull = 0, kReducePullBatched = 1, kReducePush = 2;
+// Partial slots per CTA (float4 x 32 lanes x 8-token groups each): kWarps for the pull
+// forms; push: the owner of warp w (rank w % split) keeps slot (w / split) * split + r for
+// rank r's partial, up to ceil(kWarps / split) * split slots.
+__host__ __device__ constexpr int reduce_slots(int split) {
+  return (kWarps + split - 1) / split * split > kWarps ? (kWarps + split - 1) / split * split
+                                                       : kWarps;
+}
 
 // Output columns per CTA: silu 8 per warp, plain 16 per warp.
 template <bool kSilu>
@@ -190,6 +206,10 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
   };
 
   MOEKIT_DIRECT_STAMP(0);
+  // Push: peers' shared memory may only be written once they run; arrive now, wait before
+  // the first remote store (long done by then).
+  const bool push = p.reduce == kReducePush && split > 1;
+  if (push) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
   // The head of the weight stream goes to L2 while x is staged (and, before the PDL wait,
   // while the previous kernel ends): a prefetch is L2-coherent, so it cannot feed stale
   // data to the loads below, which all come after the wait.
@@ -275,10 +295,35 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
   }
 
   MOEKIT_DIRECT_STAMP(3);
-  // Cluster reduction: every rank parks its partials, rank (warp % split) adds the warp's
-  // tile over all ranks in rank order.
-  float4* part = reinterpret_cast<float4*>(smem + TN * p.x_stride * 2) + warp * NG * 32 + lane;
-  if (split > 1) {
+  // Cluster reduction (kReduce*): rank (warp % split) sums the warp's tile over all ranks.
+  float4* slots = reinterpret_cast<float4*>(smem + TN * p.x_stride * 2);
+  if (push) {
+    cg::cluster_group cluster = cg::this_cluster();
+    const int base = warp / split * split;  // this warp's slots at its owner
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    float4* dst = cluster.map_shared_rank(slots + (base + rank) * NG * 32 + lane, warp % split);
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+      dst[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+    cluster.sync();  // release / acquire: every partial is in its owner's slots
+    MOEKIT_DIRECT_STAMP(4);
+    if (warp % split != rank) return;
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[n][j] = 0.f;
+    for (int r = 0; r < split; ++r) {
+#pragma unroll
+      for (int n = 0; n < NG; ++n) {
+        const float4 v = slots[((base + r) * NG + n) * 32 + lane];
+        acc[n][0] += v.x;
+        acc[n][1] += v.y;
+        acc[n][2] += v.z;
+        acc[n][3] += v.w;
+      }
+    }
+  } else if (split > 1) {
+    float4* part = slots + warp * NG * 32 + lane;
 #pragma unroll
     for (int n = 0; n < NG; ++n)
       part[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
@@ -289,15 +334,28 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
       for (int n = 0; n < NG; ++n)
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[n][j] = 0.f;
-      for (int r = 0; r < split; ++r) {
-        const float4* rp = cluster.map_shared_rank(part, r);
+      const int batch = p.reduce == kReducePullBatched ? 4 : 1;
+      for (int r0 = 0; r0 < split; r0 += batch) {
+        float4 v[4][NG];  // up to 4 ranks' reads in flight before the adds
 #pragma unroll
-        for (int n = 0; n < NG; ++n) {
-          const float4 v = rp[n * 32];
-          acc[n][0] += v.x;
-          acc[n][1] += v.y;
-          acc[n][2] += v.z;
-          acc[n][3] += v.w;
+        for (int i = 0; i < 4; ++i) {
+          if (i < batch && r0 + i < split) {
+            const float4* rp = cluster.map_shared_rank(part, r0 + i);
+#pragma unroll
+            for (int n = 0; n < NG; ++n) v[i][n] = rp[n * 32];
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (i < batch && r0 + i < split) {
+#pragma unroll
+            for (int n = 0; n < NG; ++n) {
+              acc[n][0] += v[i][n].x;
+              acc[n][1] += v[i][n].y;
+              acc[n][2] += v[i][n].z;
+              acc[n][3] += v[i][n].w;
+            }
+          }
         }
       }
     }
