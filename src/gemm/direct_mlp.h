@@ -42,7 +42,8 @@ void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
 int& direct_mlp_load_mode_override();
 
 // Test knob (not thread-safe): the form of the direct kernels' cluster sum (-1 = the
-// default / MOEKIT_DIRECT_REDUCE; 0 pull, 1 batched pull, 2 push: direct_mlp_kernel.cuh).
+// default, push, or MOEKIT_DIRECT_REDUCE; 0 pull, 1 batched pull, 2 push:
+// direct_mlp_kernel.cuh).
 int& direct_mlp_reduce_override();
 
 // Test knob (not thread-safe): the k split (1-16) forced on both direct GEMMs where its x
