@@ -22,7 +22,9 @@ def main(paths):
     rows, heads = {}, []
     for p in paths:
         doc = json.load(open(p))
-        heads.append(f"{p}: {doc.get('device')} commit {doc.get('commit')} {doc.get('date')}")
+        knobs = doc.get("knobs")  # absent in runs saved before 2026-12-03 (session 7)
+        knob_text = "" if knobs is None else " knobs: " + (" ".join(knobs) or "none")
+        heads.append(f"{p}: {doc.get('device')} commit {doc.get('commit')} {doc.get('date')}{knob_text}")
         for r in doc["records"]:
             rows[(r["op"], r["workload"], r["dtype"])] = r
     recs = list(rows.values())

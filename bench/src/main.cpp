@@ -171,6 +171,7 @@ int run(const Options& opt, const std::string& cmdline) {
   meta.workloads =
       opt.workloads_path.empty() ? "built-in bench/workloads/seed1.json" : opt.workloads_path;
   meta.options = cmdline;
+  meta.knobs = moekit_knobs(environ);
   if (opt.nominal_ceilings) {
     meta.ceilings = Ceilings{};
   } else {

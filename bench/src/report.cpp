@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -136,12 +137,28 @@ std::string launch_floor_line(const RunMeta& m) {
   return buf;
 }
 
+std::vector<std::string> moekit_knobs(const char* const* envp) {
+  std::vector<std::string> out;
+  for (const char* const* e = envp; e != nullptr && *e != nullptr; ++e)
+    if (std::string(*e).rfind("MOEKIT_", 0) == 0) out.emplace_back(*e);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string knobs_line(const RunMeta& m) {
+  if (m.knobs.empty()) return "knobs: none (library defaults)";
+  std::string s = "knobs:";
+  for (const std::string& k : m.knobs) s += " " + k;
+  return s;
+}
+
 std::string render_table(const std::vector<RowResult>& rows, const RunMeta& meta) {
   std::ostringstream os;
   os << "moekit-bench  device: " << meta.device << "  commit: " << meta.commit
      << "  date: " << meta.date << "\n"
      << ceilings_line(meta) << "\n"
      << launch_floor_line(meta) << "\n"
+     << knobs_line(meta) << "\n"
      << "ratio = fastest alternative / ours (>1: ours faster); SOL = ideal / measured; "
         "* = external time\n";
   for (const std::string& op : op_order(rows)) {
@@ -175,7 +192,8 @@ std::string render_markdown(const std::vector<RowResult>& rows, const RunMeta& m
   std::ostringstream os;
   os << "Device: " << meta.device << " · commit `" << meta.commit << "` · " << meta.date << "  \n"
      << ceilings_line(meta) << "  \n"
-     << launch_floor_line(meta) << "\n\n"
+     << launch_floor_line(meta) << "  \n"
+     << knobs_line(meta) << "\n\n"
      << "Ratio = fastest alternative / ours (>1: ours faster). SOL = ideal / measured, "
         "ideal = max(FLOPs / F_peak, bytes / B_peak). `*` = external time.\n";
   for (const std::string& op : op_order(rows)) {
@@ -214,6 +232,7 @@ std::string render_json(const std::vector<RowResult>& rows, const RunMeta& meta)
   doc["date"] = meta.date;
   doc["workloads"] = meta.workloads;
   doc["options"] = meta.options;
+  doc["knobs"] = meta.knobs;
   doc["ceilings"] = {{"read_tbps", meta.ceilings.read_tbps},
                      {"bf16_tflops", meta.ceilings.bf16_tflops},
                      {"fp8_tflops", meta.ceilings.fp8_tflops},

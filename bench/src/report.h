@@ -44,12 +44,20 @@ struct RunMeta {
   std::string device, device_uuid, commit, date, workloads;
   Ceilings ceilings;
   std::string options;  // the command line, for the record
+  // The MOEKIT_* environment variables set for the run ("NAME=value", sorted): the
+  // library's tuning knobs change what is measured, so a saved run names them.
+  std::vector<std::string> knobs;
   // Launch floor: an empty kernel timed like the latency-bound rows (graph of
   // back-to-back calls), per call; < 0 when not measured.
   double launch_floor_ms = -1;       // 1 block of 32 threads
   double launch_floor_grid_ms = -1;  // one 1024-thread block per SM
   int launch_floor_grid_blocks = 0;
 };
+
+// The MOEKIT_* entries of a NULL-terminated environment block, sorted.
+std::vector<std::string> moekit_knobs(const char* const* envp);
+// "knobs: A=1 B=2" or "knobs: none (library defaults)" (table and markdown header).
+std::string knobs_line(const RunMeta& m);
 
 // "launch floor: ..." (the header line of the table and the markdown).
 std::string launch_floor_line(const RunMeta& m);

@@ -67,6 +67,26 @@ TEST(Report, LaunchFloorOncePerFileAndInTheHeader) {
   EXPECT_NE(render_markdown(sample_rows(), m).find("launch floor"), std::string::npos);
 }
 
+// The MOEKIT_* knobs set for a run are saved with it (they change what is measured).
+TEST(Report, RecordsTheLibraryKnobsOfTheRun) {
+  const char* env[] = {"PATH=/bin", "MOEKIT_SM90_BN=256", "XMOEKIT_NOT=1", "MOEKIT_DIRECT_REDUCE=2",
+                       nullptr};
+  RunMeta m = meta();
+  m.knobs = moekit_knobs(env);
+  ASSERT_EQ(m.knobs, (std::vector<std::string>{"MOEKIT_DIRECT_REDUCE=2", "MOEKIT_SM90_BN=256"}));
+  nlohmann::json j = nlohmann::json::parse(render_json(sample_rows(), m));
+  EXPECT_EQ(j["knobs"], nlohmann::json({"MOEKIT_DIRECT_REDUCE=2", "MOEKIT_SM90_BN=256"}));
+  const std::string line = "knobs: MOEKIT_DIRECT_REDUCE=2 MOEKIT_SM90_BN=256";
+  EXPECT_NE(render_table(sample_rows(), m).find(line), std::string::npos);
+  EXPECT_NE(render_markdown(sample_rows(), m).find(line), std::string::npos);
+  const char* none[] = {"HOME=/root", nullptr};
+  m.knobs = moekit_knobs(none);
+  EXPECT_TRUE(m.knobs.empty());
+  EXPECT_TRUE(nlohmann::json::parse(render_json(sample_rows(), m))["knobs"].empty());
+  EXPECT_NE(render_table(sample_rows(), m).find("knobs: none (library defaults)"),
+            std::string::npos);
+}
+
 TEST(Report, RatioIsTheFastestAlternativeOverOurs) {
   std::vector<RowResult> rows = sample_rows();
   EXPECT_DOUBLE_EQ(rows[0].best_alt_ms(), 4.2);
