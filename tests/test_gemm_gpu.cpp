@@ -15,6 +15,7 @@
 #include "core/host_dtype.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
+#include "gemm/sm90_device.h"
 #include "moekit/gemm.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"
@@ -63,8 +64,11 @@ std::string describe(const GemmCase& c, int config) {
 
 // Runs one case through the engine (config >= 0: forced) or, with config == -1, the
 // public op (dense cases always use the engine), and checks it against the reference.
-void run_case(const GemmCase& cs, int config, int split_k = 0) {
-  SCOPED_TRACE(describe(cs, config) + (split_k > 0 ? " split_k " + std::to_string(split_k) : ""));
+// dynamic_second: the first run takes the SM90 kernels' static tile walk, the second
+// their dynamic schedule (a global tile counter), which must give the same bytes.
+void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_second = false) {
+  SCOPED_TRACE(describe(cs, config) + (split_k > 0 ? " split_k " + std::to_string(split_k) : "") +
+               (dynamic_second ? " static, then dynamic" : ""));
   const bool silu = cs.act == Activation::kSiluAndMul;
   const int G = static_cast<int>(cs.counts.size());
   const int64_t b_rows = silu ? 2 * cs.n : cs.n;
@@ -138,7 +142,12 @@ void run_case(const GemmCase& cs, int config, int split_k = 0) {
 
   DeviceTensor a_d(a), b_d(b), meta_d(meta_h);
   HostTensor first;
+  struct RestoreSchedule {
+    int saved = detail::sm90_dynamic_override();
+    ~RestoreSchedule() { detail::sm90_dynamic_override() = saved; }
+  } restore_schedule;
   for (int rep = 0; rep < 2; ++rep) {
+    if (dynamic_second) detail::sm90_dynamic_override() = rep == 0 ? 2 : 1;
     DeviceTensor c_d(cs.out, c_shape, 0xFF);
     if (config < 0 && cs.rows != detail::GemmRows::kDense) {
       GroupedGemmArgs da = ha;
@@ -376,6 +385,41 @@ TEST(GemmGpu, Sm90NarrowTilesMatchReference) {
 TEST(GemmGpu, Sm90PingpongMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   for (const GemmCase& c : pingpong_cases()) run_case(c, detail::kGemmConfigSm90Pingpong);
+}
+
+// The dynamic tile schedule (MOEKIT_SM90_DYNAMIC) of configs 2 (at 256 and 192 b rows)
+// and 6: bit-identical to the static walk (each tile is still computed whole, in k order,
+// by one consumer) on the ping-pong shapes plus many tiles per block (the channel's ring
+// of 4 ids wraps many times, 1 k-tile lets the producer run ahead of the consumers) and
+// ragged groups.
+TEST(GemmGpu, Sm90DynamicScheduleMatchesStatic) {
+  MOEKIT_REQUIRE_GPU();
+  using R = detail::GemmRows;
+  std::vector<GemmCase> v = pingpong_cases();
+  v.push_back({"dyn_dense_k1_many_tiles",
+               DType::kBF16,
+               DType::kBF16,
+               Activation::kNone,
+               R::kDense,
+               1,
+               {64 * 132 * 9 + 17},
+               0,
+               256,
+               64});
+  v.push_back({"dyn_ragged_silu_many_tiles", DType::kF16, DType::kF16, Activation::kSiluAndMul,
+               R::kContiguous, 1, random_counts(64, 0, 1500), 0, 384, 200});
+  struct Restore {
+    int saved = detail::sm90_tile_n_override();
+    ~Restore() { detail::sm90_tile_n_override() = saved; }
+  } restore;
+  for (const GemmCase& c : v) {
+    run_case(c, detail::kGemmConfigSm90Pingpong, 0, true);
+    for (int bn : {256, 192}) {
+      detail::sm90_tile_n_override() = bn;
+      run_case(c, detail::kGemmConfigSm90, 0, true);
+    }
+    detail::sm90_tile_n_override() = 0;
+  }
 }
 
 // The paired configs (2-CTA clusters, the shared operand multicast) on their pairs'

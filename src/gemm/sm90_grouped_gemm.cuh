@@ -52,6 +52,7 @@
 #include "core/dtype.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/grouped_gemm.h"
+#include "gemm/sm90_device.h"
 #include "gemm/sm90_epilogue.cuh"  // quad_transpose, store_4_blocks, store_accumulators
 #include "gemm/sm90_mainloop.cuh"  // produce_tiles, issue_tile_wgmmas
 #include "gemm/sm90_schedule.cuh"  // build_tile_schedule, Tile, locate_tile
@@ -210,6 +211,7 @@ struct SharedStorage {
   alignas(1024) T a[cute::cosize_v<typename Cfg::SmemLayoutA>];
   alignas(1024) T b[cute::cosize_v<typename Cfg::SmemLayoutB>];
   typename Cfg::Pipeline::SharedStorage pipeline;
+  TileChannel channel;                  // tile ids, producer -> consumers (unpaired)
   int tile_start[Cfg::MAX_GROUPS + 1];  // tiles before group g; [G] = total
 };
 
@@ -247,6 +249,9 @@ struct Params {
   // TMA L2 cache hints (TMA::CacheHintSm90 values); b's odd k stages (bytes 128..255 of
   // each 256-byte line the L2 promotion fetched) take hint_b_odd.
   uint64_t hint_a, hint_b, hint_b_odd;
+  // Unpaired configs: nullptr = the static walk; else a zeroed counter the producers take
+  // tile ids from (the dynamic schedule, sm90_schedule.cuh next_tile_id).
+  unsigned* tile_counter;
 };
 
 // VEC_EPI: 1 = 16-byte stores of whole 8-column blocks after a quad transpose
@@ -267,6 +272,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   // Tile schedule (sm90_schedule.cuh): tile_start[G + 1] in shared memory.
   build_tile_schedule<Cfg::THREADS, sched_bm<Cfg>()>(p.rows, sched_n_tiles<Cfg>(p.n_tiles),
                                                      p.tile_bound, ss.tile_start);
+  // Both consumer warpgroups (8 warps) read every tile id.
+  if (Cfg::PAIR == kPairNone && threadIdx.x == 0) channel_init(ss.channel, 8);
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Cfg::STAGE_BYTES;
@@ -288,7 +295,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // Producer: one thread issues every TMA load.
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles, walk);
+      produce_tiles<Cfg, 1>(p, ss, pipeline, total, k_tiles, walk);
     }
   } else {
     // Consumers: two warpgroups, 64 rows each, of the 128 x 256 tile.
@@ -316,7 +323,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const int wg_row0 = (warp_group - 1) * 64;
     const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
     if (get<0>(tCcC(0)) / 64 != warp_group - 1 || get<1>(tCcC(0)) != 2 * q) __trap();
-    for (int id = walk.first; id < total; id += walk.stride) {
+    // Tile ids: the producer's channel (unpaired), or the static walk (paired).
+    constexpr bool kChannel = Cfg::PAIR == kPairNone;
+    int j = 0;
+    for (int id = kChannel ? channel_get(ss.channel, j++) : walk.first; id < total;
+         id = kChannel ? channel_get(ss.channel, j++) : id + walk.stride) {
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       if (k_tiles == 0) {
         clear(acc);
@@ -417,6 +428,7 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   p.hint_a = h.a;
   p.hint_b = h.b_even;
   p.hint_b_odd = h.b_odd;
+  p.tile_counter = nullptr;
   return tiles;
 }
 
@@ -481,6 +493,7 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
   if constexpr (PAIR == kPairNone && BN == 256) {
     if (!kn.epi) kernel = sm90_grouped_gemm_kernel<Cfg, T, Out, 0>;
   }
+  if constexpr (PAIR == kPairNone) p.tile_counter = sm90_dynamic_tile_counter(stream);
   // Persistent: one block per SM (at most as many as the tile upper bound).
   launch_persistent<Cfg>(kernel, p, tiles, smem, stream, op);
 }

@@ -21,7 +21,12 @@ namespace moekit::detail::gemm::sm90 {
 // multicast to both CTAs: kPairN a rows [64 rank, + 64) of the tile (both CTAs have the
 // same m-tile), kPairM b box `rank` (both have the same n-tile). Each CTA's full barrier
 // still expects STAGE_BYTES: its own loads plus the partner's multicast half.
-template <class Cfg, class Params, class Shared, class Pipeline>
+// Unpaired configs (2, 6) take their tile ids one by one (next_tile_id: the static walk,
+// or a global counter when p.tile_counter is set) and publish each on the block's tile
+// channel before loading it; after the last tile, `enders` ids >= total (one per
+// consumer that reads distinct tiles). Paired configs walk statically, as their
+// consumers do.
+template <class Cfg, int ENDERS, class Params, class Shared, class Pipeline>
 __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipeline& pipeline,
                                               int total, int k_tiles, Walk walk) {
   using namespace cute;
@@ -36,7 +41,11 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
   const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
   const auto hint_b_even = static_cast<TMA::CacheHintSm90>(p.hint_b);
   const auto hint_b_odd = static_cast<TMA::CacheHintSm90>(p.hint_b_odd);
-  for (int id = walk.first; id < total; id += walk.stride) {
+  constexpr bool kChannel = Cfg::PAIR == kPairNone;
+  int j = 0;  // the block's tile count so far (channel slot order)
+  for (int id = walk.first; id < total;
+       id = kChannel ? next_tile_id(id, walk.stride, p.tile_counter) : id + walk.stride) {
+    if constexpr (kChannel) channel_put(ss.channel, j++, id);
     const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, rank);
     // (box rows, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
     const int a_row = Cfg::PAIR == kPairN ? t.a_row + rank * A_BOX : t.a_row;
@@ -73,6 +82,9 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
       }
       ++write;
     }
+  }
+  if constexpr (kChannel) {
+    for (int e = 0; e < ENDERS; ++e) channel_put(ss.channel, j++, total);
   }
   pipeline.producer_tail(write);  // do not exit while consumers still read smem
 }

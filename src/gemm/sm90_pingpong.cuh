@@ -79,6 +79,7 @@ struct PingpongSharedStorage {
   alignas(1024) T b[cute::cosize_v<typename Cfg::SmemLayoutB>];
   typename Cfg::Pipeline::SharedStorage pipeline;
   typename Cfg::OrderBarrier::SharedStorage order;
+  TileChannel channel;                  // tile ids, producer -> consumers (unpaired)
   int tile_start[Cfg::MAX_GROUPS + 1];  // tiles before group g; [G] = total
 };
 
@@ -97,6 +98,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
   build_tile_schedule<Cfg::THREADS, sched_bm<Cfg>()>(p.rows, sched_n_tiles<Cfg>(p.n_tiles),
                                                      p.tile_bound, ss.tile_start);
+  // Each tile id is read by the one consumer warpgroup (4 warps) that computes it.
+  if (Cfg::PAIR == kPairNone && threadIdx.x == 0) channel_init(ss.channel, 4);
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Cfg::STAGE_BYTES;
@@ -122,7 +125,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // Producer: one thread issues every TMA load, tiles in order (both consumers').
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles, walk);
+      produce_tiles<Cfg, 2>(p, ss, pipeline, total, k_tiles, walk);
     }
   } else {
     // Consumers: warpgroup 1 + w takes the block's tiles j with j % 2 == w, whole.
@@ -148,7 +151,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const bool silu = p.silu != 0;
     const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
     if (get<0>(tCcC(0)) >= BM || get<1>(tCcC(0)) != 2 * q) __trap();
-    for (int id = walk.first + w * walk.stride; id < total; id += 2 * walk.stride) {
+    // Tile ids: the producer's channel (unpaired; the block's tiles j = w, w + 2, ...),
+    // or the static walk (paired).
+    constexpr bool kChannel = Cfg::PAIR == kPairNone;
+    int j = w;
+    for (int id = kChannel ? channel_get(ss.channel, j) : walk.first + w * walk.stride; id < total;
+         id = kChannel ? channel_get(ss.channel, j += 2) : id + 2 * walk.stride) {
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       // Our turn on the tensor cores: the other consumer has issued its previous tile.
       order.wait();
@@ -199,6 +207,7 @@ void launch_pingpong(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaS
   if (tiles <= 0) return;
   static_assert(sizeof(PingpongSharedStorage<Cfg, T>) <= 227 * 1024, "shared memory");
   const int smem = static_cast<int>(sizeof(PingpongSharedStorage<Cfg, T>));
+  if constexpr (PAIR == kPairNone) p.tile_counter = sm90_dynamic_tile_counter(stream);
   // Persistent: one block (or pair) per SM (pair), at most as many as the tile upper
   // bound; a block with a single tile leaves its second consumer idle.
   launch_persistent<Cfg>(sm90_pingpong_gemm_kernel<Cfg, T, Out>, p, tiles, smem, stream, op);

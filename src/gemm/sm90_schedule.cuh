@@ -4,6 +4,8 @@
 // tile ids blockIdx.x, + gridDim.x, ... and maps each to its coordinates.
 #pragma once
 
+#include <cutlass/arch/barrier.h>
+
 #include <cstdint>
 
 #include "gemm/sm90_tile_math.h"
@@ -76,6 +78,60 @@ __device__ __forceinline__ Walk tile_walk() {
   return {static_cast<int>(pair ? blockIdx.x >> 1 : blockIdx.x),
           static_cast<int>(pair ? gridDim.x >> 1 : gridDim.x),
           pair ? static_cast<int>(blockIdx.x & 1) : 0};
+}
+
+// Tile ids from the producer thread to the consumer warpgroups (configs 2 and 6): a
+// ring of kChannelSlots ids, each with a full barrier (the producer's arrive) and an
+// empty one (one arrive per consumer warp that reads the slot). The producer writes
+// tile j's id into slot j % kChannelSlots before it loads the tile's stages, so the
+// consumers learn which tile their next stages hold without walking the schedule
+// themselves; that lets the producer take ids from a global counter (dynamic
+// schedule: SMs that run ahead take more tiles) as well as the static walk. An id >=
+// total ends the consumers' loops (one per consumer that reads distinct tiles).
+constexpr int kChannelSlots = 4;
+struct TileChannel {
+  uint64_t full[kChannelSlots];
+  uint64_t empty[kChannelSlots];
+  int id[kChannelSlots];
+};
+
+// Thread 0, before the block's first __syncthreads: `readers` = consumer warps that read
+// each slot (config 2: both warpgroups read every tile's id, 8 warps; config 6: 4).
+__device__ __forceinline__ void channel_init(TileChannel& ch, int readers) {
+  for (int i = 0; i < kChannelSlots; ++i) {
+    cutlass::arch::ClusterBarrier::init(&ch.full[i], 1);
+    cutlass::arch::ClusterBarrier::init(&ch.empty[i], readers);
+  }
+  cutlass::arch::fence_barrier_init();
+}
+
+// Producer thread: publishes tile j's id (waits until slot j % kChannelSlots was read by
+// every consumer warp of its previous round; a fresh barrier passes parity 1).
+__device__ __forceinline__ void channel_put(TileChannel& ch, int j, int id) {
+  const int slot = j % kChannelSlots;
+  const uint32_t phase = (j / kChannelSlots) & 1;
+  cutlass::arch::ClusterBarrier::wait(&ch.empty[slot], phase ^ 1);
+  ch.id[slot] = id;
+  cutlass::arch::ClusterBarrier::arrive(&ch.full[slot]);  // release: the id is visible
+}
+
+// A consumer warp: tile j's id; every lane reads it before lane 0 frees the slot.
+__device__ __forceinline__ int channel_get(TileChannel& ch, int j) {
+  const int slot = j % kChannelSlots;
+  const uint32_t phase = (j / kChannelSlots) & 1;
+  cutlass::arch::ClusterBarrier::wait(&ch.full[slot], phase);
+  const int id = *reinterpret_cast<volatile int*>(&ch.id[slot]);
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) cutlass::arch::ClusterBarrier::arrive(&ch.empty[slot]);
+  return id;
+}
+
+// The producer's next tile id after `id`: the static walk (id + stride), or with a
+// counter (dynamic schedule; zeroed before the launch) stride + the counter's next value:
+// each block's first tile is its static one, later ones go to whichever block asks
+// first, in increasing id order (so blocks running side by side still share b tiles).
+__device__ __forceinline__ int next_tile_id(int id, int stride, unsigned* counter) {
+  return counter ? stride + static_cast<int>(atomicAdd(counter, 1u)) : id + stride;
 }
 
 struct Tile {
