@@ -13,6 +13,7 @@
 #include "core/host_dtype.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
+#include "gemm/sm90_device.h"
 #include "gemm/sm90_tile_math.h"
 #include "gemm/split_k.h"
 #include "moekit/error.h"
@@ -207,6 +208,26 @@ TEST(GemmValidation, RejectsEachBadInput) {
         make(), [](auto& x) { x.a.stride[0] += 8; }, "a");  // not contiguous
     bad(
         make(), [](auto& x) { x.activation = static_cast<Activation>(7); }, "activation");
+    // The optional workspace: given, it must be big enough and 256-byte aligned.
+    const size_t ws = grouped_gemm_workspace_size(make());
+    bad(
+        make(),
+        [&](auto& x) {
+          x.workspace = {g_buf, ws - 1};
+        },
+        "workspace");
+    bad(
+        make(),
+        [&](auto& x) {
+          x.workspace = {nullptr, ws};
+        },
+        "workspace");
+    bad(
+        make(),
+        [&](auto& x) {
+          x.workspace = {g_buf + 16, ws};
+        },
+        "workspace");
   }
   // Contiguous specifics.
   bad(
@@ -658,6 +679,29 @@ TEST(GemmSm90TileN, ChooserTakesTheOverrideAndKeepsGroupedRowsAt256) {
   EXPECT_EQ(detail::sm90_tile_n(p), 224);
   o = 100;  // not a tile width: ignored
   EXPECT_EQ(detail::sm90_tile_n(p), 256);
+  o = saved;
+}
+
+// The dynamic schedule's rule (sm90_device.h): config 2 on grouped rows; the ping-pong
+// config and dense rows static; the test knob forces either way.
+TEST(GemmSm90Dynamic, RuleTakesConfig2OnGroupedRowsOnly) {
+  if (std::getenv("MOEKIT_SM90_DYNAMIC") != nullptr) GTEST_SKIP() << "MOEKIT_SM90_DYNAMIC is set";
+  EXPECT_GE(grouped_gemm_workspace_size(GroupedGemmArgs{}), sizeof(unsigned));
+  EXPECT_EQ(grouped_gemm_workspace_size(GroupedGemmArgs{}), detail::kTileCounterBytes);
+  int& o = detail::sm90_dynamic_override();
+  const int saved = o;
+  o = 0;
+  EXPECT_TRUE(detail::sm90_use_dynamic(/*pingpong=*/false, /*dense_rows=*/false));
+  EXPECT_FALSE(detail::sm90_use_dynamic(false, true));
+  EXPECT_FALSE(detail::sm90_use_dynamic(true, false));
+  EXPECT_FALSE(detail::sm90_use_dynamic(true, true));
+  o = 1;
+  EXPECT_TRUE(detail::sm90_use_dynamic(true, true));
+  o = 2;
+  EXPECT_FALSE(detail::sm90_use_dynamic(false, false));
+  // No counter given: static whatever the rule says (and nothing is zeroed).
+  o = 1;
+  EXPECT_EQ(detail::sm90_tile_counter(nullptr, false, false, nullptr, "test"), nullptr);
   o = saved;
 }
 

@@ -65,7 +65,8 @@ std::string describe(const GemmCase& c, int config) {
 // Runs one case through the engine (config >= 0: forced) or, with config == -1, the
 // public op (dense cases always use the engine), and checks it against the reference.
 // dynamic_second: the first run takes the SM90 kernels' static tile walk, the second
-// their dynamic schedule (a global tile counter), which must give the same bytes.
+// gets a tile counter (the dynamic schedule: forced for config >= 0, the rule's for the
+// public op), which must give the same bytes.
 void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_second = false) {
   SCOPED_TRACE(describe(cs, config) + (split_k > 0 ? " split_k " + std::to_string(split_k) : "") +
                (dynamic_second ? " static, then dynamic" : ""));
@@ -142,12 +143,14 @@ void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_seco
 
   DeviceTensor a_d(a), b_d(b), meta_d(meta_h);
   HostTensor first;
+  DeviceTensor counter(DType::kI32, {static_cast<int64_t>(detail::kTileCounterBytes / 4)}, 0xFF);
   struct RestoreSchedule {
     int saved = detail::sm90_dynamic_override();
     ~RestoreSchedule() { detail::sm90_dynamic_override() = saved; }
   } restore_schedule;
   for (int rep = 0; rep < 2; ++rep) {
-    if (dynamic_second) detail::sm90_dynamic_override() = rep == 0 ? 2 : 1;
+    // Forced configs take the dynamic schedule wherever it exists; the public op its rule.
+    if (dynamic_second) detail::sm90_dynamic_override() = rep == 0 ? 2 : config >= 0 ? 1 : 0;
     DeviceTensor c_d(cs.out, c_shape, 0xFF);
     if (config < 0 && cs.rows != detail::GemmRows::kDense) {
       GroupedGemmArgs da = ha;
@@ -155,6 +158,7 @@ void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_seco
       da.b = b_d.view();
       da.layout_metadata = meta_d.view();
       da.c = c_d.view();
+      if (dynamic_second && rep == 1) da.workspace = {counter.data(), detail::kTileCounterBytes};
       moe_grouped_gemm(da, nullptr);
     } else {
       detail::GroupedGemmProblem p;
@@ -174,6 +178,7 @@ void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_seco
       p.m = total_rows;
       p.config = config;
       p.split_k = split_k;
+      if (dynamic_second && rep == 1) p.tile_counter = static_cast<unsigned*>(counter.data());
       detail::run_grouped_gemm(p, nullptr);
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -295,6 +300,14 @@ std::vector<GemmCase> sm90_cases() {
 TEST(GemmGpu, Sm90ConfigMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   for (const GemmCase& c : sm90_cases()) run_case(c, detail::kGemmConfigSm90);
+}
+
+// The public op with its optional workspace (the dynamic schedule where the rule takes
+// it: config 2 on grouped rows) gives the bytes it gives without one.
+TEST(GemmGpu, PublicOpWithWorkspaceMatchesWithout) {
+  MOEKIT_REQUIRE_GPU();
+  for (const GemmCase& c : cases()) run_case(c, -1, 0, true);
+  for (const GemmCase& c : sm90_cases()) run_case(c, -1, 0, true);
 }
 
 // Extra shapes for the SM90 ping-pong configs 6 and 8 (on top of sm90_cases): k-tile

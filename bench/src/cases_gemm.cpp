@@ -68,6 +68,8 @@ class GroupedGemmCase : public Case {
         masked_ ? PermutedLayout::masked(l_.max_m) : PermutedLayout::contiguous(l_.alignment);
     g.activation = swiglu_ ? Activation::kSiluAndMul : Activation::kNone;
     g.c = find("c").view(c);
+    // The optional workspace: the SM90 kernels' dynamic schedule (GroupedGemmArgs).
+    g.workspace = scratch("ws", moekit::grouped_gemm_workspace_size(g)).workspace();
     return g;
   }
 

@@ -17,6 +17,10 @@ enum class Activation {
 //   masked:     a [E, max_m, Kd], c [E, max_m, N], layout_metadata[e] = row count <= max_m.
 // b is [E, N, Kd] ([E, 2N, Kd] with kSiluAndMul). c dtype: a's dtype or f32.
 // Rows outside every expert's block (padding, or past a masked count) are left untouched.
+// workspace is optional: with grouped_gemm_workspace_size(args) bytes (256-aligned,
+// any contents, not shared with a call running at the same time) the Hopper kernels
+// hand tiles out dynamically (SMs that run ahead take more; docs/gemm.md "Dynamic
+// schedule"); without one they walk a static schedule. Same results either way.
 struct GroupedGemmArgs {
   TensorView a;
   TensorView b;
@@ -24,8 +28,10 @@ struct GroupedGemmArgs {
   PermutedLayout layout;
   Activation activation = Activation::kNone;
   TensorView c;
+  Workspace workspace;
 };
 
+size_t grouped_gemm_workspace_size(const GroupedGemmArgs& args);
 void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
 
 // MoEGroupedGemmFP8Fwd (DeepGEMM-style masked layout, 128-wide block scales).

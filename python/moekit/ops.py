@@ -502,7 +502,7 @@ def _moe_grouped_gemm_cuda(
     )
     max_m = a.shape[1] if masked and a.dim() == 3 else 0
     _t_moe_grouped_gemm(
-        a, b, layout_metadata, masked, alignment, max_m, activation, c, stream
+        a, b, layout_metadata, masked, alignment, max_m, activation, c, _ws(ctx, a), stream
     )
     return c
 

@@ -794,7 +794,8 @@ NB_MODULE(_moekit, m) {
   m.def(
       "moe_grouped_gemm",
       [](nb::handle a, nb::handle b, nb::handle layout_metadata, bool masked, int alignment,
-         int64_t max_m, const char* activation, nb::handle c, uintptr_t stream) {
+         int64_t max_m, const char* activation, nb::handle c, uintptr_t stream, uintptr_t workspace,
+         size_t workspace_bytes) {
         Converter cv("moe_grouped_gemm");
         GroupedGemmArgs g;
         g.a = cv(a, "a");
@@ -803,12 +804,19 @@ NB_MODULE(_moekit, m) {
         g.layout = make_layout(masked, alignment, max_m);
         g.activation = parse_activation(activation, cv.op());
         g.c = cv(c, "c");
+        g.workspace = as_workspace(workspace, workspace_bytes);
         moe_grouped_gemm(g, as_stream(stream));
       },
       arg("a").none(), arg("b").none(), arg("layout_metadata").none(), arg("masked"),
       arg("alignment"), arg("max_m"), arg("activation"), arg("c").none(), arg("stream") = 0,
+      arg("workspace") = 0, arg("workspace_bytes") = 0,
       "MoEGroupedGemmFwd: contiguous a [P, Kd] -> c [P, N]; masked a [E, max_m, Kd] -> c "
-      "[E, max_m, N]; b [E, N, Kd] ([E, 2N, Kd] with activation='silu_and_mul').");
+      "[E, max_m, N]; b [E, N, Kd] ([E, 2N, Kd] with activation='silu_and_mul'). The "
+      "workspace (grouped_gemm_workspace_size() bytes) is optional: with it the Hopper "
+      "kernels balance tiles dynamically.");
+  m.def(
+      "grouped_gemm_workspace_size", [] { return grouped_gemm_workspace_size(GroupedGemmArgs{}); },
+      "Bytes of moe_grouped_gemm's optional workspace.");
 
   // ---- MoEGroupedGemmFP8Fwd ----
   m.def(
@@ -1228,7 +1236,7 @@ NB_MODULE(_moekit, m) {
   m.def(
       "_t_moe_grouped_gemm",
       [](nb::handle a, nb::handle b, nb::handle layout_metadata, bool masked, int alignment,
-         int64_t max_m, const char* activation, nb::handle c, uintptr_t stream) {
+         int64_t max_m, const char* activation, nb::handle c, nb::handle ws, uintptr_t stream) {
         Converter cv("moe_grouped_gemm", true);
         GroupedGemmArgs g;
         g.a = cv(a, "a");
@@ -1237,10 +1245,12 @@ NB_MODULE(_moekit, m) {
         g.layout = make_layout(masked, alignment, max_m);
         g.activation = parse_activation(activation, cv.op());
         g.c = cv(c, "c");
+        g.workspace = workspace_from_entry(ws, grouped_gemm_workspace_size(g), cv.op());
         moe_grouped_gemm(g, as_stream(stream));
       },
       arg("a").none(), arg("b").none(), arg("layout_metadata").none(), arg("masked"),
-      arg("alignment"), arg("max_m"), arg("activation"), arg("c").none(), arg("stream"));
+      arg("alignment"), arg("max_m"), arg("activation"), arg("c").none(), arg("ws").none(),
+      arg("stream"));
   m.def(
       "_t_moe_grouped_gemm_fp8",
       [](nb::handle a, nb::handle a_scale, nb::handle b, nb::handle b_scale,

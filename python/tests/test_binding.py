@@ -33,7 +33,7 @@ def test_import_and_op_list():
     for name in moekit.OPS:
         assert callable(getattr(raw, name)), name
         assert getattr(raw, name).__doc__, name
-    for name in ("permute_align", "pre_permute", "expert_mlp", "fused_moe_experts",
+    for name in ("permute_align", "pre_permute", "grouped_gemm", "expert_mlp", "fused_moe_experts",
                  "indexed_expert_mlp", "fused_moe", "fused_moe_shared_expert",
                  "shared_expert_mlp"):  # fmt: skip
         assert callable(getattr(raw, name + "_workspace_size")), name
@@ -159,6 +159,9 @@ BAD_CALLS = [
     ("moe_grouped_gemm", "c",
      lambda: raw.moe_grouped_gemm(t("bf16", 4, 16, 256), t("bf16", 4, 128, 256), t("i32", 4),
                                   True, 1, 16, "silu_and_mul", t("bf16", 4, 16, 128))),
+    ("moe_grouped_gemm", "workspace",
+     lambda: raw.moe_grouped_gemm(t("bf16", 32, 256), t("bf16", 4, 64, 256), t("i32", 4),
+                                  False, 1, 0, "none", t("bf16", 32, 64), 0, PTR + WS, 8)),
     ("moe_grouped_gemm_fp8", "a_scale",
      lambda: raw.moe_grouped_gemm_fp8(t("fp8e4m3", 2, 64, 256), t("f32", 2, 64, 3),
                                       t("fp8e4m3", 2, 128, 256), t("f32", 2, 1, 2), t("i32", 2),

@@ -66,7 +66,13 @@ struct GroupedGemmProblem {
   // PDL role (run_grouped_gemm_pair sets it); kNone everywhere else. Configs without a
   // PDL variant (1, 2, 6; 5 split) launch plainly whatever it says.
   GemmPdl pdl = GemmPdl::kNone;
+  // Device scratch of kTileCounterBytes for the SM90 kernels' dynamic schedule (zeroed
+  // on the stream by the launch that uses it); nullptr: static schedules only.
+  unsigned* tile_counter = nullptr;
 };
+
+// Bytes of GroupedGemmProblem::tile_counter (one 32-bit counter, padded).
+constexpr size_t kTileCounterBytes = 256;
 
 // The tile configurations of the bf16/f16 engine (docs/gemm.md).
 enum GemmConfig : int {

@@ -20,6 +20,10 @@ std::string str(int64_t v) {
 
 }  // namespace
 
+size_t grouped_gemm_workspace_size(const GroupedGemmArgs&) {
+  return detail::kTileCounterBytes;
+}
+
 void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
   detail::ArgCheck check("moe_grouped_gemm");
   const bool silu = args.activation == Activation::kSiluAndMul;
@@ -72,12 +76,18 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
     check.tensor("c", args.c, {args.a.dtype, DType::kF32}, {rows, N}, 16);
   }
 
+  // The workspace is optional; one that is given must be valid.
+  if (args.workspace.data != nullptr || args.workspace.bytes != 0) {
+    check.workspace(args.workspace, grouped_gemm_workspace_size(args));
+  }
+
   detail::GroupedGemmProblem p;
   p.in_dtype = args.a.dtype;
   p.out_dtype = args.c.dtype;
   p.a = args.a.data;
   p.b = args.b.data;
   p.c = args.c.data;
+  p.tile_counter = static_cast<unsigned*>(args.workspace.data);
   p.num_groups = static_cast<int>(E);
   p.n = N;
   p.k = Kd;

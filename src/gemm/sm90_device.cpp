@@ -2,8 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdlib>
+#include <string>
+
+#include "moekit/error.h"
 
 namespace moekit::detail {
 
@@ -32,35 +34,27 @@ int& sm90_dynamic_override() {
   return v;
 }
 
-unsigned* sm90_dynamic_tile_counter(cudaStream_t stream) {
-  static const bool env = [] {
+bool sm90_use_dynamic(bool pingpong, bool dense_rows) {
+  static const int env = [] {
     const char* v = std::getenv("MOEKIT_SM90_DYNAMIC");
-    return v && std::atoi(v) == 1;
+    return v && *v ? std::atoi(v) : -1;
   }();
   const int o = sm90_dynamic_override();
-  if (o == 2 || (o != 1 && !env)) return nullptr;
-  constexpr int kMaxDevices = 64, kPool = 1024;
-  static unsigned* pools[kMaxDevices] = {};
-  static std::atomic<unsigned> next{0};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
+  if (o == 1 || o == 2) return o == 1;
+  if (env == 0 || env == 1) return env == 1;
+  return !pingpong && !dense_rows;
+}
+
+unsigned* sm90_tile_counter(unsigned* counter, bool pingpong, bool dense_rows, cudaStream_t stream,
+                            const char* op) {
+  if (!counter || !sm90_use_dynamic(pingpong, dense_rows)) return nullptr;
+  const cudaError_t err = cudaMemsetAsync(counter, 0, sizeof(unsigned), stream);
+  if (err != cudaSuccess) {
     cudaGetLastError();
-    return nullptr;
+    throw Error(std::string("moekit::") + op +
+                ": zeroing the tile counter in the workspace failed: " + cudaGetErrorString(err));
   }
-  if (!pools[device]) {
-    void* mem = nullptr;
-    if (cudaMalloc(&mem, kPool * sizeof(unsigned)) != cudaSuccess) {
-      cudaGetLastError();
-      return nullptr;
-    }
-    pools[device] = static_cast<unsigned*>(mem);
-  }
-  unsigned* c = pools[device] + next.fetch_add(1) % kPool;
-  if (cudaMemsetAsync(c, 0, sizeof(unsigned), stream) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return c;
+  return counter;
 }
 
 }  // namespace moekit::detail

@@ -493,7 +493,12 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
   if constexpr (PAIR == kPairNone && BN == 256) {
     if (!kn.epi) kernel = sm90_grouped_gemm_kernel<Cfg, T, Out, 0>;
   }
-  if constexpr (PAIR == kPairNone) p.tile_counter = sm90_dynamic_tile_counter(stream);
+  if constexpr (PAIR == kPairNone) {
+    // One wave at most (by the host's bound): nothing to balance, no zeroing to pay.
+    unsigned* counter = tiles > device_sm_count() ? prob.tile_counter : nullptr;
+    p.tile_counter =
+        sm90_tile_counter(counter, /*pingpong=*/false, rows.mode == kRowsDense, stream, op);
+  }
   // Persistent: one block per SM (at most as many as the tile upper bound).
   launch_persistent<Cfg>(kernel, p, tiles, smem, stream, op);
 }

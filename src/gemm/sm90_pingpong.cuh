@@ -207,7 +207,11 @@ void launch_pingpong(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaS
   if (tiles <= 0) return;
   static_assert(sizeof(PingpongSharedStorage<Cfg, T>) <= 227 * 1024, "shared memory");
   const int smem = static_cast<int>(sizeof(PingpongSharedStorage<Cfg, T>));
-  if constexpr (PAIR == kPairNone) p.tile_counter = sm90_dynamic_tile_counter(stream);
+  if constexpr (PAIR == kPairNone) {
+    unsigned* counter = tiles > device_sm_count() ? prob.tile_counter : nullptr;
+    p.tile_counter =
+        sm90_tile_counter(counter, /*pingpong=*/true, rows.mode == kRowsDense, stream, op);
+  }
   // Persistent: one block (or pair) per SM (pair), at most as many as the tile upper
   // bound; a block with a single tile leaves its second consumer idle.
   launch_persistent<Cfg>(sm90_pingpong_gemm_kernel<Cfg, T, Out>, p, tiles, smem, stream, op);
