@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -70,6 +72,9 @@ std::string describe(const GemmCase& c, int config) {
 void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_second = false) {
   SCOPED_TRACE(describe(cs, config) + (split_k > 0 ? " split_k " + std::to_string(split_k) : "") +
                (dynamic_second ? " static, then dynamic" : ""));
+  // MOEKIT_TEST_VERBOSE=1: each case on stderr as it starts (which one a hung run was in).
+  static const bool verbose = std::getenv("MOEKIT_TEST_VERBOSE") != nullptr;
+  if (verbose) std::fprintf(stderr, "case %s\n", describe(cs, config).c_str());
   const bool silu = cs.act == Activation::kSiluAndMul;
   const int G = static_cast<int>(cs.counts.size());
   const int64_t b_rows = silu ? 2 * cs.n : cs.n;
