@@ -405,27 +405,33 @@ TEST(GemmGpu, Sm90PingpongMatchesReference) {
   for (const GemmCase& c : pingpong_cases()) run_case(c, detail::kGemmConfigSm90Pingpong);
 }
 
-// The dynamic tile schedule (MOEKIT_SM90_DYNAMIC) of configs 2 (at 256 and 192 b rows)
-// and 6: bit-identical to the static walk (each tile is still computed whole, in k order,
-// by one consumer) on the ping-pong shapes plus many tiles per block (the channel's ring
-// of 4 ids wraps many times, 1 k-tile lets the producer run ahead of the consumers) and
-// ragged groups.
+// The dynamic tile schedule (a tile counter; MOEKIT_SM90_DYNAMIC) of configs 2 (at 256
+// and 192 b rows) and 6: bit-identical to the static walk (each tile is still computed
+// whole, in k order, by one consumer). Only shapes of more than one wave (the launch
+// takes the counter only there): many tiles per block (the channel's ring of 4 ids wraps
+// many times; 1 k-tile lets the producer run ahead of the consumers), ragged groups with
+// silu, 2-3 tiles per block, k-tiles below / at the stage count.
 TEST(GemmGpu, Sm90DynamicScheduleMatchesStatic) {
   MOEKIT_REQUIRE_GPU();
   using R = detail::GemmRows;
-  std::vector<GemmCase> v = pingpong_cases();
-  v.push_back({"dyn_dense_k1_many_tiles",
-               DType::kBF16,
-               DType::kBF16,
-               Activation::kNone,
-               R::kDense,
+  const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
+  const Activation none = Activation::kNone, silu = Activation::kSiluAndMul;
+  std::vector<GemmCase> v;
+  v.push_back(
+      {"dyn_dense_k1_many_tiles", bf, bf, none, R::kDense, 1, {64 * 132 * 9 + 17}, 0, 256, 64});
+  v.push_back({"dyn_ragged_silu_many_tiles", f16, f16, silu, R::kContiguous, 1,
+               random_counts(64, 0, 1500), 0, 384, 200});
+  v.push_back({"dyn_dense_k3_odd_tiles", bf, bf, none, R::kDense, 1, {4483}, 0, 1000, 136});
+  v.push_back({"dyn_masked_k5_f32out",
+               bf,
+               f32,
+               none,
+               R::kMasked,
                1,
-               {64 * 132 * 9 + 17},
-               0,
-               256,
-               64});
-  v.push_back({"dyn_ragged_silu_many_tiles", DType::kF16, DType::kF16, Activation::kSiluAndMul,
-               R::kContiguous, 1, random_counts(64, 0, 1500), 0, 384, 200});
+               {300, 129, 0, 257, 64, 1},
+               300,
+               1032,
+               320});
   struct Restore {
     int saved = detail::sm90_tile_n_override();
     ~Restore() { detail::sm90_tile_n_override() = saved; }
@@ -437,6 +443,63 @@ TEST(GemmGpu, Sm90DynamicScheduleMatchesStatic) {
       run_case(c, detail::kGemmConfigSm90, 0, true);
     }
     detail::sm90_tile_n_override() = 0;
+  }
+}
+
+// Many back-to-back launches of configs 2 and 6, static and dynamic, on shapes with few
+// and many tiles per block (blocks without a tile, the last tile alone, the channel ring
+// wrapping): every output equals the first bit for bit. A race in the tile hand-off
+// would show as a mismatch, a lost id as a hang (the test runner's timeout).
+TEST(GemmGpu, Sm90ScheduleStress) {
+  MOEKIT_REQUIRE_GPU();
+  const int64_t k = 64, n = 512;
+  const std::vector<std::vector<int>> shapes = {
+      random_counts(48, 0, 700), {1, 0, 129, 63}, random_counts(200, 0, 40)};
+  std::vector<int32_t> meta;
+  struct RestoreSchedule {
+    int saved = detail::sm90_dynamic_override();
+    ~RestoreSchedule() { detail::sm90_dynamic_override() = saved; }
+  } restore;
+  for (const auto& counts : shapes) {
+    meta.clear();
+    int64_t rows = 0;
+    for (int x : counts) meta.push_back(static_cast<int32_t>(rows += x));
+    HostTensor a(DType::kBF16, {std::max<int64_t>(rows, 1), k}),
+        b(DType::kBF16, {static_cast<int64_t>(counts.size()), n, k});
+    a.fill_normal(rng(), 1.0);
+    b.fill_normal(rng(), 0.125);
+    HostTensor meta_h = i32_tensor(meta);
+    DeviceTensor a_d(a), b_d(b), meta_d(meta_h), c_d(DType::kBF16, {std::max<int64_t>(rows, 1), n});
+    DeviceTensor counter(DType::kI32, {static_cast<int64_t>(detail::kTileCounterBytes / 4)});
+    for (int config : {detail::kGemmConfigSm90, detail::kGemmConfigSm90Pingpong}) {
+      HostTensor first;
+      for (int it = 0; it < 100; ++it) {
+        SCOPED_TRACE("config " + std::to_string(config) + ", launch " + std::to_string(it) +
+                     ", rows " + std::to_string(rows));
+        detail::sm90_dynamic_override() = it % 2 ? 1 : 2;
+        detail::GroupedGemmProblem p;
+        p.a = a_d.data();
+        p.b = b_d.data();
+        p.c = c_d.data();
+        p.num_groups = static_cast<int>(counts.size());
+        p.n = n;
+        p.k = k;
+        p.rows = detail::GemmRows::kContiguous;
+        p.layout_metadata = static_cast<const int32_t*>(meta_d.data());
+        p.m = rows;
+        p.config = config;
+        p.tile_counter = static_cast<unsigned*>(counter.data());
+        detail::run_grouped_gemm(p, nullptr);
+        if (it % 10 != 9) continue;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        HostTensor out = c_d.download();
+        if (first.nbytes() == 0) {
+          first = std::move(out);
+        } else {
+          ASSERT_EQ(std::memcmp(out.data(), first.data(), out.nbytes()), 0) << "outputs differ";
+        }
+      }
+    }
   }
 }
 
