@@ -682,26 +682,35 @@ TEST(GemmSm90TileN, ChooserTakesTheOverrideAndKeepsGroupedRowsAt256) {
   o = saved;
 }
 
-// The dynamic schedule's rule (sm90_device.h): config 2 on grouped rows; the ping-pong
-// config and dense rows static; the test knob forces either way.
+// The dynamic schedule's rule (sm90_device.h): config 2 on grouped rows all waves; the
+// ping-pong config (unless MOEKIT_SM90_DYNAMIC_TAIL) and dense rows static; the test knob
+// forces either way.
 TEST(GemmSm90Dynamic, RuleTakesConfig2OnGroupedRowsOnly) {
-  if (std::getenv("MOEKIT_SM90_DYNAMIC") != nullptr) GTEST_SKIP() << "MOEKIT_SM90_DYNAMIC is set";
+  if (std::getenv("MOEKIT_SM90_DYNAMIC") != nullptr ||
+      std::getenv("MOEKIT_SM90_DYNAMIC_TAIL") != nullptr) {
+    GTEST_SKIP() << "MOEKIT_SM90_DYNAMIC(_TAIL) is set";
+  }
   EXPECT_GE(grouped_gemm_workspace_size(GroupedGemmArgs{}), sizeof(unsigned));
   EXPECT_EQ(grouped_gemm_workspace_size(GroupedGemmArgs{}), detail::kTileCounterBytes);
+  const int all = detail::kSm90DynamicAll;
   int& o = detail::sm90_dynamic_override();
   const int saved = o;
   o = 0;
-  EXPECT_TRUE(detail::sm90_use_dynamic(/*pingpong=*/false, /*dense_rows=*/false));
-  EXPECT_FALSE(detail::sm90_use_dynamic(false, true));
-  EXPECT_FALSE(detail::sm90_use_dynamic(true, false));
-  EXPECT_FALSE(detail::sm90_use_dynamic(true, true));
+  EXPECT_EQ(detail::sm90_dynamic_waves(/*pingpong=*/false, /*dense_rows=*/false), all);
+  EXPECT_EQ(detail::sm90_dynamic_waves(false, true), -1);
+  EXPECT_EQ(detail::sm90_dynamic_waves(true, false), -1);
+  EXPECT_EQ(detail::sm90_dynamic_waves(true, true), -1);
   o = 1;
-  EXPECT_TRUE(detail::sm90_use_dynamic(true, true));
+  EXPECT_EQ(detail::sm90_dynamic_waves(true, true), all);
   o = 2;
-  EXPECT_FALSE(detail::sm90_use_dynamic(false, false));
+  EXPECT_EQ(detail::sm90_dynamic_waves(false, false), -1);
+  o = 3;
+  EXPECT_EQ(detail::sm90_dynamic_waves(true, false), 1);
   // No counter given: static whatever the rule says (and nothing is zeroed).
   o = 1;
-  EXPECT_EQ(detail::sm90_tile_counter(nullptr, false, false, nullptr, "test"), nullptr);
+  int waves = 0;
+  EXPECT_EQ(detail::sm90_tile_counter(nullptr, false, false, nullptr, "test", &waves), nullptr);
+  EXPECT_EQ(waves, -1);
   o = saved;
 }
 

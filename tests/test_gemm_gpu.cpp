@@ -67,9 +67,11 @@ std::string describe(const GemmCase& c, int config) {
 // Runs one case through the engine (config >= 0: forced) or, with config == -1, the
 // public op (dense cases always use the engine), and checks it against the reference.
 // dynamic_second: the first run takes the SM90 kernels' static tile walk, the second
-// gets a tile counter (the dynamic schedule: forced for config >= 0, the rule's for the
-// public op), which must give the same bytes.
-void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_second = false) {
+// gets a tile counter (the dynamic schedule: for config >= 0 forced, fully or, with
+// dynamic_tail, the last wave only; the rule's for the public op), which must give the
+// same bytes.
+void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_second = false,
+              bool dynamic_tail = false) {
   SCOPED_TRACE(describe(cs, config) + (split_k > 0 ? " split_k " + std::to_string(split_k) : "") +
                (dynamic_second ? " static, then dynamic" : ""));
   // MOEKIT_TEST_VERBOSE=1: each case on stderr as it starts (which one a hung run was in).
@@ -155,7 +157,9 @@ void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_seco
   } restore_schedule;
   for (int rep = 0; rep < 2; ++rep) {
     // Forced configs take the dynamic schedule wherever it exists; the public op its rule.
-    if (dynamic_second) detail::sm90_dynamic_override() = rep == 0 ? 2 : config >= 0 ? 1 : 0;
+    if (dynamic_second) {
+      detail::sm90_dynamic_override() = rep == 0 ? 2 : config < 0 ? 0 : dynamic_tail ? 3 : 1;
+    }
     DeviceTensor c_d(cs.out, c_shape, 0xFF);
     if (config < 0 && cs.rows != detail::GemmRows::kDense) {
       GroupedGemmArgs da = ha;
@@ -438,11 +442,13 @@ TEST(GemmGpu, Sm90DynamicScheduleMatchesStatic) {
   } restore;
   for (const GemmCase& c : v) {
     run_case(c, detail::kGemmConfigSm90Pingpong, 0, true);
+    run_case(c, detail::kGemmConfigSm90Pingpong, 0, true, /*dynamic_tail=*/true);
     for (int bn : {256, 192}) {
       detail::sm90_tile_n_override() = bn;
       run_case(c, detail::kGemmConfigSm90, 0, true);
     }
     detail::sm90_tile_n_override() = 0;
+    run_case(c, detail::kGemmConfigSm90, 0, true, /*dynamic_tail=*/true);
   }
 }
 
@@ -476,7 +482,7 @@ TEST(GemmGpu, Sm90ScheduleStress) {
       for (int it = 0; it < 100; ++it) {
         SCOPED_TRACE("config " + std::to_string(config) + ", launch " + std::to_string(it) +
                      ", rows " + std::to_string(rows));
-        detail::sm90_dynamic_override() = it % 2 ? 1 : 2;
+        detail::sm90_dynamic_override() = 1 + it % 3;  // all, static, last wave dynamic
         detail::GroupedGemmProblem p;
         p.a = a_d.data();
         p.b = b_d.data();

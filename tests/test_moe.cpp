@@ -11,6 +11,7 @@
 
 #include "core/host_dtype.h"
 #include "gemm/streamk_mlp.h"
+#include "moe/moe_internal.h"
 #include "moekit/error.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
@@ -590,7 +591,9 @@ TEST(MoEWorkspace, SizesDependOnShapesOnly) {
   ExpertMLPArgs m;
   m.expert_input = null_view(kBF, {100, 64});
   m.w_gate_up = null_view(kBF, {4, 64, 64});
-  EXPECT_EQ(expert_mlp_workspace_size(m), size_t{(100 * 32 * 2 + 255) / 256 * 256});
+  // act [P, F], then the two GEMMs' tile counters (the dynamic schedule).
+  EXPECT_EQ(expert_mlp_workspace_size(m),
+            size_t{(100 * 32 * 2 + 255) / 256 * 256} + detail::kExpertMlpCounterBytes);
 
   SharedExpertMLPArgs s;
   s.hidden_states = null_view(kBF, {3, 64});

@@ -34,20 +34,35 @@ int& sm90_dynamic_override() {
   return v;
 }
 
-bool sm90_use_dynamic(bool pingpong, bool dense_rows) {
+int sm90_dynamic_waves(bool pingpong, bool dense_rows) {
   static const int env = [] {
     const char* v = std::getenv("MOEKIT_SM90_DYNAMIC");
     return v && *v ? std::atoi(v) : -1;
   }();
-  const int o = sm90_dynamic_override();
-  if (o == 1 || o == 2) return o == 1;
-  if (env == 0 || env == 1) return env == 1;
-  return !pingpong && !dense_rows;
+  static const int env_tail = [] {
+    const char* v = std::getenv("MOEKIT_SM90_DYNAMIC_TAIL");
+    return v && *v ? std::atoi(v) : 0;
+  }();
+  switch (sm90_dynamic_override()) {
+    case 1:
+      return kSm90DynamicAll;
+    case 2:
+      return -1;
+    case 3:
+      return 1;
+    default:
+      break;
+  }
+  if (env == 0) return -1;
+  if (env == 1) return kSm90DynamicAll;
+  if (!pingpong) return dense_rows ? -1 : kSm90DynamicAll;
+  return env_tail >= 1 ? env_tail : -1;
 }
 
 unsigned* sm90_tile_counter(unsigned* counter, bool pingpong, bool dense_rows, cudaStream_t stream,
-                            const char* op) {
-  if (!counter || !sm90_use_dynamic(pingpong, dense_rows)) return nullptr;
+                            const char* op, int* waves) {
+  *waves = counter ? sm90_dynamic_waves(pingpong, dense_rows) : -1;
+  if (*waves < 0) return nullptr;
   const cudaError_t err = cudaMemsetAsync(counter, 0, sizeof(unsigned), stream);
   if (err != cudaSuccess) {
     cudaGetLastError();

@@ -8,22 +8,26 @@ namespace moekit::detail {
 
 int sm90_sm_count();
 
-// Test knob (not thread-safe): 0 = the rule / MOEKIT_SM90_DYNAMIC, 1 = dynamic wherever a
-// counter is given (configs 2 and 6, any rows), 2 = static.
+// Test knob (not thread-safe): 0 = the rule / the environment, 1 = fully dynamic wherever a
+// counter is given (configs 2 and 6, any rows), 2 = static, 3 = the last wave dynamic.
 int& sm90_dynamic_override();
 
-// Whether an unpaired SM90 launch takes the dynamic schedule (docs/gemm.md "Dynamic
-// schedule"), given a counter: the rule is config 2 (128-row tiles) on grouped rows,
-// where the tiles that share an operand need no lockstep to find it in the L2 (H200:
-// ds-v3-prefill-mlp-up -2.5%); config 6's 64-row tiles and dense rows stay static (their
-// neighbouring blocks read the same b / a rows at the same time only in lockstep:
-// dynamic ping-pong was 25-30% slower). MOEKIT_SM90_DYNAMIC = 0 (never) | 1 (wherever a
-// counter is given) overrides the rule; the test knob overrides both.
-bool sm90_use_dynamic(bool pingpong, bool dense_rows);
+// Trailing waves an unpaired SM90 launch hands out dynamically, given a counter (docs/gemm.md
+// "Dynamic schedule"): -1 = none (the static walk), kSm90DynamicAll = every tile after each
+// block's first. The rule: config 2 (128-row tiles) on grouped rows all, where the tiles that
+// share an operand need no lockstep to find it in the L2 (H200: ds-v3-prefill-mlp-up
+// -2.5-3.5%); dense rows static; config 6 (64-row tiles: fully dynamic lost 20-35%, its
+// neighbouring blocks find the b tiles they share in the L2 only in lockstep) static, or
+// its last MOEKIT_SM90_DYNAMIC_TAIL waves (a measurement knob: the imbalance sits at the
+// end). MOEKIT_SM90_DYNAMIC = 0 (static) | 1 (all, everywhere) overrides the rule; the test
+// knob overrides both.
+constexpr int kSm90DynamicAll = 1 << 20;
+int sm90_dynamic_waves(bool pingpong, bool dense_rows);
 
-// The counter for one launch: `counter` zeroed on `stream` when sm90_use_dynamic says so,
-// else nullptr. Throws moekit::Error naming `op` when the zeroing fails.
+// The counter for one launch: `counter` zeroed on `stream` when sm90_dynamic_waves says so
+// (*waves = its answer), else nullptr (*waves = -1). Throws moekit::Error naming `op` when
+// the zeroing fails.
 unsigned* sm90_tile_counter(unsigned* counter, bool pingpong, bool dense_rows, cudaStream_t stream,
-                            const char* op);
+                            const char* op, int* waves);
 
 }  // namespace moekit::detail

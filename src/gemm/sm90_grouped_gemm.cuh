@@ -252,6 +252,7 @@ struct Params {
   // Unpaired configs: nullptr = the static walk; else a zeroed counter the producers take
   // tile ids from (the dynamic schedule, sm90_schedule.cuh next_tile_id).
   unsigned* tile_counter;
+  int dynamic_waves;  // with a counter: trailing waves taken dynamically (sm90_dynamic_waves)
 };
 
 // VEC_EPI: 1 = 16-byte stores of whole 8-column blocks after a quad transpose
@@ -429,6 +430,7 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   p.hint_b = h.b_even;
   p.hint_b_odd = h.b_odd;
   p.tile_counter = nullptr;
+  p.dynamic_waves = -1;
   return tiles;
 }
 
@@ -496,8 +498,8 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
   if constexpr (PAIR == kPairNone) {
     // One wave at most (by the host's bound): nothing to balance, no zeroing to pay.
     unsigned* counter = tiles > device_sm_count() ? prob.tile_counter : nullptr;
-    p.tile_counter =
-        sm90_tile_counter(counter, /*pingpong=*/false, rows.mode == kRowsDense, stream, op);
+    p.tile_counter = sm90_tile_counter(counter, /*pingpong=*/false, rows.mode == kRowsDense, stream,
+                                       op, &p.dynamic_waves);
   }
   // Persistent: one block per SM (at most as many as the tile upper bound).
   launch_persistent<Cfg>(kernel, p, tiles, smem, stream, op);

@@ -43,6 +43,7 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
   const auto hint_b_odd = static_cast<TMA::CacheHintSm90>(p.hint_b_odd);
   constexpr bool kChannel = Cfg::PAIR == kPairNone;
   int j = 0;  // the block's tile count so far (channel slot order)
+  const int base = dynamic_base(total, walk.stride, p.tile_counter, p.dynamic_waves);
   int id = walk.first;
   while (id < total) {
     if constexpr (kChannel) channel_put(ss.channel, j++, id);
@@ -70,7 +71,7 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
     const int claim_kt = k_tiles > kClaimAhead ? k_tiles - kClaimAhead : 0;
     int next = id + walk.stride;
     for (int kt = 0; kt < k_tiles; ++kt) {
-      if (kChannel && kt == claim_kt) next = next_tile_id(id, walk.stride, p.tile_counter);
+      if (kChannel && kt == claim_kt) next = next_tile_id(id, walk.stride, p.tile_counter, base);
       pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
       auto* bar = pipeline.producer_get_barrier(write);
       const int s = write.index();
@@ -89,7 +90,7 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
       }
       ++write;
     }
-    if (kChannel && k_tiles == 0) next = next_tile_id(id, walk.stride, p.tile_counter);
+    if (kChannel && k_tiles == 0) next = next_tile_id(id, walk.stride, p.tile_counter, base);
     id = next;
   }
   if constexpr (kChannel) {

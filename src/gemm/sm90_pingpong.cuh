@@ -209,8 +209,8 @@ void launch_pingpong(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaS
   const int smem = static_cast<int>(sizeof(PingpongSharedStorage<Cfg, T>));
   if constexpr (PAIR == kPairNone) {
     unsigned* counter = tiles > device_sm_count() ? prob.tile_counter : nullptr;
-    p.tile_counter =
-        sm90_tile_counter(counter, /*pingpong=*/true, rows.mode == kRowsDense, stream, op);
+    p.tile_counter = sm90_tile_counter(counter, /*pingpong=*/true, rows.mode == kRowsDense, stream,
+                                       op, &p.dynamic_waves);
   }
   // Persistent: one block (or pair) per SM (pair), at most as many as the tile upper
   // bound; a block with a single tile leaves its second consumer idle.

@@ -6,6 +6,7 @@
 
 #include <cutlass/arch/barrier.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "gemm/sm90_tile_math.h"
@@ -126,12 +127,23 @@ __device__ __forceinline__ int channel_get(TileChannel& ch, int j) {
   return id;
 }
 
-// The producer's next tile id after `id`: the static walk (id + stride), or with a
-// counter (dynamic schedule; zeroed before the launch) stride + the counter's next value:
-// each block's first tile is its static one, later ones go to whichever block asks
-// first, in increasing id order (so blocks running side by side still share b tiles).
-__device__ __forceinline__ int next_tile_id(int id, int stride, unsigned* counter) {
-  return counter ? stride + static_cast<int>(atomicAdd(counter, 1u)) : id + stride;
+// The first tile id a launch hands out dynamically: ids below it are walked statically
+// (block b: b, b + stride, ...; a multiple of stride, so every block walks the same number),
+// the last `waves` waves' worth from there on go to whichever block asks first; at least
+// stride (each block's first tile is its own). Without a counter: none (INT_MAX).
+__device__ __forceinline__ int dynamic_base(int total, int stride, const unsigned* counter,
+                                            int waves) {
+  if (!counter) return INT_MAX;
+  const int static_waves = total / stride - waves;
+  return static_waves > 1 ? static_waves * stride : stride;
+}
+
+// The producer's next tile id after `id`: the static walk (id + stride) below `base`, then
+// base + the counter's next value (zeroed before the launch), in increasing id order, so
+// the tiles in flight stay a window of consecutive ids.
+__device__ __forceinline__ int next_tile_id(int id, int stride, unsigned* counter, int base) {
+  const int next = id + stride;
+  return next < base ? next : base + static_cast<int>(atomicAdd(counter, 1u));
 }
 
 struct Tile {

@@ -15,7 +15,8 @@ namespace detail {
 void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t* layout_metadata,
                           int alignment, int64_t E, int64_t H, int64_t F, const void* w_gate_up,
                           const void* w_down, void* act, void* out, bool routed_counts,
-                          cudaStream_t stream) {
+                          void* tile_counters, cudaStream_t stream) {
+  static_assert(kExpertMlpCounterBytes == 2 * kTileCounterBytes, "one counter per GEMM");
   GroupedGemmProblem up;
   up.in_dtype = dtype;
   up.out_dtype = dtype;  // the activation is rounded to the op's dtype (SPEC)
@@ -31,6 +32,7 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
   up.alignment = alignment;
   up.m = P;
   up.routed_counts = routed_counts;
+  up.tile_counter = static_cast<unsigned*>(tile_counters);
 
   GroupedGemmProblem down = up;
   down.a = act;
@@ -39,6 +41,10 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
   down.n = H;
   down.k = F;
   down.activation = Activation::kNone;
+  down.tile_counter =
+      tile_counters
+          ? reinterpret_cast<unsigned*>(static_cast<char*>(tile_counters) + kTileCounterBytes)
+          : nullptr;
   // A PDL chain with MOEKIT_GEMM_PDL=1 (docs/gemm.md): up writes only act.
   run_grouped_gemm_pair(up, down, stream);
 }
@@ -74,6 +80,7 @@ size_t expert_mlp_workspace_size(const ExpertMLPArgs& args) {
   if (p.P == 0) return 0;
   detail::WorkspaceCarver ws(nullptr);
   ws.take(expert_mlp_act_bytes(p));
+  ws.take(detail::kExpertMlpCounterBytes);
   return ws.bytes();
 }
 
@@ -96,11 +103,12 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
 
   detail::WorkspaceCarver ws(args.workspace.data);
   void* act = ws.take(expert_mlp_act_bytes(expert_mlp_plan(args)));
+  void* counters = ws.take(detail::kExpertMlpCounterBytes);
   detail::run_expert_mlp_gemms(s.dtype, args.expert_input.data, P,
                                static_cast<const int32_t*>(args.layout_metadata.data),
                                args.layout.alignment, s.E, s.H, s.F, args.w_gate_up.data,
                                args.w_down.data, act, args.expert_output.data,
-                               /*routed_counts=*/false, stream);
+                               /*routed_counts=*/false, counters, stream);
 }
 
 // ---- SharedExpertMLPFwd ----

@@ -34,6 +34,7 @@ struct RoutedBuffers {
   int32_t* layout_metadata = nullptr;
   int32_t* inverse = nullptr;  // [T*K]
   Workspace pre_ws;
+  void* tile_counters = nullptr;  // kExpertMlpCounterBytes
 };
 
 PrePermuteArgs pre_permute_args(const MoEShapes& s, const void* hidden, const int32_t* ids,
@@ -69,6 +70,7 @@ RoutedBuffers carve_routed(const MoEShapes& s, bool direct, WorkspaceCarver& ws)
   const size_t pre_bytes = pre_permute_workspace_size(pre_permute_args(s, nullptr, nullptr, b));
   b.pre_ws.data = pre_bytes ? ws.take(pre_bytes) : nullptr;
   b.pre_ws.bytes = pre_bytes;
+  b.tile_counters = ws.take(kExpertMlpCounterBytes);
   return b;
 }
 
@@ -112,7 +114,7 @@ static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaS
   // The expert output overwrites the permuted input (dead after the first GEMM).
   run_expert_mlp_gemms(s.dtype, b.permuted, P, b.layout_metadata, kPermutedAlignment, s.E, s.H, s.F,
                        p.w_gate_up, p.w_down, b.perm_act, b.permuted, /*routed_counts=*/true,
-                       stream);
+                       b.tile_counters, stream);
   if (p.addend == nullptr) {
     PostPermuteArgs post;
     post.expert_output = make_view(b.permuted, s.dtype, {P, s.H});

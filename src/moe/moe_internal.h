@@ -65,11 +65,13 @@ void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t st
 
 // Expert MLP on a contiguous permuted buffer: gate/up grouped GEMM with
 // silu_and_mul into act [P, F], then the down grouped GEMM into out [P, H].
-// `out` may alias `in` (the input is dead once the first GEMM has run).
+// `out` may alias `in` (the input is dead once the first GEMM has run). tile_counters:
+// kExpertMlpCounterBytes of workspace for the GEMMs' dynamic tile schedule (or nullptr).
+constexpr size_t kExpertMlpCounterBytes = 512;  // two GroupedGemmProblem::tile_counter
 void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t* layout_metadata,
                           int alignment, int64_t E, int64_t H, int64_t F, const void* w_gate_up,
                           const void* w_down, void* act, void* out, bool routed_counts,
-                          cudaStream_t stream);
+                          void* tile_counters, cudaStream_t stream);
 
 // Dense gated MLP (shared expert): act = silu_and_mul(x . w_gate_up^T) [T, S] in the
 // dtype, then out = act . w_down^T [T, H] in out_dtype (the dtype, or f32). One stream-K
