@@ -112,7 +112,10 @@ __device__ __forceinline__ void channel_put(TileChannel& ch, int j, int id) {
   const int slot = j % kChannelSlots;
   const uint32_t phase = (j / kChannelSlots) & 1;
   cutlass::arch::ClusterBarrier::wait(&ch.empty[slot], phase ^ 1);
-  ch.id[slot] = id;
+  // CUTLASS's barrier asm has no memory clobber: keep the store between wait and arrive.
+  asm volatile("" ::: "memory");
+  *reinterpret_cast<volatile int*>(&ch.id[slot]) = id;
+  asm volatile("" ::: "memory");
   cutlass::arch::ClusterBarrier::arrive(&ch.full[slot]);  // release: the id is visible
 }
 
@@ -121,6 +124,7 @@ __device__ __forceinline__ int channel_get(TileChannel& ch, int j) {
   const int slot = j % kChannelSlots;
   const uint32_t phase = (j / kChannelSlots) & 1;
   cutlass::arch::ClusterBarrier::wait(&ch.full[slot], phase);
+  asm volatile("" ::: "memory");  // the load stays after the wait (acquire)
   const int id = *reinterpret_cast<volatile int*>(&ch.id[slot]);
   __syncwarp();
   if ((threadIdx.x & 31) == 0) cutlass::arch::ClusterBarrier::arrive(&ch.empty[slot]);
