@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/host_dtype.h"
@@ -21,6 +23,7 @@
 #include "moekit/gemm.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"
+#include "reference/gpu_reference.h"
 #include "support/gpu.h"
 
 namespace moekit {
@@ -56,12 +59,47 @@ struct GemmCase {
   std::vector<int> counts;  // rows per group (kDense: one entry, m)
   int64_t max_m = 0;        // kMasked
   int64_t n = 0, k = 0;
+  bool gpu_ref = false;     // the f32 GPU reference (large random draws), else the CPU one
+  bool nan_padding = true;  // rows outside every group hold NaN (else random values)
 };
 
 std::string describe(const GemmCase& c, int config) {
   return c.name + " [config " + std::to_string(config) + ", " + dtype_name(c.in) + "->" +
          dtype_name(c.out) + (c.act == Activation::kSiluAndMul ? ", silu" : "") +
          ", n=" + std::to_string(c.n) + ", k=" + std::to_string(c.k) + "]";
+}
+
+std::string counts_str(const std::vector<int>& counts) {
+  std::string s;
+  for (int x : counts) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return "counts {" + s + "}";
+}
+
+// cudaDeviceSynchronize with a deadline (MOEKIT_TEST_HANG_S seconds, default 120): a hung
+// kernel ends the process naming `what` (the case and its row counts), where the shard
+// would otherwise run into its runner's timeout with nothing said.
+cudaError_t sync_or_die(const std::string& what) {
+  static const double limit = [] {
+    const char* v = std::getenv("MOEKIT_TEST_HANG_S");
+    return v ? std::atof(v) : 120.0;
+  }();
+  const auto start = std::chrono::steady_clock::now();
+  while (cudaStreamQuery(nullptr) == cudaErrorNotReady) {
+    const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
+    if (waited.count() > limit) {
+      std::fprintf(stderr, "HANG: %s still running after %.0f s\n", what.c_str(), limit);
+      std::fflush(stderr);
+      std::_Exit(124);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return cudaDeviceSynchronize();
+}
+
+// The running test's name, for sync_or_die outside run_case.
+std::string current_test() {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  return t ? std::string(t->test_suite_name()) + "." + t->name() : "?";
 }
 
 // Runs one case through the engine (config >= 0: forced) or, with config == -1, the
@@ -76,7 +114,10 @@ void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_seco
                (dynamic_second ? " static, then dynamic" : ""));
   // MOEKIT_TEST_VERBOSE=1: each case on stderr as it starts (which one a hung run was in).
   static const bool verbose = std::getenv("MOEKIT_TEST_VERBOSE") != nullptr;
-  if (verbose) std::fprintf(stderr, "case %s\n", describe(cs, config).c_str());
+  if (verbose) {
+    std::fprintf(stderr, "case %s %s\n", describe(cs, config).c_str(),
+                 counts_str(cs.counts).c_str());
+  }
   const bool silu = cs.act == Activation::kSiluAndMul;
   const int G = static_cast<int>(cs.counts.size());
   const int64_t b_rows = silu ? 2 * cs.n : cs.n;
@@ -128,7 +169,7 @@ void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_seco
   a.fill_normal(rng(), 1.0);
   b.fill_normal(rng(), 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(cs.k, 1))));
   for (int64_t r = 0; r < total_rows; ++r)
-    if (!row_valid[r])
+    if (!row_valid[r] && cs.nan_padding)
       for (int64_t j = 0; j < cs.k; ++j) a.set(r * cs.k + j, NAN);
   HostTensor meta_h = i32_tensor(meta);
 
@@ -146,9 +187,22 @@ void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_seco
     ha.a = make_view(a.data(), cs.in, {total_rows, cs.k});
     ha.c = make_view(ref.data(), cs.out, {total_rows, cs.n});
   }
-  reference::moe_grouped_gemm(ha);
+  if (!cs.gpu_ref) reference::moe_grouped_gemm(ha);
 
   DeviceTensor a_d(a), b_d(b), meta_d(meta_h);
+  const std::string what = describe(cs, config) + " " + counts_str(cs.counts);
+  if (cs.gpu_ref) {
+    DeviceTensor ref_d(ref);  // poisoned like ref: rows outside every group stay so
+    GroupedGemmArgs ga = ha;
+    ga.a = make_view(a_d.data(), cs.in, static_cast<int>(a_shape.size()), a_shape.data());
+    ga.b = b_d.view();
+    ga.layout_metadata = meta_d.view();
+    ga.c = make_view(ref_d.data(), cs.out, static_cast<int>(c_shape.size()), c_shape.data());
+    testing::DeviceWorkspace scratch(gpu_reference::grouped_gemm_scratch_bytes(ga));
+    gpu_reference::moe_grouped_gemm(ga, scratch.get(), nullptr);
+    ASSERT_EQ(sync_or_die("the GPU reference of " + what), cudaSuccess);
+    ref = ref_d.download();
+  }
   HostTensor first;
   DeviceTensor counter(DType::kI32, {static_cast<int64_t>(detail::kTileCounterBytes / 4)}, 0xFF);
   struct RestoreSchedule {
@@ -190,7 +244,7 @@ void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_seco
       if (dynamic_second && rep == 1) p.tile_counter = static_cast<unsigned*>(counter.data());
       detail::run_grouped_gemm(p, nullptr);
     }
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(sync_or_die(what), cudaSuccess);
     HostTensor out = c_d.download();
     if (rep == 1) {
       EXPECT_EQ(std::memcmp(out.data(), first.data(), out.nbytes()), 0) << "not deterministic";
@@ -501,7 +555,7 @@ TEST(GemmGpu, Sm90ScheduleStress) {
         if (compare) ASSERT_EQ(cudaMemset(c_d.data(), 0xFF, c_bytes), cudaSuccess);
         detail::run_grouped_gemm(p, nullptr);
         if (!compare) continue;
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
         HostTensor out = c_d.download();
         if (first.nbytes() == 0) {
           first = std::move(out);
@@ -542,6 +596,55 @@ std::vector<GemmCase> pair_edge_cases() {
       {"pair_many_tiles", bf, bf, none, R::kContiguous, 1, random_counts(40, 0, 900), 0, 512, 200});
   v.push_back({"pair_dense_odd_rows_k_long", f16, f16, none, R::kDense, 1, {321}, 0, 264, 1032});
   return v;
+}
+
+// Fresh draws of sm90_ragged_silu_a8's shape (24 experts of 0-400 rows starting on 8-row
+// boundaries, silu, n 392, k 776: configs 7 and 8 hung on it on the H200, 2026-12-03, in
+// test shards running side by side) through the four SM90 configs. Its own seed
+// (MOEKIT_TEST_SEED) and draw count (MOEKIT_TEST_DRAWS, default 2), so that processes run
+// side by side hunt different draws; the f32 GPU reference keeps a draw cheap. A hang ends
+// the process naming the config and the draw's counts (sync_or_die).
+TEST(GemmGpu, Sm90ConfigsFinishOnFreshRaggedDraws) {
+  MOEKIT_REQUIRE_GPU();
+  // Knobs for narrowing a hang down: the draw count and seed, the alignment, NaN padding
+  // rows, silu, k, and the configs (a comma list).
+  const auto env = [](const char* name, long long fallback) {
+    const char* v = std::getenv(name);
+    return v ? std::strtoll(v, nullptr, 10) : fallback;
+  };
+  std::mt19937_64 r(static_cast<uint64_t>(env("MOEKIT_TEST_SEED", 7)));
+  const int draws = static_cast<int>(env("MOEKIT_TEST_DRAWS", 2));
+  std::vector<int> configs = {detail::kGemmConfigSm90, detail::kGemmConfigSm90Pingpong,
+                              detail::kGemmConfigSm90PairN, detail::kGemmConfigSm90PingpongPairM};
+  if (const char* list = std::getenv("MOEKIT_TEST_CONFIGS")) {
+    configs.clear();
+    for (const char* c = list; *c;) {
+      char* end = nullptr;
+      configs.push_back(static_cast<int>(std::strtol(c, &end, 10)));
+      c = *end == ',' ? end + 1 : end;
+      if (end == c && *c) break;
+    }
+  }
+  std::uniform_int_distribution<int> rows(0, 400);
+  for (int i = 0; i < draws; ++i) {
+    GemmCase c{"draw_" + std::to_string(i),
+               DType::kBF16,
+               DType::kBF16,
+               env("MOEKIT_TEST_SILU", 1) ? Activation::kSiluAndMul : Activation::kNone,
+               detail::GemmRows::kContiguous,
+               static_cast<int>(env("MOEKIT_TEST_ALIGN", 8)),
+               std::vector<int>(24),
+               0,
+               392,
+               env("MOEKIT_TEST_K", 776)};
+    for (int& x : c.counts) x = rows(r);
+    c.gpu_ref = true;
+    c.nan_padding = env("MOEKIT_TEST_NAN", 1) != 0;
+    for (int config : configs) {
+      run_case(c, config);
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 // Config 7 (config 2's tiles on n-tile pairs) on config 2's shapes and the pair edges.
@@ -655,7 +758,7 @@ TEST(GemmGpu, ClampsOutOfRangeMetadata) {
       p.m = P;
       p.config = config;
       detail::run_grouped_gemm(p, nullptr);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
       HostTensor out = c_d.download();
       const uint8_t* bytes = static_cast<const uint8_t*>(out.data());
       int64_t touched = 0;
@@ -775,7 +878,7 @@ void run_fp8_case(const Fp8Case& cs, int config) {
       p.config = config;
       detail::run_grouped_gemm_fp8(p, nullptr);
     }
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
     HostTensor out = c_d.download();
     if (rep == 1) {
       EXPECT_EQ(std::memcmp(out.data(), first.data(), out.nbytes()), 0) << "not deterministic";

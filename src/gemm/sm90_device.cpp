@@ -59,6 +59,14 @@ int sm90_dynamic_waves(bool pingpong, bool dense_rows) {
   return env_tail >= 1 ? env_tail : -1;
 }
 
+bool sm90_dynamic_mlp() {
+  static const bool on = [] {
+    const char* v = std::getenv("MOEKIT_SM90_DYNAMIC_MLP");
+    return v && std::atoi(v) == 1;
+  }();
+  return on;
+}
+
 unsigned* sm90_tile_counter(unsigned* counter, bool pingpong, bool dense_rows, cudaStream_t stream,
                             const char* op, int* waves) {
   *waves = counter ? sm90_dynamic_waves(pingpong, dense_rows) : -1;

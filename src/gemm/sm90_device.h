@@ -24,6 +24,11 @@ int& sm90_dynamic_override();
 constexpr int kSm90DynamicAll = 1 << 20;
 int sm90_dynamic_waves(bool pingpong, bool dense_rows);
 
+// Whether the expert-MLP paths (MoEExpertMLPFwd, the fused layers' permuted path) hand
+// their GEMMs the tile counters they carve: MOEKIT_SM90_DYNAMIC_MLP=1; off by default
+// until measured (their routed decode GEMMs pick config 2, which the rule makes dynamic).
+bool sm90_dynamic_mlp();
+
 // The counter for one launch: `counter` zeroed on `stream` when sm90_dynamic_waves says so
 // (*waves = its answer), else nullptr (*waves = -1). Throws moekit::Error naming `op` when
 // the zeroing fails.

@@ -125,6 +125,9 @@ __device__ __forceinline__ void store_accumulators(const Acc& acc, const Coords&
           // This lane's block after the transpose starts at column 32 J + 8 q.
           const int64_t out_col = t.n0 + 32 * J + 8 * q;
           const bool ok = r < t.rows && out_col < n;  // n % 8 == 0: blocks whole
+#ifdef MOEKIT_SM90_DIVERGE_TEST
+          if (r >= t.rows) __nanosleep(2000);  // experiment: a slow divergent path past the rows
+#endif
           store_4_blocks<Out>(c + (t.c_row + r) * n + t.n0 + 32 * J, vx, vy, q, ok);
         }
       }

@@ -53,9 +53,10 @@
 #include "gemm/epilogue.cuh"
 #include "gemm/grouped_gemm.h"
 #include "gemm/sm90_device.h"
-#include "gemm/sm90_epilogue.cuh"  // quad_transpose, store_4_blocks, store_accumulators
-#include "gemm/sm90_mainloop.cuh"  // produce_tiles, issue_tile_wgmmas
-#include "gemm/sm90_schedule.cuh"  // build_tile_schedule, Tile, locate_tile
+#include "gemm/sm90_epilogue.cuh"    // quad_transpose, store_4_blocks, store_accumulators
+#include "gemm/sm90_hang_trace.cuh"  // Sm90Pipeline
+#include "gemm/sm90_mainloop.cuh"    // produce_tiles, issue_tile_wgmmas
+#include "gemm/sm90_schedule.cuh"    // build_tile_schedule, Tile, locate_tile
 #include "gemm/sm90_tile_math.h"
 #include "gemm/tile_scheduler.cuh"
 #include "moekit/error.h"
@@ -200,7 +201,7 @@ struct Config {
                                  cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<BK>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::K>(),
       cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
-  using Pipeline = cutlass::PipelineTmaAsync<STAGES>;
+  using Pipeline = Sm90Pipeline<STAGES>;
   using PipelineState = typename Pipeline::PipelineState;
 };
 

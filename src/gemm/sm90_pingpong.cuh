@@ -67,7 +67,7 @@ struct PingpongConfig {
                                  cute::Shape<cute::Int<BM>, cute::Int<BN>, cute::Int<BK>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::K>(),
       cute::Layout<cute::Shape<cute::_1, cute::_1, cute::_1>>{}));
-  using Pipeline = cutlass::PipelineTmaAsync<STAGES>;
+  using Pipeline = Sm90Pipeline<STAGES>;
   using PipelineState = typename Pipeline::PipelineState;
   using OrderBarrier = cutlass::OrderedSequenceBarrier<1, 2>;
 };

@@ -4,6 +4,7 @@
 #include "gemm/direct_mlp.h"
 #include "gemm/gemv_mlp.h"
 #include "gemm/grouped_gemm.h"
+#include "gemm/sm90_device.h"
 #include "gemm/streamk_mlp.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
@@ -32,6 +33,7 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
   up.alignment = alignment;
   up.m = P;
   up.routed_counts = routed_counts;
+  if (!sm90_dynamic_mlp()) tile_counters = nullptr;  // the static walk until measured
   up.tile_counter = static_cast<unsigned*>(tile_counters);
 
   GroupedGemmProblem down = up;
