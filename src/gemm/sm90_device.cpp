@@ -62,7 +62,7 @@ int sm90_dynamic_waves(bool pingpong, bool dense_rows) {
 bool sm90_dynamic_mlp() {
   static const bool on = [] {
     const char* v = std::getenv("MOEKIT_SM90_DYNAMIC_MLP");
-    return v && std::atoi(v) == 1;
+    return !(v && *v && std::atoi(v) == 0);
   }();
   return on;
 }

@@ -25,8 +25,10 @@ constexpr int kSm90DynamicAll = 1 << 20;
 int sm90_dynamic_waves(bool pingpong, bool dense_rows);
 
 // Whether the expert-MLP paths (MoEExpertMLPFwd, the fused layers' permuted path) hand
-// their GEMMs the tile counters they carve: MOEKIT_SM90_DYNAMIC_MLP=1; off by default
-// until measured (their routed decode GEMMs pick config 2, which the rule makes dynamic).
+// their GEMMs the tile counters they carve (then the rule above decides): yes unless
+// MOEKIT_SM90_DYNAMIC_MLP=0. Their routed decode / t512 GEMMs pick config 2, which the rule
+// makes dynamic: H200 (session 9) FusedMoE qwen3-235b-decode -3%, ds-v3-grouped-decode and
+// the t512 shared-expert rows -2 to -3%, the other rows within the spread.
 bool sm90_dynamic_mlp();
 
 // The counter for one launch: `counter` zeroed on `stream` when sm90_dynamic_waves says so

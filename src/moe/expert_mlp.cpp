@@ -33,7 +33,7 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
   up.alignment = alignment;
   up.m = P;
   up.routed_counts = routed_counts;
-  if (!sm90_dynamic_mlp()) tile_counters = nullptr;  // the static walk until measured
+  if (!sm90_dynamic_mlp()) tile_counters = nullptr;  // MOEKIT_SM90_DYNAMIC_MLP=0: static
   up.tile_counter = static_cast<unsigned*>(tile_counters);
 
   GroupedGemmProblem down = up;
