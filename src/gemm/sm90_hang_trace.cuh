@@ -4,6 +4,8 @@
 // state's stage count, the barrier word), then stops waiting, so that the kernel ends
 // and the host sees the prints instead of a hang. Later waits give up after ~1 ms once
 // one has. Without the define Sm90Pipeline is cutlass::PipelineTmaAsync itself.
+// Caveat: printf is a call, so ptxas serializes the kernel's wgmmas (C7510) and the
+// timing changes; it did not catch the paired configs' hang (docs/gemm.md).
 #pragma once
 
 #include <cutlass/arch/barrier.h>
