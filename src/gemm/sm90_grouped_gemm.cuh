@@ -330,6 +330,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     int j = 0;
     for (int id = kChannel ? channel_get(ss.channel, j++) : walk.first; id < total;
          id = kChannel ? channel_get(ss.channel, j++) : id + walk.stride) {
+      // Paired: this warpgroup's lagging warps catch up (sm90_mainloop.cuh).
+      pair_warpgroup_sync<Cfg::CLUSTER>(warp_group - 1);
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       if (k_tiles == 0) {
         clear(acc);
@@ -340,6 +342,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         CUTE_NO_UNROLL
         for (int kt = 0; kt < k_tiles; ++kt) {
           pipeline.consumer_wait(read);
+          pair_warpgroup_sync<Cfg::CLUSTER>(warp_group - 1);
           pipeline.consumer_release(read);
           ++read;
         }

@@ -99,6 +99,24 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
   pipeline.producer_tail(write);  // do not exit while consumers still read smem
 }
 
+// Paired configs (2-CTA clusters): CUTLASS's PipelineTmaAsync then counts one release per
+// consumer warpgroup (one signalling thread per destination CTA), not per thread, so a
+// stage goes back to the producers when the signalling warp releases it, whatever the
+// warpgroup's other warps are doing. A warpgroup that skips a tile's wgmmas (no valid row
+// in its half, a pair's second tile past the group or past n) only waits and releases,
+// with nothing (no wgmma's warpgroup-wide arrive) keeping its four warps in step: one
+// still in the previous tile's epilogue (a slow path on some lanes) lets the others
+// release stages it has not waited for, can fall a whole phase behind on a stage's
+// barrier and then waits forever. The likely cause of configs 7 / 8 hanging when some
+// warps lag in the epilogue (docs/gemm.md, "Hang on NaN padding rows"; to be confirmed
+// on the GPU with the MOEKIT_SM90_DIVERGE_TEST build). So the four warps meet (named
+// barrier `wg`, 128 threads) at each tile's start and, when skipping, before each
+// release. Unpaired configs count every consumer thread's release: nothing to do.
+template <int CLUSTER>
+__device__ __forceinline__ void pair_warpgroup_sync(int wg) {
+  if constexpr (CLUSTER > 1) cutlass::arch::NamedBarrier::sync(128, wg);
+}
+
 // Issues one tile's wgmmas over k_tiles >= 1 pipeline stages starting at `read`, keeping
 // one wgmma batch in flight: stage kt's batch is issued before stage kt-1's shared memory
 // is released. On return every batch is issued and all but the last have completed;

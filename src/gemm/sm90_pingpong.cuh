@@ -157,6 +157,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     int j = w;
     for (int id = kChannel ? channel_get(ss.channel, j) : walk.first + w * walk.stride; id < total;
          id = kChannel ? channel_get(ss.channel, j += 2) : id + 2 * walk.stride) {
+      pair_warpgroup_sync<Cfg::CLUSTER>(w);  // lagging warps catch up (sm90_mainloop.cuh)
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       // Our turn on the tensor cores: the other consumer has issued its previous tile.
       order.wait();
@@ -166,6 +167,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         CUTE_NO_UNROLL
         for (int kt = 0; kt < k_tiles; ++kt) {
           pipeline.consumer_wait(read);
+          pair_warpgroup_sync<Cfg::CLUSTER>(w);
           pipeline.consumer_release(read);
           ++read;
         }
