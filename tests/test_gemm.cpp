@@ -417,11 +417,13 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.m = 32768;  // 128 rows per expert
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
-  p.activation = Activation::kSiluAndMul;  // epilogue-heavy: the ping-pong variant
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90Pingpong);
+  // Epilogue-heavy standalone GEMMs: the cooperative kernel too (dynamic since session 9,
+  // it beats ping-pong there; MOEKIT_GEMM_PINGPONG=2 restores the older rule).
+  p.activation = Activation::kSiluAndMul;
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.activation = Activation::kNone;
-  p.k = 2048;  // short k (ds-v3 down): ping-pong too
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90Pingpong);
+  p.k = 2048;  // short k (ds-v3 down)
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.k = 7168;
   p.alignment = 128;
   p.m = 4096 + 256 * 127;  // alignment padding is not counted as rows

@@ -69,6 +69,16 @@ bool persistent_decode_enabled() {
   static const bool on = rule_on("MOEKIT_GEMM_PERSISTENT");
   return on;
 }
+// Where the ping-pong SM90 config replaces the cooperative one (select_grouped_gemm_config).
+int pingpong_rule() {
+  static const int rule = [] {
+    const char* s = std::getenv("MOEKIT_GEMM_PINGPONG");
+    if (!s || !*s) return 1;
+    const int v = std::atoi(s);
+    return v < 0 ? 0 : v > 2 ? 2 : v;
+  }();
+  return rule;
+}
 bool small_stream_enabled() {
   static const bool on = rule_on("MOEKIT_GEMM_SMALL_STREAM");
   return on;
@@ -112,19 +122,24 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
   // 4096 x 4096 x 7168 0.50 vs 1.01 ms); k == 0 has no TMA descriptor.
   if (config == kGemmConfigPrefill && p.k > 0) {
     // Grouped GEMMs whose epilogue is a large share of a tile (silu_and_mul, or k <=
-    // 2048): the ping-pong variant overlaps one consumer's epilogue with the other's
-    // mainloop (H200, a9ccd6e: ds-v3 prefill swiglu 4.39 -> 4.23 ms, down 2.19 -> 2.09,
-    // expert MLP 6.52 -> 6.25). Long-k plain tiles (ds-v3 up: 4.17 vs 4.27) and dense
-    // problems (shared expert t4096: 0.540 vs 0.574) keep the cooperative kernel.
-    // Routed counts under 64 rows per group (the fused layers' decode, which leave the
-    // decode tiles above 12): the cooperative kernel, measured there (kimi-k2 + shared
-    // t2048, 43 rows: 8.3 ms vs 13.2 on the decode tiles). From 64 rows the ping-pong
-    // kernel: full runs on the H200 with one vs the other (83a8ebc ping-pong, 43df3b0
-    // cooperative): ds-v3 + shared t2048 (64 rows) 6.25 vs 6.30 ms, kimi-k2 + shared
-    // t4096 (85) 13.98 vs 15.16, glm45 + shared t2048 (102) 2.58 vs 2.74.
+    // 2048) took the ping-pong variant (one consumer's epilogue under the other's
+    // mainloop; H200, a9ccd6e, against the static cooperative kernel: ds-v3 prefill
+    // swiglu 4.39 -> 4.23 ms, down 2.19 -> 2.09, expert MLP 6.52 -> 6.25). Since the
+    // cooperative kernel takes grouped tiles dynamically (session 9) it wins these rows
+    // back (H200, session 10, interleaved, 2 reps: swiglu 3.94 / 3.96 vs 4.10 / 4.12 ms,
+    // down 2.02 / 2.09 vs 2.08 / 2.14, expert MLP qwen3-235b-prefill bf16 2.10 / 2.20 vs
+    // 2.15 / 2.26, ds-v3-prefill bf16 5.95 / 6.05 vs 6.14 / 6.29, f16 alike), so the
+    // standalone ops keep it. Routed counts (the fused layers) from 64 rows per group
+    // (MOEKIT_GEMM_PINGPONG, pingpong_rule): 0 = never ping-pong, 1 = routed counts only,
+    // 2 = routed and standalone (the rule before session 10). Under 64 routed rows the
+    // cooperative kernel (kimi-k2 + shared t2048, 43 rows: 8.3 ms vs 13.2 on the decode
+    // tiles); from 64, against the static cooperative kernel (83a8ebc vs 43df3b0): ds-v3 +
+    // shared t2048 (64 rows) 6.25 vs 6.30 ms, kimi-k2 + shared t4096 (85) 13.98 vs 15.16,
+    // glm45 + shared t2048 (102) 2.58 vs 2.74.
     const bool epilogue_heavy = p.activation == Activation::kSiluAndMul || p.k <= 2048;
-    const bool measured_pingpong = !p.routed_counts || rows_per_group >= 64;
-    if (p.rows != GemmRows::kDense && groups > 1 && epilogue_heavy && measured_pingpong) {
+    const int rule = pingpong_rule();
+    const bool pingpong = p.routed_counts ? rule >= 1 && rows_per_group >= 64 : rule >= 2;
+    if (p.rows != GemmRows::kDense && groups > 1 && epilogue_heavy && pingpong) {
       return kGemmConfigSm90Pingpong;
     }
     return kGemmConfigSm90;
