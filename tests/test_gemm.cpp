@@ -403,10 +403,10 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.m = 256 * 63;
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
-  p.m = 256 * 64;  // from 64 rows (ds-v3 + shared t2048): ping-pong
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90Pingpong);
-  p.m = 256 * 128;  // routed prefill: ping-pong as for the standalone ops
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90Pingpong);
+  p.m = 256 * 64;  // from 64 rows (ds-v3 + shared t2048): cooperative too (session 10;
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);  // was ping-pong)
+  p.m = 256 * 128;                                                            // routed prefill
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.activation = Activation::kNone;
   p.m = 8192;
   p.m = 256 * 12;  // 12 rows per expert on average: the decode tiles still

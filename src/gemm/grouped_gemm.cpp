@@ -73,7 +73,7 @@ bool persistent_decode_enabled() {
 int pingpong_rule() {
   static const int rule = [] {
     const char* s = std::getenv("MOEKIT_GEMM_PINGPONG");
-    if (!s || !*s) return 1;
+    if (!s || !*s) return 0;
     const int v = std::atoi(s);
     return v < 0 ? 0 : v > 2 ? 2 : v;
   }();
@@ -128,14 +128,14 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
     // cooperative kernel takes grouped tiles dynamically (session 9) it wins these rows
     // back (H200, session 10, interleaved, 2 reps: swiglu 3.94 / 3.96 vs 4.10 / 4.12 ms,
     // down 2.02 / 2.09 vs 2.08 / 2.14, expert MLP qwen3-235b-prefill bf16 2.10 / 2.20 vs
-    // 2.15 / 2.26, ds-v3-prefill bf16 5.95 / 6.05 vs 6.14 / 6.29, f16 alike), so the
-    // standalone ops keep it. Routed counts (the fused layers) from 64 rows per group
-    // (MOEKIT_GEMM_PINGPONG, pingpong_rule): 0 = never ping-pong, 1 = routed counts only,
-    // 2 = routed and standalone (the rule before session 10). Under 64 routed rows the
-    // cooperative kernel (kimi-k2 + shared t2048, 43 rows: 8.3 ms vs 13.2 on the decode
-    // tiles); from 64, against the static cooperative kernel (83a8ebc vs 43df3b0): ds-v3 +
-    // shared t2048 (64 rows) 6.25 vs 6.30 ms, kimi-k2 + shared t4096 (85) 13.98 vs 15.16,
-    // glm45 + shared t2048 (102) 2.58 vs 2.74.
+    // 2.15 / 2.26, ds-v3-prefill bf16 5.95 / 6.05 vs 6.14 / 6.29, f16 alike), and more so
+    // on the fused layers' routed prefill GEMMs (ds-v3-grouped-prefill 7.60 / 7.88 vs
+    // 8.64 / 8.80, kimi-k2-prefill 7.63 / 8.00 vs 8.65 / 8.85, kimi-k2 + shared t4096 13.52
+    // / 13.73 vs 14.79 / 14.86; 13 fused rows 6.8% faster in the geometric mean). So the
+    // heuristic no longer picks ping-pong; MOEKIT_GEMM_PINGPONG (pingpong_rule) restores
+    // older rules: 2 = the rule before session 10 (standalone GEMMs, and routed counts
+    // from 64 rows per group: 83a8ebc vs 43df3b0, against the static cooperative
+    // kernel), 1 = its routed half only.
     const bool epilogue_heavy = p.activation == Activation::kSiluAndMul || p.k <= 2048;
     const int rule = pingpong_rule();
     const bool pingpong = p.routed_counts ? rule >= 1 && rows_per_group >= 64 : rule >= 2;
