@@ -107,9 +107,9 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
 // with nothing (no wgmma's warpgroup-wide arrive) keeping its four warps in step: one
 // still in the previous tile's epilogue (a slow path on some lanes) lets the others
 // release stages it has not waited for, can fall a whole phase behind on a stage's
-// barrier and then waits forever. The likely cause of configs 7 / 8 hanging when some
-// warps lag in the epilogue (docs/gemm.md, "Hang on NaN padding rows"; to be confirmed
-// on the GPU with the MOEKIT_SM90_DIVERGE_TEST build). So the four warps meet (named
+// barrier and then waits forever: configs 7 / 8 hung so when some warps lagged in the
+// epilogue (docs/gemm.md, "Hang on NaN padding rows"; with this sync the
+// MOEKIT_SM90_DIVERGE_TEST build ran clean on the H200, session 10). So the four warps meet (named
 // barrier `wg`, 128 threads) at each tile's start and, when skipping, before each
 // release. Unpaired configs count every consumer thread's release: nothing to do.
 template <int CLUSTER>
