@@ -3,7 +3,7 @@
 // the rule chains. GPU: moe_expert_mlp and fused_moe with the chain against the CPU
 // reference and bit for bit against the two config-2 launches it replaces (same tiles,
 // same k order), on ragged rows with empty and one-row experts, n and k off the tile
-// sizes, padding rows poisoned, static and dynamic schedules, repeated calls on one
+// sizes, padding rows poisoned, repeated calls on one
 // workspace (eager and in a CUDA graph), and the fused layer, whose down GEMM writes over
 // its own input rows. Every GPU case asserts that the chain ran. Skipped without a GPU.
 #include <cuda_runtime_api.h>
@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -244,22 +245,18 @@ TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
     detail::sm90_mlp_chain_override() = c.forced ? 1 : 0;
     detail::sm90_dynamic_override() = 0;
     int64_t chained = 0;
-    const auto dynamic = run(c, in, 2, false, &chained);
+    const auto chain = run(c, in, 2, false, &chained);
     EXPECT_EQ(chained, 2) << "the chain did not run";
-    expect_reference(c, in, 0, dynamic[0]);
-    expect_reference(c, in, 1, dynamic[1]);
-    detail::sm90_dynamic_override() = 2;  // the static walk
-    const auto walked = run(c, in, 2, false, &chained);
-    EXPECT_EQ(chained, 2);
-    // The two config-2 launches the chain replaces (static: either walk gives the same bytes).
+    expect_reference(c, in, 0, chain[0]);
+    expect_reference(c, in, 1, chain[1]);
+    // The two config-2 launches the chain replaces (the static walk: either gives the same
+    // bytes).
+    detail::sm90_dynamic_override() = 2;
     detail::sm90_mlp_chain_override() = 2;
     detail::mlp_gemm_force_override() = {2, 0, 2, 0};
     const auto plain = run(c, in, 2, false, &chained);
     EXPECT_EQ(chained, 0);
-    for (int i = 0; i < 2; ++i) {
-      expect_same_bytes(dynamic[i], plain[i], "chain (dynamic) vs two launches");
-      expect_same_bytes(walked[i], plain[i], "chain (static) vs two launches");
-    }
+    for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "chain vs two launches");
   }
 }
 
@@ -282,6 +279,47 @@ TEST(MlpChainGpu, RepeatedCallsReuseTheWorkspace) {
     expect_same_bytes(once[i], eager[i], "7 calls vs 2");
     expect_same_bytes(once[i], graphed[i], "a graph of 4 calls launched twice vs 2 calls");
   }
+}
+
+// Two chains at once on two streams (each a persistent grid of every SM): each must finish
+// and match its single-stream bytes, whatever of the other is resident.
+TEST(MlpChainGpu, TwoStreamsAtOnce) {
+  MOEKIT_REQUIRE_GPU();
+  Knobs restore;
+  detail::mlp_gemm_force_override() = {};
+  detail::sm90_mlp_chain_override() = 0;
+  const Case c{DType::kBF16, 24, 1024, 384, 400, 1, false};
+  const Inputs in(c, 9250);
+  int64_t chained = 0;
+  const auto once = run(c, in, 2, false, &chained);
+  ASSERT_EQ(chained, 2);
+  DeviceTensor x0(in.x[0]), x1(in.x[1]), meta(in.rows.meta), wgu(in.wgu), wd(in.wd);
+  DeviceTensor outs[2] = {DeviceTensor(c.dt, {in.rows.P, c.H}, kPoison),
+                          DeviceTensor(c.dt, {in.rows.P, c.H}, kPoison)};
+  ExpertMLPArgs a[2];
+  std::unique_ptr<DeviceWorkspace> ws[2];
+  cudaStream_t streams[2];
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking), cudaSuccess);
+    a[i].expert_input = (i ? x1 : x0).view();
+    a[i].layout_metadata = meta.view();
+    a[i].layout = PermutedLayout::contiguous(c.alignment);
+    a[i].w_gate_up = wgu.view();
+    a[i].w_down = wd.view();
+    a[i].expert_output = outs[i].view();
+    ws[i] = std::make_unique<DeviceWorkspace>(expert_mlp_workspace_size(a[i]));
+    a[i].workspace = ws[i]->get();
+  }
+  const int64_t before = detail::sm90_mlp_chain_launches();
+  for (int r = 0; r < 5; ++r) {
+    for (int i = 0; i < 2; ++i) moe_expert_mlp(a[i], streams[i]);
+  }
+  for (cudaStream_t s : streams) {
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    cudaStreamDestroy(s);
+  }
+  EXPECT_EQ(detail::sm90_mlp_chain_launches() - before, 10);
+  for (int i = 0; i < 2; ++i) expect_same_bytes(once[i], outs[i].download(), "two streams");
 }
 
 // ---- GPU: fused_moe, whose expert MLP writes its output over its permuted input ----

@@ -1,25 +1,28 @@
 // Both GEMMs of an expert MLP (gate_up with silu_and_mul into act, then down) in one
 // persistent launch of config 2's tiles (sm90_grouped_gemm.cuh): tile ids [0, total0) are
-// gate_up's, [total0, total0 + total1) down's, walked in increasing order (statically or
-// from the dynamic counter). A down tile of group g reads act rows that group g's gate_up
-// tiles write, so its producer waits, before the tile's first load, until a per-group
-// counter says every gate_up tile of g is stored. Down's tiles of the first groups then
-// start while the last gate_up tiles are still running: no tail and no launch between the
-// two GEMMs (docs/gemm.md "SM90 expert-MLP chain").
+// gate_up's, [total0, total0 + total1) down's, claimed in increasing order from a counter
+// (config 2's dynamic schedule, sm90_schedule.cuh, from the first tile on). A down tile of
+// group g reads act rows that group g's gate_up tiles write, so its producer waits, before
+// the tile's first load, until a per-group counter says every gate_up tile of g is stored.
+// Down's tiles of the first groups then start while the last gate_up tiles are still
+// running: no tail and no launch between the two GEMMs (docs/gemm.md "SM90 expert-MLP
+// chain").
 //
 // Memory order: a gate_up tile's 256 consumer threads store, meet on a named barrier, and
 // one of them publishes (fence.acq_rel.gpu, then a relaxed add: a release); the waiting
 // producer reads the counter with ld.acquire.gpu and then orders its TMA (async proxy)
 // reads after the generic-proxy stores with fence.proxy.async.global.
 //
-// No deadlock: a down tile waits only on gate_up tiles, whose ids are lower; each block
-// takes ids in increasing order, so every tile a waiting tile needs is held by a block
-// that reaches it without waiting (all blocks are resident: one per SM, at most #SMs).
-// A wait past kChainWaitNs (broken metadata, a bug) traps instead of hanging.
+// No deadlock, whatever else runs on the GPU: every tile id, a block's first included,
+// comes from the launch's counter (ids in increasing order), so a tile is only ever held
+// by a running block; a down tile waits only on gate_up tiles, whose ids are lower, so
+// they are all held by running blocks, and gate_up tiles never wait. (A static first
+// tile, blockIdx.x, could belong to a block not yet resident while the resident blocks
+// spin: two chains on two streams could then wait on each other.) A wait past
+// kChainWaitNs (broken metadata, a bug) traps instead of hanging.
 #pragma once
 
 #include "gemm/grouped_gemm_launch.cuh"  // rows_desc
-#include "gemm/sm90_device.h"
 #include "gemm/sm90_grouped_gemm.cuh"
 
 namespace moekit::detail::gemm::sm90 {
@@ -29,9 +32,8 @@ struct ChainParams {
   Params<Cfg, T> up;       // gate_up: silu_and_mul, out = act
   Params<Cfg, T> down;     // down: a = act
   int total_bound;         // up.tile_bound + down.tile_bound
-  unsigned* tile_counter;  // dynamic schedule (zeroed), or nullptr: the static walk
-  int dynamic_waves;
-  unsigned* up_done;  // [G], zeroed: gate_up tiles of group g stored
+  unsigned* tile_counter;  // zeroed: every tile id is claimed from it
+  unsigned* up_done;       // [G], zeroed: gate_up tiles of group g stored
 };
 
 template <class Cfg, class T>
@@ -107,15 +109,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int total = total0 + cs.down_tile_start[G];
   const int up_k_tiles = (p.up.k + BK - 1) / BK;
   const int down_k_tiles = (p.down.k + BK - 1) / BK;
-  const Walk walk = tile_walk<Cfg>();
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
       auto write = cutlass::make_producer_start_state<Pipeline>();
       int j = 0;
-      const int base = dynamic_base(total, walk.stride, p.tile_counter, p.dynamic_waves);
-      int id = walk.first;
+      int id = static_cast<int>(atomicAdd(p.tile_counter, 1u));
       while (id < total) {
         channel_put(ss.channel, j++, id);
         const bool down = id >= total0;
@@ -128,11 +128,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         }
         const int k_tiles = down ? down_k_tiles : up_k_tiles;
         const int claim_kt = claim_stage(k_tiles);
-        int next = id + walk.stride;
+        int next = total;
         load_tile_stages<Cfg>(g, ss, pipeline, write, t, 0, k_tiles, [&](int kt) {
-          if (kt == claim_kt) next = next_tile_id(id, walk.stride, p.tile_counter, base);
+          if (kt == claim_kt) next = static_cast<int>(atomicAdd(p.tile_counter, 1u));
         });
-        if (k_tiles == 0) next = next_tile_id(id, walk.stride, p.tile_counter, base);
+        if (k_tiles == 0) next = static_cast<int>(atomicAdd(p.tile_counter, 1u));
         id = next;
       }
       channel_put(ss.channel, j++, total);
@@ -217,9 +217,7 @@ void launch_mlp_chain(const GroupedGemmProblem& up, const GroupedGemmProblem& do
         std::string("moekit::") + op +
         ": zeroing the MLP chain's counters in the workspace failed: " + cudaGetErrorString(err));
   }
-  // As the two GEMMs would be (MOEKIT_SM90_DYNAMIC_MLP=0 withholds their counters).
-  p.dynamic_waves = sm90_dynamic_mlp() ? sm90_dynamic_waves(/*pingpong=*/false, false) : -1;
-  p.tile_counter = p.dynamic_waves >= 0 ? static_cast<unsigned*>(scratch) : nullptr;
+  p.tile_counter = static_cast<unsigned*>(scratch);
   p.up_done = reinterpret_cast<unsigned*>(static_cast<char*>(scratch) + 256);
   static_assert(sizeof(ChainSharedStorage<Cfg, T>) <= 227 * 1024, "SM90 shared memory per block");
   const int smem = static_cast<int>(sizeof(ChainSharedStorage<Cfg, T>));
