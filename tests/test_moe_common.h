@@ -112,4 +112,30 @@ inline HostTensor normal(std::mt19937_64& rng, DType dtype, std::vector<int64_t>
   return t;
 }
 
+// A contiguous permuted layout: expert e gets count(e) rows starting at a multiple of
+// `alignment`; meta = the ends (i32 [E]), P = the last end + alignment + 3 (rows past the
+// last block too), expert_of_row[r] = row r's expert, or -1 for padding.
+struct RaggedRows {
+  HostTensor meta;
+  int64_t P = 0;
+  std::vector<int> expert_of_row;
+};
+template <class Count>
+RaggedRows ragged_rows(int64_t E, int alignment, Count&& count) {
+  RaggedRows r;
+  r.meta = HostTensor(DType::kI32, {E});
+  int64_t end = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = count(e);
+    const int64_t start = (end + alignment - 1) / alignment * alignment;
+    r.expert_of_row.resize(static_cast<size_t>(start), -1);
+    r.expert_of_row.resize(static_cast<size_t>(start + n), static_cast<int>(e));
+    end = start + n;
+    r.meta.as<int32_t>()[e] = static_cast<int32_t>(end);
+  }
+  r.P = end + alignment + 3;
+  r.expert_of_row.resize(static_cast<size_t>(r.P), -1);
+  return r;
+}
+
 }  // namespace moekit::moetest

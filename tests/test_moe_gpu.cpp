@@ -178,19 +178,12 @@ TEST(MoEGpu, ExpertMLPMatchesReferenceAndLeavesPaddingUntouched) {
                  " A=" + std::to_string(c.alignment));
     std::mt19937_64 rng(++seed);
     std::uniform_int_distribution<int64_t> count(0, c.max_count);
-    HostTensor meta(DType::kI32, {c.E});
-    std::vector<int> expert_of_row;
-    int64_t end = 0;
-    for (int64_t e = 0; e < c.E; ++e) {
-      const int64_t n = (e % 3 == 1) ? 0 : count(rng);  // some empty experts
-      const int64_t start = (end + c.alignment - 1) / c.alignment * c.alignment;
-      expert_of_row.resize(static_cast<size_t>(start), -1);
-      expert_of_row.resize(static_cast<size_t>(start + n), static_cast<int>(e));
-      end = start + n;
-      meta.as<int32_t>()[e] = static_cast<int32_t>(end);
-    }
-    const int64_t P = end + c.alignment + 3;  // rows past the last block too
-    expert_of_row.resize(static_cast<size_t>(P), -1);
+    // Some empty experts.
+    moetest::RaggedRows rows = moetest::ragged_rows(
+        c.E, c.alignment, [&](int64_t e) { return (e % 3 == 1) ? int64_t{0} : count(rng); });
+    const HostTensor& meta = rows.meta;
+    const int64_t P = rows.P;
+    const std::vector<int>& expert_of_row = rows.expert_of_row;
     HostTensor x = moetest::normal(rng, c.dt, {P, c.H}, 1.0);
     HostTensor wgu = moetest::normal(rng, c.dt, {c.E, 2 * c.F, c.H}, 1.0 / std::sqrt(double(c.H)));
     HostTensor wd = moetest::normal(rng, c.dt, {c.E, c.H, c.F}, 1.0 / std::sqrt(double(c.F)));

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -308,6 +310,76 @@ void run_grouped_gemm_pair(GroupedGemmProblem first, GroupedGemmProblem second,
   }
   run_grouped_gemm(first, stream);
   run_grouped_gemm(second, stream);
+}
+
+int& sm90_mlp_chain_override() {
+  static int v = 0;
+  return v;
+}
+
+namespace {
+
+std::atomic<int64_t> g_chain_launches{0};
+
+// A GEMM of the chain with mlp_gemm_force_override applied as run_grouped_gemm_pair would.
+GroupedGemmProblem forced(GroupedGemmProblem p, int config) {
+  if (p.config < 0 && config >= 0) p.config = config;
+  return p;
+}
+
+bool chain_env_on() {
+  static const bool on = rule_on("MOEKIT_SM90_CHAIN");
+  return on;
+}
+
+}  // namespace
+
+bool sm90_mlp_chain_applies(const GroupedGemmProblem& up, const GroupedGemmProblem& down) {
+  return sm90_sm_count() > 0 && sm90_mlp_chain_rule(up, down);
+}
+
+bool sm90_mlp_chain_rule(const GroupedGemmProblem& up_in, const GroupedGemmProblem& down_in) {
+  const int o = sm90_mlp_chain_override();
+  if (o == 2 || (o == 0 && !chain_env_on())) return false;
+  const MlpGemmForce& force = mlp_gemm_force_override();
+  const GroupedGemmProblem up = forced(up_in, force.first_config);
+  const GroupedGemmProblem down = forced(down_in, force.second_config);
+  const bool dtype = (up.in_dtype == DType::kBF16 || up.in_dtype == DType::kF16) &&
+                     up.out_dtype == up.in_dtype && down.in_dtype == up.in_dtype &&
+                     down.out_dtype == up.in_dtype;
+  const bool shape = up.rows == GemmRows::kContiguous && down.rows == GemmRows::kContiguous &&
+                     up.num_groups == down.num_groups && up.m == down.m &&
+                     up.alignment == down.alignment && up.layout_metadata == down.layout_metadata &&
+                     up.num_groups >= 1 && up.num_groups <= 1024 &&
+                     up.activation == Activation::kSiluAndMul &&
+                     down.activation == Activation::kNone && down.a == up.c && up.k > 0 &&
+                     down.k == up.n && grouped_gemm_launches(up) && grouped_gemm_launches(down);
+  if (!dtype || !shape) return false;
+  // Tile ids (both GEMMs' upper bounds together) and TMA coordinates are 32-bit.
+  const int64_t m_tiles = ceil_div(up.m, 128) + up.num_groups;
+  const int64_t tiles = m_tiles * (ceil_div(up.n, 128) + ceil_div(down.n, 256));
+  if (tiles > INT32_MAX || up.m > INT32_MAX || 2 * up.n > INT32_MAX || down.n > INT32_MAX ||
+      up.k > INT32_MAX) {
+    return false;
+  }
+  if (o == 1) return true;
+  return select_grouped_gemm_config(up) == kGemmConfigSm90 &&
+         select_grouped_gemm_config(down) == kGemmConfigSm90 && sm90_tile_n(up) == 256 &&
+         sm90_tile_n(down) == 256;
+}
+
+bool run_sm90_mlp_chain(const GroupedGemmProblem& up, const GroupedGemmProblem& down, void* scratch,
+                        cudaStream_t stream) {
+  if (!scratch || !sm90_mlp_chain_applies(up, down)) return false;
+  up.in_dtype == DType::kBF16 ? launch_mlp_chain_sm90_bf16(up, down, scratch, stream)
+                              : launch_mlp_chain_sm90_f16(up, down, scratch, stream);
+  check_launch("moe_expert_mlp");
+  g_chain_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+int64_t sm90_mlp_chain_launches() {
+  return g_chain_launches.load(std::memory_order_relaxed);
 }
 
 int select_grouped_gemm_fp8_config(const GroupedGemmFP8Problem& p) {

@@ -163,4 +163,32 @@ MlpGemmForce& mlp_gemm_force_override();
 void run_grouped_gemm_pair(GroupedGemmProblem first, GroupedGemmProblem second,
                            cudaStream_t stream);
 
+// The SM90 expert-MLP chain (docs/gemm.md "SM90 expert-MLP chain"): both GEMMs of an
+// expert MLP (contiguous rows, gate_up with silu_and_mul into act, then down from act) in
+// one persistent launch of config 2's tiles, where each down tile starts once its group's
+// gate_up tiles are stored. Scratch: kSm90MlpChainScratchBytes of device memory (zeroed
+// by the launch).
+constexpr size_t kSm90MlpChainScratchBytes = 256 + 4 * 1024;
+
+// Test knob (not thread-safe): 0 = the rule below, 1 = wherever the chain can run (any
+// config the GEMMs would pick), 2 = never.
+int& sm90_mlp_chain_override();
+
+// Whether run_sm90_mlp_chain would run (up, down) as one launch: the GPU is an sm_90 part,
+// MOEKIT_SM90_CHAIN is not 0, bf16/f16 in and out in the same dtype, contiguous rows of
+// the same groups (<= 1024), both launch with k > 0, config 2 with 256-wide tiles is what
+// both would run (the heuristic's pick, or forced by mlp_gemm_force_override; the
+// override's 1 skips this), and the counts and bounds fit its 32-bit tile ids.
+bool sm90_mlp_chain_applies(const GroupedGemmProblem& up, const GroupedGemmProblem& down);
+// The same without the device check (CPU-testable).
+bool sm90_mlp_chain_rule(const GroupedGemmProblem& up, const GroupedGemmProblem& down);
+
+// Runs (up, down) as the chain when sm90_mlp_chain_applies and scratch is given; returns
+// whether it did (else the caller runs run_grouped_gemm_pair).
+bool run_sm90_mlp_chain(const GroupedGemmProblem& up, const GroupedGemmProblem& down, void* scratch,
+                        cudaStream_t stream);
+
+// Chain launches so far in this process (tests check that a case reached the chain).
+int64_t sm90_mlp_chain_launches();
+
 }  // namespace moekit::detail

@@ -29,6 +29,12 @@ void launch_grouped_gemm_sm90_pair_bf16(const GroupedGemmProblem& problem, int c
                                         cudaStream_t stream);
 void launch_grouped_gemm_sm90_pair_f16(const GroupedGemmProblem& problem, int config,
                                        cudaStream_t stream);
+// Both GEMMs of an expert MLP in one persistent SM90 launch (sm90_mlp_chain.cuh);
+// scratch: kSm90MlpChainScratchBytes of device memory. run_sm90_mlp_chain checks first.
+void launch_mlp_chain_sm90_bf16(const GroupedGemmProblem& up, const GroupedGemmProblem& down,
+                                void* scratch, cudaStream_t stream);
+void launch_mlp_chain_sm90_f16(const GroupedGemmProblem& up, const GroupedGemmProblem& down,
+                               void* scratch, cudaStream_t stream);
 void launch_grouped_gemm_fp8(const GroupedGemmFP8Problem& problem, int config, cudaStream_t stream);
 
 }  // namespace moekit::detail

@@ -13,14 +13,77 @@
 
 namespace moekit::detail::gemm::sm90 {
 
+// The producer thread's loads of one tile `t`: k_tiles stages of the a box(es) (BM x BK
+// rows from the tile's first a row) and two b boxes (B_BOX rows each, at the tile's two b
+// row offsets), advancing `write`. Paired configs (Cfg::PAIR, 2-CTA clusters) load the
+// shared operand's half that is theirs (`rank`), multicast to both CTAs: kPairN a rows
+// [64 rank, + 64) of the tile (both CTAs have the same m-tile), kPairM b box `rank` (both
+// have the same n-tile). Each CTA's full barrier still expects STAGE_BYTES: its own loads
+// plus the partner's multicast half. before_stage(kt) runs before stage kt's acquire (the
+// schedule claims its next tile there). Shared by configs 2, 6, 7, 8 and the MLP chain.
+template <class Cfg, class Params, class Shared, class Pipeline, class State, class BeforeStage>
+__device__ __forceinline__ void load_tile_stages(const Params& p, Shared& ss, Pipeline& pipeline,
+                                                 State& write, const Tile& t, int rank, int k_tiles,
+                                                 BeforeStage&& before_stage) {
+  using namespace cute;
+  constexpr int BK = Cfg::BK, A_BOX = Cfg::A_BOX;
+  constexpr uint16_t kBoth = 0b11;  // multicast to both CTAs of the pair
+  Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.a_rows, p.k, p.a_l));
+  Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.b_rows, p.k, p.b_l));
+  Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutABoxes{});
+  Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
+  const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
+  const auto hint_b_even = static_cast<TMA::CacheHintSm90>(p.hint_b);
+  const auto hint_b_odd = static_cast<TMA::CacheHintSm90>(p.hint_b_odd);
+  // (box rows, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
+  const int a_row = Cfg::PAIR == kPairN ? t.a_row + rank * A_BOX : t.a_row;
+  Tensor gA = local_tile(domain_offset(make_coord(a_row, 0), mA(_, _, t.a_l)),
+                         make_shape(Int<A_BOX>{}, Int<BK>{}), make_coord(0, _));
+  const int b_row0 = Cfg::PAIR == kPairM && rank == 1 ? t.b_row1 : t.b_row0;
+  Tensor gB0 = local_tile(domain_offset(make_coord(b_row0, 0), mB(_, _, t.group)),
+                          make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
+  Tensor gB1 = local_tile(domain_offset(make_coord(t.b_row1, 0), mB(_, _, t.group)),
+                          make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
+  auto [tAgA, tAsA] =
+      tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
+  auto [tBgB0, tBsB] =
+      tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB0));
+  auto [tBgB1, tBsB1] =
+      tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB1));
+  (void)tBsB1;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    before_stage(kt);
+    pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
+    auto* bar = pipeline.producer_get_barrier(write);
+    const int s = write.index();
+    const auto hint_b = kt & 1 ? hint_b_odd : hint_b_even;
+    // Boxes past the tensor's edges are zero-filled and still count their full bytes.
+    if constexpr (Cfg::PAIR == kPairN) {
+      copy(p.tma_a.with(*bar, kBoth, hint_a), tAgA(_, kt), tAsA(_, 2 * s + rank));
+    } else {
+      copy(p.tma_a.with(*bar, 0, hint_a), tAgA(_, kt), tAsA(_, s));
+    }
+    if constexpr (Cfg::PAIR == kPairM) {
+      copy(p.tma_b.with(*bar, kBoth, hint_b), tBgB0(_, kt), tBsB(_, 2 * s + rank));
+    } else {
+      copy(p.tma_b.with(*bar, 0, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
+      copy(p.tma_b.with(*bar, 0, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+    }
+    ++write;
+  }
+}
+
+// The next tile is claimed kClaimAhead stages before a tile's last load: the counter's
+// round trip (several us behind a saturated L2: claimed at the tile's end, it cost config
+// 6 20% on the H200) then overlaps the loads still to issue.
+constexpr int kClaimAhead = 16;
+__device__ __forceinline__ int claim_stage(int k_tiles) {
+  return k_tiles > kClaimAhead ? k_tiles - kClaimAhead : 0;
+}
+
 // The producer thread: for each of the block's tiles (ids walk.first, + walk.stride, ...;
-// both configs load their tiles in this order), k_tiles stages of the a box(es) (BM x
-// BK rows from the tile's first a row) and two b boxes (B_BOX rows each, at the tile's
-// two b row offsets), then waits until the consumers released every stage. Paired
-// configs (Cfg::PAIR, 2-CTA clusters) load the shared operand's half that is theirs,
-// multicast to both CTAs: kPairN a rows [64 rank, + 64) of the tile (both CTAs have the
-// same m-tile), kPairM b box `rank` (both have the same n-tile). Each CTA's full barrier
-// still expects STAGE_BYTES: its own loads plus the partner's multicast half.
+// both configs load their tiles in this order) load_tile_stages, then waits until the
+// consumers released every stage.
 // Unpaired configs (2, 6) take their tile ids one by one (next_tile_id: the static walk,
 // or a global counter when p.tile_counter is set) and publish each on the block's tile
 // channel before loading it; after the last tile, `enders` ids >= total (one per
@@ -29,67 +92,19 @@ namespace moekit::detail::gemm::sm90 {
 template <class Cfg, int ENDERS, class Params, class Shared, class Pipeline>
 __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipeline& pipeline,
                                               int total, int k_tiles, Walk walk) {
-  using namespace cute;
-  constexpr int BK = Cfg::BK, A_BOX = Cfg::A_BOX;
-  constexpr uint16_t kBoth = 0b11;  // multicast to both CTAs of the pair
-  const int rank = walk.rank;
-  Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.a_rows, p.k, p.a_l));
-  Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.b_rows, p.k, p.b_l));
-  Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutABoxes{});
-  Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
   auto write = cutlass::make_producer_start_state<Pipeline>();
-  const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
-  const auto hint_b_even = static_cast<TMA::CacheHintSm90>(p.hint_b);
-  const auto hint_b_odd = static_cast<TMA::CacheHintSm90>(p.hint_b_odd);
   constexpr bool kChannel = Cfg::PAIR == kPairNone;
   int j = 0;  // the block's tile count so far (channel slot order)
   const int base = dynamic_base(total, walk.stride, p.tile_counter, p.dynamic_waves);
+  const int claim_kt = claim_stage(k_tiles);
   int id = walk.first;
   while (id < total) {
     if constexpr (kChannel) channel_put(ss.channel, j++, id);
-    const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, rank);
-    // (box rows, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
-    const int a_row = Cfg::PAIR == kPairN ? t.a_row + rank * A_BOX : t.a_row;
-    Tensor gA = local_tile(domain_offset(make_coord(a_row, 0), mA(_, _, t.a_l)),
-                           make_shape(Int<A_BOX>{}, Int<BK>{}), make_coord(0, _));
-    const int b_row0 = Cfg::PAIR == kPairM && rank == 1 ? t.b_row1 : t.b_row0;
-    Tensor gB0 = local_tile(domain_offset(make_coord(b_row0, 0), mB(_, _, t.group)),
-                            make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
-    Tensor gB1 = local_tile(domain_offset(make_coord(t.b_row1, 0), mB(_, _, t.group)),
-                            make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
-    auto [tAgA, tAsA] = tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA),
-                                      group_modes<0, 2>(gA));
-    auto [tBgB0, tBsB] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
-                                       group_modes<0, 2>(gB0));
-    auto [tBgB1, tBsB1] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
-                                        group_modes<0, 2>(gB1));
-    (void)tBsB1;
-    // The next tile is claimed kClaimAhead stages before this one's last load: the
-    // counter's round trip (several us behind a saturated L2: claimed at the tile's end,
-    // it cost config 6 20% on the H200) then overlaps the loads still to issue.
-    constexpr int kClaimAhead = 16;
-    const int claim_kt = k_tiles > kClaimAhead ? k_tiles - kClaimAhead : 0;
+    const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
     int next = id + walk.stride;
-    for (int kt = 0; kt < k_tiles; ++kt) {
+    load_tile_stages<Cfg>(p, ss, pipeline, write, t, walk.rank, k_tiles, [&](int kt) {
       if (kChannel && kt == claim_kt) next = next_tile_id(id, walk.stride, p.tile_counter, base);
-      pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
-      auto* bar = pipeline.producer_get_barrier(write);
-      const int s = write.index();
-      const auto hint_b = kt & 1 ? hint_b_odd : hint_b_even;
-      // Boxes past the tensor's edges are zero-filled and still count their full bytes.
-      if constexpr (Cfg::PAIR == kPairN) {
-        copy(p.tma_a.with(*bar, kBoth, hint_a), tAgA(_, kt), tAsA(_, 2 * s + rank));
-      } else {
-        copy(p.tma_a.with(*bar, 0, hint_a), tAgA(_, kt), tAsA(_, s));
-      }
-      if constexpr (Cfg::PAIR == kPairM) {
-        copy(p.tma_b.with(*bar, kBoth, hint_b), tBgB0(_, kt), tBsB(_, 2 * s + rank));
-      } else {
-        copy(p.tma_b.with(*bar, 0, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
-        copy(p.tma_b.with(*bar, 0, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
-      }
-      ++write;
-    }
+    });
     if (kChannel && k_tiles == 0) next = next_tile_id(id, walk.stride, p.tile_counter, base);
     id = next;
   }

@@ -17,7 +17,10 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
                           int alignment, int64_t E, int64_t H, int64_t F, const void* w_gate_up,
                           const void* w_down, void* act, void* out, bool routed_counts,
                           void* tile_counters, cudaStream_t stream) {
-  static_assert(kExpertMlpCounterBytes == 2 * kTileCounterBytes, "one counter per GEMM");
+  static_assert(kExpertMlpCounterBytes == 2 * kTileCounterBytes + kSm90MlpChainScratchBytes,
+                "one counter per GEMM, then the chain's scratch");
+  void* chain_scratch =
+      tile_counters ? static_cast<char*>(tile_counters) + 2 * kTileCounterBytes : nullptr;
   GroupedGemmProblem up;
   up.in_dtype = dtype;
   up.out_dtype = dtype;  // the activation is rounded to the op's dtype (SPEC)
@@ -47,7 +50,9 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
       tile_counters
           ? reinterpret_cast<unsigned*>(static_cast<char*>(tile_counters) + kTileCounterBytes)
           : nullptr;
-  // A PDL chain with MOEKIT_GEMM_PDL=1 (docs/gemm.md): up writes only act.
+  // Both GEMMs in one SM90 launch where both run config 2 (docs/gemm.md "SM90 expert-MLP
+  // chain"); else two launches, a PDL chain with MOEKIT_GEMM_PDL=1: up writes only act.
+  if (run_sm90_mlp_chain(up, down, chain_scratch, stream)) return;
   run_grouped_gemm_pair(up, down, stream);
 }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gemm/grouped_gemm.h"  // kSm90MlpChainScratchBytes
 #include "moekit/tensor.h"
 
 namespace moekit::detail {
@@ -66,8 +67,9 @@ void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t st
 // Expert MLP on a contiguous permuted buffer: gate/up grouped GEMM with
 // silu_and_mul into act [P, F], then the down grouped GEMM into out [P, H].
 // `out` may alias `in` (the input is dead once the first GEMM has run). tile_counters:
-// kExpertMlpCounterBytes of workspace for the GEMMs' dynamic tile schedule (or nullptr).
-constexpr size_t kExpertMlpCounterBytes = 512;  // two GroupedGemmProblem::tile_counter
+// kExpertMlpCounterBytes of workspace for the GEMMs' dynamic tile schedule and the SM90 MLP
+// chain's counters (or nullptr: neither).
+constexpr size_t kExpertMlpCounterBytes = 512 + kSm90MlpChainScratchBytes;
 void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t* layout_metadata,
                           int alignment, int64_t E, int64_t H, int64_t F, const void* w_gate_up,
                           const void* w_down, void* act, void* out, bool routed_counts,
