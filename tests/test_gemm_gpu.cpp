@@ -600,7 +600,7 @@ std::vector<GemmCase> pair_edge_cases() {
 
 // Fresh draws of sm90_ragged_silu_a8's shape (24 experts of 0-400 rows starting on 8-row
 // boundaries, silu, n 392, k 776: configs 7 and 8 hung on it on the H200, 2026-12-03, in
-// test shards running side by side) through the four SM90 configs. Its own seed
+// test shards running side by side) through the five SM90 configs. Its own seed
 // (MOEKIT_TEST_SEED) and draw count (MOEKIT_TEST_DRAWS, default 2), so that processes run
 // side by side hunt different draws; the f32 GPU reference keeps a draw cheap. A hang ends
 // the process naming the config and the draw's counts (sync_or_die).
@@ -615,7 +615,8 @@ TEST(GemmGpu, Sm90ConfigsFinishOnFreshRaggedDraws) {
   std::mt19937_64 r(static_cast<uint64_t>(env("MOEKIT_TEST_SEED", 7)));
   const int draws = static_cast<int>(env("MOEKIT_TEST_DRAWS", 2));
   std::vector<int> configs = {detail::kGemmConfigSm90, detail::kGemmConfigSm90Pingpong,
-                              detail::kGemmConfigSm90PairN, detail::kGemmConfigSm90PingpongPairM};
+                              detail::kGemmConfigSm90PairN, detail::kGemmConfigSm90PingpongPairM,
+                              detail::kGemmConfigSm90PairM};
   if (const char* list = std::getenv("MOEKIT_TEST_CONFIGS")) {
     configs.clear();
     for (const char* c = list; *c;) {
@@ -662,6 +663,15 @@ TEST(GemmGpu, Sm90PingpongPairMMatchesReference) {
   std::vector<GemmCase> v = pingpong_cases(), edges = pair_edge_cases();
   v.insert(v.end(), edges.begin(), edges.end());
   for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90PingpongPairM);
+}
+
+// Config 10 (config 2's tiles on m-tile pairs, b multicast) on config 2's shapes and the
+// pair edges (odd m-tile counts: a pair's second tile past its group).
+TEST(GemmGpu, Sm90PairMMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  std::vector<GemmCase> v = sm90_cases(), edges = pair_edge_cases();
+  v.insert(v.end(), edges.begin(), edges.end());
+  for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90PairM);
 }
 
 // The decode split-K config at every split: k slices not a multiple of the split (and

@@ -106,7 +106,11 @@ enum GemmConfig : int {
   // docs/gemm.md "Persistent decode tiles". The heuristic's pick for short-k grouped
   // decode GEMMs; k == 0 or more than kGemmPersistentMaxGroups groups run config 4.
   kGemmConfigDecodePersistent = 9,
-  kGemmConfigCount = 10,
+  // Config 2's 128x256 tiles on m-tile pairs of a 2-CTA cluster (b multicast: a third
+  // less L2 -> SM traffic than config 2 where a group has >= 256 rows): docs/gemm.md
+  // "Paired SM90 configs". Not picked by the heuristic.
+  kGemmConfigSm90PairM = 10,
+  kGemmConfigCount = 11,
 };
 
 // Groups config 9's shared-memory group table holds.

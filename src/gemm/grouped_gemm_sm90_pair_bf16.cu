@@ -1,6 +1,7 @@
 // bf16-input instantiations of the paired SM90 grouped-GEMM configs (2-CTA clusters that
-// load the operand they share once, multicast): kGemmConfigSm90PairN (7) and
-// kGemmConfigSm90PingpongPairM (8). docs/gemm.md, "Paired SM90 configs".
+// load the operand they share once, multicast): kGemmConfigSm90PairN (7),
+// kGemmConfigSm90PingpongPairM (8) and kGemmConfigSm90PairM (10). docs/gemm.md, "Paired SM90
+// configs".
 #include "gemm/grouped_gemm_launch.cuh"
 #include "gemm/launch.h"
 #include "gemm/sm90_pingpong.cuh"
@@ -10,8 +11,7 @@ namespace moekit::detail {
 void launch_grouped_gemm_sm90_pair_bf16(const GroupedGemmProblem& problem, int config,
                                         cudaStream_t stream) {
   gemm::sm90::launch_paired<cutlass::bfloat16_t, __nv_bfloat16>(
-      problem, config == kGemmConfigSm90PairN, gemm::rows_desc(problem), stream,
-      "moe_grouped_gemm");
+      problem, config, gemm::rows_desc(problem), stream, "moe_grouped_gemm");
 }
 
 }  // namespace moekit::detail

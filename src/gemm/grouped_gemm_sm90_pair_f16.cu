@@ -1,6 +1,7 @@
 // f16-input instantiations of the paired SM90 grouped-GEMM configs (2-CTA clusters that
-// load the operand they share once, multicast): kGemmConfigSm90PairN (7) and
-// kGemmConfigSm90PingpongPairM (8). docs/gemm.md, "Paired SM90 configs".
+// load the operand they share once, multicast): kGemmConfigSm90PairN (7),
+// kGemmConfigSm90PingpongPairM (8) and kGemmConfigSm90PairM (10). docs/gemm.md, "Paired SM90
+// configs".
 #include "gemm/grouped_gemm_launch.cuh"
 #include "gemm/launch.h"
 #include "gemm/sm90_pingpong.cuh"
@@ -9,9 +10,8 @@ namespace moekit::detail {
 
 void launch_grouped_gemm_sm90_pair_f16(const GroupedGemmProblem& problem, int config,
                                        cudaStream_t stream) {
-  gemm::sm90::launch_paired<cutlass::half_t, __half>(problem, config == kGemmConfigSm90PairN,
-                                                     gemm::rows_desc(problem), stream,
-                                                     "moe_grouped_gemm");
+  gemm::sm90::launch_paired<cutlass::half_t, __half>(problem, config, gemm::rows_desc(problem),
+                                                     stream, "moe_grouped_gemm");
 }
 
 }  // namespace moekit::detail

@@ -23,8 +23,8 @@ void launch_grouped_gemm_sm90_n224_f16(const GroupedGemmProblem& problem, cudaSt
 // Its ping-pong variant, kGemmConfigSm90Pingpong; k > 0.
 void launch_grouped_gemm_sm90_pingpong_bf16(const GroupedGemmProblem& problem, cudaStream_t stream);
 void launch_grouped_gemm_sm90_pingpong_f16(const GroupedGemmProblem& problem, cudaStream_t stream);
-// The paired SM90 configs (2-CTA clusters, multicast): kGemmConfigSm90PairN or
-// kGemmConfigSm90PingpongPairM; k > 0.
+// The paired SM90 configs (2-CTA clusters, multicast): kGemmConfigSm90PairN,
+// kGemmConfigSm90PingpongPairM or kGemmConfigSm90PairM; k > 0.
 void launch_grouped_gemm_sm90_pair_bf16(const GroupedGemmProblem& problem, int config,
                                         cudaStream_t stream);
 void launch_grouped_gemm_sm90_pair_f16(const GroupedGemmProblem& problem, int config,

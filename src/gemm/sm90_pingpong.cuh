@@ -224,13 +224,15 @@ void launch_pingpong(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaS
 // (the output type when out_dtype is not f32). Instantiated per input dtype in
 // grouped_gemm_sm90_pair_{bf16,f16}.cu.
 template <class T, class In>
-void launch_paired(const GroupedGemmProblem& prob, bool pair_n, const RowsDesc& rows,
+void launch_paired(const GroupedGemmProblem& prob, int config, const RowsDesc& rows,
                    cudaStream_t stream, const char* op) {
   const bool f32 = prob.out_dtype == DType::kF32;
-  if (pair_n && f32) {
-    launch<T, float, kPairN>(prob, rows, stream, op);
-  } else if (pair_n) {
-    launch<T, In, kPairN>(prob, rows, stream, op);
+  if (config == kGemmConfigSm90PairN) {
+    f32 ? launch<T, float, kPairN>(prob, rows, stream, op)
+        : launch<T, In, kPairN>(prob, rows, stream, op);
+  } else if (config == kGemmConfigSm90PairM) {
+    f32 ? launch<T, float, kPairM>(prob, rows, stream, op)
+        : launch<T, In, kPairM>(prob, rows, stream, op);
   } else if (f32) {
     launch_pingpong<T, float, kPairM>(prob, rows, stream, op);
   } else {
