@@ -503,10 +503,13 @@ TEST(GemmGpu, Sm90DynamicScheduleMatchesStatic) {
     }
     detail::sm90_tile_n_override() = 0;
     run_case(c, detail::kGemmConfigSm90, 0, true, /*dynamic_tail=*/true);
+    // The cooperative paired configs: rank 0 claims, rank 1 receives the pair ids.
+    run_case(c, detail::kGemmConfigSm90PairN, 0, true);
+    run_case(c, detail::kGemmConfigSm90PairM, 0, true);
   }
 }
 
-// Many back-to-back launches of configs 2 and 6, static and dynamic, on shapes with few
+// Many back-to-back launches of configs 2, 6, 7 and 10, static and dynamic, on shapes with few
 // and many tiles per block (blocks without a tile, the last tile alone, the channel ring
 // wrapping): every output equals the first bit for bit. A race in the tile hand-off
 // would show as a mismatch, a lost id as a hang (the test runner's timeout).
@@ -531,7 +534,8 @@ TEST(GemmGpu, Sm90ScheduleStress) {
     HostTensor meta_h = i32_tensor(meta);
     DeviceTensor a_d(a), b_d(b), meta_d(meta_h), c_d(DType::kBF16, {std::max<int64_t>(rows, 1), n});
     DeviceTensor counter(DType::kI32, {static_cast<int64_t>(detail::kTileCounterBytes / 4)});
-    for (int config : {detail::kGemmConfigSm90, detail::kGemmConfigSm90Pingpong}) {
+    for (int config : {detail::kGemmConfigSm90, detail::kGemmConfigSm90Pingpong,
+                       detail::kGemmConfigSm90PairN, detail::kGemmConfigSm90PairM}) {
       HostTensor first;
       for (int it = 0; it < 100; ++it) {
         SCOPED_TRACE("config " + std::to_string(config) + ", launch " + std::to_string(it) +

@@ -212,7 +212,8 @@ struct SharedStorage {
   alignas(1024) T a[cute::cosize_v<typename Cfg::SmemLayoutA>];
   alignas(1024) T b[cute::cosize_v<typename Cfg::SmemLayoutB>];
   typename Cfg::Pipeline::SharedStorage pipeline;
-  TileChannel channel;                  // tile ids, producer -> consumers (unpaired)
+  TileChannel channel;                  // tile ids, producer -> consumers
+  PairMailbox mailbox;                  // paired: pair ids, rank 0 -> rank 1
   int tile_start[Cfg::MAX_GROUPS + 1];  // tiles before group g; [G] = total
 };
 
@@ -250,7 +251,7 @@ struct Params {
   // TMA L2 cache hints (TMA::CacheHintSm90 values); b's odd k stages (bytes 128..255 of
   // each 256-byte line the L2 promotion fetched) take hint_b_odd.
   uint64_t hint_a, hint_b, hint_b_odd;
-  // Unpaired configs: nullptr = the static walk; else a zeroed counter the producers take
+  // nullptr = the static walk; else a zeroed counter the producers (paired: rank 0) take
   // tile ids from (the dynamic schedule, sm90_schedule.cuh next_tile_id).
   unsigned* tile_counter;
   int dynamic_waves;  // with a counter: trailing waves taken dynamically (sm90_dynamic_waves)
@@ -274,8 +275,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   // Tile schedule (sm90_schedule.cuh): tile_start[G + 1] in shared memory.
   build_tile_schedule<Cfg::THREADS, sched_bm<Cfg>()>(p.rows, sched_n_tiles<Cfg>(p.n_tiles),
                                                      p.tile_bound, ss.tile_start);
-  // Both consumer warpgroups (8 warps) read every tile id.
-  if (Cfg::PAIR == kPairNone && threadIdx.x == 0) channel_init(ss.channel, 8);
+  // Both consumer warpgroups (8 warps) read every tile id; paired, rank 1's producer
+  // receives the pair ids from rank 0's.
+  if (threadIdx.x == 0) {
+    channel_init(ss.channel, 8);
+    if constexpr (Cfg::CLUSTER > 1) mailbox_init(ss.mailbox);
+  }
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Cfg::STAGE_BYTES;
@@ -297,7 +302,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // Producer: one thread issues every TMA load.
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      produce_tiles<Cfg, 1>(p, ss, pipeline, total, k_tiles, walk);
+      produce_tiles<Cfg, 1, /*PAIR_CHANNEL=*/true>(p, ss, pipeline, total, k_tiles, walk);
     }
   } else {
     // Consumers: two warpgroups, 64 rows each, of the 128 x 256 tile.
@@ -325,11 +330,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     const int wg_row0 = (warp_group - 1) * 64;
     const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
     if (get<0>(tCcC(0)) / 64 != warp_group - 1 || get<1>(tCcC(0)) != 2 * q) __trap();
-    // Tile ids: the producer's channel (unpaired), or the static walk (paired).
-    constexpr bool kChannel = Cfg::PAIR == kPairNone;
+    // Tile ids: the producer's channel.
     int j = 0;
-    for (int id = kChannel ? channel_get(ss.channel, j++) : walk.first; id < total;
-         id = kChannel ? channel_get(ss.channel, j++) : id + walk.stride) {
+    for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
       // Paired: this warpgroup's lagging warps catch up (sm90_mainloop.cuh).
       pair_warpgroup_sync<Cfg::CLUSTER>(warp_group - 1);
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
@@ -499,9 +502,10 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
   if constexpr (PAIR == kPairNone && BN == 256) {
     if (!kn.epi) kernel = sm90_grouped_gemm_kernel<Cfg, T, Out, 0>;
   }
-  if constexpr (PAIR == kPairNone) {
-    // One wave at most (by the host's bound): nothing to balance, no zeroing to pay.
-    unsigned* counter = tiles > device_sm_count() ? prob.tile_counter : nullptr;
+  {
+    // One wave at most (by the host's bound; (pair) tiles per cluster): nothing to balance,
+    // no zeroing to pay. Paired: rank 0 claims, rank 1 receives (PairMailbox).
+    unsigned* counter = tiles > device_sm_count() / Cfg::CLUSTER ? prob.tile_counter : nullptr;
     p.tile_counter = sm90_tile_counter(counter, /*pingpong=*/false, rows.mode == kRowsDense, stream,
                                        op, &p.dynamic_waves);
   }

@@ -81,31 +81,47 @@ __device__ __forceinline__ int claim_stage(int k_tiles) {
   return k_tiles > kClaimAhead ? k_tiles - kClaimAhead : 0;
 }
 
-// The producer thread: for each of the block's tiles (ids walk.first, + walk.stride, ...;
-// both configs load their tiles in this order) load_tile_stages, then waits until the
-// consumers released every stage.
-// Unpaired configs (2, 6) take their tile ids one by one (next_tile_id: the static walk,
-// or a global counter when p.tile_counter is set) and publish each on the block's tile
-// channel before loading it; after the last tile, `enders` ids >= total (one per
-// consumer that reads distinct tiles). Paired configs walk statically, as their
-// consumers do.
-template <class Cfg, int ENDERS, class Params, class Shared, class Pipeline>
+// The producer thread: for each of the block's tiles load_tile_stages, then waits until
+// the consumers released every stage. The tile ids: the static walk (walk.first, +
+// walk.stride, ...), or from the global counter when p.tile_counter is set
+// (next_tile_id, claimed kClaimAhead stages before a tile's end). With the tile channel
+// (unpaired configs 2 and 6, and the cooperative paired configs 7 and 10: PAIR_CHANNEL)
+// each id is published to the block's consumers before its loads, and after the last tile
+// `ENDERS` ids >= total end their loops (one per consumer that reads distinct tiles).
+// Paired configs on the channel take their ids from the cluster's rank 0, which claims
+// them and sends each to rank 1 (PairMailbox), so both CTAs load the same pair tiles.
+// Config 8 (the paired ping-pong kernel) walks statically, as its consumers do.
+template <class Cfg, int ENDERS, bool PAIR_CHANNEL = false, class Params, class Shared,
+          class Pipeline>
 __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipeline& pipeline,
                                               int total, int k_tiles, Walk walk) {
   auto write = cutlass::make_producer_start_state<Pipeline>();
-  constexpr bool kChannel = Cfg::PAIR == kPairNone;
+  constexpr bool kChannel = Cfg::PAIR == kPairNone || PAIR_CHANNEL;
+  constexpr bool kMailbox = Cfg::PAIR != kPairNone && PAIR_CHANNEL;
   int j = 0;  // the block's tile count so far (channel slot order)
+  int m = 0;  // pair ids sent / received so far
   const int base = dynamic_base(total, walk.stride, p.tile_counter, p.dynamic_waves);
   const int claim_kt = claim_stage(k_tiles);
+  // The id after `cur`: claimed (rank 0 also sends it to rank 1), or received (rank 1).
+  const auto claim = [&](int cur) {
+    if constexpr (kMailbox) {
+      if (walk.rank == 1) return mailbox_recv(ss.mailbox, m++);
+      const int n = next_tile_id(cur, walk.stride, p.tile_counter, base);
+      mailbox_send(ss.mailbox, m++, n);
+      return n;
+    } else {
+      return next_tile_id(cur, walk.stride, p.tile_counter, base);
+    }
+  };
   int id = walk.first;
   while (id < total) {
     if constexpr (kChannel) channel_put(ss.channel, j++, id);
     const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
     int next = id + walk.stride;
     load_tile_stages<Cfg>(p, ss, pipeline, write, t, walk.rank, k_tiles, [&](int kt) {
-      if (kChannel && kt == claim_kt) next = next_tile_id(id, walk.stride, p.tile_counter, base);
+      if (kChannel && kt == claim_kt) next = claim(id);
     });
-    if (kChannel && k_tiles == 0) next = next_tile_id(id, walk.stride, p.tile_counter, base);
+    if (kChannel && k_tiles == 0) next = claim(id);
     id = next;
   }
   if constexpr (kChannel) {

@@ -131,6 +131,76 @@ __device__ __forceinline__ int channel_get(TileChannel& ch, int j) {
   return id;
 }
 
+// Pair ids from a 2-CTA cluster's rank 0 to rank 1 (the cooperative paired configs 7 and
+// 10 under the dynamic schedule): both CTAs of a pair must take the same pair tiles, so
+// rank 0's producer claims each id and writes it into rank 1's ring through distributed
+// shared memory (st.shared::cluster, then a remote arrive with cluster-scope release on
+// rank 1's full barrier); rank 1's producer reads it (acquire at cluster scope) and frees
+// the slot with a remote arrive on rank 0's empty barrier. Both rings exist in both CTAs;
+// rank 0 uses its empty barriers, rank 1 its full barriers and ids.
+struct PairMailbox {
+  uint64_t full[kChannelSlots];
+  uint64_t empty[kChannelSlots];
+  int id[kChannelSlots];
+};
+
+__device__ __forceinline__ void mailbox_init(PairMailbox& mb) {
+  for (int i = 0; i < kChannelSlots; ++i) {
+    cutlass::arch::ClusterBarrier::init(&mb.full[i], 1);
+    cutlass::arch::ClusterBarrier::init(&mb.empty[i], 1);
+  }
+  cutlass::arch::fence_barrier_init();
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ uint32_t cluster_peer(uint32_t local, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+
+__device__ __forceinline__ void wait_cluster_acquire(const uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_u32(bar);
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(addr),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void arrive_remote_release(const uint64_t* local_bar, uint32_t rank) {
+  const uint32_t remote = cluster_peer(smem_u32(local_bar), rank);
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
+               : "memory");
+}
+
+// Rank 0's producer: pair id number j (from 0) to rank 1.
+__device__ __forceinline__ void mailbox_send(PairMailbox& mb, int j, int id) {
+  const int slot = j % kChannelSlots;
+  const uint32_t phase = (j / kChannelSlots) & 1;
+  wait_cluster_acquire(&mb.empty[slot], phase ^ 1);  // rank 1 read the slot's last id
+  const uint32_t remote_id = cluster_peer(smem_u32(&mb.id[slot]), 1);
+  asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(remote_id), "r"(id) : "memory");
+  arrive_remote_release(&mb.full[slot], 1);
+}
+
+// Rank 1's producer: pair id number j.
+__device__ __forceinline__ int mailbox_recv(PairMailbox& mb, int j) {
+  const int slot = j % kChannelSlots;
+  const uint32_t phase = (j / kChannelSlots) & 1;
+  wait_cluster_acquire(&mb.full[slot], phase);
+  const int id = *reinterpret_cast<volatile int*>(&mb.id[slot]);
+  arrive_remote_release(&mb.empty[slot], 0);
+  return id;
+}
+
 // The first tile id a launch hands out dynamically: ids below it are walked statically
 // (block b: b, b + stride, ...; a multiple of stride, so every block walks the same number),
 // the last `waves` waves' worth from there on go to whichever block asks first; at least
