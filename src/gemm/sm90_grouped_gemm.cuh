@@ -338,24 +338,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       if (k_tiles == 0) {
         clear(acc);
-      } else if (wg_row0 >= t.rows || (Cfg::PAIR == kPairN && t.n0 >= p.n)) {
+      } else if (!consume_tile<Cfg::CLUSTER>(
+                     mma, tCrA, tCrB, acc, pipeline, read, k_tiles,
+                     wg_row0 >= t.rows || (Cfg::PAIR == kPairN && t.n0 >= p.n), warp_group - 1)) {
         // No valid row in this warpgroup's half (a group's last tile with <= 64 rows), or
-        // a pair's second n-tile past n: skip its wgmmas (the other warpgroup then has the tensor
-        // cores to itself) but keep the pipeline in step. Its accumulators are never stored.
-        CUTE_NO_UNROLL
-        for (int kt = 0; kt < k_tiles; ++kt) {
-          pipeline.consumer_wait(read);
-          pair_warpgroup_sync<Cfg::CLUSTER>(warp_group - 1);
-          pipeline.consumer_release(read);
-          ++read;
-        }
+        // a pair's second n-tile past n: its accumulators are never stored.
         continue;
-      } else {
-        const PipelineState release =
-            issue_tile_wgmmas(mma, tCrA, tCrB, acc, pipeline, read, k_tiles);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(acc);
-        pipeline.consumer_release(release);
       }
 
       // Epilogue (sm90_epilogue.cuh): f32 -> (silu(gate) * up) -> one rounding ->

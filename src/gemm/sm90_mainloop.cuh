@@ -190,4 +190,31 @@ __device__ __forceinline__ State issue_tile_wgmmas(Mma& mma, FragA& tCrA, FragB&
   return release;
 }
 
+// One cooperative consumer warpgroup's mainloop of a tile over k_tiles >= 1 stages (configs
+// 2, 7, 10 and the MLP chain): with `skip` (no valid row in this warpgroup's half, or a
+// pair's second tile that does not exist) it only waits for and releases the stages,
+// keeping the pipeline in step while the other warpgroup has the tensor cores to itself
+// (paired: in step with its own warps too, pair_warpgroup_sync); else it issues the tile's
+// wgmmas and waits for them. Returns whether `acc` holds the tile (to be stored).
+template <int CLUSTER, class Mma, class FragA, class FragB, class Acc, class Pipeline, class State>
+__device__ __forceinline__ bool consume_tile(Mma& mma, FragA& tCrA, FragB& tCrB, Acc& acc,
+                                             Pipeline& pipeline, State& read, int k_tiles,
+                                             bool skip, int wg) {
+  if (skip) {
+    CUTE_NO_UNROLL
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      pipeline.consumer_wait(read);
+      pair_warpgroup_sync<CLUSTER>(wg);
+      pipeline.consumer_release(read);
+      ++read;
+    }
+    return false;
+  }
+  const State release = issue_tile_wgmmas(mma, tCrA, tCrB, acc, pipeline, read, k_tiles);
+  cute::warpgroup_wait<0>();
+  cute::warpgroup_fence_operand(acc);
+  pipeline.consumer_release(release);
+  return true;
+}
+
 }  // namespace moekit::detail::gemm::sm90

@@ -161,20 +161,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       const Tile t =
           locate_tile<Cfg>(g, down ? cs.down_tile_start : ss.tile_start, down ? id - total0 : id);
       const int k_tiles = down ? down_k_tiles : up_k_tiles;
-      if (wg_row0 >= t.rows) {
-        // No valid row in this warpgroup's half: keep the pipeline in step only.
-        CUTE_NO_UNROLL
-        for (int kt = 0; kt < k_tiles; ++kt) {
-          pipeline.consumer_wait(read);
-          pipeline.consumer_release(read);
-          ++read;
-        }
-      } else {
-        const PipelineState release =
-            issue_tile_wgmmas(mma, tCrA, tCrB, acc, pipeline, read, k_tiles);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(acc);
-        pipeline.consumer_release(release);
+      // No valid row in this warpgroup's half: the pipeline kept in step, nothing stored.
+      if (consume_tile<1>(mma, tCrA, tCrB, acc, pipeline, read, k_tiles, wg_row0 >= t.rows,
+                          warp_group - 1)) {
         store_accumulators<BN, Cfg::B_BOX, 1>(acc, tCcC, t, static_cast<Out*>(g.c), g.n,
                                               g.silu != 0, q);
       }
