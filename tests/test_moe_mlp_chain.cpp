@@ -32,11 +32,17 @@ using testing::DeviceWorkspace;
 
 constexpr uint8_t kPoison = 0xFF;  // a NaN in bf16 and f16
 
-// The test knobs this file sets, restored on scope exit.
+// The test knobs this file sets: saved, then the defaults (the chain's rule, no forced
+// GEMM configs, the dynamic schedule's rule); restored on scope exit.
 struct Knobs {
   int chain = detail::sm90_mlp_chain_override();
   int dynamic = detail::sm90_dynamic_override();
   detail::MlpGemmForce force = detail::mlp_gemm_force_override();
+  Knobs() {
+    detail::sm90_mlp_chain_override() = 0;
+    detail::sm90_dynamic_override() = 0;
+    detail::mlp_gemm_force_override() = {};
+  }
   ~Knobs() {
     detail::sm90_mlp_chain_override() = chain;
     detail::sm90_dynamic_override() = dynamic;
@@ -72,8 +78,6 @@ MlpGemms mlp_gemms(DType dt, int64_t E, int64_t H, int64_t F, int64_t P, int ali
 
 TEST(MlpChain, RuleChainsOnlyMlpsWhoseGemmsBothRunConfig2) {
   Knobs restore;
-  detail::sm90_mlp_chain_override() = 0;
-  detail::mlp_gemm_force_override() = {};
   const DType b = DType::kBF16;
   // ds-v3 prefill (256 experts x 128 rows): both GEMMs on config 2.
   MlpGemms prefill = mlp_gemms(b, 256, 7168, 2048, 32768, 1);
@@ -263,11 +267,8 @@ TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
 TEST(MlpChainGpu, RepeatedCallsReuseTheWorkspace) {
   MOEKIT_REQUIRE_GPU();
   Knobs restore;
-  detail::mlp_gemm_force_override() = {};
-  detail::sm90_dynamic_override() = 0;
   const Case c{DType::kBF16, 24, 1024, 384, 400, 1, false};
   const Inputs in(c, 9200);
-  detail::sm90_mlp_chain_override() = 0;
   int64_t chained = 0;
   const auto once = run(c, in, 2, false, &chained);
   ASSERT_EQ(chained, 2);
@@ -286,8 +287,6 @@ TEST(MlpChainGpu, RepeatedCallsReuseTheWorkspace) {
 TEST(MlpChainGpu, TwoStreamsAtOnce) {
   MOEKIT_REQUIRE_GPU();
   Knobs restore;
-  detail::mlp_gemm_force_override() = {};
-  detail::sm90_mlp_chain_override() = 0;
   const Case c{DType::kBF16, 24, 1024, 384, 400, 1, false};
   const Inputs in(c, 9250);
   int64_t chained = 0;
@@ -327,8 +326,6 @@ TEST(MlpChainGpu, TwoStreamsAtOnce) {
 TEST(MlpChainGpu, FusedMoEMatchesReferenceAndTheTwoLaunches) {
   MOEKIT_REQUIRE_GPU();
   Knobs restore;
-  detail::mlp_gemm_force_override() = {};
-  detail::sm90_dynamic_override() = 0;
   const DType dt = DType::kBF16;
   const int64_t T = 1200, H = 264, E = 32, F = 200, K = 4;  // ~150 routed rows per expert
   std::mt19937_64 rng(9300);
