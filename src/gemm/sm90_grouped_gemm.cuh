@@ -53,6 +53,7 @@
 #include "gemm/epilogue.cuh"
 #include "gemm/grouped_gemm.h"
 #include "gemm/sm90_device.h"
+#include "gemm/sm90_consumer.cuh"    // run_cooperative_tile
 #include "gemm/sm90_epilogue.cuh"    // quad_transpose, store_4_blocks, store_accumulators
 #include "gemm/sm90_hang_trace.cuh"  // Sm90Pipeline
 #include "gemm/sm90_mainloop.cuh"    // produce_tiles, issue_tile_wgmmas
@@ -325,30 +326,20 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
     Out* c = static_cast<Out*>(p.c);
     const bool silu = p.silu != 0;
-    // This warpgroup's 64 tile rows (CuTe's 2 x 1 atom layout: consumer warpgroup w
-    // owns rows 64 w .. 64 w + 63; checked once here).
-    const int wg_row0 = (warp_group - 1) * 64;
+    const int wg = warp_group - 1;  // this warpgroup's tile rows: 64 wg .. 64 wg + 63
     const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
-    if (get<0>(tCcC(0)) / 64 != warp_group - 1 || get<1>(tCcC(0)) != 2 * q) __trap();
+    check_accumulator_layout(tCcC, wg, q);
     // Tile ids: the producer's channel.
     int j = 0;
     for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
       // Paired: this warpgroup's lagging warps catch up (sm90_mainloop.cuh).
-      pair_warpgroup_sync<Cfg::CLUSTER>(warp_group - 1);
+      pair_warpgroup_sync<Cfg::CLUSTER>(wg);
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
-      if (k_tiles == 0) {
-        clear(acc);
-      } else if (!consume_tile<Cfg::CLUSTER>(
-                     mma, tCrA, tCrB, acc, pipeline, read, k_tiles,
-                     wg_row0 >= t.rows || (Cfg::PAIR == kPairN && t.n0 >= p.n), warp_group - 1)) {
-        // No valid row in this warpgroup's half (a group's last tile with <= 64 rows), or
-        // a pair's second n-tile past n: its accumulators are never stored.
-        continue;
-      }
-
-      // Epilogue (sm90_epilogue.cuh): f32 -> (silu(gate) * up) -> one rounding ->
-      // predicated stores straight from the accumulators.
-      store_accumulators<BN, Cfg::B_BOX, VEC_EPI>(acc, tCcC, t, c, p.n, silu, q);
+      // Nothing to store: no valid row in this warpgroup's half (a group's last tile with
+      // <= 64 rows), or a pair's second n-tile past n.
+      const bool skip = 64 * wg >= t.rows || (Cfg::PAIR == kPairN && t.n0 >= p.n);
+      run_cooperative_tile<BN, Cfg::B_BOX, VEC_EPI, Cfg::CLUSTER>(
+          mma, tCrA, tCrB, acc, tCcC, pipeline, read, t, skip, k_tiles, c, p.n, silu, q, wg);
     }
   }
 #endif
