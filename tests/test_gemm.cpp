@@ -575,6 +575,28 @@ TEST(GemmConfig, Fp8HeuristicPicksTheSm90ConfigWhereItApplies) {
   EXPECT_FALSE(detail::sm90_fp8_supports(f));
 }
 
+// The adaptive pairs' (config 11) pair tiles per group: m-tiles two by two on every
+// n-tile, an odd last m-tile's n-tiles two by two; never more than the unpaired tiles
+// (the host's launch bound counts those) and never less than half of them.
+TEST(GemmSm90Schedule, AdaptivePairTilesPerGroup) {
+  using detail::gemm::sm90::pair_tiles_of_group;
+  using detail::gemm::sm90::tiles_of_group;
+  EXPECT_EQ(pair_tiles_of_group(0, 128, 16, 1000), 0);
+  EXPECT_EQ(pair_tiles_of_group(1, 128, 16, 1000), 8);     // one m-tile: n-pairs
+  EXPECT_EQ(pair_tiles_of_group(1, 128, 5, 1000), 3);      // the last n-pair half empty
+  EXPECT_EQ(pair_tiles_of_group(256, 128, 16, 1000), 16);  // two m-tiles: m-pairs
+  EXPECT_EQ(pair_tiles_of_group(257, 128, 5, 1000), 5 + 3);
+  EXPECT_EQ(pair_tiles_of_group(int64_t{1} << 40, 128, 1 << 20, INT_MAX), INT_MAX);
+  for (int64_t count = 0; count < 2000; count += 37) {
+    for (int n_tiles : {1, 2, 5, 16}) {
+      const int paired = pair_tiles_of_group(count, 128, n_tiles, INT_MAX);
+      const int tiles = tiles_of_group(count, 128, n_tiles, INT_MAX);
+      EXPECT_LE(paired, tiles);
+      EXPECT_GE(2 * paired, tiles);
+    }
+  }
+}
+
 // The SM90 config's device-side tile schedule (sm90_grouped_gemm.cuh) sums per-group
 // tile counts into 32-bit shared memory. Non-monotonic contiguous ends (allowed: only
 // staying inside the buffers is promised) let every group span all P rows, so the sum

@@ -214,7 +214,7 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
     bf16 ? launch_grouped_gemm_sm90_pingpong_bf16(p, stream)
          : launch_grouped_gemm_sm90_pingpong_f16(p, stream);
   } else if (sm90 && (config == kGemmConfigSm90PairN || config == kGemmConfigSm90PingpongPairM ||
-                      config == kGemmConfigSm90PairM)) {
+                      config == kGemmConfigSm90PairM || config == kGemmConfigSm90PairAuto)) {
     bf16 ? launch_grouped_gemm_sm90_pair_bf16(p, config, stream)
          : launch_grouped_gemm_sm90_pair_f16(p, config, stream);
   } else {

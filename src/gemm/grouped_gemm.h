@@ -110,7 +110,11 @@ enum GemmConfig : int {
   // less L2 -> SM traffic than config 2 where a group has >= 256 rows): docs/gemm.md
   // "Paired SM90 configs". Not picked by the heuristic.
   kGemmConfigSm90PairM = 10,
-  kGemmConfigCount = 11,
+  // Adaptive pairs: config 10's m-tile pairs (b multicast) for each group's m-tiles two by
+  // two, config 7's n-tile pairs (a multicast) for an odd last m-tile, so ragged groups
+  // waste no half pair: docs/gemm.md "Adaptive pairs".
+  kGemmConfigSm90PairAuto = 11,
+  kGemmConfigCount = 12,
 };
 
 // Groups config 9's shared-memory group table holds.

@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       const int k_tiles = down ? down_k_tiles : up_k_tiles;
       // No valid row in this warpgroup's half: the pipeline kept in step, nothing stored.
       run_cooperative_tile<BN, Cfg::B_BOX, 1, 1>(mma, tCrA, tCrB, acc, tCcC, pipeline, read, t,
-                                                 64 * wg >= t.rows, k_tiles,
-                                                 static_cast<Out*>(g.c), g.n, g.silu != 0, q, wg);
+                                                 64 * wg >= t.rows, k_tiles, static_cast<Out*>(g.c),
+                                                 g.n, g.silu != 0, q, wg);
       if (!down) {
         cutlass::arch::NamedBarrier::sync(Cfg::CONSUMER_THREADS, kChainConsumerBarrier);
         if (ctid == 0) publish_up_done(p.up_done + t.group);
