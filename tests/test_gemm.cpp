@@ -405,8 +405,10 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.m = 256 * 64;  // from 64 rows (ds-v3 + shared t2048): cooperative too (session 10;
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);  // was ping-pong)
-  p.m = 256 * 128;                                                            // routed prefill
+  p.m = 256 * 127;
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  p.m = 256 * 128;  // routed prefill from 128 rows: the adaptive pairs (session 12)
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
   p.activation = Activation::kNone;
   p.m = 8192;
   p.m = 256 * 12;  // 12 rows per expert on average: the decode tiles still
@@ -415,15 +417,19 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   p.m = 8192;
   p.m = 16384;  // 64 rows per expert
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
-  p.m = 32768;  // 128 rows per expert
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
-  // Epilogue-heavy standalone GEMMs: the cooperative kernel too (dynamic since session 9,
-  // it beats ping-pong there; MOEKIT_GEMM_PINGPONG=2 restores the older rule).
+  p.m = 32768;  // 128 rows per expert: the adaptive pairs
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
+  // Epilogue-heavy standalone GEMMs: the cooperative kernels too (dynamic since session 9,
+  // they beat ping-pong there; MOEKIT_GEMM_PINGPONG=2 restores the older rule).
   p.activation = Activation::kSiluAndMul;
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
   p.activation = Activation::kNone;
   p.k = 2048;  // short k (ds-v3 down)
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
+  p.rows = detail::GemmRows::kMasked;  // masked slabs: config 2
+  p.max_m = 128;
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  p.rows = detail::GemmRows::kContiguous;
   p.k = 7168;
   p.alignment = 128;
   p.m = 4096 + 256 * 127;  // alignment padding is not counted as rows

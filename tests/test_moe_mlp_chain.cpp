@@ -76,14 +76,20 @@ MlpGemms mlp_gemms(DType dt, int64_t E, int64_t H, int64_t F, int64_t P, int ali
   return g;
 }
 
-TEST(MlpChain, RuleChainsOnlyMlpsWhoseGemmsBothRunConfig2) {
+TEST(MlpChain, RuleChainsOnlyMlpsWhoseGemmsBothRunConfig2Or11) {
   Knobs restore;
   const DType b = DType::kBF16;
-  // ds-v3 prefill (256 experts x 128 rows): both GEMMs on config 2.
+  // ds-v3 prefill (256 experts x 128 rows): both GEMMs on config 11 (adaptive pairs).
   MlpGemms prefill = mlp_gemms(b, 256, 7168, 2048, 32768, 1);
-  ASSERT_EQ(detail::select_grouped_gemm_config(prefill.up), detail::kGemmConfigSm90);
-  ASSERT_EQ(detail::select_grouped_gemm_config(prefill.down), detail::kGemmConfigSm90);
+  ASSERT_EQ(detail::select_grouped_gemm_config(prefill.up), detail::kGemmConfigSm90PairAuto);
+  ASSERT_EQ(detail::select_grouped_gemm_config(prefill.down), detail::kGemmConfigSm90PairAuto);
   EXPECT_TRUE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
+  EXPECT_TRUE(detail::sm90_mlp_chain_pairs(prefill.up));
+  // Fewer rows per expert (64): config 2, the chain on its tiles.
+  MlpGemms small = mlp_gemms(b, 256, 7168, 2048, 256 * 64, 1);
+  ASSERT_EQ(detail::select_grouped_gemm_config(small.up), detail::kGemmConfigSm90);
+  EXPECT_TRUE(detail::sm90_mlp_chain_rule(small.up, small.down));
+  EXPECT_FALSE(detail::sm90_mlp_chain_pairs(small.up));
   EXPECT_TRUE(detail::sm90_mlp_chain_rule(mlp_gemms(DType::kF16, 128, 4096, 1536, 32768, 1).up,
                                           mlp_gemms(DType::kF16, 128, 4096, 1536, 32768, 1).down));
   // Decode (16 rows per expert): the stream tiles, no chain.
@@ -114,6 +120,12 @@ TEST(MlpChain, RuleChainsOnlyMlpsWhoseGemmsBothRunConfig2) {
   // Forced configs (MlpGemmForce) as run_grouped_gemm_pair applies them.
   detail::mlp_gemm_force_override() = {2, 0, 2, 0};
   EXPECT_TRUE(detail::sm90_mlp_chain_rule(decode.up, decode.down));
+  EXPECT_FALSE(detail::sm90_mlp_chain_pairs(prefill.up));
+  detail::mlp_gemm_force_override() = {11, 0, 11, 0};
+  EXPECT_TRUE(detail::sm90_mlp_chain_rule(decode.up, decode.down));
+  EXPECT_TRUE(detail::sm90_mlp_chain_pairs(decode.up));
+  detail::mlp_gemm_force_override() = {11, 0, 2, 0};
+  EXPECT_FALSE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down)) << "mixed tiles";
   detail::mlp_gemm_force_override() = {2, 0, 6, 0};
   EXPECT_FALSE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
   detail::mlp_gemm_force_override() = {};
@@ -131,12 +143,14 @@ struct Case {
   int64_t E, H, F, max_count;
   int alignment;
   bool forced;  // override 1 (small shapes the heuristic gives the decode tiles), else the rule
+  int gemm_config = -1;  // >= 0: both GEMMs forced to it (11: the chain on pair tiles)
 };
 
 std::string case_name(const Case& c) {
   return std::string(dtype_name(c.dt)) + " E=" + std::to_string(c.E) + " H=" + std::to_string(c.H) +
          " F=" + std::to_string(c.F) + " max_count=" + std::to_string(c.max_count) +
-         " A=" + std::to_string(c.alignment) + (c.forced ? " forced" : " rule");
+         " A=" + std::to_string(c.alignment) + (c.forced ? " forced" : " rule") +
+         (c.gemm_config >= 0 ? " config " + std::to_string(c.gemm_config) : "");
 }
 
 struct Inputs {
@@ -237,15 +251,25 @@ TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
   Knobs restore;
   const DType b = DType::kBF16, h = DType::kF16;
   const Case cases[] = {
-      {b, 7, 200, 136, 300, 1, true},    {h, 7, 200, 136, 300, 8, true},
-      {b, 13, 520, 72, 40, 4, true},     {h, 3, 64, 32, 600, 1, true},
-      {b, 24, 1024, 384, 400, 1, false},  // the rule's pick (both GEMMs on config 2)
+      {b, 7, 200, 136, 300, 1, true},
+      {h, 7, 200, 136, 300, 8, true},
+      {b, 13, 520, 72, 40, 4, true},
+      {h, 3, 64, 32, 600, 1, true},
+      {b, 24, 1024, 384, 400, 1, false},  // the rule's pick (both GEMMs on config 11)
+      {b, 24, 1024, 384, 200, 1, false},  // ~70 rows per expert: config 2's tiles
+      // Config 11's pair tiles on odd shapes: m-pairs, odd last m-tiles (n-pairs), an odd
+      // n-tile count (gate_up 136 / 128 columns -> 2 tiles, down 200 / 256 -> 1).
+      {b, 7, 200, 136, 300, 1, false, 11},
+      {h, 13, 520, 72, 600, 8, false, 11},
   };
   uint64_t seed = 9100;
   for (const Case& c : cases) {
     SCOPED_TRACE(case_name(c));
     const Inputs in(c, ++seed);
     detail::mlp_gemm_force_override() = {};
+    if (c.gemm_config >= 0) {
+      detail::mlp_gemm_force_override() = {c.gemm_config, 0, c.gemm_config, 0};
+    }
     detail::sm90_mlp_chain_override() = c.forced ? 1 : 0;
     detail::sm90_dynamic_override() = 0;
     int64_t chained = 0;
