@@ -405,8 +405,10 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
   p.m = 256 * 64;  // from 64 rows (ds-v3 + shared t2048): cooperative too (session 10;
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);  // was ping-pong)
-  p.m = 256 * 128;                                                            // routed prefill
+  p.m = 256 * 127;
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  p.m = 256 * 128;  // routed prefill from 128 rows: the adaptive pairs (session 12)
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
   p.activation = Activation::kNone;
   p.m = 8192;
   p.m = 256 * 12;  // 12 rows per expert on average: the decode tiles still
@@ -415,15 +417,19 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   p.m = 8192;
   p.m = 16384;  // 64 rows per expert
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
-  p.m = 32768;  // 128 rows per expert
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
-  // Epilogue-heavy standalone GEMMs: the cooperative kernel too (dynamic since session 9,
-  // it beats ping-pong there; MOEKIT_GEMM_PINGPONG=2 restores the older rule).
+  p.m = 32768;  // 128 rows per expert: the adaptive pairs
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
+  // Epilogue-heavy standalone GEMMs: the cooperative kernels too (dynamic since session 9,
+  // they beat ping-pong there; MOEKIT_GEMM_PINGPONG=2 restores the older rule).
   p.activation = Activation::kSiluAndMul;
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
   p.activation = Activation::kNone;
   p.k = 2048;  // short k (ds-v3 down)
+  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
+  p.rows = detail::GemmRows::kMasked;  // masked slabs: config 2
+  p.max_m = 128;
   EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  p.rows = detail::GemmRows::kContiguous;
   p.k = 7168;
   p.alignment = 128;
   p.m = 4096 + 256 * 127;  // alignment padding is not counted as rows
@@ -573,6 +579,28 @@ TEST(GemmConfig, Fp8HeuristicPicksTheSm90ConfigWhereItApplies) {
   f.k = 7168;
   f.num_groups = 1025;
   EXPECT_FALSE(detail::sm90_fp8_supports(f));
+}
+
+// The adaptive pairs' (config 11) pair tiles per group: m-tiles two by two on every
+// n-tile, an odd last m-tile's n-tiles two by two; never more than the unpaired tiles
+// (the host's launch bound counts those) and never less than half of them.
+TEST(GemmSm90Schedule, AdaptivePairTilesPerGroup) {
+  using detail::gemm::sm90::pair_tiles_of_group;
+  using detail::gemm::sm90::tiles_of_group;
+  EXPECT_EQ(pair_tiles_of_group(0, 128, 16, 1000), 0);
+  EXPECT_EQ(pair_tiles_of_group(1, 128, 16, 1000), 8);     // one m-tile: n-pairs
+  EXPECT_EQ(pair_tiles_of_group(1, 128, 5, 1000), 3);      // the last n-pair half empty
+  EXPECT_EQ(pair_tiles_of_group(256, 128, 16, 1000), 16);  // two m-tiles: m-pairs
+  EXPECT_EQ(pair_tiles_of_group(257, 128, 5, 1000), 5 + 3);
+  EXPECT_EQ(pair_tiles_of_group(int64_t{1} << 40, 128, 1 << 20, INT_MAX), INT_MAX);
+  for (int64_t count = 0; count < 2000; count += 37) {
+    for (int n_tiles : {1, 2, 5, 16}) {
+      const int paired = pair_tiles_of_group(count, 128, n_tiles, INT_MAX);
+      const int tiles = tiles_of_group(count, 128, n_tiles, INT_MAX);
+      EXPECT_LE(paired, tiles);
+      EXPECT_GE(2 * paired, tiles);
+    }
+  }
 }
 
 // The SM90 config's device-side tile schedule (sm90_grouped_gemm.cuh) sums per-group

@@ -506,10 +506,11 @@ TEST(GemmGpu, Sm90DynamicScheduleMatchesStatic) {
     // The cooperative paired configs: rank 0 claims, rank 1 receives the pair ids.
     run_case(c, detail::kGemmConfigSm90PairN, 0, true);
     run_case(c, detail::kGemmConfigSm90PairM, 0, true);
+    run_case(c, detail::kGemmConfigSm90PairAuto, 0, true);
   }
 }
 
-// Many back-to-back launches of configs 2, 6, 7 and 10, static and dynamic, on shapes with few
+// Many back-to-back launches of configs 2, 6, 7, 10 and 11, static and dynamic, on shapes with few
 // and many tiles per block (blocks without a tile, the last tile alone, the channel ring
 // wrapping): every output equals the first bit for bit. A race in the tile hand-off
 // would show as a mismatch, a lost id as a hang (the test runner's timeout).
@@ -534,8 +535,9 @@ TEST(GemmGpu, Sm90ScheduleStress) {
     HostTensor meta_h = i32_tensor(meta);
     DeviceTensor a_d(a), b_d(b), meta_d(meta_h), c_d(DType::kBF16, {std::max<int64_t>(rows, 1), n});
     DeviceTensor counter(DType::kI32, {static_cast<int64_t>(detail::kTileCounterBytes / 4)});
-    for (int config : {detail::kGemmConfigSm90, detail::kGemmConfigSm90Pingpong,
-                       detail::kGemmConfigSm90PairN, detail::kGemmConfigSm90PairM}) {
+    for (int config :
+         {detail::kGemmConfigSm90, detail::kGemmConfigSm90Pingpong, detail::kGemmConfigSm90PairN,
+          detail::kGemmConfigSm90PairM, detail::kGemmConfigSm90PairAuto}) {
       HostTensor first;
       for (int it = 0; it < 100; ++it) {
         SCOPED_TRACE("config " + std::to_string(config) + ", launch " + std::to_string(it) +
@@ -604,7 +606,7 @@ std::vector<GemmCase> pair_edge_cases() {
 
 // Fresh draws of sm90_ragged_silu_a8's shape (24 experts of 0-400 rows starting on 8-row
 // boundaries, silu, n 392, k 776: configs 7 and 8 hung on it on the H200, 2026-12-03, in
-// test shards running side by side) through the five SM90 configs. Its own seed
+// test shards running side by side) through the six SM90 configs. Its own seed
 // (MOEKIT_TEST_SEED) and draw count (MOEKIT_TEST_DRAWS, default 2), so that processes run
 // side by side hunt different draws; the f32 GPU reference keeps a draw cheap. A hang ends
 // the process naming the config and the draw's counts (sync_or_die).
@@ -618,9 +620,9 @@ TEST(GemmGpu, Sm90ConfigsFinishOnFreshRaggedDraws) {
   };
   std::mt19937_64 r(static_cast<uint64_t>(env("MOEKIT_TEST_SEED", 7)));
   const int draws = static_cast<int>(env("MOEKIT_TEST_DRAWS", 2));
-  std::vector<int> configs = {detail::kGemmConfigSm90, detail::kGemmConfigSm90Pingpong,
+  std::vector<int> configs = {detail::kGemmConfigSm90,      detail::kGemmConfigSm90Pingpong,
                               detail::kGemmConfigSm90PairN, detail::kGemmConfigSm90PingpongPairM,
-                              detail::kGemmConfigSm90PairM};
+                              detail::kGemmConfigSm90PairM, detail::kGemmConfigSm90PairAuto};
   if (const char* list = std::getenv("MOEKIT_TEST_CONFIGS")) {
     configs.clear();
     for (const char* c = list; *c;) {
@@ -676,6 +678,38 @@ TEST(GemmGpu, Sm90PairMMatchesReference) {
   std::vector<GemmCase> v = sm90_cases(), edges = pair_edge_cases();
   v.insert(v.end(), edges.begin(), edges.end());
   for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90PairM);
+}
+
+// Config 11 (adaptive pairs: m-tile pairs, an odd last m-tile's n-tiles paired) on config
+// 2's shapes, the pair edges and groups of every m-tile parity next to each other (one
+// m-tile: all n-pairs; two: all m-pairs; three: both kinds in one group), with an odd
+// n-tile count (the last n-pair's second tile past n).
+TEST(GemmGpu, Sm90PairAutoMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  using R = detail::GemmRows;
+  std::vector<GemmCase> v = sm90_cases(), edges = pair_edge_cases();
+  v.insert(v.end(), edges.begin(), edges.end());
+  v.push_back({"auto_parities",
+               DType::kBF16,
+               DType::kBF16,
+               Activation::kNone,
+               R::kContiguous,
+               1,
+               {128, 256, 300, 0, 65, 129, 512, 1},
+               0,
+               3 * 256 - 8,
+               200});
+  v.push_back({"auto_parities_silu",
+               DType::kF16,
+               DType::kF16,
+               Activation::kSiluAndMul,
+               R::kContiguous,
+               1,
+               {257, 64, 384, 0, 200, 128},
+               0,
+               5 * 128,
+               264});
+  for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90PairAuto);
 }
 
 // The decode split-K config at every split: k slices not a multiple of the split (and

@@ -76,16 +76,23 @@ MlpGemms mlp_gemms(DType dt, int64_t E, int64_t H, int64_t F, int64_t P, int ali
   return g;
 }
 
-TEST(MlpChain, RuleChainsOnlyMlpsWhoseGemmsBothRunConfig2) {
+TEST(MlpChain, RuleChainsOnlyMlpsWhoseGemmsBothRunConfig2Or11) {
   Knobs restore;
   const DType b = DType::kBF16;
-  // ds-v3 prefill (256 experts x 128 rows): both GEMMs on config 2.
+  // ds-v3 prefill (256 experts x 128 rows): the heuristic gives both GEMMs config 11
+  // (adaptive pairs), but one m-tile per group: the chain on config 2's tiles instead.
   MlpGemms prefill = mlp_gemms(b, 256, 7168, 2048, 32768, 1);
-  ASSERT_EQ(detail::select_grouped_gemm_config(prefill.up), detail::kGemmConfigSm90);
-  ASSERT_EQ(detail::select_grouped_gemm_config(prefill.down), detail::kGemmConfigSm90);
+  ASSERT_EQ(detail::select_grouped_gemm_config(prefill.up), detail::kGemmConfigSm90PairAuto);
+  ASSERT_EQ(detail::select_grouped_gemm_config(prefill.down), detail::kGemmConfigSm90PairAuto);
   EXPECT_TRUE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
-  EXPECT_TRUE(detail::sm90_mlp_chain_rule(mlp_gemms(DType::kF16, 128, 4096, 1536, 32768, 1).up,
-                                          mlp_gemms(DType::kF16, 128, 4096, 1536, 32768, 1).down));
+  // Fewer rows per expert (64): config 2 and its chain.
+  MlpGemms small = mlp_gemms(b, 256, 7168, 2048, 256 * 64, 1);
+  ASSERT_EQ(detail::select_grouped_gemm_config(small.up), detail::kGemmConfigSm90);
+  EXPECT_TRUE(detail::sm90_mlp_chain_rule(small.up, small.down));
+  // qwen3-235b prefill (128 experts x 256 rows): config 11's two launches, no chain.
+  MlpGemms qwen = mlp_gemms(DType::kF16, 128, 4096, 1536, 32768, 1);
+  ASSERT_EQ(detail::select_grouped_gemm_config(qwen.up), detail::kGemmConfigSm90PairAuto);
+  EXPECT_FALSE(detail::sm90_mlp_chain_rule(qwen.up, qwen.down));
   // Decode (16 rows per expert): the stream tiles, no chain.
   MlpGemms decode = mlp_gemms(b, 256, 7168, 2048, 4096, 1);
   ASSERT_NE(detail::select_grouped_gemm_config(decode.up), detail::kGemmConfigSm90);
@@ -114,6 +121,8 @@ TEST(MlpChain, RuleChainsOnlyMlpsWhoseGemmsBothRunConfig2) {
   // Forced configs (MlpGemmForce) as run_grouped_gemm_pair applies them.
   detail::mlp_gemm_force_override() = {2, 0, 2, 0};
   EXPECT_TRUE(detail::sm90_mlp_chain_rule(decode.up, decode.down));
+  detail::mlp_gemm_force_override() = {11, 0, 11, 0};  // forced pairs: taken as they are
+  EXPECT_FALSE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
   detail::mlp_gemm_force_override() = {2, 0, 6, 0};
   EXPECT_FALSE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
   detail::mlp_gemm_force_override() = {};
@@ -239,7 +248,8 @@ TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
   const Case cases[] = {
       {b, 7, 200, 136, 300, 1, true},    {h, 7, 200, 136, 300, 8, true},
       {b, 13, 520, 72, 40, 4, true},     {h, 3, 64, 32, 600, 1, true},
-      {b, 24, 1024, 384, 400, 1, false},  // the rule's pick (both GEMMs on config 2)
+      {b, 24, 1024, 384, 400, 1, false},  // the rule: config 11 picked, < 256 rows: chained
+      {b, 24, 1024, 384, 200, 1, false},  // the rule: ~70 rows per expert, config 2
   };
   uint64_t seed = 9100;
   for (const Case& c : cases) {

@@ -81,9 +81,31 @@ int pingpong_rule() {
   }();
   return rule;
 }
+bool adaptive_pairs_enabled() {
+  static const bool on = rule_on("MOEKIT_GEMM_PAIRS");
+  return on;
+}
 bool small_stream_enabled() {
   static const bool on = rule_on("MOEKIT_GEMM_SMALL_STREAM");
   return on;
+}
+
+// Rows per group the heuristic goes by: contiguous, the rows without alignment padding
+// over the groups; masked, max_m (an upper bound: the counts live on the device); dense, m.
+int64_t average_rows_per_group(const GroupedGemmProblem& p) {
+  const int64_t groups = p.rows == GemmRows::kDense || p.num_groups < 1 ? 1 : p.num_groups;
+  switch (p.rows) {
+    case GemmRows::kContiguous: {
+      // P = routed rows + G*(alignment-1) alignment padding (permuted_rows): discount it.
+      const int64_t padding = groups * (p.alignment > 1 ? p.alignment - 1 : 0);
+      return (p.m > padding ? p.m - padding : 0) / groups;
+    }
+    case GemmRows::kMasked:
+      return p.max_m;
+    case GemmRows::kDense:
+      return p.m;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -93,21 +115,7 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
   if (env_config(kGemmConfigCount) >= 0) return env_config(kGemmConfigCount);
   int64_t groups = p.rows == GemmRows::kDense ? 1 : p.num_groups;
   if (groups < 1) groups = 1;
-  int64_t rows_per_group = 0;
-  switch (p.rows) {
-    case GemmRows::kContiguous: {
-      // P = routed rows + G*(alignment-1) alignment padding (permuted_rows): discount it.
-      const int64_t padding = groups * (p.alignment > 1 ? p.alignment - 1 : 0);
-      rows_per_group = (p.m > padding ? p.m - padding : 0) / groups;
-      break;
-    }
-    case GemmRows::kMasked:
-      rows_per_group = p.max_m;  // an upper bound: the counts live on the device
-      break;
-    case GemmRows::kDense:
-      rows_per_group = p.m;
-      break;
-  }
+  const int64_t rows_per_group = average_rows_per_group(p);
   // bf16 ds-v3 up-projection (n 4096, k 7168): decode wins at 32 rows per group
   // (4.0 vs 4.4 ms), prefill at 64 (5.5 vs 5.9-6.4 ms): switch at 48.
   const int64_t out_cols_per_tile = p.activation == Activation::kSiluAndMul ? 64 : 128;
@@ -143,6 +151,13 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
     const bool pingpong = p.routed_counts ? rule >= 1 && rows_per_group >= 64 : rule >= 2;
     if (p.rows != GemmRows::kDense && groups > 1 && epilogue_heavy && pingpong) {
       return kGemmConfigSm90Pingpong;
+    }
+    // Contiguous groups of >= 128 rows on average: the adaptive pairs (config 11; H200,
+    // session 12, interleaved, 2 reps, forced against config 2: fused prefill layers 2-4%
+    // faster, the standalone prefill GEMMs 0-3.5%). MOEKIT_GEMM_PAIRS=0 turns it off.
+    if (p.rows == GemmRows::kContiguous && groups > 1 && groups <= 1024 && rows_per_group >= 128 &&
+        adaptive_pairs_enabled()) {
+      return kGemmConfigSm90PairAuto;
     }
     return kGemmConfigSm90;
   }
@@ -214,7 +229,7 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream) {
     bf16 ? launch_grouped_gemm_sm90_pingpong_bf16(p, stream)
          : launch_grouped_gemm_sm90_pingpong_f16(p, stream);
   } else if (sm90 && (config == kGemmConfigSm90PairN || config == kGemmConfigSm90PingpongPairM ||
-                      config == kGemmConfigSm90PairM)) {
+                      config == kGemmConfigSm90PairM || config == kGemmConfigSm90PairAuto)) {
     bf16 ? launch_grouped_gemm_sm90_pair_bf16(p, config, stream)
          : launch_grouped_gemm_sm90_pair_f16(p, config, stream);
   } else {
@@ -364,9 +379,17 @@ bool sm90_mlp_chain_rule(const GroupedGemmProblem& up_in, const GroupedGemmProbl
     return false;
   }
   if (o == 1) return true;
-  return select_grouped_gemm_config(up) == kGemmConfigSm90 &&
-         select_grouped_gemm_config(down) == kGemmConfigSm90 && sm90_tile_n(up) == 256 &&
-         sm90_tile_n(down) == 256;
+  const int c_up = select_grouped_gemm_config(up), c_down = select_grouped_gemm_config(down);
+  // Where the heuristic gives both GEMMs config 11 but the groups hold under 256 rows on
+  // average (one m-tile each: config 11 pairs n-tiles only), config 2's chain is ahead of
+  // config 11's two launches (H200, session 12, ExpertMLP ds-v3-prefill f16 6.04 / 6.15 and
+  // 6.09 / 6.15 ms vs 6.12 / 6.16 and 6.14 / 6.27); from 256 rows config 11's m-tile pairs
+  // are (qwen3-235b-prefill f16 2.18 / 2.22 and 2.18 / 2.19 vs 2.20 / 2.31 and 2.22 / 2.25;
+  // the fused prefill layers 2-4%). Forced configs (MlpGemmForce) are taken as they are.
+  const bool pair_pick = up.config < 0 && down.config < 0 && c_up == kGemmConfigSm90PairAuto &&
+                         c_down == kGemmConfigSm90PairAuto && average_rows_per_group(up) < 256;
+  return (pair_pick || (c_up == kGemmConfigSm90 && c_down == kGemmConfigSm90)) &&
+         sm90_tile_n(up) == 256 && sm90_tile_n(down) == 256;
 }
 
 bool run_sm90_mlp_chain(const GroupedGemmProblem& up, const GroupedGemmProblem& down, void* scratch,

@@ -110,7 +110,11 @@ enum GemmConfig : int {
   // less L2 -> SM traffic than config 2 where a group has >= 256 rows): docs/gemm.md
   // "Paired SM90 configs". Not picked by the heuristic.
   kGemmConfigSm90PairM = 10,
-  kGemmConfigCount = 11,
+  // Adaptive pairs: config 10's m-tile pairs (b multicast) for each group's m-tiles two by
+  // two, config 7's n-tile pairs (a multicast) for an odd last m-tile, so ragged groups
+  // waste no half pair: docs/gemm.md "Adaptive pairs".
+  kGemmConfigSm90PairAuto = 11,
+  kGemmConfigCount = 12,
 };
 
 // Groups config 9's shared-memory group table holds.
@@ -180,9 +184,9 @@ int& sm90_mlp_chain_override();
 
 // Whether run_sm90_mlp_chain would run (up, down) as one launch: the GPU is an sm_90 part,
 // MOEKIT_SM90_CHAIN is not 0, bf16/f16 in and out in the same dtype, contiguous rows of
-// the same groups (<= 1024), both launch with k > 0, config 2 with 256-wide tiles is what
-// both would run (the heuristic's pick, or forced by mlp_gemm_force_override; the
-// override's 1 skips this), and the counts and bounds fit its 32-bit tile ids.
+// the same groups (<= 1024), both launch with k > 0, config 2 with 256-wide tiles or config
+// 11 is what both would run (the heuristic's pick, or forced by mlp_gemm_force_override;
+// the override's 1 skips this), and the counts and bounds fit its 32-bit tile ids.
 bool sm90_mlp_chain_applies(const GroupedGemmProblem& up, const GroupedGemmProblem& down);
 // The same without the device check (CPU-testable).
 bool sm90_mlp_chain_rule(const GroupedGemmProblem& up, const GroupedGemmProblem& down);

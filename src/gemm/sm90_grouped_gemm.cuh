@@ -52,6 +52,7 @@
 #include "core/dtype.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/grouped_gemm.h"
+#include "gemm/sm90_consumer.cuh"  // run_cooperative_tile
 #include "gemm/sm90_device.h"
 #include "gemm/sm90_epilogue.cuh"    // quad_transpose, store_4_blocks, store_accumulators
 #include "gemm/sm90_hang_trace.cuh"  // Sm90Pipeline
@@ -167,7 +168,8 @@ struct Config {
   static constexpr int B_BOX = BN / 2;              // b rows per TMA box (two boxes per stage)
   static constexpr int PAIR = PAIR_;
   static constexpr int CLUSTER = PAIR == kPairNone ? 1 : 2;
-  static constexpr int A_BOX = PAIR == kPairN ? BM / 2 : BM;  // a rows per TMA box
+  // a rows per TMA box (kPairAuto: two boxes for its own a tile, one for a shared one)
+  static constexpr int A_BOX = PAIR == kPairN || PAIR == kPairAuto ? BM / 2 : BM;
   static constexpr int MAX_GROUPS = 1024;
   static constexpr int THREADS = 384;  // warpgroup 0: producer; 1, 2: consumers
   static constexpr int CONSUMER_THREADS = 256;
@@ -185,10 +187,10 @@ struct Config {
   using SmemLayoutABoxes =
       decltype(cute::tile_to_shape(SmemAtom{}, cute::make_shape(cute::Int<A_BOX>{}, cute::Int<BK>{},
                                                                 cute::Int<BM / A_BOX * STAGES>{})));
-  using TmaOpA =
-      std::conditional_t<PAIR == kPairN, cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
-  using TmaOpB =
-      std::conditional_t<PAIR == kPairM, cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
+  using TmaOpA = std::conditional_t<PAIR == kPairN || PAIR == kPairAuto,
+                                    cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
+  using TmaOpB = std::conditional_t<PAIR == kPairM || PAIR == kPairAuto,
+                                    cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
   // The same b bytes seen as 2*STAGES boxes of 128 rows (box h of stage s = index 2s+h):
   // atoms stack along rows first, so rows 128..255 of a stage are the second 16 KB
   // with the same swizzle phase (16 KB is a multiple of the 1 KB swizzle period).
@@ -273,8 +275,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int G = p.rows.num_groups;
 
   // Tile schedule (sm90_schedule.cuh): tile_start[G + 1] in shared memory.
-  build_tile_schedule<Cfg::THREADS, sched_bm<Cfg>()>(p.rows, sched_n_tiles<Cfg>(p.n_tiles),
-                                                     p.tile_bound, ss.tile_start);
+  build_tile_schedule<Cfg::THREADS, sched_bm<Cfg>(), Cfg::PAIR == kPairAuto>(
+      p.rows, sched_n_tiles<Cfg>(p.n_tiles), p.tile_bound, ss.tile_start);
   // Both consumer warpgroups (8 warps) read every tile id; paired, rank 1's producer
   // receives the pair ids from rank 0's.
   if (threadIdx.x == 0) {
@@ -325,30 +327,21 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
     Out* c = static_cast<Out*>(p.c);
     const bool silu = p.silu != 0;
-    // This warpgroup's 64 tile rows (CuTe's 2 x 1 atom layout: consumer warpgroup w
-    // owns rows 64 w .. 64 w + 63; checked once here).
-    const int wg_row0 = (warp_group - 1) * 64;
+    const int wg = warp_group - 1;  // this warpgroup's tile rows: 64 wg .. 64 wg + 63
     const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
-    if (get<0>(tCcC(0)) / 64 != warp_group - 1 || get<1>(tCcC(0)) != 2 * q) __trap();
+    check_accumulator_layout(tCcC, wg, q);
     // Tile ids: the producer's channel.
     int j = 0;
     for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
       // Paired: this warpgroup's lagging warps catch up (sm90_mainloop.cuh).
-      pair_warpgroup_sync<Cfg::CLUSTER>(warp_group - 1);
+      pair_warpgroup_sync<Cfg::CLUSTER>(wg);
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
-      if (k_tiles == 0) {
-        clear(acc);
-      } else if (!consume_tile<Cfg::CLUSTER>(
-                     mma, tCrA, tCrB, acc, pipeline, read, k_tiles,
-                     wg_row0 >= t.rows || (Cfg::PAIR == kPairN && t.n0 >= p.n), warp_group - 1)) {
-        // No valid row in this warpgroup's half (a group's last tile with <= 64 rows), or
-        // a pair's second n-tile past n: its accumulators are never stored.
-        continue;
-      }
-
-      // Epilogue (sm90_epilogue.cuh): f32 -> (silu(gate) * up) -> one rounding ->
-      // predicated stores straight from the accumulators.
-      store_accumulators<BN, Cfg::B_BOX, VEC_EPI>(acc, tCcC, t, c, p.n, silu, q);
+      // Nothing to store: no valid row in this warpgroup's half (a group's last tile with
+      // <= 64 rows), or a pair's second n-tile past n.
+      const bool skip =
+          64 * wg >= t.rows || ((Cfg::PAIR == kPairN || Cfg::PAIR == kPairAuto) && t.n0 >= p.n);
+      run_cooperative_tile<BN, Cfg::B_BOX, VEC_EPI, Cfg::CLUSTER>(
+          mma, tCrA, tCrB, acc, tCcC, pipeline, read, t, skip, k_tiles, c, p.n, silu, q, wg);
     }
   }
 #endif

@@ -36,16 +36,28 @@ __device__ __forceinline__ void load_tile_stages(const Params& p, Shared& ss, Pi
   const auto hint_b_even = static_cast<TMA::CacheHintSm90>(p.hint_b);
   const auto hint_b_odd = static_cast<TMA::CacheHintSm90>(p.hint_b_odd);
   // (box rows, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
-  const int a_row = Cfg::PAIR == kPairN ? t.a_row + rank * A_BOX : t.a_row;
+  // kPairAuto: the tile's own a box(es) or its half of the shared one, per t.share.
+  const int a_row = Cfg::PAIR == kPairN || (Cfg::PAIR == kPairAuto && t.share == kPairN)
+                        ? t.a_row + rank * A_BOX
+                        : t.a_row;
   Tensor gA = local_tile(domain_offset(make_coord(a_row, 0), mA(_, _, t.a_l)),
                          make_shape(Int<A_BOX>{}, Int<BK>{}), make_coord(0, _));
-  const int b_row0 = Cfg::PAIR == kPairM && rank == 1 ? t.b_row1 : t.b_row0;
+  const int b_row0 =
+      (Cfg::PAIR == kPairM || (Cfg::PAIR == kPairAuto && t.share == kPairM)) && rank == 1
+          ? t.b_row1
+          : t.b_row0;
   Tensor gB0 = local_tile(domain_offset(make_coord(b_row0, 0), mB(_, _, t.group)),
                           make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
   Tensor gB1 = local_tile(domain_offset(make_coord(t.b_row1, 0), mB(_, _, t.group)),
                           make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
   auto [tAgA, tAsA] =
       tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
+  // kPairAuto, b shared: the own a tile's second 64-row box.
+  Tensor gA1 = local_tile(domain_offset(make_coord(t.a_row + A_BOX, 0), mA(_, _, t.a_l)),
+                          make_shape(Int<A_BOX>{}, Int<BK>{}), make_coord(0, _));
+  auto [tAgA1, tAsA1] =
+      tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA1));
+  (void)tAsA1;
   auto [tBgB0, tBsB] =
       tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB0));
   auto [tBgB1, tBsB1] =
@@ -58,6 +70,22 @@ __device__ __forceinline__ void load_tile_stages(const Params& p, Shared& ss, Pi
     const int s = write.index();
     const auto hint_b = kt & 1 ? hint_b_odd : hint_b_even;
     // Boxes past the tensor's edges are zero-filled and still count their full bytes.
+    if constexpr (Cfg::PAIR == kPairAuto) {
+      // Multicast loads throughout: to both CTAs for the shared operand's half, to this CTA
+      // only (mask 1 << rank) for its own operand.
+      const uint16_t self = static_cast<uint16_t>(1u << rank);
+      if (t.share == kPairN) {
+        copy(p.tma_a.with(*bar, kBoth, hint_a), tAgA(_, kt), tAsA(_, 2 * s + rank));
+        copy(p.tma_b.with(*bar, self, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
+        copy(p.tma_b.with(*bar, self, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+      } else {
+        copy(p.tma_a.with(*bar, self, hint_a), tAgA(_, kt), tAsA(_, 2 * s));
+        copy(p.tma_a.with(*bar, self, hint_a), tAgA1(_, kt), tAsA(_, 2 * s + 1));
+        copy(p.tma_b.with(*bar, kBoth, hint_b), tBgB0(_, kt), tBsB(_, 2 * s + rank));
+      }
+      ++write;
+      continue;
+    }
     if constexpr (Cfg::PAIR == kPairN) {
       copy(p.tma_a.with(*bar, kBoth, hint_a), tAgA(_, kt), tAsA(_, 2 * s + rank));
     } else {

@@ -60,7 +60,11 @@ __device__ __forceinline__ void wait_up_done(const unsigned* done, unsigned need
     do {
       __nanosleep(64);
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done) : "memory");
-      if (v < need && global_ns() - start > kChainWaitNs) __trap();
+      if (v < need && global_ns() - start > kChainWaitNs) {
+        printf("moekit: MLP chain: block %d waited 2 s for gate_up tiles: %u of %u stored\n",
+               static_cast<int>(blockIdx.x), v, need);
+        __trap();
+      }
     } while (v < need);
   }
   asm volatile("fence.proxy.async.global;" ::: "memory");
@@ -151,9 +155,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     Tensor acc = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
     Tensor tCcC = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
     PipelineState read;
-    const int wg_row0 = (warp_group - 1) * 64;
+    const int wg = warp_group - 1;
     const int q = threadIdx.x & 3;
-    if (get<0>(tCcC(0)) / 64 != warp_group - 1 || get<1>(tCcC(0)) != 2 * q) __trap();
+    check_accumulator_layout(tCcC, wg, q);
     int j = 0;
     for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
       const bool down = id >= total0;
@@ -162,11 +166,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           locate_tile<Cfg>(g, down ? cs.down_tile_start : ss.tile_start, down ? id - total0 : id);
       const int k_tiles = down ? down_k_tiles : up_k_tiles;
       // No valid row in this warpgroup's half: the pipeline kept in step, nothing stored.
-      if (consume_tile<1>(mma, tCrA, tCrB, acc, pipeline, read, k_tiles, wg_row0 >= t.rows,
-                          warp_group - 1)) {
-        store_accumulators<BN, Cfg::B_BOX, 1>(acc, tCcC, t, static_cast<Out*>(g.c), g.n,
-                                              g.silu != 0, q);
-      }
+      run_cooperative_tile<BN, Cfg::B_BOX, 1, 1>(mma, tCrA, tCrB, acc, tCcC, pipeline, read, t,
+                                                 64 * wg >= t.rows, k_tiles, static_cast<Out*>(g.c),
+                                                 g.n, g.silu != 0, q, wg);
       if (!down) {
         cutlass::arch::NamedBarrier::sync(Cfg::CONSUMER_THREADS, kChainConsumerBarrier);
         if (ctid == 0) publish_up_done(p.up_done + t.group);

@@ -233,6 +233,9 @@ void launch_paired(const GroupedGemmProblem& prob, int config, const RowsDesc& r
   } else if (config == kGemmConfigSm90PairM) {
     f32 ? launch<T, float, kPairM>(prob, rows, stream, op)
         : launch<T, In, kPairM>(prob, rows, stream, op);
+  } else if (config == kGemmConfigSm90PairAuto) {
+    f32 ? launch<T, float, kPairAuto>(prob, rows, stream, op)
+        : launch<T, In, kPairAuto>(prob, rows, stream, op);
   } else if (f32) {
     launch_pingpong<T, float, kPairM>(prob, rows, stream, op);
   } else {

@@ -19,14 +19,16 @@ namespace moekit::detail::gemm::sm90 {
 // (<= INT_MAX): non-monotonic metadata can make the groups overlap and their tile counts
 // sum past it (tile_prefix). Block-wide (contains a __syncthreads); tile_start is
 // complete for warp 0 on return, for the others after the caller's next __syncthreads.
-template <int THREADS, int BM>
+// AUTO: pair tiles of the adaptive pairs (pair_tiles_of_group).
+template <int THREADS, int BM, bool AUTO = false>
 __device__ __forceinline__ void build_tile_schedule(const RowsDesc& rows, int n_tiles,
                                                     int tile_bound, int* tile_start) {
   const int G = rows.num_groups;
   for (int g = threadIdx.x; g < G; g += THREADS) {
     int64_t first, count;
     group_rows(rows, g, first, count);
-    tile_start[g + 1] = tiles_of_group(count, BM, n_tiles, tile_bound);
+    tile_start[g + 1] = AUTO ? pair_tiles_of_group(count, BM, n_tiles, tile_bound)
+                             : tiles_of_group(count, BM, n_tiles, tile_bound);
   }
   __syncthreads();
   if (threadIdx.x < 32) {
@@ -51,8 +53,11 @@ __device__ __forceinline__ void build_tile_schedule(const RowsDesc& rows, int n_
 // Cluster pairs (configs 7 and 8): the two CTAs of a 2-CTA cluster take the two tiles of
 // one "pair tile" in lockstep and load the operand they share once, multicast to both.
 // kPairN: n-tiles 2j and 2j + 1 of one m-tile (they share a rows); kPairM: m-tiles 2i and
-// 2i + 1 of one n-tile (they share b rows). The schedule then counts pair tiles.
-enum TilePair : int { kPairNone = 0, kPairN = 1, kPairM = 2 };
+// 2i + 1 of one n-tile (they share b rows); kPairAuto (config 11): per group, kPairM pairs
+// of its m-tiles and, for an odd last m-tile, kPairN pairs of its n-tiles (each pair tile
+// says which: Tile::share), so ragged groups waste no half pair. The schedule then counts
+// pair tiles.
+enum TilePair : int { kPairNone = 0, kPairN = 1, kPairM = 2, kPairAuto = 3 };
 
 // The schedule's unit: rows per m-unit and n-tiles per n-unit (pair tiles for 7 / 8).
 template <class Cfg>
@@ -222,6 +227,7 @@ __device__ __forceinline__ int next_tile_id(int id, int stride, unsigned* counte
 
 struct Tile {
   int group;
+  int share;       // paired: the operand the pair shares, kPairN (a) or kPairM (b)
   int a_row, a_l;  // first A row (TMA coordinates)
   int rows;        // valid rows, 1..BM (<= 0: a pair's empty second tile)
   int b_row0, b_row1;
@@ -256,7 +262,20 @@ __device__ __forceinline__ Tile locate_tile(const P& p, const int* tile_start, i
   group_rows(p.rows, lo, first, count);
   const int local = id - tile_start[lo];
   int m_tile, n_tile;
-  if constexpr (Cfg::PAIR == kPairM) {
+  t.share = Cfg::PAIR;
+  if constexpr (Cfg::PAIR == kPairAuto) {
+    const int m_tiles = static_cast<int>((count + Cfg::BM - 1) / Cfg::BM);
+    const int m_pairs = m_tiles / 2;
+    if (local < m_pairs * p.n_tiles) {
+      m_tile = local % m_pairs * 2 + rank;
+      n_tile = local / m_pairs;
+      t.share = kPairM;
+    } else {  // the odd last m-tile
+      m_tile = m_tiles - 1;
+      n_tile = (local - m_pairs * p.n_tiles) * 2 + rank;
+      t.share = kPairN;
+    }
+  } else if constexpr (Cfg::PAIR == kPairM) {
     const int m_pairs = static_cast<int>((count + 2 * Cfg::BM - 1) / (2 * Cfg::BM));
     m_tile = local % m_pairs * 2 + rank;
     n_tile = local / m_pairs;

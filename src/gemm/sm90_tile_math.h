@@ -25,6 +25,15 @@ MOEKIT_SM90_HD int tiles_of_group(int64_t count, int bm, int n_tiles, int bound)
   return static_cast<int>(t < bound ? t : bound);
 }
 
+// Pair tiles of one group for the adaptive pairs (config 11, kPairAuto): its m-tiles two
+// by two on each n-tile (b shared), and an odd last m-tile's n-tiles two by two (a
+// shared; the last pair's second tile past n when n_tiles is odd); min'd with `bound`.
+MOEKIT_SM90_HD int pair_tiles_of_group(int64_t count, int bm, int n_tiles, int bound) {
+  const int64_t m_tiles = (count + bm - 1) / bm;
+  const int64_t t = m_tiles / 2 * n_tiles + (m_tiles & 1) * ((n_tiles + 1) / 2);
+  return static_cast<int>(t < bound ? t : bound);
+}
+
 // running (tiles of the groups before a chunk, <= bound) + an inclusive in-chunk sum,
 // min'd with `bound`.
 MOEKIT_SM90_HD int tile_prefix(int64_t running, int64_t inclusive, int bound) {
