@@ -1,7 +1,7 @@
 // bf16-input instantiations of the paired SM90 grouped-GEMM configs (2-CTA clusters that
 // load the operand they share once, multicast): kGemmConfigSm90PairN (7),
-// kGemmConfigSm90PingpongPairM (8) and kGemmConfigSm90PairM (10). docs/gemm.md, "Paired SM90
-// configs".
+// kGemmConfigSm90PingpongPairM (8), kGemmConfigSm90PairM (10) and kGemmConfigSm90PairAuto
+// (11). docs/gemm.md, "Paired SM90 configs" and "Adaptive pairs".
 #include "gemm/grouped_gemm_launch.cuh"
 #include "gemm/launch.h"
 #include "gemm/sm90_pingpong.cuh"

@@ -1,4 +1,4 @@
-// One cooperative consumer warpgroup's tile (config 2, the paired configs 7 / 10 and the
+// One cooperative consumer warpgroup's tile (config 2, the paired configs 7 / 10 / 11 and the
 // MLP chain): the mainloop (sm90_mainloop.cuh) and the register epilogue
 // (sm90_epilogue.cuh).
 #pragma once

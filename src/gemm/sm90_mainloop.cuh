@@ -20,7 +20,7 @@ namespace moekit::detail::gemm::sm90 {
 // [64 rank, + 64) of the tile (both CTAs have the same m-tile), kPairM b box `rank` (both
 // have the same n-tile). Each CTA's full barrier still expects STAGE_BYTES: its own loads
 // plus the partner's multicast half. before_stage(kt) runs before stage kt's acquire (the
-// schedule claims its next tile there). Shared by configs 2, 6, 7, 8 and the MLP chain.
+// schedule claims its next tile there). Shared by configs 2, 6, 7, 8, 10, 11 and the MLP chain.
 template <class Cfg, class Params, class Shared, class Pipeline, class State, class BeforeStage>
 __device__ __forceinline__ void load_tile_stages(const Params& p, Shared& ss, Pipeline& pipeline,
                                                  State& write, const Tile& t, int rank, int k_tiles,
@@ -113,7 +113,7 @@ __device__ __forceinline__ int claim_stage(int k_tiles) {
 // the consumers released every stage. The tile ids: the static walk (walk.first, +
 // walk.stride, ...), or from the global counter when p.tile_counter is set
 // (next_tile_id, claimed kClaimAhead stages before a tile's end). With the tile channel
-// (unpaired configs 2 and 6, and the cooperative paired configs 7 and 10: PAIR_CHANNEL)
+// (unpaired configs 2 and 6, and the cooperative paired configs 7, 10, 11: PAIR_CHANNEL)
 // each id is published to the block's consumers before its loads, and after the last tile
 // `ENDERS` ids >= total end their loops (one per consumer that reads distinct tiles).
 // Paired configs on the channel take their ids from the cluster's rank 0, which claims

@@ -50,7 +50,7 @@ __device__ __forceinline__ void build_tile_schedule(const RowsDesc& rows, int n_
   }
 }
 
-// Cluster pairs (configs 7 and 8): the two CTAs of a 2-CTA cluster take the two tiles of
+// Cluster pairs (configs 7, 8, 10, 11): the two CTAs of a 2-CTA cluster take the two tiles of
 // one "pair tile" in lockstep and load the operand they share once, multicast to both.
 // kPairN: n-tiles 2j and 2j + 1 of one m-tile (they share a rows); kPairM: m-tiles 2i and
 // 2i + 1 of one n-tile (they share b rows); kPairAuto (config 11): per group, kPairM pairs
@@ -59,7 +59,8 @@ __device__ __forceinline__ void build_tile_schedule(const RowsDesc& rows, int n_
 // pair tiles.
 enum TilePair : int { kPairNone = 0, kPairN = 1, kPairM = 2, kPairAuto = 3 };
 
-// The schedule's unit: rows per m-unit and n-tiles per n-unit (pair tiles for 7 / 8).
+// The schedule's unit: rows per m-unit and n-tiles per n-unit (pair tiles for 7 / 8 / 10;
+// config 11 counts its own per group: pair_tiles_of_group).
 template <class Cfg>
 constexpr int sched_bm() {
   return Cfg::PAIR == kPairM ? 2 * Cfg::BM : Cfg::BM;
@@ -136,8 +137,8 @@ __device__ __forceinline__ int channel_get(TileChannel& ch, int j) {
   return id;
 }
 
-// Pair ids from a 2-CTA cluster's rank 0 to rank 1 (the cooperative paired configs 7 and
-// 10 under the dynamic schedule): both CTAs of a pair must take the same pair tiles, so
+// Pair ids from a 2-CTA cluster's rank 0 to rank 1 (the cooperative paired configs 7, 10
+// and 11 under the dynamic schedule): both CTAs of a pair must take the same pair tiles, so
 // rank 0's producer claims each id and writes it into rank 1's ring through distributed
 // shared memory (st.shared::cluster, then a remote arrive with cluster-scope release on
 // rank 1's full barrier); rank 1's producer reads it (acquire at cluster scope) and frees
