@@ -60,11 +60,8 @@ __device__ __forceinline__ void wait_up_done(const unsigned* done, unsigned need
     do {
       __nanosleep(64);
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(done) : "memory");
-      if (v < need && global_ns() - start > kChainWaitNs) {
-        printf("moekit: MLP chain: block %d waited 2 s for gate_up tiles: %u of %u stored\n",
-               static_cast<int>(blockIdx.x), v, need);
-        __trap();
-      }
+      // No printf here: a call in the kernel makes ptxas serialize its wgmmas (C7510).
+      if (v < need && global_ns() - start > kChainWaitNs) __trap();
     } while (v < need);
   }
   asm volatile("fence.proxy.async.global;" ::: "memory");
