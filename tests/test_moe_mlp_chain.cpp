@@ -36,15 +36,18 @@ constexpr uint8_t kPoison = 0xFF;  // a NaN in bf16 and f16
 // GEMM configs, the dynamic schedule's rule); restored on scope exit.
 struct Knobs {
   int chain = detail::sm90_mlp_chain_override();
+  int pairs = detail::sm90_mlp_chain_pairs_override();
   int dynamic = detail::sm90_dynamic_override();
   detail::MlpGemmForce force = detail::mlp_gemm_force_override();
   Knobs() {
     detail::sm90_mlp_chain_override() = 0;
+    detail::sm90_mlp_chain_pairs_override() = 2;  // the default (off), whatever the environment
     detail::sm90_dynamic_override() = 0;
     detail::mlp_gemm_force_override() = {};
   }
   ~Knobs() {
     detail::sm90_mlp_chain_override() = chain;
+    detail::sm90_mlp_chain_pairs_override() = pairs;
     detail::sm90_dynamic_override() = dynamic;
     detail::mlp_gemm_force_override() = force;
   }
@@ -131,6 +134,21 @@ TEST(MlpChain, RuleChainsOnlyMlpsWhoseGemmsBothRunConfig2Or11) {
   EXPECT_TRUE(detail::sm90_mlp_chain_rule(decode.up, decode.down));
   detail::sm90_mlp_chain_override() = 2;
   EXPECT_FALSE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
+  detail::sm90_mlp_chain_override() = 0;
+  // Off by default: config 2's tiles below 256 rows, no chain from 256.
+  EXPECT_FALSE(detail::sm90_mlp_chain_pairs(prefill.up, prefill.down));
+  // MOEKIT_SM90_CHAIN_PAIRS=1: the chain on config 11's pair tiles wherever both GEMMs take
+  // config 11 (qwen3 included), config 2's elsewhere.
+  detail::sm90_mlp_chain_pairs_override() = 1;
+  EXPECT_TRUE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
+  EXPECT_TRUE(detail::sm90_mlp_chain_pairs(prefill.up, prefill.down));
+  EXPECT_TRUE(detail::sm90_mlp_chain_rule(qwen.up, qwen.down));
+  EXPECT_TRUE(detail::sm90_mlp_chain_pairs(qwen.up, qwen.down));
+  EXPECT_TRUE(detail::sm90_mlp_chain_rule(small.up, small.down));
+  EXPECT_FALSE(detail::sm90_mlp_chain_pairs(small.up, small.down));
+  detail::mlp_gemm_force_override() = {11, 0, 2, 0};
+  EXPECT_FALSE(detail::sm90_mlp_chain_pairs(prefill.up, prefill.down)) << "mixed tiles";
+  detail::mlp_gemm_force_override() = {};
 }
 
 // ---- GPU: moe_expert_mlp ----
@@ -271,6 +289,44 @@ TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
     const auto plain = run(c, in, 2, false, &chained);
     EXPECT_EQ(chained, 0);
     for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "chain vs two launches");
+  }
+}
+
+// The chain on config 11's pair tiles (MOEKIT_SM90_CHAIN_PAIRS=1): m-pairs, odd last
+// m-tiles (n-pairs), odd n-tile counts, and shapes so small that most clusters' first claim
+// is past the end (rank 0 then must wait for rank 1's receipt before it exits: session 12's
+// pair chain faulted there). Bytes equal to config 11's two launches.
+TEST(MlpChainGpu, PairTilesMatchReferenceAndConfig11) {
+  MOEKIT_REQUIRE_GPU();
+  Knobs restore;
+  const DType b = DType::kBF16, h = DType::kF16;
+  const Case cases[] = {
+      {h, 3, 64, 32, 600, 1, true},     {b, 1, 64, 32, 1, 1, true},
+      {b, 7, 200, 136, 300, 1, true},   {h, 13, 520, 72, 600, 8, true},
+      {b, 24, 1024, 384, 400, 1, true}, {b, 8, 512, 256, 512, 1, true},
+  };
+  uint64_t seed = 9150;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const Inputs in(c, ++seed);
+    detail::mlp_gemm_force_override() = {detail::kGemmConfigSm90PairAuto, 0,
+                                         detail::kGemmConfigSm90PairAuto, 0};
+    detail::sm90_mlp_chain_override() = 1;
+    detail::sm90_mlp_chain_pairs_override() = 1;
+    detail::sm90_dynamic_override() = 0;
+    int64_t chained = 0;
+    for (int rep = 0; rep < 3; ++rep) {  // the exit hazard was a race: a few launches
+      const auto chain = run(c, in, 2, false, &chained);
+      EXPECT_EQ(chained, 2) << "the chain did not run";
+      expect_reference(c, in, 0, chain[0]);
+      expect_reference(c, in, 1, chain[1]);
+      if (rep > 0) continue;
+      detail::sm90_mlp_chain_override() = 2;
+      const auto plain = run(c, in, 2, false, &chained);
+      EXPECT_EQ(chained, 0);
+      for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "pair chain vs config 11");
+      detail::sm90_mlp_chain_override() = 1;
+    }
   }
 }
 
