@@ -36,15 +36,18 @@ constexpr uint8_t kPoison = 0xFF;  // a NaN in bf16 and f16
 // GEMM configs, the dynamic schedule's rule); restored on scope exit.
 struct Knobs {
   int chain = detail::sm90_mlp_chain_override();
+  int pairs = detail::sm90_mlp_chain_pairs_override();
   int dynamic = detail::sm90_dynamic_override();
   detail::MlpGemmForce force = detail::mlp_gemm_force_override();
   Knobs() {
     detail::sm90_mlp_chain_override() = 0;
+    detail::sm90_mlp_chain_pairs_override() = 1;  // the default (on), whatever the environment
     detail::sm90_dynamic_override() = 0;
     detail::mlp_gemm_force_override() = {};
   }
   ~Knobs() {
     detail::sm90_mlp_chain_override() = chain;
+    detail::sm90_mlp_chain_pairs_override() = pairs;
     detail::sm90_dynamic_override() = dynamic;
     detail::mlp_gemm_force_override() = force;
   }
@@ -80,19 +83,22 @@ TEST(MlpChain, RuleChainsOnlyMlpsWhoseGemmsBothRunConfig2Or11) {
   Knobs restore;
   const DType b = DType::kBF16;
   // ds-v3 prefill (256 experts x 128 rows): the heuristic gives both GEMMs config 11
-  // (adaptive pairs), but one m-tile per group: the chain on config 2's tiles instead.
+  // (adaptive pairs): the chain on its pair tiles.
   MlpGemms prefill = mlp_gemms(b, 256, 7168, 2048, 32768, 1);
   ASSERT_EQ(detail::select_grouped_gemm_config(prefill.up), detail::kGemmConfigSm90PairAuto);
   ASSERT_EQ(detail::select_grouped_gemm_config(prefill.down), detail::kGemmConfigSm90PairAuto);
   EXPECT_TRUE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
-  // Fewer rows per expert (64): config 2 and its chain.
+  EXPECT_TRUE(detail::sm90_mlp_chain_pairs(prefill.up, prefill.down));
+  // Fewer rows per expert (64): config 2 and the chain on its tiles.
   MlpGemms small = mlp_gemms(b, 256, 7168, 2048, 256 * 64, 1);
   ASSERT_EQ(detail::select_grouped_gemm_config(small.up), detail::kGemmConfigSm90);
   EXPECT_TRUE(detail::sm90_mlp_chain_rule(small.up, small.down));
-  // qwen3-235b prefill (128 experts x 256 rows): config 11's two launches, no chain.
+  EXPECT_FALSE(detail::sm90_mlp_chain_pairs(small.up, small.down));
+  // qwen3-235b prefill (128 experts x 256 rows): config 11's m-pairs, chained too.
   MlpGemms qwen = mlp_gemms(DType::kF16, 128, 4096, 1536, 32768, 1);
   ASSERT_EQ(detail::select_grouped_gemm_config(qwen.up), detail::kGemmConfigSm90PairAuto);
-  EXPECT_FALSE(detail::sm90_mlp_chain_rule(qwen.up, qwen.down));
+  EXPECT_TRUE(detail::sm90_mlp_chain_rule(qwen.up, qwen.down));
+  EXPECT_TRUE(detail::sm90_mlp_chain_pairs(qwen.up, qwen.down));
   // Decode (16 rows per expert): the stream tiles, no chain.
   MlpGemms decode = mlp_gemms(b, 256, 7168, 2048, 4096, 1);
   ASSERT_NE(detail::select_grouped_gemm_config(decode.up), detail::kGemmConfigSm90);
@@ -131,6 +137,17 @@ TEST(MlpChain, RuleChainsOnlyMlpsWhoseGemmsBothRunConfig2Or11) {
   EXPECT_TRUE(detail::sm90_mlp_chain_rule(decode.up, decode.down));
   detail::sm90_mlp_chain_override() = 2;
   EXPECT_FALSE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
+  detail::sm90_mlp_chain_override() = 0;
+  detail::mlp_gemm_force_override() = {11, 0, 2, 0};
+  EXPECT_FALSE(detail::sm90_mlp_chain_pairs(prefill.up, prefill.down)) << "mixed tiles";
+  detail::mlp_gemm_force_override() = {};
+  // MOEKIT_SM90_CHAIN_PAIRS=0 (override 2): session 12's rule, config 2's tiles below 256
+  // rows per group, no chain from 256.
+  detail::sm90_mlp_chain_pairs_override() = 2;
+  EXPECT_TRUE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
+  EXPECT_FALSE(detail::sm90_mlp_chain_pairs(prefill.up, prefill.down));
+  EXPECT_FALSE(detail::sm90_mlp_chain_rule(qwen.up, qwen.down));
+  EXPECT_TRUE(detail::sm90_mlp_chain_rule(small.up, small.down));
 }
 
 // ---- GPU: moe_expert_mlp ----
@@ -248,7 +265,7 @@ TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
   const Case cases[] = {
       {b, 7, 200, 136, 300, 1, true},    {h, 7, 200, 136, 300, 8, true},
       {b, 13, 520, 72, 40, 4, true},     {h, 3, 64, 32, 600, 1, true},
-      {b, 24, 1024, 384, 400, 1, false},  // the rule: config 11 picked, < 256 rows: chained
+      {b, 24, 1024, 384, 400, 1, false},  // the rule: config 11 picked, the pair chain
       {b, 24, 1024, 384, 200, 1, false},  // the rule: ~70 rows per expert, config 2
   };
   uint64_t seed = 9100;
@@ -263,14 +280,52 @@ TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
     EXPECT_EQ(chained, 2) << "the chain did not run";
     expect_reference(c, in, 0, chain[0]);
     expect_reference(c, in, 1, chain[1]);
-    // The two config-2 launches the chain replaces (the static walk: either gives the same
-    // bytes).
+    // Two config-2 launches (the static walk): the same bytes as the chain on config 2's or
+    // on config 11's tiles (the same 128 x 256 tiles, the same k order).
     detail::sm90_dynamic_override() = 2;
     detail::sm90_mlp_chain_override() = 2;
     detail::mlp_gemm_force_override() = {2, 0, 2, 0};
     const auto plain = run(c, in, 2, false, &chained);
     EXPECT_EQ(chained, 0);
     for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "chain vs two launches");
+  }
+}
+
+// The chain on config 11's pair tiles (the default since session 13): m-pairs, odd last
+// m-tiles (n-pairs), odd n-tile counts, and shapes so small that most clusters' first claim
+// is past the end (rank 0 then must wait for rank 1's receipt before it exits: session 12's
+// pair chain faulted there). Bytes equal to config 11's two launches.
+TEST(MlpChainGpu, PairTilesMatchReferenceAndConfig11) {
+  MOEKIT_REQUIRE_GPU();
+  Knobs restore;
+  const DType b = DType::kBF16, h = DType::kF16;
+  const Case cases[] = {
+      {h, 3, 64, 32, 600, 1, true},     {b, 1, 64, 32, 1, 1, true},
+      {b, 7, 200, 136, 300, 1, true},   {h, 13, 520, 72, 600, 8, true},
+      {b, 24, 1024, 384, 400, 1, true}, {b, 8, 512, 256, 512, 1, true},
+  };
+  uint64_t seed = 9150;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const Inputs in(c, ++seed);
+    detail::mlp_gemm_force_override() = {detail::kGemmConfigSm90PairAuto, 0,
+                                         detail::kGemmConfigSm90PairAuto, 0};
+    detail::sm90_mlp_chain_override() = 1;
+    detail::sm90_mlp_chain_pairs_override() = 1;
+    detail::sm90_dynamic_override() = 0;
+    int64_t chained = 0;
+    for (int rep = 0; rep < 3; ++rep) {  // the exit hazard was a race: a few launches
+      const auto chain = run(c, in, 2, false, &chained);
+      EXPECT_EQ(chained, 2) << "the chain did not run";
+      expect_reference(c, in, 0, chain[0]);
+      expect_reference(c, in, 1, chain[1]);
+      if (rep > 0) continue;
+      detail::sm90_mlp_chain_override() = 2;
+      const auto plain = run(c, in, 2, false, &chained);
+      EXPECT_EQ(chained, 0);
+      for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "pair chain vs config 11");
+      detail::sm90_mlp_chain_override() = 1;
+    }
   }
 }
 

@@ -333,6 +333,11 @@ int& sm90_mlp_chain_override() {
   return v;
 }
 
+int& sm90_mlp_chain_pairs_override() {
+  static int v = 0;
+  return v;
+}
+
 namespace {
 
 std::atomic<int64_t> g_chain_launches{0};
@@ -346,6 +351,15 @@ GroupedGemmProblem forced(GroupedGemmProblem p, int config) {
 bool chain_env_on() {
   static const bool on = rule_on("MOEKIT_SM90_CHAIN");
   return on;
+}
+
+// Where the heuristic gives both GEMMs config 11, the chain runs on config 11's pair tiles
+// (session 13); MOEKIT_SM90_CHAIN_PAIRS=0 restores session 12's rule: config 2's tiles
+// below 256 rows per group, config 11's two launches from 256.
+bool chain_pairs_on() {
+  static const bool env = rule_on("MOEKIT_SM90_CHAIN_PAIRS");
+  const int o = sm90_mlp_chain_pairs_override();
+  return o == 1 || (o == 0 && env);
 }
 
 }  // namespace
@@ -380,23 +394,34 @@ bool sm90_mlp_chain_rule(const GroupedGemmProblem& up_in, const GroupedGemmProbl
   }
   if (o == 1) return true;
   const int c_up = select_grouped_gemm_config(up), c_down = select_grouped_gemm_config(down);
-  // Where the heuristic gives both GEMMs config 11 but the groups hold under 256 rows on
-  // average (one m-tile each: config 11 pairs n-tiles only), config 2's chain is ahead of
-  // config 11's two launches (H200, session 12, ExpertMLP ds-v3-prefill f16 6.04 / 6.15 and
-  // 6.09 / 6.15 ms vs 6.12 / 6.16 and 6.14 / 6.27); from 256 rows config 11's m-tile pairs
-  // are (qwen3-235b-prefill f16 2.18 / 2.22 and 2.18 / 2.19 vs 2.20 / 2.31 and 2.22 / 2.25;
-  // the fused prefill layers 2-4%). Forced configs (MlpGemmForce) are taken as they are.
-  const bool pair_pick = up.config < 0 && down.config < 0 && c_up == kGemmConfigSm90PairAuto &&
-                         c_down == kGemmConfigSm90PairAuto && average_rows_per_group(up) < 256;
+  // Both GEMMs on config 11 (the heuristic's pick): the chain on its pair tiles. H200,
+  // session 13 (2 interleaved reps, against session 12's rule, once the pair chain's spill
+  // was gone): FusedMoE ds-v3-grouped-prefill 7.36 / 7.52 vs 7.57 / 7.89 ms, kimi-k2-prefill
+  // 7.38 / 7.73 vs 7.59 / 7.88, ExpertMLP qwen3-235b-prefill f16 2.20 / 2.25 vs 2.23 / 2.30;
+  // ExpertMLP ds-v3-prefill (128 rows each: n-pairs only) bf16 6.13 / 6.15 vs 6.10 / 6.13.
+  // With the knob off: config 2's chain below 256 rows per group (ahead of config 11's two
+  // launches there in session 12), no chain from 256. Forced configs (MlpGemmForce) are
+  // taken as they are.
+  const bool both_pairs = c_up == kGemmConfigSm90PairAuto && c_down == kGemmConfigSm90PairAuto;
+  const bool pair_pick = up.config < 0 && down.config < 0 && both_pairs &&
+                         (chain_pairs_on() || average_rows_per_group(up) < 256);
   return (pair_pick || (c_up == kGemmConfigSm90 && c_down == kGemmConfigSm90)) &&
          sm90_tile_n(up) == 256 && sm90_tile_n(down) == 256;
+}
+
+bool sm90_mlp_chain_pairs(const GroupedGemmProblem& up, const GroupedGemmProblem& down) {
+  if (!chain_pairs_on()) return false;
+  const MlpGemmForce& force = mlp_gemm_force_override();
+  return select_grouped_gemm_config(forced(up, force.first_config)) == kGemmConfigSm90PairAuto &&
+         select_grouped_gemm_config(forced(down, force.second_config)) == kGemmConfigSm90PairAuto;
 }
 
 bool run_sm90_mlp_chain(const GroupedGemmProblem& up, const GroupedGemmProblem& down, void* scratch,
                         cudaStream_t stream) {
   if (!scratch || !sm90_mlp_chain_applies(up, down)) return false;
-  up.in_dtype == DType::kBF16 ? launch_mlp_chain_sm90_bf16(up, down, scratch, stream)
-                              : launch_mlp_chain_sm90_f16(up, down, scratch, stream);
+  const bool pairs = sm90_mlp_chain_pairs(up, down);
+  up.in_dtype == DType::kBF16 ? launch_mlp_chain_sm90_bf16(up, down, scratch, pairs, stream)
+                              : launch_mlp_chain_sm90_f16(up, down, scratch, pairs, stream);
   check_launch("moe_expert_mlp");
   g_chain_launches.fetch_add(1, std::memory_order_relaxed);
   return true;

@@ -190,6 +190,12 @@ int& sm90_mlp_chain_override();
 bool sm90_mlp_chain_applies(const GroupedGemmProblem& up, const GroupedGemmProblem& down);
 // The same without the device check (CPU-testable).
 bool sm90_mlp_chain_rule(const GroupedGemmProblem& up, const GroupedGemmProblem& down);
+// Whether the chain runs config 11's pair tiles (the knob below on, and both GEMMs would run
+// config 11), else config 2's.
+bool sm90_mlp_chain_pairs(const GroupedGemmProblem& up, const GroupedGemmProblem& down);
+// Tests' knob for the chain on config 11's pair tiles (on by default; MOEKIT_SM90_CHAIN_PAIRS=0
+// turns it off): 0 = the environment, 1 = on, 2 = off.
+int& sm90_mlp_chain_pairs_override();
 
 // Runs (up, down) as the chain when sm90_mlp_chain_applies and scratch is given; returns
 // whether it did (else the caller runs run_grouped_gemm_pair).

@@ -24,17 +24,18 @@ void launch_grouped_gemm_sm90_n224_f16(const GroupedGemmProblem& problem, cudaSt
 void launch_grouped_gemm_sm90_pingpong_bf16(const GroupedGemmProblem& problem, cudaStream_t stream);
 void launch_grouped_gemm_sm90_pingpong_f16(const GroupedGemmProblem& problem, cudaStream_t stream);
 // The paired SM90 configs (2-CTA clusters, multicast): kGemmConfigSm90PairN,
-// kGemmConfigSm90PingpongPairM or kGemmConfigSm90PairM; k > 0.
+// kGemmConfigSm90PingpongPairM, kGemmConfigSm90PairM or kGemmConfigSm90PairAuto; k > 0.
 void launch_grouped_gemm_sm90_pair_bf16(const GroupedGemmProblem& problem, int config,
                                         cudaStream_t stream);
 void launch_grouped_gemm_sm90_pair_f16(const GroupedGemmProblem& problem, int config,
                                        cudaStream_t stream);
 // Both GEMMs of an expert MLP in one persistent SM90 launch (sm90_mlp_chain.cuh);
-// scratch: kSm90MlpChainScratchBytes of device memory. run_sm90_mlp_chain checks first.
+// scratch: kSm90MlpChainScratchBytes of device memory; pairs: config 11's pair tiles, else
+// config 2's tiles. run_sm90_mlp_chain checks first.
 void launch_mlp_chain_sm90_bf16(const GroupedGemmProblem& up, const GroupedGemmProblem& down,
-                                void* scratch, cudaStream_t stream);
+                                void* scratch, bool pairs, cudaStream_t stream);
 void launch_mlp_chain_sm90_f16(const GroupedGemmProblem& up, const GroupedGemmProblem& down,
-                               void* scratch, cudaStream_t stream);
+                               void* scratch, bool pairs, cudaStream_t stream);
 void launch_grouped_gemm_fp8(const GroupedGemmFP8Problem& problem, int config, cudaStream_t stream);
 
 }  // namespace moekit::detail

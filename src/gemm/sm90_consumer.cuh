@@ -30,11 +30,10 @@ __device__ __forceinline__ void run_cooperative_tile(Mma& mma, FragA& tCrA, Frag
                                                      State& read, const Tile& t, bool skip,
                                                      int k_tiles, Out* c, int64_t n, bool silu,
                                                      int q, int wg) {
-  if (k_tiles == 0) {
-    cute::clear(acc);  // callers route k == 0 elsewhere; zeros all the same
-  } else if (!consume_tile<CLUSTER>(mma, tCrA, tCrB, acc, pipeline, read, k_tiles, skip, wg)) {
-    return;
-  }
+  // Callers route k == 0 elsewhere. No clear(acc) for it either: an accumulator defined
+  // by other instructions than wgmmas makes ptxas serialize them (C7515).
+  if (k_tiles == 0) __trap();
+  if (!consume_tile<CLUSTER>(mma, tCrA, tCrB, acc, pipeline, read, k_tiles, skip, wg)) return;
   // f32 -> (silu(gate) * up) -> one rounding -> predicated stores from the accumulators.
   store_accumulators<BN, B_BOX, VEC_EPI>(acc, tCcC, t, c, n, silu, q);
 }

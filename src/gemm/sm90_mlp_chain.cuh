@@ -84,7 +84,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   using Pipeline = typename Cfg::Pipeline;
   using PipelineState = typename Cfg::PipelineState;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
-  static_assert(Cfg::PAIR == kPairNone && BN == 256, "the chain runs config 2's 256-wide tiles");
+  static_assert((Cfg::PAIR == kPairNone || Cfg::PAIR == kPairAuto) && BN == 256,
+                "the chain runs config 2's or config 11's 256-wide tiles");
+  constexpr bool kAuto = Cfg::PAIR == kPairAuto;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& cs = *reinterpret_cast<ChainSharedStorage<Cfg, T>*>(smem_raw);
   auto& ss = cs.s;
@@ -92,10 +94,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int G = p.up.rows.num_groups;
 
   // Both GEMMs' schedules (same rows, their own n-tile counts and bounds).
-  build_tile_schedule<Cfg::THREADS, BM>(p.up.rows, p.up.n_tiles, p.up.tile_bound, ss.tile_start);
-  build_tile_schedule<Cfg::THREADS, BM>(p.down.rows, p.down.n_tiles, p.down.tile_bound,
-                                        cs.down_tile_start);
-  if (threadIdx.x == 0) channel_init(ss.channel, 8);
+  // Config 11: pair tiles; rank 0 of each 2-CTA cluster claims the ids, rank 1 receives them.
+  build_tile_schedule<Cfg::THREADS, BM, kAuto>(p.up.rows, p.up.n_tiles, p.up.tile_bound,
+                                               ss.tile_start);
+  build_tile_schedule<Cfg::THREADS, BM, kAuto>(p.down.rows, p.down.n_tiles, p.down.tile_bound,
+                                               cs.down_tile_start);
+  if (threadIdx.x == 0) {
+    channel_init(ss.channel, 8);
+    if constexpr (kAuto) mailbox_init(ss.mailbox);
+  }
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = Cfg::STAGE_BYTES;
@@ -103,8 +110,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = Cfg::CONSUMER_THREADS;
-  Pipeline pipeline(ss.pipeline, pp, Shape<_1, _1, _1>{});
+  Pipeline pipeline(ss.pipeline, pp, Shape<Int<Cfg::CLUSTER>, _1, _1>{});
   __syncthreads();  // barrier init and both schedules are visible to all
+  if constexpr (Cfg::CLUSTER > 1) cute::cluster_sync();  // and to the partner CTA
+  const int rank = tile_walk<Cfg>().rank;
 
   const int total0 = ss.tile_start[G];
   const int total = total0 + cs.down_tile_start[G];
@@ -115,28 +124,49 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
       auto write = cutlass::make_producer_start_state<Pipeline>();
-      int j = 0;
-      int id = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+      int j = 0, m = 0;
+      // The next (pair) tile id: from the counter; paired, rank 0 claims and sends it.
+      const auto claim = [&]() {
+        if constexpr (kAuto) {
+          if (rank == 1) return mailbox_recv(ss.mailbox, m++);
+          const int n = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+          mailbox_send(ss.mailbox, m++, n);
+          return n;
+        } else {
+          return static_cast<int>(atomicAdd(p.tile_counter, 1u));
+        }
+      };
+      int id = claim();
       while (id < total) {
         channel_put(ss.channel, j++, id);
         const bool down = id >= total0;
         const Params<Cfg, T>& g = down ? p.down : p.up;
-        const Tile t =
-            locate_tile<Cfg>(g, down ? cs.down_tile_start : ss.tile_start, down ? id - total0 : id);
+        const Tile t = locate_tile<Cfg>(g, down ? cs.down_tile_start : ss.tile_start,
+                                        down ? id - total0 : id, rank);
         if (down) {
-          const int need = ss.tile_start[t.group + 1] - ss.tile_start[t.group];
+          // gate_up tiles of the group that are stored (paired: real tiles, not pairs).
+          const int items = ss.tile_start[t.group + 1] - ss.tile_start[t.group];
+          int need = items;
+          if constexpr (kAuto) {
+            int64_t first, count;
+            group_rows(p.up.rows, t.group, first, count);
+            need = real_tiles_of_pairs(count, BM, p.up.n_tiles, items);
+          }
           wait_up_done(p.up_done + t.group, static_cast<unsigned>(need));
         }
         const int k_tiles = down ? down_k_tiles : up_k_tiles;
         const int claim_kt = claim_stage(k_tiles);
         int next = total;
-        load_tile_stages<Cfg>(g, ss, pipeline, write, t, 0, k_tiles, [&](int kt) {
-          if (kt == claim_kt) next = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+        load_tile_stages<Cfg>(g, ss, pipeline, write, t, rank, k_tiles, [&](int kt) {
+          if (kt == claim_kt) next = claim();
         });
-        if (k_tiles == 0) next = static_cast<int>(atomicAdd(p.tile_counter, 1u));
+        if (k_tiles == 0) next = claim();
         id = next;
       }
       channel_put(ss.channel, j++, total);
+      if constexpr (kAuto) {
+        if (rank == 0) mailbox_wait_receipt(ss.mailbox, m - 1);  // the exit hazard
+      }
       pipeline.producer_tail(write);
     }
   } else {
@@ -157,16 +187,19 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     check_accumulator_layout(tCcC, wg, q);
     int j = 0;
     for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
+      pair_warpgroup_sync<Cfg::CLUSTER>(wg);  // paired: lagging warps catch up
       const bool down = id >= total0;
       const Params<Cfg, T>& g = down ? p.down : p.up;
-      const Tile t =
-          locate_tile<Cfg>(g, down ? cs.down_tile_start : ss.tile_start, down ? id - total0 : id);
+      const Tile t = locate_tile<Cfg>(g, down ? cs.down_tile_start : ss.tile_start,
+                                      down ? id - total0 : id, rank);
       const int k_tiles = down ? down_k_tiles : up_k_tiles;
-      // No valid row in this warpgroup's half: the pipeline kept in step, nothing stored.
-      run_cooperative_tile<BN, Cfg::B_BOX, 1, 1>(mma, tCrA, tCrB, acc, tCcC, pipeline, read, t,
-                                                 64 * wg >= t.rows, k_tiles, static_cast<Out*>(g.c),
-                                                 g.n, g.silu != 0, q, wg);
-      if (!down) {
+      // No valid row in this warpgroup's half, or a pair's second n-tile past n: the
+      // pipeline kept in step, nothing stored (nor, for gate_up, counted).
+      const bool none = kAuto && t.n0 >= g.n;
+      run_cooperative_tile<BN, Cfg::B_BOX, 1, Cfg::CLUSTER>(
+          mma, tCrA, tCrB, acc, tCcC, pipeline, read, t, 64 * wg >= t.rows || none, k_tiles,
+          static_cast<Out*>(g.c), g.n, g.silu != 0, q, wg);
+      if (!down && !none) {
         cutlass::arch::NamedBarrier::sync(Cfg::CONSUMER_THREADS, kChainConsumerBarrier);
         if (ctid == 0) publish_up_done(p.up_done + t.group);
       }
@@ -177,10 +210,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
 // Launches the chain of `up` (contiguous rows, silu_and_mul, out = act) and `down` (a =
 // act, same rows and groups) on `stream`. The caller checked sm90_mlp_chain_applies.
-template <class T, class Out>
+template <class T, class Out, int PAIR>
 void launch_mlp_chain(const GroupedGemmProblem& up, const GroupedGemmProblem& down, void* scratch,
                       cudaStream_t stream, const char* op) {
-  using Cfg = Config<T, kPairNone, 256>;
+  using Cfg = Config<T, PAIR, 256>;
   ChainParams<Cfg, T> p;
   const RowsDesc rows = rows_desc(up);
   const int64_t bound0 = make_params<Cfg, T>(up, rows, op, p.up);

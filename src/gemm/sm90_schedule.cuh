@@ -207,6 +207,14 @@ __device__ __forceinline__ int mailbox_recv(PairMailbox& mb, int j) {
   return id;
 }
 
+// Rank 0's producer, before it exits: waits until rank 1 took pair id number j (its remote
+// arrive on this CTA's empty barrier has landed). Where loads follow every id, rank 1's
+// receipt precedes the stages rank 0 waits for anyway; the MLP chain's first claim may
+// already be past the end, and rank 0 must not exit with that receipt still in flight.
+__device__ __forceinline__ void mailbox_wait_receipt(PairMailbox& mb, int j) {
+  wait_cluster_acquire(&mb.empty[j % kChannelSlots], (j / kChannelSlots) & 1);
+}
+
 // The first tile id a launch hands out dynamically: ids below it are walked statically
 // (block b: b, b + stride, ...; a multiple of stride, so every block walks the same number),
 // the last `waves` waves' worth from there on go to whichever block asks first; at least

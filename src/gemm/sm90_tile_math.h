@@ -34,6 +34,19 @@ MOEKIT_SM90_HD int pair_tiles_of_group(int64_t count, int bm, int n_tiles, int b
   return static_cast<int>(t < bound ? t : bound);
 }
 
+// The tiles (not pairs) in the first `items` pair tiles of such a group (the MLP chain's
+// count of a group's stored gate_up tiles; items < the group's pair tiles only when the
+// schedule saturated at the host's bound): 2 per m-pair, 2 per n-pair but 1 for the last
+// n-pair of an odd n-tile count.
+MOEKIT_SM90_HD int real_tiles_of_pairs(int64_t count, int bm, int n_tiles, int items) {
+  const int64_t m_tiles = (count + bm - 1) / bm;
+  const int64_t m_items = m_tiles / 2 * n_tiles;
+  if (items <= m_items) return 2 * items;
+  const int64_t n_items = items - m_items;  // <= (n_tiles + 1) / 2
+  const bool half_last = (n_tiles & 1) && n_items == (n_tiles + 1) / 2;
+  return static_cast<int>(2 * items - (half_last ? 1 : 0));
+}
+
 // running (tiles of the groups before a chunk, <= bound) + an inclusive in-chunk sum,
 // min'd with `bound`.
 MOEKIT_SM90_HD int tile_prefix(int64_t running, int64_t inclusive, int bound) {
