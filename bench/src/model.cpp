@@ -177,4 +177,8 @@ Sol classify(const Cost& cost, bool fp8, const Ceilings& ceil, double measured_m
   return s;
 }
 
+double timing_ideal_ms(const Cost& cost, bool fp8) {
+  return classify(cost, fp8, Ceilings{}, 0).ideal_ms;
+}
+
 }  // namespace moekit::bench

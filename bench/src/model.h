@@ -57,5 +57,8 @@ struct Sol {
 // True for ops whose F_peak is the fp8 rate.
 bool uses_fp8_peak(const std::string& op);
 Sol classify(const Cost& cost, bool fp8, const Ceilings& ceilings, double measured_ms);
+// The ideal time that picks a row's timing mode (graph under 20 us): at the nominal
+// ceilings, so a row's mode does not change with what a GPU measures.
+double timing_ideal_ms(const Cost& cost, bool fp8);
 
 }  // namespace moekit::bench
