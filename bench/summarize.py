@@ -7,9 +7,15 @@ our time overall and per op, the rows furthest behind the page, accuracy counts,
 one line per row (ours, page, ratio).
 
     python3 bench/summarize.py run1.json [run2.json ...] > summary.md
+
+With `--alternative NAME` (e.g. torch-grouped-mm) it also prints, per row, that
+alternative's time in the run over the page's figure for it (from the seed workloads,
+bench/workloads/seed1.json): how fast the run's GPU ran the same third-party kernel
+as the page's machine did, next to ours / page.
 """
 import json
 import math
+import os
 import sys
 from collections import defaultdict
 
@@ -61,5 +67,39 @@ def main(paths):
     return 0
 
 
+def alternative_vs_page(paths, name, seed_path):
+    """Per row: the run's `name` time over the page's, and ours over the page's."""
+    seed = json.load(open(seed_path))
+    page_alt = {}
+    for o in seed["ops"]:
+        for w in o["workloads"]:
+            for dt, res in w.get("results", {}).items():
+                page_alt[(o["op"], w["name"], dt)] = res.get("alternatives_ms", {}).get(name)
+    rows = {}
+    for p in paths:
+        for r in json.load(open(p))["records"]:
+            rows[(r["op"], r["workload"], r["dtype"])] = r
+    print(f"\n| op | workload | dtype | {name} run / page | ours / page |")
+    print("| --- | --- | --- | ---: | ---: |")
+    ratios = []
+    for k, r in rows.items():
+        run_alt, pa = (r.get("alternatives") or {}).get(name), page_alt.get(k)
+        if not run_alt or not pa or not r.get("ours_ms") or not r.get("page_ms"):
+            continue
+        ratios.append(run_alt / pa)
+        print(f"| {k[0]} | {k[1]} | {k[2]} | {run_alt / pa:.3f} | {r['ours_ms'] / r['page_ms']:.3f} |")
+    print(f"\n{name} on this run's GPU over the page's: geomean {geomean(ratios):.3f} "
+          f"over {len(ratios)} rows")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    args = sys.argv[1:]
+    if "--alternative" in args:
+        i = args.index("--alternative")
+        name = args[i + 1]
+        files = args[:i] + args[i + 2:]
+        seed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads", "seed1.json")
+        main(files)
+        sys.exit(alternative_vs_page(files, name, seed))
+    sys.exit(main(args))
