@@ -1,5 +1,7 @@
 // Both GEMMs of an expert MLP (gate_up with silu_and_mul into act, then down) in one
-// persistent launch of config 2's tiles (sm90_grouped_gemm.cuh): tile ids [0, total0) are
+// persistent launch of config 2's tiles, or of config 11's pair tiles on 2-CTA clusters
+// (sm90_grouped_gemm.cuh; rank 0 claims each pair id and hands it to rank 1 through the
+// mailbox, and waits for the last receipt before it exits): tile ids [0, total0) are
 // gate_up's, [total0, total0 + total1) down's, claimed in increasing order from a counter
 // (config 2's dynamic schedule, sm90_schedule.cuh, from the first tile on). A down tile of
 // group g reads act rows that group g's gate_up tiles write, so its producer waits, before
