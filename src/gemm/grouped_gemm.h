@@ -184,9 +184,10 @@ int& sm90_mlp_chain_override();
 
 // Whether run_sm90_mlp_chain would run (up, down) as one launch: the GPU is an sm_90 part,
 // MOEKIT_SM90_CHAIN is not 0, bf16/f16 in and out in the same dtype, contiguous rows of
-// the same groups (<= 1024), both launch with k > 0, config 2 with 256-wide tiles or config
-// 11 is what both would run (the heuristic's pick, or forced by mlp_gemm_force_override;
-// the override's 1 skips this), and the counts and bounds fit its 32-bit tile ids.
+// the same groups (<= 1024), both launch with k > 0, both would run config 2 with 256-wide
+// tiles (the heuristic's pick or forced by mlp_gemm_force_override) or the heuristic gives
+// both config 11 (a forced 11 runs as two launches; the override's 1 skips all this), and
+// the counts and bounds fit its 32-bit tile ids.
 bool sm90_mlp_chain_applies(const GroupedGemmProblem& up, const GroupedGemmProblem& down);
 // The same without the device check (CPU-testable).
 bool sm90_mlp_chain_rule(const GroupedGemmProblem& up, const GroupedGemmProblem& down);
