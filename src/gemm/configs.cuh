@@ -20,6 +20,10 @@ static_assert(DecodeConfig::BM == kDecodeBM && DecodeConfig::BN == kDecodeBN &&
 // stages, 1 block/SM), down (k 2048) 1.813 -> 1.787 / 1.800 ms (docs/gemm.md).
 using DecodeStreamConfig = TileConfig<32, 128, 256, 2, 1, 4, 2>;      // 80 KB, 2 blocks/SM
 using DecodeStreamDeepConfig = TileConfig<32, 128, 256, 5, 1, 4, 1>;  // 200 KB, 1 block/SM
+// Narrow stream (config 12): 64 b rows per tile, 3 stages (72 KB), 3 blocks per SM, for
+// GEMMs whose config-4 tiles are under one wave: each CTA keeps two stages of loads in
+// flight where config 4's keeps one.
+using DecodeStreamNarrowConfig = TileConfig<32, 64, 256, 3, 1, 4, 3>;
 // Prefill: 128x128 tiles, 4 warps of 64x64, 64 k per stage, 3 stages (96 KB), 2 blocks
 // per SM (one block's barriers, prologue and epilogue overlap the other's mainloop).
 // Measured best of five candidates on the ds-v3 shapes (docs/gemm.md).

@@ -114,7 +114,11 @@ enum GemmConfig : int {
   // two, config 7's n-tile pairs (a multicast) for an odd last m-tile, so ragged groups
   // waste no half pair: docs/gemm.md "Adaptive pairs".
   kGemmConfigSm90PairAuto = 11,
-  kGemmConfigCount = 12,
+  // Config 4's 256-byte stages on 32 x 64 tiles, 3 stages, 3 blocks per SM: twice the
+  // tiles, so a GEMM under one wave of config 4's tiles keeps twice the weight bytes in
+  // flight (docs/gemm.md "Narrow stream tiles").
+  kGemmConfigDecodeStreamNarrow = 12,
+  kGemmConfigCount = 13,
 };
 
 // Groups config 9's shared-memory group table holds.

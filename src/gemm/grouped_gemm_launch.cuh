@@ -131,6 +131,8 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
     launch(PrefillConfig{});
   } else if (config == kGemmConfigDecodeStream) {
     launch_decode(DecodeStreamConfig{});
+  } else if (config == kGemmConfigDecodeStreamNarrow) {
+    launch(DecodeStreamNarrowConfig{});  // no PDL variant (pdl_config leaves it out)
   } else if (config == kGemmConfigDecodePersistent) {
     if (prob.k > 0 && p.rows.num_groups <= kPersistentMaxGroups) {
       if (f32_out) {
