@@ -500,24 +500,27 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   dense.split_k = 12;  // clamped to the portable cluster size
   EXPECT_EQ(detail::decode_split_k(dense, 132), 8);
 
-  // Few experts, few rows (qwen3-30b ep8 decode: 204 tiles at most): the plain decode
-  // tiles (split-K is picked for dense rows only).
+  // Few experts, few rows (qwen3-30b ep8 decode: 204 tiles at most, under 4 waves, k
+  // 2048): the narrow stream tiles (split-K is picked for dense rows only).
   detail::GroupedGemmProblem few;
   few.rows = detail::GemmRows::kContiguous;
   few.num_groups = 16;
   few.n = 1536;
   few.k = 2048;
   few.m = 8;
-  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecode);
-  // Still under 4 waves, but every group holds rows (routed256: 16 rows per expert):
-  // the 256-byte stream tiles.
+  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecodeStreamNarrow);
+  // Every group holding rows (routed256: 16 rows per expert): the same.
   few.m = 256;
-  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecodeStream);
+  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecodeStreamNarrow);
   few.routed_counts = true;  // the fused layers' counts: their own rule (SM90 from 12)
   EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigSm90);
   few.routed_counts = false;
   few.k = 4096;  // measured at k 2048 only
   EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecode);
+  few.k = 2048;
+  few.rows = detail::GemmRows::kDense;  // dense rows: not measured (split-K's rule first)
+  few.m = 8;
+  EXPECT_NE(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecodeStreamNarrow);
 
   detail::GroupedGemmFP8Problem f;
   f.num_groups = 32;

@@ -189,15 +189,16 @@ int select_grouped_gemm_config(const GroupedGemmProblem& p) {
     }
     return kGemmConfigDecodeStream;
   }
-  // Under 4 waves, standalone contiguous GEMMs whose groups all hold rows (>= 16 per
-  // group on average) stream 256 bytes per row too (H200, session 4, three interleaved
-  // reps: qwen3-30b routed256, 16 experts x 16 rows, k 2048: 0.0348-0.0350 vs
-  // 0.0353-0.0356 ms on config 0). Nearly empty groups keep config 0 (ep8-decode, 8
-  // rows over 16 experts: 0.0177 vs 0.0206-0.0213 on config 4). Measured at k 2048 only;
-  // MOEKIT_GEMM_SMALL_STREAM=0 turns it off.
+  // Under 4 waves, standalone contiguous GEMMs at k <= 2048: the narrow stream tiles
+  // (config 12: 32 x 64 tiles, 256-byte stages, 3 stages, 3 blocks per SM; twice the tiles
+  // and two stages of weight loads in flight per CTA). H200, session 14, 4 interleaved reps,
+  // ms: qwen3-30b routed256 (16 experts x 16 rows) 0.0344-0.0347 vs config 4 (this rule's
+  // pick since session 4: 0.0348-0.0350 vs 0.0353-0.0356 on config 0) 0.0348-0.0350;
+  // ep8-decode (8 rows over 16 experts) 0.0174 vs config 0 0.0177-0.0180 (config 4
+  // 0.0207-0.0216). Measured at k 2048 only; MOEKIT_GEMM_SMALL_STREAM=0 keeps config 0.
   if (config == kGemmConfigDecode && p.rows == GemmRows::kContiguous && !p.routed_counts &&
-      rows_per_group >= 16 && p.k > 0 && p.k <= 2048 && small_stream_enabled()) {
-    return kGemmConfigDecodeStream;
+      p.k > 0 && p.k <= 2048 && small_stream_enabled()) {
+    return kGemmConfigDecodeStreamNarrow;
   }
   return config;
 }
