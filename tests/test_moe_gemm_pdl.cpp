@@ -2,11 +2,11 @@
 // docs/gemm.md "PDL chain of an MLP's GEMMs"): shared_expert_mlp, moe_expert_mlp and
 // the fused layer with the chain forced on (gemm_pdl_override() = 1) must give the same
 // bytes as with it off (2), on every config the chain has (0, 3 at several splits, 4,
-// 5, mixed, the heuristic's where it is one of them), M = 1, n not a multiple of the tile, k not a
-// multiple of the stage. Each run is a sequence of MLP calls over shared buffers (call r reads what
-// call r-1 wrote and overwrites what it read; one workspace), eager and as one CUDA graph, so
-// read-after-write and write-after-read hazards between calls are exercised too. Skipped without a
-// GPU.
+// 5, mixed, the heuristic's where it is one of them), M = 1, n not a multiple of the
+// tile, k not a multiple of the stage. Each run is a sequence of MLP calls over shared
+// buffers (call r reads what call r-1 wrote and overwrites what it read; one workspace),
+// eager and as one CUDA graph, so read-after-write and write-after-read hazards between
+// calls are exercised too. Skipped without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
