@@ -21,8 +21,8 @@ static_assert(DecodeConfig::BM == kDecodeBM && DecodeConfig::BN == kDecodeBN &&
 using DecodeStreamConfig = TileConfig<32, 128, 256, 2, 1, 4, 2>;      // 80 KB, 2 blocks/SM
 using DecodeStreamDeepConfig = TileConfig<32, 128, 256, 5, 1, 4, 1>;  // 200 KB, 1 block/SM
 // Narrow stream (config 12): 64 b rows per tile, 3 stages (72 KB), 3 blocks per SM, for
-// GEMMs whose config-4 tiles are under one wave: each CTA keeps two stages of loads in
-// flight where config 4's keeps one.
+// small standalone GEMMs (under 4 waves of decode tiles, k <= 2048): twice config 4's
+// tiles, and each CTA keeps two stages of loads in flight where config 4's keeps one.
 using DecodeStreamNarrowConfig = TileConfig<32, 64, 256, 3, 1, 4, 3>;
 // Prefill: 128x128 tiles, 4 warps of 64x64, 64 k per stage, 3 stages (96 KB), 2 blocks
 // per SM (one block's barriers, prologue and epilogue overlap the other's mainloop).

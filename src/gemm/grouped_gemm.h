@@ -115,8 +115,9 @@ enum GemmConfig : int {
   // waste no half pair: docs/gemm.md "Adaptive pairs".
   kGemmConfigSm90PairAuto = 11,
   // Config 4's 256-byte stages on 32 x 64 tiles, 3 stages, 3 blocks per SM: twice the
-  // tiles, so a GEMM under one wave of config 4's tiles keeps twice the weight bytes in
-  // flight (docs/gemm.md "Narrow stream tiles").
+  // tiles and twice the weight bytes in flight per tile of config 4; the heuristic's pick
+  // for standalone contiguous GEMMs under 4 waves at k <= 2048 (docs/gemm.md "Narrow
+  // stream tiles").
   kGemmConfigDecodeStreamNarrow = 12,
   kGemmConfigCount = 13,
 };
