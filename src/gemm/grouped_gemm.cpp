@@ -302,7 +302,17 @@ bool gemm_b_evict_first(int64_t b_bytes) {
 }
 
 MlpGemmForce& mlp_gemm_force_override() {
-  static MlpGemmForce v;
+  // MOEKIT_MLP_GEMM_CONFIGS=FIRST,SECOND (a measurement knob; -1 = the heuristic) seeds it.
+  static MlpGemmForce v = [] {
+    MlpGemmForce f;
+    const char* s = std::getenv("MOEKIT_MLP_GEMM_CONFIGS");
+    if (s && *s) {
+      char* end = nullptr;
+      f.first_config = static_cast<int>(std::strtol(s, &end, 10));
+      if (end && *end == ',') f.second_config = static_cast<int>(std::strtol(end + 1, nullptr, 10));
+    }
+    return f;
+  }();
   return v;
 }
 
