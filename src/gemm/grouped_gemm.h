@@ -162,7 +162,8 @@ int sm90_tile_n(const GroupedGemmProblem& problem);
 
 // Test knob of the MLP paths (not thread-safe): configs and splits forced on the GEMMs
 // that run_grouped_gemm_pair runs (where the problem leaves them to the heuristic);
-// config -1 = the heuristic. Lets GPU tests run every config through the MLP ops.
+// config -1 = the heuristic. Lets GPU tests run every config through the MLP ops; seeded
+// from MOEKIT_MLP_GEMM_CONFIGS=FIRST,SECOND (a measurement knob, docs/bench.md).
 struct MlpGemmForce {
   int first_config = -1, first_split = 0;
   int second_config = -1, second_split = 0;
