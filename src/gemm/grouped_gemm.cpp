@@ -302,14 +302,19 @@ bool gemm_b_evict_first(int64_t b_bytes) {
 }
 
 MlpGemmForce& mlp_gemm_force_override() {
-  // MOEKIT_MLP_GEMM_CONFIGS=FIRST,SECOND (a measurement knob; -1 = the heuristic) seeds it.
+  // MOEKIT_MLP_GEMM_CONFIGS=FIRST,SECOND (a measurement knob; a negative, empty or non-numeric
+  // field = the heuristic; a number past the last config fails the launch with its error).
   static MlpGemmForce v = [] {
     MlpGemmForce f;
     const char* s = std::getenv("MOEKIT_MLP_GEMM_CONFIGS");
-    if (s && *s) {
+    const auto field = [](const char* from) {
       char* end = nullptr;
-      f.first_config = static_cast<int>(std::strtol(s, &end, 10));
-      if (end && *end == ',') f.second_config = static_cast<int>(std::strtol(end + 1, nullptr, 10));
+      const long c = std::strtol(from, &end, 10);
+      return end == from ? -1 : static_cast<int>(c);
+    };
+    if (s && *s) {
+      f.first_config = field(s);
+      if (const char* comma = std::strchr(s, ',')) f.second_config = field(comma + 1);
     }
     return f;
   }();
