@@ -59,7 +59,7 @@ def run(variant, m, n, k, secs):
     torch.cuda.synchronize()
     flops = 2.0 * m * n * k
     t0 = time.time()
-    half = None
+    half = []  # per-10-GEMM times in the run's second half
     samples = []
     while True:
         ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -74,7 +74,7 @@ def run(variant, m, n, k, secs):
             if s:
                 samples.append(s)
             ms = ev0.elapsed_time(ev1) / 10
-            half = (half or []) + [ms]
+            half.append(ms)
         if now >= secs:
             break
     ms = sorted(half)[len(half) // 2]
