@@ -207,7 +207,7 @@ int run(int argc, char** argv) {
               opt.large ? "large" : "default", limits.max_flops, limits.max_bytes, device.c_str());
   std::fflush(stdout);
 
-  Context ctx(opt.large ? (size_t{8} << 30) : (size_t{2} << 30), opt.hang_seconds);
+  Context ctx(opt.large ? (size_t{12} << 30) : (size_t{3} << 30), opt.hang_seconds);
   std::vector<OpStats> stats(kOpCount);
   std::vector<std::string> failures;
   const auto start = std::chrono::steady_clock::now();
