@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -1025,10 +1026,17 @@ bool topk_row_unambiguous(const double* logits, const float* bias, const SweepCa
   if (c.groups > 0 && c.topk_group < c.groups) {
     const int64_t per = E / c.groups;
     std::vector<std::pair<double, int64_t>> group(static_cast<size_t>(c.groups));
-    for (int64_t g = 0; g < c.groups; ++g) {
-      std::vector<double> v(sel.begin() + g * per, sel.begin() + (g + 1) * per);
-      std::sort(v.rbegin(), v.rend());
-      group[g] = {bias && per >= 2 ? v[0] + v[1] : v[0], g};
+    for (int64_t g = 0; g < c.groups; ++g) {  // its best sel, or its best two with a bias
+      double first = -INFINITY, second = -INFINITY;
+      for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+        if (sel[e] > first) {
+          second = first;
+          first = sel[e];
+        } else if (sel[e] > second) {
+          second = sel[e];
+        }
+      }
+      group[g] = {bias && per >= 2 ? first + second : first, g};
     }
     std::stable_sort(group.begin(), group.end(),
                      [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -1041,8 +1049,9 @@ bool topk_row_unambiguous(const double* logits, const float* bias, const SweepCa
   std::vector<double> v;
   for (int64_t e = 0; e < E; ++e)
     if (kept[e]) v.push_back(sel[e]);
-  std::sort(v.rbegin(), v.rend());
-  for (int64_t r = 0; r < c.K && r + 1 < static_cast<int64_t>(v.size()); ++r) {
+  const int64_t top = std::min<int64_t>(c.K + 1, static_cast<int64_t>(v.size()));
+  std::partial_sort(v.begin(), v.begin() + top, v.end(), std::greater<double>());
+  for (int64_t r = 0; r + 1 < top; ++r) {
     if (blurred(v[r], v[r + 1])) return false;
   }
   return true;

@@ -26,7 +26,8 @@ TensorView DevTensor::view() const {
 
 Context::Context(size_t arena_bytes, double hang_seconds)
     : arena_(arena_bytes), hang_seconds_(hang_seconds) {
-  cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  // A blocking stream: it also orders against anything issued on the legacy default stream.
+  cuda_ok(cudaStreamCreate(&stream_), "cudaStreamCreate");
   cuda_ok(cudaMalloc(reinterpret_cast<void**>(&counters_), 4 * sizeof(unsigned long long)),
           "cudaMalloc(counters)");
 }
