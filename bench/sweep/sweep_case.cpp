@@ -83,9 +83,11 @@ constexpr int64_t kTopKMaxExperts = 512, kMaxTopK = 16, kPermuteMaxExperts = 512
 constexpr int64_t kGemmMaxExperts = 1024, kDirectMaxExperts = 4096;
 constexpr int64_t kDirectMaxTokens = 64, kDirectMaxRoutes = 1024;
 constexpr int64_t kMaxTokens = 65536, kMaxWidthUnits = 1024;  // widths up to 8 * 1024
-// f32 outputs are held to the f32 tolerance (1e-5): past ~2048 products the f32
-// accumulation error itself (kernel and f32 GPU reference) reaches it.
-constexpr int64_t kF32OutMaxReduction = 2048;
+// f32 outputs are held to the f32 limit (1e-5 on rel_l2 and on the share of elements
+// outside 1e-5 + 1e-5*|ref|). The f32 accumulation errors of the kernel and of the f32 GPU
+// reference (~3e-8 * sqrt(Kd) each, for outputs ~N(0, 1)) put a few elements past it at
+// Kd = 2048 with silu_and_mul (two such sums multiplied); at 1024 the share stays < 1e-6.
+constexpr int64_t kF32OutMaxReduction = 1024;
 
 bool direct_eligible(const SweepCase& c) {
   return c.T <= kDirectMaxTokens && c.T * c.K <= kDirectMaxRoutes && c.E <= kDirectMaxExperts &&
@@ -651,7 +653,7 @@ std::string invalid_reason(const SweepCase& c) {
       if (c.out != c.dtype && c.out != DType::kF32 && !fp8) return "GEMM out dtype";
       if (c.H < 0 || !mult(c.H, fp8 ? 16 : 8) || c.N < 8 || !mult(c.N, 8)) return "GEMM widths";
       if (c.op == Op::kExpertMlp && c.H < 8) return "expert MLP hidden size";
-      if (c.out == DType::kF32 && c.H > kF32OutMaxReduction) return "f32 out beyond 2048 products";
+      if (c.out == DType::kF32 && c.H > kF32OutMaxReduction) return "f32 out beyond 1024 products";
       if (!c.masked && c.alignment < 1) return "alignment";
       if (c.masked && c.max_m < 0) return "max_m";
       break;
