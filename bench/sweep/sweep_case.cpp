@@ -216,7 +216,7 @@ void draw_knobs(SweepCase& c, Rng& rng, int64_t round) {
     k.dense_path = 3;
     k.direct_load = cycle(3);
     k.direct_reduce = static_cast<int>((round / 3) % 4) - 1;
-    k.direct_split = static_cast<int>(rng.uniform(0, 16));
+    k.direct_split = static_cast<int>(rng.uniform(0, 8));  // 0: the plan; 1-8 ranks
   } else if (f == "streamk_grid") {
     k.dense_path = 1;
     k.streamk_grid = static_cast<int>(rng.uniform(1, 132));
