@@ -118,8 +118,9 @@ struct OpStats {
 };
 
 std::string reproduce(const char* self, const Options& o, const SweepCase& c) {
-  std::string s = c.index >= 0 ? std::string(self) + " --seed " + std::to_string(o.seed) +
-                                     " --case " + std::to_string(c.index)
+  // The size class is part of a case's draw (its caps shrink the shapes).
+  std::string s = c.index >= 0 ? std::string(self) + (o.large ? " --large" : "") + " --seed " +
+                                     std::to_string(o.seed) + " --case " + std::to_string(c.index)
                                : std::string();
   const std::string spec = std::string(self) + " --spec '" + format_spec(c) + "'";
   return s.empty() ? spec : s + "\n    or: " + spec;
