@@ -26,6 +26,11 @@ void moe_post_permute(const PostPermuteArgs& args, cudaStream_t stream) {
   } else {
     check.tensor("out", args.out, {in, DType::kF32}, {T, H}, 16);
   }
+  check.outputs_disjoint({{"out", args.out}}, {{"expert_output", args.expert_output},
+                                               {"topk_weights", args.topk_weights},
+                                               {"inverse_indices", args.inverse_indices}});
+  if (T == 0) return;
+  check.launch_target(stream, "out", args.out);
 
   detail::PostPermuteLaunch l;
   l.expert_output = args.expert_output.data;
