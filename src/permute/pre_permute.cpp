@@ -50,7 +50,7 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
                  "a hidden size that is a multiple of 8", args.hidden_states.describe());
   const int64_t row_bytes = H * static_cast<int64_t>(dtype_size(args.hidden_states.dtype));
   MOEKIT_REQUIRE(check, row_bytes / 16 * 64 <= INT32_MAX, "hidden_states",
-                 "rows of at most 2^27 bytes", args.hidden_states.describe());
+                 "rows of less than 2^29 bytes", args.hidden_states.describe());
   const int64_t N = check_routes(check, args, T);
   const int64_t K = args.local_expert_ids.size(1);
   const int E = args.num_local_experts;
