@@ -981,7 +981,8 @@ TEST(BadInputs, WorkspaceSizeQueriesValidateShapes) {
                   a.hidden_states = fake(kBF, {int64_t{1} << 62, 64});
                 },
                 experts),
-            "moekit::fused_moe_experts: argument 'hidden_states': expected at most 2^48 bytes, got "
+            "moekit::fused_moe_experts: argument 'hidden_states': expected sizes of at most 2^48, "
+            "got "
             "bf16[4611686018427387904, 64]");
   // Every tensor within bounds, but the permuted buffer [T*K, H] past 2^48 bytes.
   const std::string too_big = query_error<E>(

@@ -34,22 +34,6 @@ std::string pointer_string(const void* p) {
   return buf;
 }
 
-// Whether the tensor's bytes (each size, and their product with the dtype's) stay
-// within kMaxTensorBytes; sizes are known to be non-negative.
-bool within_max_bytes(const TensorView& t) {
-  uint64_t bytes = dtype_size(t.dtype);
-  bool empty = false;
-  for (int i = 0; i < t.ndim; ++i) {
-    if (t.shape[i] > kMaxTensorBytes) return false;
-    empty |= t.shape[i] == 0;
-  }
-  if (empty) return true;
-  for (int i = 0; i < t.ndim; ++i) {
-    if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(t.shape[i]), &bytes)) return false;
-  }
-  return bytes <= static_cast<uint64_t>(kMaxTensorBytes);
-}
-
 }  // namespace
 
 void ArgCheck::fail(const std::string& arg, const std::string& expected,
@@ -78,15 +62,31 @@ void ArgCheck::tensor(const char* name, const TensorView& t, std::initializer_li
     ++d;
   }
   if (!shape_ok) fail(name, "shape " + shape_string(shape), t.describe());
-  for (int i = 0; i < t.ndim; ++i) {
-    if (t.shape[i] < 0) fail(name, "non-negative sizes", t.describe());
+  // One pass over the dims: sign, byte count (overflow-checked; an empty tensor has 0
+  // bytes whatever its other sizes) and row-major strides.
+  bool negative = false, huge_dim = false, too_big = false, empty = false, contiguous = true;
+  uint64_t bytes = dtype_size(t.dtype);
+  int64_t stride = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    const int64_t n = t.shape[i];
+    negative |= n < 0;
+    empty |= n == 0;
+    huge_dim |= n > kMaxTensorBytes;
+    too_big |= __builtin_mul_overflow(bytes, static_cast<uint64_t>(n), &bytes);
+    if (n != 1 && t.stride[i] != stride) contiguous = false;
+    stride = static_cast<int64_t>(static_cast<uint64_t>(stride) * static_cast<uint64_t>(n));
   }
-  if (!within_max_bytes(t)) fail(name, "at most 2^48 bytes", t.describe());
-  if (!t.is_contiguous()) fail(name, "a contiguous row-major tensor", "strides that are not");
+  if (negative) fail(name, "non-negative sizes", t.describe());
+  if (huge_dim) fail(name, "sizes of at most 2^48", t.describe());
+  if (!empty && (too_big || bytes > static_cast<uint64_t>(kMaxTensorBytes))) {
+    fail(name, "at most 2^48 bytes", t.describe());
+  }
+  if (!contiguous) fail(name, "a contiguous row-major tensor", "strides that are not");
   if (mode_ == Mode::kShapesOnly) return;
-  if (t.numel() > 0 && t.data == nullptr) fail(name, "a non-null data pointer", "nullptr");
-  size_t align = align_bytes ? align_bytes : dtype_size(t.dtype);
-  if (t.data && reinterpret_cast<uintptr_t>(t.data) % align != 0) {
+  if (!empty && t.data == nullptr) fail(name, "a non-null data pointer", "nullptr");
+  // Alignments are powers of two: a mask, not a 64-bit division.
+  const size_t align = align_bytes ? align_bytes : dtype_size(t.dtype);
+  if ((reinterpret_cast<uintptr_t>(t.data) & (align - 1)) != 0) {
     fail(name, "data aligned to " + std::to_string(align) + " bytes",
          "pointer " + pointer_string(t.data));
   }
@@ -134,7 +134,8 @@ void ArgCheck::fail_overlap(const char* out_name, const TensorView& out, const c
                             const TensorView& in, bool in_place_ok) const {
   const auto po = reinterpret_cast<uintptr_t>(out.data), pi = reinterpret_cast<uintptr_t>(in.data);
   const uintptr_t lo = po > pi ? po : pi;
-  const uintptr_t hi = po + out.nbytes() < pi + in.nbytes() ? po + out.nbytes() : pi + in.nbytes();
+  const uintptr_t hi =
+      po + view_bytes(out) < pi + view_bytes(in) ? po + view_bytes(out) : pi + view_bytes(in);
   fail(out_name,
        std::string("memory disjoint from '") + in_name + "'" +
            (in_place_ok ? std::string(" or '") + in_name + "' itself (in place)" : std::string()),
@@ -145,7 +146,7 @@ void ArgCheck::fail_overlap(const char* out_name, const TensorView& out, const c
 void ArgCheck::disjoint_workspace(const Workspace& ws, const char* name,
                                   const TensorView& t) const {
   if (mode_ == Mode::kShapesOnly || ws.data == nullptr || ws.bytes == 0) return;
-  if (t.data != nullptr && bytes_overlap(ws.data, ws.bytes, t.data, t.nbytes())) {
+  if (t.data != nullptr && bytes_overlap(ws.data, ws.bytes, t.data, view_bytes(t))) {
     fail("workspace", std::string("memory disjoint from '") + name + "'",
          std::to_string(ws.bytes) + " bytes at " + pointer_string(ws.data) + ", overlapping '" +
              name + "' " + t.describe() + " at " + pointer_string(t.data));
@@ -156,20 +157,53 @@ void ArgCheck::outputs_disjoint(std::initializer_list<Arg> outputs,
                                 std::initializer_list<Arg> inputs, const Workspace& ws,
                                 const Arg* in_place_out, const Arg* in_place_in) const {
   if (mode_ == Mode::kShapesOnly) return;
-  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
-    for (const Arg& in : inputs) {
-      if (in_place_out && &in_place_out->t == &out->t && &in_place_in->t == &in.t) {
-        disjoint_or_same(out->name, out->t, in.name, in.t);
-      } else {
-        disjoint(out->name, out->t, in.name, in.t);
-      }
-    }
-    for (auto other = outputs.begin(); other != out; ++other) {
-      disjoint(out->name, out->t, other->name, other->t);
-    }
-    disjoint_workspace(ws, out->name, out->t);
+  // Each argument's byte range once (empty: lo == hi), then plain comparisons; the
+  // messages are built by the disjoint* calls, on failure only.
+  struct Range {
+    uintptr_t lo, hi;
+    bool meets(const Range& o) const { return lo < o.hi && o.lo < hi; }
+  };
+  auto range = [](const TensorView& t) {
+    const auto p = reinterpret_cast<uintptr_t>(t.data);
+    return Range{p, t.data ? p + view_bytes(t) : p};
+  };
+  constexpr int kMax = 16;
+  Range in_r[kMax];
+  int n_in = 0;
+  for (const Arg& in : inputs) {
+    if (n_in < kMax) in_r[n_in++] = range(in.t);
   }
-  for (const Arg& in : inputs) disjoint_workspace(ws, in.name, in.t);
+  const auto w = reinterpret_cast<uintptr_t>(ws.data);
+  const Range ws_r{w, ws.data ? w + ws.bytes : w};
+  Range out_r[kMax];
+  int n_out = 0;
+  for (const Arg& out : outputs) {
+    const Range r = range(out.t);
+    int i = 0;
+    for (const Arg& in : inputs) {
+      if (i < kMax && r.meets(in_r[i])) {
+        if (in_place_out && &in_place_out->t == &out.t && &in_place_in->t == &in.t) {
+          disjoint_or_same(out.name, out.t, in.name, in.t);
+        } else {
+          disjoint(out.name, out.t, in.name, in.t);
+        }
+      }
+      ++i;
+    }
+    i = 0;
+    for (const Arg& other : outputs) {
+      if (i == n_out) break;
+      if (r.meets(out_r[i])) disjoint(out.name, out.t, other.name, other.t);
+      ++i;
+    }
+    if (r.meets(ws_r)) disjoint_workspace(ws, out.name, out.t);
+    if (n_out < kMax) out_r[n_out++] = r;
+  }
+  int i = 0;
+  for (const Arg& in : inputs) {
+    if (i < kMax && in_r[i].meets(ws_r)) disjoint_workspace(ws, in.name, in.t);
+    ++i;
+  }
 }
 
 // ---- launch targets ----
