@@ -260,6 +260,23 @@ std::string cuda_device(int dev) {
   return "cuda:" + std::to_string(dev);
 }
 
+// The queries below are pure lookups, but a thread capturing a stream in global or
+// thread-local mode may be refused "potentially unsafe" calls (which would invalidate
+// the capture): they run with this thread in relaxed capture mode, restored after.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { ok_ = cudaThreadExchangeStreamCaptureMode(&mode_) == cudaSuccess; }
+  ~RelaxedCapture() {
+    if (ok_) cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool ok_ = false;
+};
+
 }  // namespace
 
 CompositeScope::CompositeScope() {
@@ -285,7 +302,11 @@ void ArgCheck::launch_target(cudaStream_t stream, const char* out_name,
       stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
   if (!default_stream && !t_good_streams.has(stream, dev)) {
     int stream_dev = -1;
-    const cudaError_t err = cudaStreamGetDevice(stream, &stream_dev);
+    cudaError_t err;
+    {
+      RelaxedCapture relaxed;
+      err = cudaStreamGetDevice(stream, &stream_dev);
+    }
     if (err != cudaSuccess) {
       cudaGetLastError();
       fail("stream", "a valid CUDA stream",
@@ -303,7 +324,15 @@ void ArgCheck::launch_target(cudaStream_t stream, const char* out_name,
     return;
   }
   cudaPointerAttributes attr{};
-  const cudaError_t err = cudaPointerGetAttributes(&attr, out.data);
+  cudaError_t err;
+  bool host_reachable = false;  // pageable host memory the device can access
+  {
+    RelaxedCapture relaxed;
+    err = cudaPointerGetAttributes(&attr, out.data);
+    if (err == cudaSuccess && attr.type == cudaMemoryTypeUnregistered) {
+      host_reachable = pageable_access(dev);
+    }
+  }
   if (err != cudaSuccess) {
     cudaGetLastError();
     fail(out_name, "memory the kernels on " + cuda_device(dev) + " can write",
@@ -314,7 +343,7 @@ void ArgCheck::launch_target(cudaStream_t stream, const char* out_name,
     fail(out_name, "memory on the current device " + cuda_device(dev) + ", where the kernels run",
          "memory on " + cuda_device(attr.device));
   }
-  if (attr.type == cudaMemoryTypeUnregistered && !pageable_access(dev)) {
+  if (attr.type == cudaMemoryTypeUnregistered && !host_reachable) {
     fail(out_name, "device memory (or managed or pinned host memory)",
          "host memory CUDA did not allocate at " + pointer_string(out.data));
   }
