@@ -228,7 +228,8 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
   const size_t needed = shared_mlp_bytes(s);
   c.workspace_size(needed);
   c.workspace(args.workspace, needed);
-  // Not in place: some dense paths read x while others write out.
+  // Not in place: its dense paths (some one kernel for both projections) are not shown
+  // safe with out == x.
   c.outputs_disjoint({{"output", args.output}},
                      {{"hidden_states", args.hidden_states},
                       {"w_gate_up", args.w_gate_up},
