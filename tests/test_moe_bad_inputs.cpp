@@ -132,6 +132,11 @@ FusedTopKArgs topk_valid() {
 
 std::vector<Row<FusedTopKArgs>> topk_rows() {
   return {
+      {"experts",
+       [](auto& a) {
+         a.gating_output = fake(kF32, {4, 513});
+       },
+       "gating_output", "1 to 512 experts (dim 1)", "f32[4, 513]"},
       {"dtype", [](auto& a) { a.gating_output.dtype = kI32; }, "gating_output",
        "dtype bf16 or f16 or f32", "i32[4, 8]"},
       {"rank", [](auto& a) { a.gating_output = fake(kF32, {32}); }, "gating_output", "shape [*, *]",
@@ -227,6 +232,14 @@ void align_many_routes(PermuteAlignArgs& a) {
 
 std::vector<Row<PermuteAlignArgs>> align_rows() {
   return {
+      {"32-bit",
+       [](auto& a) {
+         a.topk_ids = fake(kI32, {1, 2147475455});
+         a.num_experts = 512;
+         a.block_size = 256;
+       },
+       "topk_ids", "T*K + num_experts*(block_size-1) below 2^31 (i32 positions)",
+       "i32[1, 2147475455]"},
       {"dtype", [](auto& a) { a.topk_ids.dtype = kF32; }, "topk_ids", "dtype i32", "f32[4, 2]"},
       {"rank", [](auto& a) { a.topk_ids = fake(kI32, {8}); }, "topk_ids", "shape [*, *]", "i32[8]"},
       {"shape", [](auto& a) { a.sorted_token_ids = fake(kI32, {127}); }, "sorted_token_ids",
@@ -293,6 +306,14 @@ PrePermuteArgs pre_valid() {
 
 std::vector<Row<PrePermuteArgs>> pre_rows() {
   return {
+      {"32-bit",
+       [](auto& a) {
+         a.hidden_states = fake(kBF, {1, 64});
+         a.local_expert_ids = fake(kI32, {1, 2147475455});
+         a.layout = PermutedLayout::contiguous(1 << 20);
+       },
+       "permuted", "T*K + num_local_experts*(alignment-1) below 2^31 rows (i32 indices)",
+       "2155864055 rows"},
       {"dtype", [](auto& a) { a.hidden_states.dtype = kI32; }, "hidden_states",
        "dtype bf16 or f16 or f32", "i32[4, 64]"},
       {"dtype", [](auto& a) { a.permuted.dtype = kF16; }, "permuted", "dtype bf16", "f16[8, 64]"},
@@ -420,6 +441,26 @@ void gemm_masked(GroupedGemmArgs& a, int64_t E, int64_t max_m) {
 
 std::vector<Row<GroupedGemmArgs>> gemm_rows() {
   return {
+      {"layout", [](auto& a) { a.layout.kind = static_cast<PermutedLayout::Kind>(5); },
+       "layout.kind", "kContiguous or kMasked", "value 5"},
+      {"layout",
+       [](auto& a) {
+         gemm_masked(a, 4, 16);
+         a.layout.max_m = -1;
+       },
+       "layout.max_m", "max_m >= 0", "-1"},
+      {"shape",
+       [](auto& a) {
+         gemm_masked(a, 4, 16);
+         a.a = fake(kBF, {3, 16, 64});
+       },
+       "a", "dim 0 = E = 4 (b's dim 0)", "bf16[3, 16, 64]"},
+      {"shape",
+       [](auto& a) {
+         a.a = fake(kBF, {32, 60});
+         a.b = fake(kBF, {4, 128, 60});
+       },
+       "b", "Kd (dim 2) a multiple of 8", "bf16[4, 128, 60]"},
       {"dtype", [](auto& a) { a.a.dtype = kF32; }, "a", "dtype bf16 or f16", "f32[32, 64]"},
       {"dtype", [](auto& a) { a.b.dtype = kF16; }, "b", "dtype bf16 (that of 'a')",
        "f16[4, 128, 64]"},
@@ -515,6 +556,12 @@ GroupedGemmFP8Args fp8_valid() {
 
 std::vector<Row<GroupedGemmFP8Args>> fp8_rows() {
   return {
+      {"shape",
+       [](auto& a) {
+         a.b = fake(kFP8, {2, 124, 256});
+         a.c = fake(kBF, {2, 64, 124});
+       },
+       "b", "N (dim 1) a multiple of 8", "fp8e4m3[2, 124, 256]"},
       {"dtype", [](auto& a) { a.a.dtype = kBF; }, "a", "dtype fp8e4m3", "bf16[2, 64, 256]"},
       {"dtype", [](auto& a) { a.c.dtype = kF32; }, "c", "dtype bf16", "f32[2, 64, 128]"},
       {"rank",
