@@ -240,6 +240,37 @@ std::vector<int64_t> all_rows(int64_t n) {
   return r;
 }
 
+FusedMoEExpertsArgs experts_args(const DeviceTensor& x, const DeviceTensor& wgu,
+                                 const DeviceTensor& wd, const DeviceTensor& w,
+                                 const DeviceTensor& ids, const DeviceTensor& out) {
+  FusedMoEExpertsArgs e;
+  e.hidden_states = x.view();
+  e.w_gate_up = wgu.view();
+  e.w_down = wd.view();
+  e.topk_weights = w.view();
+  e.topk_ids = ids.view();
+  e.output = out.view();
+  return e;
+}
+
+// A layer with softmax top-K renormalized and a shared expert (sgu, sd).
+FusedMoESharedExpertArgs layer_args(const DeviceTensor& x, const DeviceTensor& logits,
+                                    const DeviceTensor& wgu, const DeviceTensor& wd,
+                                    const DeviceTensor& sgu, const DeviceTensor& sd,
+                                    const DeviceTensor& out, int K) {
+  FusedMoESharedExpertArgs l;
+  l.moe.hidden_states = x.view();
+  l.moe.gating_output = logits.view();
+  l.moe.params.top_k = K;
+  l.moe.params.renormalize = true;
+  l.moe.w_gate_up = wgu.view();
+  l.moe.w_down = wd.view();
+  l.moe.output = out.view();
+  l.shared_w_gate_up = sgu.view();
+  l.shared_w_down = sd.view();
+  return l;
+}
+
 TEST(InPlaceGpu, RoutedOpsAndLayersMatchOutOfPlace) {
   MOEKIT_REQUIRE_GPU();
   const int64_t H = 256, E = 8, F = 128, K = 2, S = 128;
@@ -258,13 +289,7 @@ TEST(InPlaceGpu, RoutedOpsAndLayersMatchOutOfPlace) {
     DeviceTensor dx(x), dw(w), dids(ids), dlogits(logits);
     DeviceTensor out(kBF, {T, H});
     const std::string t = " T=" + std::to_string(T);
-    FusedMoEExpertsArgs e;
-    e.hidden_states = dx.view();
-    e.w_gate_up = dwgu.view();
-    e.w_down = dwd.view();
-    e.topk_weights = dw.view();
-    e.topk_ids = dids.view();
-    e.output = out.view();
+    const FusedMoEExpertsArgs e = experts_args(dx, dwgu, dwd, dw, dids, out);
     for (bool indexed : {false, true}) {
       FusedMoEExpertsArgs a = e;
       expect_in_place_matches<FusedMoEExpertsArgs>(
@@ -279,14 +304,8 @@ TEST(InPlaceGpu, RoutedOpsAndLayersMatchOutOfPlace) {
           },
           all_rows(T));
     }
-    FusedMoESharedExpertArgs l;
-    l.moe.hidden_states = dx.view();
-    l.moe.gating_output = dlogits.view();
-    l.moe.params.top_k = K;
-    l.moe.params.renormalize = true;
-    l.moe.w_gate_up = dwgu.view();
-    l.moe.w_down = dwd.view();
-    l.moe.output = out.view();
+    const FusedMoESharedExpertArgs l =
+        layer_args(dx, dlogits, dwgu, dwd, dsgu, dsd, out, static_cast<int>(K));
     {
       FusedMoEArgs a = l.moe;
       expect_in_place_matches<FusedMoEArgs>(
@@ -294,8 +313,6 @@ TEST(InPlaceGpu, RoutedOpsAndLayersMatchOutOfPlace) {
           [](const FusedMoEArgs& v) { return fused_moe_workspace_size(v); },
           [](const FusedMoEArgs& v) { fused_moe(v, nullptr); }, all_rows(T));
     }
-    l.shared_w_gate_up = dsgu.view();
-    l.shared_w_down = dsd.view();
     {
       FusedMoESharedExpertArgs a = l;
       expect_in_place_matches<FusedMoESharedExpertArgs>(
@@ -406,23 +423,9 @@ TEST(LargeIndexGpu, TokensTimesHiddenPastTwoTo31) {
   HostTensor ids_s = gather_rows(ids.data(), DType::kI32, K, sampled, false);
   HostTensor logits_s = gather_rows(logits.data(), DType::kF32, E, sampled, false);
 
-  FusedMoEExpertsArgs e;
-  e.hidden_states = dx.view();
-  e.w_gate_up = dwgu.view();
-  e.w_down = dwd.view();
-  e.topk_weights = dw.view();
-  e.topk_ids = dids.view();
-  e.output = out.view();
-  FusedMoESharedExpertArgs l;
-  l.moe.hidden_states = dx.view();
-  l.moe.gating_output = dlogits.view();
-  l.moe.params.top_k = K;
-  l.moe.params.renormalize = true;
-  l.moe.w_gate_up = dwgu.view();
-  l.moe.w_down = dwd.view();
-  l.moe.output = out.view();
-  l.shared_w_gate_up = dsgu.view();
-  l.shared_w_down = dsd.view();
+  FusedMoEExpertsArgs e = experts_args(dx, dwgu, dwd, dw, dids, out);
+  FusedMoESharedExpertArgs l =
+      layer_args(dx, dlogits, dwgu, dwd, dsgu, dsd, out, static_cast<int>(K));
   DeviceWorkspace ws(
       std::max(fused_moe_experts_workspace_size(e), fused_moe_shared_expert_workspace_size(l)));
   e.workspace = ws.get();
@@ -502,13 +505,7 @@ TEST(LargeIndexGpu, ExpertWeightsPastTwoTo31) {
   r.output = ref.view();
   reference::fused_moe_experts(r);
 
-  FusedMoEExpertsArgs a;
-  a.hidden_states = dx.view();
-  a.w_gate_up = dwgu.view();
-  a.w_down = dwd.view();
-  a.topk_weights = dw.view();
-  a.topk_ids = dids.view();
-  a.output = out.view();
+  FusedMoEExpertsArgs a = experts_args(dx, dwgu, dwd, dw, dids, out);
   // indexed_expert_mlp at T = 16: the direct path; fused_moe_experts: the sorted path.
   for (bool indexed : {true, false}) {
     const size_t bytes =

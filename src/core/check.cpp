@@ -112,6 +112,7 @@ void ArgCheck::fail_i32(const char* name, const char* what, const TensorView& t)
 }
 
 void ArgCheck::workspace(const Workspace& ws, size_t needed) const {
+  workspace_size(needed);
   if (needed == 0 || mode_ == Mode::kShapesOnly) return;
   if (ws.data == nullptr || ws.bytes < needed) {
     fail("workspace", "at least " + std::to_string(needed) + " bytes",

@@ -55,10 +55,10 @@ class ArgCheck {
   void fits_i32(int64_t value, const char* name, const char* what, const TensorView& t) const {
     if (value > INT32_MAX) fail_i32(name, what, t);
   }
-  // Workspace of at least `needed` bytes (skipped when needed == 0), 256-byte aligned.
-  // kShapesOnly: skipped.
+  // `needed` at most kMaxTensorBytes (workspace_size), then a workspace of at least
+  // `needed` bytes (skipped when needed == 0), 256-byte aligned (kShapesOnly: skipped).
   void workspace(const Workspace& ws, size_t needed) const;
-  // A workspace size query's result: at most kMaxTensorBytes.
+  // A workspace size at most kMaxTensorBytes (shapes that need more are refused).
   void workspace_size(size_t needed) const;
 
   // An output that must not share a byte with an input (or another output). Undefined or

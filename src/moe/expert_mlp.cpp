@@ -86,10 +86,9 @@ size_t expert_mlp_bytes(const detail::MoEShapes& s) {
 }  // namespace
 
 size_t expert_mlp_workspace_size(const ExpertMLPArgs& args) {
-  detail::ArgCheck c("moe_expert_mlp", detail::ArgCheck::Mode::kShapesOnly);
-  const size_t bytes = expert_mlp_bytes(check_expert_mlp_shapes(c, args));
-  c.workspace_size(bytes);
-  return bytes;
+  return detail::workspace_query("moe_expert_mlp", [&](const detail::ArgCheck& c) {
+    return expert_mlp_bytes(check_expert_mlp_shapes(c, args));
+  });
 }
 
 void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
@@ -106,7 +105,6 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
   c.tensor("expert_output", args.expert_output, {DType::kBF16, DType::kF16}, {P, s.H}, 16);
   c.same_dtype("expert_output", args.expert_output, "expert_input", args.expert_input);
   const size_t needed = expert_mlp_bytes(s);
-  c.workspace_size(needed);
   c.workspace(args.workspace, needed);
   // In place (expert_output == expert_input) works: a group's input rows are dead once
   // its gate/up GEMM tiles have run, before any down tile of the group stores.
@@ -157,10 +155,9 @@ size_t shared_mlp_bytes(const detail::MoEShapes& s) {
 }  // namespace
 
 size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args) {
-  detail::ArgCheck c("shared_expert_mlp", detail::ArgCheck::Mode::kShapesOnly);
-  const size_t bytes = shared_mlp_bytes(check_shared_mlp_shapes(c, args));
-  c.workspace_size(bytes);
-  return bytes;
+  return detail::workspace_query("shared_expert_mlp", [&](const detail::ArgCheck& c) {
+    return shared_mlp_bytes(check_shared_mlp_shapes(c, args));
+  });
 }
 
 namespace detail {
@@ -226,7 +223,6 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
                      /*experts=*/false);
   detail::check_output(c, "output", args.output, s, "hidden_states", args.hidden_states);
   const size_t needed = shared_mlp_bytes(s);
-  c.workspace_size(needed);
   c.workspace(args.workspace, needed);
   // Not in place: its dense paths (some one kernel for both projections) are not shown
   // safe with out == x.

@@ -193,12 +193,11 @@ detail::MoEShapes check_experts_shapes(const detail::ArgCheck& c, const FusedMoE
 }
 
 size_t experts_workspace_size(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct) {
-  detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
-  bool direct = false;
-  const detail::MoEShapes s = check_experts_shapes(c, a, allow_direct, direct);
-  const size_t bytes = detail::routed_experts_workspace_size(s, direct);
-  c.workspace_size(bytes);
-  return bytes;
+  return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
+    bool direct = false;
+    const detail::MoEShapes s = check_experts_shapes(c, a, allow_direct, direct);
+    return detail::routed_experts_workspace_size(s, direct);
+  });
 }
 
 void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct,
@@ -211,7 +210,6 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   c.tensor("topk_weights", a.topk_weights, {DType::kF32}, {s.T, s.K});
   detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
   const size_t needed = detail::routed_experts_workspace_size(s, direct);
-  c.workspace_size(needed);
   c.workspace(a.workspace, needed);
   // In place (output == hidden_states) works: the hidden states are read by the first
   // kernel (the gather or the direct gate/up stage), the output written by the last.
@@ -332,11 +330,10 @@ int64_t check_shared_width(const detail::ArgCheck& c, const detail::MoEShapes& s
 
 size_t layer_workspace_query(const char* op, const FusedMoEArgs& a,
                              const FusedMoESharedExpertArgs* shared) {
-  detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
-  const detail::MoEShapes s = check_layer_shapes(c, a);
-  const size_t bytes = layer_workspace_size(s, shared ? check_shared_width(c, s, *shared) : 0);
-  c.workspace_size(bytes);
-  return bytes;
+  return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
+    const detail::MoEShapes s = check_layer_shapes(c, a);
+    return layer_workspace_size(s, shared ? check_shared_width(c, s, *shared) : 0);
+  });
 }
 
 detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs& a) {
@@ -414,7 +411,6 @@ void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
   detail::ArgCheck c(op);
   const detail::MoEShapes s = check_layer_args(c, args);
   const size_t needed = layer_workspace_size(s, 0);
-  c.workspace_size(needed);
   c.workspace(args.workspace, needed);
   check_layer_memory(c, args, TensorView{}, TensorView{});
   if (s.T == 0) return;
@@ -442,7 +438,6 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
     S = shared.F;
   }
   const size_t needed = layer_workspace_size(s, S);
-  c.workspace_size(needed);
   c.workspace(args.moe.workspace, needed);
   check_layer_memory(c, args.moe, args.shared_w_gate_up, args.shared_w_down);
   if (s.T == 0) return;

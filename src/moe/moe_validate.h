@@ -94,6 +94,16 @@ inline void check_topk(const ArgCheck& c, MoEShapes& s, const TensorView& topk_w
   c.tensor("topk_weights", topk_weights, {DType::kF32}, {s.T, s.K});
 }
 
+// A *_workspace_size query of op `op`: `bytes(c)` validates what the size depends on
+// with `c` (shapes only) and returns the size, which must be at most kMaxTensorBytes.
+template <class Fn>
+size_t workspace_query(const char* op, Fn&& bytes) {
+  const ArgCheck c(op, ArgCheck::Mode::kShapesOnly);
+  const size_t n = bytes(c);
+  c.workspace_size(n);
+  return n;
+}
+
 inline void check_output(const ArgCheck& c, const char* name, const TensorView& out,
                          const MoEShapes& s, const char* hidden_name, const TensorView& hidden) {
   c.tensor(name, out, {DType::kBF16, DType::kF16}, {s.T, s.H}, 16);

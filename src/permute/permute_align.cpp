@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "moekit/permute.h"
 #include "permute/permute_kernels.h"
+#include "permute/route_ids_check.h"
 
 namespace moekit {
 
@@ -18,22 +19,9 @@ int64_t permute_align_num_blocks(int64_t num_routes, int num_experts, int block_
 
 namespace {
 
-// topk_ids [T, K] i32 with K >= 1 and the route count in range, and num_experts (what
-// the workspace size depends on). Returns T*K.
 int64_t check_routes(const detail::ArgCheck& check, const PermuteAlignArgs& args) {
-  check.tensor("topk_ids", args.topk_ids, {DType::kI32}, {detail::kAnyDim, detail::kAnyDim});
-  const int64_t T = args.topk_ids.size(0), K = args.topk_ids.size(1);
-  MOEKIT_REQUIRE(check, K >= 1, "topk_ids", "at least one route per token (dim 1 >= 1)",
-                 args.topk_ids.describe());
-  MOEKIT_REQUIRE(check, args.num_experts >= 1 && args.num_experts <= detail::kPermuteMaxExperts,
-                 "num_experts", "1 to " + std::to_string(detail::kPermuteMaxExperts),
-                 std::to_string(args.num_experts));
-  const int64_t N = T * K;
-  // The multi-kernel path counts route chunks in i32: keep N + kRouteChunk in range.
-  MOEKIT_REQUIRE(check, N <= INT32_MAX - detail::kRouteChunk, "topk_ids",
-                 "at most 2^31-1-" + std::to_string(detail::kRouteChunk) + " routes (T*K)",
-                 args.topk_ids.describe());
-  return N;
+  return detail::check_route_ids(check, "topk_ids", args.topk_ids, detail::kAnyDim, "num_experts",
+                                 args.num_experts);
 }
 
 size_t workspace_bytes(int64_t routes, int num_experts) {

@@ -4,28 +4,16 @@
 #include "core/check.h"
 #include "moekit/permute.h"
 #include "permute/permute_kernels.h"
+#include "permute/route_ids_check.h"
 
 namespace moekit {
 
 namespace {
 
-// local_expert_ids [T, K] i32 with K >= 1 and the route count in range, and
-// num_local_experts (what the workspace size depends on). `T` is hidden_states' dim 0,
-// or kAnyDim. Returns T*K.
+// `T`: hidden_states' dim 0, or kAnyDim (the size query).
 int64_t check_routes(const detail::ArgCheck& check, const PrePermuteArgs& args, int64_t T) {
-  check.tensor("local_expert_ids", args.local_expert_ids, {DType::kI32}, {T, detail::kAnyDim});
-  const int64_t K = args.local_expert_ids.size(1);
-  MOEKIT_REQUIRE(check, K >= 1, "local_expert_ids", "at least one route per token (dim 1 >= 1)",
-                 args.local_expert_ids.describe());
-  const int E = args.num_local_experts;
-  MOEKIT_REQUIRE(check, E >= 1 && E <= detail::kPermuteMaxExperts, "num_local_experts",
-                 "1 to " + std::to_string(detail::kPermuteMaxExperts), std::to_string(E));
-  const int64_t N = args.local_expert_ids.size(0) * K;
-  // The multi-kernel path counts route chunks in i32: keep N + kRouteChunk in range.
-  MOEKIT_REQUIRE(check, N <= INT32_MAX - detail::kRouteChunk, "local_expert_ids",
-                 "at most 2^31-1-" + std::to_string(detail::kRouteChunk) + " routes (T*K)",
-                 args.local_expert_ids.describe());
-  return N;
+  return detail::check_route_ids(check, "local_expert_ids", args.local_expert_ids, T,
+                                 "num_local_experts", args.num_local_experts);
 }
 
 size_t workspace_bytes(int64_t routes, int num_experts) {
