@@ -15,7 +15,7 @@ enum class Activation {
 // MoEGroupedGemmFwd.
 //   contiguous: a [P, Kd], c [P, N], layout_metadata[e] = inclusive end row of expert e.
 //   masked:     a [E, max_m, Kd], c [E, max_m, N], layout_metadata[e] = row count <= max_m.
-// b is [E, N, Kd] ([E, 2N, Kd] with kSiluAndMul). c dtype: a's dtype or f32.
+// b is [E, N, Kd] ([E, 2N, Kd] with kSiluAndMul). c: a's dtype or f32, overlapping no input.
 // Rows outside every expert's block (padding, or past a masked count) are left untouched.
 // workspace is optional: with grouped_gemm_workspace_size(args) bytes (256-aligned,
 // any contents, not shared with a call running at the same time) the Hopper kernels
@@ -41,7 +41,7 @@ struct GroupedGemmFP8Args {
   TensorView b;                // [E, N, Kd] fp8e4m3
   TensorView b_scale;          // [E, ceil(N/128), ceil(Kd/128)] f32
   TensorView layout_metadata;  // [E] i32 masked counts
-  TensorView c;                // out [E, max_m, N] bf16
+  TensorView c;                // out [E, max_m, N] bf16, overlapping no input
 };
 
 void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream);

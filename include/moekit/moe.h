@@ -2,7 +2,10 @@
 //   MLP_e(x) = w_down[e] . (silu(w_gate[e] . x) * (w_up[e] . x)), f32 accumulation,
 //   the F-wide activation rounded to the op's dtype before the down projection.
 // Ops that need scratch take a Workspace of at least *_workspace_size(args) bytes
-// (the size depends only on shapes and dtypes, so it may be queried with null pointers).
+// (the size depends only on shapes and dtypes, so it may be queried with null pointers;
+// the query validates the arguments the size depends on and throws what the op would).
+// Memory: an output never overlaps another argument or the workspace, except where an op
+// says it may be an input itself (in place); errors name the op called (docs/bad-inputs.md).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,7 +22,7 @@ struct ExpertMLPArgs {
   PermutedLayout layout;       // contiguous(alignment)
   TensorView w_gate_up;        // [E, 2F, H]
   TensorView w_down;           // [E, H, F]
-  TensorView expert_output;    // out [P, H]; padding rows untouched
+  TensorView expert_output;    // out [P, H]; padding rows untouched; may be expert_input
   Workspace workspace;
 };
 size_t expert_mlp_workspace_size(const ExpertMLPArgs& args);
@@ -32,7 +35,7 @@ struct FusedMoEExpertsArgs {
   TensorView w_down;         // [E, H, F]
   TensorView topk_weights;   // [T, K] f32
   TensorView topk_ids;       // [T, K] i32 in [0, E) or -1
-  TensorView output;         // out [T, H], fully overwritten
+  TensorView output;         // out [T, H], fully overwritten; may be hidden_states
   Workspace workspace;
 };
 size_t fused_moe_experts_workspace_size(const FusedMoEExpertsArgs& args);
@@ -52,7 +55,7 @@ struct FusedMoEArgs {
   TopKParams params;
   TensorView w_gate_up;  // [E, 2F, H]
   TensorView w_down;     // [E, H, F]
-  TensorView output;     // out [T, H]
+  TensorView output;     // out [T, H]; may be hidden_states
   Workspace workspace;
 };
 size_t fused_moe_workspace_size(const FusedMoEArgs& args);
@@ -72,7 +75,7 @@ struct SharedExpertMLPArgs {
   TensorView hidden_states;  // [T, H] bf16 / f16
   TensorView w_gate_up;      // [2S, H]
   TensorView w_down;         // [H, S]
-  TensorView output;         // out [T, H]
+  TensorView output;         // out [T, H]; not hidden_states (no in place)
   Workspace workspace;
 };
 size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args);

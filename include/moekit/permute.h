@@ -1,4 +1,5 @@
-// Route sorting and the gather / combine around an expert-grouped buffer.
+// Route sorting and the gather / combine around an expert-grouped buffer. No output may
+// overlap an input, another output or the workspace (docs/bad-inputs.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,4 +1,5 @@
-// FusedTopKFwd: scores, optional bias and grouping, top-k selection, weights.
+// FusedTopKFwd: scores, optional bias and grouping, top-k selection, weights. The outputs
+// overlap neither the inputs nor each other (docs/bad-inputs.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

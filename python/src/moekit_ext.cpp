@@ -394,10 +394,10 @@ class Converter {
              std::to_string(m));
       }
     } else {
-      int64_t s = 1;
+      uint64_t s = 1;  // unsigned: absurd shapes wrap (the C++ checks refuse them), no UB
       for (int d = v.ndim - 1; d >= 0; --d) {
-        v.stride[d] = s;
-        s *= v.shape[d];
+        v.stride[d] = static_cast<int64_t>(s);
+        s *= static_cast<uint64_t>(v.shape[d]);
       }
     }
     return v;

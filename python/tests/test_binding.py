@@ -7,6 +7,7 @@ before any launch: the fake device pointers are never dereferenced.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -225,3 +226,164 @@ def test_valid_call_without_a_gpu_raises_a_cuda_error():
     with pytest.raises(moekit.MoekitError, match=r"moekit::fused_topk"):
         raw.fused_topk(t("f32", 4, 8), None, t("f32", 4, 2, ptr=PTR + 4096),
                        t("i32", 4, 2, ptr=PTR + 8192), 2)  # fmt: skip
+
+
+# ---- the bad-input table (docs/bad-inputs.md): representative rows per op ----
+#
+# Each tensor gets its own fake address (slot k at (k + 1) * 2^40), so the only overlap
+# is the one a row makes on purpose. The messages are the C++ ones, exactly.
+
+_slot = [0]
+
+
+def d(dtype, *shape):
+    """A tensor tuple at a fresh fake device address."""
+    _slot[0] += 1
+    return (_slot[0] << 40, moekit.DTYPES[dtype], shape)
+
+
+def at(tensor, other, offset=0):
+    """`tensor` moved onto `other`'s address (+ offset bytes)."""
+    return (other[0] + offset,) + tensor[1:]
+
+
+WSP = 1 << 52  # a fake workspace, away from every slot
+
+
+def _topk(**kw):
+    a = dict(gating_output=d("f32", 4, 8), correction_bias=None, topk_weights=d("f32", 4, 2),
+             topk_ids=d("i32", 4, 2), top_k=2)
+    a.update(kw)
+    return lambda: raw.fused_topk(**a)
+
+
+def _experts(op, T=4, E=8, **kw):
+    a = dict(hidden_states=d("bf16", T, 64), w_gate_up=d("bf16", E, 64, 64),
+             w_down=d("bf16", E, 64, 32), topk_weights=d("f32", T, 2), topk_ids=d("i32", T, 2),
+             output=d("bf16", T, 64), workspace=WSP, workspace_bytes=1 << 40)
+    a.update(kw)
+    return lambda: getattr(raw, op)(**a)
+
+
+def _layer(op="fused_moe", **kw):
+    a = dict(hidden_states=d("bf16", 4, 64), gating_output=d("f32", 4, 8), correction_bias=None,
+             w_gate_up=d("bf16", 8, 64, 64), w_down=d("bf16", 8, 64, 32),
+             output=d("bf16", 4, 64), top_k=2, renormalize=True, scoring_func="softmax",
+             num_expert_group=0, topk_group=0, routed_scaling_factor=1.0, workspace=WSP,
+             workspace_bytes=1 << 40)
+    if op == "fused_moe_shared_expert":
+        a.update(shared_w_gate_up=d("bf16", 64, 64), shared_w_down=d("bf16", 64, 32))
+    a.update(kw)
+    return lambda: getattr(raw, op)(**a)
+
+
+_g = d("f32", 4, 8)
+_x = d("bf16", 4, 64)
+_eo = d("bf16", 8, 64)
+_pin = d("bf16", 32, 64)
+_lg = d("f32", 4, 8)
+_sx = d("bf16", 4, 64)
+_px = d("bf16", 4, 64)
+
+TABLE = [
+    ("fused_topk", _topk(top_k=0),
+     "argument 'top_k': expected 1 to min(16, num_experts=8), got 0"),
+    ("fused_topk", _topk(num_expert_group=3, topk_group=1),
+     "argument 'num_expert_group': expected 0 or a positive divisor of num_experts=8, got 3"),
+    ("fused_topk", _topk(gating_output=d("f32", 1 << 31, 8), topk_weights=d("f32", 1 << 31, 2),
+                         topk_ids=d("i32", 1 << 31, 2)),
+     "argument 'gating_output': expected at most 2^31-1 tokens, got f32[2147483648, 8]"),
+    ("fused_topk", _topk(gating_output=_g, topk_ids=at(d("i32", 4, 2), _g)),
+     "argument 'topk_ids': expected memory disjoint from 'gating_output', got i32[4, 2] at "),
+    ("moe_permute_align",
+     lambda: raw.moe_permute_align(d("i32", 4, 2), 513, 16, d("i32", 8 + 513 * 15), d("i32", 8),
+                                   d("i32", 1), WSP, 1 << 30),
+     "argument 'num_experts': expected 1 to 512, got 513"),
+    ("moe_permute_align",
+     lambda: raw.moe_permute_align(d("i32", 32768, 2), 8, 16, d("i32", 65536 + 8 * 15),
+                                   d("i32", (65536 + 8 * 15 + 15) // 16), d("i32", 1), WSP, 16),
+     "argument 'workspace': expected at least "),
+    ("moe_pre_permute",
+     lambda: raw.moe_pre_permute(d("bf16", 4, 64), d("i32", 4, 2), 8, 0, d("bf16", 8, 64),
+                                 d("i32", 8), d("i32", 8), 0, 0),
+     "argument 'layout.alignment': expected >= 1, got 0"),
+    ("moe_pre_permute",
+     lambda: raw.moe_pre_permute(_px, d("i32", 4, 2), 8, 1, at(d("bf16", 8, 64), _px),
+                                 d("i32", 8), d("i32", 8), 0, 0),
+     "argument 'permuted': expected memory disjoint from 'hidden_states', got bf16[8, 64] at "),
+    ("moe_post_permute",
+     lambda: raw.moe_post_permute(_eo, d("f32", 4, 2), d("i32", 8), at(d("bf16", 4, 64), _eo)),
+     "argument 'out': expected memory disjoint from 'expert_output', got bf16[4, 64] at "),
+    ("moe_grouped_gemm",
+     lambda: raw.moe_grouped_gemm(d("bf16", 1 << 31, 64), d("bf16", 4, 128, 64), d("i32", 4),
+                                  False, 1, 0, "silu_and_mul", d("bf16", 1 << 31, 64)),
+     "argument 'a': expected at most 2^31-1 rows (dim 0) (the kernels index them in 32 bits), "
+     "got bf16[2147483648, 64]"),
+    ("moe_grouped_gemm",
+     lambda: raw.moe_grouped_gemm(d("bf16", 32, 64), d("bf16", 1025, 128, 64), d("i32", 1025),
+                                  False, 1, 0, "silu_and_mul", d("bf16", 32, 64)),
+     "argument 'b': expected at most 1024 experts (dim 0), got bf16[1025, 128, 64]"),
+    ("moe_grouped_gemm_fp8",
+     lambda: raw.moe_grouped_gemm_fp8(d("fp8e4m3", 1025, 64, 256), d("f32", 1025, 64, 2),
+                                      d("fp8e4m3", 1025, 128, 256), d("f32", 1025, 1, 2),
+                                      d("i32", 1025), d("bf16", 1025, 64, 128)),
+     "argument 'a': expected at most 1024 experts (dim 0), got fp8e4m3[1025, 64, 256]"),
+    ("moe_expert_mlp",
+     lambda: raw.moe_expert_mlp(_pin, d("i32", 8), 1, d("bf16", 8, 64, 64), d("bf16", 8, 64, 32),
+                                at(d("bf16", 32, 64), _pin, 128), WSP, 1 << 40),
+     "argument 'expert_output': expected memory disjoint from 'expert_input' or 'expert_input' "
+     "itself (in place), got bf16[32, 64] at "),
+    ("fused_moe_experts", _experts("fused_moe_experts", E=600),
+     "argument 'w_gate_up': expected at most 512 experts (dim 0), got bf16[600, 64, 64]"),
+    ("indexed_expert_mlp", _experts("indexed_expert_mlp", E=5000),
+     "argument 'w_gate_up': expected at most 4096 experts (dim 0), got bf16[5000, 64, 64]"),
+    ("indexed_expert_mlp", _experts("indexed_expert_mlp", T=65, E=1000),
+     "argument 'w_gate_up': expected at most 512 experts (dim 0) on the sorted path, which this "
+     "call takes because T = 65 > 64 (the direct path takes up to 4096 experts at T <= 64, "
+     "T*top_k <= 1024 and 2*F*H < 2^31), got bf16[1000, 64, 64]"),
+    ("fused_moe", _layer(top_k=9),
+     "argument 'top_k': expected 1 to min(16, num_experts=8), got 9"),
+    ("fused_moe", _layer(gating_output=_lg, output=at(d("bf16", 4, 64), _lg)),
+     "argument 'output': expected memory disjoint from 'gating_output', got bf16[4, 64] at "),
+    ("fused_moe_shared_expert", _layer("fused_moe_shared_expert", shared_w_down=None),
+     "argument 'shared_w_down': expected bf16 or f16 tensor of shape [64, 32], got an "
+     "undefined tensor"),
+    ("shared_expert_mlp",
+     lambda: raw.shared_expert_mlp(_sx, d("bf16", 64, 64), d("bf16", 64, 32), _sx, WSP, 1 << 40),
+     "argument 'output': expected memory disjoint from 'hidden_states', got bf16[4, 64] at "),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("op,call,message", TABLE, ids=[f"{o}-{i}" for i, (o, _, _) in
+                                                        enumerate(TABLE)])
+def test_bad_input_table_gives_the_cpp_messages(op, call, message):
+    with pytest.raises(moekit.MoekitError) as info:
+        call()
+    msg = str(info.value)
+    assert msg.startswith(f"moekit::{op}: {message}"), msg
+
+
+def test_workspace_size_queries_refuse_bad_shapes():
+    def q(T):
+        return raw.fused_moe_experts_workspace_size(
+            t("bf16", T, 64, ptr=0), t("bf16", 8, 64, 64, ptr=0), None, None,
+            t("i32", 4, 2, ptr=0), None)  # fmt: skip
+
+    with pytest.raises(moekit.MoekitError, match=re.escape(
+            "moekit::fused_moe_experts: argument 'hidden_states': expected non-negative sizes, "
+            "got bf16[-4, 64]")):  # fmt: skip
+        q(-4)
+    with pytest.raises(moekit.MoekitError, match=re.escape(
+            "moekit::fused_moe_experts: argument 'hidden_states': expected sizes of at most "
+            "2^48, got bf16[4611686018427387904, 64]")):  # fmt: skip
+        q(1 << 62)
+    assert q(4) > 0
+
+
+@pytest.mark.skipif(raw.device_count() > 0, reason="a CUDA device is present (would launch)")
+def test_valid_layer_call_without_a_gpu_names_the_layer():
+    # fused_moe's first step is the FusedTopK kernel; the error names the op called.
+    with pytest.raises(moekit.MoekitError, match=re.escape(
+            "moekit::fused_moe: argument 'stream': expected a CUDA device to launch on, got "
+            "none: cudaGetDevice says")):  # fmt: skip
+        _layer()()

@@ -1,6 +1,9 @@
 // Argument validation shared by every op. Each failure throws moekit::Error with
-// "<op>: argument '<name>': expected <...>, got <...>".
+// "<op>: argument '<name>': expected <...>, got <...>". docs/bad-inputs.md lists what
+// each op refuses.
 #pragma once
+
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <initializer_list>
@@ -13,18 +16,27 @@ namespace moekit::detail {
 
 constexpr int64_t kAnyDim = -1;  // wildcard in an expected shape
 
+// The largest tensor (and workspace) an op takes, in bytes: more than any device holds,
+// and small enough that every size product of validated shapes stays inside 64 bits.
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
+
 std::string shape_string(std::initializer_list<int64_t> shape);
 
 class ArgCheck {
  public:
-  explicit ArgCheck(const char* op) : op_(op) {}
+  // kCall: an op's call (pointers checked too). kShapesOnly: a *_workspace_size query,
+  // which may get null pointers: shapes, dtypes and sizes only.
+  enum class Mode { kCall, kShapesOnly };
+
+  explicit ArgCheck(const char* op, Mode mode = Mode::kCall) : op_(op), mode_(mode) {}
 
   [[noreturn]] void fail(const std::string& arg, const std::string& expected,
                          const std::string& got) const;
 
-  // A required tensor: defined, one of `dtypes`, the given shape (kAnyDim matches
-  // anything), contiguous, non-null when non-empty, data aligned to `align_bytes`
-  // (0 = the dtype's natural alignment).
+  // A required tensor: defined, 0..kMaxDims dims, one of `dtypes`, the given shape
+  // (kAnyDim matches anything), non-negative sizes, at most kMaxTensorBytes, contiguous,
+  // and (kCall) non-null when non-empty with data aligned to `align_bytes` (0 = the
+  // dtype's natural alignment).
   void tensor(const char* name, const TensorView& t, std::initializer_list<DType> dtypes,
               std::initializer_list<int64_t> shape, size_t align_bytes = 0) const;
   // The same checks, only when `t` is defined.
@@ -38,13 +50,80 @@ class ArgCheck {
                const std::string& got) const {
     if (!ok) fail(name, expected, got);
   }
-  // Workspace of at least `needed` bytes (skipped when needed == 0), 256-byte aligned.
+  // A size the kernels hold in 32-bit ints (row counts, TMA coordinates): at most
+  // 2^31-1; `what` names it in the message ("rows (dim 0)").
+  void fits_i32(int64_t value, const char* name, const char* what, const TensorView& t) const {
+    if (value > INT32_MAX) fail_i32(name, what, t);
+  }
+  // `needed` at most kMaxTensorBytes (workspace_size), then a workspace of at least
+  // `needed` bytes (skipped when needed == 0), 256-byte aligned (kShapesOnly: skipped).
   void workspace(const Workspace& ws, size_t needed) const;
+  // A workspace size at most kMaxTensorBytes (shapes that need more are refused).
+  void workspace_size(size_t needed) const;
+
+  // An output that must not share a byte with an input (or another output). Undefined or
+  // empty views overlap nothing. kShapesOnly: skipped.
+  void disjoint(const char* out_name, const TensorView& out, const char* in_name,
+                const TensorView& in) const {
+    if (mode_ == Mode::kCall && ranges_overlap(out, in)) fail_overlap(out_name, out, in_name, in);
+  }
+  // The same, but `out` may be `in` itself (same data pointer and size): in place.
+  void disjoint_or_same(const char* out_name, const TensorView& out, const char* in_name,
+                        const TensorView& in) const {
+    if (mode_ == Mode::kCall && ranges_overlap(out, in) &&
+        !(out.data == in.data && view_bytes(out) == view_bytes(in))) {
+      fail_overlap(out_name, out, in_name, in, /*in_place_ok=*/true);
+    }
+  }
+  // The workspace must not share a byte with a tensor argument.
+  void disjoint_workspace(const Workspace& ws, const char* name, const TensorView& t) const;
+
+  struct Arg {
+    const char* name;
+    const TensorView& t;
+  };
+  // The memory rule of most ops: no output shares a byte with an input or another
+  // output, and the workspace none with any of them. `in_place` (optional): an output
+  // and an input it may also be exactly (disjoint_or_same).
+  void outputs_disjoint(std::initializer_list<Arg> outputs, std::initializer_list<Arg> inputs,
+                        const Workspace& ws = Workspace{}, const Arg* in_place_out = nullptr,
+                        const Arg* in_place_in = nullptr) const;
+
+  // Before an op's first launch (call it only when something will be launched): there
+  // is a current CUDA device, `stream` belongs to it (a launch into another device's
+  // stream fails) and `out` is memory its kernels can write (that device's memory,
+  // managed or pinned host memory, or any host memory where the device can access
+  // pageable memory). Positive answers are cached per thread (a few streams and pointers
+  // per device), so a steady-state call makes no CUDA query. Skipped inside a composite
+  // op (run_composite): the outer op checked. kShapesOnly: skipped.
+  void launch_target(cudaStream_t stream, const char* out_name, const TensorView& out) const;
 
   const char* op() const { return op_; }
+  bool shapes_only() const { return mode_ == Mode::kShapesOnly; }
 
  private:
+  // Bytes of a validated view (inline: these run for every pair of every call).
+  static uint64_t view_bytes(const TensorView& t) {
+    static constexpr uint8_t kSize[] = {0, 2, 2, 4, 4, 1};  // by DType
+    const auto code = static_cast<unsigned>(t.dtype);
+    uint64_t n = code < sizeof kSize ? kSize[code] : 0;
+    for (int i = 0; i < t.ndim && i < kMaxDims; ++i) n *= static_cast<uint64_t>(t.shape[i]);
+    return n;
+  }
+  static bool ranges_overlap(const TensorView& a, const TensorView& b) {
+    return a.data != nullptr && b.data != nullptr &&
+           bytes_overlap(a.data, view_bytes(a), b.data, view_bytes(b));
+  }
+  static bool bytes_overlap(const void* a, uint64_t na, const void* b, uint64_t nb) {
+    const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+    return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+  }
+  [[noreturn]] void fail_overlap(const char* out_name, const TensorView& out, const char* in_name,
+                                 const TensorView& in, bool in_place_ok = false) const;
+  [[noreturn]] void fail_i32(const char* name, const char* what, const TensorView& t) const;
+
   const char* op_;
+  Mode mode_;
 };
 
 // ArgCheck::require whose message arguments are evaluated only when `ok` is false: the
@@ -57,5 +136,34 @@ class ArgCheck {
 
 // Throws moekit::Error naming the op when the last launch failed.
 void check_launch(const char* op);
+
+// While alive (per thread), ArgCheck::launch_target is skipped: the launches of a
+// composite op, which checked its own launch target.
+class CompositeScope {
+ public:
+  CompositeScope();
+  ~CompositeScope();
+  CompositeScope(const CompositeScope&) = delete;
+  CompositeScope& operator=(const CompositeScope&) = delete;
+};
+
+// `message` of an error raised inside composite op `op`, naming `op` first:
+// "moekit::<inner>: <rest>" -> "moekit::<op>: in <inner>: <rest>"; "moekit: <rest>" ->
+// "moekit::<op>: <rest>"; a message that already names `op` is kept.
+std::string rename_error(const char* op, const std::string& message);
+
+// Runs the launches of composite op `op` (one whose launches go through other ops or
+// launch paths that name themselves): their launch-target checks are skipped, and a
+// moekit::Error they throw is rethrown naming `op` (rename_error), so the caller reads
+// the op it called.
+template <class Fn>
+void run_composite(const char* op, Fn&& launches) {
+  CompositeScope scope;
+  try {
+    launches();
+  } catch (const Error& e) {
+    throw Error(rename_error(op, e.what()));
+  }
+}
 
 }  // namespace moekit::detail

@@ -40,15 +40,21 @@ size_t dtype_size(DType dtype) {
   return 0;
 }
 
+// ndim clamped to the storage: a view whose ndim was set out of range never reads past
+// its shape and stride arrays (ArgCheck refuses it; describe() says so).
+static int stored_dims(int ndim) {
+  return ndim < 0 ? 0 : ndim > kMaxDims ? kMaxDims : ndim;
+}
+
 int64_t TensorView::numel() const {
   int64_t n = 1;
-  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  for (int d = 0; d < stored_dims(ndim); ++d) n *= shape[d];
   return n;
 }
 
 bool TensorView::is_contiguous() const {
   int64_t expected = 1;
-  for (int d = ndim - 1; d >= 0; --d) {
+  for (int d = stored_dims(ndim) - 1; d >= 0; --d) {
     if (shape[d] != 1 && stride[d] != expected) return false;
     expected *= shape[d];
   }
@@ -58,7 +64,9 @@ bool TensorView::is_contiguous() const {
 std::string TensorView::describe() const {
   if (!defined()) return "undefined";
   // Plain string appends, no ostringstream: some validation paths build this eagerly.
-  std::string s = dtype_name(dtype);
+  std::string s = dtype_size(dtype) ? std::string(dtype_name(dtype))
+                                    : "dtype code " + std::to_string(static_cast<int>(dtype));
+  if (ndim < 0 || ndim > kMaxDims) return s + " with ndim " + std::to_string(ndim) + " (not 0..4)";
   s += "[";
   for (int d = 0; d < ndim; ++d) {
     if (d) s += ", ";
@@ -70,18 +78,26 @@ std::string TensorView::describe() const {
 
 TensorView make_view(const void* data, DType dtype, int ndim, const int64_t* shape) {
   if (ndim < 0 || ndim > kMaxDims) {
-    throw Error("moekit::make_view: ndim: expected 0.." + std::to_string(kMaxDims) + ", got " +
-                std::to_string(ndim));
+    throw Error("moekit::make_view: argument 'ndim': expected 0.." + std::to_string(kMaxDims) +
+                ", got " + std::to_string(ndim));
+  }
+  for (int d = 0; d < ndim; ++d) {
+    if (shape[d] < 0) {
+      std::string dims;
+      for (int i = 0; i < ndim; ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+      throw Error("moekit::make_view: argument 'shape': expected non-negative sizes, got [" + dims +
+                  "]");
+    }
   }
   TensorView v;
   v.data = const_cast<void*>(data);
   v.dtype = dtype;
   v.ndim = ndim;
-  int64_t s = 1;
+  uint64_t s = 1;  // unsigned: absurd sizes wrap instead of overflowing (ArgCheck refuses them)
   for (int d = ndim - 1; d >= 0; --d) {
     v.shape[d] = shape[d];
-    v.stride[d] = s;
-    s *= shape[d];
+    v.stride[d] = static_cast<int64_t>(s);
+    s *= static_cast<uint64_t>(shape[d]);
   }
   return v;
 }

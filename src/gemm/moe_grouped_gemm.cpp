@@ -58,8 +58,12 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
   check.tensor("b", args.b, {DType::kBF16, DType::kF16}, {kAnyDim, kAnyDim, kAnyDim}, 16);
   check.same_dtype("b", args.b, "a", args.a);
   const int64_t E = args.b.shape[0], b_rows = args.b.shape[1], Kd = args.b.shape[2];
-  check.require(E <= kMaxExperts, "b", "at most " + str(kMaxExperts) + " experts (dim 0)",
-                args.b.describe());
+  MOEKIT_REQUIRE(check, E <= kMaxExperts, "b", "at most " + str(kMaxExperts) + " experts (dim 0)",
+                 args.b.describe());
+  // The SM90 kernels (the heuristic's pick wherever these pass 2^31) hold b rows, Kd and
+  // the rows of a in 32-bit TMA coordinates and kernel parameters.
+  check.fits_i32(b_rows, "b", "rows per expert (dim 1)", args.b);
+  check.fits_i32(Kd, "b", "columns Kd (dim 2)", args.b);
   check.require(Kd % 8 == 0, "b", "Kd (dim 2) a multiple of 8", args.b.describe());
   if (silu) {
     check.require(b_rows % 2 == 0, "b",
@@ -76,6 +80,9 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
     check.require(args.a.shape[0] == E, "a", "dim 0 = E = " + str(E) + " (b's dim 0)",
                   args.a.describe());
   }
+  // Contiguous: P rows; masked: E slabs of max_m rows, one TMA tensor of E*max_m rows.
+  check.fits_i32(masked ? E * args.layout.max_m : args.a.shape[0], "a",
+                 masked ? "rows in all (E*max_m)" : "rows (dim 0)", args.a);
   check.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {E});
   const int64_t rows = masked ? args.layout.max_m : args.a.shape[0];
   if (masked) {
@@ -88,6 +95,11 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
   if (args.workspace.data != nullptr || args.workspace.bytes != 0) {
     check.workspace(args.workspace, grouped_gemm_workspace_size(args));
   }
+  check.outputs_disjoint({{"c", args.c}},
+                         {{"a", args.a}, {"b", args.b}, {"layout_metadata", args.layout_metadata}},
+                         args.workspace);
+  if (rows == 0 || N == 0 || E == 0) return;  // nothing to launch
+  check.launch_target(stream, "c", args.c);
 
   detail::GroupedGemmProblem p;
   p.in_dtype = args.a.dtype;
@@ -130,6 +142,13 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream) {
   check.tensor("b_scale", args.b_scale, {DType::kF32}, {E, NB, KB});
   check.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {E});
   check.tensor("c", args.c, {DType::kBF16}, {E, max_m, N}, 16);
+  check.outputs_disjoint({{"c", args.c}}, {{"a", args.a},
+                                           {"a_scale", args.a_scale},
+                                           {"b", args.b},
+                                           {"b_scale", args.b_scale},
+                                           {"layout_metadata", args.layout_metadata}});
+  if (max_m == 0 || N == 0 || E == 0) return;  // nothing to launch
+  check.launch_target(stream, "c", args.c);
 
   detail::GroupedGemmFP8Problem p;
   p.a = args.a.data;

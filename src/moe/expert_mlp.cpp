@@ -60,43 +60,43 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
 
 namespace {
 
-struct ExpertMLPPlan {
-  detail::MoEShapes s;
-  int64_t P = 0;
-};
+// The grouped GEMMs' limit on groups (the SM90 kernels' group table; moe_grouped_gemm's).
+constexpr int64_t kExpertMlpMaxExperts = 1024;
 
-// Shapes from the views alone (no throwing: used by the size query too).
-ExpertMLPPlan expert_mlp_plan(const ExpertMLPArgs& a) {
-  ExpertMLPPlan p;
-  p.s.dtype = a.expert_input.dtype;
-  p.P = detail::dim_or_zero(a.expert_input, 0);
-  p.s.H = detail::dim_or_zero(a.expert_input, 1);
-  p.s.E = detail::dim_or_zero(a.w_gate_up, 0);
-  p.s.F = detail::dim_or_zero(a.w_gate_up, 1) / 2;
-  return p;
+// expert_input [P, H] and w_gate_up [E, 2F, H]: what the workspace size depends on.
+detail::MoEShapes check_expert_mlp_shapes(const detail::ArgCheck& c, const ExpertMLPArgs& a) {
+  detail::MoEShapes s = detail::check_hidden(c, "expert_input", a.expert_input);
+  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "expert_input", a.expert_input,
+                        /*experts=*/true);
+  MOEKIT_REQUIRE(c, s.E <= kExpertMlpMaxExperts, "w_gate_up",
+                 "at most " + detail::str(kExpertMlpMaxExperts) + " experts (dim 0)",
+                 a.w_gate_up.describe());
+  return s;
 }
 
-size_t expert_mlp_act_bytes(const ExpertMLPPlan& p) {
-  return static_cast<size_t>(p.P * p.s.F) * dtype_size(p.s.dtype);
+// act [P, F] in the dtype (P = s.T), then the GEMMs' tile counters.
+size_t expert_mlp_bytes(const detail::MoEShapes& s) {
+  if (s.T == 0) return 0;
+  detail::WorkspaceCarver ws(nullptr);
+  ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
+  ws.take(detail::kExpertMlpCounterBytes);
+  return ws.bytes();
 }
 
 }  // namespace
 
 size_t expert_mlp_workspace_size(const ExpertMLPArgs& args) {
-  ExpertMLPPlan p = expert_mlp_plan(args);
-  if (p.P == 0) return 0;
-  detail::WorkspaceCarver ws(nullptr);
-  ws.take(expert_mlp_act_bytes(p));
-  ws.take(detail::kExpertMlpCounterBytes);
-  return ws.bytes();
+  return detail::workspace_query("moe_expert_mlp", [&](const detail::ArgCheck& c) {
+    return expert_mlp_bytes(check_expert_mlp_shapes(c, args));
+  });
 }
 
 void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
   detail::ArgCheck c("moe_expert_mlp");
-  detail::MoEShapes s = detail::check_hidden(c, "expert_input", args.expert_input);
+  detail::MoEShapes s = check_expert_mlp_shapes(c, args);
   const int64_t P = s.T;
-  detail::check_mlp_weights(c, s, "w_gate_up", args.w_gate_up, "w_down", args.w_down,
-                            "expert_input", args.expert_input, /*experts=*/true);
+  detail::check_down(c, s, "w_down", args.w_down, "expert_input", args.expert_input,
+                     /*experts=*/true);
   c.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {s.E});
   MOEKIT_REQUIRE(c, args.layout.kind == PermutedLayout::Kind::kContiguous, "layout",
                  "a contiguous(alignment) layout", "masked");
@@ -104,31 +104,60 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
                  "alignment " + detail::str(args.layout.alignment));
   c.tensor("expert_output", args.expert_output, {DType::kBF16, DType::kF16}, {P, s.H}, 16);
   c.same_dtype("expert_output", args.expert_output, "expert_input", args.expert_input);
-  const size_t needed = expert_mlp_workspace_size(args);
+  const size_t needed = expert_mlp_bytes(s);
   c.workspace(args.workspace, needed);
+  // In place (expert_output == expert_input) works: a group's input rows are dead once
+  // its gate/up GEMM tiles have run, before any down tile of the group stores.
+  const detail::ArgCheck::Arg out{"expert_output", args.expert_output};
+  const detail::ArgCheck::Arg in{"expert_input", args.expert_input};
+  c.outputs_disjoint({out},
+                     {in,
+                      {"layout_metadata", args.layout_metadata},
+                      {"w_gate_up", args.w_gate_up},
+                      {"w_down", args.w_down}},
+                     args.workspace, &out, &in);
   if (P == 0) return;
+  c.launch_target(stream, "expert_output", args.expert_output);
 
   detail::WorkspaceCarver ws(args.workspace.data);
-  void* act = ws.take(expert_mlp_act_bytes(expert_mlp_plan(args)));
+  void* act = ws.take(static_cast<size_t>(P * s.F) * dtype_size(s.dtype));
   void* counters = ws.take(detail::kExpertMlpCounterBytes);
-  detail::run_expert_mlp_gemms(s.dtype, args.expert_input.data, P,
-                               static_cast<const int32_t*>(args.layout_metadata.data),
-                               args.layout.alignment, s.E, s.H, s.F, args.w_gate_up.data,
-                               args.w_down.data, act, args.expert_output.data,
-                               /*routed_counts=*/false, counters, stream);
+  detail::run_composite("moe_expert_mlp", [&] {
+    detail::run_expert_mlp_gemms(s.dtype, args.expert_input.data, P,
+                                 static_cast<const int32_t*>(args.layout_metadata.data),
+                                 args.layout.alignment, s.E, s.H, s.F, args.w_gate_up.data,
+                                 args.w_down.data, act, args.expert_output.data,
+                                 /*routed_counts=*/false, counters, stream);
+  });
 }
 
 // ---- SharedExpertMLPFwd ----
 
-size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args) {
-  const int64_t T = detail::dim_or_zero(args.hidden_states, 0);
-  const int64_t H = detail::dim_or_zero(args.hidden_states, 1);
-  const int64_t S = detail::dim_or_zero(args.w_gate_up, 0) / 2;
-  if (T == 0) return 0;
+namespace {
+
+// hidden_states [T, H] and w_gate_up [2S, H]: what the workspace size depends on.
+detail::MoEShapes check_shared_mlp_shapes(const detail::ArgCheck& c, const SharedExpertMLPArgs& a) {
+  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
+  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
+                        /*experts=*/false);
+  return s;
+}
+
+// act [T, S] in the dtype, then the dense MLP's stream-K scratch (s.F = S).
+size_t shared_mlp_bytes(const detail::MoEShapes& s) {
+  if (s.T == 0) return 0;
   detail::WorkspaceCarver ws(nullptr);
-  ws.take(static_cast<size_t>(T * S) * dtype_size(args.hidden_states.dtype));
-  detail::take_dense_mlp_scratch(ws, args.hidden_states.dtype, T, H, S);
+  ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
+  detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
   return ws.bytes();
+}
+
+}  // namespace
+
+size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args) {
+  return detail::workspace_query("shared_expert_mlp", [&](const detail::ArgCheck& c) {
+    return shared_mlp_bytes(check_shared_mlp_shapes(c, args));
+  });
 }
 
 namespace detail {
@@ -189,17 +218,28 @@ void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
 
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
   detail::ArgCheck c("shared_expert_mlp");
-  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", args.hidden_states);
-  detail::check_mlp_weights(c, s, "w_gate_up", args.w_gate_up, "w_down", args.w_down,
-                            "hidden_states", args.hidden_states, /*experts=*/false);
+  detail::MoEShapes s = check_shared_mlp_shapes(c, args);
+  detail::check_down(c, s, "w_down", args.w_down, "hidden_states", args.hidden_states,
+                     /*experts=*/false);
   detail::check_output(c, "output", args.output, s, "hidden_states", args.hidden_states);
-  c.workspace(args.workspace, shared_expert_mlp_workspace_size(args));
+  const size_t needed = shared_mlp_bytes(s);
+  c.workspace(args.workspace, needed);
+  // Not in place: its dense paths (some one kernel for both projections) are not shown
+  // safe with out == x.
+  c.outputs_disjoint({{"output", args.output}},
+                     {{"hidden_states", args.hidden_states},
+                      {"w_gate_up", args.w_gate_up},
+                      {"w_down", args.w_down}},
+                     args.workspace);
   if (s.T == 0) return;
+  c.launch_target(stream, "output", args.output);
   detail::WorkspaceCarver ws(args.workspace.data);
   void* act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
   void* scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
-  detail::run_dense_mlp(s.dtype, args.hidden_states.data, s.T, s.H, s.F, args.w_gate_up.data,
-                        args.w_down.data, act, args.output.data, s.dtype, scratch, stream);
+  detail::run_composite("shared_expert_mlp", [&] {
+    detail::run_dense_mlp(s.dtype, args.hidden_states.data, s.T, s.H, s.F, args.w_gate_up.data,
+                          args.w_down.data, act, args.output.data, s.dtype, scratch, stream);
+  });
 }
 
 }  // namespace moekit

@@ -2,6 +2,7 @@
 // compositions of routing, permutation, grouped GEMMs and the direct small-batch
 // kernels. See docs/moe.md for the workspace layouts and the path heuristics.
 #include <algorithm>
+#include <string>
 
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
@@ -9,6 +10,7 @@
 #include "moekit/permute.h"
 #include "moekit/routing.h"
 #include "permute/permute_kernels.h"
+#include "routing/fused_topk_kernel.h"
 #include "routing/topk_params_check.h"
 
 namespace moekit {
@@ -160,47 +162,88 @@ bool layer_takes_direct(const MoEShapes& s) {
 
 namespace {
 
-// The permuted path sorts routes with moe_pre_permute, which handles up to
-// kPermuteMaxExperts experts; the direct path handles up to kDirectMaxExperts.
+// Why a call whose experts the direct path could take runs the sorted path (the
+// direct path's conditions, direct_path_eligible).
+std::string sorted_path_reason(const detail::MoEShapes& s) {
+  if (s.T > detail::kDirectMaxTokens) {
+    return "T = " + detail::str(s.T) + " > " + detail::str(detail::kDirectMaxTokens);
+  }
+  if (s.T * s.K > detail::kDirectMaxRoutes) {
+    return "T*top_k = " + detail::str(s.T * s.K) + " > " + detail::str(detail::kDirectMaxRoutes);
+  }
+  if (2 * s.F * s.H >= (int64_t{1} << 31))
+    return "2*F*H = " + detail::str(2 * s.F * s.H) + " >= 2^31";
+  return "?";
+}
+
+// The sorted path sorts routes with moe_pre_permute, which handles up to
+// kPermuteMaxExperts experts; the direct path (small batches) up to kDirectMaxExperts.
+// `could_be_direct`: the op has a direct path (all but fused_moe_experts).
 void check_path_experts(const detail::ArgCheck& c, const detail::MoEShapes& s, bool direct,
-                        const TensorView& w_gate_up) {
-  const int64_t max_e = direct ? detail::kDirectMaxExperts : detail::kPermuteMaxExperts;
-  MOEKIT_REQUIRE(c, s.E <= max_e, "w_gate_up",
-                 "at most " + detail::str(max_e) + " experts (dim 0)" +
-                     (direct ? "" : " for this batch size (sorted path)"),
-                 w_gate_up.describe());
+                        bool could_be_direct, const TensorView& w_gate_up) {
+  if (direct || s.E <= detail::kPermuteMaxExperts) return;
+  const std::string limit =
+      "at most " + detail::str(detail::kPermuteMaxExperts) + " experts (dim 0)";
+  if (!could_be_direct) c.fail("w_gate_up", limit, w_gate_up.describe());
+  if (s.E > detail::kDirectMaxExperts) {
+    c.fail("w_gate_up", "at most " + detail::str(detail::kDirectMaxExperts) + " experts (dim 0)",
+           w_gate_up.describe());
+  }
+  c.fail("w_gate_up",
+         limit + " on the sorted path, which this call takes because " + sorted_path_reason(s) +
+             " (the direct path takes up to " + detail::str(detail::kDirectMaxExperts) +
+             " experts at T <= " + detail::str(detail::kDirectMaxTokens) +
+             ", T*top_k <= " + detail::str(detail::kDirectMaxRoutes) + " and 2*F*H < 2^31)",
+         w_gate_up.describe());
 }
 
 // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
 
-detail::MoEShapes experts_shapes(const FusedMoEExpertsArgs& a) {
-  detail::MoEShapes s;
-  s.dtype = a.hidden_states.dtype;
-  s.T = detail::dim_or_zero(a.hidden_states, 0);
-  s.H = detail::dim_or_zero(a.hidden_states, 1);
-  s.E = detail::dim_or_zero(a.w_gate_up, 0);
-  s.F = detail::dim_or_zero(a.w_gate_up, 1) / 2;
-  s.K = detail::dim_or_zero(a.topk_ids, 1);
+// hidden_states, w_gate_up and topk_ids: what the workspace size depends on. Returns the
+// shapes and whether the call runs the direct path.
+detail::MoEShapes check_experts_shapes(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a,
+                                       bool allow_direct, bool& direct) {
+  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
+  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
+                        /*experts=*/true);
+  detail::check_topk_ids(c, s, a.topk_ids);
+  direct = allow_direct && detail::indexed_takes_direct(s);
+  check_path_experts(c, s, direct, allow_direct, a.w_gate_up);
   return s;
 }
 
-detail::MoEShapes check_experts_args(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a) {
-  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
-  detail::check_mlp_weights(c, s, "w_gate_up", a.w_gate_up, "w_down", a.w_down, "hidden_states",
-                            a.hidden_states, /*experts=*/true);
-  detail::check_topk(c, s, a.topk_weights, a.topk_ids);
-  detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
-  return s;
+size_t experts_workspace_size(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct) {
+  return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
+    bool direct = false;
+    const detail::MoEShapes s = check_experts_shapes(c, a, allow_direct, direct);
+    return detail::routed_experts_workspace_size(s, direct);
+  });
 }
 
 void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct,
                     cudaStream_t stream) {
   detail::ArgCheck c(op);
-  detail::MoEShapes s = check_experts_args(c, a);
-  const bool direct = allow_direct && detail::indexed_takes_direct(s);
-  check_path_experts(c, s, direct, a.w_gate_up);
-  c.workspace(a.workspace, detail::routed_experts_workspace_size(s, direct));
+  bool direct = false;
+  detail::MoEShapes s = check_experts_shapes(c, a, allow_direct, direct);
+  detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states,
+                     /*experts=*/true);
+  c.tensor("topk_weights", a.topk_weights, {DType::kF32}, {s.T, s.K});
+  detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
+  const size_t needed = detail::routed_experts_workspace_size(s, direct);
+  c.workspace(a.workspace, needed);
+  // In place (output == hidden_states) works: the hidden states are read by the first
+  // kernel (the gather or the direct gate/up stage), the output written by the last.
+  const detail::ArgCheck::Arg out{"output", a.output};
+  const detail::ArgCheck::Arg in{"hidden_states", a.hidden_states};
+  c.outputs_disjoint({out},
+                     {in,
+                      {"w_gate_up", a.w_gate_up},
+                      {"w_down", a.w_down},
+                      {"topk_weights", a.topk_weights},
+                      {"topk_ids", a.topk_ids}},
+                     a.workspace, &out, &in);
   if (s.T == 0) return;
+  c.launch_target(stream, "output", a.output);
   detail::RoutedExperts p;
   p.s = s;
   p.direct = direct;
@@ -210,13 +253,13 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   p.topk_weights = static_cast<const float*>(a.topk_weights.data);
   p.topk_ids = static_cast<const int32_t*>(a.topk_ids.data);
   p.output = a.output.data;
-  detail::run_routed_experts(p, a.workspace.data, stream);
+  detail::run_composite(op, [&] { detail::run_routed_experts(p, a.workspace.data, stream); });
 }
 
 }  // namespace
 
 size_t fused_moe_experts_workspace_size(const FusedMoEExpertsArgs& args) {
-  return detail::routed_experts_workspace_size(experts_shapes(args), /*direct=*/false);
+  return experts_workspace_size("fused_moe_experts", args, /*allow_direct=*/false);
 }
 
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream) {
@@ -224,8 +267,7 @@ void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream) {
 }
 
 size_t indexed_expert_mlp_workspace_size(const IndexedExpertMLPArgs& args) {
-  const detail::MoEShapes s = experts_shapes(args);
-  return detail::routed_experts_workspace_size(s, detail::indexed_takes_direct(s));
+  return experts_workspace_size("indexed_expert_mlp", args, /*allow_direct=*/true);
 }
 
 void indexed_expert_mlp(const IndexedExpertMLPArgs& args, cudaStream_t stream) {
@@ -236,16 +278,6 @@ void indexed_expert_mlp(const IndexedExpertMLPArgs& args, cudaStream_t stream) {
 
 namespace {
 
-detail::MoEShapes moe_shapes(const FusedMoEArgs& a) {
-  detail::MoEShapes s;
-  s.dtype = a.hidden_states.dtype;
-  s.T = detail::dim_or_zero(a.hidden_states, 0);
-  s.H = detail::dim_or_zero(a.hidden_states, 1);
-  s.E = detail::dim_or_zero(a.w_gate_up, 0);
-  s.F = detail::dim_or_zero(a.w_gate_up, 1) / 2;
-  s.K = std::max(a.params.top_k, 0);
-  return s;
-}
 
 struct LayerBuffers {
   float* topk_weights = nullptr;   // [T, K]
@@ -273,36 +305,93 @@ size_t layer_workspace_size(const detail::MoEShapes& s, int64_t S) {
   if (s.T == 0) return 0;
   detail::WorkspaceCarver ws(nullptr);
   carve_layer(s, S, ws);
-  return ws.bytes() + detail::routed_experts_workspace_size(s, detail::layer_takes_direct(s));
+  ws.take(detail::routed_experts_workspace_size(s, detail::layer_takes_direct(s)));
+  return ws.bytes();
+}
+
+// hidden_states, w_gate_up and top_k: what the routed layer's workspace size depends on.
+detail::MoEShapes check_layer_shapes(const detail::ArgCheck& c, const FusedMoEArgs& a) {
+  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
+  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
+                        /*experts=*/true);
+  const int K = a.params.top_k;
+  MOEKIT_REQUIRE(
+      c, K >= 1 && K <= detail::kTopKMaxK && K <= s.E, "top_k",
+      "1 to min(" + detail::str(detail::kTopKMaxK) + ", num_experts=" + detail::str(s.E) + ")",
+      detail::str(K));
+  s.K = K;
+  MOEKIT_REQUIRE(c, s.T * s.K <= INT32_MAX, "hidden_states", "at most 2^31-1 routes (T*top_k)",
+                 a.hidden_states.describe());
+  // The routing's limit, below both paths' (so no path check).
+  MOEKIT_REQUIRE(
+      c, s.E <= detail::kTopKMaxExperts, "w_gate_up",
+      "at most " + detail::str(detail::kTopKMaxExperts) + " experts (dim 0; the routing's limit)",
+      a.w_gate_up.describe());
+  return s;
+}
+
+// The shared expert's width S (0: none) from shared_w_gate_up [2S, H], when given.
+int64_t check_shared_width(const detail::ArgCheck& c, const detail::MoEShapes& s,
+                           const FusedMoESharedExpertArgs& a) {
+  if (!a.shared_w_gate_up.defined()) return 0;
+  detail::MoEShapes shared = s;
+  detail::check_gate_up(c, shared, "shared_w_gate_up", a.shared_w_gate_up, "hidden_states",
+                        a.moe.hidden_states, /*experts=*/false);
+  return shared.F;
+}
+
+size_t layer_workspace_query(const char* op, const FusedMoEArgs& a,
+                             const FusedMoESharedExpertArgs* shared) {
+  return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
+    const detail::MoEShapes s = check_layer_shapes(c, a);
+    return layer_workspace_size(s, shared ? check_shared_width(c, s, *shared) : 0);
+  });
 }
 
 detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs& a) {
-  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
-  detail::check_mlp_weights(c, s, "w_gate_up", a.w_gate_up, "w_down", a.w_down, "hidden_states",
-                            a.hidden_states, /*experts=*/true);
+  detail::MoEShapes s = check_layer_shapes(c, a);
+  detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states, /*experts=*/true);
   c.tensor("gating_output", a.gating_output, {DType::kBF16, DType::kF16, DType::kF32}, {s.T, s.E});
   // The routing checks of fused_topk, reported under this op's name.
   detail::check_routing_inputs(c, a.gating_output, a.correction_bias, a.params);
-  s.K = a.params.top_k;
-  MOEKIT_REQUIRE(c, s.T * s.K <= INT32_MAX, "hidden_states", "at most 2^31-1 routes (T*top_k)",
-                 a.hidden_states.describe());
   detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
   return s;
 }
 
-// Routing (fused_topk into the workspace), optional shared MLP, routed experts.
+// The layer's memory rule: output may be hidden_states itself (every kernel that reads
+// the hidden states runs before the last one, which writes the output), else disjoint
+// from every input and the workspace.
+void check_layer_memory(const detail::ArgCheck& c, const FusedMoEArgs& a, const TensorView& s_gu,
+                        const TensorView& s_down) {
+  const detail::ArgCheck::Arg out{"output", a.output};
+  const detail::ArgCheck::Arg in{"hidden_states", a.hidden_states};
+  c.outputs_disjoint({out},
+                     {in,
+                      {"gating_output", a.gating_output},
+                      {"correction_bias", a.correction_bias},
+                      {"w_gate_up", a.w_gate_up},
+                      {"w_down", a.w_down},
+                      {"shared_w_gate_up", s_gu},
+                      {"shared_w_down", s_down}},
+                     a.workspace, &out, &in);
+}
+
+// Routing (the FusedTopK kernel into the workspace), optional shared MLP, routed experts.
 void run_layer(const FusedMoEArgs& a, const detail::MoEShapes& s, const TensorView* shared_gu,
                const TensorView* shared_down, int64_t S, cudaStream_t stream) {
   detail::WorkspaceCarver ws(a.workspace.data);
   LayerBuffers b = carve_layer(s, S, ws);
-  FusedTopKArgs topk;
-  topk.gating_output = a.gating_output;
-  topk.correction_bias = a.correction_bias;
-  topk.params = a.params;
-  topk.topk_weights = make_view(b.topk_weights, DType::kF32, {s.T, s.K});
-  topk.topk_ids = make_view(b.topk_ids, DType::kI32, {s.T, s.K});
   // The routing inputs were validated under the layer op's name (check_layer_args).
-  fused_topk(topk, stream);
+  detail::FusedTopKLaunch topk;
+  topk.gating = a.gating_output.data;
+  topk.dtype = a.gating_output.dtype;
+  topk.bias = a.correction_bias.defined() ? a.correction_bias.ptr<const float>() : nullptr;
+  topk.num_tokens = s.T;
+  topk.num_experts = static_cast<int>(s.E);
+  topk.params = a.params;
+  topk.topk_weights = b.topk_weights;
+  topk.topk_ids = b.topk_ids;
+  detail::launch_fused_topk(topk, stream);
   if (S > 0) {
     // The shared expert's output stays f32 and is added in the routed combine, so
     // the layer output is rounded once.
@@ -323,32 +412,32 @@ void run_layer(const FusedMoEArgs& a, const detail::MoEShapes& s, const TensorVi
   detail::run_routed_carved(p, ws, stream);
 }
 
-int64_t shared_inner(const FusedMoESharedExpertArgs& a) {
-  return detail::dim_or_zero(a.shared_w_gate_up, 0) / 2;
-}
-
 }  // namespace
 
 size_t fused_moe_workspace_size(const FusedMoEArgs& args) {
-  return layer_workspace_size(moe_shapes(args), 0);
+  return layer_workspace_query("fused_moe", args, nullptr);
 }
 
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
-  detail::ArgCheck c("fused_moe");
-  detail::MoEShapes s = check_layer_args(c, args);
-  check_path_experts(c, s, detail::layer_takes_direct(s), args.w_gate_up);
-  c.workspace(args.workspace, layer_workspace_size(s, 0));
+  const char* op = "fused_moe";
+  detail::ArgCheck c(op);
+  const detail::MoEShapes s = check_layer_args(c, args);
+  const size_t needed = layer_workspace_size(s, 0);
+  c.workspace(args.workspace, needed);
+  check_layer_memory(c, args, TensorView{}, TensorView{});
   if (s.T == 0) return;
-  run_layer(args, s, nullptr, nullptr, 0, stream);
+  c.launch_target(stream, "output", args.output);
+  detail::run_composite(op, [&] { run_layer(args, s, nullptr, nullptr, 0, stream); });
 }
 
 size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args) {
-  return layer_workspace_size(moe_shapes(args.moe), shared_inner(args));
+  return layer_workspace_query("fused_moe_shared_expert", args.moe, &args);
 }
 
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream) {
-  detail::ArgCheck c("fused_moe_shared_expert");
-  detail::MoEShapes s = check_layer_args(c, args.moe);
+  const char* op = "fused_moe_shared_expert";
+  detail::ArgCheck c(op);
+  const detail::MoEShapes s = check_layer_args(c, args.moe);
   // Both shared weights absent: no shared expert, the routed layer alone (a model whose
   // layer has none can call one entry point). One of the two alone is an error.
   const bool has_shared = args.shared_w_gate_up.defined() || args.shared_w_down.defined();
@@ -360,14 +449,18 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
                               /*experts=*/false);
     S = shared.F;
   }
-  check_path_experts(c, s, detail::layer_takes_direct(s), args.moe.w_gate_up);
-  c.workspace(args.moe.workspace, layer_workspace_size(s, S));
+  const size_t needed = layer_workspace_size(s, S);
+  c.workspace(args.moe.workspace, needed);
+  check_layer_memory(c, args.moe, args.shared_w_gate_up, args.shared_w_down);
   if (s.T == 0) return;
-  if (has_shared) {
-    run_layer(args.moe, s, &args.shared_w_gate_up, &args.shared_w_down, S, stream);
-  } else {
-    run_layer(args.moe, s, nullptr, nullptr, 0, stream);
-  }
+  c.launch_target(stream, "output", args.moe.output);
+  detail::run_composite(op, [&] {
+    if (has_shared) {
+      run_layer(args.moe, s, &args.shared_w_gate_up, &args.shared_w_down, S, stream);
+    } else {
+      run_layer(args.moe, s, nullptr, nullptr, 0, stream);
+    }
+  });
 }
 
 }  // namespace moekit

@@ -19,7 +19,10 @@ class WorkspaceCarver {
   explicit WorkspaceCarver(void* base) : base_(static_cast<char*>(base)) {}
   void* take(size_t bytes) {
     void* p = base_ ? base_ + offset_ : nullptr;
-    offset_ += (bytes + 255) / 256 * 256;
+    // Saturates at SIZE_MAX (a size query then reports the overflow, ArgCheck::
+    // workspace_size) instead of wrapping.
+    const size_t rounded = bytes > SIZE_MAX - 255 ? SIZE_MAX : (bytes + 255) / 256 * 256;
+    offset_ = offset_ > SIZE_MAX - rounded ? SIZE_MAX : offset_ + rounded;
     return p;
   }
   size_t bytes() const { return offset_; }

@@ -19,7 +19,8 @@ inline std::string str(int64_t v) {
   return std::to_string(v);
 }
 
-// hidden [T, H] bf16/f16 with H a positive multiple of 8. Returns dtype, T, H.
+// hidden [T, H] bf16/f16 with H a positive multiple of 8; T (GEMM rows) and H within
+// the kernels' 32-bit sizes. Returns dtype, T, H.
 inline MoEShapes check_hidden(const ArgCheck& c, const char* name, const TensorView& hidden) {
   c.tensor(name, hidden, {DType::kBF16, DType::kF16}, {kAnyDim, kAnyDim}, 16);
   MoEShapes s;
@@ -28,47 +29,79 @@ inline MoEShapes check_hidden(const ArgCheck& c, const char* name, const TensorV
   s.H = hidden.size(1);
   MOEKIT_REQUIRE(c, s.H > 0 && s.H % 8 == 0, name,
                  "a hidden size (dim 1) that is a positive multiple of 8", hidden.describe());
+  c.fits_i32(s.T, name, "rows (dim 0)", hidden);
+  c.fits_i32(s.H, name, "columns (dim 1)", hidden);
   return s;
 }
 
-// A gated MLP's weights: w_gate_up [(E,) 2F, H], w_down [(E,) H, F]; fills s.E (1 for
-// dense) and s.F. `experts` selects the 3-d (per-expert) form.
+// A gated MLP's w_gate_up [(E,) 2F, H]: fills s.E (1 for dense) and s.F. `experts`
+// selects the 3-d (per-expert) form.
+inline void check_gate_up(const ArgCheck& c, MoEShapes& s, const char* name,
+                          const TensorView& w_gate_up, const char* dtype_ref_name,
+                          const TensorView& dtype_ref, bool experts) {
+  const char* inner = experts ? "F" : "S";
+  if (experts) {
+    c.tensor(name, w_gate_up, {DType::kBF16, DType::kF16}, {kAnyDim, kAnyDim, s.H}, 16);
+  } else {
+    c.tensor(name, w_gate_up, {DType::kBF16, DType::kF16}, {kAnyDim, s.H}, 16);
+  }
+  c.same_dtype(name, w_gate_up, dtype_ref_name, dtype_ref);
+  s.E = experts ? w_gate_up.size(0) : 1;
+  const int64_t two_f = w_gate_up.size(experts ? 1 : 0);
+  MOEKIT_REQUIRE(c, s.E > 0, name, "at least one expert (dim 0)", w_gate_up.describe());
+  MOEKIT_REQUIRE(
+      c, two_f > 0 && two_f % 16 == 0, name,
+      std::string("2*") + inner + " gate+up rows with " + inner + " a positive multiple of 8",
+      w_gate_up.describe());
+  c.fits_i32(two_f, name, experts ? "gate+up rows per expert (dim 1)" : "gate+up rows (dim 0)",
+             w_gate_up);
+  s.F = two_f / 2;
+}
+
+// Its w_down [(E,) H, F].
+inline void check_down(const ArgCheck& c, const MoEShapes& s, const char* name,
+                       const TensorView& w_down, const char* dtype_ref_name,
+                       const TensorView& dtype_ref, bool experts) {
+  if (experts) {
+    c.tensor(name, w_down, {DType::kBF16, DType::kF16}, {s.E, s.H, s.F}, 16);
+  } else {
+    c.tensor(name, w_down, {DType::kBF16, DType::kF16}, {s.H, s.F}, 16);
+  }
+  c.same_dtype(name, w_down, dtype_ref_name, dtype_ref);
+}
+
 inline void check_mlp_weights(const ArgCheck& c, MoEShapes& s, const char* gu_name,
                               const TensorView& w_gate_up, const char* down_name,
                               const TensorView& w_down, const char* dtype_ref_name,
                               const TensorView& dtype_ref, bool experts) {
-  const char* inner = experts ? "F" : "S";
-  if (experts) {
-    c.tensor(gu_name, w_gate_up, {DType::kBF16, DType::kF16}, {kAnyDim, kAnyDim, s.H}, 16);
-  } else {
-    c.tensor(gu_name, w_gate_up, {DType::kBF16, DType::kF16}, {kAnyDim, s.H}, 16);
-  }
-  c.same_dtype(gu_name, w_gate_up, dtype_ref_name, dtype_ref);
-  s.E = experts ? w_gate_up.size(0) : 1;
-  const int64_t two_f = w_gate_up.size(experts ? 1 : 0);
-  MOEKIT_REQUIRE(c, s.E > 0, gu_name, "at least one expert (dim 0)", w_gate_up.describe());
-  MOEKIT_REQUIRE(
-      c, two_f > 0 && two_f % 16 == 0, gu_name,
-      std::string("2*") + inner + " gate+up rows with " + inner + " a positive multiple of 8",
-      w_gate_up.describe());
-  s.F = two_f / 2;
-  if (experts) {
-    c.tensor(down_name, w_down, {DType::kBF16, DType::kF16}, {s.E, s.H, s.F}, 16);
-  } else {
-    c.tensor(down_name, w_down, {DType::kBF16, DType::kF16}, {s.H, s.F}, 16);
-  }
-  c.same_dtype(down_name, w_down, dtype_ref_name, dtype_ref);
+  check_gate_up(c, s, gu_name, w_gate_up, dtype_ref_name, dtype_ref, experts);
+  check_down(c, s, down_name, w_down, dtype_ref_name, dtype_ref, experts);
 }
 
-// topk_ids [T, K] i32 (K >= 1), topk_weights [T, K] f32; fills s.K.
-inline void check_topk(const ArgCheck& c, MoEShapes& s, const TensorView& topk_weights,
-                       const TensorView& topk_ids) {
+// topk_ids [T, K] i32 (K >= 1, T*K routes within 32 bits); fills s.K.
+inline void check_topk_ids(const ArgCheck& c, MoEShapes& s, const TensorView& topk_ids) {
   c.tensor("topk_ids", topk_ids, {DType::kI32}, {s.T, kAnyDim});
   s.K = topk_ids.size(1);
   MOEKIT_REQUIRE(c, s.K > 0, "topk_ids", "top_k (dim 1) >= 1", topk_ids.describe());
   MOEKIT_REQUIRE(c, s.T * s.K <= INT32_MAX, "topk_ids", "at most 2^31-1 routes (T*K)",
                  topk_ids.describe());
+}
+
+// topk_ids as above, and topk_weights [T, K] f32.
+inline void check_topk(const ArgCheck& c, MoEShapes& s, const TensorView& topk_weights,
+                       const TensorView& topk_ids) {
+  check_topk_ids(c, s, topk_ids);
   c.tensor("topk_weights", topk_weights, {DType::kF32}, {s.T, s.K});
+}
+
+// A *_workspace_size query of op `op`: `bytes(c)` validates what the size depends on
+// with `c` (shapes only) and returns the size, which must be at most kMaxTensorBytes.
+template <class Fn>
+size_t workspace_query(const char* op, Fn&& bytes) {
+  const ArgCheck c(op, ArgCheck::Mode::kShapesOnly);
+  const size_t n = bytes(c);
+  c.workspace_size(n);
+  return n;
 }
 
 inline void check_output(const ArgCheck& c, const char* name, const TensorView& out,

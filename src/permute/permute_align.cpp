@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "moekit/permute.h"
 #include "permute/permute_kernels.h"
+#include "permute/route_ids_check.h"
 
 namespace moekit {
 
@@ -16,30 +17,31 @@ int64_t permute_align_num_blocks(int64_t num_routes, int num_experts, int block_
   return block_size > 0 ? (s + block_size - 1) / block_size : 0;
 }
 
+namespace {
+
+int64_t check_routes(const detail::ArgCheck& check, const PermuteAlignArgs& args) {
+  return detail::check_route_ids(check, "topk_ids", args.topk_ids, detail::kAnyDim, "num_experts",
+                                 args.num_experts);
+}
+
+size_t workspace_bytes(int64_t routes, int num_experts) {
+  if (routes <= detail::kAlignFusedMaxRoutes) return 0;
+  return detail::route_chunk_workspace_bytes(routes, num_experts);
+}
+
+}  // namespace
+
 size_t permute_align_workspace_size(const PermuteAlignArgs& args) {
-  const int64_t routes = args.topk_ids.ndim == 2 ? args.topk_ids.numel() : 0;
-  if (routes <= detail::kAlignFusedMaxRoutes || args.num_experts <= 0) return 0;
-  return detail::route_chunk_workspace_bytes(routes, args.num_experts);
+  detail::ArgCheck check("moe_permute_align", detail::ArgCheck::Mode::kShapesOnly);
+  return workspace_bytes(check_routes(check, args), args.num_experts);
 }
 
 void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
   detail::ArgCheck check("moe_permute_align");
-  const auto any = detail::kAnyDim;
-  check.tensor("topk_ids", args.topk_ids, {DType::kI32}, {any, any});
-  const int64_t T = args.topk_ids.size(0), K = args.topk_ids.size(1);
-  MOEKIT_REQUIRE(check, K >= 1, "topk_ids", "at least one route per token (dim 1 >= 1)",
-                 args.topk_ids.describe());
-  MOEKIT_REQUIRE(check, args.num_experts >= 1 && args.num_experts <= detail::kPermuteMaxExperts,
-                 "num_experts", "1 to " + std::to_string(detail::kPermuteMaxExperts),
-                 std::to_string(args.num_experts));
+  const int64_t N = check_routes(check, args);
   const int bs = args.block_size;
   MOEKIT_REQUIRE(check, bs >= 16 && bs <= 256 && (bs & (bs - 1)) == 0, "block_size",
                  "a power of two from 16 to 256", std::to_string(bs));
-  const int64_t N = T * K;
-  // The multi-kernel path counts route chunks in i32: keep N + kRouteChunk in range.
-  MOEKIT_REQUIRE(check, N <= INT32_MAX - detail::kRouteChunk, "topk_ids",
-                 "at most 2^31-1-" + std::to_string(detail::kRouteChunk) + " routes (T*K)",
-                 args.topk_ids.describe());
   const int64_t S = permute_align_sorted_size(N, args.num_experts, bs);
   MOEKIT_REQUIRE(check, S + bs <= INT32_MAX, "topk_ids",
                  "T*K + num_experts*(block_size-1) below 2^31 (i32 positions)",
@@ -48,7 +50,12 @@ void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
   check.tensor("sorted_token_ids", args.sorted_token_ids, {DType::kI32}, {S});
   check.tensor("expert_ids", args.expert_ids, {DType::kI32}, {NB});
   check.tensor("num_tokens_post_padded", args.num_tokens_post_padded, {DType::kI32}, {1});
-  check.workspace(args.workspace, permute_align_workspace_size(args));
+  check.workspace(args.workspace, workspace_bytes(N, args.num_experts));
+  check.outputs_disjoint({{"sorted_token_ids", args.sorted_token_ids},
+                          {"expert_ids", args.expert_ids},
+                          {"num_tokens_post_padded", args.num_tokens_post_padded}},
+                         {{"topk_ids", args.topk_ids}}, args.workspace);
+  check.launch_target(stream, "sorted_token_ids", args.sorted_token_ids);
 
   detail::AlignLaunch l;
   l.topk_ids = args.topk_ids.ptr<const int32_t>();

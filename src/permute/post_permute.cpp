@@ -18,7 +18,7 @@ void moe_post_permute(const PostPermuteArgs& args, cudaStream_t stream) {
   check.tensor("topk_weights", args.topk_weights, {DType::kF32}, {any, any});
   const int64_t T = args.topk_weights.size(0), K = args.topk_weights.size(1);
   MOEKIT_REQUIRE(check, K >= 1 && K <= INT32_MAX, "topk_weights",
-                 "at least one route per token (dim 1 >= 1)", args.topk_weights.describe());
+                 "1 to 2^31-1 routes per token (dim 1)", args.topk_weights.describe());
   check.tensor("inverse_indices", args.inverse_indices, {DType::kI32}, {T * K});
   const DType in = args.expert_output.dtype;
   if (in == DType::kF32) {
@@ -26,6 +26,11 @@ void moe_post_permute(const PostPermuteArgs& args, cudaStream_t stream) {
   } else {
     check.tensor("out", args.out, {in, DType::kF32}, {T, H}, 16);
   }
+  check.outputs_disjoint({{"out", args.out}}, {{"expert_output", args.expert_output},
+                                               {"topk_weights", args.topk_weights},
+                                               {"inverse_indices", args.inverse_indices}});
+  if (T == 0) return;
+  check.launch_target(stream, "out", args.out);
 
   detail::PostPermuteLaunch l;
   l.expert_output = args.expert_output.data;

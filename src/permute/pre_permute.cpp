@@ -4,13 +4,28 @@
 #include "core/check.h"
 #include "moekit/permute.h"
 #include "permute/permute_kernels.h"
+#include "permute/route_ids_check.h"
 
 namespace moekit {
 
+namespace {
+
+// `T`: hidden_states' dim 0, or kAnyDim (the size query).
+int64_t check_routes(const detail::ArgCheck& check, const PrePermuteArgs& args, int64_t T) {
+  return detail::check_route_ids(check, "local_expert_ids", args.local_expert_ids, T,
+                                 "num_local_experts", args.num_local_experts);
+}
+
+size_t workspace_bytes(int64_t routes, int num_experts) {
+  if (routes <= detail::kPrePermuteFusedMaxRoutes) return 0;
+  return detail::route_chunk_workspace_bytes(routes, num_experts);
+}
+
+}  // namespace
+
 size_t pre_permute_workspace_size(const PrePermuteArgs& args) {
-  const int64_t routes = args.local_expert_ids.ndim == 2 ? args.local_expert_ids.numel() : 0;
-  if (routes <= detail::kPrePermuteFusedMaxRoutes || args.num_local_experts <= 0) return 0;
-  return detail::route_chunk_workspace_bytes(routes, args.num_local_experts);
+  detail::ArgCheck check("moe_pre_permute", detail::ArgCheck::Mode::kShapesOnly);
+  return workspace_bytes(check_routes(check, args, detail::kAnyDim), args.num_local_experts);
 }
 
 void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
@@ -23,23 +38,14 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
                  "a hidden size that is a multiple of 8", args.hidden_states.describe());
   const int64_t row_bytes = H * static_cast<int64_t>(dtype_size(args.hidden_states.dtype));
   MOEKIT_REQUIRE(check, row_bytes / 16 * 64 <= INT32_MAX, "hidden_states",
-                 "rows of at most 2^27 bytes", args.hidden_states.describe());
-  check.tensor("local_expert_ids", args.local_expert_ids, {DType::kI32}, {T, any});
+                 "rows of less than 2^29 bytes", args.hidden_states.describe());
+  const int64_t N = check_routes(check, args, T);
   const int64_t K = args.local_expert_ids.size(1);
-  MOEKIT_REQUIRE(check, K >= 1, "local_expert_ids", "at least one route per token (dim 1 >= 1)",
-                 args.local_expert_ids.describe());
   const int E = args.num_local_experts;
-  MOEKIT_REQUIRE(check, E >= 1 && E <= detail::kPermuteMaxExperts, "num_local_experts",
-                 "1 to " + std::to_string(detail::kPermuteMaxExperts), std::to_string(E));
   MOEKIT_REQUIRE(check, args.layout.kind == PermutedLayout::Kind::kContiguous, "layout",
                  "a contiguous(alignment) layout", "a masked layout");
   const int A = args.layout.alignment;
   MOEKIT_REQUIRE(check, A >= 1, "layout.alignment", ">= 1", std::to_string(A));
-  const int64_t N = T * K;
-  // The multi-kernel path counts route chunks in i32: keep N + kRouteChunk in range.
-  MOEKIT_REQUIRE(check, N <= INT32_MAX - detail::kRouteChunk, "local_expert_ids",
-                 "at most 2^31-1-" + std::to_string(detail::kRouteChunk) + " routes (T*K)",
-                 args.local_expert_ids.describe());
   const int64_t P = N + static_cast<int64_t>(E) * (A - 1);
   MOEKIT_REQUIRE(check, P < INT32_MAX, "permuted",
                  "T*K + num_local_experts*(alignment-1) below 2^31 rows (i32 indices)",
@@ -47,7 +53,15 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
   check.tensor("permuted", args.permuted, {args.hidden_states.dtype}, {P, H}, 16);
   check.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {E});
   check.tensor("inverse_indices", args.inverse_indices, {DType::kI32}, {N});
-  check.workspace(args.workspace, pre_permute_workspace_size(args));
+  check.workspace(args.workspace, workspace_bytes(N, E));
+  check.outputs_disjoint(
+      {{"permuted", args.permuted},
+       {"layout_metadata", args.layout_metadata},
+       {"inverse_indices", args.inverse_indices}},
+      {{"hidden_states", args.hidden_states}, {"local_expert_ids", args.local_expert_ids}},
+      args.workspace);
+  // N == 0 still launches: the kernel writes the (all-zero) layout_metadata.
+  check.launch_target(stream, "layout_metadata", args.layout_metadata);
 
   detail::PrePermuteLaunch l;
   l.hidden = args.hidden_states.data;

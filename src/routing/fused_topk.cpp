@@ -62,6 +62,11 @@ void fused_topk(const FusedTopKArgs& args, cudaStream_t stream) {
   const TopKParams& p = args.params;
   check.tensor("topk_weights", args.topk_weights, {DType::kF32}, {T, p.top_k});
   check.tensor("topk_ids", args.topk_ids, {DType::kI32}, {T, p.top_k});
+  check.outputs_disjoint(
+      {{"topk_weights", args.topk_weights}, {"topk_ids", args.topk_ids}},
+      {{"gating_output", args.gating_output}, {"correction_bias", args.correction_bias}});
+  if (T == 0) return;
+  check.launch_target(stream, "topk_weights", args.topk_weights);
 
   detail::FusedTopKLaunch l;
   l.gating = args.gating_output.data;
