@@ -207,6 +207,12 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       }
     }
   }
+  // Paired CTAs write into each other's shared memory (multicast stages, the pair
+  // mailbox's ids and remote arrives): neither exits while the other may still do so.
+  if constexpr (Cfg::CLUSTER > 1) {
+    __syncwarp();
+    cute::cluster_sync();
+  }
 #endif
 }
 

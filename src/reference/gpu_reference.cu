@@ -103,17 +103,20 @@ __global__ void topk_kernel(const T* logits, int64_t num_tokens, int E, const fl
     return use_sigmoid ? 1.0f / (1.0f + expf(-x)) : expf(x - mx) / sum;
   };
   auto sel = [&](int e) { return score(e) + (bias ? bias[e] : 0.0f); };
-  const bool grouped = num_groups > 1 && num_groups <= 64 && topk_group < num_groups;
+  // Grouping as the CPU reference does it: any number of groups (up to E, 512 at most),
+  // a group's score the sum of its two largest sel with a bias (its largest when it has
+  // one expert), else its largest; ties to the lower group index.
+  constexpr int kMaxGroups = 512;
+  const bool grouped = num_groups > 1 && num_groups <= kMaxGroups && topk_group < num_groups;
   const int gsize = grouped ? E / num_groups : E;
-  uint64_t kept = ~0ull;
+  uint64_t kept[kMaxGroups / 64] = {};
+  const auto is_kept = [&](int g) { return (kept[g / 64] >> (g % 64)) & 1; };
   if (grouped) {
-    // Keep the topk_group best groups (group score: top-2 sum with a bias, else max).
-    kept = 0;
     for (int s = 0; s < topk_group; ++s) {
       int best = -1;
       float best_v = -INFINITY;
       for (int g = 0; g < num_groups; ++g) {
-        if ((kept >> g) & 1) continue;
+        if (is_kept(g)) continue;
         float m1 = -INFINITY, m2 = -INFINITY;
         for (int e = g * gsize; e < (g + 1) * gsize; ++e) {
           float v = sel(e);
@@ -124,13 +127,13 @@ __global__ void topk_kernel(const T* logits, int64_t num_tokens, int E, const fl
             m2 = v;
           }
         }
-        float gs = bias ? m1 + m2 : m1;
+        float gs = bias && gsize >= 2 ? m1 + m2 : m1;
         if (best < 0 || gs > best_v) {
           best = g;
           best_v = gs;
         }
       }
-      if (best >= 0) kept |= 1ull << best;
+      if (best >= 0) kept[best / 64] |= 1ull << (best % 64);
     }
   }
   // Top-K in the order (sel descending, id ascending): pick k is the largest key
@@ -142,7 +145,7 @@ __global__ void topk_kernel(const T* logits, int64_t num_tokens, int E, const fl
     int best = -1;
     float best_v = -INFINITY;
     for (int e = 0; e < E; ++e) {
-      if (grouped && !((kept >> (e / gsize)) & 1)) continue;
+      if (grouped && !is_kept(e / gsize)) continue;
       float v = sel(e);
       if (!(v < prev_v || (v == prev_v && e > prev_id))) continue;
       if (best < 0 || v > best_v) {
