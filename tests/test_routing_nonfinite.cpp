@@ -20,6 +20,7 @@
 #include "reference/host_tensor.h"
 #include "routing/fused_topk_kernel.h"
 #include "support/gpu.h"
+#include "support/nonfinite.h"
 
 namespace moekit {
 namespace {
@@ -146,21 +147,12 @@ const char* poison_name(Poison p) {
   return names[static_cast<int>(p)];
 }
 
-// Stores raw bits: a NaN's sign and payload survive (HostTensor::set would round them).
+// Element i as the non-finite value (raw bits: a NaN's sign and payload survive).
 void set_bits(HostTensor& g, int64_t i, bool nan, bool negative) {
-  switch (g.dtype()) {
-    case DType::kF32:
-      g.as<uint32_t>()[i] =
-          nan ? (negative ? 0xFFC00123u : 0x7FC00000u) : (negative ? 0xFF800000u : 0x7F800000u);
-      break;
-    default:  // bf16 / f16
-      if (g.dtype() == DType::kBF16) {
-        g.as<uint16_t>()[i] = nan ? (negative ? 0xFFC3u : 0x7FC0u) : (negative ? 0xFF80u : 0x7F80u);
-      } else {
-        g.as<uint16_t>()[i] = nan ? (negative ? 0xFE03u : 0x7E00u) : (negative ? 0xFC00u : 0x7C00u);
-      }
-      break;
-  }
+  using testing::NonFinite;
+  testing::set_nonfinite(g, i,
+                         nan ? (negative ? NonFinite::kNegativeNan : NonFinite::kNan)
+                             : (negative ? NonFinite::kNegInf : NonFinite::kPosInf));
 }
 
 void poison_row(HostTensor& g, int64_t t, int E, Poison p, std::mt19937_64& rng) {
