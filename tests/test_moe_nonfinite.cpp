@@ -28,18 +28,13 @@
 namespace moekit {
 namespace {
 
+using dense_mlp_test::kPoison;
 using dense_mlp_test::ScopedKnob;
+using dense_mlp_test::sync_ok;
 using testing::DeviceTensor;
 using testing::DeviceWorkspace;
 using testing::NonFinite;
 using testing::Reach;
-
-constexpr uint8_t kPoison = 0xFF;
-
-void sync_ok() {
-  const cudaError_t err = cudaDeviceSynchronize();
-  ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
-}
 
 // Element (row, col) of a [rows, cols] tensor.
 void poison(HostTensor& t, int64_t row, int64_t col, NonFinite v) {
@@ -154,57 +149,46 @@ TEST(MoENonFiniteGpu, ExpertMlpOnEveryPath) {
 
 // ---- shared_expert_mlp ----
 
-HostTensor run_shared(const HostTensor& x, const HostTensor& wgu, const HostTensor& wd) {
-  const int64_t T = x.shape()[0], H = x.shape()[1];
-  DeviceTensor dx(x), dwgu(wgu), dwd(wd), out(x.dtype(), {T, H}, kPoison);
-  SharedExpertMLPArgs a;
-  a.hidden_states = dx.view();
-  a.w_gate_up = dwgu.view();
-  a.w_down = dwd.view();
-  a.output = out.view();
-  DeviceWorkspace ws(shared_expert_mlp_workspace_size(a));
-  a.workspace = ws.get();
-  shared_expert_mlp(a, nullptr);
+// The op on device copies of `in` (poisoned output and workspace).
+HostTensor run_shared(const dense_mlp_test::MlpCase& c, const dense_mlp_test::MlpInputs& in) {
+  dense_mlp_test::MlpDevice d(c, in);
+  shared_expert_mlp(d.args, nullptr);
   sync_ok();
-  return out.download();
+  return d.out.download();
 }
 
 TEST(MoENonFiniteGpu, SharedExpertMlpOnEveryPath) {
   MOEKIT_REQUIRE_GPU();
-  const DType dt = DType::kBF16;
-  const int64_t H = 264, S = 136;
   uint64_t seed = 2850;
   for (int64_t T : {1, 16, 48, 200}) {
-    SCOPED_TRACE("T=" + std::to_string(T));
-    std::mt19937_64 rng(++seed);
-    const HostTensor x0 = moetest::normal(rng, dt, {T, H}, 1.0);
-    const HostTensor wgu0 = moetest::normal(rng, dt, {2 * S, H}, 1.0 / std::sqrt(double(H)));
-    const HostTensor wd0 = moetest::normal(rng, dt, {H, S}, 1.0 / std::sqrt(double(S)));
-    HostTensor x = x0, wd = wd0;
-    testing::ReachMap reach(T, H);
-    std::uniform_int_distribution<int64_t> col_h(0, H - 1), col_s(0, S - 1);
+    const dense_mlp_test::MlpCase c{DType::kBF16, T, 264, 136};
+    SCOPED_TRACE(dense_mlp_test::name(c));
+    const dense_mlp_test::MlpInputs clean(c, ++seed);
+    dense_mlp_test::MlpInputs bad = clean;
+    std::mt19937_64 rng(seed);
+    testing::ReachMap reach(T, c.H);
+    std::uniform_int_distribution<int64_t> col_h(0, c.H - 1), col_s(0, c.S - 1);
     for (int64_t t = 0; t < T; ++t) {
       if (t % 5 == 1) {
-        poison(x, t, col_h(rng), NonFinite::kNan);
+        poison(bad.x, t, col_h(rng), NonFinite::kNan);
         reach.mark_row(t, Reach::kNan);
       } else if (t % 5 == 3) {
-        poison(x, t, col_h(rng), NonFinite::kPosInf);
+        poison(bad.x, t, col_h(rng), NonFinite::kPosInf);
         reach.mark_row(t, Reach::kNonFinite);
       }
     }
     // w_down elements: one output column NaN, another non-finite, for every token.
-    const int64_t h_nan = col_h(rng), h_inf = (h_nan + 1 + col_h(rng) % (H - 1)) % H;
-    poison(wd, h_nan, col_s(rng), NonFinite::kNan);
-    poison(wd, h_inf, col_s(rng), NonFinite::kPosInf);
+    const int64_t h_nan = col_h(rng), h_inf = (h_nan + 1 + col_h(rng) % (c.H - 1)) % c.H;
+    poison(bad.wd, h_nan, col_s(rng), NonFinite::kNan);
+    poison(bad.wd, h_inf, col_s(rng), NonFinite::kPosInf);
     reach.mark_col(h_nan, Reach::kNan);
     reach.mark_col(h_inf, Reach::kNonFinite);
     // 0: the default path; then stream-K, the GEMMs, direct, GEMV (forced: a path that
     // cannot run the shape falls back to the GEMMs).
     for (int path : {0, 1, 2, 3, 4}) {
       ScopedKnob knob(detail::dense_mlp_path_override(), path);
-      const HostTensor clean = run_shared(x0, wgu0, wd0);
-      const HostTensor got = run_shared(x, wgu0, wd);
-      testing::expect_reach(got, clean, reach, "shared_expert_mlp, path " + std::to_string(path));
+      testing::expect_reach(run_shared(c, bad), run_shared(c, clean), reach,
+                            "shared_expert_mlp, path " + std::to_string(path));
     }
   }
 }

@@ -21,40 +21,12 @@
 #include "routing/fused_topk_kernel.h"
 #include "support/gpu.h"
 #include "support/nonfinite.h"
+#include "test_routing_common.h"
 
 namespace moekit {
 namespace {
 
-TopKParams params(int k, ScoringFunc sf, bool renorm, int ng = 0, int tg = 0, float scale = 1.f) {
-  TopKParams p;
-  p.top_k = k;
-  p.scoring_func = sf;
-  p.renormalize = renorm;
-  p.num_expert_group = ng;
-  p.topk_group = tg;
-  p.routed_scaling_factor = scale;
-  return p;
-}
-
-constexpr ScoringFunc kSoftmax = ScoringFunc::kSoftmax;
-constexpr ScoringFunc kSigmoid = ScoringFunc::kSigmoid;
-
-struct TopKOut {
-  HostTensor w, ids;
-};
-
-TopKOut reference_topk(const HostTensor& g, const HostTensor* bias, const TopKParams& p) {
-  const int64_t T = g.shape()[0];
-  TopKOut o{HostTensor(DType::kF32, {T, p.top_k}), HostTensor(DType::kI32, {T, p.top_k})};
-  FusedTopKArgs a;
-  a.gating_output = g.view();
-  if (bias) a.correction_bias = bias->view();
-  a.params = p;
-  a.topk_weights = o.w.view();
-  a.topk_ids = o.ids.view();
-  reference::fused_topk(a);
-  return o;
-}
+using namespace routetest;  // NOLINT: the shared routing test helpers
 
 HostTensor f32_row(std::vector<double> v) {
   HostTensor t(DType::kF32, {1, static_cast<int64_t>(v.size())});
@@ -62,16 +34,12 @@ HostTensor f32_row(std::vector<double> v) {
   return t;
 }
 
-double sigmoid(double x) {
-  return 1.0 / (1.0 + std::exp(-x));
-}
-
 // ---------------------------------------------------------------- CPU: the reference
 
 TEST(FusedTopKNonFiniteReference, NanSelRanksFirstAndKeepsItsNanWeight) {
   // Sigmoid: the NaN expert first, then the largest numbers; +Inf -> 1, -Inf -> 0.
-  const TopKOut o = reference_topk(f32_row({0.5, NAN, 2.0, -INFINITY, INFINITY}), nullptr,
-                                   params(3, kSigmoid, false));
+  const TopKOut o = run_reference(f32_row({0.5, NAN, 2.0, -INFINITY, INFINITY}), nullptr,
+                                  params(3, kSigmoid, false));
   EXPECT_EQ(o.ids.as<int32_t>()[0], 1);
   EXPECT_EQ(o.ids.as<int32_t>()[1], 4);
   EXPECT_EQ(o.ids.as<int32_t>()[2], 2);
@@ -80,11 +48,11 @@ TEST(FusedTopKNonFiniteReference, NanSelRanksFirstAndKeepsItsNanWeight) {
   EXPECT_FLOAT_EQ(o.w.as<float>()[2], static_cast<float>(sigmoid(2.0)));
   // Renormalized, the NaN reaches every weight of the row.
   const TopKOut r =
-      reference_topk(f32_row({0.5, NAN, 2.0, 1.0}), nullptr, params(2, kSigmoid, true));
+      run_reference(f32_row({0.5, NAN, 2.0, 1.0}), nullptr, params(2, kSigmoid, true));
   EXPECT_TRUE(std::isnan(r.w.as<float>()[0]) && std::isnan(r.w.as<float>()[1]));
   // Two NaNs tie: the lower id first.
   const TopKOut t =
-      reference_topk(f32_row({NAN, 3.0, NAN, 1.0}), nullptr, params(3, kSigmoid, false));
+      run_reference(f32_row({NAN, 3.0, NAN, 1.0}), nullptr, params(3, kSigmoid, false));
   EXPECT_EQ(t.ids.as<int32_t>()[0], 0);
   EXPECT_EQ(t.ids.as<int32_t>()[1], 2);
   EXPECT_EQ(t.ids.as<int32_t>()[2], 1);
@@ -93,34 +61,34 @@ TEST(FusedTopKNonFiniteReference, NanSelRanksFirstAndKeepsItsNanWeight) {
 TEST(FusedTopKNonFiniteReference, SoftmaxOfANanOrInfRowIsAllNan) {
   for (double bad : {static_cast<double>(NAN), static_cast<double>(INFINITY)}) {
     const TopKOut o =
-        reference_topk(f32_row({0.5, 3.0, bad, 1.0}), nullptr, params(2, kSoftmax, false));
+        run_reference(f32_row({0.5, 3.0, bad, 1.0}), nullptr, params(2, kSoftmax, false));
     EXPECT_EQ(o.ids.as<int32_t>()[0], 0) << bad;  // every sel NaN: ids 0..K-1
     EXPECT_EQ(o.ids.as<int32_t>()[1], 1) << bad;
     EXPECT_TRUE(std::isnan(o.w.as<float>()[0]) && std::isnan(o.w.as<float>()[1])) << bad;
   }
   // -Inf logits get weight 0; a row of only -Inf is all NaN.
-  const TopKOut o = reference_topk(f32_row({-INFINITY, 0.0, -INFINITY, 0.0}), nullptr,
-                                   params(3, kSoftmax, false));
+  const TopKOut o =
+      run_reference(f32_row({-INFINITY, 0.0, -INFINITY, 0.0}), nullptr, params(3, kSoftmax, false));
   EXPECT_EQ(o.ids.as<int32_t>()[0], 1);
   EXPECT_EQ(o.ids.as<int32_t>()[1], 3);
   EXPECT_EQ(o.w.as<float>()[0], 0.5f);
   EXPECT_EQ(o.w.as<float>()[2], 0.0f);
   const TopKOut all =
-      reference_topk(f32_row({-INFINITY, -INFINITY}), nullptr, params(1, kSoftmax, false));
+      run_reference(f32_row({-INFINITY, -INFINITY}), nullptr, params(1, kSoftmax, false));
   EXPECT_TRUE(std::isnan(all.w.as<float>()[0]));
 }
 
 TEST(FusedTopKNonFiniteReference, GroupWithANanScoresFirst) {
   // Groups of two; without a bias a group scores its best sel: group 0 holds the NaN.
-  const TopKOut o = reference_topk(f32_row({0.1, NAN, 3.0, 2.0, 1.0, 0.0}), nullptr,
-                                   params(2, kSigmoid, false, 3, 1));
+  const TopKOut o = run_reference(f32_row({0.1, NAN, 3.0, 2.0, 1.0, 0.0}), nullptr,
+                                  params(2, kSigmoid, false, 3, 1));
   EXPECT_EQ(o.ids.as<int32_t>()[0], 1);
   EXPECT_EQ(o.ids.as<int32_t>()[1], 0);
   // A NaN in the bias moves the selection only: expert 2 first, its weight a number.
   HostTensor bias(DType::kF32, {4});
   bias.set(2, NAN);
   const TopKOut b =
-      reference_topk(f32_row({1.0, 2.0, -1.0, 0.0}), &bias, params(2, kSigmoid, false));
+      run_reference(f32_row({1.0, 2.0, -1.0, 0.0}), &bias, params(2, kSigmoid, false));
   EXPECT_EQ(b.ids.as<int32_t>()[0], 2);
   EXPECT_EQ(b.ids.as<int32_t>()[1], 1);
   EXPECT_FLOAT_EQ(b.w.as<float>()[0], static_cast<float>(sigmoid(-1.0)));
@@ -187,56 +155,6 @@ void poison_row(HostTensor& g, int64_t t, int E, Poison p, std::mt19937_64& rng)
       for (int e = 0; e < E; ++e) set_bits(g, base + e, false, true);
       break;
   }
-}
-
-// Whether the f32 kernel and the f64 reference must decide row t alike: among the values
-// that decide it (the group scores at the kept / dropped boundary, the top K+1 sel of the
-// kept groups), no two distinct finite numbers closer than eps relative. NaN and +-Inf
-// are exact (NaNs rank first and tie among themselves), as are equal values (the tie rule).
-bool row_is_decided(const HostTensor& g, const HostTensor* bias, int64_t t, const TopKParams& p) {
-  const int E = static_cast<int>(g.shape()[1]);
-  std::vector<double> score(E), sel(E);
-  for (int e = 0; e < E; ++e) score[e] = g.at(t * E + e);
-  if (p.scoring_func == kSoftmax) {
-    double m = -INFINITY;
-    bool nan = false;
-    for (double v : score) nan |= std::isnan(v), m = std::max(m, v);
-    double s = 0;
-    for (double& v : score) s += (v = nan ? NAN : std::exp(v - m));
-    for (double& v : score) v /= s;
-  } else {
-    for (double& v : score) v = sigmoid(v);
-  }
-  for (int e = 0; e < E; ++e) sel[e] = score[e] + (bias ? bias->at(e) : 0.0);
-  const auto above = [](double a, double b) { return std::isnan(a) ? !std::isnan(b) : a > b; };
-  const auto near = [](double a, double b) {
-    if (!std::isfinite(a) || !std::isfinite(b) || a == b) return false;
-    return std::abs(a - b) <= 1e-5 * std::max(std::abs(a), std::abs(b));
-  };
-  std::vector<bool> allowed(E, true);
-  if (p.num_expert_group > 0 && p.topk_group < p.num_expert_group) {
-    const int ng = p.num_expert_group, G = E / ng;
-    std::vector<double> gs(ng);
-    for (int gi = 0; gi < ng; ++gi) {
-      std::vector<double> v(sel.begin() + gi * G, sel.begin() + (gi + 1) * G);
-      std::sort(v.begin(), v.end(), above);
-      gs[gi] = (bias && G >= 2) ? v[0] + v[1] : v[0];
-    }
-    std::vector<int> order(ng);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return above(gs[a], gs[b]); });
-    if (near(gs[order[p.topk_group - 1]], gs[order[p.topk_group]])) return false;
-    std::vector<bool> kept(ng, false);
-    for (int r = 0; r < p.topk_group; ++r) kept[order[r]] = true;
-    for (int e = 0; e < E; ++e) allowed[e] = kept[e / G];
-  }
-  std::vector<double> v;
-  for (int e = 0; e < E; ++e)
-    if (allowed[e]) v.push_back(sel[e]);
-  std::sort(v.begin(), v.end(), above);
-  for (int r = 0; r < p.top_k && r + 1 < static_cast<int>(v.size()); ++r)
-    if (near(v[r], v[r + 1])) return false;
-  return true;
 }
 
 struct NonFiniteCase {
@@ -311,18 +229,18 @@ void check_nonfinite_case(const NonFiniteCase& c, uint64_t seed) {
   for (int64_t t = 0; t < c.T; ++t) {
     if (t % 3 == 1) poison[t] = static_cast<Poison>(1 + (t / 3) % (int(Poison::kCount) - 1));
     for (int tries = 0;; ++tries) {
-      ASSERT_LT(tries, 200) << "could not draw a decided row";
+      ASSERT_LT(tries, 200) << "could not draw a tie-free row";
       std::memcpy(static_cast<char*>(dirty.data()) + t * c.E * dtype_size(c.dtype),
                   static_cast<const char*>(clean.data()) + t * c.E * dtype_size(c.dtype),
                   c.E * dtype_size(c.dtype));
       poison_row(dirty, t, c.E, poison[t], rng);
-      if (poison[t] == Poison::kNone || row_is_decided(dirty, bias_p, t, c.p)) break;
+      if (poison[t] == Poison::kNone || row_is_tie_free(dirty, bias_p, t, c.p)) break;
       for (int e = 0; e < c.E; ++e) {  // a new clean row, then poison it again
         clean.set(t * c.E + e, std::normal_distribution<double>(0.0, 1.0)(rng));
       }
     }
   }
-  const TopKOut ref = reference_topk(dirty, bias_p, c.p);
+  const TopKOut ref = run_reference(dirty, bias_p, c.p);
   TopKOut out[2];
   for (int variant : {1, 2}) {  // the current kernel, the previous one
     SCOPED_TRACE(variant == 1 ? "current kernel" : "previous kernel");
@@ -399,13 +317,13 @@ TEST(FusedTopKNonFiniteGpu, NonFiniteBiasMovesOnlyTheSelection) {
     bias.fill_normal(rng, 0.1);
     bias.set(5, c.value);
     for (int64_t t = 0; t < T; ++t) {
-      for (int tries = 0; !row_is_decided(g, &bias, t, c.p); ++tries) {
+      for (int tries = 0; !row_is_tie_free(g, &bias, t, c.p); ++tries) {
         ASSERT_LT(tries, 200);
         for (int e = 0; e < c.E; ++e)
           g.set(t * c.E + e, std::normal_distribution<double>(0.0, 1.0)(rng));
       }
     }
-    const TopKOut ref = reference_topk(g, &bias, c.p);
+    const TopKOut ref = run_reference(g, &bias, c.p);
     for (int variant : {1, 2}) {
       const TopKOut got = run_gpu(g, &bias, c.p, variant);
       expect_valid_ids(got.ids, T, c.p.top_k, c.E, "non-finite bias");
