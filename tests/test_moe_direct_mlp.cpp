@@ -63,11 +63,11 @@ TEST(DirectMlpGpu, BothLoadSchemesMatchReference) {
   }
 }
 
-// Forced splits of 10 and 16 ranks (non-portable clusters, the split experiment knob):
-// ranks past the 8 warps only park partials and wait; every case where the slice fits.
-TEST(DirectMlpGpu, WideForcedSplitsMatchReference) {
+// The widest forced split (8 ranks, the portable cluster limit; a larger one is clamped to
+// it) on every case where the slice fits.
+TEST(DirectMlpGpu, WidestForcedSplitMatchesReference) {
   MOEKIT_REQUIRE_GPU();
-  for (int split : {10, 16}) {
+  for (int split : {8, 16}) {
     SCOPED_TRACE("split " + std::to_string(split));
     dense_mlp_test::ScopedKnob knob(detail::direct_mlp_split_override(), split);
     dense_mlp_test::expect_path_matches_reference(3, cases(), 8200 + split,
@@ -76,9 +76,9 @@ TEST(DirectMlpGpu, WideForcedSplitsMatchReference) {
 }
 
 // Every form of the cluster sum (push, the default; pull; batched pull) on every case at the
-// plan's splits, and on small cases under forced 3, 5, 7 and 16 ranks: the push owners'
-// slot layouts for splits that do not divide the 8 warps, and ranks without a warp
-// (gate_up k 896 / down k 640 take 3 / 3, 4 / 5, 7 / 5 ranks; k 2048 takes 16).
+// plan's splits, and on small cases under forced 3, 5, 7 and 8 ranks: the push owners'
+// slot layouts for splits that do not divide the 8 warps (gate_up k 896 / down k 640 take
+// 3 / 3, 4 / 5, 7 / 5 ranks; k 2048 takes 8).
 TEST(DirectMlpGpu, EveryReductionMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   const DType b = DType::kBF16, h = DType::kF16;
@@ -86,7 +86,7 @@ TEST(DirectMlpGpu, EveryReductionMatchesReference) {
       {b, 32, 896, 640}, {h, 8, 2048, 2048}, {b, 17, 384, 1000}, {h, 3, 896, 8}};
   for (int mode : {2, 0, 1}) {
     dense_mlp_test::ScopedKnob reduce(detail::direct_mlp_reduce_override(), mode);
-    for (int split : {0, 3, 5, 7, 16}) {
+    for (int split : {0, 3, 5, 7, 8}) {
       SCOPED_TRACE("reduce " + std::to_string(mode) + " split " + std::to_string(split));
       dense_mlp_test::ScopedKnob knob(detail::direct_mlp_split_override(), split);
       if (split == 0 && mode != 2) continue;  // the other tests run the default (push)
@@ -181,14 +181,14 @@ TEST(DirectMlp, PlanTakesAForcedSplit) {
   EXPECT_EQ(big.split, free_plan.split);
   EXPECT_EQ(big.k_slice, free_plan.k_slice);
   EXPECT_EQ(big.smem, free_plan.smem);
-  // Forced splits reach 16 ranks (non-portable clusters; ranks 8.. own no warp's sum).
+  // Forced splits stop at 8 ranks (portable clusters): 10 asked gives 8, slices of 640.
   const detail::DirectGemmPlan wide = detail::direct_gemm_plan(
       32, 1536, 5120, true, 132, [](int, int) { return 1; }, 10);
-  EXPECT_EQ(wide.split, 10);
-  EXPECT_EQ(wide.k_slice, 512);
+  EXPECT_EQ(wide.split, 8);
+  EXPECT_EQ(wide.k_slice, 640);
   const detail::DirectGemmPlan capped = detail::direct_gemm_plan(
       32, 1536, 5120, true, 132, [](int, int) { return 1; }, 40);
-  EXPECT_EQ(capped.split, 14);  // 16 asked: slices of 384 cover 5120 in 14
+  EXPECT_EQ(capped.split, 8);
 }
 
 // The measured default (docs/gemm.md "Direct dense MLP"): up to 32 tokens on MLPs under

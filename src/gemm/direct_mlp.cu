@@ -41,10 +41,6 @@ const void* prepared_kernel(int tn) {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) !=
         cudaSuccess)
       throw Error("moekit: direct MLP: cannot reserve its shared memory on this device");
-    // Forced splits above 8 (an experiment knob) need clusters of up to 16 CTAs.
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-        cudaSuccess)
-      cudaGetLastError();
     set = true;
   }
   return kernel;
@@ -190,7 +186,7 @@ DirectGemmPlan direct_gemm_plan(int64_t T, int64_t n_out, int64_t k, bool silu, 
         pl.tn * (pl.k_slice + dg::kXPad) * 2 + dg::reduce_slots(pl.split) * (pl.tn / 8) * 32 * 16;
   };
   if (force_split > 0) {  // taken as it is where its x slice fits the shared memory
-    with_split(force_split, dg::kMaxForcedSplit);  // above 8: ranks without a warp to sum
+    with_split(force_split);
     if (pl.smem <= kMaxSmem) return pl;
   }
   // Enough CTAs for ~2 per SM (the loads in flight that the memory's rate needs), a k

@@ -46,9 +46,8 @@ int& direct_mlp_load_mode_override();
 // direct_mlp_kernel.cuh).
 int& direct_mlp_reduce_override();
 
-// Test knob (not thread-safe): the k split (1-16) forced on both direct GEMMs where its x
-// slice fits (0 = MOEKIT_DIRECT_SPLIT_UP / _DOWN, else the plan). Above 8 the clusters
-// are non-portable and ranks 8.. own no warp's sum.
+// Test knob (not thread-safe): the k split (1-8, portable clusters) forced on both direct
+// GEMMs where its x slice fits (0 = MOEKIT_DIRECT_SPLIT_UP / _DOWN, else the plan).
 int& direct_mlp_split_override();
 
 // The k split (cluster size) and k slice one direct GEMM of n_out output columns over

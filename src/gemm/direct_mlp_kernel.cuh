@@ -34,10 +34,9 @@ namespace moekit::detail::gemm::direct {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kChunkK = 32;          // k per pair of mmas
-constexpr int kBatch = 4;            // chunks per load batch; two batches are in flight
-constexpr int kMaxSplit = 8;         // the plan's ranks per cluster (portable clusters)
-constexpr int kMaxForcedSplit = 16;  // MOEKIT_DIRECT_SPLIT_UP / _DOWN: non-portable clusters
+constexpr int kChunkK = 32;   // k per pair of mmas
+constexpr int kBatch = 4;     // chunks per load batch; two batches are in flight
+constexpr int kMaxSplit = 8;  // ranks per cluster, planned or forced (portable clusters)
 // Padding of a staged x row, elements: 32 (64 bytes) puts the two token rows that one
 // quarter-warp's 16-byte fragment reads touch (g, g + 1) in disjoint bank halves (H200:
 // 8 -> 32 took the 32-token GEMMs from 11.1 to 9.5 us on glm45's down, 13.6 to 12.5 on

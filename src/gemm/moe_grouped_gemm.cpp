@@ -2,6 +2,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "gemm/gemm_force.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "moekit/gemm.h"
@@ -19,6 +20,13 @@ std::string str(int64_t v) {
 }
 
 }  // namespace
+
+namespace detail {
+PublicGemmForce& public_gemm_force_override() {
+  static PublicGemmForce v;
+  return v;
+}
+}  // namespace detail
 
 size_t grouped_gemm_workspace_size(const GroupedGemmArgs&) {
   return detail::kTileCounterBytes;
@@ -101,6 +109,9 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
     p.alignment = args.layout.alignment;
     p.m = rows;
   }
+  const detail::PublicGemmForce& force = detail::public_gemm_force_override();
+  p.config = force.config;
+  p.split_k = force.split_k;
   detail::run_grouped_gemm(p, stream);
 }
 
@@ -131,6 +142,7 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream) {
   p.max_m = max_m;
   p.n = N;
   p.k = Kd;
+  p.config = detail::public_gemm_force_override().fp8_config;
   detail::run_grouped_gemm_fp8(p, stream);
 }
 

@@ -125,16 +125,23 @@ __device__ __forceinline__ void channel_put(TileChannel& ch, int j, int id) {
   cutlass::arch::ClusterBarrier::arrive(&ch.full[slot]);  // release: the id is visible
 }
 
-// A consumer warp: tile j's id; every lane reads it before lane 0 frees the slot.
+// A consumer warp: tile j's id. Lane 0 alone reads the slot and frees it, then passes the
+// id to the warp by shuffle: the read and the release are one thread's, in program order,
+// so the slot's reuse is ordered by the empty barrier alone (with every lane reading and
+// lane 0 releasing after a __syncwarp, racecheck reported the reads against the next
+// round's write).
 __device__ __forceinline__ int channel_get(TileChannel& ch, int j) {
   const int slot = j % kChannelSlots;
   const uint32_t phase = (j / kChannelSlots) & 1;
   cutlass::arch::ClusterBarrier::wait(&ch.full[slot], phase);
   asm volatile("" ::: "memory");  // the load stays after the wait (acquire)
-  const int id = *reinterpret_cast<volatile int*>(&ch.id[slot]);
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) cutlass::arch::ClusterBarrier::arrive(&ch.empty[slot]);
-  return id;
+  int id = 0;
+  if ((threadIdx.x & 31) == 0) {
+    id = *reinterpret_cast<volatile int*>(&ch.id[slot]);
+    asm volatile("" ::: "memory");  // the read stays before the release
+    cutlass::arch::ClusterBarrier::arrive(&ch.empty[slot]);
+  }
+  return __shfl_sync(0xffffffffu, id, 0);
 }
 
 // Pair ids from a 2-CTA cluster's rank 0 to rank 1 (the cooperative paired configs 7, 10

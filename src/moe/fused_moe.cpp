@@ -136,6 +136,26 @@ void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t st
   run_routed_carved(p, ws, stream);
 }
 
+int& routed_path_override() {
+  static int v = 0;
+  return v;
+}
+
+bool indexed_takes_direct(const MoEShapes& s) {
+  return routed_path_override() != 2 && direct_path_eligible(s);
+}
+
+// The whole-layer ops pick the direct path for small batches with few routes per
+// expert (docs/moe.md): beyond ~16 routes per expert its 8-route chunks re-read each
+// weight tile (from L2) while the sorted path's GEMM tiles take 64+ rows at once.
+constexpr int64_t kDirectMaxRoutesPerExpert = 16;
+
+bool layer_takes_direct(const MoEShapes& s) {
+  const int o = routed_path_override();
+  if (o != 0) return o == 1 && direct_path_eligible(s);
+  return direct_path_eligible(s) && s.T * s.K <= kDirectMaxRoutesPerExpert * s.E;
+}
+
 }  // namespace detail
 
 namespace {
@@ -177,7 +197,7 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
                     cudaStream_t stream) {
   detail::ArgCheck c(op);
   detail::MoEShapes s = check_experts_args(c, a);
-  const bool direct = allow_direct && detail::direct_path_eligible(s);
+  const bool direct = allow_direct && detail::indexed_takes_direct(s);
   check_path_experts(c, s, direct, a.w_gate_up);
   c.workspace(a.workspace, detail::routed_experts_workspace_size(s, direct));
   if (s.T == 0) return;
@@ -205,7 +225,7 @@ void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream) {
 
 size_t indexed_expert_mlp_workspace_size(const IndexedExpertMLPArgs& args) {
   const detail::MoEShapes s = experts_shapes(args);
-  return detail::routed_experts_workspace_size(s, detail::direct_path_eligible(s));
+  return detail::routed_experts_workspace_size(s, detail::indexed_takes_direct(s));
 }
 
 void indexed_expert_mlp(const IndexedExpertMLPArgs& args, cudaStream_t stream) {
@@ -225,15 +245,6 @@ detail::MoEShapes moe_shapes(const FusedMoEArgs& a) {
   s.F = detail::dim_or_zero(a.w_gate_up, 1) / 2;
   s.K = std::max(a.params.top_k, 0);
   return s;
-}
-
-// The whole-layer ops pick the direct path for small batches with few routes per
-// expert (docs/moe.md): beyond ~16 routes per expert its 8-route chunks re-read each
-// weight tile (from L2) while the sorted path's GEMM tiles take 64+ rows at once.
-constexpr int64_t kDirectMaxRoutesPerExpert = 16;
-
-bool layer_uses_direct(const detail::MoEShapes& s) {
-  return detail::direct_path_eligible(s) && s.T * s.K <= kDirectMaxRoutesPerExpert * s.E;
 }
 
 struct LayerBuffers {
@@ -262,7 +273,7 @@ size_t layer_workspace_size(const detail::MoEShapes& s, int64_t S) {
   if (s.T == 0) return 0;
   detail::WorkspaceCarver ws(nullptr);
   carve_layer(s, S, ws);
-  return ws.bytes() + detail::routed_experts_workspace_size(s, layer_uses_direct(s));
+  return ws.bytes() + detail::routed_experts_workspace_size(s, detail::layer_takes_direct(s));
 }
 
 detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs& a) {
@@ -301,7 +312,7 @@ void run_layer(const FusedMoEArgs& a, const detail::MoEShapes& s, const TensorVi
   }
   detail::RoutedExperts p;
   p.s = s;
-  p.direct = layer_uses_direct(s);
+  p.direct = detail::layer_takes_direct(s);
   p.hidden = a.hidden_states.data;
   p.w_gate_up = a.w_gate_up.data;
   p.w_down = a.w_down.data;
@@ -325,7 +336,7 @@ size_t fused_moe_workspace_size(const FusedMoEArgs& args) {
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
   detail::ArgCheck c("fused_moe");
   detail::MoEShapes s = check_layer_args(c, args);
-  check_path_experts(c, s, layer_uses_direct(s), args.w_gate_up);
+  check_path_experts(c, s, detail::layer_takes_direct(s), args.w_gate_up);
   c.workspace(args.workspace, layer_workspace_size(s, 0));
   if (s.T == 0) return;
   run_layer(args, s, nullptr, nullptr, 0, stream);
@@ -349,7 +360,7 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
                               /*experts=*/false);
     S = shared.F;
   }
-  check_path_experts(c, s, layer_uses_direct(s), args.moe.w_gate_up);
+  check_path_experts(c, s, detail::layer_takes_direct(s), args.moe.w_gate_up);
   c.workspace(args.moe.workspace, layer_workspace_size(s, S));
   if (s.T == 0) return;
   if (has_shared) {

@@ -46,6 +46,15 @@ inline bool direct_path_eligible(const MoEShapes& s) {
          2 * s.F * s.H < (int64_t{1} << 31);
 }
 
+// Test knob (not thread-safe) of the routed ops' path: 0 = the heuristic, 1 = the direct
+// path wherever direct_path_eligible, 2 = the sorted path. indexed_expert_mlp, fused_moe
+// and fused_moe_shared_expert follow it (fused_moe_experts always sorts); their workspace
+// sizes too.
+int& routed_path_override();
+// The path indexed_expert_mlp and the layers take for shapes s (the knob applied).
+bool indexed_takes_direct(const MoEShapes& s);
+bool layer_takes_direct(const MoEShapes& s);
+
 // Routed experts on device pointers: output[t] = sum_k w[t,k] * MLP_id(x_t)
 // (+ addend[t] when addend != nullptr, an f32 [T, H] term added before the single
 // rounding). `direct` picks the sort-free small-batch path (requires

@@ -1,0 +1,1076 @@
+#include "sweep_case.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+namespace moekit::sweep {
+namespace {
+
+// ---- randomness ---------------------------------------------------------------------------
+
+uint64_t mix(uint64_t x) {  // splitmix64's finalizer
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Integer draws from mt19937_64 words only (no std distributions: their output is
+// implementation-defined, and a seed must name the same case in every build).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : g_(seed) {}
+  uint64_t next() { return g_(); }
+  double u01() { return static_cast<double>(g_() >> 11) * 0x1.0p-53; }
+  bool chance(double p) { return u01() < p; }
+  int64_t uniform(int64_t lo, int64_t hi) {  // inclusive; hi - lo < 2^32
+    return lo + static_cast<int64_t>(g_() % static_cast<uint64_t>(hi - lo + 1));
+  }
+  int64_t log_uniform(int64_t lo, int64_t hi) {  // 1 <= lo <= hi
+    const double x = std::exp(std::log(static_cast<double>(lo)) +
+                              u01() * (std::log(hi + 1.0) - std::log(static_cast<double>(lo))));
+    return std::clamp(static_cast<int64_t>(x), lo, hi);
+  }
+  template <class T>
+  T pick(std::initializer_list<T> v) {
+    return *(v.begin() + uniform(0, static_cast<int64_t>(v.size()) - 1));
+  }
+
+ private:
+  std::mt19937_64 g_;
+};
+
+// Streams of one case's input draws.
+enum Stream : uint64_t { kIdsStream = 1, kCountsStream, kInverseStream, kSkewStream };
+Rng stream(const SweepCase& c, Stream s) {
+  return Rng(mix(c.data_seed ^ mix(s)));
+}
+
+// ---- names ---------------------------------------------------------------------------------
+
+const char* const kOpNames[kOpCount] = {
+    "fused_topk",       "moe_permute_align",       "moe_pre_permute",
+    "moe_post_permute", "moe_grouped_gemm",        "moe_grouped_gemm_fp8",
+    "moe_expert_mlp",   "fused_moe_experts",       "indexed_expert_mlp",
+    "fused_moe",        "fused_moe_shared_expert", "shared_expert_mlp",
+};
+const char* const kRouteNames[] = {"uniform", "skewed", "one_expert", "few_experts", "equal"};
+
+bool parse_dtype(const std::string& s, DType* d) {
+  for (DType x : {DType::kBF16, DType::kF16, DType::kF32, DType::kI32, DType::kFP8E4M3}) {
+    if (s == dtype_name(x)) {
+      *d = x;
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---- limits of the library's validation ---------------------------------------------------
+
+// src/routing/fused_topk_kernel.h kTopKMaxExperts / kTopKMaxK; src/permute/permute_kernels.h
+// kPermuteMaxExperts (also the sorted path of the routed layers: fused_moe.cpp
+// check_path_experts); src/gemm/moe_grouped_gemm.cpp kMaxExperts; src/moe/moe_internal.h
+// kDirectMax* (the direct path). MoEExpertMLPFwd has no expert limit of its own: the sweep
+// stays at the GEMMs' 1024.
+constexpr int64_t kTopKMaxExperts = 512, kMaxTopK = 16, kPermuteMaxExperts = 512;
+constexpr int64_t kGemmMaxExperts = 1024, kDirectMaxExperts = 4096;
+constexpr int64_t kDirectMaxTokens = 64, kDirectMaxRoutes = 1024;
+constexpr int64_t kMaxTokens = 65536, kMaxWidthUnits = 1024;  // widths up to 8 * 1024
+// f32 outputs are held to the f32 limit (1e-5 on rel_l2 and on the share of elements
+// outside 1e-5 + 1e-5*|ref|). The f32 accumulation errors of the kernel and of the f32 GPU
+// reference (~3e-8 * sqrt(Kd) each, for outputs ~N(0, 1)) put a few elements past it at
+// Kd = 2048 with silu_and_mul (two such sums multiplied); at 1024 the share stays < 1e-6.
+constexpr int64_t kF32OutMaxReduction = 1024;
+
+bool direct_eligible(const SweepCase& c) {
+  return c.T <= kDirectMaxTokens && c.T * c.K <= kDirectMaxRoutes && c.E <= kDirectMaxExperts &&
+         2 * c.N * c.H < (int64_t{1} << 31);
+}
+// Whether indexed_expert_mlp / the layers take the direct path (src/moe/fused_moe.cpp).
+bool indexed_direct(const SweepCase& c) {
+  return c.knobs.routed_path != 2 && direct_eligible(c);
+}
+bool layer_direct(const SweepCase& c) {
+  if (c.knobs.routed_path != 0) return c.knobs.routed_path == 1 && direct_eligible(c);
+  return direct_eligible(c) && c.T * c.K <= 16 * c.E;
+}
+
+bool routes_from_gating(Op op) {
+  return op == Op::kFusedTopK || op == Op::kFusedMoe || op == Op::kFusedMoeSharedExpert;
+}
+bool takes_ids(Op op) {
+  return op == Op::kPermuteAlign || op == Op::kPrePermute || op == Op::kFusedMoeExperts ||
+         op == Op::kIndexedExpertMlp;
+}
+bool row_counts(Op op) {
+  return op == Op::kGroupedGemm || op == Op::kGroupedGemmFp8 || op == Op::kExpertMlp;
+}
+
+int64_t max_experts(const SweepCase& c) {
+  switch (c.op) {
+    case Op::kFusedTopK:
+    case Op::kFusedMoe:
+    case Op::kFusedMoeSharedExpert:
+      return kTopKMaxExperts;
+    case Op::kPermuteAlign:
+    case Op::kPrePermute:
+    case Op::kFusedMoeExperts:
+      return kPermuteMaxExperts;
+    case Op::kIndexedExpertMlp:
+      return indexed_direct(c) ? kDirectMaxExperts : kPermuteMaxExperts;
+    case Op::kGroupedGemm:
+    case Op::kGroupedGemmFp8:
+    case Op::kExpertMlp:
+      return kGemmMaxExperts;
+    case Op::kPostPermute:
+    case Op::kSharedExpertMlp:
+      return 1;
+  }
+  return 1;
+}
+
+size_t dsize(DType d) {
+  return dtype_size(d);
+}
+
+// ---- families ------------------------------------------------------------------------------
+
+int split_for(Rng& rng, int config) {
+  if (config == 3) return static_cast<int>(rng.uniform(1, 8));
+  if (config == 4 || config == 5) return rng.chance(0.5) ? static_cast<int>(rng.uniform(2, 8)) : 0;
+  return 0;
+}
+
+void force_gemm(Rng& rng, int config, int* to, int* split) {
+  *to = config;
+  *split = split_for(rng, config);
+}
+
+// The knobs of the case's family. `round` counts the earlier cases of the same op and
+// family: the forced values cycle with it, so every value comes up within a few rounds.
+void draw_knobs(SweepCase& c, Rng& rng, int64_t round) {
+  Knobs& k = c.knobs;
+  const std::string& f = c.family;
+  const auto cycle = [&](int n) { return static_cast<int>(round % n); };
+  if (f == "pdl_off") {
+    k.pdl = 2;
+  } else if (f == "topk_variant") {
+    k.topk_variant = 1 + cycle(2);
+  } else if (f == "topk_trigger") {
+    k.topk_trigger = cycle(3);
+  } else if (f == "align_variant") {
+    k.align_variant = 1 + cycle(4);
+  } else if (f == "pre_rows") {
+    k.pre_rows = 1 + cycle(32);
+  } else if (f == "post_variant") {
+    k.post_variant = 1 + cycle(2);
+  } else if (f == "post_threads") {
+    k.post_threads = 32 * (1 + cycle(8));
+  } else if (f == "gemm_config") {
+    force_gemm(rng, cycle(13), &k.gemm_config, &k.gemm_split);
+    if (k.gemm_config == 3) k.gemm_split = 1 + static_cast<int>((round / 13) % 8);
+  } else if (f == "gemm_dynamic") {
+    k.dynamic = 1 + cycle(3);
+    if (rng.chance(0.5)) force_gemm(rng, rng.pick({2, 6}), &k.gemm_config, &k.gemm_split);
+  } else if (f == "gemm_tile_n") {
+    k.tile_n = 192 + 32 * cycle(3);
+    if (rng.chance(0.5)) k.gemm_config = 2;
+  } else if (f == "no_workspace") {
+    c.workspace = false;
+  } else if (f == "fp8_config") {
+    k.fp8_config = cycle(3);
+  } else if (f == "mlp_configs") {  // -1 (the heuristic) or 0..12 for each GEMM, pairs varied
+    const int up = cycle(14) - 1;
+    int down = static_cast<int>((round * 5 + 3) % 14) - 1;
+    if (up < 0 && down < 0) down = cycle(13);
+    if (up >= 0) force_gemm(rng, up, &k.up_config, &k.up_split);
+    if (down >= 0) force_gemm(rng, down, &k.down_config, &k.down_split);
+  } else if (f == "chain") {
+    k.chain = 1 + cycle(2);
+  } else if (f == "chain_pairs") {
+    k.chain_pairs = 1 + cycle(2);
+    if (rng.chance(0.5)) k.chain = 1;
+  } else if (f == "gemm_pdl") {
+    k.gemm_pdl = 1;
+    if (rng.chance(0.5)) {  // the configs with a PDL variant (grouped_gemm.cpp pdl_config)
+      force_gemm(rng, rng.pick({0, 3, 4, 5}), &k.up_config, &k.up_split);
+      force_gemm(rng, rng.pick({0, 3, 4, 5}), &k.down_config, &k.down_split);
+    }
+  } else if (f == "mlp_dynamic") {
+    k.dynamic = 1 + cycle(3);
+  } else if (f == "mlp_tile_n") {
+    k.tile_n = 192 + 32 * cycle(3);
+    if (rng.chance(0.5)) k.up_config = k.down_config = 2;
+  } else if (f == "routed_path") {
+    k.routed_path = 1 + cycle(2);
+  } else if (f == "dense_path") {
+    k.dense_path = 1 + cycle(4);
+  } else if (f == "direct_knobs") {
+    k.dense_path = 3;
+    k.direct_load = cycle(3);
+    k.direct_reduce = static_cast<int>((round / 3) % 4) - 1;
+    k.direct_split = static_cast<int>(rng.uniform(0, 8));  // 0: the plan; 1-8 ranks
+  } else if (f == "streamk_grid") {
+    k.dense_path = 1;
+    k.streamk_grid = static_cast<int>(rng.uniform(1, 132));
+  }
+}
+
+// ---- shapes --------------------------------------------------------------------------------
+
+// Token counts: log-uniform, with weight on the edges; the forced small-batch paths get
+// the batches they take (GEMV: 1 token, direct: <= 32, stream-K and the routed direct
+// path: <= 64) most of the time.
+int64_t draw_tokens(const SweepCase& c, Rng& rng) {
+  const Knobs& k = c.knobs;
+  if (k.dense_path == 4 && rng.chance(0.7)) return 1;
+  if (k.dense_path == 3) return rng.chance(0.2) ? 1 : rng.log_uniform(1, 32);
+  if (k.dense_path != 0 || k.routed_path == 1 || (c.family == "gemm_pdl" && rng.chance(0.5))) {
+    return rng.chance(0.25) ? 1 : rng.log_uniform(1, c.family == "gemm_pdl" ? 256 : 64);
+  }
+  const double r = rng.u01();
+  if (r < 0.03) return 0;
+  if (r < 0.08) return 1;
+  if (r < 0.14) return rng.uniform(2, 17);
+  return rng.log_uniform(1, kMaxTokens);
+}
+
+int64_t draw_experts(Rng& rng, int64_t max_e) {
+  const double r = rng.u01();
+  if (r < 0.08) return 1;
+  if (r < 0.16) return max_e;
+  if (r < 0.32) {
+    const int64_t e = rng.pick<int64_t>({2, 3, 7, 8, 16, 32, 60, 64, 128, 160, 256, 384, 512});
+    return std::min(e, max_e);
+  }
+  return rng.log_uniform(1, max_e);
+}
+
+// A multiple of `unit` up to unit * kMaxWidthUnits: tiny, model-like, or any.
+int64_t draw_width(Rng& rng, int64_t unit) {
+  const double r = rng.u01();
+  int64_t m;
+  if (r < 0.1) {
+    m = rng.uniform(1, 3);
+  } else if (r < 0.35) {
+    m = rng.pick<int64_t>({16, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512, 640, 768, 896, 1024});
+  } else {
+    m = rng.log_uniform(1, kMaxWidthUnits);
+  }
+  return unit * m;
+}
+
+int draw_alignment(Rng& rng) {
+  return rng.chance(0.4) ? 1 : rng.pick({2, 3, 4, 7, 8, 16, 32, 64, 128, 256});
+}
+
+DType draw_half(Rng& rng) {
+  return rng.chance(0.5) ? DType::kBF16 : DType::kF16;
+}
+DType draw_any_float(Rng& rng) {
+  const double r = rng.u01();
+  return r < 0.4 ? DType::kBF16 : r < 0.8 ? DType::kF16 : DType::kF32;
+}
+
+void draw_routes(SweepCase& c, Rng& rng) {
+  const double r = rng.u01();
+  c.route = r < 0.4    ? Route::kUniform
+            : r < 0.65 ? Route::kSkewed
+            : r < 0.78 ? Route::kOneExpert
+            : r < 0.9  ? Route::kFewExperts
+                       : (row_counts(c.op) ? Route::kEqual : Route::kUniform);
+  if (c.route == Route::kSkewed) c.skew_milli = rng.pick({300, 500, 1000, 2000});
+  if (takes_ids(c.op) || c.op == Op::kPostPermute) {
+    if (rng.chance(0.3)) c.drop_pm = rng.pick({20, 100, 300, 1000});
+    if (rng.chance(0.25)) c.dup_pm = std::min(rng.pick({50, 200, 500}), 1000 - c.drop_pm);
+    if (rng.chance(0.1)) c.oor_pm = std::min(rng.pick({10, 50}), 1000 - c.drop_pm - c.dup_pm);
+  }
+}
+
+// FusedTopK's parameters: K <= min(16, E); grouping over a divisor of E.
+void fix_topk(SweepCase& c) {
+  c.K = std::clamp<int64_t>(c.K, 1, std::min(kMaxTopK, c.E));
+  if (c.groups > 0 && (c.E % c.groups != 0 || c.groups > c.E)) c.groups = c.topk_group = 0;
+  if (c.groups > 0) {
+    const int64_t per = c.E / c.groups;
+    const int64_t need = (c.K + per - 1) / per;
+    c.topk_group =
+        static_cast<int>(std::clamp<int64_t>(std::max<int64_t>(c.topk_group, need), 1, c.groups));
+  }
+}
+
+void draw_topk_params(SweepCase& c, Rng& rng) {
+  c.K = rng.chance(0.15) ? 1 : rng.uniform(1, std::min(kMaxTopK, c.E));
+  c.renormalize = rng.chance(0.5);
+  c.sigmoid = rng.chance(0.3);
+  c.scale_milli = rng.chance(0.7) ? 1000 : rng.pick({1, 500, 2500});
+  if (rng.chance(0.08)) {
+    c.levels = rng.pick({2, 3, 5, 16});
+  } else {
+    c.bias = rng.chance(0.4);
+  }
+  if (rng.chance(0.3) && c.E >= 2) {
+    std::vector<int> divisors;
+    for (int g = 2; g <= c.E; ++g)
+      if (c.E % g == 0) divisors.push_back(g);
+    c.groups = divisors[rng.uniform(0, static_cast<int64_t>(divisors.size()) - 1)];
+    c.topk_group = static_cast<int>(rng.uniform(1, c.groups));
+  }
+  fix_topk(c);
+}
+
+void draw_shapes(SweepCase& c, Rng& rng) {
+  c.T = draw_tokens(c, rng);
+  c.dtype = draw_half(rng);
+  c.out = c.dtype;
+  switch (c.op) {
+    case Op::kFusedTopK:
+      c.dtype = c.out = c.gating = draw_any_float(rng);
+      c.E = draw_experts(rng, kTopKMaxExperts);
+      draw_topk_params(c, rng);
+      draw_routes(c, rng);
+      if (c.route != Route::kSkewed) c.route = Route::kUniform;
+      break;
+    case Op::kPermuteAlign:
+    case Op::kPrePermute:
+      c.E = draw_experts(rng, kPermuteMaxExperts);
+      c.K = rng.uniform(1, kMaxTopK);
+      draw_routes(c, rng);
+      if (c.op == Op::kPermuteAlign) {
+        c.block_size = rng.pick({16, 32, 64, 128, 256});
+      } else {
+        c.dtype = c.out = draw_any_float(rng);
+        c.H = draw_width(rng, 8);
+        c.alignment = draw_alignment(rng);
+      }
+      break;
+    case Op::kPostPermute:
+      c.dtype = draw_any_float(rng);
+      c.out = c.dtype == DType::kF32 || rng.chance(0.25) ? DType::kF32 : c.dtype;
+      c.K = rng.uniform(1, kMaxTopK);
+      c.H = draw_width(rng, 8);
+      c.tail = rng.chance(0.5) ? 0 : rng.uniform(1, 64);
+      draw_routes(c, rng);
+      break;
+    case Op::kGroupedGemm:
+    case Op::kGroupedGemmFp8:
+    case Op::kExpertMlp: {
+      const bool fp8 = c.op == Op::kGroupedGemmFp8;
+      c.E = draw_experts(rng, kGemmMaxExperts);
+      c.H = rng.chance(0.02) ? 0 : draw_width(rng, fp8 ? 16 : 8);
+      c.N = draw_width(rng, 8);
+      c.masked = fp8 || (c.op == Op::kGroupedGemm && rng.chance(0.3));
+      if (!c.masked) {
+        c.alignment = draw_alignment(rng);
+        c.tail = rng.chance(0.6) ? 0 : rng.uniform(1, 300);
+      }
+      if (fp8) {
+        c.dtype = DType::kFP8E4M3;
+        c.out = DType::kBF16;
+      } else if (c.op == Op::kGroupedGemm) {
+        c.silu = rng.chance(0.4);
+        if (rng.chance(0.25)) c.out = DType::kF32;
+      } else {
+        if (c.H == 0) c.H = 8;
+      }
+      draw_routes(c, rng);
+      break;
+    }
+    case Op::kFusedMoeExperts:
+    case Op::kIndexedExpertMlp:
+      c.K = rng.uniform(1, kMaxTopK);
+      c.H = draw_width(rng, 8);
+      c.N = draw_width(rng, 8);
+      if (c.op == Op::kIndexedExpertMlp && c.knobs.routed_path == 1 && c.T > 0) {
+        c.K = std::min<int64_t>(c.K, kDirectMaxRoutes / c.T);
+        if (c.K < 1) c.K = 1;
+      }
+      c.E = draw_experts(rng, kPermuteMaxExperts);
+      if (c.op == Op::kIndexedExpertMlp && indexed_direct(c) && rng.chance(0.25)) {
+        c.E = rng.log_uniform(kPermuteMaxExperts, kDirectMaxExperts);  // direct path only
+      }
+      draw_routes(c, rng);
+      break;
+    case Op::kFusedMoe:
+    case Op::kFusedMoeSharedExpert:
+      c.gating = rng.chance(0.5) ? DType::kF32 : draw_half(rng);
+      c.H = draw_width(rng, 8);
+      c.N = draw_width(rng, 8);
+      if (c.op == Op::kFusedMoeSharedExpert) c.S = rng.chance(0.15) ? 0 : draw_width(rng, 8);
+      c.E = draw_experts(rng, kTopKMaxExperts);
+      draw_topk_params(c, rng);
+      if (c.knobs.routed_path == 1 && c.T > 0) {
+        c.K = std::max<int64_t>(1, std::min<int64_t>(c.K, kDirectMaxRoutes / c.T));
+        fix_topk(c);
+      }
+      draw_routes(c, rng);
+      if (c.route != Route::kSkewed) c.route = Route::kUniform;
+      break;
+    case Op::kSharedExpertMlp:
+      c.H = draw_width(rng, 8);
+      c.N = draw_width(rng, 8);
+      break;
+  }
+}
+
+// Halves a width (a multiple of `unit`, at least `unit`); false when at its minimum.
+bool halve(int64_t* w, int64_t unit) {
+  if (*w <= unit) return false;
+  const int64_t m = *w / unit;
+  *w = unit * ((m + 1) / 2);
+  return true;
+}
+
+void shrink_to(SweepCase& c, const Limits& lim) {
+  const auto over = [&] { return case_flops(c) > lim.max_flops || case_bytes(c) > lim.max_bytes; };
+  for (int guard = 0; guard < 400 && over(); ++guard) {
+    const int64_t h_unit = c.op == Op::kGroupedGemmFp8 ? 16 : 8;
+    int64_t* widest = nullptr;
+    if (c.H > h_unit) widest = &c.H;
+    if (c.N > 8 && (!widest || c.N > *widest)) widest = &c.N;
+    if (c.S > 8 && (!widest || c.S > *widest)) widest = &c.S;
+    if (widest && halve(widest, widest == &c.H ? h_unit : 8)) continue;
+    if (c.E > 1) {
+      c.E = (c.E + 1) / 2;
+      if (routes_from_gating(c.op)) fix_topk(c);
+      continue;
+    }
+    if (c.K > 1) {
+      c.K = (c.K + 1) / 2;
+      continue;
+    }
+    break;
+  }
+}
+
+std::string knobs_string(const Knobs& k) {
+  std::string s;
+  for (const KnobField& f : knob_fields()) {
+    if (k.*f.field != f.fallback) s += std::string(" ") + f.key + "=" + std::to_string(k.*f.field);
+  }
+  return s;
+}
+
+}  // namespace
+
+const char* op_name(Op op) {
+  return kOpNames[static_cast<int>(op)];
+}
+
+bool parse_op(const std::string& name, Op* op) {
+  for (int i = 0; i < kOpCount; ++i) {
+    if (name == kOpNames[i]) {
+      *op = static_cast<Op>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* route_name(Route r) {
+  return kRouteNames[static_cast<int>(r)];
+}
+
+const std::vector<KnobField>& knob_fields() {
+  static const std::vector<KnobField> fields = {
+      {"gemm_config", &Knobs::gemm_config, -1},
+      {"gemm_split", &Knobs::gemm_split, 0},
+      {"fp8_config", &Knobs::fp8_config, -1},
+      {"up_config", &Knobs::up_config, -1},
+      {"up_split", &Knobs::up_split, 0},
+      {"down_config", &Knobs::down_config, -1},
+      {"down_split", &Knobs::down_split, 0},
+      {"chain", &Knobs::chain, 0},
+      {"chain_pairs", &Knobs::chain_pairs, 0},
+      {"gemm_pdl", &Knobs::gemm_pdl, 0},
+      {"dynamic", &Knobs::dynamic, 0},
+      {"tile_n", &Knobs::tile_n, 0},
+      {"dense_path", &Knobs::dense_path, 0},
+      {"streamk_grid", &Knobs::streamk_grid, 0},
+      {"direct_load", &Knobs::direct_load, 0},
+      {"direct_reduce", &Knobs::direct_reduce, -1},
+      {"direct_split", &Knobs::direct_split, 0},
+      {"routed_path", &Knobs::routed_path, 0},
+      {"topk_variant", &Knobs::topk_variant, 0},
+      {"topk_trigger", &Knobs::topk_trigger, -1},
+      {"align_variant", &Knobs::align_variant, 0},
+      {"post_variant", &Knobs::post_variant, 0},
+      {"post_threads", &Knobs::post_threads, 0},
+      {"pre_rows", &Knobs::pre_rows, 0},
+      {"pdl", &Knobs::pdl, 0},
+  };
+  return fields;
+}
+
+const std::vector<std::string>& op_families(Op op) {
+  static const std::vector<std::string> families[kOpCount] = {
+      {"heuristic", "topk_variant", "topk_trigger", "pdl_off"},
+      {"heuristic", "align_variant", "pdl_off"},
+      {"heuristic", "pre_rows", "pdl_off"},
+      {"heuristic", "post_variant", "post_threads", "pdl_off"},
+      {"heuristic", "gemm_config", "gemm_dynamic", "gemm_tile_n", "no_workspace"},
+      {"heuristic", "fp8_config"},
+      {"heuristic", "mlp_configs", "chain", "chain_pairs", "gemm_pdl", "mlp_dynamic", "mlp_tile_n",
+       "pdl_off"},
+      {"heuristic", "mlp_configs", "chain", "gemm_pdl", "mlp_dynamic", "pdl_off"},
+      {"heuristic", "routed_path", "mlp_configs", "gemm_pdl", "pdl_off"},
+      {"heuristic", "routed_path", "mlp_configs", "chain", "topk_variant", "gemm_pdl", "pdl_off"},
+      {"heuristic", "routed_path", "mlp_configs", "dense_path", "direct_knobs", "streamk_grid",
+       "gemm_pdl", "pdl_off"},
+      {"heuristic", "dense_path", "direct_knobs", "streamk_grid", "mlp_configs", "gemm_pdl",
+       "mlp_tile_n", "pdl_off"},
+  };
+  return families[static_cast<int>(op)];
+}
+
+// The bytes cap leaves room for the shared MLPs whose weights (>= 256 MB) make the
+// heuristic pick stream-K or the GEMV kernels.
+Limits default_limits() {
+  return {2e10, 6e8};
+}
+
+Limits large_limits() {
+  return {2e11, 4e9};
+}
+
+double case_flops(const SweepCase& c) {
+  const double T = static_cast<double>(c.T), H = static_cast<double>(c.H);
+  const double N = static_cast<double>(c.N), S = static_cast<double>(c.S);
+  const double E = static_cast<double>(c.E), K = static_cast<double>(c.K);
+  switch (c.op) {
+    case Op::kFusedTopK:
+      return 10 * T * E;
+    case Op::kPermuteAlign:
+    case Op::kPrePermute:
+    case Op::kPostPermute:
+      return 2 * T * K * std::max(H, 1.0);
+    case Op::kGroupedGemm:
+    case Op::kGroupedGemmFp8:
+      return 2 * T * N * (c.silu ? 2 : 1) * H;
+    case Op::kExpertMlp:
+      return 6 * T * N * H;
+    case Op::kFusedMoeExperts:
+    case Op::kIndexedExpertMlp:
+      return 6 * T * K * N * H;
+    case Op::kFusedMoe:
+    case Op::kFusedMoeSharedExpert:
+      return 6 * T * K * N * H + 6 * T * S * H + 10 * T * E;
+    case Op::kSharedExpertMlp:
+      return 6 * T * N * H;
+  }
+  return 0;
+}
+
+double case_bytes(const SweepCase& c) {
+  const double T = static_cast<double>(c.T), H = static_cast<double>(c.H);
+  const double N = static_cast<double>(c.N), S = static_cast<double>(c.S);
+  const double E = static_cast<double>(c.E), K = static_cast<double>(c.K);
+  const double ds = static_cast<double>(dsize(c.dtype)), os = static_cast<double>(dsize(c.out));
+  const double pad = E * std::max(c.alignment - 1, 0) + static_cast<double>(c.tail);
+  // Every output and workspace twice (the first run's copy for the rerun's comparison).
+  switch (c.op) {
+    case Op::kFusedTopK:
+      return T * E * ds + E * 4 + 3 * T * K * 8;
+    case Op::kPermuteAlign:
+      return T * K * 4 + 3 * (T * K + E * c.block_size) * 4 * 2;
+    case Op::kPrePermute:
+      return T * H * ds + 2 * (T * K + pad) * H * ds + 4 * T * K * 4 + 8 * E * 64;
+    case Op::kPostPermute:
+      return (T * K + pad) * H * ds + T * K * 8 + 3 * T * H * os;
+    case Op::kGroupedGemm:
+    case Op::kGroupedGemmFp8:
+    case Op::kExpertMlp: {
+      const double rows = c.masked ? E * static_cast<double>(c.max_m) : T + pad;
+      const double b_rows = c.op == Op::kExpertMlp ? 3 * N : (c.silu ? 2 * N : N);
+      const double out_w = c.op == Op::kExpertMlp ? H : N;
+      // a, b, c twice and the reference's output; the MLP's activation and f32 scratch.
+      double b = rows * H * ds + E * b_rows * H * ds + 3 * rows * out_w * os;
+      if (c.op == Op::kExpertMlp) b += rows * N * (ds + 12) + rows * H * 4;
+      if (c.silu) b += rows * 2 * N * 4;
+      return b;
+    }
+    case Op::kFusedMoeExperts:
+    case Op::kIndexedExpertMlp:
+    case Op::kFusedMoe:
+    case Op::kFusedMoeSharedExpert:
+      // hidden, weights, 3 outputs; the sorted path's permuted rows, activations and the
+      // reference's f32 scratch.
+      return T * H * ds * 4 + E * 3 * N * H * ds + T * E * 4 + S * 3 * H * ds +
+             T * K * (H * (ds + 8) + N * (ds + 12)) + T * (S + H) * 8;
+    case Op::kSharedExpertMlp:
+      return T * H * ds * 4 + 3 * N * H * ds + T * (N + H) * 12;
+  }
+  return 0;
+}
+
+std::string invalid_reason(const SweepCase& c) {
+  const auto mult = [](int64_t v, int64_t m) { return v % m == 0; };
+  if (c.T < 0 || c.T > kMaxTokens) return "T outside 0.." + std::to_string(kMaxTokens);
+  if (c.E < 1 || c.E > max_experts(c)) return "E outside 1.." + std::to_string(max_experts(c));
+  if (c.K < 1 || c.K > kMaxTopK) return "K outside 1..16";
+  if (routes_from_gating(c.op)) {
+    if (c.K > c.E) return "top_k above E";
+    if (c.groups != 0) {
+      if (c.E % c.groups != 0) return "num_expert_group does not divide E";
+      if (c.topk_group < 1 || c.topk_group > c.groups) return "topk_group outside 1..groups";
+      if (c.K > static_cast<int64_t>(c.topk_group) * (c.E / c.groups))
+        return "top_k above the kept groups' experts";
+    } else if (c.topk_group != 0) {
+      return "topk_group without groups";
+    }
+  }
+  const bool half = c.dtype == DType::kBF16 || c.dtype == DType::kF16;
+  const bool any_float = half || c.dtype == DType::kF32;
+  switch (c.op) {
+    case Op::kFusedTopK:
+      if (!any_float || c.gating != c.dtype) return "gating dtype";
+      break;
+    case Op::kPermuteAlign:
+      if (c.block_size < 16 || c.block_size > 256 || (c.block_size & (c.block_size - 1)))
+        return "block_size not a power of two in 16..256";
+      break;
+    case Op::kPrePermute:
+      if (!any_float || c.alignment < 1 || c.H < 8 || !mult(c.H, 8)) return "pre_permute shape";
+      break;
+    case Op::kPostPermute:
+      if (!any_float || c.H < 8 || !mult(c.H, 8) || c.tail < 0) return "post_permute shape";
+      if (c.out != c.dtype && c.out != DType::kF32) return "post_permute out dtype";
+      break;
+    case Op::kGroupedGemm:
+    case Op::kGroupedGemmFp8:
+    case Op::kExpertMlp: {
+      const bool fp8 = c.op == Op::kGroupedGemmFp8;
+      if (fp8 ? (c.dtype != DType::kFP8E4M3 || c.out != DType::kBF16 || !c.masked) : !half)
+        return "GEMM dtype";
+      if (c.op == Op::kExpertMlp && (c.masked || c.out != c.dtype)) return "expert MLP layout";
+      if (c.out != c.dtype && c.out != DType::kF32 && !fp8) return "GEMM out dtype";
+      if (c.H < 0 || !mult(c.H, fp8 ? 16 : 8) || c.N < 8 || !mult(c.N, 8)) return "GEMM widths";
+      if (c.op == Op::kExpertMlp && c.H < 8) return "expert MLP hidden size";
+      if (c.out == DType::kF32 && c.H > kF32OutMaxReduction) return "f32 out beyond 1024 products";
+      if (!c.masked && c.alignment < 1) return "alignment";
+      if (c.masked && c.max_m < 0) return "max_m";
+      break;
+    }
+    case Op::kFusedMoeExperts:
+    case Op::kIndexedExpertMlp:
+    case Op::kFusedMoe:
+    case Op::kFusedMoeSharedExpert:
+    case Op::kSharedExpertMlp:
+      if (!half || c.out != c.dtype) return "MLP dtype";
+      if (c.H < 8 || !mult(c.H, 8) || c.N < 8 || !mult(c.N, 8) || c.S < 0 || !mult(c.S, 8))
+        return "MLP widths";
+      if (routes_from_gating(c.op) && c.gating != DType::kF32 && c.gating != DType::kBF16 &&
+          c.gating != DType::kF16)
+        return "gating dtype";
+      if ((c.op == Op::kFusedMoe || c.op == Op::kFusedMoeSharedExpert) && !layer_direct(c) &&
+          c.E > kPermuteMaxExperts)
+        return "sorted path beyond 512 experts";
+      break;
+  }
+  if (c.scale_milli <= 0 || c.levels < 0) return "topk parameters";
+  if (c.drop_pm < 0 || c.dup_pm < 0 || c.oor_pm < 0 || c.drop_pm + c.dup_pm + c.oor_pm > 1000)
+    return "route rates";
+  return "";
+}
+
+SweepCase draw_case(uint64_t seed, int64_t index, const Limits& limits) {
+  Rng rng(mix(seed ^ mix(static_cast<uint64_t>(index) + 0x51ED2701ull)));
+  SweepCase c;
+  c.index = index;
+  c.op = static_cast<Op>(index % kOpCount);
+  c.data_seed = rng.next();
+  // Families in turn, the heuristic twice per cycle: (index / kOpCount) = the op's turn.
+  const std::vector<std::string>& fams = op_families(c.op);
+  const int64_t slots = static_cast<int64_t>(fams.size()) + 1, turn = index / kOpCount;
+  const int64_t slot = turn % slots;
+  c.family = fams[slot == 0 ? 0 : slot - 1];
+  draw_knobs(c, rng, turn / slots);
+  draw_shapes(c, rng);
+  if (c.out == DType::kF32 && c.op == Op::kGroupedGemm && c.H > kF32OutMaxReduction) {
+    c.H = kF32OutMaxReduction - 8 * rng.uniform(0, 4);
+  }
+  shrink_to(c, limits);
+  if (c.masked) {  // max_m: the busiest expert's rows (unclamped), sometimes more
+    SweepCase unclamped = c;
+    unclamped.masked = false;
+    const std::vector<int64_t> counts = expert_counts(unclamped);
+    c.max_m = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+    if (rng.chance(0.5)) c.max_m += rng.uniform(1, 64);
+    shrink_to(c, limits);  // E only shrinks: the counts stay within max_m
+  }
+  return c;
+}
+
+// ---- spec lines ----------------------------------------------------------------------------
+
+bool operator==(const SweepCase& a, const SweepCase& b) {
+  return format_spec(a) == format_spec(b) && a.index == b.index;
+}
+
+std::string format_spec(const SweepCase& c) {
+  const SweepCase d;
+  std::ostringstream s;
+  s << "op=" << op_name(c.op) << " family=" << c.family << " seed=" << c.data_seed;
+  const auto num = [&](const char* k, int64_t v, int64_t def) {
+    if (v != def) s << " " << k << "=" << v;
+  };
+  const auto type = [&](const char* k, DType v, DType def) {
+    if (v != def) s << " " << k << "=" << dtype_name(v);
+  };
+  type("dtype", c.dtype, d.dtype);
+  type("out", c.out, d.out);
+  type("gating", c.gating, d.gating);
+  num("T", c.T, d.T);
+  num("H", c.H, d.H);
+  num("N", c.N, d.N);
+  num("S", c.S, d.S);
+  num("E", c.E, d.E);
+  num("K", c.K, d.K);
+  num("masked", c.masked, d.masked);
+  num("alignment", c.alignment, d.alignment);
+  num("max_m", c.max_m, d.max_m);
+  num("tail", c.tail, d.tail);
+  num("block_size", c.block_size, d.block_size);
+  if (c.route != d.route) s << " route=" << route_name(c.route);
+  num("skew_milli", c.skew_milli, d.skew_milli);
+  num("drop_pm", c.drop_pm, d.drop_pm);
+  num("dup_pm", c.dup_pm, d.dup_pm);
+  num("oor_pm", c.oor_pm, d.oor_pm);
+  num("bias", c.bias, d.bias);
+  num("sigmoid", c.sigmoid, d.sigmoid);
+  num("renormalize", c.renormalize, d.renormalize);
+  num("groups", c.groups, d.groups);
+  num("topk_group", c.topk_group, d.topk_group);
+  num("scale_milli", c.scale_milli, d.scale_milli);
+  num("levels", c.levels, d.levels);
+  num("silu", c.silu, d.silu);
+  num("workspace", c.workspace, d.workspace);
+  s << knobs_string(c.knobs);
+  return s.str();
+}
+
+bool parse_spec(const std::string& spec, SweepCase* out, std::string* error) {
+  SweepCase c;
+  std::istringstream in(spec);
+  std::string tok;
+  bool have_op = false;
+  while (in >> tok) {
+    const size_t eq = tok.find('=');
+    if (eq == std::string::npos) {
+      *error = "'" + tok + "' is not key=value";
+      return false;
+    }
+    const std::string k = tok.substr(0, eq), v = tok.substr(eq + 1);
+    int64_t n = 0;
+    const bool numeric = [&] {
+      char* end = nullptr;
+      n = std::strtoll(v.c_str(), &end, 10);
+      return !v.empty() && *end == 0;
+    }();
+    const auto need_num = [&](auto* field) {
+      if (!numeric) return false;
+      *field = static_cast<std::remove_pointer_t<decltype(field)>>(n);
+      return true;
+    };
+    bool ok = true;
+    if (k == "op") {
+      ok = have_op = parse_op(v, &c.op);
+    } else if (k == "family") {
+      c.family = v;
+    } else if (k == "seed") {
+      char* end = nullptr;
+      c.data_seed = std::strtoull(v.c_str(), &end, 10);
+      ok = !v.empty() && *end == 0;
+    } else if (k == "dtype") {
+      ok = parse_dtype(v, &c.dtype);
+    } else if (k == "out") {
+      ok = parse_dtype(v, &c.out);
+    } else if (k == "gating") {
+      ok = parse_dtype(v, &c.gating);
+    } else if (k == "route") {
+      ok = false;
+      for (int r = 0; r < 5; ++r) {
+        if (v == kRouteNames[r]) {
+          c.route = static_cast<Route>(r);
+          ok = true;
+        }
+      }
+    } else if (k == "T") {
+      ok = need_num(&c.T);
+    } else if (k == "H") {
+      ok = need_num(&c.H);
+    } else if (k == "N") {
+      ok = need_num(&c.N);
+    } else if (k == "S") {
+      ok = need_num(&c.S);
+    } else if (k == "E") {
+      ok = need_num(&c.E);
+    } else if (k == "K") {
+      ok = need_num(&c.K);
+    } else if (k == "masked") {
+      ok = need_num(&c.masked);
+    } else if (k == "alignment") {
+      ok = need_num(&c.alignment);
+    } else if (k == "max_m") {
+      ok = need_num(&c.max_m);
+    } else if (k == "tail") {
+      ok = need_num(&c.tail);
+    } else if (k == "block_size") {
+      ok = need_num(&c.block_size);
+    } else if (k == "skew_milli") {
+      ok = need_num(&c.skew_milli);
+    } else if (k == "drop_pm") {
+      ok = need_num(&c.drop_pm);
+    } else if (k == "dup_pm") {
+      ok = need_num(&c.dup_pm);
+    } else if (k == "oor_pm") {
+      ok = need_num(&c.oor_pm);
+    } else if (k == "bias") {
+      ok = need_num(&c.bias);
+    } else if (k == "sigmoid") {
+      ok = need_num(&c.sigmoid);
+    } else if (k == "renormalize") {
+      ok = need_num(&c.renormalize);
+    } else if (k == "groups") {
+      ok = need_num(&c.groups);
+    } else if (k == "topk_group") {
+      ok = need_num(&c.topk_group);
+    } else if (k == "scale_milli") {
+      ok = need_num(&c.scale_milli);
+    } else if (k == "levels") {
+      ok = need_num(&c.levels);
+    } else if (k == "silu") {
+      ok = need_num(&c.silu);
+    } else if (k == "workspace") {
+      ok = need_num(&c.workspace);
+    } else {
+      const auto& fields = knob_fields();
+      const auto f = std::find_if(fields.begin(), fields.end(),
+                                  [&](const KnobField& x) { return k == x.key; });
+      if (f == fields.end()) {
+        *error = "unknown key '" + k + "'";
+        return false;
+      }
+      ok = need_num(&(c.knobs.*(f->field)));
+    }
+    if (!ok) {
+      *error = "bad value in '" + tok + "'";
+      return false;
+    }
+  }
+  if (!have_op) {
+    *error = "no op=";
+    return false;
+  }
+  *out = c;
+  return true;
+}
+
+// ---- inputs --------------------------------------------------------------------------------
+
+namespace {
+
+// Per-expert draw weights: uniform, or the skew's (1 + rank)^-alpha over a random ranking.
+std::vector<double> expert_weights(const SweepCase& c, std::vector<int64_t>* rank_out = nullptr) {
+  std::vector<double> w(static_cast<size_t>(c.E), 1.0);
+  std::vector<int64_t> rank(static_cast<size_t>(c.E));
+  std::iota(rank.begin(), rank.end(), 0);
+  Rng rng = stream(c, kSkewStream);
+  for (int64_t i = c.E - 1; i > 0; --i) std::swap(rank[i], rank[rng.uniform(0, i)]);
+  if (c.route == Route::kSkewed) {
+    const double alpha = c.skew_milli / 1000.0;
+    for (int64_t e = 0; e < c.E; ++e) w[e] = std::pow(1.0 + static_cast<double>(rank[e]), -alpha);
+  }
+  if (rank_out) *rank_out = rank;
+  return w;
+}
+
+// Draws expert ids by weight (binary search over the cumulative weights).
+class ExpertDraw {
+ public:
+  explicit ExpertDraw(const std::vector<double>& w) : cdf_(w.size()) {
+    std::partial_sum(w.begin(), w.end(), cdf_.begin());
+  }
+  int32_t operator()(Rng& rng) const {
+    const double x = rng.u01() * cdf_.back();
+    const auto it = std::upper_bound(cdf_.begin(), cdf_.end(), x);
+    return static_cast<int32_t>(std::min<ptrdiff_t>(it - cdf_.begin(), cdf_.size() - 1));
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+// The experts kOneExpert / kFewExperts route to.
+std::vector<int32_t> chosen_experts(const SweepCase& c, Rng& rng) {
+  const int64_t n = c.route == Route::kOneExpert ? 1 : rng.uniform(1, 3);
+  std::vector<int32_t> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(static_cast<int32_t>(rng.uniform(0, c.E - 1)));
+  return v;
+}
+
+// Applies the -1 / repeat / out-of-range rates to one row of ids (or inverse indices).
+void damage_row(int32_t* row, int64_t K, const SweepCase& c, int64_t range, Rng& rng) {
+  if (c.drop_pm + c.dup_pm + c.oor_pm == 0) return;
+  const int32_t bad[5] = {static_cast<int32_t>(range), static_cast<int32_t>(range + 7), -2, INT_MAX,
+                          INT_MIN};
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t r = rng.uniform(0, 999);
+    if (r < c.drop_pm) {
+      row[k] = -1;
+    } else if (r < c.drop_pm + c.dup_pm) {
+      if (k > 0) row[k] = row[rng.uniform(0, k - 1)];
+    } else if (r < c.drop_pm + c.dup_pm + c.oor_pm) {
+      row[k] = bad[rng.uniform(0, 4)];
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> expert_counts(const SweepCase& c) {
+  std::vector<int64_t> counts(static_cast<size_t>(c.E), 0);
+  Rng rng = stream(c, kCountsStream);
+  if (c.route == Route::kEqual) {
+    for (int64_t e = 0; e < c.E; ++e) counts[e] = c.T / c.E + (e < c.T % c.E ? 1 : 0);
+  } else if (c.route == Route::kOneExpert || c.route == Route::kFewExperts) {
+    const std::vector<int32_t> to = chosen_experts(c, rng);
+    for (int64_t r = 0; r < c.T; ++r) ++counts[to[rng.uniform(0, to.size() - 1)]];
+  } else {
+    const ExpertDraw draw(expert_weights(c));
+    for (int64_t r = 0; r < c.T; ++r) ++counts[draw(rng)];
+  }
+  if (c.masked) {
+    for (int64_t& n : counts) n = std::min(n, c.max_m);
+  }
+  return counts;
+}
+
+std::vector<int32_t> draw_topk_ids(const SweepCase& c) {
+  std::vector<int32_t> ids(static_cast<size_t>(c.T * c.K));
+  Rng rng = stream(c, kIdsStream);
+  const std::vector<int32_t> few = c.route == Route::kOneExpert || c.route == Route::kFewExperts
+                                       ? chosen_experts(c, rng)
+                                       : std::vector<int32_t>{};
+  const ExpertDraw draw(expert_weights(c));
+  std::vector<int32_t> perm(static_cast<size_t>(c.E));
+  std::iota(perm.begin(), perm.end(), 0);
+  const bool distinct = c.K <= c.E;
+  for (int64_t t = 0; t < c.T; ++t) {
+    int32_t* row = ids.data() + t * c.K;
+    for (int64_t k = 0; k < c.K; ++k) {
+      if (!few.empty()) {
+        row[k] = few[rng.uniform(0, few.size() - 1)];
+      } else if (!distinct) {
+        row[k] = draw(rng);
+      } else if (c.route == Route::kSkewed) {
+        int32_t e = draw(rng);
+        for (int tries = 0; tries < 64 && std::find(row, row + k, e) != row + k; ++tries) {
+          e = draw(rng);
+        }
+        while (std::find(row, row + k, e) != row + k) e = (e + 1) % c.E;
+        row[k] = e;
+      } else {  // a partial Fisher-Yates step on a running permutation: K distinct, uniform
+        std::swap(perm[k], perm[rng.uniform(k, c.E - 1)]);
+        row[k] = perm[k];
+      }
+    }
+    damage_row(row, c.K, c, c.E, rng);
+  }
+  return ids;
+}
+
+std::vector<int32_t> draw_inverse(const SweepCase& c) {
+  const int64_t R = c.T * c.K, P = R + c.tail;
+  std::vector<int32_t> rows(static_cast<size_t>(P));
+  std::iota(rows.begin(), rows.end(), 0);
+  Rng rng = stream(c, kInverseStream);
+  for (int64_t i = P - 1; i > 0; --i) std::swap(rows[i], rows[rng.uniform(0, i)]);
+  rows.resize(static_cast<size_t>(R));
+  for (int64_t t = 0; t < c.T; ++t) damage_row(rows.data() + t * c.K, c.K, c, P, rng);
+  return rows;
+}
+
+std::vector<float> skew_bias(const SweepCase& c) {
+  if (c.route != Route::kSkewed) return {};
+  std::vector<int64_t> rank;
+  expert_weights(c, &rank);
+  std::vector<float> b(static_cast<size_t>(c.E));
+  const double alpha = c.skew_milli / 1000.0;
+  for (int64_t e = 0; e < c.E; ++e)
+    b[e] = static_cast<float>(-alpha * std::log1p(static_cast<double>(rank[e])));
+  return b;
+}
+
+bool topk_row_unambiguous(const double* logits, const float* bias, const SweepCase& c, double eps) {
+  const int64_t E = c.E;
+  std::vector<double> score(logits, logits + E), sel(static_cast<size_t>(E));
+  if (c.sigmoid) {
+    for (double& v : score) v = 1.0 / (1.0 + std::exp(-v));
+  } else {
+    const double top = *std::max_element(score.begin(), score.end());
+    double sum = 0;
+    for (double& v : score) sum += (v = std::exp(v - top));
+    for (double& v : score) v /= sum;
+  }
+  for (int64_t e = 0; e < E; ++e) sel[e] = score[e] + (bias ? bias[e] : 0.0);
+  const auto blurred = [eps](double a, double b) {
+    return a != b && std::fabs(a - b) <= eps * std::max(std::fabs(a), std::fabs(b));
+  };
+  std::vector<char> kept(static_cast<size_t>(E), 1);
+  if (c.groups > 0 && c.topk_group < c.groups) {
+    const int64_t per = E / c.groups;
+    std::vector<std::pair<double, int64_t>> group(static_cast<size_t>(c.groups));
+    for (int64_t g = 0; g < c.groups; ++g) {  // its best sel, or its best two with a bias
+      double first = -INFINITY, second = -INFINITY;
+      for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+        if (sel[e] > first) {
+          second = first;
+          first = sel[e];
+        } else if (sel[e] > second) {
+          second = sel[e];
+        }
+      }
+      group[g] = {bias && per >= 2 ? first + second : first, g};
+    }
+    std::stable_sort(group.begin(), group.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    if (blurred(group[c.topk_group - 1].first, group[c.topk_group].first)) return false;
+    for (int64_t r = c.topk_group; r < c.groups; ++r) {
+      std::fill(kept.begin() + group[r].second * per, kept.begin() + (group[r].second + 1) * per,
+                0);
+    }
+  }
+  std::vector<double> v;
+  for (int64_t e = 0; e < E; ++e)
+    if (kept[e]) v.push_back(sel[e]);
+  const int64_t top = std::min<int64_t>(c.K + 1, static_cast<int64_t>(v.size()));
+  std::partial_sort(v.begin(), v.begin() + top, v.end(), std::greater<double>());
+  for (int64_t r = 0; r + 1 < top; ++r) {
+    if (blurred(v[r], v[r + 1])) return false;
+  }
+  return true;
+}
+
+int64_t contiguous_rows(const SweepCase& c, const std::vector<int64_t>& counts,
+                        std::vector<int32_t>* ends) {
+  const int64_t A = std::max(c.alignment, 1);
+  int64_t end = 0, routed = 0;
+  ends->assign(counts.size(), 0);
+  for (size_t e = 0; e < counts.size(); ++e) {
+    end = (end + A - 1) / A * A + counts[e];
+    (*ends)[e] = static_cast<int32_t>(end);
+    routed += counts[e];
+  }
+  // permuted_rows(): the routed rows plus E*(A-1) of alignment room, then the tail.
+  return routed + static_cast<int64_t>(counts.size()) * (A - 1) + c.tail;
+}
+
+}  // namespace moekit::sweep

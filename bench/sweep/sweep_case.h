@@ -1,0 +1,155 @@
+// The random sweep's cases (docs/sweep.md): what one case is, how the seeded generator
+// draws it, the limits every drawn case respects, and the one-line spec that reproduces
+// it. Host code only (the CPU test checks the generator without a GPU).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moekit/tensor.h"
+
+namespace moekit::sweep {
+
+enum class Op : int {
+  kFusedTopK,
+  kPermuteAlign,
+  kPrePermute,
+  kPostPermute,
+  kGroupedGemm,
+  kGroupedGemmFp8,
+  kExpertMlp,
+  kFusedMoeExperts,
+  kIndexedExpertMlp,
+  kFusedMoe,
+  kFusedMoeSharedExpert,
+  kSharedExpertMlp,
+};
+constexpr int kOpCount = 12;
+const char* op_name(Op op);  // the public function's name, e.g. "moe_grouped_gemm"
+bool parse_op(const std::string& name, Op* op);
+
+// How routes are drawn: the topk ids of the ops that take them, the per-expert row counts
+// of a permuted buffer, or a skew added to the gating logits.
+enum class Route : int {
+  kUniform,     // K distinct experts per token, uniformly
+  kSkewed,      // expert e drawn with weight (1 + rank_e)^-alpha (the bench's skew)
+  kOneExpert,   // every route to one expert (a row repeats it when K > 1)
+  kFewExperts,  // routes to 1-3 experts: most experts empty
+  kEqual,       // row counts only: the rows split evenly (the bench's default)
+};
+const char* route_name(Route r);
+
+// Every internal switch the sweep can force (bench/sweep/sweep_paths.cpp applies them);
+// the defaults leave each choice to the library's heuristics.
+struct Knobs {
+  int gemm_config = -1, gemm_split = 0, fp8_config = -1;               // the public GEMM ops
+  int up_config = -1, up_split = 0, down_config = -1, down_split = 0;  // an MLP's two GEMMs
+  int chain = 0, chain_pairs = 0, gemm_pdl = 0, dynamic = 0, tile_n = 0;
+  int dense_path = 0, streamk_grid = 0, direct_load = 0, direct_reduce = -1, direct_split = 0;
+  int routed_path = 0;
+  int topk_variant = 0, topk_trigger = -1, align_variant = 0, post_variant = 0, post_threads = 0;
+  int pre_rows = 0;
+  int pdl = 0;
+};
+
+// One knob: its key in a spec and its default.
+struct KnobField {
+  const char* key;
+  int Knobs::*field;
+  int fallback;
+};
+const std::vector<KnobField>& knob_fields();
+
+struct SweepCase {
+  int64_t index = -1;      // position in the seed's sequence (-1: from a spec)
+  uint64_t data_seed = 0;  // the inputs' seed
+  Op op = Op::kFusedTopK;
+  std::string family = "heuristic";  // the path family drawn (op_families)
+  DType dtype = DType::kBF16;        // input dtype (fp8e4m3 for the FP8 GEMM)
+  DType out = DType::kBF16;          // output dtype where the op lets it differ
+  DType gating = DType::kF32;        // gating logits (fused_topk: = dtype; the layers)
+  int64_t T = 0;                     // tokens; the routed rows of the GEMMs and MoEExpertMLPFwd
+  int64_t H = 8;                     // hidden size; the GEMMs' Kd
+  int64_t N = 8;                     // intermediate F; the GEMMs' N; SharedExpertMLPFwd's S
+  int64_t S = 0;  // FusedMoESharedExpertFwd's shared intermediate size (0: no shared expert)
+  int64_t E = 1;
+  int64_t K = 1;  // top_k
+  // Permuted-buffer layout.
+  bool masked = false;
+  int alignment = 1;
+  int64_t max_m = 0;
+  int64_t tail = 0;  // buffer rows past the last expert block / past the routes
+  int block_size = 64;
+  // Routes.
+  Route route = Route::kUniform;
+  int skew_milli = 0;  // alpha * 1000 (kSkewed)
+  int drop_pm = 0;     // per mille of ids set to -1
+  int dup_pm = 0;      // per mille of ids repeating an earlier id of their row
+  int oor_pm = 0;      // per mille of ids out of range (skipped like -1)
+  // FusedTopK parameters.
+  bool bias = false, sigmoid = false, renormalize = false;
+  int groups = 0, topk_group = 0;
+  int scale_milli = 1000;  // routed_scaling_factor * 1000
+  int levels = 0;          // > 0: integer logits from [0, levels): exact ties
+  // GEMMs.
+  bool silu = false;
+  bool workspace = true;  // moe_grouped_gemm: pass the optional workspace
+  Knobs knobs;
+};
+
+bool operator==(const SweepCase& a, const SweepCase& b);
+inline bool operator!=(const SweepCase& a, const SweepCase& b) {
+  return !(a == b);
+}
+
+// "op=moe_grouped_gemm family=gemm_config seed=... T=..." (every field; knobs that differ
+// from their default), and back.
+std::string format_spec(const SweepCase& c);
+bool parse_spec(const std::string& spec, SweepCase* c, std::string* error);
+
+// Per-case cost caps: the generator shrinks H, F, S, E and K (never T) until a case fits.
+struct Limits {
+  double max_flops;  // the op's useful FLOPs
+  double max_bytes;  // device bytes of inputs, outputs and workspaces
+};
+Limits default_limits();
+Limits large_limits();
+double case_flops(const SweepCase& c);
+double case_bytes(const SweepCase& c);
+
+// Case `index` of seed `seed`: a pure function of both (op = index % kOpCount).
+SweepCase draw_case(uint64_t seed, int64_t index, const Limits& limits);
+
+// Why the case is not a valid input of its op (the library's validation limits), or "".
+std::string invalid_reason(const SweepCase& c);
+
+// The path families of an op; the first is "heuristic" (no knob set).
+const std::vector<std::string>& op_families(Op op);
+
+// ---- inputs derived from a case (host, deterministic) -------------------------------------
+
+// Per-expert row counts of a permuted buffer (the GEMMs, MoEExpertMLPFwd): T rows over E
+// experts as `route` says, each at most max_m when masked.
+std::vector<int64_t> expert_counts(const SweepCase& c);
+// topk ids [T, K] of the ops that take them.
+std::vector<int32_t> draw_topk_ids(const SweepCase& c);
+// inverse indices [T*K] of MoEPostPermuteFwd over P = T*K + tail rows: distinct rows, with
+// -1, repeats and out-of-range values at the case's rates.
+std::vector<int32_t> draw_inverse(const SweepCase& c);
+// The skew bias -alpha*log(1 + rank) over a random ranking (empty unless kSkewed).
+std::vector<float> skew_bias(const SweepCase& c);
+
+// Whether FusedTopKFwd's choice for one token (logits[E], bias[E] or null) is decided by
+// margins f32 arithmetic cannot blur: the group scores at the kept / dropped boundary and
+// each adjacent pair of the K+1 best sel values of the kept experts are equal (the tie
+// rule decides both sides alike) or apart by more than eps relative. Rows that are not
+// are left out of the comparisons (a kernel in f32 may break a near-tie either way).
+bool topk_row_unambiguous(const double* logits, const float* bias, const SweepCase& c,
+                          double eps = 1e-5);
+
+// Rows of a contiguous(alignment) buffer holding `counts` (+ tail) and the block ends.
+int64_t contiguous_rows(const SweepCase& c, const std::vector<int64_t>& counts,
+                        std::vector<int32_t>* ends);
+
+}  // namespace moekit::sweep

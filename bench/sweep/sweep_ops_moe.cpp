@@ -1,0 +1,223 @@
+// The sweep's token-indexed MoE cases: FusedMoEExpertsFwd, IndexedExpertMLPFwd, FusedMoEFwd,
+// FusedMoESharedExpertFwd and SharedExpertMLPFwd. Every output row must be written (the
+// poison is NaN); sampled tokens are compared with the reference.
+#include <algorithm>
+
+#include "moekit/moe.h"
+#include "moekit/reference.h"
+#include "reference/gpu_reference.h"
+#include "sweep_ops.h"
+#include "sweep_run.h"
+
+namespace moekit::sweep {
+namespace {
+
+struct Experts {
+  DevTensor hidden, w_gate_up, w_down;
+};
+
+Experts expert_inputs(Context& ctx, const SweepCase& c) {
+  Experts x;
+  x.hidden = ctx.tensor(c.dtype, {c.T, c.H});
+  fill_normal(x.hidden.data, c.dtype, x.hidden.numel(), input_seed(c, 0), 1.0f, ctx.stream());
+  x.w_gate_up = weights(ctx, c.dtype, {c.E, 2 * c.N, c.H}, c.H, input_seed(c, 1));
+  x.w_down = weights(ctx, c.dtype, {c.E, c.H, c.N}, c.N, input_seed(c, 2));
+  return x;
+}
+
+// Compares sampled tokens of `out` with the CPU f64 reference (small cases) or the f32 GPU
+// reference over a device token mask.
+template <class Cpu, class Gpu>
+void check_tokens(Context& ctx, Outcome& o, const SweepCase& c, const DevTensor& out,
+                  const std::vector<int64_t>& tokens, Cpu&& cpu, Gpu&& gpu) {
+  if (cpu_reference_fits(c)) {
+    HostMirror m(ctx);
+    const HostTensor ref = cpu(m);
+    o.reference = "cpu-f64";
+    compare_rows(o, "output", gather(ctx, out, tokens), gather(ref, tokens), c.dtype);
+    return;
+  }
+  const DevTensor ref = ctx.tensor(out.dtype, out.shape);
+  cuda_ok(cudaMemsetAsync(ref.data, 0xFF, ref.bytes(), ctx.stream()), "poison");
+  gpu(ref, device_mask(ctx, row_mask(c.T, tokens)));
+  o.reference =
+      "gpu-f32, " + std::to_string(tokens.size()) + " of " + std::to_string(c.T) + " rows";
+  compare_rows(o, "output", gather(ctx, out, tokens), gather(ctx, ref, tokens), c.dtype);
+}
+
+void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
+  const Experts x = expert_inputs(ctx, c);
+  const DevTensor w = ctx.tensor(DType::kF32, {c.T, c.K});
+  fill_uniform(static_cast<float*>(w.data), w.numel(), input_seed(c, 3), 0.05f, 1.0f, ctx.stream());
+  const std::vector<int32_t> ids_h = draw_topk_ids(c);
+  const DevTensor ids = ctx.upload(DType::kI32, {c.T, c.K}, ids_h.data());
+  const DevTensor out = ctx.tensor(c.dtype, {c.T, c.H});
+  const bool indexed = c.op == Op::kIndexedExpertMlp;
+  FusedMoEExpertsArgs args;
+  args.hidden_states = x.hidden.view();
+  args.w_gate_up = x.w_gate_up.view();
+  args.w_down = x.w_down.view();
+  args.topk_weights = w.view();
+  args.topk_ids = ids.view();
+  args.output = out.view();
+  args.workspace = ctx.workspace(indexed ? indexed_expert_mlp_workspace_size(args)
+                                         : fused_moe_experts_workspace_size(args));
+  run_twice(
+      ctx,
+      {{&out},
+       args.workspace,
+       [&](cudaStream_t s) { indexed ? indexed_expert_mlp(args, s) : fused_moe_experts(args, s); }},
+      o);
+  scan_output(ctx, o, "output", out, nullptr);
+  check_tokens(
+      ctx, o, c, out, sample_range(c.T, kCheckRows),
+      [&](HostMirror& m) {
+        FusedMoEExpertsArgs r = args;
+        r.hidden_states = m.in(args.hidden_states);
+        r.w_gate_up = m.in(args.w_gate_up);
+        r.w_down = m.in(args.w_down);
+        r.topk_weights = m.in(args.topk_weights);
+        r.topk_ids = m.in(args.topk_ids);
+        HostTensor* ref = nullptr;
+        r.output = m.out(args.output, &ref);
+        reference::fused_moe_experts(r);
+        return *ref;
+      },
+      [&](const DevTensor& ref, const uint8_t* mask) {
+        FusedMoEExpertsArgs r = args;
+        r.output = ref.view();
+        r.workspace = ctx.workspace(gpu_reference::fused_moe_experts_scratch_bytes(r));
+        gpu_reference::fused_moe_experts(r, ctx.stream(), mask);
+      });
+}
+
+// Sampled tokens whose routing is unambiguous (the others are counted, not compared).
+std::vector<int64_t> unambiguous_tokens(Context& ctx, const SweepCase& c, const DevTensor& gating,
+                                        const DevTensor& bias, Outcome& o) {
+  const std::vector<int64_t> tokens = sample_range(c.T, kCheckRows);
+  const HostTensor g = gather(ctx, gating, tokens);
+  const HostTensor b = bias.defined() ? ctx.to_host(bias) : HostTensor();
+  std::vector<int64_t> kept;
+  std::vector<double> row(static_cast<size_t>(c.E));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    for (int64_t e = 0; e < c.E; ++e) row[e] = g.at(static_cast<int64_t>(i) * c.E + e);
+    if (topk_row_unambiguous(row.data(), bias.defined() ? b.as<float>() : nullptr, c)) {
+      kept.push_back(tokens[i]);
+    } else {
+      ++o.ambiguous_rows;
+    }
+  }
+  return kept;
+}
+
+void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
+  const Experts x = expert_inputs(ctx, c);
+  const DevTensor gating = ctx.tensor(c.gating, {c.T, c.E});
+  fill_logits(ctx, c, gating);
+  const DevTensor bias = correction_bias(ctx, c);
+  const bool shared = c.op == Op::kFusedMoeSharedExpert && c.S > 0;
+  DevTensor sgu, sd;
+  if (shared) {
+    sgu = weights(ctx, c.dtype, {2 * c.S, c.H}, c.H, input_seed(c, 4));
+    sd = weights(ctx, c.dtype, {c.H, c.S}, c.S, input_seed(c, 5));
+  }
+  const DevTensor out = ctx.tensor(c.dtype, {c.T, c.H});
+  FusedMoESharedExpertArgs args;
+  FusedMoEArgs& m = args.moe;
+  m.hidden_states = x.hidden.view();
+  m.gating_output = gating.view();
+  m.correction_bias = bias.view();
+  m.params = topk_params(c);
+  m.w_gate_up = x.w_gate_up.view();
+  m.w_down = x.w_down.view();
+  m.output = out.view();
+  args.shared_w_gate_up = sgu.view();
+  args.shared_w_down = sd.view();
+  const bool layer = c.op == Op::kFusedMoe;
+  m.workspace = ctx.workspace(layer ? fused_moe_workspace_size(m)
+                                    : fused_moe_shared_expert_workspace_size(args));
+  run_twice(ctx,
+            {{&out},
+             m.workspace,
+             [&](cudaStream_t s) { layer ? fused_moe(m, s) : fused_moe_shared_expert(args, s); }},
+            o);
+  scan_output(ctx, o, "output", out, nullptr);
+  check_tokens(
+      ctx, o, c, out, unambiguous_tokens(ctx, c, gating, bias, o),
+      [&](HostMirror& h) {
+        FusedMoESharedExpertArgs r = args;
+        r.moe.hidden_states = h.in(m.hidden_states);
+        r.moe.gating_output = h.in(m.gating_output);
+        r.moe.correction_bias = h.in(m.correction_bias);
+        r.moe.w_gate_up = h.in(m.w_gate_up);
+        r.moe.w_down = h.in(m.w_down);
+        r.shared_w_gate_up = h.in(args.shared_w_gate_up);
+        r.shared_w_down = h.in(args.shared_w_down);
+        HostTensor* ref = nullptr;
+        r.moe.output = h.out(m.output, &ref);
+        shared ? reference::fused_moe_shared_expert(r) : reference::fused_moe(r.moe);
+        return *ref;
+      },
+      [&](const DevTensor& ref, const uint8_t* mask) {
+        FusedMoESharedExpertArgs r = args;
+        r.moe.output = ref.view();
+        if (shared) {
+          r.moe.workspace = ctx.workspace(gpu_reference::fused_moe_shared_expert_scratch_bytes(r));
+          gpu_reference::fused_moe_shared_expert(r, ctx.stream(), mask);
+        } else {
+          r.moe.workspace = ctx.workspace(gpu_reference::fused_moe_scratch_bytes(r.moe));
+          gpu_reference::fused_moe(r.moe, ctx.stream(), mask);
+        }
+      });
+}
+
+void run_shared_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
+  const DevTensor hidden = ctx.tensor(c.dtype, {c.T, c.H});
+  fill_normal(hidden.data, c.dtype, hidden.numel(), input_seed(c, 0), 1.0f, ctx.stream());
+  const DevTensor wgu = weights(ctx, c.dtype, {2 * c.N, c.H}, c.H, input_seed(c, 1));
+  const DevTensor wd = weights(ctx, c.dtype, {c.H, c.N}, c.N, input_seed(c, 2));
+  const DevTensor out = ctx.tensor(c.dtype, {c.T, c.H});
+  SharedExpertMLPArgs args;
+  args.hidden_states = hidden.view();
+  args.w_gate_up = wgu.view();
+  args.w_down = wd.view();
+  args.output = out.view();
+  args.workspace = ctx.workspace(shared_expert_mlp_workspace_size(args));
+  run_twice(ctx, {{&out}, args.workspace, [&](cudaStream_t s) { shared_expert_mlp(args, s); }}, o);
+  scan_output(ctx, o, "output", out, nullptr);
+  check_tokens(
+      ctx, o, c, out, sample_range(c.T, kCheckRows),
+      [&](HostMirror& m) {
+        SharedExpertMLPArgs r = args;
+        r.hidden_states = m.in(args.hidden_states);
+        r.w_gate_up = m.in(args.w_gate_up);
+        r.w_down = m.in(args.w_down);
+        HostTensor* ref = nullptr;
+        r.output = m.out(args.output, &ref);
+        reference::shared_expert_mlp(r);
+        return *ref;
+      },
+      [&](const DevTensor& ref, const uint8_t* mask) {
+        SharedExpertMLPArgs r = args;
+        r.output = ref.view();
+        r.workspace = ctx.workspace(gpu_reference::shared_expert_mlp_scratch_bytes(r));
+        gpu_reference::shared_expert_mlp(r, ctx.stream(), mask);
+      });
+}
+
+}  // namespace
+
+void run_moe_op(Context& ctx, const SweepCase& c, Outcome& o) {
+  switch (c.op) {
+    case Op::kFusedMoeExperts:
+    case Op::kIndexedExpertMlp:
+      return run_routed_experts(ctx, c, o);
+    case Op::kFusedMoe:
+    case Op::kFusedMoeSharedExpert:
+      return run_layer(ctx, c, o);
+    default:
+      return run_shared_expert_mlp(ctx, c, o);
+  }
+}
+
+}  // namespace moekit::sweep

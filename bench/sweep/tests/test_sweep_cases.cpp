@@ -1,0 +1,262 @@
+// CPU tests of the random sweep's case generator (bench/sweep/sweep_case.h): a seed names
+// the same cases every time, the draws cover every op, path family and forced value, no
+// drawn case breaks a limit of the library's validation, and a case's spec line
+// reproduces it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sweep_case.h"
+
+namespace moekit::sweep {
+namespace {
+
+constexpr int64_t kDraws = 10000;  // the default run's size
+
+const std::vector<SweepCase>& drawn() {
+  static const std::vector<SweepCase> cases = [] {
+    std::vector<SweepCase> v;
+    for (int64_t i = 0; i < kDraws; ++i) v.push_back(draw_case(7, i, default_limits()));
+    return v;
+  }();
+  return cases;
+}
+
+TEST(SweepCases, ASeedNamesTheSameCases) {
+  for (int64_t i = 0; i < 300; ++i) {
+    EXPECT_EQ(format_spec(draw_case(7, i, default_limits())), format_spec(drawn()[i]));
+    EXPECT_EQ(drawn()[i].index, i);
+    EXPECT_EQ(static_cast<int>(drawn()[i].op), i % kOpCount);
+  }
+  int same = 0;
+  for (int64_t i = 0; i < 300; ++i) {
+    same += format_spec(draw_case(8, i, default_limits())) == format_spec(drawn()[i]);
+  }
+  EXPECT_LT(same, 5) << "another seed draws other cases";
+}
+
+TEST(SweepCases, EveryDrawnCaseIsValid) {
+  for (const Limits& lim : {default_limits(), large_limits()}) {
+    for (int64_t i = 0; i < kDraws; ++i) {
+      const SweepCase c =
+          lim.max_flops == default_limits().max_flops ? drawn()[i] : draw_case(3, i, lim);
+      EXPECT_EQ(invalid_reason(c), "") << format_spec(c);
+      // Within the caps, unless only T (never shrunk) keeps it above them.
+      if (case_flops(c) > lim.max_flops || case_bytes(c) > lim.max_bytes) {
+        EXPECT_TRUE((c.H <= 16 || c.N <= 8) && c.E == 1) << format_spec(c);
+      }
+    }
+  }
+}
+
+TEST(SweepCases, CoversEveryOpFamilyAndForcedValue) {
+  std::map<int, std::set<std::string>> families;
+  std::set<int> gemm_configs, fp8_configs, up_configs, down_configs, dense_paths, align, splits;
+  std::set<int> routed_paths, topk_variants, dynamic;
+  for (const SweepCase& c : drawn()) {
+    families[static_cast<int>(c.op)].insert(c.family);
+    if (c.op == Op::kGroupedGemm && c.family == "gemm_config") {
+      gemm_configs.insert(c.knobs.gemm_config);
+      if (c.knobs.gemm_config == 3) splits.insert(c.knobs.gemm_split);
+    }
+    if (c.op == Op::kGroupedGemmFp8) fp8_configs.insert(c.knobs.fp8_config);
+    if (c.op == Op::kExpertMlp) {
+      up_configs.insert(c.knobs.up_config);
+      down_configs.insert(c.knobs.down_config);
+    }
+    if (c.op == Op::kSharedExpertMlp) dense_paths.insert(c.knobs.dense_path);
+    if (c.op == Op::kPermuteAlign) align.insert(c.knobs.align_variant);
+    if (c.op == Op::kFusedMoe) routed_paths.insert(c.knobs.routed_path);
+    if (c.op == Op::kFusedTopK) topk_variants.insert(c.knobs.topk_variant);
+    if (c.op == Op::kGroupedGemm) dynamic.insert(c.knobs.dynamic);
+  }
+  for (int op = 0; op < kOpCount; ++op) {
+    const std::vector<std::string>& want = op_families(static_cast<Op>(op));
+    EXPECT_EQ(families[op], std::set<std::string>(want.begin(), want.end()))
+        << op_name(static_cast<Op>(op));
+  }
+  EXPECT_EQ(gemm_configs.size(), 13u);
+  EXPECT_EQ(splits, (std::set<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(fp8_configs, (std::set<int>{-1, 0, 1, 2}));
+  EXPECT_EQ(up_configs.size(), 14u);  // the heuristic and 0..12
+  EXPECT_EQ(down_configs.size(), 14u);
+  EXPECT_EQ(dense_paths, (std::set<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(align, (std::set<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(routed_paths, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(topk_variants, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(dynamic, (std::set<int>{0, 1, 2, 3}));
+}
+
+TEST(SweepCases, CoversTheEdges) {
+  std::map<std::string, int> seen;
+  for (const SweepCase& c : drawn()) {
+    seen["T=0"] += c.T == 0;
+    seen["T=1"] += c.T == 1;
+    seen["T>=32768"] += c.T >= 32768;
+    seen["E=1"] += c.E == 1 && c.op != Op::kPostPermute && c.op != Op::kSharedExpertMlp;
+    seen["E odd > 1"] += c.E > 1 && c.E % 2 == 1;
+    seen["E=512 topk"] += c.E == 512 && c.op == Op::kFusedTopK;
+    seen["E=512 permute"] += c.E == 512 && c.op == Op::kPrePermute;
+    seen["E=1024 gemm"] += c.E == 1024 && c.op == Op::kGroupedGemm;
+    seen["E>512 indexed"] += c.E > 512 && c.op == Op::kIndexedExpertMlp;
+    seen["K=16"] += c.K == 16;
+    seen["K>E"] += c.K > c.E && c.op == Op::kFusedMoeExperts;
+    seen["H%16=8"] += c.H % 16 == 8;
+    seen["H%128!=0"] += c.H % 128 != 0 && c.H > 128;
+    seen["H=0 gemm"] += c.H == 0 && c.op == Op::kGroupedGemm;
+    seen["f16"] += c.dtype == DType::kF16;
+    seen["f32 in"] += c.dtype == DType::kF32;
+    seen["f32 out gemm"] += c.out == DType::kF32 && c.op == Op::kGroupedGemm;
+    seen["masked"] += c.masked && c.op == Op::kGroupedGemm;
+    if (c.masked && c.T > 0) {  // max_m holds the busiest expert: every row fits
+      int64_t rows = 0;
+      for (int64_t n : expert_counts(c)) rows += n;
+      seen["masked, every row in"] += rows == c.T;
+      seen["masked, max_m above the busiest"] += c.max_m > c.T / c.E + 1;
+    }
+    seen["alignment>1"] += c.alignment > 1;
+    seen["odd alignment"] += c.alignment % 2 == 1 && c.alignment > 1;
+    seen["silu"] += c.silu;
+    seen["skewed"] += c.route == Route::kSkewed;
+    seen["one_expert"] += c.route == Route::kOneExpert;
+    seen["few_experts"] += c.route == Route::kFewExperts;
+    seen["all -1"] += c.drop_pm == 1000;
+    seen["-1"] += c.drop_pm > 0;
+    seen["repeats"] += c.dup_pm > 0;
+    seen["out of range"] += c.oor_pm > 0;
+    seen["groups"] += c.groups > 0;
+    seen["ties"] += c.levels > 0;
+    seen["bias"] += c.bias;
+    seen["sigmoid"] += c.sigmoid;
+    seen["no shared"] += c.op == Op::kFusedMoeSharedExpert && c.S == 0;
+    seen["no workspace"] += !c.workspace;
+  }
+  for (const auto& [what, n] : seen) EXPECT_GT(n, 0) << what;
+}
+
+TEST(SweepCases, SpecLinesRoundTrip) {
+  for (const SweepCase& c : drawn()) {
+    SweepCase back;
+    std::string error;
+    ASSERT_TRUE(parse_spec(format_spec(c), &back, &error)) << error << ": " << format_spec(c);
+    SweepCase want = c;
+    want.index = -1;  // a spec names the case, not its place in a sequence
+    EXPECT_EQ(back, want) << format_spec(c);
+  }
+}
+
+TEST(SweepCases, BadSpecsAreRefused) {
+  SweepCase c;
+  std::string error;
+  EXPECT_FALSE(parse_spec("T=3", &c, &error));
+  EXPECT_NE(error.find("op"), std::string::npos);
+  EXPECT_FALSE(parse_spec("op=fused_moe colour=3", &c, &error));
+  EXPECT_NE(error.find("colour"), std::string::npos);
+  EXPECT_FALSE(parse_spec("op=fused_moe T=x", &c, &error));
+  EXPECT_FALSE(parse_spec("op=no_such_op", &c, &error));
+  EXPECT_FALSE(parse_spec("op=fused_moe dtype=f64", &c, &error));
+  EXPECT_FALSE(parse_spec("op=fused_moe gemm_config", &c, &error));
+  ASSERT_TRUE(parse_spec("op=moe_grouped_gemm T=5 gemm_config=3 gemm_split=2", &c, &error));
+  EXPECT_EQ(c.knobs.gemm_config, 3);
+  EXPECT_EQ(c.knobs.gemm_split, 2);
+}
+
+TEST(SweepCases, InvalidCasesAreNamed) {
+  SweepCase c = drawn()[static_cast<int>(Op::kFusedTopK)];
+  c.K = c.E + 1;
+  EXPECT_NE(invalid_reason(c), "");
+  c = drawn()[static_cast<int>(Op::kPermuteAlign)];
+  c.block_size = 48;
+  EXPECT_NE(invalid_reason(c), "");
+  c.block_size = 64;
+  c.E = 513;
+  EXPECT_NE(invalid_reason(c), "");
+  c = drawn()[static_cast<int>(Op::kGroupedGemm)];
+  c.N = 12;
+  EXPECT_NE(invalid_reason(c), "");
+}
+
+TEST(SweepCases, TopkIdsFollowTheRoute) {
+  SweepCase c;
+  c.op = Op::kFusedMoeExperts;
+  c.T = 500;
+  c.K = 6;
+  c.E = 40;
+  c.data_seed = 99;
+  for (Route r : {Route::kUniform, Route::kSkewed}) {
+    c.route = r;
+    c.skew_milli = 1000;
+    const std::vector<int32_t> ids = draw_topk_ids(c);
+    ASSERT_EQ(ids.size(), 3000u);
+    EXPECT_EQ(ids, draw_topk_ids(c));
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::set<int32_t> row(ids.begin() + t * c.K, ids.begin() + (t + 1) * c.K);
+      EXPECT_EQ(row.size(), 6u) << "K distinct ids";
+      EXPECT_GE(*row.begin(), 0);
+      EXPECT_LT(*row.rbegin(), 40);
+    }
+  }
+  c.route = Route::kOneExpert;
+  const std::vector<int32_t> one = draw_topk_ids(c);
+  EXPECT_EQ(std::set<int32_t>(one.begin(), one.end()).size(), 1u);
+  c.route = Route::kUniform;
+  c.drop_pm = 1000;
+  const std::vector<int32_t> none = draw_topk_ids(c);
+  EXPECT_TRUE(std::all_of(none.begin(), none.end(), [](int32_t v) { return v == -1; }));
+}
+
+TEST(SweepCases, CountsAndInverseIndices) {
+  SweepCase c;
+  c.op = Op::kGroupedGemm;
+  c.T = 1000;
+  c.E = 17;
+  c.data_seed = 5;
+  for (Route r : {Route::kUniform, Route::kSkewed, Route::kOneExpert, Route::kEqual}) {
+    c.route = r;
+    c.skew_milli = 2000;
+    const std::vector<int64_t> n = expert_counts(c);
+    int64_t sum = 0;
+    for (int64_t x : n) sum += x;
+    EXPECT_EQ(sum, 1000) << route_name(r);
+  }
+  c.masked = true;
+  c.max_m = 20;
+  for (int64_t x : expert_counts(c)) EXPECT_LE(x, 20);
+
+  SweepCase p;
+  p.op = Op::kPostPermute;
+  p.T = 300;
+  p.K = 4;
+  p.tail = 9;
+  p.data_seed = 6;
+  const std::vector<int32_t> inv = draw_inverse(p);
+  ASSERT_EQ(inv.size(), 1200u);
+  EXPECT_EQ(std::set<int32_t>(inv.begin(), inv.end()).size(), 1200u);
+  EXPECT_LT(*std::max_element(inv.begin(), inv.end()), 1209);
+}
+
+TEST(SweepCases, NearTiesAreAmbiguousExactTiesAreNot) {
+  SweepCase c;
+  c.op = Op::kFusedTopK;
+  c.E = 4;
+  c.K = 2;
+  const double clear[4] = {3.0, 1.0, 2.0, 0.0};
+  EXPECT_TRUE(topk_row_unambiguous(clear, nullptr, c));
+  const double exact[4] = {3.0, 2.0, 2.0, 0.0};  // ties go to the lower id on both sides
+  EXPECT_TRUE(topk_row_unambiguous(exact, nullptr, c));
+  const double near[4] = {3.0, 2.0, 2.0 + 1e-9, 0.0};
+  EXPECT_FALSE(topk_row_unambiguous(near, nullptr, c));
+  const double past_k[4] = {3.0, 2.0, 1.0, 1.0 + 1e-9};  // the (K+1)-th pair does not matter
+  EXPECT_TRUE(topk_row_unambiguous(past_k, nullptr, c));
+  c.groups = 2;
+  c.topk_group = 1;
+  const double groups[4] = {2.0, 0.0, 2.0 + 1e-9, 0.0};  // the kept group is a near-tie
+  EXPECT_FALSE(topk_row_unambiguous(groups, nullptr, c));
+}
+
+}  // namespace
+}  // namespace moekit::sweep
