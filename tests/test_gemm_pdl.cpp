@@ -4,10 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <utility>
 
-#include "core/pdl.h"
 #include "gemm/grouped_gemm.h"
 
 namespace moekit {
@@ -47,7 +45,8 @@ MlpPair dense_mlp(int64_t T, int64_t H, int64_t S, DType dt = DType::kBF16,
   return p;
 }
 
-TEST(GemmPdl, OffByDefaultOnWithTheEnvironmentOrTheOverride) {
+// No environment switch (MOEKIT_GEMM_PDL=1 was removed): on only with the override.
+TEST(GemmPdl, OffByDefaultOnOnlyWithTheOverride) {
   {
     GemmPdlOverride on(1);
     EXPECT_TRUE(detail::gemm_pdl_enabled());
@@ -56,16 +55,10 @@ TEST(GemmPdl, OffByDefaultOnWithTheEnvironmentOrTheOverride) {
     GemmPdlOverride off(2);
     EXPECT_FALSE(detail::gemm_pdl_enabled());
   }
-  const char* env = std::getenv("MOEKIT_GEMM_PDL");
-  const char* all = std::getenv("MOEKIT_PDL");
-  const bool env_on = env != nullptr && std::strcmp(env, "1") == 0;
-  EXPECT_EQ(detail::gemm_pdl_enabled(), env_on && !(all != nullptr && all[0] == '0'));
   EXPECT_EQ(detail::gemm_pdl_override(), 0);
-  if (env == nullptr) {
-    EXPECT_FALSE(detail::gemm_pdl_enabled());  // opt-in
-    const MlpPair p = dense_mlp(32, 7168, 2048);
-    EXPECT_FALSE(detail::gemm_pdl_chain(p.up, p.down));
-  }
+  EXPECT_FALSE(detail::gemm_pdl_enabled());
+  const MlpPair p = dense_mlp(32, 7168, 2048);
+  EXPECT_FALSE(detail::gemm_pdl_chain(p.up, p.down));
 }
 
 TEST(GemmPdl, ChainsOnlyDecodeRegimeMmaSyncConfigs) {

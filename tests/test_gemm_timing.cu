@@ -462,7 +462,7 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
   cudaStreamDestroy(stream);
 }
 
-// The opt-in PDL chain of an MLP's two GEMMs (run_grouped_gemm_pair, MOEKIT_GEMM_PDL=1;
+// The opt-in PDL chain of an MLP's two GEMMs (run_grouped_gemm_pair, gemm_pdl_override();
 // docs/gemm.md "PDL chain of an MLP's GEMMs") on the three SharedExpertMLPFwd rows of
 // issue 5, bf16: a CUDA graph of kCalls back-to-back MLP calls (gate_up + silu_and_mul
 // into h, then down; weights rotating over >= 128 MB of copies, so they come from HBM),

@@ -1,4 +1,4 @@
-// GPU tests of the MLP GEMMs' PDL chain (run_grouped_gemm_pair, MOEKIT_GEMM_PDL=1;
+// GPU tests of the MLP GEMMs' PDL chain (run_grouped_gemm_pair, gemm_pdl_override();
 // docs/gemm.md "PDL chain of an MLP's GEMMs"): shared_expert_mlp, moe_expert_mlp and
 // the fused layer with the chain forced on (gemm_pdl_override() = 1) must give the same
 // bytes as with it off (2), on every config the chain has (0, 3 at several splits, 4,

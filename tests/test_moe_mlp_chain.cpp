@@ -258,37 +258,83 @@ void expect_reference(const Case& c, const Inputs& in, int which, const HostTens
   EXPECT_EQ(written, 0) << "bytes written in padding rows";
 }
 
-TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
-  MOEKIT_REQUIRE_GPU();
-  Knobs restore;
+// The cases of MatchesReferenceAndTheTwoLaunches: forced chains on shapes the heuristic gives
+// the decode tiles, and the rule's picks (config 11's pair chain, config 2's).
+std::vector<Case> chain_cases() {
   const DType b = DType::kBF16, h = DType::kF16;
-  const Case cases[] = {
+  return {
       {b, 7, 200, 136, 300, 1, true},    {h, 7, 200, 136, 300, 8, true},
       {b, 13, 520, 72, 40, 4, true},     {h, 3, 64, 32, 600, 1, true},
       {b, 24, 1024, 384, 400, 1, false},  // the rule: config 11 picked, the pair chain
       {b, 24, 1024, 384, 200, 1, false},  // the rule: ~70 rows per expert, config 2
   };
+}
+
+// The chain against the reference, and bit for bit against two config-2 launches.
+void check_chain_matches_reference_and_two_launches(const Case& c, const Inputs& in) {
+  detail::mlp_gemm_force_override() = {};
+  detail::sm90_mlp_chain_override() = c.forced ? 1 : 0;
+  detail::sm90_dynamic_override() = 0;
+  int64_t chained = 0;
+  const auto chain = run(c, in, 2, false, &chained);
+  EXPECT_EQ(chained, 2) << "the chain did not run";
+  expect_reference(c, in, 0, chain[0]);
+  expect_reference(c, in, 1, chain[1]);
+  // Two config-2 launches (the static walk): the same bytes as the chain on config 2's or
+  // on config 11's tiles (the same 128 x 256 tiles, the same k order).
+  detail::sm90_dynamic_override() = 2;
+  detail::sm90_mlp_chain_override() = 2;
+  detail::mlp_gemm_force_override() = {2, 0, 2, 0};
+  const auto plain = run(c, in, 2, false, &chained);
+  EXPECT_EQ(chained, 0);
+  for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "chain vs two launches");
+}
+
+TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
+  MOEKIT_REQUIRE_GPU();
+  Knobs restore;
   uint64_t seed = 9100;
-  for (const Case& c : cases) {
+  for (const Case& c : chain_cases()) {
+    SCOPED_TRACE(case_name(c));
+    check_chain_matches_reference_and_two_launches(c, Inputs(c, ++seed));
+  }
+}
+
+// The combination reported to hang on the H200: the test above with the MLP GEMMs' PDL
+// chain switched on (the MOEKIT_GEMM_PDL=1 environment switch then; gemm_pdl_override()
+// now). The chain's pairs are never PDL-chained (gemm_pdl_chain excludes them); each MLP
+// also runs as the PDL chain itself (the chain off, config 0 forced: a PDL variant),
+// after the chain on the same device, against the reference. A hang fails the test
+// through the test binary's watchdog (support/watchdog.h).
+TEST(MlpChainGpu, MatchesReferenceWithTheGemmPdlChainOn) {
+  MOEKIT_REQUIRE_GPU();
+  Knobs restore;
+  const int prev_pdl = detail::gemm_pdl_override();
+  detail::gemm_pdl_override() = 1;
+  uint64_t seed = 9100;
+  for (const Case& c : chain_cases()) {
     SCOPED_TRACE(case_name(c));
     const Inputs in(c, ++seed);
+    MlpGemms g = mlp_gemms(c.dt, c.E, c.H, c.F, in.rows.P, c.alignment);
     detail::mlp_gemm_force_override() = {};
     detail::sm90_mlp_chain_override() = c.forced ? 1 : 0;
-    detail::sm90_dynamic_override() = 0;
-    int64_t chained = 0;
-    const auto chain = run(c, in, 2, false, &chained);
-    EXPECT_EQ(chained, 2) << "the chain did not run";
-    expect_reference(c, in, 0, chain[0]);
-    expect_reference(c, in, 1, chain[1]);
-    // Two config-2 launches (the static walk): the same bytes as the chain on config 2's or
-    // on config 11's tiles (the same 128 x 256 tiles, the same k order).
-    detail::sm90_dynamic_override() = 2;
+    EXPECT_TRUE(detail::sm90_mlp_chain_applies(g.up, g.down));
+    EXPECT_FALSE(detail::gemm_pdl_chain(g.up, g.down)) << "the chain's pair PDL-chained";
+    g.up.config = g.down.config = 0;  // a PDL variant, and (forced) still the chain's pair
+    EXPECT_EQ(detail::gemm_pdl_chain(g.up, g.down), !c.forced);
+    check_chain_matches_reference_and_two_launches(c, in);
+    // The same MLP as the PDL chain of two config-0 launches.
     detail::sm90_mlp_chain_override() = 2;
-    detail::mlp_gemm_force_override() = {2, 0, 2, 0};
-    const auto plain = run(c, in, 2, false, &chained);
+    detail::sm90_dynamic_override() = 0;
+    detail::mlp_gemm_force_override() = {0, 0, 0, 0};
+    EXPECT_TRUE(detail::gemm_pdl_chain(g.up, g.down)) << "the PDL chain would not run";
+    int64_t chained = 0;
+    const auto pdl = run(c, in, 2, false, &chained);
     EXPECT_EQ(chained, 0);
-    for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "chain vs two launches");
+    expect_reference(c, in, 0, pdl[0]);
+    expect_reference(c, in, 1, pdl[1]);
   }
+  detail::gemm_pdl_override() = prev_pdl;
 }
 
 // The chain on config 11's pair tiles (the default since session 13): m-pairs, odd last

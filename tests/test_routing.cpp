@@ -16,30 +16,12 @@
 #include "reference/host_tensor.h"
 #include "routing/fused_topk_kernel.h"
 #include "support/gpu.h"
+#include "test_routing_common.h"
 
 namespace moekit {
 namespace {
 
-double sigmoid(double x) {
-  return 1.0 / (1.0 + std::exp(-x));
-}
-
-struct TopKOut {
-  HostTensor w, ids;
-};
-
-TopKOut run_reference(const HostTensor& g, const HostTensor* bias, const TopKParams& p) {
-  const int64_t T = g.shape()[0];
-  TopKOut o{HostTensor(DType::kF32, {T, p.top_k}), HostTensor(DType::kI32, {T, p.top_k})};
-  FusedTopKArgs a;
-  a.gating_output = g.view();
-  if (bias) a.correction_bias = bias->view();
-  a.params = p;
-  a.topk_weights = o.w.view();
-  a.topk_ids = o.ids.view();
-  reference::fused_topk(a);
-  return o;
-}
+using namespace routetest;  // NOLINT: the shared routing test helpers
 
 HostTensor f32_tensor(std::vector<int64_t> shape, std::vector<double> v) {
   HostTensor t(DType::kF32, std::move(shape));
@@ -252,54 +234,6 @@ TEST_F(FusedTopKValidation, RejectsNullPointers) {
 
 // ---------------------------------------------------------------- GPU
 
-// True when the row's decisions are unambiguous in f32: the group scores at the
-// kept / dropped boundary and every adjacent pair among the top K+1 sel values of
-// the kept groups are either exactly equal (decided by the tie rule on both sides)
-// or apart by more than eps relative.
-bool row_is_tie_free(const HostTensor& g, const HostTensor* bias, int64_t t, const TopKParams& p,
-                     double eps = 1e-5) {
-  const int E = static_cast<int>(g.shape()[1]);
-  std::vector<double> score(E), sel(E);
-  for (int e = 0; e < E; ++e) score[e] = g.at(t * E + e);
-  if (p.scoring_func == ScoringFunc::kSoftmax) {
-    const double m = *std::max_element(score.begin(), score.end());
-    double s = 0;
-    for (double& v : score) s += (v = std::exp(v - m));
-    for (double& v : score) v /= s;
-  } else {
-    for (double& v : score) v = sigmoid(v);
-  }
-  for (int e = 0; e < E; ++e) sel[e] = score[e] + (bias ? bias->at(e) : 0.0);
-  auto near = [&](double a, double b) {
-    return a != b && std::abs(a - b) <= eps * std::max(std::abs(a), std::abs(b));
-  };
-  std::vector<bool> allowed(E, true);
-  if (p.num_expert_group > 0 && p.topk_group < p.num_expert_group) {
-    const int ng = p.num_expert_group, G = E / ng;
-    std::vector<double> gs(ng);
-    for (int gi = 0; gi < ng; ++gi) {
-      std::vector<double> v(sel.begin() + gi * G, sel.begin() + (gi + 1) * G);
-      std::sort(v.rbegin(), v.rend());
-      gs[gi] = (bias && G >= 2) ? v[0] + v[1] : v[0];
-    }
-    std::vector<int> order(ng);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return gs[a] > gs[b]; });
-    // Only the boundary between the last kept and the first dropped group decides.
-    if (near(gs[order[p.topk_group - 1]], gs[order[p.topk_group]])) return false;
-    std::vector<bool> kept(ng, false);
-    for (int r = 0; r < p.topk_group; ++r) kept[order[r]] = true;
-    for (int e = 0; e < E; ++e) allowed[e] = kept[e / G];
-  }
-  std::vector<double> v;
-  for (int e = 0; e < E; ++e)
-    if (allowed[e]) v.push_back(sel[e]);
-  std::sort(v.rbegin(), v.rend());
-  for (int r = 0; r < p.top_k && r + 1 < static_cast<int>(v.size()); ++r)
-    if (near(v[r], v[r + 1])) return false;
-  return true;
-}
-
 struct TopKCase {
   DType dtype;
   int64_t T;
@@ -382,20 +316,6 @@ void check_topk_case(const TopKCase& c, uint64_t seed) {
   EXPECT_EQ(std::memcmp(w.data(), w2.data(), w.nbytes()), 0);
   EXPECT_EQ(std::memcmp(ids.data(), ids2.data(), ids.nbytes()), 0);
 }
-
-TopKParams params(int k, ScoringFunc sf, bool renorm, int ng = 0, int tg = 0, float scale = 1.f) {
-  TopKParams p;
-  p.top_k = k;
-  p.scoring_func = sf;
-  p.renormalize = renorm;
-  p.num_expert_group = ng;
-  p.topk_group = tg;
-  p.routed_scaling_factor = scale;
-  return p;
-}
-
-constexpr ScoringFunc kSoftmax = ScoringFunc::kSoftmax;
-constexpr ScoringFunc kSigmoid = ScoringFunc::kSigmoid;
 
 std::vector<TopKCase> random_cases() {
   std::vector<TopKCase> cases = {

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "core/check.h"
-#include "core/pdl.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/launch.h"
 #include "gemm/sm90_device.h"
@@ -263,13 +262,9 @@ int& gemm_pdl_override() {
 }
 
 bool gemm_pdl_enabled() {
-  static const bool env_on = [] {
-    const char* v = std::getenv("MOEKIT_GEMM_PDL");
-    return v != nullptr && v[0] == '1' && v[1] == 0;
-  }();
-  const int o = gemm_pdl_override();
-  // MOEKIT_PDL=0 (every kernel plain) wins over MOEKIT_GEMM_PDL=1; the override over both.
-  return o == 0 ? env_on && pdl_enabled() : o == 1;
+  // Only the override turns it on: the MOEKIT_GEMM_PDL=1 environment switch is gone (the
+  // chain gained nothing on the H200; docs/gemm.md "PDL chain of an MLP's GEMMs").
+  return gemm_pdl_override() == 1;
 }
 
 namespace {
@@ -290,7 +285,10 @@ bool pdl_config(const GroupedGemmProblem& p, bool second) {
 }  // namespace
 
 bool gemm_pdl_chain(const GroupedGemmProblem& first, const GroupedGemmProblem& second) {
-  return gemm_pdl_enabled() && pdl_config(first, false) && pdl_config(second, true);
+  // Never a pair that runs as the SM90 expert-MLP chain (run_expert_mlp_gemms takes the
+  // chain first; with sm90_mlp_chain_override() == 1 the chain takes decode configs too).
+  return gemm_pdl_enabled() && pdl_config(first, false) && pdl_config(second, true) &&
+         !sm90_mlp_chain_applies(first, second);
 }
 
 bool gemm_b_evict_first(int64_t b_bytes) {

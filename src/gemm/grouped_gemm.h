@@ -142,15 +142,16 @@ bool grouped_gemm_launches(const GroupedGemmProblem& problem);
 constexpr int64_t kEvictFirstMaxBBytes = int64_t{1} << 30;
 bool gemm_b_evict_first(int64_t b_bytes);
 
-// The MLP GEMMs' PDL chain: on with MOEKIT_GEMM_PDL=1 in the environment (read once;
-// MOEKIT_PDL=0 turns it off too), or as gemm_pdl_override() says. Off by default.
+// The MLP GEMMs' PDL chain: on only where gemm_pdl_override() says 1 (tests and timing
+// runs; it gained nothing on the H200). Off by default; no environment switch.
 bool gemm_pdl_enabled();
-// Test knob (not thread-safe): 0 = default (the environment), 1 = on, 2 = off.
+// Test knob (not thread-safe): 0 = default (off), 1 = on, 2 = off.
 int& gemm_pdl_override();
 
 // True when run_grouped_gemm_pair runs (first, second) as a PDL chain: gemm_pdl_enabled(),
-// both launch, bf16/f16 in, first's out in its in dtype, second's in it or f32, and both
-// take a decode-regime mma.sync config (0, 3, 4, or 5 unsplit).
+// both launch, bf16/f16 in, first's out in its in dtype, second's in it or f32, both
+// take a decode-regime mma.sync config (0, 3, 4, or 5 unsplit), and the pair does not run
+// as the SM90 expert-MLP chain (sm90_mlp_chain_applies).
 bool gemm_pdl_chain(const GroupedGemmProblem& first, const GroupedGemmProblem& second);
 
 // Config 2's tile width (b rows per tile: 256, 224 (no silu) or 192) for `problem`: the

@@ -1,6 +1,7 @@
 // MoEExpertMLPFwd and SharedExpertMLPFwd: two grouped GEMMs each (gate/up with the
 // silu_and_mul epilogue into a workspace activation buffer, then down), run by
-// run_grouped_gemm_pair (a PDL chain when MOEKIT_GEMM_PDL=1 and both take a decode config).
+// run_grouped_gemm_pair (a PDL chain where gemm_pdl_override() turns it on and both take a
+// decode config).
 #include "gemm/direct_mlp.h"
 #include "gemm/gemv_mlp.h"
 #include "gemm/grouped_gemm.h"
@@ -51,7 +52,7 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
           ? reinterpret_cast<unsigned*>(static_cast<char*>(tile_counters) + kTileCounterBytes)
           : nullptr;
   // Both GEMMs in one SM90 launch where both run config 2 (docs/gemm.md "SM90 expert-MLP
-  // chain"); else two launches, a PDL chain with MOEKIT_GEMM_PDL=1: up writes only act.
+  // chain"); else two launches, a PDL chain with gemm_pdl_override() on: up writes only act.
   if (run_sm90_mlp_chain(up, down, chain_scratch, stream)) return;
   run_grouped_gemm_pair(up, down, stream);
 }
@@ -210,7 +211,7 @@ void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
   down.n = H;
   down.k = S;
   down.activation = Activation::kNone;
-  // A PDL chain with MOEKIT_GEMM_PDL=1 (docs/gemm.md): up writes only act.
+  // A PDL chain with gemm_pdl_override() on (docs/gemm.md): up writes only act.
   run_grouped_gemm_pair(up, down, stream);
 }
 

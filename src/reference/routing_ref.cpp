@@ -1,5 +1,7 @@
 // CPU reference of FusedTopKFwd, in f64, written from SPEC.md.
-// Ties (equal sel, or equal group scores) go to the lower id / group index.
+// Ties (equal sel, or equal group scores) go to the lower id / group index. A NaN sel or
+// group score ranks above every number (as torch.topk ranks NaN; NaNs tie among themselves),
+// so a NaN is picked first and its NaN weight reaches the output (docs/routing-permute.md).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -10,6 +12,14 @@
 #include "moekit/reference.h"
 
 namespace moekit::reference {
+namespace {
+
+// a before b in a descending order where NaN ranks above every number.
+bool ranks_above(double a, double b) {
+  return std::isnan(a) ? !std::isnan(b) : a > b;
+}
+
+}  // namespace
 
 void fused_topk(const FusedTopKArgs& args) {
   const TensorView& g = args.gating_output;
@@ -47,13 +57,13 @@ void fused_topk(const FusedTopKArgs& args) {
       std::vector<double> gscore(ng);
       for (int gi = 0; gi < ng; ++gi) {
         std::vector<double> v(sel.begin() + gi * G, sel.begin() + (gi + 1) * G);
-        std::sort(v.begin(), v.end(), std::greater<double>());
+        std::sort(v.begin(), v.end(), ranks_above);
         gscore[gi] = (has_bias && G >= 2) ? v[0] + v[1] : v[0];
       }
       std::vector<int> gorder(ng);
       std::iota(gorder.begin(), gorder.end(), 0);
       std::stable_sort(gorder.begin(), gorder.end(),
-                       [&](int a, int b) { return gscore[a] > gscore[b]; });
+                       [&](int a, int b) { return ranks_above(gscore[a], gscore[b]); });
       std::vector<bool> kept(ng, false);
       for (int r = 0; r < p.topk_group; ++r) kept[gorder[r]] = true;
       for (int e = 0; e < E; ++e) allowed[e] = kept[e / G];
@@ -62,7 +72,7 @@ void fused_topk(const FusedTopKArgs& args) {
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
       if (allowed[a] != allowed[b]) return static_cast<bool>(allowed[a]);
-      return sel[a] > sel[b];
+      return ranks_above(sel[a], sel[b]);
     });
     // 5. weights.
     double sum = 0;

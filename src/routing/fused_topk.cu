@@ -32,10 +32,17 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// Monotone map float -> uint32 (total order, -0 < +0, NaNs at the ends).
+// Monotone map float -> uint32 (total order, -0 < +0, NaNs at the ends by their sign).
 __device__ __forceinline__ uint32_t ordered_bits(float f) {
   uint32_t b = __float_as_uint(f);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// The selection key of a sel value or a group score: ordered_bits, except that every NaN,
+// whatever its sign and payload, ranks above every number (as torch.topk ranks NaN), so a
+// NaN is picked first and its NaN weight shows in the output (docs/routing-permute.md).
+__device__ __forceinline__ uint32_t sel_key(float f) {
+  return isnan(f) ? 0xffffffffu : ordered_bits(f);
 }
 
 // Correctly rounded 1/x for x in [1, 2^126): the fast path of __frcp_rn.
@@ -159,7 +166,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const int e = s * 32 + lane;
     sel[s] = score[s];
     if (bias != nullptr && e < E) sel[s] += bv[s];
-    key[s] = max(ordered_bits(sel[s]), 1u);
+    key[s] = max(sel_key(sel[s]), 1u);
   }
 
   if (num_groups > 0 && topk_group < num_groups) {
@@ -182,13 +189,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
           gs[s] = warp_max(a);
         }
       }
+      // The group keys: a group holding a NaN sel scores NaN (its best sel is the NaN),
+      // which the fmaxf reductions above skip.
+      uint32_t gk[kSlots];
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        const bool nan_in_group = __any_sync(kFullMask, s < num_groups && isnan(sel[s]));
+        gk[s] = nan_in_group ? 0xffffffffu : sel_key(gs[s]);
+      }
       uint32_t kept = 0;
       if (kTree) {
         // Rank: group s is kept when fewer than topk_group groups beat it (a larger
         // score, or an equal one at a lower index). All comparisons are independent.
-        uint32_t gk[kSlots];
-#pragma unroll
-        for (int s = 0; s < kSlots; ++s) gk[s] = ordered_bits(gs[s]);
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
           int better = 0;
@@ -206,7 +218,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         uint32_t bk = 0;
 #pragma unroll
         for (int s = 0; s < kSlots; ++s) {
-          const uint32_t k = ordered_bits(gs[s]);
+          const uint32_t k = gk[s];
           if (s < num_groups && !((kept >> s) & 1u) && (best < 0 || k > bk)) {
             bk = k;
             best = s;
@@ -232,14 +244,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       const int G = E / num_groups;
       for (int g = lane; g < num_groups; g += 32) {
         float top1 = -INFINITY, top2 = -INFINITY;
+        bool nan_in_group = false;  // then the group scores NaN (fmaxf skips it)
 #pragma unroll 4
         for (int j = 0; j < G; ++j) {
           const float v = s_sel[g * G + j];
           top2 = fmaxf(top2, fminf(top1, v));
           top1 = fmaxf(top1, v);
+          nan_in_group |= isnan(v);
         }
         const float gsc = (bias != nullptr && G >= 2) ? top1 + top2 : top1;
-        s_gkey[g] = (static_cast<unsigned long long>(ordered_bits(gsc)) << 32) |
+        const uint32_t gkey = nan_in_group ? 0xffffffffu : sel_key(gsc);
+        s_gkey[g] = (static_cast<unsigned long long>(gkey) << 32) |
                     static_cast<uint32_t>(~static_cast<uint32_t>(g));
       }
       __syncwarp();
