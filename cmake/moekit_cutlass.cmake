@@ -4,7 +4,7 @@
 #   1. MOEKIT_CUTLASS_INCLUDE (cache or environment): a folder holding cute/ and cutlass/.
 #   2. CUTLASS_DIR (cache or environment): a CUTLASS checkout or install prefix (its include/).
 #   3. A CUTLASS CMake package: the target nvidia::cutlass::CUTLASS when the consumer has
-#      one, else find_package(NvidiaCutlass CONFIG) (CUTLASS's own install).
+#      one, else find_package(NvidiaCutlass 4.2 CONFIG) (CUTLASS's own install).
 #   4. For moekit's own builds (MOEKIT_CUTLASS_FROM_PYTHON, on when moekit is the top-level
 #      project): the PyPI package nvidia-cutlass==4.2.0.0 that scripts/install-deps pins,
 #      asked of each Python at hand (the project's build/venv first).
@@ -29,7 +29,7 @@ endif()
 
 if(NOT MOEKIT_CUTLASS_INCLUDE)
   if(NOT TARGET nvidia::cutlass::CUTLASS)
-    find_package(NvidiaCutlass CONFIG QUIET)
+    find_package(NvidiaCutlass 4.2 CONFIG QUIET)  # older CuTe lacks what the kernels use
   endif()
   if(TARGET nvidia::cutlass::CUTLASS)
     message(STATUS "moekit: CUTLASS from the CMake package nvidia::cutlass::CUTLASS "
