@@ -13,9 +13,12 @@ if [ -z "$PY" ]; then
   [ -n "$PY" ] || PY=$(command -v python3.12 || true)
 fi
 [ -n "$PY" ] || { echo "build-wheel: no python3.12 found; set PYTHON" >&2; exit 1; }
+# The build tools go to a virtual environment of that Python under build/, not into it.
+tag=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+PY=$(PYTHON="$PY" MOEKIT_VENV="$PWD/build/venv-py$tag" scripts/venv)
 "$PY" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" "nanobind>=2.0"
 if [ -z "${MOEKIT_PYTHON_PREBUILT_LIB:-}" ] && [ -f build/libmoekit.a ] &&
-  [ -z "$(find src include CMakeLists.txt -newer build/libmoekit.a -print -quit)" ]; then
+  [ -z "$(find src include cmake CMakeLists.txt -newer build/libmoekit.a -print -quit)" ]; then
   export MOEKIT_PYTHON_PREBUILT_LIB="$PWD/build/libmoekit.a"
 fi
 rm -rf build-python/dist

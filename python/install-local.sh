@@ -23,6 +23,15 @@ else
     export MOEKIT_PYTHON_PREBUILT_LIB="$(cd "$(dirname "$lib")" && pwd)/libmoekit.a"
   fi
   echo "install-local: building ($("$PY" --version), prebuilt lib: ${MOEKIT_PYTHON_PREBUILT_LIB:-none})" >&2
-  "$PY" -m pip install -q --no-build-isolation --no-deps --target "$site" . >&2
+  # With $PY's own build tools where it has them, else from a virtual environment made
+  # from it (build/venv-pyXY, scripts/venv): nothing is installed into $PY itself.
+  build_py=$PY
+  if ! "$PY" -c "import scikit_build_core, nanobind" >/dev/null 2>&1; then
+    ver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')
+    build_py=$(PYTHON="$PY" MOEKIT_VENV="$root/build/venv-py$ver" scripts/venv)
+    "$build_py" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" \
+      "nanobind>=2.0" >&2
+  fi
+  "$build_py" -m pip install -q --no-build-isolation --no-deps --target "$site" . >&2
 fi
 echo "$site"

@@ -7,3 +7,4 @@
 #include "moekit/permute.h"
 #include "moekit/routing.h"
 #include "moekit/tensor.h"
+#include "moekit/version.h"

@@ -638,7 +638,7 @@ NB_MODULE(_moekit, m) {
                                  "moe_post_permute", "moe_grouped_gemm", "moe_grouped_gemm_fp8",
                                  "moe_expert_mlp", "fused_moe_experts", "indexed_expert_mlp",
                                  "fused_moe", "fused_moe_shared_expert", "shared_expert_mlp");
-  m.attr("__version__") = "0.1.0";
+  m.attr("__version__") = MOEKIT_VERSION_STRING;
 
   m.def(
       "register_dtype",
