@@ -393,11 +393,12 @@ __global__ void round_rows_kernel(const float* y, int64_t H, const int32_t* rows
   }
 }
 
-// out[t] = sum_k valid w[t,k] * y[t*K+k] (+ shared[t]), in f32, k order; rounded once.
+// out[t] = sum_k valid w[t,k] * y[t*K+k] (+ shared[t]), in f32, k order; rounded once
+// (round_routes: each y rounded to TOut first, as the library's sorted path stores them).
 template <class TOut>
 __global__ void combine_kernel(const int32_t* ids, const float* w, const float* y,
                                const float* shared, int64_t H, int K, int E,
-                               const uint8_t* token_mask, TOut* out) {
+                               const uint8_t* token_mask, bool round_routes, TOut* out) {
   const int64_t t = blockIdx.x;
   if (token_mask && !token_mask[t]) return;
   for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
@@ -406,7 +407,12 @@ __global__ void combine_kernel(const int32_t* ids, const float* w, const float* 
     for (int k = 0; k < K; ++k) {
       int id = ids[t * K + k];
       if (id < 0 || id >= E) continue;
-      acc += w[t * K + k] * y[(t * K + k) * H + h];
+      float v = y[(t * K + k) * H + h];
+      if (round_routes) {
+        const TOut r = cvt<TOut>(v);
+        v = ld(&r, 0);
+      }
+      acc += w[t * K + k] * v;
     }
     if (shared) acc += shared[t * H + h];
     out[t * H + h] = cvt<TOut>(acc);
@@ -555,7 +561,7 @@ template <class scalar_t>
 void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
                 const int32_t* ids, const float* weights, int K, const uint8_t* token_mask,
                 const RoutedScratch& s, const float* shared_y, const TensorView& out,
-                cudaStream_t stream) {
+                bool round_routes, cudaStream_t stream) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
   const int64_t E = w_gate_up.shape[0], F = w_gate_up.shape[1] / 2;
   check_experts("routed_mlp", E);
@@ -571,7 +577,8 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
   }
   if (T > 0 && H > 0) {
     combine_kernel<scalar_t><<<dim3(static_cast<unsigned>(T), grid_y(H, 256)), 256, 0, stream>>>(
-        ids, weights, s.y, shared_y, H, K, static_cast<int>(E), token_mask, out.ptr<scalar_t>());
+        ids, weights, s.y, shared_y, H, K, static_cast<int>(E), token_mask, round_routes,
+        out.ptr<scalar_t>());
     check_launch("combine");
   }
 }
@@ -808,7 +815,7 @@ size_t fused_moe_experts_scratch_bytes(const FusedMoEExpertsArgs& args) {
 }
 
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
-                       const uint8_t* row_mask) {
+                       const uint8_t* row_mask, bool round_routes) {
   require(args.workspace.bytes >= fused_moe_experts_scratch_bytes(args), "fused_moe_experts",
           "scratch too small");
   Carver cv{static_cast<char*>(args.workspace.data)};
@@ -819,7 +826,8 @@ void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
   dispatch_half(args.hidden_states.dtype, "fused_moe_experts", [&](auto tag) {
     using T = decltype(tag);
     routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down, args.topk_ids.ptr<int32_t>(),
-                  args.topk_weights.ptr<float>(), K, row_mask, s, nullptr, args.output, stream);
+                  args.topk_weights.ptr<float>(), K, row_mask, s, nullptr, args.output,
+                  round_routes, stream);
   });
 }
 
@@ -864,7 +872,8 @@ size_t carve_fused(Carver& cv, const FusedMoEArgs& a, int32_t** ids, float** w, 
 }
 
 void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
-               const TensorView* shared_gu, const TensorView* shared_down, Carver& cv) {
+               const TensorView* shared_gu, const TensorView* shared_down, bool round_routes,
+               Carver& cv) {
   const int64_t T = a.hidden_states.shape[0], E = a.gating_output.shape[1];
   const int K = a.params.top_k;
   int32_t* ids;
@@ -891,7 +900,7 @@ void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
     }
     (void)E;
     routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down, ids, w, K, mask, rs, shared_y, a.output,
-                   stream);
+                   round_routes, stream);
   });
 }
 
@@ -902,10 +911,11 @@ size_t fused_moe_scratch_bytes(const FusedMoEArgs& args) {
   return carve_fused(cv, args, nullptr, nullptr, nullptr);
 }
 
-void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row_mask) {
+void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row_mask,
+               bool round_routes) {
   require(args.workspace.bytes >= fused_moe_scratch_bytes(args), "fused_moe", "scratch too small");
   Carver cv{static_cast<char*>(args.workspace.data)};
-  run_fused(args, stream, row_mask, nullptr, nullptr, cv);
+  run_fused(args, stream, row_mask, nullptr, nullptr, round_routes, cv);
 }
 
 size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& args) {
@@ -917,11 +927,12 @@ size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& arg
 }
 
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream,
-                             const uint8_t* row_mask) {
+                             const uint8_t* row_mask, bool round_routes) {
   require(args.moe.workspace.bytes >= fused_moe_shared_expert_scratch_bytes(args),
           "fused_moe_shared_expert", "scratch too small");
   Carver cv{static_cast<char*>(args.moe.workspace.data)};
-  run_fused(args.moe, stream, row_mask, &args.shared_w_gate_up, &args.shared_w_down, cv);
+  run_fused(args.moe, stream, row_mask, &args.shared_w_gate_up, &args.shared_w_down, round_routes,
+            cv);
 }
 
 }  // namespace moekit::gpu_reference

@@ -58,10 +58,12 @@ size_t expert_mlp_scratch_bytes(const ExpertMLPArgs& args);
 void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream,
                     const uint8_t* row_mask = nullptr);
 
-// FusedMoEExpertsFwd and IndexedExpertMLPFwd (scratch: args.workspace).
+// FusedMoEExpertsFwd and IndexedExpertMLPFwd (scratch: args.workspace). round_routes:
+// each route's expert output rounded to the dtype before the weighted sum, as the
+// library's sorted path keeps them (docs/moe.md); the SPEC's math rounds only the output.
 size_t fused_moe_experts_scratch_bytes(const FusedMoEExpertsArgs& args);
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
-                       const uint8_t* row_mask = nullptr);
+                       const uint8_t* row_mask = nullptr, bool round_routes = false);
 
 // SharedExpertMLPFwd (scratch: args.workspace).
 size_t shared_expert_mlp_scratch_bytes(const SharedExpertMLPArgs& args);
@@ -70,11 +72,12 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream,
 
 // FusedMoEFwd (scratch: args.workspace).
 size_t fused_moe_scratch_bytes(const FusedMoEArgs& args);
-void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row_mask = nullptr);
+void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row_mask = nullptr,
+               bool round_routes = false);
 
 // FusedMoESharedExpertFwd (scratch: args.moe.workspace).
 size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& args);
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream,
-                             const uint8_t* row_mask = nullptr);
+                             const uint8_t* row_mask = nullptr, bool round_routes = false);
 
 }  // namespace moekit::gpu_reference
