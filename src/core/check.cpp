@@ -301,6 +301,17 @@ void ArgCheck::launch_target(cudaStream_t stream, const char* out_name,
   // The legacy and per-thread default streams belong to the current device.
   const bool default_stream =
       stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+  // While the stream is being captured, cudaStreamGetDevice and cudaPointerGetAttributes
+  // are refused and invalidate the capture, relaxed mode or not (H200, CUDA 13): a captured
+  // call is checked only against what eager calls cached.
+  if (!default_stream) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+      cudaGetLastError();
+    } else if (capture != cudaStreamCaptureStatusNone) {
+      return;
+    }
+  }
   if (!default_stream && !t_good_streams.has(stream, dev)) {
     int stream_dev = -1;
     cudaError_t err;

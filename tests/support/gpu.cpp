@@ -35,6 +35,9 @@ DeviceTensor::DeviceTensor(DType dtype, std::vector<int64_t> shape, uint8_t pois
   size_t bytes = HostTensor(dtype_, shape_).nbytes();
   cuda_or_throw(cudaMalloc(&data_, bytes ? bytes : 256), "cudaMalloc");
   if (bytes) cuda_or_throw(cudaMemset(data_, poison, bytes), "cudaMemset");
+  // cudaMemset runs on the legacy default stream, which a non-blocking stream does not wait
+  // for: without this the poison could land after a test's kernel wrote its output.
+  cuda_or_throw(cudaDeviceSynchronize(), "cudaMemset (sync)");
 }
 
 DeviceTensor::~DeviceTensor() {
