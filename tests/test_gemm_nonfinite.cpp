@@ -81,7 +81,10 @@ HostTensor run(const Shape& s, const Rows& r, const HostTensor& a, const HostTen
   DeviceTensor da(a), db(b), dmeta(r.meta), dc(s.out, c_shape, 0xFF);
   if (config < 0) {
     GroupedGemmArgs g;
-    g.a = da.view();
+    // The public op takes a masked layout's a as [G, max_m, k] (the rows are laid out so).
+    g.a = s.rows == detail::GemmRows::kMasked
+              ? make_view(da.data(), s.in, {static_cast<int64_t>(s.counts.size()), s.max_m, s.k})
+              : da.view();
     g.b = db.view();
     g.layout_metadata = dmeta.view();
     g.layout = s.rows == detail::GemmRows::kMasked ? PermutedLayout::masked(s.max_m)
