@@ -278,7 +278,6 @@ void indexed_expert_mlp(const IndexedExpertMLPArgs& args, cudaStream_t stream) {
 
 namespace {
 
-
 struct LayerBuffers {
   float* topk_weights = nullptr;   // [T, K]
   int32_t* topk_ids = nullptr;     // [T, K]
