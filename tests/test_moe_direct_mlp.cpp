@@ -191,7 +191,7 @@ TEST(DirectMlp, PlanTakesAForcedSplit) {
   EXPECT_EQ(capped.split, 8);
 }
 
-// The measured default (docs/gemm.md "Direct dense MLP"): up to 32 tokens on MLPs under
+// The measured default (docs/dense-mlp.md "Direct dense MLP"): up to 32 tokens on MLPs under
 // 256 MB of weights; forced paths win.
 TEST(DirectMlp, DefaultPathRule) {
   PathKnobs knobs(0, 0);

@@ -65,7 +65,7 @@ TEST(GemvMlpGpu, BackToBackGraphReplays) {
   dense_mlp_test::expect_graph_replays_match(kGemvPath, {DType::kF16, 1, 1536, 520}, 9400);
 }
 
-// The measured default (docs/gemm.md "GEMV MLP"): one token on MLPs of >= 256 MB of
+// The measured default (docs/dense-mlp.md "GEMV MLP"): one token on MLPs of >= 256 MB of
 // weights (stream-K's before); forced paths win.
 TEST(GemvMlp, DefaultPathRule) {
   PathKnobs knobs(0, 0);

@@ -149,7 +149,7 @@ TEST(StreamkMlpGpu, GraphReplaysZeroTheirOwnCounters) {
   cudaStreamDestroy(stream);
 }
 
-// The measured defaults (docs/gemm.md "Stream-K MLP"): the kernel for the long weight
+// The measured defaults (docs/dense-mlp.md "Stream-K MLP"): the kernel for the long weight
 // streams (kimi-k2's 793 MB shared expert), the two GEMMs for the ~50-90 MB ones.
 TEST(StreamkMlp, DefaultPathFollowsTheWeightBytes) {
   Knobs knobs(0, 0);

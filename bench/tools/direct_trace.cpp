@@ -1,4 +1,4 @@
-// The direct dense MLP's timeline (docs/gemm.md "Direct dense MLP"): %globaltimer stamps of
+// The direct dense MLP's timeline (docs/dense-mlp.md "Direct dense MLP"): %globaltimer stamps of
 // every CTA of both kernels (gate_up, down) in the last call of a CUDA graph of
 // back-to-back SharedExpertMLP calls over rotating weight copies, as moekit-bench times
 // the 32-token rows. Prints per kernel and point the min / median / max in us from the

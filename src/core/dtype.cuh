@@ -39,7 +39,7 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
 // IEEE division calls a slow-path subroutine for NaN, infinite or huge operands (the
 // padding rows of a permuted buffer, gates below -88), and that call, taken by some lanes
 // of an SM90 epilogue, hung the paired GEMM configs 7 and 8 on the H200 (2026-12-03,
-// docs/gemm.md "Hang of the paired configs"). Here no branch: z < -88 gives -0, NaN NaN.
+// docs/JOURNAL.md (the paired configs' hang)). Here no branch: z < -88 gives -0, NaN NaN.
 __device__ __forceinline__ float silu(float z) {
   return __fdividef(z, 1.0f + __expf(-z));
 }

@@ -78,7 +78,7 @@ int cluster_capacity(const void* kernel, int split, int smem) {
 }
 
 // Weight elements per row that each CTA prefetches into L2 before its loads start (its
-// slice's head; docs/gemm.md "Direct dense MLP"): 256 by default, MOEKIT_DIRECT_PF (gate_up)
+// slice's head; docs/dense-mlp.md "Direct dense MLP"): 256 by default, MOEKIT_DIRECT_PF (gate_up)
 // and MOEKIT_DIRECT_PF_DOWN (down; default: gate_up's) override, 0 turns it off. H200,
 // moekit-bench: 128-320 all helped, 512 and more delayed x and lost.
 constexpr int kDefaultPrefetchElems = 256;
@@ -86,7 +86,7 @@ int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && v[0] != '\0' ? std::atoi(v) : fallback;
 }
-// How the direct kernels load weight lines (docs/gemm.md "Direct dense MLP", H200 session
+// How the direct kernels load weight lines (docs/dense-mlp.md "Direct dense MLP", H200 session
 // 6): paired lanes (a warp instruction reads 4 whole 128-byte lines, not 16 halves) where a
 // CTA's k slice is >= 1024 (ds-v3's 32-token gate_up), else single lanes with a 128-byte
 // L2 fetch. SharedExpertMLP, interleaved on one GPU: ds-v3-t32 0.0352 -> 0.0333 ms (pairing

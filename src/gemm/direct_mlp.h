@@ -1,4 +1,4 @@
-// The direct dense MLP (docs/gemm.md "Direct dense MLP"): the two GEMMs of a gated MLP
+// The direct dense MLP (docs/dense-mlp.md "Direct dense MLP"): the two GEMMs of a gated MLP
 // over T <= 32 tokens as two small-batch kernels that stream the weights straight into
 // mma.sync registers (direct_mlp_kernel.cuh), chained with PDL. SharedExpertMLPFwd and
 // the fused layer's shared expert take it where direct_mlp_supported() holds.
@@ -21,7 +21,7 @@ bool direct_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S);
 
 // run_dense_mlp's choice: forced (dense_mlp_forced_path() == 3, src/gemm/streamk_mlp.h),
 // or by default T <= kDirectMlpDefaultMaxTokens with < kStreamkMlpMinWeightBytes of
-// weights. H200 (docs/gemm.md "Direct dense MLP"): it won at one token on 47-88 MB
+// weights. H200 (docs/dense-mlp.md "Direct dense MLP"): it won at one token on 47-88 MB
 // MLPs (FusedMoESharedExpert glm45-t1 0.1442 -> 0.1351 ms, ds-v3-grouped-t1 0.2400 ->
 // 0.2313) and, since its clusters fit one wave and its x reads are conflict-free, at 32
 // tokens (SharedExpertMLP glm45-t32 0.02715 -> 0.02542 ms, ds-v3-t32 0.03767 ->

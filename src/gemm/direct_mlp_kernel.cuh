@@ -1,4 +1,4 @@
-// The direct small-batch GEMM of the dense MLP (docs/gemm.md "Direct dense MLP"):
+// The direct small-batch GEMM of the dense MLP (docs/dense-mlp.md "Direct dense MLP"):
 // out[t, n] = sum_k x[t, k] w[n, k] for T <= 32 tokens, the weights streamed straight
 // from global memory into mma.sync registers (no shared-memory staging), the tokens'
 // k slice staged once in shared memory. Streaming 16-byte loads with many bytes in

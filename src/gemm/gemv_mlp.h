@@ -1,4 +1,4 @@
-// The one-token dense MLP (docs/gemm.md "GEMV MLP"): the two GEMMs of a gated MLP at
+// The one-token dense MLP (docs/dense-mlp.md "GEMV MLP"): the two GEMMs of a gated MLP at
 // T = 1 as two weight-streaming GEMV kernels (gemv_mlp_kernel.cuh), chained with PDL.
 // SharedExpertMLPFwd and the fused layer's shared expert take it where
 // gemv_mlp_preferred() and gemv_mlp_supported() hold.
@@ -18,7 +18,7 @@ bool gemv_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S);
 
 // run_dense_mlp's choice: forced (dense_mlp_forced_path() == 4, `MOEKIT_DENSE_MLP=gemv`),
 // else one token on MLPs of >= kStreamkMlpMinWeightBytes of weights, where it replaces
-// stream-K. H200 (docs/gemm.md "GEMV MLP"): SharedExpertMLP kimi-k2-t1 (793 MB) 0.186 ms
+// stream-K. H200 (docs/dense-mlp.md "GEMV MLP"): SharedExpertMLP kimi-k2-t1 (793 MB) 0.186 ms
 // vs 0.212 on stream-K; on 47-88 MB MLPs the direct kernels stay ahead (FusedMoESharedExpert
 // glm45-t1 0.1333 vs 0.1387, ds-v3-grouped-t1 0.2314 vs 0.2375).
 bool gemv_mlp_preferred(int64_t T, int64_t H, int64_t S);

@@ -1,4 +1,4 @@
-// The one-token dense MLP's kernels (docs/gemm.md "GEMV MLP"): out[n] = sum_k x[k] w[n, k]
+// The one-token dense MLP's kernels (docs/dense-mlp.md "GEMV MLP"): out[n] = sum_k x[k] w[n, k]
 // over one token: a CTA per weight row (pair) at a time, read as one contiguous run of 16-byte
 // loads.
 //

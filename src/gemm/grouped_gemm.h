@@ -112,7 +112,7 @@ enum GemmConfig : int {
   kGemmConfigSm90PairM = 10,
   // Adaptive pairs: config 10's m-tile pairs (b multicast) for each group's m-tiles two by
   // two, config 7's n-tile pairs (a multicast) for an odd last m-tile, so ragged groups
-  // waste no half pair: docs/gemm.md "Adaptive pairs".
+  // waste no half pair: docs/gemm.md "Paired SM90 configs and adaptive pairs".
   kGemmConfigSm90PairAuto = 11,
   // Config 4's 256-byte stages on 32 x 64 tiles, 3 stages, 3 blocks per SM: twice the
   // tiles and twice the weight bytes in flight per tile of config 4; the heuristic's pick

@@ -1,4 +1,4 @@
-// The stream-K dense MLP (docs/gemm.md "Stream-K MLP"): both GEMMs of a gated MLP over
+// The stream-K dense MLP (docs/dense-mlp.md "Stream-K MLP"): both GEMMs of a gated MLP over
 // few tokens in one cooperative Hopper kernel, for SharedExpertMLPFwd and the fused
 // layer's shared expert. run_dense_mlp takes it where streamk_mlp_scratch_bytes > 0
 // and the caller's workspace holds that scratch.

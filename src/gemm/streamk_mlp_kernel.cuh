@@ -1,4 +1,4 @@
-// The stream-K dense MLP for few tokens (docs/gemm.md "Stream-K MLP"): one persistent,
+// The stream-K dense MLP for few tokens (docs/dense-mlp.md "Stream-K MLP"): one persistent,
 // cooperative kernel runs both GEMMs of out = (silu(x Wg^T) * (x Wu^T)) Wd^T for T <= 64
 // rows. Both GEMMs stream their weights at the memory's speed; the tokens are the narrow
 // side (swap-AB: weight rows fill the 16-row side of mma.sync m16n8k16).
