@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/pdl.h"
-#include "gemm/streamk_mlp.h"
+#include "mlp/streamk_mlp.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"

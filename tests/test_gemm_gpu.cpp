@@ -19,7 +19,7 @@
 #include "core/host_dtype.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
-#include "gemm/sm90_device.h"
+#include "gemm/sm90/device.h"
 #include "moekit/gemm.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"

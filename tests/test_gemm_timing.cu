@@ -17,8 +17,8 @@
 
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
-#include "gemm/split_k.h"
-#include "gemm/streamk_mlp.h"
+#include "gemm/mma/split_k.h"
+#include "mlp/streamk_mlp.h"
 #include "support/gpu.h"
 
 namespace moekit {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/host_dtype.h"
-#include "gemm/streamk_mlp.h"
+#include "mlp/streamk_mlp.h"
 #include "moe/moe_internal.h"
 #include "moekit/error.h"
 #include "moekit/moe.h"

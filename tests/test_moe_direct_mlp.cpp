@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/pdl.h"
-#include "gemm/direct_mlp.h"
-#include "gemm/streamk_mlp.h"
+#include "mlp/direct_mlp.h"
+#include "mlp/streamk_mlp.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "gemm/grouped_gemm.h"
-#include "gemm/streamk_mlp.h"
+#include "mlp/streamk_mlp.h"
 #include "moekit/moe.h"
 #include "support/gpu.h"
 #include "test_moe_common.h"

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/pdl.h"
-#include "gemm/gemv_mlp.h"
-#include "gemm/streamk_mlp.h"
+#include "mlp/gemv_mlp.h"
+#include "mlp/streamk_mlp.h"
 #include "moekit/moe.h"
 #include "support/gpu.h"
 #include "test_dense_mlp_common.h"

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "gemm/grouped_gemm.h"
-#include "gemm/sm90_device.h"
+#include "gemm/sm90/device.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "gemm/grouped_gemm.h"
-#include "gemm/sm90_device.h"
-#include "gemm/streamk_mlp.h"
+#include "gemm/sm90/device.h"
+#include "mlp/streamk_mlp.h"
 #include "moekit/moe.h"
 #include "moekit/routing.h"
 #include "support/gpu.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "gemm/streamk_mlp.h"
+#include "mlp/streamk_mlp.h"
 #include "moe/moe_internal.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"

@@ -3,13 +3,13 @@
 #include <string>
 
 #include "core/pdl.h"
-#include "gemm/direct_mlp.h"
 #include "gemm/gemm_force.h"
-#include "gemm/gemv_mlp.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
-#include "gemm/sm90_device.h"
-#include "gemm/streamk_mlp.h"
+#include "gemm/sm90/device.h"
+#include "mlp/direct_mlp.h"
+#include "mlp/gemv_mlp.h"
+#include "mlp/streamk_mlp.h"
 #include "moe/moe_internal.h"
 #include "moekit/tensor.h"
 #include "permute/permute_kernels.h"

@@ -14,7 +14,7 @@
 #include <vector>
 
 namespace moekit::detail {
-void set_direct_trace_buffer(unsigned long long* buffer);  // src/gemm/direct_mlp.cu
+void set_direct_trace_buffer(unsigned long long* buffer);  // src/mlp/direct_mlp.cu
 }
 
 namespace {

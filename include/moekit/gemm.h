@@ -3,6 +3,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <vector>
+
+#include "moekit/plan.h"
 #include "moekit/tensor.h"
 
 namespace moekit {
@@ -29,21 +32,27 @@ struct GroupedGemmArgs {
   Activation activation = Activation::kNone;
   TensorView c;
   Workspace workspace;
+  const GemmPlan* plan = nullptr;  // nullptr: the planner's (plan_grouped_gemm)
 };
 
 size_t grouped_gemm_workspace_size(const GroupedGemmArgs& args);
 void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
+GemmPlan plan_grouped_gemm(const GroupedGemmArgs& args);
+std::vector<GemmPlan> grouped_gemm_plan_candidates(const GroupedGemmArgs& args);
 
 // MoEGroupedGemmFP8Fwd (DeepGEMM-style masked layout, 128-wide block scales).
 struct GroupedGemmFP8Args {
-  TensorView a;                // [E, max_m, Kd] fp8e4m3
-  TensorView a_scale;          // [E, max_m, ceil(Kd/128)] f32
-  TensorView b;                // [E, N, Kd] fp8e4m3
-  TensorView b_scale;          // [E, ceil(N/128), ceil(Kd/128)] f32
-  TensorView layout_metadata;  // [E] i32 masked counts
-  TensorView c;                // out [E, max_m, N] bf16, overlapping no input
+  TensorView a;                    // [E, max_m, Kd] fp8e4m3
+  TensorView a_scale;              // [E, max_m, ceil(Kd/128)] f32
+  TensorView b;                    // [E, N, Kd] fp8e4m3
+  TensorView b_scale;              // [E, ceil(N/128), ceil(Kd/128)] f32
+  TensorView layout_metadata;      // [E] i32 masked counts
+  TensorView c;                    // out [E, max_m, N] bf16, overlapping no input
+  const GemmPlan* plan = nullptr;  // nullptr: the planner's (plan_grouped_gemm_fp8)
 };
 
 void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream);
+GemmPlan plan_grouped_gemm_fp8(const GroupedGemmFP8Args& args);
+std::vector<GemmPlan> grouped_gemm_fp8_plan_candidates(const GroupedGemmFP8Args& args);
 
 }  // namespace moekit

@@ -10,6 +10,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <vector>
+
+#include "moekit/plan.h"
 #include "moekit/routing.h"
 #include "moekit/tensor.h"
 
@@ -24,9 +27,12 @@ struct ExpertMLPArgs {
   TensorView w_down;           // [E, H, F]
   TensorView expert_output;    // out [P, H]; padding rows untouched; may be expert_input
   Workspace workspace;
+  const MlpPlan* plan = nullptr;  // nullptr: the planner's
 };
 size_t expert_mlp_workspace_size(const ExpertMLPArgs& args);
 void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream);
+MlpPlan plan_expert_mlp(const ExpertMLPArgs& args);
+std::vector<MlpPlan> expert_mlp_plan_candidates(const ExpertMLPArgs& args);
 
 // FusedMoEExpertsFwd: output[t] = sum_{k: id>=0} w[t,k] * MLP_{id[t,k]}(x_t).
 struct FusedMoEExpertsArgs {
@@ -37,15 +43,20 @@ struct FusedMoEExpertsArgs {
   TensorView topk_ids;       // [T, K] i32 in [0, E) or -1
   TensorView output;         // out [T, H], fully overwritten; may be hidden_states
   Workspace workspace;
+  const LayerPlan* plan = nullptr;  // nullptr: the planner's
 };
 size_t fused_moe_experts_workspace_size(const FusedMoEExpertsArgs& args);
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream);
+LayerPlan plan_fused_moe_experts(const FusedMoEExpertsArgs& args);
+std::vector<LayerPlan> fused_moe_experts_plan_candidates(const FusedMoEExpertsArgs& args);
 
 // IndexedExpertMLPFwd: the same contract, built for T <= 64 (routes read straight
 // from topk_ids, no sort); correct for every T.
 using IndexedExpertMLPArgs = FusedMoEExpertsArgs;
 size_t indexed_expert_mlp_workspace_size(const IndexedExpertMLPArgs& args);
 void indexed_expert_mlp(const IndexedExpertMLPArgs& args, cudaStream_t stream);
+LayerPlan plan_indexed_expert_mlp(const IndexedExpertMLPArgs& args);
+std::vector<LayerPlan> indexed_expert_mlp_plan_candidates(const IndexedExpertMLPArgs& args);
 
 // FusedMoEFwd: fused_topk followed by fused_moe_experts.
 struct FusedMoEArgs {
@@ -57,18 +68,24 @@ struct FusedMoEArgs {
   TensorView w_down;     // [E, H, F]
   TensorView output;     // out [T, H]; may be hidden_states
   Workspace workspace;
+  const LayerPlan* plan = nullptr;  // nullptr: the planner's
 };
 size_t fused_moe_workspace_size(const FusedMoEArgs& args);
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream);
+LayerPlan plan_fused_moe(const FusedMoEArgs& args);
+std::vector<LayerPlan> fused_moe_plan_candidates(const FusedMoEArgs& args);
 
 // FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared expert weight 1).
 struct FusedMoESharedExpertArgs {
-  FusedMoEArgs moe;             // moe.output receives the sum
+  FusedMoEArgs moe;             // moe.output receives the sum; moe.plan: the layer's plan
   TensorView shared_w_gate_up;  // [2S, H]; both shared weights undefined = no shared expert
   TensorView shared_w_down;     // [H, S]
 };
 size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args);
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream);
+LayerPlan plan_fused_moe_shared_expert(const FusedMoESharedExpertArgs& args);
+std::vector<LayerPlan> fused_moe_shared_expert_plan_candidates(
+    const FusedMoESharedExpertArgs& args);
 
 // SharedExpertMLPFwd: a dense gated MLP.
 struct SharedExpertMLPArgs {
@@ -77,8 +94,11 @@ struct SharedExpertMLPArgs {
   TensorView w_down;         // [H, S]
   TensorView output;         // out [T, H]; not hidden_states (no in place)
   Workspace workspace;
+  const MlpPlan* plan = nullptr;  // nullptr: the planner's
 };
 size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args);
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream);
+MlpPlan plan_shared_expert_mlp(const SharedExpertMLPArgs& args);
+std::vector<MlpPlan> shared_expert_mlp_plan_candidates(const SharedExpertMLPArgs& args);
 
 }  // namespace moekit

@@ -3,6 +3,7 @@
 
 #include "moekit/error.h"
 #include "moekit/gemm.h"
+#include "moekit/plan.h"
 #include "moekit/moe.h"
 #include "moekit/permute.h"
 #include "moekit/routing.h"

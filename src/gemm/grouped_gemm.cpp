@@ -12,9 +12,9 @@
 #include "core/check.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/launch.h"
-#include "gemm/sm90_device.h"
-#include "gemm/sm90_tile_math.h"
-#include "gemm/split_k.h"
+#include "gemm/mma/split_k.h"
+#include "gemm/sm90/device.h"
+#include "gemm/sm90/tile_math.h"
 #include "moekit/error.h"
 
 namespace moekit::detail {

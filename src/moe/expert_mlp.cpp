@@ -2,11 +2,11 @@
 // silu_and_mul epilogue into a workspace activation buffer, then down), run by
 // run_grouped_gemm_pair (a PDL chain where gemm_pdl_override() turns it on and both take a
 // decode config).
-#include "gemm/direct_mlp.h"
-#include "gemm/gemv_mlp.h"
 #include "gemm/grouped_gemm.h"
-#include "gemm/sm90_device.h"
-#include "gemm/streamk_mlp.h"
+#include "gemm/sm90/device.h"
+#include "mlp/direct_mlp.h"
+#include "mlp/gemv_mlp.h"
+#include "mlp/streamk_mlp.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
 #include "moekit/moe.h"

@@ -1,0 +1,32 @@
+// The current device's properties, queried once per device in one place: the planners'
+// only view of the hardware (they take a DeviceProps, so CPU tests pass made-up ones).
+#pragma once
+
+#include <cstdint>
+
+namespace moekit::detail {
+
+struct DeviceProps {
+  int arch = 0;            // compute capability major * 10 + minor (90 on H100 / H200)
+  int sms = 0;             // streaming multiprocessors
+  int64_t l2_bytes = 0;    // L2 cache size
+  int smem_per_sm = 0;     // shared memory per SM (bytes)
+  int smem_per_block = 0;  // shared memory a block can opt in to (bytes)
+  // The hand-written Hopper kernels (TMA, wgmma, clusters) are built for sm_90a only.
+  bool sm90() const { return arch == 90; }
+};
+
+// An H200 (132 SMs, 60 MB L2, 228 KB shared memory per SM): for planner tests.
+DeviceProps h200_props();
+
+// The current device's (cudaGetDevice), cached per device. Without a usable device:
+// all zeros (arch 0: the planners then pick only what runs anywhere).
+const DeviceProps& device_props();
+
+// A per-device cache of one integer the owner measures once (for example a kernel's
+// co-resident clusters, cudaOccupancyMaxActiveClusters): slot in [0, kDeviceCacheSlots).
+// query() runs at most once per (device, slot); thread-safe.
+constexpr int kDeviceCacheSlots = 64;
+int device_cached(int slot, int (*query)());
+
+}  // namespace moekit::detail

@@ -1,0 +1,210 @@
+// The bf16/f16 grouped-GEMM kernel: tile scheduler -> mainloop -> epilogue.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "gemm/mma/epilogue.cuh"
+#include "gemm/mma/mainloop.cuh"
+#include "gemm/mma/tile_scheduler.cuh"
+#include "moekit/error.h"
+
+namespace moekit::detail::gemm {
+
+struct GemmParams {
+  const void* a;
+  const void* b;
+  void* c;
+  RowsDesc rows;
+  int64_t n;  // output columns
+  int64_t k;  // reduction length in elements
+  int n_tiles;
+  int silu;           // Activation::kSiluAndMul: b has 2n rows per group
+  int b_evict_first;  // b (weight) loads marked L2 evict-first (gemm_b_evict_first)
+};
+
+// Points the loader of thread threadIdx.x at tile t's a rows and b rows (null: a row
+// past the group or a column past n, zero-filled).
+template <class Cfg, class In>
+__device__ __forceinline__ void setup_loader(const GemmParams& p, const TileCoord& t,
+                                             TileLoader<Cfg>& loader) {
+  const int tid = threadIdx.x;
+  const bool silu = p.silu != 0;
+  const int64_t k_bytes = p.k * static_cast<int64_t>(sizeof(In));
+  loader.fallback = static_cast<const char*>(p.a);
+  loader.k_bytes = k_bytes;
+  loader.chunk = tid % Cfg::CHUNKS;
+  loader.row_base = tid / Cfg::CHUNKS;
+  if (p.b_evict_first) {
+    loader.b_hint = true;
+    loader.b_policy = l2_evict_first_policy();
+  }
+#pragma unroll
+  for (int i = 0; i < Cfg::A_ITERS; ++i) {
+    const int r = loader.row_base + i * Cfg::ROW_STEP;
+    loader.a_row[i] = r < t.rows ? static_cast<const char*>(p.a) + (t.row0 + r) * k_bytes : nullptr;
+  }
+  const int64_t b_group_rows = silu ? 2 * p.n : p.n;
+  const char* b_group = static_cast<const char*>(p.b) + t.group * b_group_rows * k_bytes;
+#pragma unroll
+  for (int i = 0; i < Cfg::B_ITERS; ++i) {
+    const int r = loader.row_base + i * Cfg::ROW_STEP;
+    int64_t col, b_row;
+    if (!silu) {
+      col = static_cast<int64_t>(t.n_tile) * Cfg::BN + r;
+      b_row = col;
+    } else {
+      // Per warp column block of WN b rows: WN/2 gate rows, then the matching up rows.
+      const int w = r / Cfg::WN, rr = r % Cfg::WN, half = Cfg::WN / 2;
+      col =
+          static_cast<int64_t>(t.n_tile) * (Cfg::BN / 2) + w * half + (rr < half ? rr : rr - half);
+      b_row = rr < half ? col : p.n + col;
+    }
+    loader.b_row[i] = col < p.n ? b_group + b_row * k_bytes : nullptr;
+  }
+}
+
+// One tile's mainloop over k-slices [kt_begin, kt_end) (of BK_BYTES each) into acc
+// (zeroed here). Shared by the plain kernel (all of k) and the split-K kernel. kPdl:
+// the kernel's PDL role (mainloop.cuh run_pipeline_pdl); kPdlNone is today's pipeline.
+template <class Cfg, class In, class Mma, int kPdl = kPdlNone>
+__device__ __forceinline__ void tile_mainloop(const GemmParams& p, const TileCoord& t,
+                                              uint8_t* smem, float (&acc)[Cfg::MF][Cfg::NF][4],
+                                              int kt_begin, int kt_end) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
+
+  TileLoader<Cfg> loader;
+  setup_loader<Cfg, In>(p, t, loader);
+
+#pragma unroll
+  for (int mf = 0; mf < Cfg::MF; ++mf)
+#pragma unroll
+    for (int nf = 0; nf < Cfg::NF; ++nf)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mf][nf][i] = 0.f;
+
+  const int valid_mf = valid_fragments<Cfg>(t.rows, wm);
+  const uint32_t s_a0 = smem_addr(smem);
+  const uint32_t s_b0 = s_a0 + Cfg::STAGES * Cfg::A_STAGE_BYTES;
+  auto compute = [&](int stage, int) {
+    warp_mma_tile<Cfg, Mma>(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
+                            acc, wm, wn, lane, valid_mf);
+  };
+  if constexpr (kPdl == kPdlNone) {
+    run_pipeline<Cfg>(
+        kt_end - kt_begin,
+        [&](int stage, int kt) {
+          loader.load(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
+                      kt_begin + kt);
+        },
+        compute);
+  } else {
+    run_pipeline_pdl<Cfg, kPdl>(
+        kt_end - kt_begin,
+        [&](int stage, int kt) { loader.load_a(s_a0 + stage * Cfg::A_STAGE_BYTES, kt_begin + kt); },
+        [&](int stage, int kt) { loader.load_b(s_b0 + stage * Cfg::B_STAGE_BYTES, kt_begin + kt); },
+        compute);
+  }
+}
+
+template <class Cfg, class In>
+__device__ __forceinline__ int k_slices(const GemmParams& p) {
+  const int64_t k_bytes = p.k * static_cast<int64_t>(sizeof(In));
+  return static_cast<int>((k_bytes + Cfg::BK_BYTES - 1) / Cfg::BK_BYTES);
+}
+
+// The kernel body; kPdl: its PDL role (docs/gemm.md "PDL chain of an MLP's GEMMs").
+//  * kPdlFirst: griddepcontrol.wait first, before the tile lookup (the layout metadata,
+//    a and c may be produced or read by any earlier kernel), so every CTA has waited
+//    before any of them triggers (in run_pipeline_pdl, once its last loads are issued).
+//  * kPdlSecond: launched right behind a kPdlFirst GEMM (run_grouped_gemm_pair), so it
+//    can start when every CTA of that GEMM has triggered, i.e. after each of them
+//    passed its own wait: every kernel before that GEMM in the stream has then
+//    completed, with its writes visible. What this kernel reads before its own wait is
+//    therefore safe as long as the kPdlFirst GEMM does not write it: the layout
+//    metadata (find_tile) and the weights b (the prologue's b stages), which it never
+//    writes (it writes only its c, this kernel's a). Its a loads and every store come
+//    after the wait, which returns once the kPdlFirst GEMM has completed and its
+//    writes are visible. A CTA without a tile waits before exiting, so the grid never
+//    completes before its predecessor (the ordering stays transitive for what follows).
+template <class Cfg, class In, class Out, class Mma, int kPdl>
+__device__ __forceinline__ void grouped_gemm_body(const GemmParams& p, uint8_t* smem) {
+  if constexpr (kPdl == kPdlFirst) pdl_wait();
+  TileCoord t;
+  if (!find_tile<Cfg::THREADS>(p.rows, Cfg::BM, p.n_tiles, blockIdx.x, t)) {
+    if constexpr (kPdl == kPdlSecond) pdl_wait();
+    return;
+  }
+  float acc[Cfg::MF][Cfg::NF][4];
+  tile_mainloop<Cfg, In, Mma, kPdl>(p, t, smem, acc, 0, k_slices<Cfg, In>(p));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  store_tile<Cfg, Out>(acc, static_cast<Out*>(p.c), p.n, t.row0, t.rows, t.n_tile, p.silu != 0,
+                       warp / Cfg::WARPS_N, warp % Cfg::WARPS_N, lane);
+}
+
+template <class Cfg, class In, class Out, class Mma>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    grouped_gemm_kernel(const __grid_constant__ GemmParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  grouped_gemm_body<Cfg, In, Out, Mma, kPdlNone>(p, smem);
+}
+
+// The PDL roles' kernels (separate instantiations: grouped_gemm_kernel stays as it was).
+template <class Cfg, class In, class Out, class Mma, int kPdl>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    grouped_gemm_pdl_kernel(const __grid_constant__ GemmParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  grouped_gemm_body<Cfg, In, Out, Mma, kPdl>(p, smem);
+}
+
+// The host's upper bound of Cfg's tiles for p (no sync on the metadata), with
+// p.n_tiles set; <= 0: nothing to launch. Throws when tiles x split (the CTAs of a
+// split-K launch) passes 32-bit ids.
+template <class Cfg>
+int64_t launch_tile_bound(GemmParams& p, const char* op, int split = 1) {
+  const int64_t out_cols_per_tile = p.silu ? Cfg::BN / 2 : Cfg::BN;
+  const int64_t n_tiles = (p.n + out_cols_per_tile - 1) / out_cols_per_tile;
+  const int64_t tiles = max_tiles(p.rows, Cfg::BM, static_cast<int>(n_tiles));
+  if (tiles <= 0) return 0;
+  if (n_tiles > INT_MAX || tiles * split > INT_MAX) {
+    throw Error(std::string("moekit::") + op + ": problem too large for one launch (" +
+                std::to_string(tiles) + " tiles" +
+                (split > 1 ? " x split " + std::to_string(split) : std::string()) + ")");
+  }
+  p.n_tiles = static_cast<int>(n_tiles);
+  return tiles;
+}
+
+// Launches the kernel over an upper bound of tiles (no host sync on the metadata);
+// kPdl != kPdlNone: grouped_gemm_pdl_kernel with the programmatic-stream-serialization
+// attribute.
+template <class Cfg, class In, class Out, class Mma, int kPdl = kPdlNone>
+void launch_grouped_gemm_kernel(GemmParams p, cudaStream_t stream, const char* op) {
+  const int64_t tiles = launch_tile_bound<Cfg>(p, op);
+  if (tiles <= 0) return;
+  if constexpr (kPdl == kPdlNone) {
+    auto kernel = grouped_gemm_kernel<Cfg, In, Out, Mma>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+    kernel<<<static_cast<unsigned>(tiles), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
+  } else {
+    auto kernel = grouped_gemm_pdl_kernel<Cfg, In, Out, Mma, kPdl>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(tiles));
+    config.blockDim = dim3(Cfg::THREADS);
+    config.dynamicSmemBytes = Cfg::SMEM_BYTES;
+    config.stream = stream;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    cudaLaunchKernelEx(&config, kernel, p);
+  }
+}
+
+}  // namespace moekit::detail::gemm

@@ -1,0 +1,192 @@
+// The grouped-GEMM mainloop: a cp.async multi-stage global->shared pipeline
+// (TileLoader + run_pipeline) feeding ldmatrix + mma.sync warp tiles (warp_mma_tile).
+#pragma once
+
+#include <cstdint>
+
+#include "core/pdl.cuh"
+#include "gemm/common/ptx.cuh"
+#include "gemm/mma/tile_config.cuh"
+
+namespace moekit::detail::gemm {
+
+// Copies one k-slice of the a tile (BM rows) and the b tile (BN rows) into a
+// pipeline stage. Each thread owns one 16-byte chunk column and A_ITERS + B_ITERS
+// rows; a null row pointer (row past the group, column past n) and chunks past k
+// are zero-filled, so padding rows are never read and tails need no special case.
+template <class Cfg>
+struct TileLoader {
+  const char* a_row[Cfg::A_ITERS];
+  const char* b_row[Cfg::B_ITERS];
+  const char* fallback;  // a valid address for zero-fill copies (nothing is read)
+  int64_t k_bytes;
+  int chunk;
+  int row_base;
+  bool b_hint = false;  // b copies carry b_policy (L2 evict-first for streamed weights)
+  uint64_t b_policy = 0;
+
+  __device__ __forceinline__ void load(uint32_t s_a, uint32_t s_b, int kt) const {
+    load_a(s_a, kt);
+    load_b(s_b, kt);
+  }
+
+  __device__ __forceinline__ void load_a(uint32_t s_a, int kt) const {
+    const int64_t kofs = static_cast<int64_t>(kt) * Cfg::BK_BYTES + chunk * 16;
+    const bool k_ok = kofs < k_bytes;
+#pragma unroll
+    for (int i = 0; i < Cfg::A_ITERS; ++i) {
+      const int row = row_base + i * Cfg::ROW_STEP;
+      const bool ok = k_ok && a_row[i] != nullptr;
+      cp_async_16(s_a + swizzle_offset<Cfg::BK_BYTES>(row, chunk), ok ? a_row[i] + kofs : fallback,
+                  ok);
+    }
+  }
+
+  __device__ __forceinline__ void load_b(uint32_t s_b, int kt) const {
+    const int64_t kofs = static_cast<int64_t>(kt) * Cfg::BK_BYTES + chunk * 16;
+    const bool k_ok = kofs < k_bytes;
+#pragma unroll
+    for (int i = 0; i < Cfg::B_ITERS; ++i) {
+      const int row = row_base + i * Cfg::ROW_STEP;
+      const bool ok = k_ok && b_row[i] != nullptr;
+      const uint32_t dst = s_b + swizzle_offset<Cfg::BK_BYTES>(row, chunk);
+      if (b_hint) {
+        cp_async_16_hint(dst, ok ? b_row[i] + kofs : fallback, ok, b_policy);
+      } else {
+        cp_async_16(dst, ok ? b_row[i] + kofs : fallback, ok);
+      }
+    }
+  }
+};
+
+// Classic multistage loop: STAGES-1 slices in flight while one is consumed.
+// load(stage, kt) issues the copies of k-slice kt; compute(stage, kt) consumes it.
+template <class Cfg, class LoadFn, class ComputeFn>
+__device__ __forceinline__ void run_pipeline(int k_tiles, LoadFn&& load, ComputeFn&& compute) {
+#pragma unroll
+  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
+    if (s < k_tiles) load(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    // Slice kt has landed once at most STAGES-2 newer groups are pending.
+    cp_async_wait<Cfg::STAGES - 2>();
+    // Makes slice kt visible to every warp, and ends every warp's reads of the
+    // stage consumed at kt-1, which the load below overwrites.
+    __syncthreads();
+    const int next = kt + Cfg::STAGES - 1;
+    if (next < k_tiles) load(next % Cfg::STAGES, next);
+    cp_async_commit();
+    compute(kt % Cfg::STAGES, kt);
+  }
+  cp_async_wait<0>();
+}
+
+// PDL roles of a kernel (mirror GemmPdl in grouped_gemm.h; docs/gemm.md "PDL chain").
+constexpr int kPdlNone = 0;
+constexpr int kPdlFirst = 1;   // wait at the kernel's start; trigger here after the last loads
+constexpr int kPdlSecond = 2;  // b stages before the wait, a after it
+
+// run_pipeline for the PDL roles (kPdlNone kernels use run_pipeline). load_a / load_b
+// issue the a / b copies of k-slice kt into a stage.
+//  * kPdlFirst: as run_pipeline, plus pdl_trigger() once the last k-slice's copies are
+//    issued (the kernel itself waited before its first global access).
+//  * kPdlSecond: the prologue's b copies (slices 0..STAGES-2: weights, never written by
+//    the kPdlFirst GEMM before it; see grouped_gemm_kernel.cuh) go out first, then
+//    pdl_wait(), then the prologue's a copies. The b copies are not committed on their
+//    own: they join the first commit group (with a's slice 0), so the groups stay one
+//    per prologue slice, STAGES-1 of them, and every cp_async_wait<STAGES-2> below waits
+//    for exactly what it does in run_pipeline (slice kt's a and b, plus, for kt == 0,
+//    the b of slices 1..STAGES-2, issued before everything else anyway).
+template <class Cfg, int kPdl, class LoadAFn, class LoadBFn, class ComputeFn>
+__device__ __forceinline__ void run_pipeline_pdl(int k_tiles, LoadAFn&& load_a, LoadBFn&& load_b,
+                                                 ComputeFn&& compute) {
+  static_assert(kPdl == kPdlFirst || kPdl == kPdlSecond, "PDL role");
+  if constexpr (kPdl == kPdlSecond) {
+#pragma unroll
+    for (int s = 0; s < Cfg::STAGES - 1; ++s) {
+      if (s < k_tiles) load_b(s, s);
+    }
+    pdl_wait();
+#pragma unroll
+    for (int s = 0; s < Cfg::STAGES - 1; ++s) {
+      if (s < k_tiles) load_a(s, s);
+      cp_async_commit();
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < Cfg::STAGES - 1; ++s) {
+      if (s < k_tiles) {
+        load_a(s, s);
+        load_b(s, s);
+      }
+      cp_async_commit();
+    }
+    if (k_tiles <= Cfg::STAGES - 1) pdl_trigger();  // every load is issued
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<Cfg::STAGES - 2>();
+    __syncthreads();
+    const int next = kt + Cfg::STAGES - 1;
+    if (next < k_tiles) {
+      load_a(next % Cfg::STAGES, next);
+      load_b(next % Cfg::STAGES, next);
+      if constexpr (kPdl == kPdlFirst) {
+        if (next == k_tiles - 1) pdl_trigger();  // the last slice's loads are issued
+      }
+    }
+    cp_async_commit();
+    compute(kt % Cfg::STAGES, kt);
+  }
+  cp_async_wait<0>();
+}
+
+// acc[mf][nf] += A(rows wm*WM + mf*16 ..) . B(rows wn*WN + nf*8 ..)^T over one stage.
+// Fragments mf >= valid_mf hold only rows past the group: skipped (warp-uniform), so
+// a mostly empty tile costs loads but little tensor-core time.
+template <class Cfg, class Mma>
+__device__ __forceinline__ void warp_mma_tile(uint32_t s_a, uint32_t s_b,
+                                              float (&acc)[Cfg::MF][Cfg::NF][4], int wm, int wn,
+                                              int lane, int valid_mf) {
+#pragma unroll
+  for (int ks = 0; ks < Cfg::KSTEPS; ++ks) {
+    uint32_t af[Cfg::MF][4];
+    uint32_t bf[Cfg::NF][2];
+#pragma unroll
+    for (int mf = 0; mf < Cfg::MF; ++mf) {
+      if (mf < valid_mf) {
+        // Matrices: rows 0-7 / 8-15 (lanes 0-15) x chunk 0 / 1 (lanes 0-15 / 16-31).
+        const int row = wm * Cfg::WM + mf * 16 + (lane & 15);
+        ldmatrix_x4(af[mf], s_a + swizzle_offset<Cfg::BK_BYTES>(row, ks * 2 + (lane >> 4)));
+      }
+    }
+#pragma unroll
+    for (int nf2 = 0; nf2 < Cfg::NF / 2; ++nf2) {
+      // Matrices: (n 0-7, chunk 0), (n 0-7, chunk 1), (n 8-15, chunk 0), (n 8-15, chunk 1)
+      // = b0, b1 of fragment 2*nf2 and b0, b1 of fragment 2*nf2+1.
+      const int row = wn * Cfg::WN + nf2 * 16 + (lane & 7) + ((lane >> 4) << 3);
+      uint32_t r[4];
+      ldmatrix_x4(r, s_b + swizzle_offset<Cfg::BK_BYTES>(row, ks * 2 + ((lane >> 3) & 1)));
+      bf[2 * nf2][0] = r[0];
+      bf[2 * nf2][1] = r[1];
+      bf[2 * nf2 + 1][0] = r[2];
+      bf[2 * nf2 + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int mf = 0; mf < Cfg::MF; ++mf) {
+      if (mf < valid_mf) {
+#pragma unroll
+        for (int nf = 0; nf < Cfg::NF; ++nf) Mma::mma(acc[mf][nf], af[mf], bf[nf]);
+      }
+    }
+  }
+}
+
+// Fragments of warp row wm that hold at least one of the tile's `rows` valid rows.
+template <class Cfg>
+__device__ __forceinline__ int valid_fragments(int rows, int wm) {
+  const int rem = rows - wm * Cfg::WM;
+  return rem <= 0 ? 0 : min(Cfg::MF, (rem + 15) / 16);
+}
+
+}  // namespace moekit::detail::gemm

@@ -1,0 +1,195 @@
+// Persistent decode GEMM (config 9, docs/gemm.md "Persistent decode tiles"): the stream
+// tiles of config 4 (32 x 128, 256 bytes of k per stage) on a grid of at most 2 CTAs
+// per SM, each walking tiles blockIdx.x, + gridDim.x, ... The group table (first tile,
+// first row, row count per group) is built once per CTA in shared memory, and the cp.async
+// pipeline runs over the CTA's k slices of all its tiles as one stream, so the next
+// tile's first loads are in flight while the current tile's epilogue stores. Config 4
+// launches one CTA per tile and pays a CTA start, a scan of every group and a pipeline
+// fill per tile (ds-v3 decode down: 14336 tiles of 512 KB of weights, 93-94% of the
+// read rate).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "gemm/mma/epilogue.cuh"
+#include "gemm/mma/grouped_gemm_kernel.cuh"
+#include "gemm/mma/mainloop.cuh"
+#include "gemm/mma/tile_scheduler.cuh"
+#include "moekit/error.h"
+
+namespace moekit::detail::gemm {
+
+// Groups the shared-memory table holds; more groups take config 4 (the host decides).
+constexpr int kPersistentMaxGroups = kGemmPersistentMaxGroups;
+
+struct PersistentGroupTable {
+  int64_t first[kPersistentMaxGroups];       // first flattened row of each group
+  int count[kPersistentMaxGroups];           // valid rows of each group
+  int tile_start[kPersistentMaxGroups + 1];  // first tile id of each group; [G] = total
+};
+
+template <class Cfg>
+constexpr int persistent_smem_bytes() {
+  return Cfg::SMEM_BYTES + static_cast<int>(sizeof(PersistentGroupTable));
+}
+
+// Block-wide: fills the table for p.rows (tiles per group = ceil(count / BM) * n_tiles)
+// and returns the total tile count, summed in 64 bits and capped at the host's launch
+// bound (max_tiles <= INT_MAX): clamped out-of-range contiguous ends can make groups
+// overlap, and then their tile counts add up past it (as in sm90_schedule.cuh).
+template <class Cfg>
+__device__ int build_group_table(const GemmParams& p, PersistentGroupTable& tab) {
+  __shared__ int64_t s_warp_sum[Cfg::THREADS / 32];
+  __shared__ int64_t s_running;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int groups = p.rows.num_groups;
+  const int64_t bound = max_tiles(p.rows, Cfg::BM, p.n_tiles);
+  if (tid == 0) s_running = 0;
+  __syncthreads();
+  for (int chunk = 0; chunk < groups; chunk += Cfg::THREADS) {
+    const int g = chunk + tid;
+    int64_t tiles = 0;
+    if (g < groups) {
+      int64_t first, count;
+      group_rows(p.rows, g, first, count);
+      tab.first[g] = first;
+      tab.count[g] = static_cast<int>(count);
+      tiles = (count + Cfg::BM - 1) / Cfg::BM * p.n_tiles;
+    }
+    int64_t incl = tiles;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int64_t v = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += v;
+    }
+    if (lane == 31) s_warp_sum[warp] = incl;
+    __syncthreads();
+    int64_t before = s_running, total = 0;
+#pragma unroll
+    for (int w = 0; w < Cfg::THREADS / 32; ++w) {
+      if (w < warp) before += s_warp_sum[w];
+      total += s_warp_sum[w];
+    }
+    if (g < groups) tab.tile_start[g] = static_cast<int>(min(before + incl - tiles, bound));
+    __syncthreads();  // every thread has read s_running and s_warp_sum
+    if (tid == 0) s_running += total;
+    __syncthreads();
+  }
+  if (tid == 0) tab.tile_start[groups] = static_cast<int>(min(s_running, bound));
+  __syncthreads();
+  return tab.tile_start[groups];
+}
+
+// The coordinates of tile `tile` (< the table's total).
+template <class Cfg>
+__device__ __forceinline__ TileCoord locate(const PersistentGroupTable& tab, int groups,
+                                            int n_tiles, int tile) {
+  // The last group whose first tile is <= tile: empty groups share their first tile id
+  // with the next group, so it is the non-empty one that holds the tile.
+  int lo = 0, hi = groups - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tab.tile_start[mid] <= tile) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int count = tab.count[lo];
+  const int m_tiles = (count + Cfg::BM - 1) / Cfg::BM;
+  const int local = tile - tab.tile_start[lo];
+  const int m_tile = local % m_tiles;
+  TileCoord t;
+  t.group = lo;
+  t.n_tile = local / m_tiles;
+  t.row0 = tab.first[lo] + static_cast<int64_t>(m_tile) * Cfg::BM;
+  t.rows = min(Cfg::BM, count - m_tile * Cfg::BM);
+  return t;
+}
+
+template <class Cfg, class In, class Out, class Mma>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    grouped_gemm_persistent_kernel(const __grid_constant__ GemmParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  auto& tab = *reinterpret_cast<PersistentGroupTable*>(smem + Cfg::SMEM_BYTES);
+  const int total = build_group_table<Cfg>(p, tab);
+  const int start = static_cast<int>(blockIdx.x), stride = static_cast<int>(gridDim.x);
+  if (start >= total) return;
+  const int my_tiles = (total - start + stride - 1) / stride;
+  const int kt_count = k_slices<Cfg, In>(p);  // >= 1: the host sends k == 0 elsewhere
+  const int64_t slices = static_cast<int64_t>(my_tiles) * kt_count;  // may pass 2^31
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
+  const int groups = p.rows.num_groups;
+  const uint32_t s_a0 = smem_addr(smem);
+  const uint32_t s_b0 = s_a0 + Cfg::STAGES * Cfg::A_STAGE_BYTES;
+
+  // The load side runs STAGES - 1 slices ahead of the compute side, possibly a tile ahead.
+  TileLoader<Cfg> loader;
+  int load_tile = -1;
+  // Tile ids stay below total <= INT_MAX, so start + i * stride fits an int.
+  const auto load = [&](int stage, int64_t s) {
+    const int i = static_cast<int>(s / kt_count);
+    if (i != load_tile) {
+      load_tile = i;
+      setup_loader<Cfg, In>(p, locate<Cfg>(tab, groups, p.n_tiles, start + i * stride), loader);
+    }
+    loader.load(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
+                static_cast<int>(s - static_cast<int64_t>(i) * kt_count));
+  };
+
+  float acc[Cfg::MF][Cfg::NF][4];
+  TileCoord t{};
+  int valid_mf = 0;
+#pragma unroll
+  for (int s = 0; s < Cfg::STAGES - 1; ++s) {
+    if (s < slices) load(s, s);
+    cp_async_commit();
+  }
+  for (int64_t s = 0; s < slices; ++s) {
+    const int kt = static_cast<int>(s % kt_count);
+    if (kt == 0) {
+      t = locate<Cfg>(tab, groups, p.n_tiles, start + static_cast<int>(s / kt_count) * stride);
+      valid_mf = valid_fragments<Cfg>(t.rows, wm);
+#pragma unroll
+      for (int mf = 0; mf < Cfg::MF; ++mf)
+#pragma unroll
+        for (int nf = 0; nf < Cfg::NF; ++nf)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[mf][nf][j] = 0.f;
+    }
+    cp_async_wait<Cfg::STAGES - 2>();
+    __syncthreads();  // slice s visible; every warp is done with the stage refilled below
+    const int64_t next = s + Cfg::STAGES - 1;
+    if (next < slices) load(static_cast<int>(next % Cfg::STAGES), next);
+    cp_async_commit();
+    const int stage = static_cast<int>(s % Cfg::STAGES);
+    warp_mma_tile<Cfg, Mma>(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
+                            acc, wm, wn, lane, valid_mf);
+    if (kt == kt_count - 1) {
+      store_tile<Cfg, Out>(acc, static_cast<Out*>(p.c), p.n, t.row0, t.rows, t.n_tile, p.silu != 0,
+                           wm, wn, lane);
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// Launches min(2 CTAs per SM, the tile bound) persistent CTAs. k > 0 and
+// num_groups <= kPersistentMaxGroups (the caller checks).
+template <class Cfg, class In, class Out, class Mma>
+void launch_grouped_gemm_persistent(GemmParams p, int sms, cudaStream_t stream, const char* op) {
+  const int64_t tiles = launch_tile_bound<Cfg>(p, op);
+  if (tiles <= 0) return;
+  const int64_t grid = std::min<int64_t>(tiles, static_cast<int64_t>(sms) * Cfg::MIN_BLOCKS);
+  auto kernel = grouped_gemm_persistent_kernel<Cfg, In, Out, Mma>;
+  constexpr int smem = persistent_smem_bytes<Cfg>();
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);
+}
+
+}  // namespace moekit::detail::gemm

@@ -1,0 +1,180 @@
+// Epilogue of the SM90 bf16/f16 grouped-GEMM kernels (config 2, sm90_grouped_gemm.cuh;
+// config 6, sm90_pingpong.cuh): one consumer warpgroup's 64 x BN wgmma accumulators ->
+// (silu(gate) * up) -> one rounding -> predicated global stores straight from registers.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cute/tensor.hpp>
+
+#include "core/dtype.cuh"
+#include "gemm/mma/epilogue.cuh"
+#include "gemm/sm90/schedule.cuh"
+
+namespace moekit::detail::gemm::sm90 {
+
+// 4 x 4 transpose of 32-bit words across the 4 lanes of a quad (lane & 3 = q): on
+// return x[j] holds what lane j held in x[q] (two butterfly stages, 4 shuffles).
+__device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int q) {
+  const bool b0 = (q & 1) != 0, b1 = (q & 2) != 0;
+  {  // 2 x 2 blocks: swap the off-diagonal elements with lane q ^ 1
+    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, b0 ? x[0] : x[1], 1);
+    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, b0 ? x[2] : x[3], 1);
+    if (b0) {
+      x[0] = r0;
+      x[2] = r1;
+    } else {
+      x[1] = r0;
+      x[3] = r1;
+    }
+  }
+  {  // swap the off-diagonal 2 x 2 blocks with lane q ^ 2
+    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, b1 ? x[0] : x[2], 2);
+    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, b1 ? x[1] : x[3], 2);
+    if (b1) {
+      x[0] = r0;
+      x[1] = r1;
+    } else {
+      x[2] = r0;
+      x[3] = r1;
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t pack2(float x, float y, __nv_bfloat16*) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack2(float x, float y, __half*) {
+  const __half2 v = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Stores 4 adjacent 8-column blocks of one row, held as wgmma D pairs: lane q of the
+// quad holds columns 2q, 2q + 1 of each block (v[j] = block j); after the transpose lane
+// q writes block q whole (16 bytes of 16-bit output, 32 of f32) at `dst` + 8 q.
+template <class Out>
+__device__ __forceinline__ void store_4_blocks(Out* dst, const float (&vx)[4], const float (&vy)[4],
+                                               int q, bool store) {
+  if constexpr (sizeof(Out) == 4) {
+    uint32_t x[4], y[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      x[j] = __float_as_uint(vx[j]);
+      y[j] = __float_as_uint(vy[j]);
+    }
+    quad_transpose(x, q);
+    quad_transpose(y, q);
+    if (store) {
+      float4* d = reinterpret_cast<float4*>(dst + 8 * q);
+      d[0] = make_float4(__uint_as_float(x[0]), __uint_as_float(y[0]), __uint_as_float(x[1]),
+                         __uint_as_float(y[1]));
+      d[1] = make_float4(__uint_as_float(x[2]), __uint_as_float(y[2]), __uint_as_float(x[3]),
+                         __uint_as_float(y[3]));
+    }
+  } else {
+    uint32_t x[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = pack2(vx[j], vy[j], static_cast<Out*>(nullptr));
+    quad_transpose(x, q);
+    if (store) *reinterpret_cast<uint4*>(dst + 8 * q) = make_uint4(x[0], x[1], x[2], x[3]);
+  }
+}
+
+// Stores one consumer warpgroup's accumulators `acc` of tile t (tCcC: the tile
+// coordinates (row, col) of each element; q = lane & 3). BN: accumulator columns (silu:
+// B_BOX gate | B_BOX up). Rows >= t.rows and columns >= n are not written.
+// VEC_EPI: 1 = 16-byte stores of whole 8-column blocks after a quad transpose
+// (store_4_blocks), 0 = the wgmma pairs stored as they are (4 / 8 bytes).
+template <int BN, int B_BOX, int VEC_EPI, class Out, class Acc, class Coords>
+__device__ __forceinline__ void store_accumulators(const Acc& acc, const Coords& tCcC,
+                                                   const Tile& t, Out* c, int64_t n, bool silu,
+                                                   int q) {
+  using namespace cute;
+  constexpr int ACC = decltype(size(acc))::value;
+  // Epilogue: f32 -> (silu(gate) * up) -> one rounding -> predicated stores.
+  // Elements i, i+1 (i even) are adjacent columns; with silu, element i + ACC/2 is
+  // column + 128 of the same row (wgmma D layout: index = e + 2*h + 4*(col/8)); the
+  // checks below fold to constants and trap if CuTe's layout ever differs.
+  if constexpr (VEC_EPI) {
+    // Groups of 4 8-column blocks (16 accumulator elements) per row half h: element
+    // 16 J + 4 j + 2 h + e is column 32 J + 8 j + 2 q + e of row r(h). The quad's 4
+    // lanes transpose their pairs so each stores one whole block (16 bytes).
+    constexpr int OUT_COLS = BN;  // accumulator columns (silu: gate | up halves)
+    constexpr int GROUPS = OUT_COLS / 32;
+    auto epi = [&](auto value, auto groups) {
+      CUTE_UNROLL
+      for (int J = 0; J < decltype(groups)::value; ++J) {
+        CUTE_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          const int i0 = 16 * J + 2 * h;
+          const int r = get<0>(tCcC(i0)), col0 = get<1>(tCcC(i0));
+          float vx[4], vy[4];
+          CUTE_UNROLL
+          for (int j = 0; j < 4; ++j) {
+            const int i = i0 + 4 * j;
+            if (get<0>(tCcC(i)) != r || get<1>(tCcC(i)) != col0 + 8 * j ||
+                get<0>(tCcC(i + 1)) != r || get<1>(tCcC(i + 1)) != col0 + 8 * j + 1) {
+              __trap();
+            }
+            vx[j] = value(i);
+            vy[j] = value(i + 1);
+          }
+          // This lane's block after the transpose starts at column 32 J + 8 q.
+          const int64_t out_col = t.n0 + 32 * J + 8 * q;
+          const bool ok = r < t.rows && out_col < n;  // n % 8 == 0: blocks whole
+#ifdef MOEKIT_SM90_DIVERGE_TEST
+          if (r >= t.rows) __nanosleep(2000);  // experiment: a slow divergent path past the rows
+#endif
+          store_4_blocks<Out>(c + (t.c_row + r) * n + t.n0 + 32 * J, vx, vy, q, ok);
+        }
+      }
+    };
+    if constexpr (B_BOX % 32 != 0) {
+      // Tiles whose half is not whole 4-block groups (224 b rows) take no silu (the host
+      // routes silu GEMMs to 256 / 192).
+      if (silu) __trap();
+      epi([&](int i) { return acc(i); }, Int<GROUPS>{});
+    } else if (silu) {
+      static_assert(ACC / 2 == 16 * (B_BOX / 32), "silu halves");
+      epi(
+          [&](int i) {
+            if (get<1>(tCcC(i + ACC / 2)) != get<1>(tCcC(i)) + B_BOX ||
+                get<0>(tCcC(i + ACC / 2)) != get<0>(tCcC(i))) {
+              __trap();
+            }
+            return detail::silu(acc(i)) * acc(i + ACC / 2);
+          },
+          Int<B_BOX / 32>{});
+    } else {
+      epi([&](int i) { return acc(i); }, Int<GROUPS>{});
+    }
+  } else if (silu) {
+    CUTE_UNROLL
+    for (int i = 0; i < ACC / 2; i += 2) {
+      const int r = get<0>(tCcC(i)), col = get<1>(tCcC(i));
+      if (get<1>(tCcC(i + 1)) != col + 1 || get<1>(tCcC(i + ACC / 2)) != col + B_BOX ||
+          get<0>(tCcC(i + ACC / 2)) != r || col >= B_BOX) {
+        __trap();
+      }
+      const int64_t out_col = t.n0 + col;
+      if (r >= t.rows || out_col >= n) continue;
+      const float x = detail::silu(acc(i)) * acc(i + ACC / 2);
+      const float y = detail::silu(acc(i + 1)) * acc(i + 1 + ACC / 2);
+      store_pair<Out>(c + (t.c_row + r) * n + out_col, x, y);
+    }
+  } else {
+    CUTE_UNROLL
+    for (int i = 0; i < ACC; i += 2) {
+      const int r = get<0>(tCcC(i)), col = get<1>(tCcC(i));
+      if (get<1>(tCcC(i + 1)) != col + 1) __trap();
+      const int64_t out_col = t.n0 + col;
+      if (r >= t.rows || out_col >= n) continue;  // n % 8 == 0: a pair is wholly in or out
+      store_pair<Out>(c + (t.c_row + r) * n + out_col, acc(i), acc(i + 1));
+    }
+  }
+}
+
+}  // namespace moekit::detail::gemm::sm90

@@ -1,0 +1,391 @@
+// The SM90 (Hopper) FP8 masked grouped GEMM, config kFp8ConfigSm90 (MoEGroupedGemmFP8Fwd:
+// e4m3 x e4m3, 128 x 128 block scales, bf16 out). DeepGEMM-style design, own code.
+//
+// UNVERIFIED ON GPU (compiled and SASS-checked only, 2026-12-02): the heuristic never
+// picks it; tests/test_gemm_gpu.cpp (Fp8EveryConfigMatchesReference, Fp8Sm90Edges) runs it.
+//
+// - Block tile 128 x 128 x 128: BK = 128 k = one scale block per pipeline stage.
+//   a [128 x 128] as two TMA boxes of 64 rows, b [128 x 128] as one box, 128-byte
+//   swizzled (128 fp8 = one SW128 atom wide), 6 stages (32 KB each) on a
+//   cutlass::PipelineTmaAsync. The second a box is loaded only when the tile has more
+//   than 64 valid rows (the stage then expects its 8 KB more): decode tiles of a few
+//   rows fetch b + 64 a rows per stage.
+// - Warpgroup 0: one producer thread (TMA). Warpgroups 1, 2: consumers, 64 tile rows
+//   each (wgmma m64n128k32 e4m3, both operands from shared memory). A consumer with
+//   no valid row in its half only waits / releases the stages.
+// - Per stage: 4 wgmmas into a fresh f32 block accumulator, then promotion
+//   acc += blk * a_scale[row, kb] * b_scale[n_tile, kb] (BN = 128: one b scale per tile
+//   and k block), as the SPEC's formula; the tensor core's reduced-precision fp8
+//   accumulation spans only 128 k. Scales are loaded (L1/L2) before the stage's wait.
+// - Persistent grid over a device-side tile schedule of the masked counts (no host
+//   sync; empty groups have no tiles): group-major, then n-tile, m-tile fastest.
+// - a is (max_m, k, G): rows past max_m are zero-filled by TMA (counts are clamped to
+//   max_m), rows past the count are loaded (their output rows are never stored:
+//   wgmma rows are independent). b is (n, k, G): rows past n and k past the end are
+//   zero-filled. Stores: 16-byte bf16 blocks for rows < count and columns < n (n % 8 == 0).
+#include "gemm/grouped_gemm_fp8.h"
+#include "gemm/sm90/grouped_gemm.cuh"  // TMA encoder override, knobs, store_4_blocks
+
+namespace moekit::detail::gemm::sm90fp8 {
+
+using namespace moekit::detail::gemm::sm90;
+using E4M3 = cutlass::float_e4m3_t;
+
+struct Cfg {
+  static constexpr int BM = 128, BN = 128, BK = 128, STAGES = 6;
+  static constexpr int A_BOX = 64;  // a rows per TMA box (one per consumer warpgroup)
+  static constexpr int B_BOX = BN;  // b rows per TMA box (locate_tile)
+  static constexpr int PAIR = kPairNone;
+  static constexpr int MAX_GROUPS = 1024;
+  static constexpr int THREADS = 384;  // warpgroup 0: producer; 1, 2: consumers
+  static constexpr int CONSUMER_THREADS = 256;
+  static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+  static constexpr uint32_t A_BOX_BYTES = A_BOX * BK;                 // 8 KB
+  static constexpr uint32_t B_BYTES = BN * BK;                        // 16 KB
+  static constexpr uint32_t BASE_TX_BYTES = B_BYTES + A_BOX_BYTES;    // b + first a box
+  static constexpr uint32_t STAGE_BYTES = B_BYTES + 2 * A_BOX_BYTES;  // 32 KB
+
+  using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<E4M3>;  // 8 rows x 128 bytes
+  using SmemLayoutA = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::make_shape(cute::Int<BM>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  // The same a bytes as 2*STAGES boxes of 64 rows (box h of stage s = index 2s+h): atoms
+  // stack along rows first and BK is one atom wide, so rows 64..127 of a stage are its
+  // second 8 KB, with the same swizzle phase (8 KB is a multiple of the 1 KB period).
+  using SmemLayoutABoxes = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::make_shape(cute::Int<A_BOX>{}, cute::Int<BK>{}, cute::Int<2 * STAGES>{})));
+  using SmemLayoutB = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::make_shape(cute::Int<BN>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  // Two consumer warpgroups stacked along M, each 64 x 128 (wgmma 64x128x32 e4m3).
+  using TiledMma = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<E4M3, E4M3, float,
+                                 cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<BK>>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  using Pipeline = cutlass::PipelineTmaAsync<STAGES>;
+  using PipelineState = typename Pipeline::PipelineState;
+};
+
+struct Fp8Storage {
+  alignas(1024) E4M3 a[cute::cosize_v<Cfg::SmemLayoutA>];
+  alignas(1024) E4M3 b[cute::cosize_v<Cfg::SmemLayoutB>];
+  typename Cfg::Pipeline::SharedStorage pipeline;
+  int tile_start[Cfg::MAX_GROUPS + 1];  // tiles before group g; [G] = total
+};
+static_assert(sizeof(Fp8Storage) <= 227 * 1024, "shared memory");
+
+struct Fp8Params {
+  using TmaA = decltype(make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(
+      static_cast<const E4M3*>(nullptr), 1, 16, 1, Cfg::SmemLayoutABoxes{}(cute::_, cute::_, 0)));
+  using TmaB = decltype(make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(
+      static_cast<const E4M3*>(nullptr), 1, 16, 1, Cfg::SmemLayoutB{}(cute::_, cute::_, 0)));
+  TmaA tma_a;
+  TmaB tma_b;
+  const float* a_scale;  // [G, max_m, k_blocks]
+  const float* b_scale;  // [G, n_blocks, k_blocks]
+  __nv_bfloat16* c;      // [G, max_m, n]
+  RowsDesc rows;         // masked: the device counts (clamped to [0, max_m] where read)
+  int max_m;
+  int n, k;
+  static constexpr int silu = 0;        // for locate_tile
+  int k_blocks, n_tiles;                // n_tiles == n_blocks (BN = 128)
+  int tile_bound;                       // the host's upper bound of tiles
+  uint64_t hint_a, hint_b, hint_b_odd;  // hint_b_odd: b's odd k blocks (as config 2)
+};
+
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+    sm90_fp8_grouped_gemm_kernel(const __grid_constant__ Fp8Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using namespace cute;
+  using Pipeline = Cfg::Pipeline;
+  using PipelineState = Cfg::PipelineState;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  auto& ss = *reinterpret_cast<Fp8Storage*>(smem_raw);
+  const int warp_group = threadIdx.x / 128;
+  const int G = p.rows.num_groups;
+
+  // Tile schedule from the device counts (no host sync): sm90_schedule.cuh.
+  build_tile_schedule<Cfg::THREADS, BM>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
+
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = Cfg::BASE_TX_BYTES;
+  pp.role =
+      warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = Cfg::CONSUMER_THREADS;
+  Pipeline pipeline(ss.pipeline, pp, Shape<_1, _1, _1>{});
+  __syncthreads();  // barriers and the schedule are visible to all
+
+  const int total = ss.tile_start[G];
+  const int k_blocks = p.k_blocks;
+
+  if (warp_group == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
+    if (threadIdx.x == 0) {
+      Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.max_m, p.k, G));
+      Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.n, p.k, G));
+      Tensor sA = make_tensor(make_smem_ptr(ss.a), Cfg::SmemLayoutABoxes{});
+      Tensor sB = make_tensor(make_smem_ptr(ss.b), Cfg::SmemLayoutB{});
+      const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
+      const auto hint_b_even = static_cast<TMA::CacheHintSm90>(p.hint_b);
+      const auto hint_b_odd = static_cast<TMA::CacheHintSm90>(p.hint_b_odd);
+      PipelineState write = cutlass::make_producer_start_state<Pipeline>();
+      for (int id = blockIdx.x; id < total; id += gridDim.x) {
+        const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
+        Tensor gA0 = local_tile(domain_offset(make_coord(t.a_row, 0), mA(_, _, t.group)),
+                                make_shape(Int<Cfg::A_BOX>{}, Int<BK>{}), make_coord(0, _));
+        Tensor gA1 =
+            local_tile(domain_offset(make_coord(t.a_row + Cfg::A_BOX, 0), mA(_, _, t.group)),
+                       make_shape(Int<Cfg::A_BOX>{}, Int<BK>{}), make_coord(0, _));
+        Tensor gB = local_tile(domain_offset(make_coord(t.b_row0, 0), mB(_, _, t.group)),
+                               make_shape(Int<BN>{}, Int<BK>{}), make_coord(0, _));
+        auto [tAgA0, tAsA] = tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA),
+                                           group_modes<0, 2>(gA0));
+        auto [tAgA1, tAsA1] = tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA),
+                                            group_modes<0, 2>(gA1));
+        auto [tBgB, tBsB] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
+                                          group_modes<0, 2>(gB));
+        (void)tAsA1;
+        const bool second_a = t.rows > Cfg::A_BOX;
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          pipeline.producer_acquire(write);  // expects BASE_TX_BYTES
+          // Before any copy of the stage is issued, so its phase cannot complete early.
+          if (second_a) pipeline.producer_expect_transaction(write, Cfg::A_BOX_BYTES);
+          auto* bar = pipeline.producer_get_barrier(write);
+          const int s = write.index();
+          const auto hint_b = kb & 1 ? hint_b_odd : hint_b_even;
+          copy(p.tma_b.with(*bar, 0, hint_b), tBgB(_, kb), tBsB(_, s));
+          copy(p.tma_a.with(*bar, 0, hint_a), tAgA0(_, kb), tAsA(_, 2 * s));
+          if (second_a) copy(p.tma_a.with(*bar, 0, hint_a), tAgA1(_, kb), tAsA(_, 2 * s + 1));
+          ++write;
+        }
+      }
+      pipeline.producer_tail(write);
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
+    const int ctid = threadIdx.x - 128;
+    Cfg::TiledMma mma;
+    auto thr = mma.get_thread_slice(ctid);
+    Tensor sA = make_tensor(make_smem_ptr(ss.a), Cfg::SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(ss.b), Cfg::SmemLayoutB{});
+    Tensor tCsA = thr.partition_A(sA);
+    Tensor tCsB = thr.partition_B(sB);
+    Tensor tCrA = thr.make_fragment_A(tCsA);
+    Tensor tCrB = thr.make_fragment_B(tCsB);
+    Tensor acc = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
+    Tensor blk = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
+    Tensor tCcC = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
+    constexpr int ACC = decltype(size(acc))::value;
+    static_assert(ACC == BM * BN / Cfg::CONSUMER_THREADS, "accumulator fragment size");
+    static_assert(decltype(size<2>(tCrA))::value == BK / 32, "4 wgmma k-steps per stage");
+
+    // wgmma D layout: element i = e + 2 h + 4 j is row r(h) = wg_row0 + 16 (warp % 4) +
+    // lane / 4 + 8 h, column 8 j + 2 q + e. Checked once (a CuTe layout change traps).
+    const int wg_row0 = (warp_group - 1) * 64;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int q = tid & 3;
+    const int row_h[2] = {wg_row0 + 16 * ((tid / 32) % 4) + (tid % 32) / 4,
+                          wg_row0 + 16 * ((tid / 32) % 4) + (tid % 32) / 4 + 8};
+    CUTE_UNROLL
+    for (int i = 0; i < ACC; ++i) {
+      if (get<0>(tCcC(i)) != row_h[(i >> 1) & 1] ||
+          get<1>(tCcC(i)) != 8 * (i >> 2) + 2 * q + (i & 1)) {
+        __trap();
+      }
+    }
+
+    PipelineState read;
+    for (int id = blockIdx.x; id < total; id += gridDim.x) {
+      const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
+      if (wg_row0 >= t.rows) {
+        // No valid row in this half (its a box was not even loaded): keep in step.
+        CUTE_NO_UNROLL
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          pipeline.consumer_wait(read);
+          pipeline.consumer_release(read);
+          ++read;
+        }
+        continue;
+      }
+      const int64_t slab_row = t.c_row;  // group * max_m + first tile row
+      const int n_tile = t.n0 / BN;
+      // Scale rows of this thread's two accumulator rows; rows past the count are never
+      // read (their outputs are not stored).
+      const float* sa_ptr[2];
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        sa_ptr[h] = row_h[h] < t.rows ? p.a_scale + (slab_row + row_h[h]) * p.k_blocks : nullptr;
+      }
+      const float* sb_ptr =
+          p.b_scale + (static_cast<int64_t>(t.group) * p.n_tiles + n_tile) * p.k_blocks;
+      clear(acc);
+
+      // Scales one k block ahead (registers): their L2 / DRAM latency is hidden behind a
+      // whole stage instead of stalling the promotion.
+      auto load_scales = [&](int kb, float(&s)[3]) {
+        s[0] = __ldg(sb_ptr + kb);
+        CUTE_UNROLL
+        for (int h = 0; h < 2; ++h) s[1 + h] = sa_ptr[h] ? __ldg(sa_ptr[h] + kb) : 0.f;
+      };
+      float next[3];
+      load_scales(0, next);
+      CUTE_NO_UNROLL
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        float s[2] = {next[1] * next[0], next[2] * next[0]};  // a_scale[row h, kb] * b_scale
+        if (kb + 1 < k_blocks) load_scales(kb + 1, next);
+
+        pipeline.consumer_wait(read);
+        warpgroup_fence_operand(blk);
+        warpgroup_arrive();
+        mma.accumulate_ = GMMA::ScaleOut::Zero;
+        CUTE_UNROLL
+        for (int ks = 0; ks < size<2>(tCrA); ++ks) {
+          cute::gemm(mma, tCrA(_, _, ks, read.index()), tCrB(_, _, ks, read.index()), blk);
+          mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(blk);
+        pipeline.consumer_release(read);
+        ++read;
+
+        CUTE_UNROLL
+        for (int i = 0; i < ACC; ++i) acc(i) = fmaf(blk(i), s[(i >> 1) & 1], acc(i));
+      }
+
+      // Epilogue: 4 groups of 4 8-column blocks per row half; the quad transposes its
+      // pairs so each lane stores one whole block (16 bytes).
+      __nv_bfloat16* c = p.c;
+      const int64_t n = p.n;
+      const int n0 = t.n0;
+      CUTE_UNROLL
+      for (int J = 0; J < BN / 32; ++J) {
+        CUTE_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          float vx[4], vy[4];
+          CUTE_UNROLL
+          for (int j = 0; j < 4; ++j) {
+            const int i = 16 * J + 4 * j + 2 * h;
+            vx[j] = acc(i);
+            vy[j] = acc(i + 1);
+          }
+          const int r = row_h[h];
+          const int64_t out_col = n0 + 32 * J + 8 * q;
+          const bool ok = r < t.rows && out_col < n;
+          store_4_blocks<__nv_bfloat16>(c + (slab_row + r) * n + n0 + 32 * J, vx, vy, q, ok);
+        }
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace moekit::detail::gemm::sm90fp8
+
+namespace moekit::detail {
+
+// Host check of the layout facts the kernel relies on (tests/test_gemm.cpp runs it on
+// the CPU): the a stage seen as two 64-row TMA boxes is byte for byte the 128-row
+// wgmma operand, and thread ctid's accumulator element i is row wg_row0 + 16 (warp % 4)
+// + lane / 4 + 8 h, column 8 j + 2 q + e (i = e + 2 h + 4 j), as the promotion and the
+// epilogue index it.
+std::string sm90_fp8_layout_mismatch() {
+  using namespace cute;
+  using gemm::sm90fp8::Cfg;
+  const Cfg::SmemLayoutA a{};
+  const Cfg::SmemLayoutABoxes boxes{};
+  for (int s = 0; s < Cfg::STAGES; ++s)
+    for (int r = 0; r < Cfg::BM; ++r)
+      for (int k = 0; k < Cfg::BK; ++k) {
+        const int x = a(r, k, s), y = boxes(r % Cfg::A_BOX, k, 2 * s + r / Cfg::A_BOX);
+        if (x != y) {
+          return "a smem: stage " + std::to_string(s) + " row " + std::to_string(r) + " k " +
+                 std::to_string(k) + ": wgmma offset " + std::to_string(x) + ", TMA box offset " +
+                 std::to_string(y);
+        }
+      }
+  Cfg::TiledMma mma;
+  for (int ctid = 0; ctid < Cfg::CONSUMER_THREADS; ++ctid) {
+    auto thr = mma.get_thread_slice(ctid);
+    Tensor c = thr.partition_C(make_identity_tensor(make_shape(Int<Cfg::BM>{}, Int<Cfg::BN>{})));
+    const int wg_row0 = ctid / 128 * 64, q = ctid & 3;
+    if (size(c) != Cfg::BM * Cfg::BN / Cfg::CONSUMER_THREADS) return "accumulator size";
+    for (int i = 0; i < size(c); ++i) {
+      const int row = wg_row0 + 16 * ((ctid / 32) % 4) + (ctid % 32) / 4 + 8 * ((i >> 1) & 1);
+      const int col = 8 * (i >> 2) + 2 * q + (i & 1);
+      if (get<0>(c(i)) != row || get<1>(c(i)) != col) {
+        return "accumulator: thread " + std::to_string(ctid) + " element " + std::to_string(i) +
+               " is (" + std::to_string(int(get<0>(c(i)))) + ", " +
+               std::to_string(int(get<1>(c(i)))) + "), expected (" + std::to_string(row) + ", " +
+               std::to_string(col) + ")";
+      }
+    }
+  }
+  return "";
+}
+
+bool sm90_fp8_supports(const GroupedGemmFP8Problem& prob) {
+  using gemm::sm90fp8::Cfg;
+  // TMA needs a non-empty k extent; coordinates and tile ids are 32-bit.
+  return prob.k > 0 && prob.num_groups <= Cfg::MAX_GROUPS && prob.k <= INT_MAX &&
+         prob.n <= INT_MAX && prob.max_m <= INT_MAX &&
+         prob.max_m * static_cast<int64_t>(prob.num_groups) <= INT_MAX;
+}
+
+void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_t stream) {
+  using namespace gemm::sm90fp8;
+  const char* op = "moe_grouped_gemm_fp8";
+  if (!sm90_fp8_supports(prob)) {
+    throw Error(std::string("moekit::") + op + ": problem outside the SM90 FP8 config's limits");
+  }
+  const int64_t G = prob.num_groups;
+  const int64_t n_tiles = (prob.n + Cfg::BN - 1) / Cfg::BN;
+  const int64_t tiles = G * ((prob.max_m + Cfg::BM - 1) / Cfg::BM) * n_tiles;
+  if (tiles <= 0) return;
+  if (tiles > INT_MAX) {
+    throw Error(std::string("moekit::") + op + ": problem too large for the SM90 FP8 config");
+  }
+  Fp8Params p;
+  const auto* a = static_cast<const E4M3*>(prob.a);
+  const auto* b = static_cast<const E4M3*>(prob.b);
+  const int encodes = g_encode_calls;
+  g_l2_bytes = l2_bytes(gemm::kRowsMasked);
+  p.tma_a = make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(a, static_cast<int>(prob.max_m),
+                                                     static_cast<int>(prob.k), static_cast<int>(G),
+                                                     Cfg::SmemLayoutABoxes{}(cute::_, cute::_, 0));
+  p.tma_b = make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(b, static_cast<int>(prob.n),
+                                                     static_cast<int>(prob.k), static_cast<int>(G),
+                                                     Cfg::SmemLayoutB{}(cute::_, cute::_, 0));
+  if (g_encode_calls != encodes + 2) {
+    throw Error(std::string("moekit::") + op +
+                ": internal: the SM90 TMA descriptors were not built by moekit's encoder");
+  }
+  p.a_scale = prob.a_scale;
+  p.b_scale = prob.b_scale;
+  p.c = static_cast<__nv_bfloat16*>(prob.c);
+  p.rows.mode = gemm::kRowsMasked;
+  p.rows.num_groups = static_cast<int>(G);
+  p.rows.meta = prob.layout_metadata;
+  p.rows.max_m = prob.max_m;
+  p.max_m = static_cast<int>(prob.max_m);
+  p.n = static_cast<int>(prob.n);
+  p.k = static_cast<int>(prob.k);
+  p.k_blocks = static_cast<int>((prob.k + Cfg::BK - 1) / Cfg::BK);
+  p.n_tiles = static_cast<int>(n_tiles);
+  p.tile_bound = static_cast<int>(tiles);
+  // MOEKIT_SM90_HINTS as for the bf16 config's masked rows (3: b EVICT_FIRST on odd k
+  // blocks; H200: the 14 FP8 rows equal or up to 3% faster than with no hints).
+  const TmaHints h = tma_hints(cache_hints(gemm::kRowsMasked));
+  p.hint_a = h.a;
+  p.hint_b = h.b_even;
+  p.hint_b_odd = h.b_odd;
+  const int smem = static_cast<int>(sizeof(Fp8Storage));
+  auto kernel = sm90_fp8_grouped_gemm_kernel;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const int64_t sms = device_sm_count();
+  const int64_t grid = tiles < sms ? tiles : sms;
+  kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);
+}
+
+}  // namespace moekit::detail

@@ -1,0 +1,242 @@
+// Mainloop of the SM90 bf16/f16 grouped-GEMM kernels (config 2, sm90_grouped_gemm.cuh;
+// config 6, sm90_pingpong.cuh): the producer thread's TMA loads and one consumer
+// warpgroup's wgmmas.
+#pragma once
+
+// cute/tensor.hpp must come first (the atoms build on it).
+// clang-format off
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+// clang-format on
+
+#include "gemm/sm90/schedule.cuh"
+
+namespace moekit::detail::gemm::sm90 {
+
+// The producer thread's loads of one tile `t`: k_tiles stages of the a box(es) (BM x BK
+// rows from the tile's first a row) and two b boxes (B_BOX rows each, at the tile's two b
+// row offsets), advancing `write`. Paired configs (Cfg::PAIR, 2-CTA clusters) load the
+// shared operand's half that is theirs (`rank`), multicast to both CTAs: kPairN a rows
+// [64 rank, + 64) of the tile (both CTAs have the same m-tile), kPairM b box `rank` (both
+// have the same n-tile). Each CTA's full barrier still expects STAGE_BYTES: its own loads
+// plus the partner's multicast half. before_stage(kt) runs before stage kt's acquire (the
+// schedule claims its next tile there). Shared by configs 2, 6, 7, 8, 10, 11 and the MLP chain.
+template <class Cfg, class Params, class Shared, class Pipeline, class State, class BeforeStage>
+__device__ __forceinline__ void load_tile_stages(const Params& p, Shared& ss, Pipeline& pipeline,
+                                                 State& write, const Tile& t, int rank, int k_tiles,
+                                                 BeforeStage&& before_stage) {
+  using namespace cute;
+  constexpr int BK = Cfg::BK, A_BOX = Cfg::A_BOX;
+  constexpr uint16_t kBoth = 0b11;  // multicast to both CTAs of the pair
+  Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.a_rows, p.k, p.a_l));
+  Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.b_rows, p.k, p.b_l));
+  Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutABoxes{});
+  Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
+  const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
+  const auto hint_b_even = static_cast<TMA::CacheHintSm90>(p.hint_b);
+  const auto hint_b_odd = static_cast<TMA::CacheHintSm90>(p.hint_b_odd);
+  // (box rows, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
+  // kPairAuto: the tile's own a box(es) or its half of the shared one, per t.share.
+  const int a_row = Cfg::PAIR == kPairN || (Cfg::PAIR == kPairAuto && t.share == kPairN)
+                        ? t.a_row + rank * A_BOX
+                        : t.a_row;
+  Tensor gA = local_tile(domain_offset(make_coord(a_row, 0), mA(_, _, t.a_l)),
+                         make_shape(Int<A_BOX>{}, Int<BK>{}), make_coord(0, _));
+  const int b_row0 =
+      (Cfg::PAIR == kPairM || (Cfg::PAIR == kPairAuto && t.share == kPairM)) && rank == 1
+          ? t.b_row1
+          : t.b_row0;
+  Tensor gB0 = local_tile(domain_offset(make_coord(b_row0, 0), mB(_, _, t.group)),
+                          make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
+  Tensor gB1 = local_tile(domain_offset(make_coord(t.b_row1, 0), mB(_, _, t.group)),
+                          make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
+  auto [tAgA, tAsA] =
+      tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
+  // kPairAuto, b shared: the own a tile's second 64-row box.
+  Tensor gA1 = local_tile(domain_offset(make_coord(t.a_row + A_BOX, 0), mA(_, _, t.a_l)),
+                          make_shape(Int<A_BOX>{}, Int<BK>{}), make_coord(0, _));
+  auto [tAgA1, tAsA1] =
+      tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA1));
+  (void)tAsA1;
+  auto [tBgB0, tBsB] =
+      tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB0));
+  auto [tBgB1, tBsB1] =
+      tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB1));
+  (void)tBsB1;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    before_stage(kt);
+    pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
+    auto* bar = pipeline.producer_get_barrier(write);
+    const int s = write.index();
+    const auto hint_b = kt & 1 ? hint_b_odd : hint_b_even;
+    // Boxes past the tensor's edges are zero-filled and still count their full bytes.
+    if constexpr (Cfg::PAIR == kPairAuto) {
+      // Multicast loads throughout: to both CTAs for the shared operand's half, to this CTA
+      // only (mask 1 << rank) for its own operand.
+      const uint16_t self = static_cast<uint16_t>(1u << rank);
+      if (t.share == kPairN) {
+        copy(p.tma_a.with(*bar, kBoth, hint_a), tAgA(_, kt), tAsA(_, 2 * s + rank));
+        copy(p.tma_b.with(*bar, self, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
+        copy(p.tma_b.with(*bar, self, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+      } else {
+        copy(p.tma_a.with(*bar, self, hint_a), tAgA(_, kt), tAsA(_, 2 * s));
+        copy(p.tma_a.with(*bar, self, hint_a), tAgA1(_, kt), tAsA(_, 2 * s + 1));
+        copy(p.tma_b.with(*bar, kBoth, hint_b), tBgB0(_, kt), tBsB(_, 2 * s + rank));
+      }
+      ++write;
+      continue;
+    }
+    if constexpr (Cfg::PAIR == kPairN) {
+      copy(p.tma_a.with(*bar, kBoth, hint_a), tAgA(_, kt), tAsA(_, 2 * s + rank));
+    } else {
+      copy(p.tma_a.with(*bar, 0, hint_a), tAgA(_, kt), tAsA(_, s));
+    }
+    if constexpr (Cfg::PAIR == kPairM) {
+      copy(p.tma_b.with(*bar, kBoth, hint_b), tBgB0(_, kt), tBsB(_, 2 * s + rank));
+    } else {
+      copy(p.tma_b.with(*bar, 0, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
+      copy(p.tma_b.with(*bar, 0, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+    }
+    ++write;
+  }
+}
+
+// The next tile is claimed kClaimAhead stages before a tile's last load: the counter's
+// round trip (several us behind a saturated L2: claimed at the tile's end, it cost config
+// 6 20% on the H200) then overlaps the loads still to issue.
+constexpr int kClaimAhead = 16;
+__device__ __forceinline__ int claim_stage(int k_tiles) {
+  return k_tiles > kClaimAhead ? k_tiles - kClaimAhead : 0;
+}
+
+// The producer thread: for each of the block's tiles load_tile_stages, then waits until
+// the consumers released every stage. The tile ids: the static walk (walk.first, +
+// walk.stride, ...), or from the global counter when p.tile_counter is set
+// (next_tile_id, claimed kClaimAhead stages before a tile's end). With the tile channel
+// (unpaired configs 2 and 6, and the cooperative paired configs 7, 10, 11: PAIR_CHANNEL)
+// each id is published to the block's consumers before its loads, and after the last tile
+// `ENDERS` ids >= total end their loops (one per consumer that reads distinct tiles).
+// Paired configs on the channel take their ids from the cluster's rank 0, which claims
+// them and sends each to rank 1 (PairMailbox), so both CTAs load the same pair tiles.
+// Config 8 (the paired ping-pong kernel) walks statically, as its consumers do.
+template <class Cfg, int ENDERS, bool PAIR_CHANNEL = false, class Params, class Shared,
+          class Pipeline>
+__device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipeline& pipeline,
+                                              int total, int k_tiles, Walk walk) {
+  auto write = cutlass::make_producer_start_state<Pipeline>();
+  constexpr bool kChannel = Cfg::PAIR == kPairNone || PAIR_CHANNEL;
+  constexpr bool kMailbox = Cfg::PAIR != kPairNone && PAIR_CHANNEL;
+  int j = 0;  // the block's tile count so far (channel slot order)
+  int m = 0;  // pair ids sent / received so far
+  const int base = dynamic_base(total, walk.stride, p.tile_counter, p.dynamic_waves);
+  const int claim_kt = claim_stage(k_tiles);
+  // The id after `cur`: claimed (rank 0 also sends it to rank 1), or received (rank 1).
+  const auto claim = [&](int cur) {
+    if constexpr (kMailbox) {
+      if (walk.rank == 1) return mailbox_recv(ss.mailbox, m++);
+      const int n = next_tile_id(cur, walk.stride, p.tile_counter, base);
+      mailbox_send(ss.mailbox, m++, n);
+      return n;
+    } else {
+      return next_tile_id(cur, walk.stride, p.tile_counter, base);
+    }
+  };
+  int id = walk.first;
+  while (id < total) {
+    if constexpr (kChannel) channel_put(ss.channel, j++, id);
+    const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
+    int next = id + walk.stride;
+    load_tile_stages<Cfg>(p, ss, pipeline, write, t, walk.rank, k_tiles, [&](int kt) {
+      if (kChannel && kt == claim_kt) next = claim(id);
+    });
+    if (kChannel && k_tiles == 0) next = claim(id);
+    id = next;
+  }
+  if constexpr (kChannel) {
+    for (int e = 0; e < ENDERS; ++e) channel_put(ss.channel, j++, total);
+  }
+  pipeline.producer_tail(write);  // do not exit while consumers still read smem
+}
+
+// Paired configs (2-CTA clusters): CUTLASS's PipelineTmaAsync then counts one release per
+// consumer warpgroup (one signalling thread per destination CTA), not per thread, so a
+// stage goes back to the producers when the signalling warp releases it, whatever the
+// warpgroup's other warps are doing. A warpgroup that skips a tile's wgmmas (no valid row
+// in its half, a pair's second tile past the group or past n) only waits and releases,
+// with nothing (no wgmma's warpgroup-wide arrive) keeping its four warps in step: one
+// still in the previous tile's epilogue (a slow path on some lanes) lets the others
+// release stages it has not waited for, can fall a whole phase behind on a stage's
+// barrier and then waits forever: configs 7 / 8 hung so when some warps lagged in the
+// epilogue (docs/gemm.md, "Hang on NaN padding rows"; with this sync the
+// MOEKIT_SM90_DIVERGE_TEST build ran clean on the H200, session 10). So the four warps meet (named
+// barrier `wg`, 128 threads) at each tile's start and, when skipping, before each
+// release. Unpaired configs count every consumer thread's release: nothing to do.
+template <int CLUSTER>
+__device__ __forceinline__ void pair_warpgroup_sync(int wg) {
+  if constexpr (CLUSTER > 1) cutlass::arch::NamedBarrier::sync(128, wg);
+}
+
+// Issues one tile's wgmmas over k_tiles >= 1 pipeline stages starting at `read`, keeping
+// one wgmma batch in flight: stage kt's batch is issued before stage kt-1's shared memory
+// is released. On return every batch is issued and all but the last have completed;
+// `read` is one past the tile's stages, and the returned state is the tile's last stage,
+// which the caller releases after warpgroup_wait<0>(). No branch around the wgmmas: one
+// would make ptxas serialize them (C7518). One loop from the first stage (the first
+// wgmma's ScaleOut::Zero set before it): with the first batch peeled off, ptxas copied the
+// accumulators into the loop in the paired kernels and waited for that batch there (C7517).
+template <class Mma, class FragA, class FragB, class Acc, class Pipeline, class State>
+__device__ __forceinline__ State issue_tile_wgmmas(Mma& mma, FragA& tCrA, FragB& tCrB, Acc& acc,
+                                                   Pipeline& pipeline, State& read, int k_tiles) {
+  using namespace cute;
+  State release = read;
+  mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_NO_UNROLL
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    pipeline.consumer_wait(read);
+    warpgroup_fence_operand(acc);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+      cute::gemm(mma, tCrA(_, _, kb, read.index()), tCrB(_, _, kb, read.index()), acc);
+      mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<1>();
+    warpgroup_fence_operand(acc);
+    if (kt > 0) {
+      pipeline.consumer_release(release);
+      ++release;
+    }
+    ++read;
+  }
+  return release;
+}
+
+// One cooperative consumer warpgroup's mainloop of a tile over k_tiles >= 1 stages (configs
+// 2, 7, 10 and the MLP chain): with `skip` (no valid row in this warpgroup's half, or a
+// pair's second tile that does not exist) it only waits for and releases the stages,
+// keeping the pipeline in step while the other warpgroup has the tensor cores to itself
+// (paired: in step with its own warps too, pair_warpgroup_sync); else it issues the tile's
+// wgmmas and waits for them. Returns whether `acc` holds the tile (to be stored).
+template <int CLUSTER, class Mma, class FragA, class FragB, class Acc, class Pipeline, class State>
+__device__ __forceinline__ bool consume_tile(Mma& mma, FragA& tCrA, FragB& tCrB, Acc& acc,
+                                             Pipeline& pipeline, State& read, int k_tiles,
+                                             bool skip, int wg) {
+  if (skip) {
+    CUTE_NO_UNROLL
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      pipeline.consumer_wait(read);
+      pair_warpgroup_sync<CLUSTER>(wg);
+      pipeline.consumer_release(read);
+      ++read;
+    }
+    return false;
+  }
+  const State release = issue_tile_wgmmas(mma, tCrA, tCrB, acc, pipeline, read, k_tiles);
+  cute::warpgroup_wait<0>();
+  cute::warpgroup_fence_operand(acc);
+  pipeline.consumer_release(release);
+  return true;
+}
+
+}  // namespace moekit::detail::gemm::sm90

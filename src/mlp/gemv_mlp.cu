@@ -1,0 +1,112 @@
+// Host side of the one-token dense MLP: grid size and the two PDL-chained launches.
+// Kernel: gemv_mlp_kernel.cuh.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+
+#include "core/check.h"
+#include "core/pdl.cuh"
+#include "gemm/sm90/device.h"
+#include "mlp/gemv_mlp.h"
+#include "mlp/gemv_mlp_kernel.cuh"
+#include "mlp/streamk_mlp.h"
+#include "moekit/error.h"
+
+namespace moekit::detail {
+namespace {
+
+namespace gv = gemm::gemv;
+
+constexpr int64_t kMaxSmem = 200 * 1024;  // the staged x / h row
+
+bool dims_fit(int64_t T, int64_t H, int64_t S) {
+  return T == 1 && H >= 8 && S >= 8 && H % 8 == 0 && S % 8 == 0 && 2 * H <= kMaxSmem &&
+         2 * S <= kMaxSmem;
+}
+
+// CTAs of `kernel` with `smem` bytes that one SM holds (cached per device: a driver call),
+// after raising the kernel's dynamic shared-memory limit once per device.
+int blocks_per_sm(const void* kernel, int smem) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, bool> raised;
+  static std::map<std::tuple<int, const void*, int>, int> cache;
+  int device = 0;
+  cudaGetDevice(&device);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!raised[{device, kernel}]) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(kMaxSmem)) != cudaSuccess)
+      throw Error("moekit: GEMV MLP: cannot reserve its shared memory on this device");
+    raised[{device, kernel}] = true;
+  }
+  const auto key = std::make_tuple(device, kernel, smem);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gv::kThreads, smem) !=
+          cudaSuccess ||
+      n < 1) {
+    cudaGetLastError();
+    n = 1;
+  }
+  cache[key] = n;
+  return n;
+}
+
+// out [n_out] = x [K] . w^T: one CTA per column at a time, as many CTAs as fit at once.
+template <typename E, typename Out, bool kSilu>
+void launch_gemv(const void* x, const void* w, void* out, int64_t K, int64_t n_out, int pdl,
+                 cudaStream_t stream) {
+  const auto kernel = gv::gemv_kernel<E, Out, kSilu>;
+  const int smem = static_cast<int>(2 * K);
+  const int64_t resident =
+      int64_t{sm90_sm_count()} * blocks_per_sm(reinterpret_cast<const void*>(kernel), smem);
+  const int grid = static_cast<int>(std::min(n_out, std::max<int64_t>(resident, 1)));
+  const gv::Params p{x, w, out, static_cast<int>(K), static_cast<int>(n_out), pdl};
+  launch_pdl(kernel, dim3(grid), dim3(gv::kThreads), static_cast<size_t>(smem), stream, p);
+  check_launch("shared_expert_mlp (GEMV)");
+}
+
+template <typename E, typename Out>
+void run_typed(const void* x, int64_t H, int64_t S, const void* w_gate_up, const void* w_down,
+               void* act, void* out, cudaStream_t stream) {
+  const bool pdl = pdl_enabled();
+  launch_gemv<E, E, true>(x, w_gate_up, act, H, S, pdl ? gv::kPdlFirst : gv::kPdlNone, stream);
+  launch_gemv<E, Out, false>(act, w_down, out, S, H, pdl ? gv::kPdlSecond : gv::kPdlNone, stream);
+}
+
+}  // namespace
+
+bool gemv_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && dims_fit(T, H, S) &&
+         sm90_sm_count() > 0;
+}
+
+bool gemv_mlp_preferred(int64_t T, int64_t H, int64_t S) {
+  const int forced = dense_mlp_forced_path();
+  if (forced != 0) return forced == 4;
+  return T == 1 && 3 * H * S * 2 >= kStreamkMlpMinWeightBytes;  // 2-byte gate, up, down
+}
+
+void run_gemv_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
+                  const void* w_gate_up, const void* w_down, void* act, void* out, DType out_dtype,
+                  cudaStream_t stream) {
+  if (!gemv_mlp_supported(dtype, T, H, S))
+    throw Error("moekit: GEMV MLP called for a shape or device it does not support");
+  const bool f32 = out_dtype == DType::kF32;
+  if (dtype == DType::kBF16) {
+    if (f32)
+      run_typed<__nv_bfloat16, float>(x, H, S, w_gate_up, w_down, act, out, stream);
+    else
+      run_typed<__nv_bfloat16, __nv_bfloat16>(x, H, S, w_gate_up, w_down, act, out, stream);
+  } else {
+    if (f32)
+      run_typed<__half, float>(x, H, S, w_gate_up, w_down, act, out, stream);
+    else
+      run_typed<__half, __half>(x, H, S, w_gate_up, w_down, act, out, stream);
+  }
+}
+
+}  // namespace moekit::detail

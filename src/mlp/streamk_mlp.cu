@@ -1,0 +1,171 @@
+// Host side of the stream-K dense MLP: plan (tiles, grid, scratch), TMA descriptors,
+// cooperative launch. Kernel: streamk_mlp_kernel.cuh.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "gemm/common/tma_desc.h"
+#include "gemm/sm90/device.h"
+#include "mlp/streamk_mlp.h"
+#include "mlp/streamk_mlp_kernel.cuh"
+#include "moekit/error.h"
+
+namespace moekit::detail {
+namespace {
+
+namespace sk = gemm::streamk;
+
+constexpr int kMaxDevices = 64;
+
+int tokens_per_tile(int64_t T) {
+  return T <= 16 ? 16 : (T <= 32 ? 32 : 64);
+}
+
+struct Plan {
+  int grid = 0, tn = 0;
+  sk::Params p{};
+  size_t counter_bytes = 0, partial_bytes = 0;
+};
+
+Plan make_plan(int64_t T, int64_t H, int64_t S, bool for_launch) {
+  Plan pl;
+  pl.grid = sm90_sm_count();
+  const int forced = streamk_mlp_grid_override();
+  // The scratch is sized for one CTA per SM; a launch may use fewer (test knob).
+  if (for_launch && forced > 0 && forced < pl.grid) pl.grid = forced;
+  pl.tn = tokens_per_tile(T);
+  pl.p.T = static_cast<int>(T);
+  pl.p.H = static_cast<int>(H);
+  pl.p.S = static_cast<int>(S);
+  pl.p.tiles1 = static_cast<int>((S + sk::kGateCols - 1) / sk::kGateCols);
+  pl.p.iters1 = static_cast<int>((H + sk::kStageK - 1) / sk::kStageK);
+  pl.p.tiles2 = static_cast<int>((H + sk::kTileRows - 1) / sk::kTileRows);
+  pl.p.iters2 = static_cast<int>((S + sk::kStageK - 1) / sk::kStageK);
+  pl.counter_bytes = (static_cast<size_t>(pl.p.tiles1 + pl.p.tiles2 + 1) * 4 + 255) / 256 * 256;
+  pl.partial_bytes = static_cast<size_t>(2) * pl.grid * 2 * sk::kTileRows * pl.tn * 4;
+  return pl;
+}
+
+bool shape_fits(DType dtype, int64_t T, int64_t H, int64_t S) {
+  constexpr int64_t kMaxDim = int64_t{1} << 30;  // iteration counts stay in int
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && T >= 1 && T <= kStreamkMlpMaxTokens &&
+         H >= 1 && S >= 1 && H <= kMaxDim && S <= kMaxDim &&
+         ((H + sk::kStageK - 1) / sk::kStageK) * ((S + sk::kGateCols - 1) / sk::kGateCols) <=
+             kMaxDim &&
+         ((S + sk::kStageK - 1) / sk::kStageK) * ((H + sk::kTileRows - 1) / sk::kTileRows) <=
+             kMaxDim;
+}
+
+template <typename T, typename Mma, int TN>
+void launch(const Plan& pl, const void* x, const void* w_gate_up, const void* w_down,
+            cudaStream_t stream) {
+  using L = sk::Layout<TN>;
+  auto kernel = sk::streamk_mlp_kernel<T, Mma, TN>;
+  static bool attr_set[kMaxDevices] = {};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (!attr_set[device]) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes) !=
+        cudaSuccess) {
+      throw Error("moekit: stream-K MLP: cannot reserve " + std::to_string(L::kSmemBytes) +
+                  " bytes of shared memory: " + cudaGetErrorString(cudaGetLastError()));
+    }
+    attr_set[device] = true;
+  }
+  const sk::Params& p = pl.p;
+  const char* w = static_cast<const char*>(w_gate_up);
+  const CUtensorMap x_map = make_tma_2d_b16(x, p.T, p.H, TN);
+  const CUtensorMap gate_map = make_tma_2d_b16(w, p.S, p.H, sk::kGateCols);
+  const CUtensorMap up_map =
+      make_tma_2d_b16(w + static_cast<size_t>(p.S) * p.H * 2, p.S, p.H, sk::kGateCols);
+  const CUtensorMap act_map = make_tma_2d_b16(p.act, p.T, p.S, TN);
+  const CUtensorMap down_map = make_tma_2d_b16(w_down, p.H, p.S, sk::kTileRows);
+
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(pl.grid);
+  cfg.blockDim = dim3(sk::kThreads);
+  cfg.dynamicSmemBytes = L::kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t err =
+      cudaLaunchKernelEx(&cfg, kernel, x_map, gate_map, up_map, act_map, down_map, p);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(std::string("moekit: stream-K MLP launch failed: ") + cudaGetErrorString(err));
+  }
+}
+
+template <typename T, typename Mma>
+void launch_tn(const Plan& pl, const void* x, const void* w_gate_up, const void* w_down,
+               cudaStream_t stream) {
+  if (pl.tn == 16) return launch<T, Mma, 16>(pl, x, w_gate_up, w_down, stream);
+  if (pl.tn == 32) return launch<T, Mma, 32>(pl, x, w_gate_up, w_down, stream);
+  launch<T, Mma, 64>(pl, x, w_gate_up, w_down, stream);
+}
+
+}  // namespace
+
+size_t streamk_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S) {
+  if (!shape_fits(dtype, T, H, S) || sm90_sm_count() == 0) return 0;
+  const Plan pl = make_plan(T, H, S, /*for_launch=*/false);
+  return pl.counter_bytes + pl.partial_bytes;
+}
+
+StreamkMlpDebug& streamk_mlp_debug() {
+  static StreamkMlpDebug v;
+  return v;
+}
+
+int& streamk_mlp_grid_override() {
+  static int v = 0;
+  return v;
+}
+
+int& dense_mlp_path_override() {
+  static int v = 0;
+  return v;
+}
+
+int dense_mlp_forced_path() {
+  if (dense_mlp_path_override() != 0) return dense_mlp_path_override();
+  static const int env = [] {
+    const char* s = std::getenv("MOEKIT_DENSE_MLP");
+    if (!s || !*s) return 0;
+    if (std::strcmp(s, "streamk") == 0) return 1;
+    if (std::strcmp(s, "gemv") == 0) return 4;
+    return std::strcmp(s, "direct") == 0 ? 3 : 2;
+  }();
+  return env;
+}
+
+bool streamk_mlp_preferred(int64_t H, int64_t S) {
+  const int forced = dense_mlp_forced_path();
+  if (forced != 0) return forced == 1;
+  return 3 * H * S * 2 >= kStreamkMlpMinWeightBytes;  // 2-byte gate, up and down weights
+}
+
+void run_streamk_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
+                     const void* w_gate_up, const void* w_down, void* act, void* out,
+                     DType out_dtype, void* scratch, cudaStream_t stream) {
+  Plan pl = make_plan(T, H, S, /*for_launch=*/true);
+  if (!shape_fits(dtype, T, H, S) || pl.grid == 0 || !scratch)
+    throw Error("moekit: stream-K MLP called for a shape or device it does not support");
+  pl.p.act = act;
+  pl.p.out = out;
+  pl.p.out_f32 = out_dtype == DType::kF32;
+  pl.p.phases = streamk_mlp_debug().phases;
+  pl.p.trace = streamk_mlp_debug().trace;
+  pl.p.weight_evict_first = streamk_mlp_debug().weight_evict_first;
+  pl.p.counters = static_cast<int*>(scratch);
+  pl.p.partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + pl.counter_bytes);
+  if (dtype == DType::kBF16)
+    launch_tn<__nv_bfloat16, gemm::MmaBF16>(pl, x, w_gate_up, w_down, stream);
+  else
+    launch_tn<__half, gemm::MmaF16>(pl, x, w_gate_up, w_down, stream);
+}
+
+}  // namespace moekit::detail
