@@ -1,12 +1,9 @@
-// MoEExpertMLPFwd and SharedExpertMLPFwd: two grouped GEMMs each (gate/up with the
+// MoEExpertMLPFwd: two grouped GEMMs (gate/up with the
 // silu_and_mul epilogue into a workspace activation buffer, then down), run by
 // run_grouped_gemm_pair (a PDL chain where gemm_pdl_override() turns it on and both take a
 // decode config).
 #include "gemm/grouped_gemm.h"
 #include "gemm/sm90/device.h"
-#include "mlp/direct_mlp.h"
-#include "mlp/gemv_mlp.h"
-#include "mlp/streamk_mlp.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
 #include "moekit/moe.h"
@@ -129,117 +126,6 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
                                  args.layout.alignment, s.E, s.H, s.F, args.w_gate_up.data,
                                  args.w_down.data, act, args.expert_output.data,
                                  /*routed_counts=*/false, counters, stream);
-  });
-}
-
-// ---- SharedExpertMLPFwd ----
-
-namespace {
-
-// hidden_states [T, H] and w_gate_up [2S, H]: what the workspace size depends on.
-detail::MoEShapes check_shared_mlp_shapes(const detail::ArgCheck& c, const SharedExpertMLPArgs& a) {
-  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
-  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
-                        /*experts=*/false);
-  return s;
-}
-
-// act [T, S] in the dtype, then the dense MLP's stream-K scratch (s.F = S).
-size_t shared_mlp_bytes(const detail::MoEShapes& s) {
-  if (s.T == 0) return 0;
-  detail::WorkspaceCarver ws(nullptr);
-  ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
-  detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
-  return ws.bytes();
-}
-
-}  // namespace
-
-size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args) {
-  return detail::workspace_query("shared_expert_mlp", [&](const detail::ArgCheck& c) {
-    return shared_mlp_bytes(check_shared_mlp_shapes(c, args));
-  });
-}
-
-namespace detail {
-
-size_t dense_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S) {
-  return streamk_mlp_scratch_bytes(dtype, T, H, S);
-}
-
-void* take_dense_mlp_scratch(WorkspaceCarver& ws, DType dtype, int64_t T, int64_t H, int64_t S) {
-  const size_t bytes = dense_mlp_scratch_bytes(dtype, T, H, S);
-  return bytes > 0 ? ws.take(bytes) : nullptr;
-}
-
-// Dense gated MLP: act = silu_and_mul(x . w_gate_up^T) [T, S] in the dtype, then
-// out = act . w_down^T [T, H] in out_dtype (the dtype, or f32 for a later sum).
-void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
-                   const void* w_gate_up, const void* w_down, void* act, void* out, DType out_dtype,
-                   void* streamk_scratch, cudaStream_t stream) {
-  if (gemv_mlp_preferred(T, H, S) && gemv_mlp_supported(dtype, T, H, S)) {
-    run_gemv_mlp(dtype, x, T, H, S, w_gate_up, w_down, act, out, out_dtype, stream);
-    return;
-  }
-  if (direct_mlp_preferred(T, H, S) && direct_mlp_supported(dtype, T, H, S)) {
-    run_direct_mlp(dtype, x, T, H, S, w_gate_up, w_down, act, out, out_dtype, stream);
-    return;
-  }
-  if (streamk_scratch && streamk_mlp_preferred(H, S)) {
-    run_streamk_mlp(dtype, x, T, H, S, w_gate_up, w_down, act, out, out_dtype, streamk_scratch,
-                    stream);
-    return;
-  }
-  GroupedGemmProblem up;
-  up.in_dtype = dtype;
-  up.out_dtype = dtype;
-  up.a = x;
-  up.b = w_gate_up;
-  up.c = act;
-  up.num_groups = 1;
-  up.n = S;
-  up.k = H;
-  up.activation = Activation::kSiluAndMul;
-  up.rows = GemmRows::kDense;
-  up.m = T;
-
-  GroupedGemmProblem down = up;
-  down.out_dtype = out_dtype;
-  down.a = act;
-  down.b = w_down;
-  down.c = out;
-  down.n = H;
-  down.k = S;
-  down.activation = Activation::kNone;
-  // A PDL chain with gemm_pdl_override() on (docs/gemm.md): up writes only act.
-  run_grouped_gemm_pair(up, down, stream);
-}
-
-}  // namespace detail
-
-void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
-  detail::ArgCheck c("shared_expert_mlp");
-  detail::MoEShapes s = check_shared_mlp_shapes(c, args);
-  detail::check_down(c, s, "w_down", args.w_down, "hidden_states", args.hidden_states,
-                     /*experts=*/false);
-  detail::check_output(c, "output", args.output, s, "hidden_states", args.hidden_states);
-  const size_t needed = shared_mlp_bytes(s);
-  c.workspace(args.workspace, needed);
-  // Not in place: its dense paths (some one kernel for both projections) are not shown
-  // safe with out == x.
-  c.outputs_disjoint({{"output", args.output}},
-                     {{"hidden_states", args.hidden_states},
-                      {"w_gate_up", args.w_gate_up},
-                      {"w_down", args.w_down}},
-                     args.workspace);
-  if (s.T == 0) return;
-  c.launch_target(stream, "output", args.output);
-  detail::WorkspaceCarver ws(args.workspace.data);
-  void* act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
-  void* scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
-  detail::run_composite("shared_expert_mlp", [&] {
-    detail::run_dense_mlp(s.dtype, args.hidden_states.data, s.T, s.H, s.F, args.w_gate_up.data,
-                          args.w_down.data, act, args.output.data, s.dtype, scratch, stream);
   });
 }
 

@@ -7,30 +7,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/workspace.h"
 #include "gemm/grouped_gemm.h"  // kSm90MlpChainScratchBytes
+#include "mlp/dense_mlp.h"
 #include "moekit/tensor.h"
 
 namespace moekit::detail {
-
-// Carves 256-byte-aligned sub-buffers out of a workspace in a fixed order. With a
-// null base it only counts, so *_workspace_size and the ops share one layout.
-class WorkspaceCarver {
- public:
-  explicit WorkspaceCarver(void* base) : base_(static_cast<char*>(base)) {}
-  void* take(size_t bytes) {
-    void* p = base_ ? base_ + offset_ : nullptr;
-    // Saturates at SIZE_MAX (a size query then reports the overflow, ArgCheck::
-    // workspace_size) instead of wrapping.
-    const size_t rounded = bytes > SIZE_MAX - 255 ? SIZE_MAX : (bytes + 255) / 256 * 256;
-    offset_ = offset_ > SIZE_MAX - rounded ? SIZE_MAX : offset_ + rounded;
-    return p;
-  }
-  size_t bytes() const { return offset_; }
-
- private:
-  char* base_;
-  size_t offset_ = 0;
-};
 
 // Shapes of a routed MoE problem (validated by the caller).
 struct MoEShapes {
@@ -86,18 +68,6 @@ void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t*
                           int alignment, int64_t E, int64_t H, int64_t F, const void* w_gate_up,
                           const void* w_down, void* act, void* out, bool routed_counts,
                           void* tile_counters, cudaStream_t stream);
-
-// Dense gated MLP (shared expert): act = silu_and_mul(x . w_gate_up^T) [T, S] in the
-// dtype, then out = act . w_down^T [T, H] in out_dtype (the dtype, or f32). One stream-K
-// kernel when `streamk_scratch` (dense_mlp_scratch_bytes bytes, null when that is 0)
-// is given and preferred (src/gemm/streamk_mlp.h), else two grouped GEMMs.
-void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
-                   const void* w_gate_up, const void* w_down, void* act, void* out, DType out_dtype,
-                   void* streamk_scratch, cudaStream_t stream);
-// The stream-K scratch a dense MLP of this shape needs (0: it runs as two GEMMs).
-size_t dense_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S);
-// Carves that scratch (nullptr when it is 0 bytes).
-void* take_dense_mlp_scratch(WorkspaceCarver& ws, DType dtype, int64_t T, int64_t H, int64_t S);
 
 // ---- kernels (moe_kernels.cu) ----
 
