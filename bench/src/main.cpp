@@ -15,6 +15,7 @@
 #include "case.h"
 #include "ceilings.h"
 #include "cli.h"
+#include "plot.h"
 #include "report.h"
 #include "workload.h"
 
@@ -37,6 +38,17 @@ void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   if (!out) throw std::runtime_error("cannot write " + path);
   out << text;
+}
+
+// The run's picture next to its JSON (plot.h); a failure to draw costs the picture only.
+void write_picture(const std::string& json_path, const std::string& json_text) {
+  const std::string path = svg_path_for(json_path);
+  try {
+    write_file(path, render_svg(json_text));
+    std::fprintf(stderr, "moekit-bench: picture %s\n", path.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moekit-bench: no picture (%s)\n", e.what());
+  }
 }
 
 std::string now_utc() {
@@ -312,7 +324,11 @@ int run(const Options& opt, const std::string& cmdline) {
                  opt.extra_alternatives_path.c_str(), unmatched.size());
   }
   std::fputs(render_table(results, meta).c_str(), stdout);
-  if (!opt.json_path.empty()) write_file(opt.json_path, render_json(results, meta));
+  if (!opt.json_path.empty()) {
+    const std::string json_text = render_json(results, meta);
+    write_file(opt.json_path, json_text);
+    write_picture(opt.json_path, json_text);
+  }
   if (!opt.markdown_path.empty()) write_file(opt.markdown_path, render_markdown(results, meta));
   double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr,
