@@ -27,9 +27,9 @@ struct BarPanel {
 
 // Horizontal geometry of a panel; rows are kRowH (or taller with many series) high.
 struct BarLayout {
-  double label_w = 0, row_h = 15;
-  static constexpr double kPad = 10, kNumW = 66, kRatioW = 240, kGap = 16, kSolW = 64,
-                          kSolTextW = 34, kStatsLineH = 13, kFoot = 20;
+  double label_w = 0, row_h = 17;
+  static constexpr double kRowFont = 12, kPad = 10, kNumW = 66, kRatioW = 220, kGap = 16,
+                          kSolW = 56, kSolTextW = 34, kStatsLineH = 13, kFoot = 20;
   double width() const { return 2 * kPad + label_w + kNumW + kRatioW + kGap + kSolW + kSolTextW; }
   std::vector<std::string> stats_lines(const std::string& stats) const {
     return wrap(stats, 10.5, width() - 2 * kPad);
@@ -196,7 +196,8 @@ void draw_row(Svg& svg, const BarRow& row, const BarLayout& lay, const LogAxis& 
   const double base = y + lay.row_h / 2 + 4;
   const char* label_color = !row.not_measured.empty() ? "#888" : row.acc_fail ? "#c0392b" : "#222";
   const double label_right = x0 + BarLayout::kPad + lay.label_w - 6;
-  svg.text(label_right, base, (row.acc_fail ? "✗ " : "") + row.label, {11, "end", label_color});
+  svg.text(label_right, base, (row.acc_fail ? "✗ " : "") + row.label,
+           {BarLayout::kRowFont, "end", label_color});
   if (!row.not_measured.empty()) {
     svg.text(axis.x0, base, fit(row.not_measured, 10, axis.width + BarLayout::kGap + 90),
              {10, "start", "#888"});
@@ -204,7 +205,7 @@ void draw_row(Svg& svg, const BarRow& row, const BarLayout& lay, const LogAxis& 
   }
   const double page = row.ratios.empty() ? -1 : row.ratios[0];
   svg.text(axis.x0 - 18, base, page > 0 ? format("%.2f", page) : "-",
-           {11, "end",
+           {BarLayout::kRowFont, "end",
             page <= 0   ? "#888"
             : page >= 1 ? "#1b7837"
                         : "#b2182b"});
@@ -220,7 +221,7 @@ void draw_row(Svg& svg, const BarRow& row, const BarLayout& lay, const LogAxis& 
     svg.rect(sx, y + 3, BarLayout::kSolW, lay.row_h - 6, "#e6e6e6");
     svg.rect(sx, y + 3, BarLayout::kSolW * std::min(row.sol, 1.0), lay.row_h - 6, kRooflineColor,
              row.sol_tip);
-    svg.text(sx + BarLayout::kSolW + 4, base, format("%.0f%%", 100 * row.sol), {10.5});
+    svg.text(sx + BarLayout::kSolW + 4, base, format("%.0f%%", 100 * row.sol), {11});
   }
 }
 
@@ -283,11 +284,12 @@ std::string ops_figure(const Run& run) {
 
   BarLayout lay;
   const size_t series = 1 + alts.size();
-  lay.row_h = std::max(15.0, 5.0 + 4.0 * static_cast<double>(series));
+  lay.row_h = std::max(17.0, 5.0 + 4.0 * static_cast<double>(series));
   double widest = 0;
   for (const BarPanel& p : panels)
     for (const BarRow& r : p.rows)
-      widest = std::max(widest, text_width((r.acc_fail ? "✗ " : "") + r.label, 11));
+      widest =
+          std::max(widest, text_width((r.acc_fail ? "✗ " : "") + r.label, BarLayout::kRowFont));
   lay.label_w = std::clamp(widest + 12, 120.0, 280.0);
 
   std::vector<double> heights;
