@@ -30,7 +30,8 @@ usage: moekit-bench [options]
   --skip-alternatives LIST  no alternatives whose name contains one of the strings
   --extra-alternatives FILE  merge externally measured times (records with op, workload,
                         dtype and alternatives {name: ms}) into the table
-  --json FILE           machine-readable results
+  --json FILE           machine-readable results, and their picture next to them
+                        (FILE.json -> FILE.svg; moekit-plot draws a saved run)
   --markdown FILE       the tables as markdown
   --ceilings-cache FILE where measured ceilings are cached (default: $MOEKIT_BENCH_CACHE,
                         else ~/.cache/moekit/ceilings-<device uuid>.json)
