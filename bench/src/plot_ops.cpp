@@ -52,12 +52,19 @@ struct LogAxis {
   }
 };
 
-const double kNiceSteps[] = {1.25, 1.5, 2, 3, 5, 10, 20, 50, 100, 300, 1000, 1e4, 1e5, 1e6};
+const double kNiceSteps[] = {1.25, 1.5, 2, 3};
+// The widest axis: a naive reference 30-1000x slower would leave a level row's bar a pixel
+// long; bars past it are cut at the end, with an arrowhead (the tooltip has the value).
+constexpr double kMaxExtent = 3;
 
 double nice_extent(double worst) {
   for (double e : kNiceSteps)
     if (worst <= e) return e;
-  return kNiceSteps[sizeof kNiceSteps / sizeof kNiceSteps[0] - 1];
+  return kMaxExtent;
+}
+
+bool past_axis(double ratio) {
+  return ratio > kMaxExtent || (ratio > 0 && ratio < 1 / kMaxExtent);
 }
 
 std::string tick_label(double v) {
@@ -212,9 +219,13 @@ void draw_row(Svg& svg, const BarRow& row, const BarLayout& lay, const LogAxis& 
   const double slot = (lay.row_h - 4) / static_cast<double>(series);
   for (size_t s = 0; s < row.ratios.size(); ++s) {
     if (row.ratios[s] <= 0) continue;
-    const double a = axis.x(1), b = axis.x(row.ratios[s]);
-    svg.rect(std::min(a, b), y + 2 + slot * static_cast<double>(s), std::max(1.0, std::abs(b - a)),
-             slot, s == 0 ? kPageColor : alternative_color(s - 1), row.tips[s]);
+    const double a = axis.x(1), b = axis.x(row.ratios[s]), top = y + 2 + slot * double(s);
+    const std::string color = s == 0 ? kPageColor : alternative_color(s - 1);
+    svg.rect(std::min(a, b), top, std::max(1.0, std::abs(b - a)), slot, color, row.tips[s]);
+    if (past_axis(row.ratios[s])) {
+      const double dir = b > a ? 1 : -1, mid = top + slot / 2, half = std::max(3.0, slot / 2 + 1);
+      svg.polygon({{b, mid - half}, {b + dir * 6, mid}, {b, mid + half}}, color, row.tips[s]);
+    }
   }
   if (row.sol >= 0) {
     const double sx = axis.x0 + axis.width + BarLayout::kGap;
@@ -329,6 +340,16 @@ std::string ops_figure(const Run& run) {
   bool any_fail = false;
   for (const Record& r : run.records) any_fail = any_fail || (r.measured() && r.accuracy == "fail");
   if (any_fail) legend.push_back({LegendEntry::kMark, "accuracy-fail", "accuracy fail", "#c0392b"});
+  bool any_cut = false;
+  for (const Record& r : run.records) {
+    if (!r.measured()) continue;
+    any_cut = any_cut || past_axis(r.page_ms / r.ours_ms);
+    for (const auto& alt : r.alternatives) any_cut = any_cut || past_axis(alt.second / r.ours_ms);
+  }
+  if (any_cut)
+    legend.push_back({LegendEntry::kNote, "cut",
+                      "▸ a bar past " + format("%g", kMaxExtent) + "x, cut (hover: its value)",
+                      ""});
   if (alts.empty())
     legend.push_back({LegendEntry::kNote, "no-alternatives", "(no alternatives in this run)", ""});
 

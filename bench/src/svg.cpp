@@ -97,9 +97,15 @@ void Svg::circle(double x, double y, double r, const std::string& fill,
 
 void Svg::diamond(double x, double y, double r, const std::string& fill,
                   const std::string& tooltip) {
-  os_ << "<polygon fill=\"" << fill << "\" points=\"" << svg_num(x) << "," << svg_num(y - r) << " "
-      << svg_num(x + r) << "," << svg_num(y) << " " << svg_num(x) << "," << svg_num(y + r) << " "
-      << svg_num(x - r) << "," << svg_num(y) << "\"" << close_shape("polygon", tooltip);
+  polygon({{x, y - r}, {x + r, y}, {x, y + r}, {x - r, y}}, fill, tooltip);
+}
+
+void Svg::polygon(const std::vector<std::pair<double, double>>& pts, const std::string& fill,
+                  const std::string& tooltip) {
+  os_ << "<polygon fill=\"" << fill << "\" points=\"";
+  for (size_t i = 0; i < pts.size(); ++i)
+    os_ << (i ? " " : "") << svg_num(pts[i].first) << "," << svg_num(pts[i].second);
+  os_ << "\"" << close_shape("polygon", tooltip);
 }
 
 void Svg::text(double x, double y, const std::string& s, const TextStyle& style) {

@@ -38,6 +38,8 @@ class Svg {
               const std::string& tooltip = "");
   void diamond(double x, double y, double r, const std::string& fill,
                const std::string& tooltip = "");
+  void polygon(const std::vector<std::pair<double, double>>& pts, const std::string& fill,
+               const std::string& tooltip = "");
   void text(double x, double y, const std::string& s, const TextStyle& style = {});
   // Rotated -90 degrees about (x, y): a vertical axis label.
   void vtext(double x, double y, const std::string& s, const TextStyle& style = {});
