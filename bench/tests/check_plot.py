@@ -34,7 +34,6 @@ def check(cond, what):
 def draw(plot, json_path, svg_path):
     out = subprocess.run([plot, json_path, svg_path], capture_output=True, text=True)
     check(out.returncode == 0, f"moekit-plot {json_path}: exit {out.returncode}: {out.stderr}")
-    return svg_path
 
 
 def numbers(value):
@@ -52,22 +51,24 @@ def check_svg(svg_path, doc):
     check(root.tag == NS + "svg", f"{name}: root is {root.tag}, not svg")
     width, height = float(root.get("width")), float(root.get("height"))
     check(0 < width < 5000 and 0 < height < 20000, f"{name}: size {width} x {height}")
-    check(not re.search(r"nan|inf", " ".join(
-        v for el in root.iter() for k, v in el.attrib.items() if k not in ("data-op", "data-workload", "data-dtype", "data-series", "class")),
-        re.I), f"{name}: NaN or inf in an attribute")
+    names = ("class", "data-op", "data-workload", "data-dtype", "data-series")
+    values = " ".join(v for el in root.iter() for k, v in el.attrib.items() if k not in names)
+    check(not re.search(r"nan|inf", values, re.I), f"{name}: NaN or inf in an attribute")
     # Every coordinate finite and inside the picture (1 px of slack for strokes).
     for el in root.iter():
         for key in ("x", "y", "x1", "y1", "x2", "y2", "cx", "cy", "points"):
             if key in el.attrib:
                 for i, v in enumerate(numbers(el.get(key))):
-                    limit = width if (key.startswith("x") or key == "cx" or (key == "points" and i % 2 == 0)) else height
+                    horizontal = key in ("x", "x1", "x2", "cx") or (key == "points" and i % 2 == 0)
+                    limit = width if horizontal else height
                     if not check(math.isfinite(v) and -1 <= v <= limit + 1,
-                                 f"{name}: <{el.tag[len(NS):]} {key}=...{v}> outside 0..{limit}"):
+                                 f"{name}: <{el.tag[len(NS):]} {key}={v}> outside 0..{limit}"):
                         break
         if el.tag == NS + "text" and el.get("x") is not None and el.get("text-anchor") == "start":
             # A left-aligned text that runs past the right edge is cut off.
             est = 0.6 * float(el.get("font-size")) * len(el.text or "")
-            check(float(el.get("x")) + est <= width + 4, f"{name}: text past the right edge: {el.text!r}")
+            check(float(el.get("x")) + est <= width + 4,
+                  f"{name}: text past the right edge: {el.text!r}")
     title = root.find(NS + "title")
     for key in ("device", "commit", "date"):
         check(title is not None and doc[key] in title.text, f"{name}: the title lacks the {key}")
@@ -109,9 +110,10 @@ def check_table(svg_path, doc):
         row_texts = by_op.get(r["op"], [])
         check(any(t.endswith(label) for t in row_texts), f"{name}: no row {r['op']} {label}")
         if r.get("accuracy") == "fail":
-            check("✗ " + label in row_texts, f"{name}: the accuracy failure of {label} is not marked")
+            check("✗ " + label in row_texts, f"{name}: {label}'s accuracy failure not marked")
         if r["status"] != "ok":
-            check(any(r["status"][:20] in t for t in row_texts), f"{name}: {label}'s status not shown")
+            check(any(r["status"][:20] in t for t in row_texts),
+                  f"{name}: {label}'s status not shown")
         if r.get("ours_ms") and r.get("page_ms"):
             ratio = f"{r['page_ms'] / r['ours_ms']:.2f}"
             check(ratio in row_texts, f"{name}: {label}'s page/ours {ratio} not shown")
@@ -122,8 +124,9 @@ def check_table(svg_path, doc):
     for r in doc["records"]:
         for a, ms in r.get("alternatives", {}).items():
             if ms and r.get("ours_ms"):
-                check(any(t and t.startswith(f"{r['op']} {r['workload']} {r['dtype']}: {a} ") for t in tips),
-                      f"{name}: no {a} bar for {r['op']} {r['workload']} {r['dtype']}")
+                row = f"{r['op']} {r['workload']} {r['dtype']}"
+                check(any(t and t.startswith(f"{row}: {a} ") for t in tips),
+                      f"{name}: no {a} bar for {row}")
 
 
 def check_tokens(svg_path, doc):
@@ -137,11 +140,13 @@ def check_tokens(svg_path, doc):
     for p in panels(root):
         t = texts(p)
         check("tokens" in t or "tokens (log)" in t, f"{name}: a panel without its token axis label")
-        check(any(x.startswith("time (ms") for x in t), f"{name}: a panel without its time axis label")
-        lines = [pl for pl in p.iter(NS + "polyline")]
-        check(len(lines) >= 2, f"{name}: a panel without moekit's and the roofline's curves")
+        check(any(x.startswith("time (ms") for x in t),
+              f"{name}: a panel without its time axis label")
+        check(len(list(p.iter(NS + "polyline"))) >= 2,
+              f"{name}: a panel without moekit's and the roofline's curves")
     want_legend = {"moekit", "roofline", "page"} | set(alternatives(doc))
-    check(want_legend <= legend_series(root), f"{name}: legend {legend_series(root)}, want {want_legend}")
+    check(want_legend <= legend_series(root),
+          f"{name}: legend {legend_series(root)}, want {want_legend}")
     # One marker of moekit's per measured row, at its token count.
     tips = [t.text for t in root.iter(NS + "title") if t.text and ": moekit " in t.text]
     check(len(tips) == sum(1 for r in doc["records"] if r.get("ours_ms")),
@@ -155,19 +160,23 @@ def main(plot, outdir):
             ("bench/tests/data/plot_tokens_run.json", check_tokens)]
     for rel, checker in runs:
         doc = json.load(open(os.path.join(ROOT, rel)))
-        svg = draw(plot, os.path.join(ROOT, rel), os.path.join(outdir, os.path.basename(rel)[:-5] + ".svg"))
+        svg = os.path.join(outdir, os.path.basename(rel)[:-5] + ".svg")
+        draw(plot, os.path.join(ROOT, rel), svg)
         if os.path.exists(svg):
             checker(svg, doc)
     # Without OUT: RUN.svg next to RUN.json.
     copy = os.path.join(outdir, "default-name.json")
     shutil.copy(os.path.join(ROOT, "bench/tests/data/plot_tokens_run.json"), copy)
     subprocess.run([plot, copy], capture_output=True)
-    check(os.path.exists(os.path.join(outdir, "default-name.svg")), "no default-name.svg next to the JSON")
+    check(os.path.exists(os.path.join(outdir, "default-name.svg")),
+          "no default-name.svg next to the JSON")
     # Not a run: a clear error, no picture.
     bad = os.path.join(outdir, "not-a-run.json")
     open(bad, "w").write('{"ops": []}')
-    out = subprocess.run([plot, bad, os.path.join(outdir, "not-a-run.svg")], capture_output=True, text=True)
-    check(out.returncode == 1 and "records" in out.stderr, f"not a run: exit {out.returncode}, {out.stderr!r}")
+    out = subprocess.run([plot, bad, os.path.join(outdir, "not-a-run.svg")],
+                         capture_output=True, text=True)
+    check(out.returncode == 1 and "records" in out.stderr,
+          f"not a run: exit {out.returncode}, {out.stderr!r}")
     for f in failures:
         print("FAIL:", f)
     print(f"check_plot: {len(failures)} failures")
