@@ -203,7 +203,8 @@ void draw_row(Svg& svg, const BarRow& row, const BarLayout& lay, const LogAxis& 
   const double base = y + lay.row_h / 2 + 4;
   const char* label_color = !row.not_measured.empty() ? "#888" : row.acc_fail ? "#c0392b" : "#222";
   const double label_right = x0 + BarLayout::kPad + lay.label_w - 6;
-  svg.text(label_right, base, (row.acc_fail ? "✗ " : "") + row.label,
+  svg.text(label_right, base,
+           fit((row.acc_fail ? "✗ " : "") + row.label, BarLayout::kRowFont, lay.label_w - 6),
            {BarLayout::kRowFont, "end", label_color});
   if (!row.not_measured.empty()) {
     svg.text(axis.x0, base, fit(row.not_measured, 10, axis.width + BarLayout::kGap + 90),
