@@ -30,6 +30,28 @@ MOEKIT_BENCH_WEAK void fused_moe_shared_expert(const FusedMoESharedExpertArgs&, 
 MOEKIT_BENCH_WEAK size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs&);
 MOEKIT_BENCH_WEAK void shared_expert_mlp(const SharedExpertMLPArgs&, cudaStream_t);
 
+// The planners (the row's plan column, --candidates).
+MOEKIT_BENCH_WEAK GemmPlan plan_grouped_gemm(const GroupedGemmArgs&);
+MOEKIT_BENCH_WEAK std::vector<GemmPlan> grouped_gemm_plan_candidates(const GroupedGemmArgs&);
+MOEKIT_BENCH_WEAK GemmPlan plan_grouped_gemm_fp8(const GroupedGemmFP8Args&);
+MOEKIT_BENCH_WEAK std::vector<GemmPlan> grouped_gemm_fp8_plan_candidates(const GroupedGemmFP8Args&);
+MOEKIT_BENCH_WEAK MlpPlan plan_expert_mlp(const ExpertMLPArgs&);
+MOEKIT_BENCH_WEAK std::vector<MlpPlan> expert_mlp_plan_candidates(const ExpertMLPArgs&);
+MOEKIT_BENCH_WEAK MlpPlan plan_shared_expert_mlp(const SharedExpertMLPArgs&);
+MOEKIT_BENCH_WEAK std::vector<MlpPlan> shared_expert_mlp_plan_candidates(
+    const SharedExpertMLPArgs&);
+MOEKIT_BENCH_WEAK LayerPlan plan_fused_moe_experts(const FusedMoEExpertsArgs&);
+MOEKIT_BENCH_WEAK std::vector<LayerPlan> fused_moe_experts_plan_candidates(
+    const FusedMoEExpertsArgs&);
+MOEKIT_BENCH_WEAK LayerPlan plan_indexed_expert_mlp(const IndexedExpertMLPArgs&);
+MOEKIT_BENCH_WEAK std::vector<LayerPlan> indexed_expert_mlp_plan_candidates(
+    const IndexedExpertMLPArgs&);
+MOEKIT_BENCH_WEAK LayerPlan plan_fused_moe(const FusedMoEArgs&);
+MOEKIT_BENCH_WEAK std::vector<LayerPlan> fused_moe_plan_candidates(const FusedMoEArgs&);
+MOEKIT_BENCH_WEAK LayerPlan plan_fused_moe_shared_expert(const FusedMoESharedExpertArgs&);
+MOEKIT_BENCH_WEAK std::vector<LayerPlan> fused_moe_shared_expert_plan_candidates(
+    const FusedMoESharedExpertArgs&);
+
 namespace reference {
 MOEKIT_BENCH_WEAK void fused_topk(const FusedTopKArgs&);
 MOEKIT_BENCH_WEAK void moe_permute_align(const PermuteAlignArgs&);
@@ -51,5 +73,13 @@ namespace moekit::bench {
 template <class F>
 bool linked(F* f) {
   return f != nullptr;
+}
+
+// *out = f(args) when f was linked (true); false otherwise.
+template <class R, class A>
+bool call_if_linked(R (*f)(const A&), const A& args, R* out) {
+  if (!linked(f)) return false;
+  *out = f(args);
+  return true;
 }
 }  // namespace moekit::bench
