@@ -75,9 +75,8 @@ class GroupedGemmCase : public PlannedCase<GemmPlan> {
   }
 
   bool query_plans(GemmPlan* pick, std::vector<GemmPlan>* candidates) override {
-    const GroupedGemmArgs g = args(0);
-    call_if_linked(&moekit::grouped_gemm_plan_candidates, g, candidates);
-    return call_if_linked(&moekit::plan_grouped_gemm, g, pick);
+    return ask_planner(&moekit::plan_grouped_gemm, &moekit::grouped_gemm_plan_candidates, args(0),
+                       pick, candidates);
   }
 
   bool ours_linked(std::string* why) const override {
@@ -223,9 +222,8 @@ class GroupedGemmFP8Case : public PlannedCase<GemmPlan> {
   }
 
   bool query_plans(GemmPlan* pick, std::vector<GemmPlan>* candidates) override {
-    const GroupedGemmFP8Args g = args(0);
-    call_if_linked(&moekit::grouped_gemm_fp8_plan_candidates, g, candidates);
-    return call_if_linked(&moekit::plan_grouped_gemm_fp8, g, pick);
+    return ask_planner(&moekit::plan_grouped_gemm_fp8, &moekit::grouped_gemm_fp8_plan_candidates,
+                       args(0), pick, candidates);
   }
 
   bool ours_linked(std::string* why) const override {

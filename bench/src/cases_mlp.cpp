@@ -55,9 +55,8 @@ class ExpertMLPCase : public PlannedCase<MlpPlan> {
   }
 
   bool query_plans(MlpPlan* pick, std::vector<MlpPlan>* candidates) override {
-    const ExpertMLPArgs a = args(0, Workspace{});
-    call_if_linked(&moekit::expert_mlp_plan_candidates, a, candidates);
-    return call_if_linked(&moekit::plan_expert_mlp, a, pick);
+    return ask_planner(&moekit::plan_expert_mlp, &moekit::expert_mlp_plan_candidates,
+                       args(0, Workspace{}), pick, candidates);
   }
 
   bool ours_linked(std::string* why) const override {
@@ -286,19 +285,20 @@ class RoutedCase : public PlannedCase<LayerPlan> {
   bool query_plans(LayerPlan* pick, std::vector<LayerPlan>* candidates) override {
     switch (kind_) {
       case Kind::kExperts:
-        call_if_linked(&moekit::fused_moe_experts_plan_candidates, experts_args(0, {}), candidates);
-        return call_if_linked(&moekit::plan_fused_moe_experts, experts_args(0, {}), pick);
+        return ask_planner(&moekit::plan_fused_moe_experts,
+                           &moekit::fused_moe_experts_plan_candidates, experts_args(0, {}), pick,
+                           candidates);
       case Kind::kIndexed:
-        call_if_linked(&moekit::indexed_expert_mlp_plan_candidates, experts_args(0, {}),
-                       candidates);
-        return call_if_linked(&moekit::plan_indexed_expert_mlp, experts_args(0, {}), pick);
+        return ask_planner(&moekit::plan_indexed_expert_mlp,
+                           &moekit::indexed_expert_mlp_plan_candidates, experts_args(0, {}), pick,
+                           candidates);
       case Kind::kFused:
-        call_if_linked(&moekit::fused_moe_plan_candidates, fused_args(0, {}), candidates);
-        return call_if_linked(&moekit::plan_fused_moe, fused_args(0, {}), pick);
+        return ask_planner(&moekit::plan_fused_moe, &moekit::fused_moe_plan_candidates,
+                           fused_args(0, {}), pick, candidates);
       case Kind::kFusedShared:
-        call_if_linked(&moekit::fused_moe_shared_expert_plan_candidates, shared_args(0, {}),
-                       candidates);
-        return call_if_linked(&moekit::plan_fused_moe_shared_expert, shared_args(0, {}), pick);
+        return ask_planner(&moekit::plan_fused_moe_shared_expert,
+                           &moekit::fused_moe_shared_expert_plan_candidates, shared_args(0, {}),
+                           pick, candidates);
     }
     return false;
   }
@@ -607,9 +607,8 @@ class SharedMLPCase : public PlannedCase<MlpPlan> {
   }
 
   bool query_plans(MlpPlan* pick, std::vector<MlpPlan>* candidates) override {
-    const SharedExpertMLPArgs a = args(0, {});
-    call_if_linked(&moekit::shared_expert_mlp_plan_candidates, a, candidates);
-    return call_if_linked(&moekit::plan_shared_expert_mlp, a, pick);
+    return ask_planner(&moekit::plan_shared_expert_mlp, &moekit::shared_expert_mlp_plan_candidates,
+                       args(0, {}), pick, candidates);
   }
 
   bool ours_linked(std::string* why) const override {

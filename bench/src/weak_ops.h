@@ -75,11 +75,14 @@ bool linked(F* f) {
   return f != nullptr;
 }
 
-// *out = f(args) when f was linked (true); false otherwise.
-template <class R, class A>
-bool call_if_linked(R (*f)(const A&), const A& args, R* out) {
-  if (!linked(f)) return false;
-  *out = f(args);
+// Asks an op's planner (both functions weakly linked) about args: *candidates gets
+// candidates(args) when linked; *pick gets plan(args) when linked (true), else false.
+template <class Plan, class A>
+bool ask_planner(Plan (*plan)(const A&), std::vector<Plan> (*candidates)(const A&), const A& args,
+                 Plan* pick, std::vector<Plan>* listed) {
+  if (linked(candidates)) *listed = candidates(args);
+  if (!linked(plan)) return false;
+  *pick = plan(args);
   return true;
 }
 }  // namespace moekit::bench
