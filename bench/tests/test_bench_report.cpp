@@ -70,14 +70,14 @@ TEST(Report, LaunchFloorOncePerFileAndInTheHeader) {
 
 // The MOEKIT_* knobs set for a run are saved with it (they change what is measured).
 TEST(Report, RecordsTheLibraryKnobsOfTheRun) {
-  const char* env[] = {"PATH=/bin", "MOEKIT_SM90_BN=256", "XMOEKIT_NOT=1", "MOEKIT_DIRECT_REDUCE=2",
+  const char* env[] = {"PATH=/bin", "MOEKIT_B_KNOB=256", "XMOEKIT_NOT=1", "MOEKIT_A_KNOB=2",
                        nullptr};
   RunMeta m = meta();
   m.knobs = moekit_knobs(env);
-  ASSERT_EQ(m.knobs, (std::vector<std::string>{"MOEKIT_DIRECT_REDUCE=2", "MOEKIT_SM90_BN=256"}));
+  ASSERT_EQ(m.knobs, (std::vector<std::string>{"MOEKIT_A_KNOB=2", "MOEKIT_B_KNOB=256"}));
   nlohmann::json j = nlohmann::json::parse(render_json(sample_rows(), m));
-  EXPECT_EQ(j["knobs"], nlohmann::json({"MOEKIT_DIRECT_REDUCE=2", "MOEKIT_SM90_BN=256"}));
-  const std::string line = "knobs: MOEKIT_DIRECT_REDUCE=2 MOEKIT_SM90_BN=256";
+  EXPECT_EQ(j["knobs"], nlohmann::json({"MOEKIT_A_KNOB=2", "MOEKIT_B_KNOB=256"}));
+  const std::string line = "knobs: MOEKIT_A_KNOB=2 MOEKIT_B_KNOB=256";
   EXPECT_NE(render_table(sample_rows(), m).find(line), std::string::npos);
   EXPECT_NE(render_markdown(sample_rows(), m).find(line), std::string::npos);
   const char* none[] = {"HOME=/root", nullptr};
