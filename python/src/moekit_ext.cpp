@@ -786,7 +786,7 @@ void register_op(nb::module_& m, const Op<Args, std::tuple<F...>>& entry,
           arg("workspace_bytes") = 0, entry.doc);
       m.def(
           entry.workspace_query, [p] { return p->workspace_size(Args{}); },
-          "Bytes of the op's optional workspace.");
+          (std::string("Bytes of ") + entry.name + "'s optional workspace.").c_str());
     } else {
       m.def(
           entry.name,
@@ -805,7 +805,8 @@ void register_op(nb::module_& m, const Op<Args, std::tuple<F...>>& entry,
             Converter cv(p->name);
             return p->workspace_size(args_of(cv, v...));
           },
-          std::get<I>(fs).arg(false)..., "Bytes of the op's workspace for these arguments.");
+          std::get<I>(fs).arg(false)...,
+          (std::string("Bytes of ") + entry.name + "'s workspace for these arguments.").c_str());
     }
     m.def(("_t_" + std::string(entry.name)).c_str(),
           [p, args_of](typename F::Py... v, nb::handle ws, uintptr_t stream) {
@@ -818,18 +819,32 @@ void register_op(nb::module_& m, const Op<Args, std::tuple<F...>>& entry,
   }
 }
 
-// Registers every op of kOps and moekit.raw.OPS, their names in table order.
+// The arguments of moekit.raw._t_<op> before the stream: the op's fields, then "ws" where
+// it takes the torch layer's workspace entry.
+template <class Args, class Fields>
+nb::tuple entry_arg_names(const Op<Args, Fields>& entry) {
+  nb::list names;
+  std::apply([&](const auto&... f) { (names.append(f.name), ...); }, entry.fields);
+  if constexpr (HasWorkspace<Args>::value) names.append("ws");
+  return nb::tuple(names);
+}
+
+// Registers every op of kOps; moekit.raw.OPS: their names in table order, and
+// moekit.raw._ENTRY_ARGS: each op's entry_arg_names (the torch layer builds its calls of
+// the _t_<op> entry points from them).
 void register_ops(nb::module_& m) {
   nb::list names;
+  nb::dict entry_args;
   std::apply(
       [&](const auto&... entry) {
         ((register_op(m, entry,
                       std::make_index_sequence<std::tuple_size_v<decltype(entry.fields)>>{}),
-          names.append(entry.name)),
+          names.append(entry.name), entry_args[entry.name] = entry_arg_names(entry)),
          ...);
       },
       kOps);
   m.attr("OPS") = nb::tuple(names);
+  m.attr("_ENTRY_ARGS") = entry_args;
 }
 
 }  // namespace
