@@ -12,12 +12,17 @@ a dispatch or function mode (FakeTensorMode, make_fx, FlopCounterMode, ...), or 
 tensor subclass. ``set_eager_fast_path(False)`` (or ``MOEKIT_EAGER_FAST_PATH=0``)
 always takes the dispatcher.
 
+Each op is one entry of the table ``_OPS`` (below): its public function, CUDA kernel,
+fake implementation and schema are generated from that entry and from the extension's
+own table (docs/python.md, "How the binding is built").
+
 All tensors must be contiguous CUDA tensors on one device. The ops are not
 differentiable (inference kernels). Shapes: T tokens, H hidden, E experts, K top_k,
 F expert intermediate size, S shared intermediate size, P permuted rows.
 """
 
 import inspect as _inspect
+import linecache as _linecache
 import os
 import threading
 
@@ -264,8 +269,9 @@ _new_empty = torch.Tensor.new_empty
 # An op's output rule allocates its outputs from its arguments: rule(ctx, <the arguments
 # it names>). ctx is the launch context (device, stream) in the CUDA kernel and None in
 # the fake (meta) implementation; both allocate with the first tensor's new_empty, so the
-# CUDA kernel's outputs have the fake's shapes and dtypes. Sizes come from _dims, so that
-# a wrong rank still gets outputs, and then the C++ op's message naming the argument.
+# CUDA kernel's outputs have the fake's shapes and dtypes. The sizes go as separate ints
+# (cheaper than a shape tuple: docs/python.md) and come from _dims, so that a wrong rank
+# still gets outputs, and then the C++ op's message naming the argument.
 
 
 def _topk_rule(ctx, gating_output, top_k):
@@ -281,7 +287,7 @@ def _topk_rule(ctx, gating_output, top_k):
         return _topk_outputs(gating_output, T, _nonneg(top_k), ctx[0], ctx[1], key)
     T, _ = _dims(gating_output, 2)
     K = _nonneg(top_k)
-    return gating_output.new_empty((T, K), dtype=_f32), gating_output.new_empty((T, K), dtype=_i32)
+    return gating_output.new_empty(T, K, dtype=_f32), gating_output.new_empty(T, K, dtype=_i32)
 
 
 # fused_topk's two outputs, [T, K] f32 and i32, are the most expensive part of its eager
@@ -338,7 +344,7 @@ def _pre_permute_rule(ctx, hidden_states, local_expert_ids, num_local_experts, a
     _, H = _dims(hidden_states, 2)
     E = _nonneg(num_local_experts)
     return (
-        hidden_states.new_empty((T * K + E * _nonneg(alignment - 1), H)),
+        hidden_states.new_empty(T * K + E * _nonneg(alignment - 1), H),
         hidden_states.new_empty(E, dtype=_i32),
         hidden_states.new_empty(T * K, dtype=_i32),
     )
@@ -357,13 +363,13 @@ def _grouped_gemm_rule(ctx, a, b, masked, activation, out_dtype):
     _, Nb, _ = _dims(b, 3)
     N = Nb // 2 if activation == "silu_and_mul" else Nb
     shape = tuple(_dims(a, 3)[:2]) + (N,) if masked else (_dims(a, 2)[0], N)
-    return a.new_empty(shape, dtype=out_dtype if out_dtype is not None else a.dtype)
+    return a.new_empty(*shape, dtype=out_dtype if out_dtype is not None else a.dtype)
 
 
 def _grouped_gemm_fp8_rule(ctx, a, b):
     E, M, _ = _dims(a, 3)
     _, N, _ = _dims(b, 3)
-    return a.new_empty((E, M, N), dtype=_bf16)
+    return a.new_empty(E, M, N, dtype=_bf16)
 
 
 # ---------------------------------------------------------------- the op table
@@ -639,7 +645,7 @@ def _define(op):
         elif field in op.derived:
             entry.append(op.derived[field])
         else:
-            raise AssertionError(f"moekit.ops: {op.name}'s C++ field {field!r} is not in its table entry")
+            raise AssertionError(f"moekit.ops: {op.name}: C++ field {field!r} not in the table")
     src = _TEMPLATE.format(
         name=op.name,
         sig=", ".join(n if d is None else f"{n}={d}" for _, n, d in params),
@@ -652,7 +658,9 @@ def _define(op):
         fake=fake,
         entry=", ".join(entry),
     )
-    exec(compile(src, f"<moekit.ops {op.name}>", "exec"), globals())
+    filename = f"<moekit.ops {op.name}>"
+    _linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks
+    exec(compile(src, filename, "exec"), globals())
     globals()[op.name].__doc__ = op.doc
     globals()["_t_" + op.name] = getattr(_raw, "_t_" + op.name)
     outputs = ", ".join("Tensor " + o for o in op.outputs)
@@ -694,4 +702,4 @@ for _op in _OPS:
     _lib.impl(_op.name, _cpu_kernel(_op.name), "CPU")
     torch.library.register_fake(f"moekit::{_op.name}", globals()[f"_{_op.name}_fake"], lib=_lib)
     globals()["_op_" + _op.name] = getattr(torch.ops.moekit, _op.name).default
-assert [o.name for o in _OPS] == list(_raw.OPS), "torch layer and raw binding disagree on the op list"
+assert [o.name for o in _OPS] == list(_raw.OPS), "the torch layer and the extension disagree"
