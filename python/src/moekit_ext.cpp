@@ -772,16 +772,19 @@ void register_op(nb::module_& m, const Op<Args, std::tuple<F...>>& entry,
           },
           std::get<I>(fs).arg(false)..., arg("stream"));
   } else {
+    // The raw op with the caller's workspace (pointer and bytes as ints).
+    auto run_raw = [p, args_of](uintptr_t workspace, size_t workspace_bytes, uintptr_t stream,
+                                typename F::Py... v) {
+      Converter cv(p->name);
+      Args a = args_of(cv, v...);
+      workspace_of(a) = as_workspace(workspace, workspace_bytes);
+      p->run(a, as_stream(stream));
+    };
     if (entry.workspace == WorkspaceUse::kOptional) {
       m.def(
           entry.name,
-          [p, args_of](typename F::Py... v, uintptr_t stream, uintptr_t workspace,
-                       size_t workspace_bytes) {
-            Converter cv(p->name);
-            Args a = args_of(cv, v...);
-            workspace_of(a) = as_workspace(workspace, workspace_bytes);
-            p->run(a, as_stream(stream));
-          },
+          [run_raw](typename F::Py... v, uintptr_t stream, uintptr_t workspace,
+                    size_t workspace_bytes) { run_raw(workspace, workspace_bytes, stream, v...); },
           std::get<I>(fs).arg(defaults)..., arg("stream") = 0, arg("workspace") = 0,
           arg("workspace_bytes") = 0, entry.doc);
       m.def(
@@ -790,13 +793,8 @@ void register_op(nb::module_& m, const Op<Args, std::tuple<F...>>& entry,
     } else {
       m.def(
           entry.name,
-          [p, args_of](typename F::Py... v, uintptr_t workspace, size_t workspace_bytes,
-                       uintptr_t stream) {
-            Converter cv(p->name);
-            Args a = args_of(cv, v...);
-            workspace_of(a) = as_workspace(workspace, workspace_bytes);
-            p->run(a, as_stream(stream));
-          },
+          [run_raw](typename F::Py... v, uintptr_t workspace, size_t workspace_bytes,
+                    uintptr_t stream) { run_raw(workspace, workspace_bytes, stream, v...); },
           std::get<I>(fs).arg(defaults)..., arg("workspace"), arg("workspace_bytes"),
           arg("stream") = 0, entry.doc);
       m.def(
