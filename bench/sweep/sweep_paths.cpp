@@ -12,8 +12,6 @@
 #include "mlp/streamk_mlp.h"
 #include "moe/moe_internal.h"
 #include "moekit/tensor.h"
-#include "permute/permute_kernels.h"
-#include "routing/fused_topk_kernel.h"
 
 namespace moekit::sweep {
 namespace {
@@ -37,12 +35,6 @@ const IntKnob kIntKnobs[] = {
     {&Knobs::direct_reduce, -1, detail::direct_mlp_reduce_override},
     {&Knobs::direct_split, 0, detail::direct_mlp_split_override},
     {&Knobs::routed_path, 0, detail::routed_path_override},
-    {&Knobs::topk_variant, 0, detail::fused_topk_variant_override},
-    {&Knobs::topk_trigger, -1, detail::fused_topk_trigger_mode_override},
-    {&Knobs::align_variant, 0, detail::permute_align_variant_override},
-    {&Knobs::post_variant, 0, detail::post_permute_variant_override},
-    {&Knobs::post_threads, 0, detail::post_permute_threads_override},
-    {&Knobs::pre_rows, 0, detail::pre_permute_rows_override},
     {&Knobs::pdl, 0, detail::pdl_override},
 };
 constexpr int kIntKnobCount = sizeof(kIntKnobs) / sizeof(kIntKnobs[0]);
