@@ -54,6 +54,7 @@
 #include "gemm/mma/epilogue.cuh"
 #include "gemm/mma/tile_scheduler.cuh"
 #include "gemm/sm90/consumer.cuh"  // run_cooperative_tile
+#include "core/device.h"
 #include "gemm/sm90/device.h"
 #include "gemm/sm90/epilogue.cuh"    // quad_transpose, store_4_blocks, store_accumulators
 #include "gemm/sm90/hang_trace.cuh"  // Sm90Pipeline
@@ -353,14 +354,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 #endif
 }
 
+// The launchers' SM count (device_props(); an H100 / H200's when unknown).
 inline int device_sm_count() {
-  int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 132;
-  }
-  return count;
+  return device_props().sms > 0 ? device_props().sms : 132;
 }
 
 // In: __nv_bfloat16 / __half (pointer type of the problem); T: the matching CuTe type.
@@ -489,13 +485,11 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
   if constexpr (PAIR == kPairNone && BN == 256) {
     if (!kn.epi) kernel = sm90_grouped_gemm_kernel<Cfg, T, Out, 0>;
   }
-  {
-    // One wave at most (by the host's bound; (pair) tiles per cluster): nothing to balance,
-    // no zeroing to pay. Paired: rank 0 claims, rank 1 receives (PairMailbox).
-    unsigned* counter = tiles > device_sm_count() / Cfg::CLUSTER ? prob.tile_counter : nullptr;
-    p.tile_counter = sm90_tile_counter(counter, /*pingpong=*/false, rows.mode == kRowsDense, stream,
-                                       op, &p.dynamic_waves);
-  }
+  // The plan's schedule (plan_gemm: dynamic only on grouped rows past one wave). Paired:
+  // rank 0 claims, rank 1 receives (PairMailbox).
+  unsigned* counter =
+      prob.plan.schedule == GemmSchedule::kDynamic ? prob.tile_counter : nullptr;
+  p.tile_counter = sm90_tile_counter(counter, stream, op, &p.dynamic_waves);
   // Persistent: one block per SM (at most as many as the tile upper bound).
   launch_persistent<Cfg>(kernel, p, tiles, smem, stream, op);
 }
