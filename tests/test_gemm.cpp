@@ -425,7 +425,7 @@ TEST(GemmPlannerRules, DecodeForFewRowsPerGroupSm90ForMany) {
   EXPECT_EQ(kernel_of(p), GemmKernel::kSm90);
   p.m = 32768;  // 128 rows per expert: the adaptive pairs
   EXPECT_EQ(kernel_of(p), GemmKernel::kSm90Pairs);
-    // Epilogue-heavy standalone GEMMs: the pairs too.
+  // Epilogue-heavy standalone GEMMs: the pairs too.
   p.activation = Activation::kSiluAndMul;
   EXPECT_EQ(kernel_of(p), GemmKernel::kSm90Pairs);
   p.activation = Activation::kNone;
@@ -475,7 +475,7 @@ TEST(GemmPlannerRules, DecodeForFewRowsPerGroupSm90ForMany) {
   dense.activation = Activation::kSiluAndMul;
   EXPECT_EQ(kernel_of(dense), GemmKernel::kDecodeSplitK);
   EXPECT_EQ(split_of(dense), 3);  // least waves x (slices + CTA cost)
-  dense.n = 36864;                                   // 576 tiles, over two waves: no split
+  dense.n = 36864;                // 576 tiles, over two waves: no split
   EXPECT_EQ(kernel_of(dense), GemmKernel::kDecode);
   dense.activation = Activation::kNone;
   dense.k = 0;  // nothing to split

@@ -65,8 +65,8 @@ std::vector<GemmSeed> gemm_seeds() {
        "decode_stream_deep 32x128"},
       {"ds-v3-prefill-mlp-up", gemm(C, 256, 32768, 4096, 7168, false, false, c),
        "sm90_pairs 128x256 dynamic"},
-      {"ds-v3-prefill-mlp-up without workspace", gemm(C, 256, 32768, 4096, 7168, false, false, nullptr),
-       "sm90_pairs 128x256"},
+      {"ds-v3-prefill-mlp-up without workspace",
+       gemm(C, 256, 32768, 4096, 7168, false, false, nullptr), "sm90_pairs 128x256"},
       {"ds-v3-decode-down", gemm(C, 256, 4096, 7168, 2048, false, false, c),
        "decode_persistent 32x128"},
       {"ds-v3-prefill-down", gemm(C, 256, 32768, 7168, 2048, false, false, c),
@@ -173,7 +173,8 @@ TEST(GemmPlanner, EveryCandidatePassesTheRejectionCheck) {
     const std::vector<GemmPlan> all = detail::gemm_plan_candidates(s.p, h200);
     EXPECT_GE(all.size(), 10u) << s.name;
     for (const GemmPlan& plan : all) {
-      EXPECT_EQ(detail::gemm_plan_rejection(plan, s.p, h200), "") << s.name << " " << to_string(plan);
+      EXPECT_EQ(detail::gemm_plan_rejection(plan, s.p, h200), "")
+          << s.name << " " << to_string(plan);
     }
   }
   for (const MlpSeed& s : mlp_seeds()) {
@@ -198,8 +199,8 @@ void expect_rejected(const GemmPlan& plan, const GroupedGemmProblem& p, const Ge
 TEST(GemmPlanner, BadPlansAreRejectedWithAReason) {
   const GemmDevice h200(detail::h200_props());
   const GemmDevice none;  // no GPU
-  GroupedGemmProblem p = gemm(GemmRows::kContiguous, 256, 32768, 2048, 7168, true, false,
-                              &g_counters[0]);
+  GroupedGemmProblem p =
+      gemm(GemmRows::kContiguous, 256, 32768, 2048, 7168, true, false, &g_counters[0]);
   GemmPlan plan{GemmKernel::kSm90, 128, 224, 1, GemmSchedule::kStatic};
   expect_rejected(plan, p, h200, "128x224 (no silu_and_mul)");
   plan = {GemmKernel::kSm90, 128, 256, 1, GemmSchedule::kStatic};
@@ -284,13 +285,11 @@ TEST(GemmPlanner, Fp8PlansTheSm90KernelWhereItTakesTheProblem) {
   EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, GemmDevice())), "fp8_decode 32x128");
   p.k = 0;
   EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, h200)), "fp8_decode 32x128");
-  EXPECT_NE(detail::gemm_fp8_plan_rejection(GemmPlan{GemmKernel::kFp8Sm90, 128, 128, 1,
-                                                     GemmSchedule::kStatic},
-                                            p, h200),
+  EXPECT_NE(detail::gemm_fp8_plan_rejection(
+                GemmPlan{GemmKernel::kFp8Sm90, 128, 128, 1, GemmSchedule::kStatic}, p, h200),
             "");
-  EXPECT_NE(detail::gemm_fp8_plan_rejection(GemmPlan{GemmKernel::kDecode, 32, 128, 1,
-                                                     GemmSchedule::kStatic},
-                                            p, h200),
+  EXPECT_NE(detail::gemm_fp8_plan_rejection(
+                GemmPlan{GemmKernel::kDecode, 32, 128, 1, GemmSchedule::kStatic}, p, h200),
             "");
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/mma/split_k.h"
@@ -157,7 +158,17 @@ TEST(GemmTiming, DISABLED_DeepSeekV3Shapes) {
     int64_t end = 0;
     for (int e = 0; e < E; ++e) ends[e] = static_cast<int32_t>(end += counts[e]);
     cudaMemcpy(meta.p, ends.data(), E * 4, cudaMemcpyHostToDevice);
-    for (int config = -1; config < detail::kGemmConfigCount; ++config) {
+    detail::GroupedGemmProblem shape;
+    shape.num_groups = sc.P ? E : 1;
+    shape.n = sc.silu ? N / 2 : N;
+    shape.k = K;
+    shape.activation = sc.silu ? Activation::kSiluAndMul : Activation::kNone;
+    shape.rows = sc.P ? detail::GemmRows::kContiguous : detail::GemmRows::kDense;
+    shape.m = P;
+    const detail::GemmDevice device = detail::current_gemm_device();
+    std::vector<GemmPlan> plans = {detail::plan_gemm(shape, device)};  // the planner's first
+    for (const GemmPlan& c : detail::gemm_plan_candidates(shape, device)) plans.push_back(c);
+    for (size_t pi = 0; pi < plans.size(); ++pi) {
       detail::GroupedGemmProblem p;
       p.in_dtype = p.out_dtype = DType::kBF16;
       p.a = a.p;
@@ -171,18 +182,18 @@ TEST(GemmTiming, DISABLED_DeepSeekV3Shapes) {
       p.layout_metadata = static_cast<const int32_t*>(meta.p);
       p.alignment = 1;
       p.m = P;
-      p.config = config;
-      const int picked = detail::select_grouped_gemm_config(p);
+      p.plan = plans[pi];
       const float ms = time_ms([&] { detail::run_grouped_gemm(p, nullptr); });
       const double flops = 2.0 * P * N * K;
       const double bytes =
           double(p.num_groups) * N * K * 2 + double(P) * K * 2 + double(P) * p.n * 2;
       std::printf(
-          "bf16 %-7s P=%-6lld %-8s %-4s config=%2d (ran %d): %8.3f ms  %7.1f TFLOP/s  "
+          "bf16 %-7s P=%-6lld %-8s %-4s %-8s %-32s: %8.3f ms  %7.1f TFLOP/s  "
           "%7.1f GB/s\n",
           sc.P ? "grouped" : "dense", static_cast<long long>(P),
-          sc.balanced ? "balanced" : "random", sc.silu ? "silu" : "none", config, picked, ms,
-          flops / ms / 1e9, bytes / ms / 1e6);
+          sc.balanced ? "balanced" : "random", sc.silu ? "silu" : "none",
+          pi == 0 ? "planner" : "forced", to_string(plans[pi]).c_str(), ms, flops / ms / 1e9,
+          bytes / ms / 1e6);
     }
   }
 
@@ -199,7 +210,15 @@ TEST(GemmTiming, DISABLED_DeepSeekV3Shapes) {
     std::vector<int32_t> counts = multinomial_counts(T, E8, 11 + T);
     for (int32_t& x : counts) x = std::min<int32_t>(x, static_cast<int32_t>(max_m));
     cudaMemcpy(meta8.p, counts.data(), E8 * 4, cudaMemcpyHostToDevice);
-    for (int config = -1; config < detail::kFp8ConfigCount; ++config) {
+    detail::GroupedGemmFP8Problem shape;
+    shape.num_groups = E8;
+    shape.max_m = max_m;
+    shape.n = N;
+    shape.k = K;
+    const detail::GemmDevice device = detail::current_gemm_device();
+    std::vector<GemmPlan> plans = {detail::plan_gemm_fp8(shape, device)};
+    for (const GemmPlan& c : detail::gemm_fp8_plan_candidates(shape, device)) plans.push_back(c);
+    for (size_t pi = 0; pi < plans.size(); ++pi) {
       detail::GroupedGemmFP8Problem p;
       p.a = a8.p;
       p.a_scale = static_cast<const float*>(as.p);
@@ -211,30 +230,29 @@ TEST(GemmTiming, DISABLED_DeepSeekV3Shapes) {
       p.max_m = max_m;
       p.n = N;
       p.k = K;
-      p.config = config;
-      const int picked = detail::select_grouped_gemm_fp8_config(p);
+      p.plan = plans[pi];
       const float ms = time_ms([&] { detail::run_grouped_gemm_fp8(p, nullptr); });
       int64_t rows = 0;
       for (int32_t x : counts) rows += x;
       const double bytes = double(E8) * N * K + double(rows) * K + double(rows) * N * 2;
       std::printf(
-          "fp8 masked E=32 max_m=64 T=%-5lld config=%2d (ran %d): %8.3f ms  %7.1f TFLOP/s  %7.1f "
+          "fp8 masked E=32 max_m=64 T=%-5lld %-8s %-20s: %8.3f ms  %7.1f TFLOP/s  %7.1f "
           "GB/s\n",
-          static_cast<long long>(T), config, picked, ms, 2.0 * rows * N * K / ms / 1e9,
-          bytes / ms / 1e6);
+          static_cast<long long>(T), pi == 0 ? "planner" : "forced", to_string(plans[pi]).c_str(),
+          ms, 2.0 * rows * N * K / ms / 1e9, bytes / ms / 1e6);
     }
   }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
-// Per-GEMM sweep of the decode-regime configs on the small bench rows (issue 5): the
+// Per-GEMM sweep of the decode-regime (mma.sync) plans on the small bench rows (issue 5): the
 // two GEMMs of SharedExpertMLPFwd ds-v3-t32, glm45-t32, kimi-k2-t1 (gate_up with
 // silu_and_mul, then down) and MoEGroupedGemmFwd qwen3-30b-ep8-routed256 / -decode. Each
 // cell is a CUDA graph of kCalls back-to-back calls rotating over >= 128 MB of weight
 // copies (more than twice the 50 MB L2), so the weights come from HBM as in the bench;
 // the time is the best of 3 graph launches / kCalls. Prints the co-resident clusters per
-// split first, one line per (shape, config, split), the best cell per shape, then each
-// MLP (gate_up + down) at the heuristic's and at the best cells. Run (one line):
+// split first, one line per (shape, plan), the best plan per shape, then each MLP
+// (gate_up + down) at the planner's and at the best plans. Run (one line):
 //   build-gpu/tests/test_gemm --gtest_also_run_disabled_tests
 //   --gtest_filter=GemmTiming.DISABLED_DecodeSplitSweep
 // (~15 s on an H200; docs/gemm.md "Decode split-K").
@@ -246,14 +264,15 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
 
   // Co-resident clusters of the split kernel per cluster size (GPC packing decides
-  // whether tiles x split CTAs fit one wave); the heuristic reads the same table.
+  // whether tiles x split CTAs fit one wave); the planner reads the same table.
   // Queried here, before any capture.
+  const detail::GemmDevice device = detail::current_gemm_device();
   {
-    const int* cap = detail::splitk_cluster_capacity_table();
+    const int* cap = device.splitk_clusters.data();
     std::printf("split-K co-resident clusters (SMs %d, %d CTAs/SM):", sms,
                 detail::kDecodeBlocksPerSm);
     for (int s = 1; s <= detail::kMaxSplitK; ++s) {
-      std::printf(" %d:%d (%d CTAs)", s, cap ? cap[s] : -1, cap ? cap[s] * s : -1);
+      std::printf(" %d:%d (%d CTAs)", s, cap[s], cap[s] * s);
     }
     std::printf("\n");
   }
@@ -275,14 +294,11 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
       {"routed256 (16x16)", 16, 1536, 2048, false, 16, 16},
       {"qwen3-ep8-dec (8x1)", 1, 1536, 2048, false, 16, 8},
   };
+  // A cell: the planner's plan (forced false) or a forced candidate.
   struct Cell {
-    int config, split;  // config -1 = heuristic
+    bool forced = false;
+    GemmPlan plan;
   };
-  std::vector<Cell> cells = {{-1, 0}, {0, 0}, {4, 0}, {5, 0}};
-  for (int s = 2; s <= detail::kMaxSplitK; ++s) cells.push_back({3, s});
-  for (int config : {4, 5}) {
-    for (int s : {2, 3, 4, 6, 8}) cells.push_back({config, s});
-  }
 
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
@@ -325,10 +341,10 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
     cudaGetLastError();
     return us;
   };
-  std::vector<Cell> best_cell(std::size(shapes), Cell{-1, 0});
+  std::vector<Cell> best_cell(std::size(shapes));
 
   std::printf("%-20s %6s %6s %6s %4s | %-10s %5s | %9s %8s | %s\n", "shape", "m", "n", "k", "silu",
-              "config", "split", "us", "GB/s", "notes");
+              "plan", "split", "us", "GB/s", "notes");
   for (size_t si = 0; si < std::size(shapes); ++si) {
     const Shape& sh = shapes[si];
     const int groups = sh.groups > 0 ? sh.groups : 1;
@@ -355,6 +371,19 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
         double(b_bytes) / groups * active + double(rows) * sh.k * 2 + double(rows) * sh.n * 2;
     float best_us = 1e30f;
     std::string best;
+    detail::GroupedGemmProblem shape;
+    shape.num_groups = groups;
+    shape.n = sh.n;
+    shape.k = sh.k;
+    shape.activation = sh.silu ? Activation::kSiluAndMul : Activation::kNone;
+    shape.rows = sh.groups > 0 ? detail::GemmRows::kContiguous : detail::GemmRows::kDense;
+    shape.m = rows;
+    std::vector<Cell> cells = {Cell{false, detail::plan_gemm(shape, device)}};
+    for (const GemmPlan& c : detail::gemm_plan_candidates(shape, device)) {
+      if (c.kernel != GemmKernel::kSm90 && c.kernel != GemmKernel::kSm90Pairs) {
+        cells.push_back(Cell{true, c});
+      }
+    }
     for (const Cell& cell : cells) {
       detail::GroupedGemmProblem p;
       p.in_dtype = p.out_dtype = DType::kBF16;
@@ -368,13 +397,8 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
       p.layout_metadata = static_cast<const int32_t*>(meta.p);
       p.alignment = 1;
       p.m = rows;
-      p.config = cell.config;
-      p.split_k = cell.split;
-      const int ran = detail::select_grouped_gemm_config(p);
-      const int ran_split =
-          ran == detail::kGemmConfigDecodeSplitK || cell.split >= 2
-              ? detail::decode_split_k(p, sms, detail::splitk_cluster_capacity_table())
-              : 0;
+      p.plan = cell.plan;
+      const int ran_split = cell.plan.split > 1 ? cell.plan.split : 0;
       std::string err;
       const float us = time_graph(
           [&](int i) {
@@ -382,35 +406,30 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
             detail::run_grouped_gemm(p, stream);
           },
           err);
-      char cfg[32];
-      if (cell.config < 0) {
-        std::snprintf(cfg, sizeof cfg, "heur->%d", ran);
-      } else {
-        std::snprintf(cfg, sizeof cfg, "%d", cell.config);
-      }
+      const std::string cfg = (cell.forced ? "" : "planner: ") + to_string(cell.plan);
       const int64_t tiles = detail::decode_tiles_upper(p);
       std::printf(
           "%-20s %6lld %6lld %6lld %4s | %-10s %5d | %9.2f %8.0f | tiles %lld x split = %lld CTAs, "
           "k slices/CTA %lld, copies %d %s\n",
           sh.name, static_cast<long long>(rows), static_cast<long long>(sh.n),
-          static_cast<long long>(sh.k), sh.silu ? "yes" : "no", cfg, ran_split, us,
+          static_cast<long long>(sh.k), sh.silu ? "yes" : "no", cfg.c_str(), ran_split, us,
           us > 0 ? bytes / us / 1e3 : 0.0, static_cast<long long>(tiles),
           static_cast<long long>(tiles * (ran_split > 0 ? ran_split : 1)),
           static_cast<long long>(sh.k * 2 / detail::kDecodeBKBytes /
                                  (ran_split > 0 ? ran_split : 1)),
           copies, err.c_str());
-      if (cell.config >= 0 && us > 0 && us < best_us) {
+      if (cell.forced && us > 0 && us < best_us) {
         best_us = us;
         best_cell[si] = cell;
-        best = std::string(cfg) + (ran_split ? " split " + std::to_string(ran_split) : "");
+        best = cfg;
       }
     }
-    std::printf("%-20s best: config %s %.2f us\n", sh.name, best.c_str(), best_us);
+    std::printf("%-20s best: %s %.2f us\n", sh.name, best.c_str(), best_us);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
 
   // The three MLPs as the op runs them (gate_up with silu_and_mul into h, then down),
-  // at the heuristic's cells and at the best cell of each GEMM above: is the MLP the sum
+  // at the planner's plans and at the best plan of each GEMM above: is the MLP the sum
   // of its parts? (kCalls MLPs, weights rotating over >= 128 MB as above.)
   for (size_t si = 0; si + 1 < std::size(shapes) && shapes[si].silu; si += 2) {
     const Shape& up = shapes[si];
@@ -432,13 +451,12 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
       p.activation = sh.silu ? Activation::kSiluAndMul : Activation::kNone;
       p.rows = detail::GemmRows::kDense;
       p.m = sh.m;
-      p.config = cell.config;
-      p.split_k = cell.split;
+      p.plan = cell.forced ? cell.plan : detail::plan_gemm(p, device);
       return p;
     };
     for (int variant = 0; variant < 2; ++variant) {
-      const Cell cu = variant ? best_cell[si] : Cell{-1, 0};
-      const Cell cd = variant ? best_cell[si + 1] : Cell{-1, 0};
+      const Cell cu = variant ? best_cell[si] : Cell{};
+      const Cell cd = variant ? best_cell[si + 1] : Cell{};
       detail::GroupedGemmProblem pu = problem(up, cu, x.p, h.p);
       detail::GroupedGemmProblem pd = problem(dn, cd, h.p, y.p);
       std::string err;
@@ -450,136 +468,11 @@ TEST(GemmTiming, DISABLED_DecodeSplitSweep) {
             detail::run_grouped_gemm(pd, stream);
           },
           err);
-      std::printf(
-          "MLP %-10.10s %s: gate_up config %d split %d + down config %d split %d: %8.2f us  %8.0f "
-          "GB/s %s\n",
-          up.name, variant ? "best cells" : "heuristic ", cu.config, cu.split, cd.config, cd.split,
-          us, us > 0 ? (w.bytes() + 2.0 * m * (H + I)) / us / 1e3 : 0.0, err.c_str());
+      std::printf("MLP %-10.10s %s: gate_up %s + down %s: %8.2f us  %8.0f GB/s %s\n", up.name,
+                  variant ? "best plans" : "planner   ", to_string(pu.plan).c_str(),
+                  to_string(pd.plan).c_str(), us,
+                  us > 0 ? (w.bytes() + 2.0 * m * (H + I)) / us / 1e3 : 0.0, err.c_str());
     }
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  cudaStreamDestroy(stream);
-}
-
-// The opt-in PDL chain of an MLP's two GEMMs (run_grouped_gemm_pair, gemm_pdl_override();
-// docs/gemm.md "PDL chain of an MLP's GEMMs") on the three SharedExpertMLPFwd rows of
-// issue 5, bf16: a CUDA graph of kCalls back-to-back MLP calls (gate_up + silu_and_mul
-// into h, then down; weights rotating over >= 128 MB of copies, so they come from HBM),
-// chain off vs on, interleaved over 3 rounds, best graph launch / kCalls each; the
-// outputs of both must be equal. Also each GEMM alone (plain) for the sum. Run:
-//   build-gpu/tests/test_gemm --gtest_also_run_disabled_tests
-//   --gtest_filter=GemmTiming.DISABLED_MlpPdlChain
-TEST(GemmTiming, DISABLED_MlpPdlChain) {
-  MOEKIT_REQUIRE_GPU();
-  constexpr int kCalls = 200;
-  constexpr int64_t kRotateBytes = int64_t{128} << 20;
-  struct Row {
-    const char* name;
-    int64_t m, H, I;
-  };
-  const Row rows[] = {
-      {"ds-v3-t32", 32, 7168, 2048}, {"glm45-t32", 32, 5120, 1536}, {"kimi-k2-t1", 1, 7168, 18432}};
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  const int prev_override = detail::gemm_pdl_override();
-  // A graph of kCalls calls of `call(i)`, with the chain override `pdl` while capturing.
-  auto capture = [&](int pdl, const std::function<void(int)>& call) -> cudaGraphExec_t {
-    detail::gemm_pdl_override() = pdl;
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    for (int i = 0; i < kCalls; ++i) call(i);
-    EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    cudaGraphDestroy(graph);
-    detail::gemm_pdl_override() = prev_override;
-    cudaGraphLaunch(exec, stream);  // warm-up
-    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    return exec;
-  };
-  auto launch_us = [&](cudaGraphExec_t exec) {
-    cudaEventRecord(e0, stream);
-    cudaGraphLaunch(exec, stream);
-    cudaEventRecord(e1, stream);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    return ms * 1000.f / kCalls;
-  };
-  std::printf("%-11s | %9s %9s | %9s %9s %7s | %s\n", "row", "gate_up", "down", "MLP plain",
-              "MLP PDL", "gain", "configs (gate_up / down), weight copies");
-  for (const Row& row : rows) {
-    const int64_t m = row.m, H = row.H, I = row.I;
-    const MlpBuffers w(m, H, I, kRotateBytes);
-    const int copies = w.copies();
-    const auto& wu = w.gate_up;
-    const auto& wd = w.down;
-    const Buf &x = w.x, &h = w.h, &y = w.y;
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    detail::GroupedGemmProblem up;
-    up.in_dtype = up.out_dtype = DType::kBF16;
-    up.a = x.p;
-    up.c = h.p;
-    up.n = I;
-    up.k = H;
-    up.activation = Activation::kSiluAndMul;
-    up.rows = detail::GemmRows::kDense;
-    up.m = m;
-    detail::GroupedGemmProblem down = up;
-    down.a = h.p;
-    down.c = y.p;
-    down.n = H;
-    down.k = I;
-    down.activation = Activation::kNone;
-    detail::gemm_pdl_override() = 1;
-    const bool chained = detail::gemm_pdl_chain(up, down);
-    detail::gemm_pdl_override() = prev_override;
-    auto mlp = [&](int i) {
-      up.b = wu[i % copies]->p;
-      down.b = wd[i % copies]->p;
-      detail::run_grouped_gemm_pair(up, down, stream);
-    };
-    cudaGraphExec_t g_plain = capture(2, mlp);
-    std::vector<uint8_t> y_plain(static_cast<size_t>(m * H * 2)), y_pdl(y_plain.size());
-    cudaMemcpy(y_plain.data(), y.p, y_plain.size(), cudaMemcpyDeviceToHost);
-    cudaMemset(y.p, 0xFF, y_plain.size());
-    cudaGraphExec_t g_pdl = capture(1, mlp);
-    cudaMemcpy(y_pdl.data(), y.p, y_pdl.size(), cudaMemcpyDeviceToHost);
-    EXPECT_EQ(std::memcmp(y_plain.data(), y_pdl.data(), y_plain.size()), 0) << row.name;
-    cudaGraphExec_t g_up = capture(2, [&](int i) {
-      up.b = wu[i % copies]->p;
-      detail::run_grouped_gemm(up, stream);
-    });
-    cudaGraphExec_t g_down = capture(2, [&](int i) {
-      down.b = wd[i % copies]->p;
-      detail::run_grouped_gemm(down, stream);
-    });
-    float best_plain = 1e30f, best_pdl = 1e30f, best_up = 1e30f, best_down = 1e30f;
-    for (int r = 0; r < 3; ++r) {  // interleaved: clock and thermal drift hit both alike
-      best_plain = std::min(best_plain, launch_us(g_plain));
-      best_pdl = std::min(best_pdl, launch_us(g_pdl));
-      best_up = std::min(best_up, launch_us(g_up));
-      best_down = std::min(best_down, launch_us(g_down));
-    }
-    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const int sms = split_k_sms();
-    const int cu = detail::select_grouped_gemm_config(up),
-              cd = detail::select_grouped_gemm_config(down);
-    const int su = cu == detail::kGemmConfigDecodeSplitK
-                       ? detail::decode_split_k(up, sms, detail::splitk_cluster_capacity_table())
-                       : 0;
-    const int sd = cd == detail::kGemmConfigDecodeSplitK
-                       ? detail::decode_split_k(down, sms, detail::splitk_cluster_capacity_table())
-                       : 0;
-    std::printf("%-11s | %9.2f %9.2f | %9.2f %9.2f %6.1f%% | %d/%d, %d/%d, %d copies%s\n", row.name,
-                best_up, best_down, best_plain, best_pdl,
-                100.0 * (best_plain - best_pdl) / best_plain, cu, su, cd, sd, copies,
-                chained ? "" : "  (NOT chained: the same kernels twice)");
-    for (cudaGraphExec_t g : {g_plain, g_pdl, g_up, g_down}) cudaGraphExecDestroy(g);
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -670,7 +563,8 @@ TEST(GemmTiming, DISABLED_StreamkMlp) {
     auto gemms = [&](int i) {
       up.b = w.gate_up[i % copies]->p;
       down.b = w.down[i % copies]->p;
-      detail::run_grouped_gemm_pair(up, down, stream);
+      detail::run_mlp_gemms(detail::plan_mlp_gemms(up, down, detail::current_gemm_device()), up,
+                            down, nullptr, stream, "shared_expert_mlp");
     };
     const float sk = graph_us(kCalls, streamk);
     dbg.phases = 1;
@@ -714,59 +608,6 @@ TEST(GemmTiming, DISABLED_StreamkMlp) {
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   cudaStreamDestroy(stream);
-}
-
-// The SM90 (TMA + wgmma) config against the default heuristic on the prefill shapes
-// (the heuristic picks it for these since 2026-12-02). Targets (docs/gemm.md): ds-v3 prefill
-// up-projection, 32768 rows over 256 experts, n 4096, k 7168 (1.924 TFLOP): the page's
-// 3.99 ms = 483 TFLOP/s; 600 TFLOP/s (3.2 ms) = 75% of the 799 measured dense peak.
-TEST(GemmTiming, DISABLED_Sm90PrefillShapes) {
-  MOEKIT_REQUIRE_GPU();
-  const int E = 256;
-  const int64_t N = 4096, K = 7168, P = 32768;
-  Buf b(size_t(E) * N * K * 2), a(size_t(P) * K * 2), c(size_t(P) * N * 4), meta(E * 4);
-  fill<__nv_bfloat16>(b.p, int64_t(E) * N * K, 1.7f / 84.0f, 1);
-  fill<__nv_bfloat16>(a.p, P * K, 1.7f, 2);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  struct Scenario {
-    bool dense, balanced, silu;
-    int64_t rows;
-  };
-  const Scenario scenarios[] = {{false, false, false, P},  {false, true, false, P},
-                                {false, false, true, P},   {false, true, true, P},
-                                {true, false, true, 4096}, {true, false, false, 8192}};
-  for (const Scenario& sc : scenarios) {
-    std::vector<int32_t> counts = sc.balanced
-                                      ? std::vector<int32_t>(E, static_cast<int32_t>(sc.rows / E))
-                                      : multinomial_counts(sc.rows, E, 7 + sc.rows);
-    std::vector<int32_t> ends(E);
-    int64_t end = 0;
-    for (int e = 0; e < E; ++e) ends[e] = static_cast<int32_t>(end += counts[e]);
-    cudaMemcpy(meta.p, ends.data(), E * 4, cudaMemcpyHostToDevice);
-    for (int config : {-1, static_cast<int>(detail::kGemmConfigSm90)}) {
-      detail::GroupedGemmProblem p;
-      p.in_dtype = p.out_dtype = DType::kBF16;
-      p.a = a.p;
-      p.b = b.p;
-      p.c = c.p;
-      p.num_groups = sc.dense ? 1 : E;
-      p.n = sc.silu ? N / 2 : N;
-      p.k = K;
-      p.activation = sc.silu ? Activation::kSiluAndMul : Activation::kNone;
-      p.rows = sc.dense ? detail::GemmRows::kDense : detail::GemmRows::kContiguous;
-      p.layout_metadata = static_cast<const int32_t*>(meta.p);
-      p.alignment = 1;
-      p.m = sc.rows;
-      p.config = config;
-      const int picked = detail::select_grouped_gemm_config(p);
-      const float ms = time_ms([&] { detail::run_grouped_gemm(p, nullptr); });
-      std::printf("sm90 %-7s rows=%-6lld %-8s %-4s config=%2d (ran %d): %8.3f ms  %7.1f TFLOP/s\n",
-                  sc.dense ? "dense" : "grouped", static_cast<long long>(sc.rows),
-                  sc.balanced ? "balanced" : "random", sc.silu ? "silu" : "none", config, picked,
-                  ms, 2.0 * sc.rows * N * K / ms / 1e9);
-    }
-  }
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 }  // namespace

@@ -144,8 +144,9 @@ TEST(MoENonFiniteGpu, ExpertMlpOnEveryPath) {
       const MlpPlan* plan = i == 0 ? nullptr : &plans[i - 1];
       const HostTensor clean = run_expert_mlp(in, in.x, in.wgu, in.wd, c.alignment, plan);
       const HostTensor got = run_expert_mlp(in, x, wgu, wd, c.alignment, plan);
-      testing::expect_reach(got, clean, reach,
-                            "moe_expert_mlp, " + (plan ? to_string(*plan) : std::string("planner")));
+      testing::expect_reach(
+          got, clean, reach,
+          "moe_expert_mlp, " + (plan ? to_string(*plan) : std::string("planner")));
     }
   }
 }

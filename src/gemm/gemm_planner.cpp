@@ -1,5 +1,5 @@
 // The GEMM planner: the rules that pick a grouped GEMM's kernel, tile, split and schedule
-// (docs/gemm.md "The planner" has the measurements behind each rule), the candidates and
+// (docs/gemm.md "The heuristic" has the measurements behind each rule), the candidates and
 // their limits, and the expert-MLP GEMMs' chain rule.
 #include "gemm/gemm_planner.h"
 
@@ -57,7 +57,7 @@ int64_t sm90_tiles_upper(const GroupedGemmProblem& p, int tile_n) {
 // The SM90 kernels' schedule: dynamic (tiles claimed from the counter) on grouped rows,
 // where the tiles that share an operand need no lockstep to find it in the L2; static on
 // dense rows and where one wave holds every tile (nothing to balance, no zeroing to pay).
-// docs/gemm.md "Dynamic schedule".
+// docs/gemm.md "Persistent grid and dynamic schedule".
 GemmSchedule sm90_schedule(const GroupedGemmProblem& p, const GemmDevice& d, int tile_n,
                            int cluster) {
   const bool one_wave = sm90_tiles_upper(p, tile_n) <= rule_sms(d) / cluster;
@@ -65,7 +65,8 @@ GemmSchedule sm90_schedule(const GroupedGemmProblem& p, const GemmDevice& d, int
   return GemmSchedule::kDynamic;
 }
 
-// kSm90's tile width: 256 on grouped rows; dense rows by wave quantization (tile_math.h).
+// kSm90's tile width: 256 on grouped rows; dense rows by wave quantization (tile_math.h;
+// docs/gemm.md "Narrow widths").
 int sm90_planned_tile_n(const GroupedGemmProblem& p, const GemmDevice& d) {
   if (p.rows != GemmRows::kDense) return 256;
   return gemm::sm90::dense_tile_n(p.m, p.n, silu(p), d.props.sms);
@@ -109,8 +110,8 @@ bool same_gemm_tiles(const GemmPlan& plan, int tile_m, int tile_n) {
 
 std::string expect_tiles(const GemmPlan& plan, int tile_m, int tile_n) {
   if (same_gemm_tiles(plan, tile_m, tile_n)) return {};
-  return to_string(plan.kernel) + " runs " + std::to_string(tile_m) + "x" +
-         std::to_string(tile_n) + " tiles";
+  return to_string(plan.kernel) + " runs " + std::to_string(tile_m) + "x" + std::to_string(tile_n) +
+         " tiles";
 }
 
 }  // namespace
@@ -137,14 +138,15 @@ GemmPlan plan_gemm(const GroupedGemmProblem& p, const GemmDevice& d) {
   const int sms = rule_sms(d);
   // Few rows per group: the decode tiles (32 rows, the weights streamed once). Routed
   // counts (the fused layers) are ragged and skewed, so their groups outgrow the decode
-  // tiles at a lower average (docs/gemm.md "Decode or SM90 tiles").
+  // tiles at a lower average (docs/gemm.md "The heuristic").
   const int64_t decode_max_rows = p.routed_counts ? 12 : 48;
   // Many rows: 128-row tiles, unless they would leave SMs without a tile.
   const int64_t wide_tiles = groups * cdiv(rows_per_group, 128) * cdiv(p.n, silu(p) ? 64 : 128);
   const bool many_rows = rows_per_group > decode_max_rows && wide_tiles >= sms;
   if (many_rows) {
     // Contiguous groups of >= 128 rows: the adaptive pairs, whose multicast cuts the
-    // L2 -> SM traffic that bounds these GEMMs (docs/gemm.md "Paired SM90 tiles").
+    // L2 -> SM traffic that bounds these GEMMs (docs/gemm.md "Paired SM90 configs and
+    // adaptive pairs").
     const bool pairs = p.rows == GemmRows::kContiguous && groups > 1 && rows_per_group >= 128;
     const GemmPlan plan = sm90_plan(pairs ? GemmKernel::kSm90Pairs : GemmKernel::kSm90, p, d);
     if (sm90_limits(p, d, plan.tile_n).empty()) return plan;
@@ -158,7 +160,7 @@ GemmPlan plan_gemm(const GroupedGemmProblem& p, const GemmDevice& d) {
     }
     // Four or more waves of decode tiles: the 256-byte stream stages (fewer DRAM page
     // switches); the deep pipeline above k = 4096, the persistent grid for short-k grouped
-    // GEMMs (docs/gemm.md "Decode stream tiles", "Persistent decode tiles").
+    // GEMMs (docs/gemm.md "Decode tiles and stream tiles", "Persistent decode tiles").
     if (decode_tiles_upper(p) >= 4 * static_cast<int64_t>(sms) * kDecodeBlocksPerSm) {
       if (p.k > 4096) return make(GemmKernel::kDecodeStreamDeep, 32, 128);
       if (p.k > 0 && p.k <= 2048 && p.rows != GemmRows::kDense &&
@@ -208,7 +210,8 @@ std::string gemm_plan_rejection(const GemmPlan& plan, const GroupedGemmProblem& 
       }
       return expect_tiles(plan, 32, 128);
     case GemmKernel::kSm90: {
-      const bool width = plan.tile_n == 256 || plan.tile_n == 192 || (plan.tile_n == 224 && !silu(p));
+      const bool width =
+          plan.tile_n == 256 || plan.tile_n == 192 || (plan.tile_n == 224 && !silu(p));
       if (plan.tile_m != 128 || !width) {
         return "sm90 runs 128x256, 128x224 (no silu_and_mul) or 128x192 tiles";
       }
@@ -226,11 +229,10 @@ std::string gemm_plan_rejection(const GemmPlan& plan, const GroupedGemmProblem& 
 }
 
 std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const GemmDevice& d) {
-  std::vector<GemmPlan> all = {make(GemmKernel::kDecode, 32, 128),
-                               make(GemmKernel::kDecodeStream, 32, 128),
-                               make(GemmKernel::kDecodeStreamDeep, 32, 128),
-                               make(GemmKernel::kDecodeStreamNarrow, 32, 64),
-                               make(GemmKernel::kDecodePersistent, 32, 128)};
+  std::vector<GemmPlan> all = {
+      make(GemmKernel::kDecode, 32, 128), make(GemmKernel::kDecodeStream, 32, 128),
+      make(GemmKernel::kDecodeStreamDeep, 32, 128), make(GemmKernel::kDecodeStreamNarrow, 32, 64),
+      make(GemmKernel::kDecodePersistent, 32, 128)};
   for (int s = 2; s <= kMaxSplitK; ++s) all.push_back(make(GemmKernel::kDecodeSplitK, 32, 128, s));
   for (GemmSchedule schedule : {GemmSchedule::kStatic, GemmSchedule::kDynamic}) {
     for (int tile_n : {256, 224, 192}) {
@@ -246,7 +248,7 @@ std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const Ge
 }
 
 GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
-  // The SM90 kernel beat the mma.sync tiles on every FP8 bench row (docs/gemm.md "FP8");
+  // The SM90 kernel beat the mma.sync tiles on every FP8 bench row (docs/gemm.md "FP8 SM90");
   // the decode tiles run what it does not take.
   if (gemm_fp8_plan_rejection(make(GemmKernel::kFp8Sm90, 128, 128), p, d).empty()) {
     return make(GemmKernel::kFp8Sm90, 128, 128);
@@ -330,12 +332,11 @@ MlpPlan plan_mlp_gemms(const GroupedGemmProblem& up, const GroupedGemmProblem& d
   m.gate_up = plan_gemm(up, d);
   m.down = plan_gemm(down, d);
   // Both GEMMs on 256-wide SM90 tiles of one kind: one chained launch, each down tile
-  // starting once its group's gate_up tiles are stored (docs/gemm.md "SM90 expert-MLP
+  // starting once its group's gate_up tiles are stored (docs/gemm.md "The SM90 expert-MLP
   // chain"; on the pair tiles where both take them).
-  const bool same_sm90 = m.gate_up.kernel == m.down.kernel && m.gate_up.tile_n == 256 &&
-                         m.down.tile_n == 256 &&
-                         (m.gate_up.kernel == GemmKernel::kSm90 ||
-                          m.gate_up.kernel == GemmKernel::kSm90Pairs);
+  const bool same_sm90 =
+      m.gate_up.kernel == m.down.kernel && m.gate_up.tile_n == 256 && m.down.tile_n == 256 &&
+      (m.gate_up.kernel == GemmKernel::kSm90 || m.gate_up.kernel == GemmKernel::kSm90Pairs);
   if (same_sm90 && chain_limits(up, down, d).empty()) return chain_plan(m.gate_up.kernel);
   return m;
 }

@@ -67,14 +67,14 @@ void run_grouped_gemm(const GroupedGemmProblem& problem, cudaStream_t stream,
 bool grouped_gemm_launches(const GroupedGemmProblem& problem);
 
 // Whether the mma.sync kernels' weight (b) loads of a problem whose b holds `b_bytes`
-// carry an L2 evict-first policy: small decode GEMMs gain, multi-GB ones lose (docs/gemm.md
-// "L2 policy of streamed weights").
+// carry an L2 evict-first policy: small decode GEMMs gain, multi-GB ones lose (docs/gemm.md,
+// "L2 hints of b").
 constexpr int64_t kEvictFirstMaxBBytes = int64_t{1} << 30;
 inline bool gemm_b_evict_first(int64_t b_bytes) {
   return b_bytes <= kEvictFirstMaxBBytes;
 }
 
-// The SM90 expert-MLP chain (docs/gemm.md "SM90 expert-MLP chain"): both GEMMs of an
+// The SM90 expert-MLP chain (docs/gemm.md "The SM90 expert-MLP chain"): both GEMMs of an
 // expert MLP (contiguous rows, gate_up with silu_and_mul into act, then down from act) in
 // one persistent launch of sm90 or sm90_pairs tiles, where each down tile starts once its
 // group's gate_up tiles are stored (MlpPath::kChain, gemm_planner.h run_mlp_gemms).

@@ -144,8 +144,7 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
 
 namespace {
 
-detail::GroupedGemmFP8Problem checked_fp8_problem(const GroupedGemmFP8Args& args,
-                                                  bool* launches) {
+detail::GroupedGemmFP8Problem checked_fp8_problem(const GroupedGemmFP8Args& args, bool* launches) {
   detail::ArgCheck check("moe_grouped_gemm_fp8");
   check.tensor("a", args.a, {DType::kFP8E4M3}, {kAnyDim, kAnyDim, kAnyDim}, 16);
   const int64_t E = args.a.shape[0], max_m = args.a.shape[1], Kd = args.a.shape[2];
@@ -185,8 +184,7 @@ detail::GroupedGemmFP8Problem checked_fp8_problem(const GroupedGemmFP8Args& args
 
 GemmPlan plan_grouped_gemm_fp8(const GroupedGemmFP8Args& args) {
   bool launches = false;
-  return detail::plan_gemm_fp8(checked_fp8_problem(args, &launches),
-                               detail::current_gemm_device());
+  return detail::plan_gemm_fp8(checked_fp8_problem(args, &launches), detail::current_gemm_device());
 }
 
 std::vector<GemmPlan> grouped_gemm_fp8_plan_candidates(const GroupedGemmFP8Args& args) {

@@ -70,7 +70,7 @@ struct ExpertMlpGemms {
   const void* w_gate_up = nullptr;  // [E, 2F, H]
   const void* w_down = nullptr;     // [E, H, F]
   void* act = nullptr;              // [P, F]
-  void* out = nullptr;  // [P, H]; may alias `in` (dead once the first GEMM has run)
+  void* out = nullptr;              // [P, H]; may alias `in` (dead once the first GEMM has run)
   // The counts come from top-k routing (the fused layers), GroupedGemmProblem::routed_counts.
   bool routed_counts = false;
   // kExpertMlpCounterBytes of workspace: the GEMMs' tile counters, then the chain's scratch.

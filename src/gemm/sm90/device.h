@@ -10,7 +10,7 @@ namespace moekit::detail {
 int sm90_sm_count();
 
 // Trailing waves a dynamic SM90 launch hands out from its counter: every tile after each
-// block's first (docs/gemm.md "Dynamic schedule").
+// block's first (docs/gemm.md "Persistent grid and dynamic schedule").
 constexpr int kSm90DynamicAll = 1 << 20;
 
 // The counter of one launch: `counter` zeroed on `stream` (*waves = kSm90DynamicAll), or,

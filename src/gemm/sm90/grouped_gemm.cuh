@@ -49,12 +49,12 @@
 
 #include <cudaTypedefs.h>
 
+#include "core/device.h"
 #include "core/dtype.cuh"
 #include "gemm/grouped_gemm.h"
 #include "gemm/mma/epilogue.cuh"
 #include "gemm/mma/tile_scheduler.cuh"
 #include "gemm/sm90/consumer.cuh"  // run_cooperative_tile
-#include "core/device.h"
 #include "gemm/sm90/device.h"
 #include "gemm/sm90/epilogue.cuh"    // quad_transpose, store_4_blocks, store_accumulators
 #include "gemm/sm90/hang_trace.cuh"  // Sm90Pipeline
@@ -485,10 +485,9 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
   if constexpr (PAIR == kPairNone && BN == 256) {
     if (!kn.epi) kernel = sm90_grouped_gemm_kernel<Cfg, T, Out, 0>;
   }
-  // The plan's schedule (plan_gemm: dynamic only on grouped rows past one wave). Paired:
-  // rank 0 claims, rank 1 receives (PairMailbox).
-  unsigned* counter =
-      prob.plan.schedule == GemmSchedule::kDynamic ? prob.tile_counter : nullptr;
+  // The plan's schedule: dynamic claims from the zeroed counter, else the static walk.
+  // Paired: rank 0 claims, rank 1 receives (PairMailbox).
+  unsigned* counter = prob.plan.schedule == GemmSchedule::kDynamic ? prob.tile_counter : nullptr;
   p.tile_counter = sm90_tile_counter(counter, stream, op, &p.dynamic_waves);
   // Persistent: one block per SM (at most as many as the tile upper bound).
   launch_persistent<Cfg>(kernel, p, tiles, smem, stream, op);
