@@ -700,8 +700,8 @@ TEST(GemmSm90TileN, PlannerTakesTheDenseRuleAndKeepsGroupedRowsAt256) {
   EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x224");
 }
 
-// The dynamic schedule (docs/gemm.md "Dynamic schedule"): planned for the SM90 kernels on
-// grouped rows past one wave when a counter is given; a static launch zeroes nothing.
+// The dynamic schedule (docs/gemm.md "Persistent grid and dynamic schedule"): planned for the SM90
+// kernels on grouped rows past one wave when a counter is given; a static launch zeroes nothing.
 TEST(GemmSm90Dynamic, PlannedOnGroupedRowsWithACounterOnly) {
   EXPECT_EQ(grouped_gemm_workspace_size(GroupedGemmArgs{}), detail::kTileCounterBytes);
   const detail::GemmDevice h200(detail::h200_props());

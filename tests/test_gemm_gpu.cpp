@@ -692,7 +692,7 @@ TEST(GemmGpu, Sm90PairAutoMatchesReference) {
 // pipeline streams across tile boundaries, the next tile's loads under the current
 // tile's epilogue), tiles of 1-32 rows, empty groups between full ones, k off the
 // 128-element stage, silu, masked and dense rows, f32 output, and more groups than the
-// shared table holds (1500: not a candidate, skipped).
+// shared table holds (1500: not a candidate; the stream tiles run it).
 std::vector<GemmCase> persistent_cases() {
   using R = detail::GemmRows;
   const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
@@ -713,6 +713,8 @@ std::vector<GemmCase> persistent_cases() {
 TEST(GemmGpu, DecodePersistentMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   run_candidates(persistent_cases(), GemmKernel::kDecodePersistent);
+  // The stream tiles the planner gives what the persistent grid does not take (1500 groups).
+  run_candidates(persistent_cases(), GemmKernel::kDecodeStream);
 }
 
 TEST(GemmGpu, SplitKMatchesReference) {

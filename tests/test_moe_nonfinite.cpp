@@ -50,38 +50,38 @@ struct ExpertMlpInputs {
   HostTensor x, wgu, wd;
 };
 
+// Device copies of the inputs and the op's args over them (the output poisoned).
+struct ExpertMlpDevice {
+  DeviceTensor dx, dmeta, dwgu, dwd, out;
+  ExpertMLPArgs a;
+  ExpertMlpDevice(const ExpertMlpInputs& in, const HostTensor& x, const HostTensor& wgu,
+                  const HostTensor& wd, int alignment)
+      : dx(x), dmeta(in.rows.meta), dwgu(wgu), dwd(wd), out(in.dt, {in.rows.P, in.H}, kPoison) {
+    a.expert_input = dx.view();
+    a.layout_metadata = dmeta.view();
+    a.layout = PermutedLayout::contiguous(alignment);
+    a.w_gate_up = dwgu.view();
+    a.w_down = dwd.view();
+    a.expert_output = out.view();
+  }
+};
+
 HostTensor run_expert_mlp(const ExpertMlpInputs& in, const HostTensor& x, const HostTensor& wgu,
                           const HostTensor& wd, int alignment, const MlpPlan* plan) {
-  DeviceTensor dx(x), dmeta(in.rows.meta), dwgu(wgu), dwd(wd);
-  DeviceTensor out(in.dt, {in.rows.P, in.H}, kPoison);
-  ExpertMLPArgs a;
-  a.expert_input = dx.view();
-  a.layout_metadata = dmeta.view();
-  a.layout = PermutedLayout::contiguous(alignment);
-  a.w_gate_up = dwgu.view();
-  a.w_down = dwd.view();
-  a.expert_output = out.view();
-  DeviceWorkspace ws(expert_mlp_workspace_size(a));
-  a.workspace = ws.get();
-  a.plan = plan;
-  moe_expert_mlp(a, nullptr);
+  ExpertMlpDevice d(in, x, wgu, wd, alignment);
+  DeviceWorkspace ws(expert_mlp_workspace_size(d.a));
+  d.a.workspace = ws.get();
+  d.a.plan = plan;
+  moe_expert_mlp(d.a, nullptr);
   sync_ok();
-  return out.download();
+  return d.out.download();
 }
 
 // The expert MLP's candidate plans that run one plan for both GEMMs (the chains among them).
 std::vector<MlpPlan> same_plan_candidates(const ExpertMlpInputs& in, int alignment) {
-  DeviceTensor dx(in.x), dmeta(in.rows.meta), dwgu(in.wgu), dwd(in.wd);
-  DeviceTensor out(in.dt, {in.rows.P, in.H}, kPoison);
-  ExpertMLPArgs a;
-  a.expert_input = dx.view();
-  a.layout_metadata = dmeta.view();
-  a.layout = PermutedLayout::contiguous(alignment);
-  a.w_gate_up = dwgu.view();
-  a.w_down = dwd.view();
-  a.expert_output = out.view();
+  const ExpertMlpDevice d(in, in.x, in.wgu, in.wd, alignment);
   std::vector<MlpPlan> plans;
-  for (const MlpPlan& p : expert_mlp_plan_candidates(a)) {
+  for (const MlpPlan& p : expert_mlp_plan_candidates(d.a)) {
     if (p.gate_up == p.down) plans.push_back(p);
   }
   return plans;
