@@ -437,10 +437,10 @@ std::vector<GemmCase> stage_cases() {
   return v;
 }
 
-// Config 2 with 192- and 224-row b tiles (96- / 112-row boxes, 5 stages; the dense wave
-// rule's picks, forced here on every row layout): the ping-pong shapes (k-tiles below,
-// at and above the stage count, ragged / masked / dense rows, silu, f32 output) plus
-// output widths off the narrower tiles. 224 takes no silu: those cases run at 192 only.
+// sm90 with 192- and 224-row b tiles (96- / 112-row boxes, 5 stages; the dense wave
+// rule's picks, forced here on every row layout): the stage shapes (k-tiles below, at and
+// above the stage count, ragged / masked / dense rows, silu, f32 output) plus output
+// widths off the narrower tiles. 224 takes no silu: those cases run at 192 only.
 TEST(GemmGpu, Sm90NarrowTilesMatchReference) {
   MOEKIT_REQUIRE_GPU();
   using R = detail::GemmRows;
