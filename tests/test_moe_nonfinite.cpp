@@ -50,22 +50,41 @@ struct ExpertMlpInputs {
   HostTensor x, wgu, wd;
 };
 
-HostTensor run_expert_mlp(const ExpertMlpInputs& in, const HostTensor& x, const HostTensor& wgu,
-                          const HostTensor& wd, int alignment) {
-  DeviceTensor dx(x), dmeta(in.rows.meta), dwgu(wgu), dwd(wd);
-  DeviceTensor out(in.dt, {in.rows.P, in.H}, kPoison);
+// Device copies of the inputs and the op's args over them (the output poisoned).
+struct ExpertMlpDevice {
+  DeviceTensor dx, dmeta, dwgu, dwd, out;
   ExpertMLPArgs a;
-  a.expert_input = dx.view();
-  a.layout_metadata = dmeta.view();
-  a.layout = PermutedLayout::contiguous(alignment);
-  a.w_gate_up = dwgu.view();
-  a.w_down = dwd.view();
-  a.expert_output = out.view();
-  DeviceWorkspace ws(expert_mlp_workspace_size(a));
-  a.workspace = ws.get();
-  moe_expert_mlp(a, nullptr);
+  ExpertMlpDevice(const ExpertMlpInputs& in, const HostTensor& x, const HostTensor& wgu,
+                  const HostTensor& wd, int alignment)
+      : dx(x), dmeta(in.rows.meta), dwgu(wgu), dwd(wd), out(in.dt, {in.rows.P, in.H}, kPoison) {
+    a.expert_input = dx.view();
+    a.layout_metadata = dmeta.view();
+    a.layout = PermutedLayout::contiguous(alignment);
+    a.w_gate_up = dwgu.view();
+    a.w_down = dwd.view();
+    a.expert_output = out.view();
+  }
+};
+
+HostTensor run_expert_mlp(const ExpertMlpInputs& in, const HostTensor& x, const HostTensor& wgu,
+                          const HostTensor& wd, int alignment, const MlpPlan* plan) {
+  ExpertMlpDevice d(in, x, wgu, wd, alignment);
+  DeviceWorkspace ws(expert_mlp_workspace_size(d.a));
+  d.a.workspace = ws.get();
+  d.a.plan = plan;
+  moe_expert_mlp(d.a, nullptr);
   sync_ok();
-  return out.download();
+  return d.out.download();
+}
+
+// The expert MLP's candidate plans that run one plan for both GEMMs (the chains among them).
+std::vector<MlpPlan> same_plan_candidates(const ExpertMlpInputs& in, int alignment) {
+  const ExpertMlpDevice d(in, in.x, in.wgu, in.wd, alignment);
+  std::vector<MlpPlan> plans;
+  for (const MlpPlan& p : expert_mlp_plan_candidates(d.a)) {
+    if (p.gate_up == p.down) plans.push_back(p);
+  }
+  return plans;
 }
 
 TEST(MoENonFiniteGpu, ExpertMlpOnEveryPath) {
@@ -118,31 +137,16 @@ TEST(MoENonFiniteGpu, ExpertMlpOnEveryPath) {
       if (e == 2) reach.mark(r, h2, Reach::kNan);
       if (e == 3) reach.mark(r, h3, Reach::kNonFinite);
     }
-    struct Path {
-      const char* name;
-      int chain;  // sm90_mlp_chain_override
-      detail::MlpGemmForce force;
-      int gemm_pdl;
-    };
-    const Path paths[] = {
-        {"heuristic", 0, {}, 0},
-        {"SM90 chain", 1, {}, 0},
-        {"SM90 pair chain", 1, {11, 0, 11, 0}, 0},
-        {"config 2 twice", 2, {2, 0, 2, 0}, 0},
-        {"config 0 twice", 2, {0, 0, 0, 0}, 0},
-        {"config 0 as a PDL chain", 2, {0, 0, 0, 0}, 1},
-        {"config 4 then 9", 2, {4, 0, 9, 0}, 0},
-    };
-    for (const Path& p : paths) {
-      ScopedKnob chain(detail::sm90_mlp_chain_override(), p.chain);
-      ScopedKnob pairs(detail::sm90_mlp_chain_pairs_override(), 1);
-      ScopedKnob pdl(detail::gemm_pdl_override(), p.gemm_pdl);
-      const detail::MlpGemmForce saved = detail::mlp_gemm_force_override();
-      detail::mlp_gemm_force_override() = p.force;
-      const HostTensor clean = run_expert_mlp(in, in.x, in.wgu, in.wd, c.alignment);
-      const HostTensor got = run_expert_mlp(in, x, wgu, wd, c.alignment);
-      detail::mlp_gemm_force_override() = saved;
-      testing::expect_reach(got, clean, reach, std::string("moe_expert_mlp, ") + p.name);
+    // The planner's plan, then every candidate with one plan for both GEMMs.
+    const std::vector<MlpPlan> plans = same_plan_candidates(in, c.alignment);
+    ASSERT_GE(plans.size(), 6u);
+    for (size_t i = 0; i <= plans.size(); ++i) {
+      const MlpPlan* plan = i == 0 ? nullptr : &plans[i - 1];
+      const HostTensor clean = run_expert_mlp(in, in.x, in.wgu, in.wd, c.alignment, plan);
+      const HostTensor got = run_expert_mlp(in, x, wgu, wd, c.alignment, plan);
+      testing::expect_reach(
+          got, clean, reach,
+          "moe_expert_mlp, " + (plan ? to_string(*plan) : std::string("planner")));
     }
   }
 }

@@ -1,7 +1,7 @@
-// The one place where the sweep forces the library's kernel paths: it sets the internal
-// test knobs (moekit::detail::*_override) a case's Knobs ask for and restores them after,
-// and tells which path the library takes. When typed plans replace these hooks, only this
-// file and sweep_paths.cpp change.
+// Where the sweep forces the library's kernel paths: the GEMM ops' plans through args.plan
+// (forced_plan, the ops in sweep_ops_gemm.cpp), the other paths through the internal test
+// knobs (moekit::detail::*_override) a case's Knobs ask for, restored after; and which path
+// the library takes.
 #pragma once
 
 #include <cstdint>
@@ -26,10 +26,19 @@ class ForcedPaths {
 };
 
 // The path the library takes for the case under its knobs (call inside ForcedPaths), as
-// far as the library can tell from the host: the GEMM configs its heuristics or the knobs
+// far as the library can tell from the host: the GEMM plans its planners or the knobs
 // pick, the routed layers' direct / sorted path, the dense MLP's path. "" for the ops
 // with one path per variant knob.
 std::string path_taken(const SweepCase& c);
+
+// The plan a plan knob forces (an index into the op's candidates, modulo their count), kept
+// in *storage; nullptr for -1 (the planner's plan) or no candidates.
+template <class Plan>
+const Plan* forced_plan(int knob, const std::vector<Plan>& candidates, Plan* storage) {
+  if (knob < 0 || candidates.empty()) return nullptr;
+  *storage = candidates[static_cast<size_t>(knob) % candidates.size()];
+  return storage;
+}
 
 // SM90 expert-MLP chain launches so far (a case that took the chain raises it).
 int64_t chain_launches();

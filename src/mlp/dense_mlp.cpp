@@ -1,7 +1,7 @@
 // The dense gated MLP (the shared expert): GEMV, direct, stream-K or two GEMMs.
 #include "mlp/dense_mlp.h"
 
-#include "gemm/grouped_gemm.h"
+#include "gemm/gemm_planner.h"
 #include "mlp/direct_mlp.h"
 #include "mlp/gemv_mlp.h"
 #include "mlp/streamk_mlp.h"
@@ -56,8 +56,8 @@ void run_dense_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
   down.n = H;
   down.k = S;
   down.activation = Activation::kNone;
-  // A PDL chain with gemm_pdl_override() on (docs/gemm.md): up writes only act.
-  run_grouped_gemm_pair(up, down, stream);
+  run_mlp_gemms(plan_mlp_gemms(up, down, current_gemm_device()), up, down, nullptr, stream,
+                "shared_expert_mlp");
 }
 
 }  // namespace moekit::detail

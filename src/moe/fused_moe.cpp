@@ -114,9 +114,22 @@ static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaS
   moe_pre_permute(pre, stream);
   const int64_t P = pre.permuted.size(0);
   // The expert output overwrites the permuted input (dead after the first GEMM).
-  run_expert_mlp_gemms(s.dtype, b.permuted, P, b.layout_metadata, kPermutedAlignment, s.E, s.H, s.F,
-                       p.w_gate_up, p.w_down, b.perm_act, b.permuted, /*routed_counts=*/true,
-                       b.tile_counters, stream);
+  ExpertMlpGemms g;
+  g.dtype = s.dtype;
+  g.in = b.permuted;
+  g.P = P;
+  g.E = s.E;
+  g.H = s.H;
+  g.F = s.F;
+  g.layout_metadata = b.layout_metadata;
+  g.alignment = kPermutedAlignment;
+  g.w_gate_up = p.w_gate_up;
+  g.w_down = p.w_down;
+  g.act = b.perm_act;
+  g.out = b.permuted;
+  g.routed_counts = true;
+  g.counters = b.tile_counters;
+  run_expert_mlp_gemms(g, plan_expert_mlp_gemms(g, current_gemm_device()), stream);
   if (p.addend == nullptr) {
     PostPermuteArgs post;
     post.expert_output = make_view(b.permuted, s.dtype, {P, s.H});

@@ -49,6 +49,7 @@
 
 #include <cudaTypedefs.h>
 
+#include "core/device.h"
 #include "core/dtype.cuh"
 #include "gemm/grouped_gemm.h"
 #include "gemm/mma/epilogue.cuh"
@@ -353,14 +354,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 #endif
 }
 
+// The launchers' SM count (device_props(); an H100 / H200's when unknown).
 inline int device_sm_count() {
-  int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 132;
-  }
-  return count;
+  return device_props().sms > 0 ? device_props().sms : 132;
 }
 
 // In: __nv_bfloat16 / __half (pointer type of the problem); T: the matching CuTe type.
@@ -489,13 +485,10 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
   if constexpr (PAIR == kPairNone && BN == 256) {
     if (!kn.epi) kernel = sm90_grouped_gemm_kernel<Cfg, T, Out, 0>;
   }
-  {
-    // One wave at most (by the host's bound; (pair) tiles per cluster): nothing to balance,
-    // no zeroing to pay. Paired: rank 0 claims, rank 1 receives (PairMailbox).
-    unsigned* counter = tiles > device_sm_count() / Cfg::CLUSTER ? prob.tile_counter : nullptr;
-    p.tile_counter = sm90_tile_counter(counter, /*pingpong=*/false, rows.mode == kRowsDense, stream,
-                                       op, &p.dynamic_waves);
-  }
+  // The plan's schedule: dynamic claims from the zeroed counter, else the static walk.
+  // Paired: rank 0 claims, rank 1 receives (PairMailbox).
+  unsigned* counter = prob.plan.schedule == GemmSchedule::kDynamic ? prob.tile_counter : nullptr;
+  p.tile_counter = sm90_tile_counter(counter, stream, op, &p.dynamic_waves);
   // Persistent: one block per SM (at most as many as the tile upper bound).
   launch_persistent<Cfg>(kernel, p, tiles, smem, stream, op);
 }

@@ -1,5 +1,6 @@
 // bf16-input instantiations of the SM90 (TMA + wgmma) grouped-GEMM config.
-// Verified on the H200 2026-12-02 (tests/test_gemm_gpu.cpp); see sm90_grouped_gemm.cuh.
+// GemmKernel::kSm90 at plan.tile_n (256 here, 192 / 224 in their own units); see
+// sm90/grouped_gemm.cuh.
 #include "gemm/launch.h"
 #include "gemm/mma/launch.cuh"
 #include "gemm/sm90/grouped_gemm.cuh"
@@ -8,7 +9,7 @@ namespace moekit::detail {
 
 void launch_grouped_gemm_sm90_bf16(const GroupedGemmProblem& problem, cudaStream_t stream) {
   const char* op = "moe_grouped_gemm";
-  const int tile_n = sm90_tile_n(problem);
+  const int tile_n = problem.plan.tile_n;
   if (tile_n == 192) {
     launch_grouped_gemm_sm90_n192_bf16(problem, stream);
     return;

@@ -1,17 +1,21 @@
-// bf16-input instantiations of the paired SM90 grouped-GEMM configs (2-CTA clusters that
-// load the operand they share once, multicast): kGemmConfigSm90PairN (7),
-// kGemmConfigSm90PingpongPairM (8), kGemmConfigSm90PairM (10) and kGemmConfigSm90PairAuto
-// (11). docs/gemm.md, "Paired SM90 configs" and "Adaptive pairs".
+// bf16-input instantiations of GemmKernel::kSm90Pairs, the adaptive pairs (2-CTA clusters
+// that load the operand they share once, multicast: m-tile pairs, an odd last m-tile's
+// n-tile pairs). docs/gemm.md "Paired SM90 tiles"; see sm90/grouped_gemm.cuh.
 #include "gemm/launch.h"
 #include "gemm/mma/launch.cuh"
-#include "gemm/sm90/pingpong.cuh"
+#include "gemm/sm90/grouped_gemm.cuh"
 
 namespace moekit::detail {
 
-void launch_grouped_gemm_sm90_pair_bf16(const GroupedGemmProblem& problem, int config,
-                                        cudaStream_t stream) {
-  gemm::sm90::launch_paired<cutlass::bfloat16_t, __nv_bfloat16>(
-      problem, config, gemm::rows_desc(problem), stream, "moe_grouped_gemm");
+void launch_grouped_gemm_sm90_pair_bf16(const GroupedGemmProblem& problem, cudaStream_t stream) {
+  const char* op = "moe_grouped_gemm";
+  const gemm::RowsDesc rows = gemm::rows_desc(problem);
+  using gemm::sm90::kPairAuto;
+  if (problem.out_dtype == DType::kF32) {
+    gemm::sm90::launch<cutlass::bfloat16_t, float, kPairAuto>(problem, rows, stream, op);
+  } else {
+    gemm::sm90::launch<cutlass::bfloat16_t, __nv_bfloat16, kPairAuto>(problem, rows, stream, op);
+  }
 }
 
 }  // namespace moekit::detail
