@@ -644,13 +644,15 @@ TEST(GemmTiming, DISABLED_StreamkMlp) {
     const int64_t m = row.m, H = row.H, I = row.I;
     const MlpBuffers w(m, H, I, kRotateBytes);
     const int copies = w.copies();
-    const size_t scratch_bytes = detail::streamk_mlp_scratch_bytes(DType::kBF16, m, H, I);
+    const size_t scratch_bytes =
+        detail::streamk_mlp_scratch_bytes(DType::kBF16, m, H, I, detail::device_props());
     ASSERT_GT(scratch_bytes, 0u);
     Buf scratch(scratch_bytes);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     auto streamk = [&](int i) {
       detail::run_streamk_mlp(DType::kBF16, w.x.p, m, H, I, w.gate_up[i % copies]->p,
-                              w.down[i % copies]->p, w.h.p, w.y.p, DType::kBF16, scratch.p, stream);
+                              w.down[i % copies]->p, w.h.p, w.y.p, DType::kBF16,
+                              detail::device_props().sms, scratch.p, stream);
     };
     detail::GroupedGemmProblem up;
     up.in_dtype = up.out_dtype = DType::kBF16;

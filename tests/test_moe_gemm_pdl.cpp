@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "gemm/grouped_gemm.h"
-#include "mlp/streamk_mlp.h"
 #include "moekit/moe.h"
 #include "support/gpu.h"
 #include "test_moe_common.h"
@@ -44,15 +43,12 @@ std::string force_name(const Force& f) {
   return "gate_up " + one(f.up_config, f.up_split) + ", down " + one(f.down_config, f.down_split);
 }
 
-// Sets the PDL override and the forced configs for a scope; the dense MLPs take their
-// two GEMMs (not the stream-K kernel, which has no PDL chain).
+// Sets the PDL override and the forced configs for a scope (the dense MLPs take their two
+// GEMMs through their plans: two_gemms_plan, layer_two_gemms_plan).
 class Knobs {
  public:
   Knobs(int pdl, const Force& f)
-      : prev_pdl_(detail::gemm_pdl_override()),
-        prev_force_(detail::mlp_gemm_force_override()),
-        prev_path_(detail::dense_mlp_path_override()) {
-    detail::dense_mlp_path_override() = 2;
+      : prev_pdl_(detail::gemm_pdl_override()), prev_force_(detail::mlp_gemm_force_override()) {
     detail::gemm_pdl_override() = pdl;
     detail::MlpGemmForce& force = detail::mlp_gemm_force_override();
     force.first_config = f.up_config;
@@ -63,14 +59,32 @@ class Knobs {
   ~Knobs() {
     detail::gemm_pdl_override() = prev_pdl_;
     detail::mlp_gemm_force_override() = prev_force_;
-    detail::dense_mlp_path_override() = prev_path_;
   }
 
  private:
   int prev_pdl_;
   detail::MlpGemmForce prev_force_;
-  int prev_path_;
 };
+
+// The dense MLP's two-GEMM plan (not the stream-K kernel, which has no PDL chain).
+MlpPlan two_gemms_plan(const SharedExpertMLPArgs& a) {
+  for (const MlpPlan& m : shared_expert_mlp_plan_candidates(a))
+    if (m.path == MlpPath::kTwoGemms) return m;
+  ADD_FAILURE() << "no two-GEMM plan";
+  return plan_shared_expert_mlp(a);
+}
+
+// The layer's plan with the shared expert on its two GEMMs.
+LayerPlan layer_two_gemms_plan(const FusedMoESharedExpertArgs& a) {
+  const LayerPlan planned = plan_fused_moe_shared_expert(a);
+  for (const LayerPlan& p : fused_moe_shared_expert_plan_candidates(a)) {
+    if (p.routed == planned.routed && p.experts == planned.experts &&
+        p.shared.path == MlpPath::kTwoGemms)
+      return p;
+  }
+  ADD_FAILURE() << "no plan with the shared expert's two GEMMs";
+  return planned;
+}
 
 // Kernel-node edges of the programmatic type in a captured graph.
 int programmatic_edges(cudaGraph_t graph) {
@@ -180,6 +194,8 @@ std::vector<HostTensor> run_dense(const DenseCase& c, const DenseInputs& in, int
   a.output = buf[0].view();
   DeviceWorkspace ws(shared_expert_mlp_workspace_size(a));
   a.workspace = ws.get();
+  const MlpPlan plan = two_gemms_plan(a);
+  a.plan = &plan;
   *edges = run_on(stream, graph, [&](cudaStream_t s) {
     for (int r = 0; r < calls; ++r) {
       a.hidden_states = call_input(r, x0, x1, buf).view();
@@ -492,6 +508,8 @@ TEST(MoEGemmPdl, FusedLayerWithSharedExpertMatchesPlainBitForBit) {
         a.moe.output = out.view();
         a.shared_w_gate_up = dsgu.view();
         a.shared_w_down = dsd.view();
+        const LayerPlan plan = layer_two_gemms_plan(a);
+        a.moe.plan = &plan;
         DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(a));
         a.moe.workspace = ws.get();
         run_on(stream, graph != 0, [&](cudaStream_t s) {
