@@ -214,8 +214,6 @@ void draw_knobs(SweepCase& c, Rng& rng, int64_t round) {
     k.dense_path = 1 + cycle(4);
   } else if (f == "direct_knobs") {
     k.dense_path = 3;
-    k.direct_load = cycle(3);
-    k.direct_reduce = static_cast<int>((round / 3) % 4) - 1;
     k.direct_split = static_cast<int>(rng.uniform(0, 8));  // 0: the plan; 1-8 ranks
   } else if (f == "streamk_grid") {
     k.dense_path = 1;
@@ -494,8 +492,6 @@ const std::vector<KnobField>& knob_fields() {
       {"tile_n", &Knobs::tile_n, 0},
       {"dense_path", &Knobs::dense_path, 0},
       {"streamk_grid", &Knobs::streamk_grid, 0},
-      {"direct_load", &Knobs::direct_load, 0},
-      {"direct_reduce", &Knobs::direct_reduce, -1},
       {"direct_split", &Knobs::direct_split, 0},
       {"routed_path", &Knobs::routed_path, 0},
       {"topk_variant", &Knobs::topk_variant, 0},

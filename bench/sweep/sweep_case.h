@@ -46,8 +46,8 @@ struct Knobs {
   int gemm_config = -1, gemm_split = 0, fp8_config = -1;               // the public GEMM ops
   int up_config = -1, up_split = 0, down_config = -1, down_split = 0;  // an MLP's two GEMMs
   int chain = 0, chain_pairs = 0, gemm_pdl = 0, dynamic = 0, tile_n = 0;
-  int dense_path = 0, streamk_grid = 0, direct_load = 0, direct_reduce = -1, direct_split = 0;
-  int routed_path = 0;
+  // Plan knobs (bench/sweep/sweep_paths.h forced_dense_plan / forced_layer_plan: args.plan).
+  int dense_path = 0, streamk_grid = 0, direct_split = 0, routed_path = 0;
   int topk_variant = 0, topk_trigger = -1, align_variant = 0, post_variant = 0, post_threads = 0;
   int pre_rows = 0;
   int pdl = 0;
