@@ -17,6 +17,7 @@ namespace dg = gemm::direct;
 
 constexpr int kMaxDevices = 64;
 constexpr int kSliceAlign = dg::kBatch * dg::kChunkK;  // whole load batches per slice
+static_assert(dg::kMaxSplit == kDirectMlpMaxSplit, "one cluster limit");
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;

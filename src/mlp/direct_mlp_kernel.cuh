@@ -2,9 +2,8 @@
 // out[t, n] = sum_k x[t, k] w[n, k] for T <= 32 tokens, the weights streamed straight
 // from global memory into mma.sync registers (no shared-memory staging), the tokens'
 // k slice staged once in shared memory. Streaming 16-byte loads with many bytes in
-// flight per SM is what reaches the memory's rate on 15-60 MB matrices (a plain read
-// kernel, H200: 58.7 MB in 14.3 us, 4.1 TB/s; the TMA ring of the stream-K kernel and
-// the cp.async GEMM tiles reach 2.5-3.4 TB/s there).
+// flight per SM is what reaches the memory's rate on 15-60 MB matrices, where TMA rings
+// and cp.async tiles fall short (docs/dense-mlp.md).
 //
 // Swap-AB: 16 weight rows are the M side of mma.sync m16n8k16, 8 tokens the N side.
 // Lane (g = lane / 4, q = lane % 4) loads 16 bytes of weight rows g and g + 8 at k
@@ -36,11 +35,10 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kChunkK = 32;   // k per pair of mmas
 constexpr int kBatch = 4;     // chunks per load batch; two batches are in flight
-constexpr int kMaxSplit = 8;  // ranks per cluster, planned or forced (portable clusters)
+constexpr int kMaxSplit = 8;  // ranks per cluster (portable clusters)
 // Padding of a staged x row, elements: 32 (64 bytes) puts the two token rows that one
-// quarter-warp's 16-byte fragment reads touch (g, g + 1) in disjoint bank halves (H200:
-// 8 -> 32 took the 32-token GEMMs from 11.1 to 9.5 us on glm45's down, 13.6 to 12.5 on
-// ds-v3's).
+// quarter-warp's 16-byte fragment reads touch (g, g + 1) in disjoint bank halves
+// (conflict-free x reads: docs/dense-mlp.md "Direct dense MLP").
 constexpr int kXPad = 32;
 constexpr int kPdlNone = 0, kPdlFirst = 1, kPdlSecond = 2;
 

@@ -80,9 +80,9 @@ struct Params {
 // cooperative_groups::grid_group::sync (CTA 0 adds 2^31 - (grid - 1), the others 1, so
 // bit 31 flips once every CTA arrived). grid.sync() arrives and waits in one call; the
 // kernel arrives first thing and waits only where it touches the counters, so the
-// barrier's latency (~8 us behind the first weight loads on the H200) hides under the
-// mainloop. grid_arrive: one thread per CTA, after a __syncthreads that orders the
-// CTA's writes before it (release; cumulative).
+// barrier's latency (microseconds behind the first weight loads) hides under the
+// mainloop. grid_arrive: one thread per CTA, after a __syncthreads that orders the CTA's
+// writes before it (release; cumulative).
 __device__ __forceinline__ unsigned* grid_barrier_word() {
   return &cooperative_groups::details::get_grid_workspace()->barrier;
 }
