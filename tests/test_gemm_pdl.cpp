@@ -1,6 +1,6 @@
 // CPU tests of the MLP GEMMs' PDL chain switch and eligibility rule
 // (run_grouped_gemm_pair; docs/gemm.md "PDL chain of an MLP's GEMMs"). The GPU tests of
-// the chain are in tests/test_moe_gemm_pdl.cpp, its timing in tests/test_gemm_timing.cu.
+// the chain are in tests/test_moe_gemm_pdl.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

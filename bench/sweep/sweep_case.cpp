@@ -161,18 +161,6 @@ void draw_knobs(SweepCase& c, Rng& rng, int64_t round) {
   const auto cycle = [&](int n) { return static_cast<int>(round % n); };
   if (f == "pdl_off") {
     k.pdl = 2;
-  } else if (f == "topk_variant") {
-    k.topk_variant = 1 + cycle(2);
-  } else if (f == "topk_trigger") {
-    k.topk_trigger = cycle(3);
-  } else if (f == "align_variant") {
-    k.align_variant = 1 + cycle(4);
-  } else if (f == "pre_rows") {
-    k.pre_rows = 1 + cycle(32);
-  } else if (f == "post_variant") {
-    k.post_variant = 1 + cycle(2);
-  } else if (f == "post_threads") {
-    k.post_threads = 32 * (1 + cycle(8));
   } else if (f == "gemm_config") {
     force_gemm(rng, cycle(13), &k.gemm_config, &k.gemm_split);
     if (k.gemm_config == 3) k.gemm_split = 1 + static_cast<int>((round / 13) % 8);
@@ -494,12 +482,6 @@ const std::vector<KnobField>& knob_fields() {
       {"streamk_grid", &Knobs::streamk_grid, 0},
       {"direct_split", &Knobs::direct_split, 0},
       {"routed_path", &Knobs::routed_path, 0},
-      {"topk_variant", &Knobs::topk_variant, 0},
-      {"topk_trigger", &Knobs::topk_trigger, -1},
-      {"align_variant", &Knobs::align_variant, 0},
-      {"post_variant", &Knobs::post_variant, 0},
-      {"post_threads", &Knobs::post_threads, 0},
-      {"pre_rows", &Knobs::pre_rows, 0},
       {"pdl", &Knobs::pdl, 0},
   };
   return fields;
@@ -507,17 +489,17 @@ const std::vector<KnobField>& knob_fields() {
 
 const std::vector<std::string>& op_families(Op op) {
   static const std::vector<std::string> families[kOpCount] = {
-      {"heuristic", "topk_variant", "topk_trigger", "pdl_off"},
-      {"heuristic", "align_variant", "pdl_off"},
-      {"heuristic", "pre_rows", "pdl_off"},
-      {"heuristic", "post_variant", "post_threads", "pdl_off"},
+      {"heuristic", "pdl_off"},
+      {"heuristic", "pdl_off"},
+      {"heuristic", "pdl_off"},
+      {"heuristic", "pdl_off"},
       {"heuristic", "gemm_config", "gemm_dynamic", "gemm_tile_n", "no_workspace"},
       {"heuristic", "fp8_config"},
       {"heuristic", "mlp_configs", "chain", "chain_pairs", "gemm_pdl", "mlp_dynamic", "mlp_tile_n",
        "pdl_off"},
       {"heuristic", "mlp_configs", "chain", "gemm_pdl", "mlp_dynamic", "pdl_off"},
       {"heuristic", "routed_path", "mlp_configs", "gemm_pdl", "pdl_off"},
-      {"heuristic", "routed_path", "mlp_configs", "chain", "topk_variant", "gemm_pdl", "pdl_off"},
+      {"heuristic", "routed_path", "mlp_configs", "chain", "gemm_pdl", "pdl_off"},
       {"heuristic", "routed_path", "mlp_configs", "dense_path", "direct_knobs", "streamk_grid",
        "gemm_pdl", "pdl_off"},
       {"heuristic", "dense_path", "direct_knobs", "streamk_grid", "mlp_configs", "gemm_pdl",

@@ -48,8 +48,6 @@ struct Knobs {
   int chain = 0, chain_pairs = 0, gemm_pdl = 0, dynamic = 0, tile_n = 0;
   // Plan knobs (bench/sweep/sweep_paths.h forced_dense_plan / forced_layer_plan: args.plan).
   int dense_path = 0, streamk_grid = 0, direct_split = 0, routed_path = 0;
-  int topk_variant = 0, topk_trigger = -1, align_variant = 0, post_variant = 0, post_threads = 0;
-  int pre_rows = 0;
   int pdl = 0;
 };
 

@@ -8,8 +8,6 @@
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90/device.h"
 #include "moekit/tensor.h"
-#include "permute/permute_kernels.h"
-#include "routing/fused_topk_kernel.h"
 
 namespace moekit::sweep {
 namespace {
@@ -27,12 +25,6 @@ const IntKnob kIntKnobs[] = {
     {&Knobs::gemm_pdl, 0, detail::gemm_pdl_override},
     {&Knobs::dynamic, 0, detail::sm90_dynamic_override},
     {&Knobs::tile_n, 0, detail::sm90_tile_n_override},
-    {&Knobs::topk_variant, 0, detail::fused_topk_variant_override},
-    {&Knobs::topk_trigger, -1, detail::fused_topk_trigger_mode_override},
-    {&Knobs::align_variant, 0, detail::permute_align_variant_override},
-    {&Knobs::post_variant, 0, detail::post_permute_variant_override},
-    {&Knobs::post_threads, 0, detail::post_permute_threads_override},
-    {&Knobs::pre_rows, 0, detail::pre_permute_rows_override},
     {&Knobs::pdl, 0, detail::pdl_override},
 };
 constexpr int kIntKnobCount = sizeof(kIntKnobs) / sizeof(kIntKnobs[0]);

@@ -55,8 +55,8 @@ TEST(SweepCases, EveryDrawnCaseIsValid) {
 
 TEST(SweepCases, CoversEveryOpFamilyAndForcedValue) {
   std::map<int, std::set<std::string>> families;
-  std::set<int> gemm_configs, fp8_configs, up_configs, down_configs, dense_paths, align, splits;
-  std::set<int> routed_paths, topk_variants, dynamic;
+  std::set<int> gemm_configs, fp8_configs, up_configs, down_configs, dense_paths, splits;
+  std::set<int> routed_paths, dynamic;
   for (const SweepCase& c : drawn()) {
     families[static_cast<int>(c.op)].insert(c.family);
     if (c.op == Op::kGroupedGemm && c.family == "gemm_config") {
@@ -69,9 +69,7 @@ TEST(SweepCases, CoversEveryOpFamilyAndForcedValue) {
       down_configs.insert(c.knobs.down_config);
     }
     if (c.op == Op::kSharedExpertMlp) dense_paths.insert(c.knobs.dense_path);
-    if (c.op == Op::kPermuteAlign) align.insert(c.knobs.align_variant);
     if (c.op == Op::kFusedMoe) routed_paths.insert(c.knobs.routed_path);
-    if (c.op == Op::kFusedTopK) topk_variants.insert(c.knobs.topk_variant);
     if (c.op == Op::kGroupedGemm) dynamic.insert(c.knobs.dynamic);
   }
   for (int op = 0; op < kOpCount; ++op) {
@@ -85,9 +83,7 @@ TEST(SweepCases, CoversEveryOpFamilyAndForcedValue) {
   EXPECT_EQ(up_configs.size(), 14u);  // the heuristic and 0..12
   EXPECT_EQ(down_configs.size(), 14u);
   EXPECT_EQ(dense_paths, (std::set<int>{0, 1, 2, 3, 4}));
-  EXPECT_EQ(align, (std::set<int>{0, 1, 2, 3, 4}));
   EXPECT_EQ(routed_paths, (std::set<int>{0, 1, 2}));
-  EXPECT_EQ(topk_variants, (std::set<int>{0, 1, 2}));
   EXPECT_EQ(dynamic, (std::set<int>{0, 1, 2, 3}));
 }
 
