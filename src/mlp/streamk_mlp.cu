@@ -111,11 +111,6 @@ size_t streamk_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S,
   return pl.counter_bytes + pl.partial_bytes;
 }
 
-StreamkMlpDebug& streamk_mlp_debug() {
-  static StreamkMlpDebug v;
-  return v;
-}
-
 void run_streamk_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                      const void* w_gate_up, const void* w_down, void* act, void* out,
                      DType out_dtype, int grid, void* scratch, cudaStream_t stream) {
@@ -126,9 +121,6 @@ void run_streamk_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S
   pl.p.act = act;
   pl.p.out = out;
   pl.p.out_f32 = out_dtype == DType::kF32;
-  pl.p.phases = streamk_mlp_debug().phases;
-  pl.p.trace = streamk_mlp_debug().trace;
-  pl.p.weight_evict_first = streamk_mlp_debug().weight_evict_first;
   pl.p.counters = static_cast<int*>(scratch);
   pl.p.partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + pl.counter_bytes);
   if (dtype == DType::kBF16)

@@ -27,16 +27,6 @@ constexpr int64_t kStreamkMlpMinWeightBytes = int64_t{256} << 20;
 size_t streamk_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S,
                                  const DeviceProps& device);
 
-// Timing knobs (tests/test_gemm_timing.cu): phases = bit 0 gate_up, bit 1 down (3 = the
-// MLP; a lone phase gives wrong results); trace = device buffer of 6 globaltimer stamps
-// per CTA (streamk_mlp_kernel.cuh), or null.
-struct StreamkMlpDebug {
-  int phases = 3;
-  unsigned long long* trace = nullptr;
-  int weight_evict_first = 1;  // 0: weight loads without the L2 evict-first hint
-};
-StreamkMlpDebug& streamk_mlp_debug();
-
 // act [T, S] (dtype) = silu(x w_gate_up[:S]^T) * (x w_gate_up[S:]^T); out [T, H] (dtype or
 // f32) = act w_down^T on a grid of `grid` CTAs (1..SMs; the planner's is one per SM).
 // `scratch` holds streamk_mlp_scratch_bytes(...) bytes (> 0); x, weights, act and out
