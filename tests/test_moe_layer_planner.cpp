@@ -4,8 +4,12 @@
 // sorted path's expert MLP is the GEMM planner's plan of the permuted problems (routed
 // counts), the shared expert's plan is the dense-MLP planner's (f32 output); every
 // candidate passes the rejection; bad plans are refused with a reason; arch 0 plans run.
+// On the GPU: every candidate of a few layer shapes against the CPU reference.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +18,10 @@
 #include "moe/layer_planner.h"
 #include "moekit/error.h"
 #include "moekit/moe.h"
+#include "moekit/reference.h"
+#include "support/gpu.h"
+#include "test_dense_mlp_common.h"
+#include "test_moe_common.h"
 #include "test_moe_planner_common.h"
 
 namespace moekit {
@@ -266,6 +274,75 @@ TEST(LayerPlanner, OpsRefuseABadPlan) {
   l.moe.plan = nullptr;
   EXPECT_EQ(to_string(plan_fused_moe(l.moe)), "direct");
   EXPECT_FALSE(fused_moe_plan_candidates(l.moe).empty());
+}
+
+}  // namespace
+}  // namespace moekit
+
+// ---- GPU: every candidate plan against the reference ----
+
+namespace moekit {
+namespace {
+
+// fused_moe_shared_expert (a shared expert of width S; fused_moe's plans when S = 0) on
+// fresh random inputs under each of its candidate plans, against the CPU reference: the
+// direct and sorted routed paths, every expert-MLP plan and every shared-expert plan
+// (each direct split pair, stream-K, the GEMMs), poisoned output each run.
+void expect_every_layer_candidate_matches(DType dt, int64_t T, int64_t H, int64_t E, int64_t F,
+                                          int K, int64_t S, uint64_t seed) {
+  SCOPED_TRACE("T " + std::to_string(T) + " E " + std::to_string(E) + " S " + std::to_string(S));
+  std::mt19937_64 rng(seed);
+  const HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
+  const HostTensor logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
+  const HostTensor wgu = moetest::normal(rng, dt, {E, 2 * F, H}, 1.0 / std::sqrt(double(H)));
+  const HostTensor wd = moetest::normal(rng, dt, {E, H, F}, 1.0 / std::sqrt(double(F)));
+  const int64_t s = S > 0 ? S : 8;
+  const HostTensor sgu = moetest::normal(rng, dt, {2 * s, H}, 1.0 / std::sqrt(double(H)));
+  const HostTensor sd = moetest::normal(rng, dt, {H, s}, 1.0 / std::sqrt(double(s)));
+  testing::DeviceTensor dx(x), dlogits(logits), dwgu(wgu), dwd(wd), dsgu(sgu), dsd(sd);
+  testing::DeviceTensor out(dt, {T, H}, dense_mlp_test::kPoison);
+  FusedMoESharedExpertArgs a;
+  a.moe.hidden_states = dx.view();
+  a.moe.gating_output = dlogits.view();
+  a.moe.params.top_k = K;
+  a.moe.w_gate_up = dwgu.view();
+  a.moe.w_down = dwd.view();
+  a.moe.output = out.view();
+  if (S > 0) {
+    a.shared_w_gate_up = dsgu.view();
+    a.shared_w_down = dsd.view();
+  }
+  HostTensor ref(dt, {T, H});
+  FusedMoESharedExpertArgs r = a;
+  r.moe.hidden_states = x.view();
+  r.moe.gating_output = logits.view();
+  r.moe.w_gate_up = wgu.view();
+  r.moe.w_down = wd.view();
+  r.moe.output = ref.view();
+  r.shared_w_gate_up = S > 0 ? sgu.view() : TensorView{};
+  r.shared_w_down = S > 0 ? sd.view() : TensorView{};
+  reference::fused_moe_shared_expert(r);
+  const std::vector<LayerPlan> plans = fused_moe_shared_expert_plan_candidates(a);
+  EXPECT_FALSE(plans.empty());
+  for (const LayerPlan& plan : plans) {
+    a.moe.plan = &plan;
+    testing::DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(a));
+    a.moe.workspace = ws.get();
+    ASSERT_EQ(cudaMemset(out.data(), dense_mlp_test::kPoison, ref.nbytes()), cudaSuccess);
+    fused_moe_shared_expert(a, nullptr);
+    dense_mlp_test::sync_ok();
+    dense_mlp_test::expect_close(out.download(), ref, dt, to_string(plan));
+  }
+}
+
+TEST(LayerPlannerGpu, EveryCandidateMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  // Few tokens (direct and sorted routed paths; GEMV, direct, stream-K and the GEMMs for
+  // the shared expert), more tokens (sorted only; stream-K and the GEMMs), no shared expert.
+  expect_every_layer_candidate_matches(DType::kBF16, 1, 256, 16, 128, 4, 136, 5100);
+  expect_every_layer_candidate_matches(DType::kF16, 19, 264, 32, 72, 6, 520, 5200);
+  expect_every_layer_candidate_matches(DType::kBF16, 100, 136, 8, 64, 2, 72, 5300);
+  expect_every_layer_candidate_matches(DType::kF16, 7, 256, 64, 128, 8, 0, 5400);
 }
 
 }  // namespace
