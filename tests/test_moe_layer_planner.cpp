@@ -138,6 +138,14 @@ TEST(LayerPlanner, SeedRowsTakeTodaysPaths) {
   EXPECT_EQ(to_string(detail::plan_layer(problem(kRows[2]), h200)), "direct");
 }
 
+// The plan log's shape key (MOEKIT_LOG_PLANS: one line per op and shape).
+TEST(LayerPlanner, ShapeKey) {
+  LayerProblem p = problem(kRows[11]);  // ds-v3-grouped-t32
+  EXPECT_EQ(detail::shape_key(p.s, p.S), "bf16 T=32 H=7168 E=256 F=2048 K=8 S=2048");
+  p.s.E = 0;  // a dense MLP
+  EXPECT_EQ(detail::shape_key(p.s, 2048), "bf16 T=32 H=7168 S=2048");
+}
+
 // The layer ops' direct path also needs at most 16 routes per expert on average;
 // indexed_expert_mlp takes it wherever it runs.
 TEST(LayerPlanner, LayerRuleNeedsFewRoutesPerExpert) {

@@ -228,6 +228,7 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   detail::ArgCheck c(op);
   detail::MoEShapes s;
   const LayerPlan plan = experts_plan(c, a, allow_direct, s);
+  detail::log_op_plan(op, s, 0, plan);
   detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states,
                      /*experts=*/true);
   c.tensor("topk_weights", a.topk_weights, {DType::kF32}, {s.T, s.K});
@@ -473,6 +474,7 @@ void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
   detail::ArgCheck c(kLayerOp);
   const detail::MoEShapes s = check_layer_args(c, args);
   const LayerPlan plan = layer_plan(c, args.plan, {s, detail::RoutedOp::kLayer, 0});
+  detail::log_op_plan(kLayerOp, s, 0, plan);
   const size_t needed = layer_workspace_size(s, 0, plan.routed);
   c.workspace(args.workspace, needed);
   check_layer_memory(c, args, TensorView{}, TensorView{});
@@ -511,6 +513,7 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
     S = shared.F;
   }
   const LayerPlan plan = layer_plan(c, args.moe.plan, {s, detail::RoutedOp::kLayer, S});
+  detail::log_op_plan(kSharedLayerOp, s, S, plan);
   const size_t needed = layer_workspace_size(s, S, plan.routed);
   c.workspace(args.moe.workspace, needed);
   check_layer_memory(c, args.moe, args.shared_w_gate_up, args.shared_w_down);

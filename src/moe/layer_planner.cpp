@@ -67,6 +67,13 @@ std::string direct_path_rejection(const MoEShapes& s) {
   return {};
 }
 
+std::string shape_key(const MoEShapes& s, int64_t S) {
+  std::string key = std::string(dtype_name(s.dtype)) + " T=" + str(s.T) + " H=" + str(s.H);
+  if (s.E > 0) key += " E=" + str(s.E) + " F=" + str(s.F) + " K=" + str(s.K);
+  if (S > 0) key += " S=" + str(S);
+  return key;
+}
+
 int64_t sorted_rows(const MoEShapes& s) {
   return permuted_rows(s.T, static_cast<int>(s.K), static_cast<int>(s.E), kSortedAlignment);
 }

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/device.h"
+#include "core/plan_log.h"
 #include "gemm/grouped_gemm.h"
 #include "mlp/mlp_planner.h"
 #include "moe/moe_internal.h"
@@ -61,6 +62,14 @@ SortedExpertGemms sorted_expert_gemms(const MoEShapes& s, void* permuted,
 // rows on its own, so padding would only cost workspace).
 constexpr int kSortedAlignment = 1;
 int64_t sorted_rows(const MoEShapes& s);
+
+// The plan log's key of a layer / dense MLP shape ("bf16 T=32 H=7168 E=256 F=2048 K=8 S=2048";
+// E, F and K left out when 0), and the log line of an op's plan (core/plan_log.h).
+std::string shape_key(const MoEShapes& s, int64_t S);
+template <class Plan>
+void log_op_plan(const char* op, const MoEShapes& s, int64_t S, const Plan& plan) {
+  if (plan_log_enabled()) log_plan(op, shape_key(s, S), to_string(plan));
+}
 
 // Throws moekit::Error naming the op, argument 'plan', the plan and `reason` when `reason`
 // (a *_plan_rejection) is not empty.

@@ -76,6 +76,9 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
                      /*experts=*/false);
   detail::check_output(c, "output", args.output, s, "hidden_states", args.hidden_states);
   const MlpPlan plan = shared_plan(c, args, s);
+  detail::MoEShapes dense = s;
+  dense.E = 0;  // the key names T, H and S
+  detail::log_op_plan(kOp, dense, s.F, plan);
   const size_t needed = shared_mlp_bytes(s);
   c.workspace(args.workspace, needed);
   // Not in place: its dense paths (some one kernel for both projections) are not shown
