@@ -153,9 +153,12 @@ TEST(MoENonFiniteGpu, ExpertMlpOnEveryPath) {
 
 // ---- shared_expert_mlp ----
 
-// The op on device copies of `in` (poisoned output and workspace).
-HostTensor run_shared(const dense_mlp_test::MlpCase& c, const dense_mlp_test::MlpInputs& in) {
+// The op under `plan` (nullptr: the planner's) on device copies of `in` (poisoned output
+// and workspace).
+HostTensor run_shared(const dense_mlp_test::MlpCase& c, const dense_mlp_test::MlpInputs& in,
+                      const MlpPlan* plan) {
   dense_mlp_test::MlpDevice d(c, in);
+  d.args.plan = plan;
   shared_expert_mlp(d.args, nullptr);
   sync_ok();
   return d.out.download();
@@ -187,12 +190,15 @@ TEST(MoENonFiniteGpu, SharedExpertMlpOnEveryPath) {
     poison(bad.wd, h_inf, col_s(rng), NonFinite::kPosInf);
     reach.mark_col(h_nan, Reach::kNan);
     reach.mark_col(h_inf, Reach::kNonFinite);
-    // 0: the default path; then stream-K, the GEMMs, direct, GEMV (forced: a path that
-    // cannot run the shape falls back to the GEMMs).
-    for (int path : {0, 1, 2, 3, 4}) {
-      ScopedKnob knob(detail::dense_mlp_path_override(), path);
-      testing::expect_reach(run_shared(c, bad), run_shared(c, clean), reach,
-                            "shared_expert_mlp, path " + std::to_string(path));
+    // The planner's plan, then each path's plan where that path runs the shape.
+    testing::expect_reach(run_shared(c, bad, nullptr), run_shared(c, clean, nullptr), reach,
+                          "shared_expert_mlp, the planner's plan");
+    const dense_mlp_test::MlpDevice probe(c, clean);
+    for (MlpPath path : {MlpPath::kStreamK, MlpPath::kTwoGemms, MlpPath::kDirect, MlpPath::kGemv}) {
+      MlpPlan plan;
+      if (!dense_mlp_test::plan_on_path(path, probe.args, &plan)) continue;
+      testing::expect_reach(run_shared(c, bad, &plan), run_shared(c, clean, &plan), reach,
+                            "shared_expert_mlp, " + to_string(plan));
     }
   }
 }

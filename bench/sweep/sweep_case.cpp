@@ -164,8 +164,6 @@ void draw_knobs(SweepCase& c, Rng& rng, int64_t round) {
     k.dense_path = 1 + cycle(4);
   } else if (f == "direct_knobs") {
     k.dense_path = 3;
-    k.direct_load = cycle(3);
-    k.direct_reduce = static_cast<int>((round / 3) % 4) - 1;
     k.direct_split = static_cast<int>(rng.uniform(0, 8));  // 0: the plan; 1-8 ranks
   } else if (f == "streamk_grid") {
     k.dense_path = 1;
@@ -430,16 +428,10 @@ const char* route_name(Route r) {
 
 const std::vector<KnobField>& knob_fields() {
   static const std::vector<KnobField> fields = {
-      {"gemm_plan", &Knobs::gemm_plan, -1},
-      {"fp8_plan", &Knobs::fp8_plan, -1},
-      {"mlp_plan", &Knobs::mlp_plan, -1},
-      {"dense_path", &Knobs::dense_path, 0},
-      {"streamk_grid", &Knobs::streamk_grid, 0},
-      {"direct_load", &Knobs::direct_load, 0},
-      {"direct_reduce", &Knobs::direct_reduce, -1},
-      {"direct_split", &Knobs::direct_split, 0},
-      {"routed_path", &Knobs::routed_path, 0},
-      {"pdl", &Knobs::pdl, 0},
+      {"gemm_plan", &Knobs::gemm_plan, -1},      {"fp8_plan", &Knobs::fp8_plan, -1},
+      {"mlp_plan", &Knobs::mlp_plan, -1},        {"dense_path", &Knobs::dense_path, 0},
+      {"streamk_grid", &Knobs::streamk_grid, 0}, {"direct_split", &Knobs::direct_split, 0},
+      {"routed_path", &Knobs::routed_path, 0},   {"pdl", &Knobs::pdl, 0},
   };
   return fields;
 }

@@ -47,8 +47,8 @@ struct Knobs {
   // -1 = the planner's plan. gemm: moe_grouped_gemm; fp8: moe_grouped_gemm_fp8; mlp:
   // moe_expert_mlp.
   int gemm_plan = -1, fp8_plan = -1, mlp_plan = -1;
-  int dense_path = 0, streamk_grid = 0, direct_load = 0, direct_reduce = -1, direct_split = 0;
-  int routed_path = 0;
+  // Plan knobs (bench/sweep/sweep_paths.h forced_dense_plan / forced_layer_plan: args.plan).
+  int dense_path = 0, streamk_grid = 0, direct_split = 0, routed_path = 0;
   int pdl = 0;
 };
 

@@ -6,9 +6,6 @@
 #include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
-#include "mlp/direct_mlp.h"
-#include "mlp/gemv_mlp.h"
-#include "mlp/streamk_mlp.h"
 #include "moe/moe_internal.h"
 #include "moekit/tensor.h"
 
@@ -23,12 +20,6 @@ struct IntKnob {
 };
 
 const IntKnob kIntKnobs[] = {
-    {&Knobs::dense_path, 0, detail::dense_mlp_path_override},
-    {&Knobs::streamk_grid, 0, detail::streamk_mlp_grid_override},
-    {&Knobs::direct_load, 0, detail::direct_mlp_load_mode_override},
-    {&Knobs::direct_reduce, -1, detail::direct_mlp_reduce_override},
-    {&Knobs::direct_split, 0, detail::direct_mlp_split_override},
-    {&Knobs::routed_path, 0, detail::routed_path_override},
     {&Knobs::pdl, 0, detail::pdl_override},
 };
 constexpr int kIntKnobCount = sizeof(kIntKnobs) / sizeof(kIntKnobs[0]);
@@ -64,52 +55,11 @@ std::string expert_plan(const detail::ExpertMlpGemms& g, int knob) {
   return to_string(forced ? *forced : detail::plan_expert_mlp_gemms(g, device));
 }
 
-// src/moe/expert_mlp.cpp run_dense_mlp's choice.
-std::string dense_path(DType dt, int64_t T, int64_t H, int64_t S, DType out) {
-  if (T == 0) return "none";
-  if (detail::gemv_mlp_preferred(T, H, S) && detail::gemv_mlp_supported(dt, T, H, S)) {
-    return "gemv";
-  }
-  if (detail::direct_mlp_preferred(T, H, S) && detail::direct_mlp_supported(dt, T, H, S)) {
-    return "direct";
-  }
-  if (detail::streamk_mlp_scratch_bytes(dt, T, H, S) > 0 && detail::streamk_mlp_preferred(H, S)) {
-    return "streamk";
-  }
-  static char x, act, y;
-  detail::GroupedGemmProblem up;
-  up.in_dtype = up.out_dtype = dt;
-  up.a = &x;
-  up.c = &act;
-  up.n = S;
-  up.k = H;
-  up.activation = Activation::kSiluAndMul;
-  up.rows = detail::GemmRows::kDense;
-  up.m = T;
-  detail::GroupedGemmProblem down = up;
-  down.out_dtype = out;
-  down.a = &act;
-  down.c = &y;
-  down.n = H;
-  down.k = S;
-  down.activation = Activation::kNone;
-  return "gemm " + to_string(detail::plan_mlp_gemms(up, down, detail::current_gemm_device()));
-}
-
-detail::MoEShapes shapes(const SweepCase& c) {
-  detail::MoEShapes s;
-  s.dtype = c.dtype;
-  s.T = c.T;
-  s.H = c.H;
-  s.E = c.E;
-  s.F = c.N;
-  s.K = c.K;
-  return s;
-}
-
-std::string routed_path(const SweepCase& c, bool direct) {
-  if (direct) return "direct";
-  return "sorted " + expert_plan(expert_gemms(c, c.T * c.K, 1, true), -1);
+// The first of `candidates` on `path`, or null.
+const MlpPlan* first_on(MlpPath path, const std::vector<MlpPlan>& candidates) {
+  for (const MlpPlan& m : candidates)
+    if (m.path == path) return &m;
+  return nullptr;
 }
 
 }  // namespace
@@ -172,22 +122,61 @@ std::string path_taken(const SweepCase& c) {
       const int64_t P = c.T + c.E * (c.alignment - 1) + c.tail;
       return expert_plan(expert_gemms(c, P, c.alignment, false), c.knobs.mlp_plan);
     }
-    case Op::kFusedMoeExperts:
-      return c.T == 0 ? "none" : routed_path(c, false);
-    case Op::kIndexedExpertMlp:
-      return c.T == 0 ? "none" : routed_path(c, detail::indexed_takes_direct(shapes(c)));
-    case Op::kFusedMoe:
-    case Op::kFusedMoeSharedExpert: {
-      if (c.T == 0) return "none";
-      std::string s = routed_path(c, detail::layer_takes_direct(shapes(c)));
-      if (c.S > 0) s += " + shared " + dense_path(c.dtype, c.T, c.H, c.S, DType::kF32);
-      return s;
-    }
-    case Op::kSharedExpertMlp:
-      return dense_path(c.dtype, c.T, c.H, c.N, c.dtype);
     default:
       return "";
   }
+}
+
+bool forced_dense_plan(const Knobs& k, const MlpPlan& planned,
+                       const std::vector<MlpPlan>& candidates, MlpPlan* plan) {
+  if (k.dense_path == 0 && k.streamk_grid == 0 && k.direct_split == 0) return false;
+  static const MlpPath kPaths[] = {MlpPath::kStreamK, MlpPath::kTwoGemms, MlpPath::kDirect,
+                                   MlpPath::kGemv};
+  const MlpPath want =
+      k.dense_path >= 1 && k.dense_path <= 4 ? kPaths[k.dense_path - 1] : planned.path;
+  const MlpPlan* pick = planned.path == want ? &planned : first_on(want, candidates);
+  if (pick == nullptr) pick = first_on(MlpPath::kTwoGemms, candidates);
+  if (pick == nullptr) return false;
+  *plan = *pick;
+  if (plan->path == MlpPath::kStreamK && k.streamk_grid > 0 && k.streamk_grid < plan->split_gate_up)
+    plan->split_gate_up = plan->split_down = k.streamk_grid;
+  if (plan->path == MlpPath::kDirect && k.direct_split > 0) {
+    // The candidate whose splits match the knob on most GEMMs (a split a GEMM cannot take
+    // leaves that GEMM to another candidate's).
+    int best = 0;
+    for (const MlpPlan& m : candidates) {
+      if (m.path != MlpPath::kDirect) continue;
+      const int hits = (m.split_gate_up == k.direct_split) + (m.split_down == k.direct_split);
+      if (hits > best) {
+        best = hits;
+        *plan = m;
+      }
+    }
+  }
+  return true;
+}
+
+bool forced_layer_plan(const Knobs& k, const LayerPlan& planned,
+                       const std::vector<LayerPlan>& candidates, LayerPlan* plan) {
+  *plan = planned;
+  bool forced = false;
+  if (k.routed_path == 1 || k.routed_path == 2) {
+    const RoutedPath want = k.routed_path == 1 ? RoutedPath::kDirect : RoutedPath::kSorted;
+    for (const LayerPlan& l : candidates) {
+      if (l.routed != want) continue;
+      if (want != planned.routed) plan->experts = l.experts;
+      plan->routed = want;
+      forced = true;
+      break;
+    }
+  }
+  if (planned.has_shared) {
+    std::vector<MlpPlan> shared;
+    for (const LayerPlan& l : candidates)
+      if (l.routed == plan->routed && l.experts == plan->experts) shared.push_back(l.shared);
+    forced = forced_dense_plan(k, planned.shared, shared, &plan->shared) || forced;
+  }
+  return forced;
 }
 
 int64_t chain_launches() {

@@ -12,8 +12,6 @@
 
 namespace moekit {
 namespace detail {
-namespace {
-
 // The two GEMM problems of `g`. Without counters (planning only) a stand-in address marks
 // them given: the ops always carve them, and the plan depends only on whether they are.
 std::pair<GroupedGemmProblem, GroupedGemmProblem> expert_mlp_problems(const ExpertMlpGemms& g) {
@@ -49,8 +47,6 @@ std::pair<GroupedGemmProblem, GroupedGemmProblem> expert_mlp_problems(const Expe
       counters ? reinterpret_cast<unsigned*>(counters + kTileCounterBytes) : &stand_in[1];
   return {up, down};
 }
-
-}  // namespace
 
 MlpPlan plan_expert_mlp_gemms(const ExpertMlpGemms& g, const GemmDevice& device) {
   const auto [up, down] = expert_mlp_problems(g);

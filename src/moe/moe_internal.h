@@ -6,10 +6,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "core/workspace.h"
 #include "gemm/gemm_planner.h"  // GemmDevice, MlpPlan, kSm90MlpChainScratchBytes
 #include "mlp/dense_mlp.h"
+#include "moekit/plan.h"
 #include "moekit/tensor.h"
 
 namespace moekit::detail {
@@ -31,22 +34,17 @@ inline bool direct_path_eligible(const MoEShapes& s) {
          2 * s.F * s.H < (int64_t{1} << 31);
 }
 
-// Test knob (not thread-safe) of the routed ops' path: 0 = the heuristic, 1 = the direct
-// path wherever direct_path_eligible, 2 = the sorted path. indexed_expert_mlp, fused_moe
-// and fused_moe_shared_expert follow it (fused_moe_experts always sorts); their workspace
-// sizes too.
-int& routed_path_override();
-// The path indexed_expert_mlp and the layers take for shapes s (the knob applied).
-bool indexed_takes_direct(const MoEShapes& s);
-bool layer_takes_direct(const MoEShapes& s);
+// Empty when the direct path can run s, else the limit s is past ("T = 65 > 64").
+std::string direct_path_rejection(const MoEShapes& s);
 
 // Routed experts on device pointers: output[t] = sum_k w[t,k] * MLP_id(x_t)
 // (+ addend[t] when addend != nullptr, an f32 [T, H] term added before the single
-// rounding). `direct` picks the sort-free small-batch path (requires
-// direct_path_eligible) over pre-permute -> grouped GEMMs -> combine.
+// rounding), by the routed part of a LayerPlan: the sort-free small-batch path (kDirect,
+// requires direct_path_eligible) or pre-permute -> the expert MLP plan's GEMMs -> combine.
 struct RoutedExperts {
   MoEShapes s;
-  bool direct = false;
+  RoutedPath routed = RoutedPath::kSorted;
+  MlpPlan experts;                  // kSorted
   const void* hidden = nullptr;     // [T, H]
   const void* w_gate_up = nullptr;  // [E, 2F, H]
   const void* w_down = nullptr;     // [E, H, F]
@@ -55,7 +53,7 @@ struct RoutedExperts {
   const float* addend = nullptr;  // optional [T, H] f32
   void* output = nullptr;         // [T, H]
 };
-size_t routed_experts_workspace_size(const MoEShapes& s, bool direct);
+size_t routed_experts_workspace_size(const MoEShapes& s, RoutedPath routed);
 void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t stream);
 
 // Expert MLP on a contiguous permuted buffer: gate/up grouped GEMM with silu_and_mul into
@@ -77,6 +75,8 @@ struct ExpertMlpGemms {
   // Planning needs none (the plan is the one run with them).
   void* counters = nullptr;
 };
+// The two GEMM problems of g (without counters, stand-ins mark them given: planning).
+std::pair<GroupedGemmProblem, GroupedGemmProblem> expert_mlp_problems(const ExpertMlpGemms& g);
 // The planner's plan of the two GEMMs, and every plan that can run them (gemm_planner.h).
 MlpPlan plan_expert_mlp_gemms(const ExpertMlpGemms& g, const GemmDevice& device);
 std::vector<MlpPlan> expert_mlp_gemms_plan_candidates(const ExpertMlpGemms& g,
