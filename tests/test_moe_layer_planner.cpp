@@ -103,11 +103,12 @@ detail::DirectCapacity shared_capacity(const LayerProblem& p) {
 
 MlpPlan sorted_experts(const LayerProblem& p, const detail::DeviceProps& device) {
   static char permuted, meta, act, weights, counters;
-  const detail::SortedExpertGemms g = detail::sorted_expert_gemms(
+  const detail::ExpertMlpGemms g = detail::sorted_expert_gemms(
       p.s, &permuted, reinterpret_cast<const int32_t*>(&meta), &act, &weights, &weights, &counters);
-  EXPECT_TRUE(g.up.routed_counts);
-  EXPECT_EQ(g.up.m, p.s.T * p.s.K);
-  return detail::plan_mlp_gemms(g.up, g.down, device);
+  const auto [up, down] = detail::expert_mlp_problems(g);
+  EXPECT_TRUE(up.routed_counts);
+  EXPECT_EQ(up.m, p.s.T * p.s.K);
+  return detail::plan_mlp_gemms(up, down, device);
 }
 
 TEST(LayerPlanner, SeedRowsTakeTodaysPaths) {
