@@ -23,8 +23,8 @@ enum class Activation {
 // workspace is optional: with grouped_gemm_workspace_size(args) bytes (256-aligned,
 // any contents, not shared with a call running at the same time) the Hopper kernels
 // hand tiles out dynamically (SMs that run ahead take more; docs/gemm.md
-// "Persistent grid and dynamic schedule"); without one they walk a static schedule. Same results
-// either way.
+// "Persistent grid and dynamic schedule"); without one they walk a static schedule. Same
+// results either way.
 struct GroupedGemmArgs {
   TensorView a;
   TensorView b;
