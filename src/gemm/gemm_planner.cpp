@@ -362,19 +362,31 @@ std::string mlp_gemms_plan_rejection(const MlpPlan& plan, const GroupedGemmProbl
 std::vector<MlpPlan> mlp_gemms_plan_candidates(const GroupedGemmProblem& up,
                                                const GroupedGemmProblem& down,
                                                const GemmDevice& d) {
+  // The chains, the planner's pair of GEMM plans, then each GEMM's other candidates with
+  // the other GEMM as planned: linear in the GEMMs' candidates, not their product (the
+  // layer's candidates multiply again by the shared expert's).
   std::vector<MlpPlan> out;
+  const auto add = [&out](const MlpPlan& m) {
+    for (const MlpPlan& o : out)
+      if (o == m) return;
+    out.push_back(m);
+  };
   for (GemmKernel kernel : {GemmKernel::kSm90, GemmKernel::kSm90Pairs}) {
-    if (chain_limits(up, down, d).empty()) out.push_back(chain_plan(kernel));
+    if (chain_limits(up, down, d).empty()) add(chain_plan(kernel));
   }
-  const std::vector<GemmPlan> ups = gemm_plan_candidates(up, d);
-  const std::vector<GemmPlan> downs = gemm_plan_candidates(down, d);
-  for (const GemmPlan& u : ups) {
-    for (const GemmPlan& w : downs) {
-      MlpPlan m;
-      m.gate_up = u;
-      m.down = w;
-      out.push_back(m);
-    }
+  MlpPlan planned;
+  planned.gate_up = plan_gemm(up, d);
+  planned.down = plan_gemm(down, d);
+  add(planned);
+  for (const GemmPlan& u : gemm_plan_candidates(up, d)) {
+    MlpPlan m = planned;
+    m.gate_up = u;
+    add(m);
+  }
+  for (const GemmPlan& w : gemm_plan_candidates(down, d)) {
+    MlpPlan m = planned;
+    m.down = w;
+    add(m);
   }
   return out;
 }

@@ -127,25 +127,36 @@ LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
 }
 
 std::vector<LayerPlan> layer_plan_candidates(const LayerProblem& p, const GemmDevice& device) {
-  std::vector<LayerPlan> routed;
+  // Each part varied with the others as planned (the routed path with its expert MLP, then
+  // the shared expert's plan): a sum of the parts' candidates, not their product.
+  const LayerPlan planned = plan_layer(p, device);
+  std::vector<LayerPlan> out;
+  const auto add = [&out](const LayerPlan& plan) {
+    for (const LayerPlan& o : out)
+      if (o == plan) return;
+    out.push_back(plan);
+  };
   if (direct_rejection(p).empty()) {
-    LayerPlan direct;
+    LayerPlan direct = planned;
     direct.routed = RoutedPath::kDirect;
-    routed.push_back(direct);
+    direct.experts = MlpPlan();
+    add(direct);
   }
   if (p.s.E <= kPermuteMaxExperts) {
     for (const MlpPlan& m : expert_mlp_gemms_plan_candidates(planning_gemms(p.s), device)) {
-      LayerPlan sorted;
+      LayerPlan sorted = planned;
+      sorted.routed = RoutedPath::kSorted;
       sorted.experts = m;
-      routed.push_back(sorted);
+      add(sorted);
     }
   }
-  std::vector<LayerPlan> out;
-  for (const MlpPlan& shared : shared_candidates(p, device)) {
-    for (LayerPlan plan : routed) {
-      plan.has_shared = p.S > 0;
+  const size_t routed = out.size();
+  for (const MlpPlan& shared : p.S > 0 ? shared_candidates(p, device) : std::vector<MlpPlan>()) {
+    for (size_t i = 0; i < routed; ++i) {
+      if (out[i].routed != planned.routed || out[i].experts != planned.experts) continue;
+      LayerPlan plan = out[i];
       plan.shared = shared;
-      out.push_back(plan);
+      add(plan);
     }
   }
   return out;
