@@ -2,8 +2,7 @@
 // then the (config, out dtype) instantiation.
 #pragma once
 
-#include <cstdlib>
-
+#include "core/device.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/mma/configs.cuh"
 #include "gemm/mma/grouped_gemm_kernel.cuh"
@@ -33,23 +32,6 @@ inline RowsDesc rows_desc(const GroupedGemmProblem& p) {
       break;
   }
   return d;
-}
-
-inline int split_k_sm_count() {
-  int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 132;
-  }
-  return count;
-}
-
-// Measurement knob (docs/gemm.md "Decode split-K"): MOEKIT_GEMM_SPLIT_K = 1..8
-// forces the split of the split-K config (when the caller set none).
-inline int env_int(const char* name) {
-  const char* s = std::getenv(name);
-  return s && *s ? std::atoi(s) : 0;
 }
 
 template <class In, class Mma>
@@ -121,7 +103,7 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
       (config == kGemmConfigDecodeStream || config == kGemmConfigDecodeStreamDeep) &&
       prob.split_k >= 2;
   if (stream_split) {
-    const int split = decode_split_k(prob, split_k_sm_count());
+    const int split = decode_split_k(prob, device_props().sms);
     if (config == kGemmConfigDecodeStream) {
       launch_split_decode(DecodeStreamConfig{}, split);
     } else {
@@ -136,10 +118,10 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
   } else if (config == kGemmConfigDecodePersistent) {
     if (prob.k > 0 && p.rows.num_groups <= kPersistentMaxGroups) {
       if (f32_out) {
-        launch_grouped_gemm_persistent<DecodeStreamConfig, In, float, Mma>(p, split_k_sm_count(),
+        launch_grouped_gemm_persistent<DecodeStreamConfig, In, float, Mma>(p, device_props().sms,
                                                                            stream, op);
       } else {
-        launch_grouped_gemm_persistent<DecodeStreamConfig, In, In, Mma>(p, split_k_sm_count(),
+        launch_grouped_gemm_persistent<DecodeStreamConfig, In, In, Mma>(p, device_props().sms,
                                                                         stream, op);
       }
     } else {
@@ -149,12 +131,9 @@ void launch_16bit(const GroupedGemmProblem& prob, int config, cudaStream_t strea
     launch_decode(DecodeStreamDeepConfig{});
   } else if (config == kGemmConfigDecodeSplitK) {
     // Forced or picked: at least 2 (a forced split of a big problem still runs split).
-    static const int env_split = env_int("MOEKIT_GEMM_SPLIT_K");
-    GroupedGemmProblem q = prob;
-    if (q.split_k <= 0 && env_split > 0) q.split_k = env_split;
-    int split = decode_split_k(q, split_k_sm_count(), splitk_cluster_capacity_table());
-    if (q.split_k <= 0 && split < 2) split = 2;
-    if (split_uses_stream_tiles(q.k, static_cast<int>(sizeof(In)), split)) {
+    int split = decode_split_k(prob, device_props().sms, splitk_cluster_capacity_table());
+    if (prob.split_k <= 0 && split < 2) split = 2;
+    if (split_uses_stream_tiles(prob.k, static_cast<int>(sizeof(In)), split)) {
       launch_split_decode(DecodeStreamConfig{}, split);  // long k slices: 256-byte stages
     } else {
       launch_split_decode(DecodeConfig{}, split);

@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // No valid row in this warpgroup's half, or a pair's second n-tile past n: the
       // pipeline kept in step, nothing stored (nor, for gate_up, counted).
       const bool none = kAuto && t.n0 >= g.n;
-      run_cooperative_tile<BN, Cfg::B_BOX, 1, Cfg::CLUSTER>(
+      run_cooperative_tile<BN, Cfg::B_BOX, Cfg::CLUSTER>(
           mma, tCrA, tCrB, acc, tCcC, pipeline, read, t, 64 * wg >= t.rows || none, k_tiles,
           static_cast<Out*>(g.c), g.n, g.silu != 0, q, wg);
       if (!down && !none) {
@@ -249,8 +249,9 @@ void launch_mlp_chain(const GroupedGemmProblem& up, const GroupedGemmProblem& do
   p.tile_counter = static_cast<unsigned*>(scratch);
   p.up_done = reinterpret_cast<unsigned*>(static_cast<char*>(scratch) + 256);
   static_assert(sizeof(ChainSharedStorage<Cfg, T>) <= 227 * 1024, "SM90 shared memory per block");
-  const int smem = static_cast<int>(sizeof(ChainSharedStorage<Cfg, T>));
-  launch_persistent<Cfg>(sm90_mlp_chain_kernel<Cfg, T, Out>, p, p.total_bound, smem, stream, op);
+  constexpr int kSmem = static_cast<int>(sizeof(ChainSharedStorage<Cfg, T>));
+  launch_persistent<Cfg, sm90_mlp_chain_kernel<Cfg, T, Out>, kSmem>(
+      p, p.total_bound, kSlotSm90ChainPairClusters, stream, op);
 }
 
 }  // namespace moekit::detail::gemm::sm90

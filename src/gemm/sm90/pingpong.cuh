@@ -6,8 +6,8 @@
 // KernelTmaWarpSpecializedPingpong, composed of CuTe pieces as config 2 is
 // (sm90_grouped_gemm.cuh, whose descriptors, parameters, schedule and epilogue it shares).
 //
-// H200-verified 2026-12-02; the heuristic picks it for grouped epilogue-heavy GEMMs
-// (grouped_gemm.cpp). Config 8 is its paired variant (2-CTA clusters on m-tile pairs,
+// Never picked (config 2's dynamic walk wins its rows; docs/gemm.md, "SM90 ping-pong").
+// Config 8 is its paired variant (2-CTA clusters on m-tile pairs,
 // b multicast). docs/gemm.md, "SM90 ping-pong" and "Paired SM90 configs".
 //
 // Design:
@@ -30,7 +30,7 @@
 //   consumer B's mainloop.
 #pragma once
 
-#include "gemm/sm90/grouped_gemm.cuh"  // TMA encoder, knobs, make_tma, Params, make_params
+#include "gemm/sm90/grouped_gemm.cuh"  // make_tma, Params, make_params, launch_persistent
 
 namespace moekit::detail::gemm::sm90 {
 
@@ -53,10 +53,6 @@ struct PingpongConfig {
       SmemAtom{}, cute::make_shape(cute::Int<BM>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
   using SmemLayoutB = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::make_shape(cute::Int<BN>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
-  using SmemLayoutABoxes = SmemLayoutA;
-  using TmaOpA = cute::SM90_TMA_LOAD;
-  using TmaOpB =
-      std::conditional_t<PAIR == kPairM, cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
   // b's stage bytes as 2*STAGES boxes of 128 rows (as config 2: 16 KB boxes keep the
   // swizzle phase).
   using SmemLayoutBBoxes = decltype(cute::tile_to_shape(
@@ -67,7 +63,7 @@ struct PingpongConfig {
                                  cute::Shape<cute::Int<BM>, cute::Int<BN>, cute::Int<BK>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::K>(),
       cute::Layout<cute::Shape<cute::_1, cute::_1, cute::_1>>{}));
-  using Pipeline = Sm90Pipeline<STAGES>;
+  using Pipeline = cutlass::PipelineTmaAsync<STAGES>;
   using PipelineState = typename Pipeline::PipelineState;
   using OrderBarrier = cutlass::OrderedSequenceBarrier<1, 2>;
 };
@@ -188,7 +184,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
       // Epilogue (sm90_epilogue.cuh, as config 2): f32 -> (silu(gate) * up) -> one
       // rounding -> 16-byte predicated stores straight from the accumulators.
-      store_accumulators<BN, Cfg::B_BOX, 1>(acc, tCcC, t, c, p.n, silu, q);
+      store_accumulators<BN, Cfg::B_BOX>(acc, tCcC, t, c, p.n, silu, q);
     }
   }
   // Paired CTAs write into each other's shared memory (multicast stages, the pair
@@ -201,8 +197,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 }
 
 // In: the CuTe element type (cutlass::bfloat16_t / cutlass::half_t); k > 0 (callers
-// route k == 0 elsewhere, as for config 2). The 16-byte epilogue only
-// (MOEKIT_SM90_EPI does not apply); MOEKIT_SM90_L2 / MOEKIT_SM90_HINTS do.
+// route k == 0 elsewhere, as for config 2). Config 2's TMA cache policies (tma_hints).
 template <class T, class Out, int PAIR = kPairNone>
 void launch_pingpong(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t stream,
                      const char* op) {
@@ -214,15 +209,16 @@ void launch_pingpong(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaS
   const int64_t tiles = make_params<Cfg, T>(prob, rows, op, p);
   if (tiles <= 0) return;
   static_assert(sizeof(PingpongSharedStorage<Cfg, T>) <= 227 * 1024, "shared memory");
-  const int smem = static_cast<int>(sizeof(PingpongSharedStorage<Cfg, T>));
+  constexpr int kSmem = static_cast<int>(sizeof(PingpongSharedStorage<Cfg, T>));
   if constexpr (PAIR == kPairNone) {
-    unsigned* counter = tiles > device_sm_count() ? prob.tile_counter : nullptr;
+    unsigned* counter = tiles > device_props().sms ? prob.tile_counter : nullptr;
     p.tile_counter = sm90_tile_counter(counter, /*pingpong=*/true, rows.mode == kRowsDense, stream,
                                        op, &p.dynamic_waves);
   }
   // Persistent: one block (or pair) per SM (pair), at most as many as the tile upper
   // bound; a block with a single tile leaves its second consumer idle.
-  launch_persistent<Cfg>(sm90_pingpong_gemm_kernel<Cfg, T, Out>, p, tiles, smem, stream, op);
+  launch_persistent<Cfg, sm90_pingpong_gemm_kernel<Cfg, T, Out>, kSmem>(
+      p, tiles, kSlotSm90PingpongPairClusters, stream, op);
 }
 
 // The paired configs' dispatch (7: config 2's tiles on n-tile pairs; 8: the ping-pong

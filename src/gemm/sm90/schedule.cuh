@@ -72,10 +72,9 @@ __host__ __device__ constexpr int sched_n_tiles(int n_tiles) {
 
 // A block's walk over (pair) tile ids: ids first, first + stride, ... < total, and the
 // CTA's rank in its pair (a 2-CTA cluster along x is blocks 2c, 2c + 1; units = blocks,
-// or pairs for the paired configs). Measured and dropped (H200, 2026-12-02): walking
-// even waves on fewer units (4096 tiles: 128 blocks x 32, not 4 blocks with a 32nd)
-// lost 3% on config 2 and up to 40% on config 6, whose neighbouring blocks then no
-// longer read the same b tile at the same time (docs/gemm.md).
+// or pairs for the paired configs). Every unit walks: even waves on fewer units lose,
+// since neighbouring blocks then no longer read the same b tile at the same time
+// (docs/gemm.md, "SM90 ping-pong").
 struct Walk {
   int first, stride, rank;
 };
