@@ -1,6 +1,6 @@
 // One cooperative consumer warpgroup's tile (config 2, the paired configs 7 / 10 / 11 and the
-// MLP chain): the mainloop (sm90_mainloop.cuh) and the register epilogue
-// (sm90_epilogue.cuh).
+// MLP chain): the mainloop (mainloop.cuh) and the register epilogue
+// (epilogue.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>

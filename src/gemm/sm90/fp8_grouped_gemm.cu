@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int warp_group = threadIdx.x / 128;
   const int G = p.rows.num_groups;
 
-  // Tile schedule from the device counts (no host sync): sm90_schedule.cuh.
+  // Tile schedule from the device counts (no host sync): schedule.cuh.
   build_tile_schedule<Cfg::THREADS, BM>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
 
   typename Pipeline::Params pp;

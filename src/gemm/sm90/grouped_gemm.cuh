@@ -9,7 +9,7 @@
 // Design (docs/gemm.md has the rationale):
 // - Block tile 128 x 256 x 64, 4 stages (48 KB each): a [128 x 64], b [256 x 64] as two
 //   TMA boxes of 128 b rows (BN = 224 / 192: 112- / 96-row boxes, 5 stages; for dense
-//   GEMMs whose 256-wide tiles leave a short last wave, sm90_tile_math.h dense_tile_n). kNone: the
+//   GEMMs whose 256-wide tiles leave a short last wave, tile_math.h dense_tile_n). kNone: the
 //   boxes are b rows n0 .. n0+255 (256 output columns). kSiluAndMul: box 0 = 128 gate rows, box 1 =
 //   the 128 up rows of the same output columns, so wgmma's accumulator holds gate column j and up
 //   column j + 128 in the same thread (the wgmma D fragment spans every 8-column block of N), and
@@ -97,7 +97,7 @@ CUtensorMap make_tma(const T* ptr, int64_t rows, int64_t k, int64_t l, int box_r
 
 // T: the CuTe element type (cutlass::bfloat16_t / cutlass::half_t; the GMMA selector
 // keys on these, not on __nv_bfloat16 / __half).
-// PAIR_ (sm90_schedule.cuh): kPairNone = config 2; kPairN = config 7, 2-CTA clusters on
+// PAIR_ (schedule.cuh): kPairNone = config 2; kPairN = config 7, 2-CTA clusters on
 // n-tile pairs with the a box multicast (each CTA loads 64 of its 128 rows).
 // BN_: b rows per tile, 256, 224 or 192 (two boxes of BN_ / 2 rows; silu: BN_ / 2
 // output columns, which the epilogue needs in whole 32-column groups: 224 takes no silu).
@@ -168,7 +168,7 @@ struct Params {
   // line the L2 promotion fetched) take hint_b_odd.
   uint64_t hint_a, hint_b, hint_b_odd;
   // nullptr = the static walk; else a zeroed counter the producers (paired: rank 0) take
-  // tile ids from (the dynamic schedule, sm90_schedule.cuh next_tile_id).
+  // tile ids from (the dynamic schedule, schedule.cuh next_tile_id).
   unsigned* tile_counter;
   int dynamic_waves;  // with a counter: trailing waves taken dynamically (sm90_dynamic_waves)
 };
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int warp_group = threadIdx.x / 128;
   const int G = p.rows.num_groups;
 
-  // Tile schedule (sm90_schedule.cuh): tile_start[G + 1] in shared memory.
+  // Tile schedule (schedule.cuh): tile_start[G + 1] in shared memory.
   build_tile_schedule<Cfg::THREADS, sched_bm<Cfg>(), Cfg::PAIR == kPairAuto>(
       p.rows, sched_n_tiles<Cfg>(p.n_tiles), p.tile_bound, ss.tile_start);
   // Both consumer warpgroups (8 warps) read every tile id; paired, rank 1's producer
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // Tile ids: the producer's channel.
     int j = 0;
     for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
-      // Paired: this warpgroup's lagging warps catch up (sm90_mainloop.cuh).
+      // Paired: this warpgroup's lagging warps catch up (mainloop.cuh).
       pair_warpgroup_sync<Cfg::CLUSTER>(wg);
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       // Nothing to store: no valid row in this warpgroup's half (a group's last tile with
@@ -280,7 +280,7 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   const int64_t b_rows = silu ? 2 * prob.n : prob.n;
   const int64_t out_cols_per_tile = silu ? Cfg::B_BOX : Cfg::BN;
   const int64_t n_tiles = (prob.n + out_cols_per_tile - 1) / out_cols_per_tile;
-  // Paired configs count pair tiles (sm90_schedule.cuh).
+  // Paired configs count pair tiles (schedule.cuh).
   const int64_t tiles =
       max_tiles(rows, sched_bm<Cfg>(), sched_n_tiles<Cfg>(static_cast<int>(n_tiles)));
   if (tiles <= 0) return 0;

@@ -1,5 +1,5 @@
-// Mainloop of the SM90 bf16/f16 grouped-GEMM kernels (config 2, sm90_grouped_gemm.cuh;
-// config 6, sm90_pingpong.cuh): the producer thread's TMA loads and one consumer
+// Mainloop of the SM90 bf16/f16 grouped-GEMM kernels (config 2, grouped_gemm.cuh;
+// config 6, pingpong.cuh): the producer thread's TMA loads and one consumer
 // warpgroup's wgmmas.
 #pragma once
 
@@ -96,8 +96,8 @@ __device__ __forceinline__ void load_tile_stages(const Params& p, Shared& ss, Pi
 }
 
 // The next tile is claimed kClaimAhead stages before a tile's last load: the counter's
-// round trip (several us behind a saturated L2: claimed at the tile's end, it cost config
-// 6 20% on the H200) then overlaps the loads still to issue.
+// round trip (several us behind a saturated L2) then overlaps the loads still to issue
+// (docs/gemm.md, "Persistent grid and dynamic schedule").
 constexpr int kClaimAhead = 16;
 __device__ __forceinline__ int claim_stage(int k_tiles) {
   return k_tiles > kClaimAhead ? k_tiles - kClaimAhead : 0;

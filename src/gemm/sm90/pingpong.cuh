@@ -4,7 +4,7 @@
 // warpgroup's epilogue runs while the other's mainloop keeps the tensor cores (and, through
 // the freed stages, the TMA loads) busy. The shape of CUTLASS's
 // KernelTmaWarpSpecializedPingpong, composed of CuTe pieces as config 2 is
-// (sm90_grouped_gemm.cuh, whose descriptors, parameters, schedule and epilogue it shares).
+// (grouped_gemm.cuh, whose descriptors, parameters, schedule and epilogue it shares).
 //
 // Never picked (config 2's dynamic walk wins its rows; docs/gemm.md, "SM90 ping-pong").
 // Config 8 is its paired variant (2-CTA clusters on m-tile pairs,
@@ -22,7 +22,7 @@
 //   stages of consecutive tiles alternate between the consumers: each consumer skips the
 //   other's k_tiles stages (PipelineState::advance), as CUTLASS's ping-pong does.
 // - Tile ids blockIdx.x + j * gridDim.x (the device-side schedule of config 2,
-//   sm90_schedule.cuh); tile j of a block goes to consumer j % 2.
+//   schedule.cuh); tile j of a block goes to consumer j % 2.
 // - cutlass::OrderedSequenceBarrier<1, 2>: a consumer issues its tile's wgmmas only
 //   after the other one has issued all of its previous tile's (mainloops in tile order,
 //   never interleaved on the tensor cores); the epilogues are not ordered (global stores
@@ -34,7 +34,7 @@
 
 namespace moekit::detail::gemm::sm90 {
 
-// PAIR_ (sm90_schedule.cuh): kPairNone = config 6; kPairM = config 8, 2-CTA clusters on
+// PAIR_ (schedule.cuh): kPairNone = config 6; kPairM = config 8, 2-CTA clusters on
 // m-tile pairs of one n-tile with the b boxes multicast (each CTA loads one of the two).
 template <class T, int PAIR_ = kPairNone>
 struct PingpongConfig {
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     int j = w;
     for (int id = kChannel ? channel_get(ss.channel, j) : walk.first + w * walk.stride; id < total;
          id = kChannel ? channel_get(ss.channel, j += 2) : id + 2 * walk.stride) {
-      pair_warpgroup_sync<Cfg::CLUSTER>(w);  // lagging warps catch up (sm90_mainloop.cuh)
+      pair_warpgroup_sync<Cfg::CLUSTER>(w);  // lagging warps catch up (mainloop.cuh)
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       // Our turn on the tensor cores: the other consumer has issued its previous tile.
       order.wait();
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         read.advance(k_tiles);
         continue;
       }
-      // k_tiles >= 1: the host routes k == 0 elsewhere (sm90_mainloop.cuh).
+      // k_tiles >= 1: the host routes k == 0 elsewhere (mainloop.cuh).
       const PipelineState release =
           issue_tile_wgmmas(mma, tCrA, tCrB, acc, pipeline, read, k_tiles);
       // All of this tile's wgmmas are issued: the other consumer's mainloop may start
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       pipeline.consumer_release(release);
       read.advance(k_tiles);  // skip the other consumer's tile
 
-      // Epilogue (sm90_epilogue.cuh, as config 2): f32 -> (silu(gate) * up) -> one
+      // Epilogue (epilogue.cuh, as config 2): f32 -> (silu(gate) * up) -> one
       // rounding -> 16-byte predicated stores straight from the accumulators.
       store_accumulators<BN, Cfg::B_BOX>(acc, tCcC, t, c, p.n, silu, q);
     }
