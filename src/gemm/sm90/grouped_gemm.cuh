@@ -318,22 +318,33 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   return tiles;
 }
 
+// A launch of `blocks` blocks of Cfg in clusters of Cfg::CLUSTER along x; `attr` (the
+// cluster dimension) must outlive the launch.
+template <class Cfg>
+cudaLaunchConfig_t cluster_launch_config(int64_t blocks, int smem, cudaStream_t stream,
+                                         cudaLaunchAttribute (&attr)[1]) {
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = Cfg::CLUSTER;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(Cfg::THREADS);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 // Co-resident 2-CTA clusters of Kernel (Cfg's block, kSmem bytes of shared memory) on
 // the current device (cudaOccupancyMaxActiveClusters); 0 when the query fails.
 template <class Cfg, auto Kernel, int kSmem>
 int resident_clusters() {
   cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = Cfg::CLUSTER;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(device_props().sms / Cfg::CLUSTER * Cfg::CLUSTER));
-  cfg.blockDim = dim3(Cfg::THREADS);
-  cfg.dynamicSmemBytes = static_cast<size_t>(kSmem);
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const cudaLaunchConfig_t cfg = cluster_launch_config<Cfg>(
+      device_props().sms / Cfg::CLUSTER * Cfg::CLUSTER, kSmem, nullptr, attr);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, Kernel, &cfg) != cudaSuccess) {
     cudaGetLastError();
@@ -361,19 +372,10 @@ void launch_persistent(const P& p, int64_t tiles, DeviceSlot slot, cudaStream_t 
       throw Error(std::string("moekit::") + op +
                   ": the paired SM90 GEMM config cannot place its 2-CTA clusters on this device");
     }
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = Cfg::CLUSTER;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
     const int64_t grid_clusters = tiles < clusters ? tiles : clusters;
-    cfg.gridDim = dim3(static_cast<unsigned>(grid_clusters * Cfg::CLUSTER));
-    cfg.blockDim = dim3(Cfg::THREADS);
-    cfg.dynamicSmemBytes = static_cast<size_t>(kSmem);
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr[1];
+    const cudaLaunchConfig_t cfg =
+        cluster_launch_config<Cfg>(grid_clusters * Cfg::CLUSTER, kSmem, stream, attr);
     cudaLaunchKernelEx(&cfg, Kernel, p);
   }
 }
