@@ -24,7 +24,7 @@
 //   wgmma rows are independent). b is (n, k, G): rows past n and k past the end are
 //   zero-filled. Stores: 16-byte bf16 blocks for rows < count and columns < n (n % 8 == 0).
 #include "gemm/grouped_gemm_fp8.h"
-#include "gemm/sm90/grouped_gemm.cuh"  // make_tma, tma_hints, store_4_blocks
+#include "gemm/sm90/grouped_gemm.cuh"  // make_tma, b_policy, store_4_blocks
 
 namespace moekit::detail::gemm::sm90fp8 {
 
@@ -82,10 +82,9 @@ struct Fp8Params {
   RowsDesc rows;         // masked: the device counts (clamped to [0, max_m] where read)
   int max_m;
   int n, k;
-  static constexpr int silu = 0;        // for locate_tile
-  int k_blocks, n_tiles;                // n_tiles == n_blocks (BN = 128)
-  int tile_bound;                       // the host's upper bound of tiles
-  uint64_t hint_a, hint_b, hint_b_odd;  // hint_b_odd: b's odd k blocks (as config 2)
+  static constexpr int silu = 0;  // for locate_tile
+  int k_blocks, n_tiles;          // n_tiles == n_blocks (BN = 128)
+  int tile_bound;                 // the host's upper bound of tiles
 };
 
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
@@ -131,13 +130,14 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           const int k0 = kb * BK;
           // Boxes stacked along rows (sm90_fp8_layout_mismatch checks the offsets).
           E4M3* a_box = ss.a + 2 * s * (Cfg::A_BOX * BK);
-          const uint64_t hint_b = kb & 1 ? p.hint_b_odd : p.hint_b;
+          // Config 2's policies for grouped rows (docs/gemm.md, "FP8 SM90").
+          const uint64_t hint_b = b_policy(kb, /*dense_rows=*/false);
           ptx90::tma_load_3d_hint(ss.b + s * (BN * BK), &p.tma_b, bar, k0, t.b_row0, t.group,
                                   hint_b);
-          ptx90::tma_load_3d_hint(a_box, &p.tma_a, bar, k0, t.a_row, t.group, p.hint_a);
+          ptx90::tma_load_3d_hint(a_box, &p.tma_a, bar, k0, t.a_row, t.group, kEvictNormal);
           if (second_a) {
             ptx90::tma_load_3d_hint(a_box + Cfg::A_BOX * BK, &p.tma_a, bar, k0,
-                                    t.a_row + Cfg::A_BOX, t.group, p.hint_a);
+                                    t.a_row + Cfg::A_BOX, t.group, kEvictNormal);
           }
           ++write;
         }
@@ -346,12 +346,6 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   p.k_blocks = static_cast<int>((prob.k + Cfg::BK - 1) / Cfg::BK);
   p.n_tiles = static_cast<int>(n_tiles);
   p.tile_bound = static_cast<int>(tiles);
-  // The bf16 configs' masked-rows policies (b EVICT_FIRST on odd k blocks; docs/gemm.md,
-  // "FP8 SM90").
-  const TmaHints h = tma_hints(gemm::kRowsMasked);
-  p.hint_a = h.a;
-  p.hint_b = h.b_even;
-  p.hint_b_odd = h.b_odd;
   const int smem = static_cast<int>(sizeof(Fp8Storage));
   auto kernel = sm90_fp8_grouped_gemm_kernel;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

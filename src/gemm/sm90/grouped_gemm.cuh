@@ -62,20 +62,9 @@
 
 namespace moekit::detail::gemm::sm90 {
 
-// TMA L2 cache policies of the operands (docs/gemm.md, "The heuristic" table, L2 hints):
-// a normal; b EVICT_FIRST on its odd k stages only (the second 128 bytes of each 256-byte
-// line the L2 promotion fetched, its last read), which keeps more of a (re-read by the
-// group's n-tiles) in the L2; dense rows (one a reused by every n-tile) b EVICT_FIRST on
-// every stage. The FP8 kernel takes the grouped-rows policies.
-struct TmaHints {
-  uint64_t a, b_even, b_odd;
-};
-inline TmaHints tma_hints(int mode) {
-  using Hint = cute::TMA::CacheHintSm90;
-  const auto v = [](Hint h) { return static_cast<uint64_t>(h); };
-  return {v(Hint::EVICT_NORMAL), v(mode == kRowsDense ? Hint::EVICT_FIRST : Hint::EVICT_NORMAL),
-          v(Hint::EVICT_FIRST)};
-}
+static_assert(kEvictNormal == static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL) &&
+                  kEvictFirst == static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_FIRST),
+              "mainloop.cuh's TMA cache policies are CuTe's");
 
 // The TMA element type of T (bf16, f16; 8-bit types travel as bytes).
 template <class T>
@@ -164,9 +153,6 @@ struct Params {
   int n_tiles;
   int silu;
   int tile_bound;  // the host's upper bound of (pair) tiles (the grid walks at most this many)
-  // TMA L2 cache policies (tma_hints); b's odd k stages (bytes 128..255 of each 256-byte
-  // line the L2 promotion fetched) take hint_b_odd.
-  uint64_t hint_a, hint_b, hint_b_odd;
   // nullptr = the static walk; else a zeroed counter the producers (paired: rank 0) take
   // tile ids from (the dynamic schedule, schedule.cuh next_tile_id).
   unsigned* tile_counter;
@@ -307,12 +293,6 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   p.n_tiles = static_cast<int>(n_tiles);
   p.silu = silu ? 1 : 0;
   p.tile_bound = static_cast<int>(tiles);
-  // a rows are reused by every n-tile of their group, b (the weights) by at most the few
-  // m-tiles of one group that run side by side: keep a, stream b.
-  const TmaHints h = tma_hints(rows.mode);
-  p.hint_a = h.a;
-  p.hint_b = h.b_even;
-  p.hint_b_odd = h.b_odd;
   p.tile_counter = nullptr;
   p.dynamic_waves = -1;
   return tiles;

@@ -10,6 +10,18 @@
 
 namespace moekit::detail::gemm::sm90 {
 
+// TMA L2 cache policies (createpolicy encodings: CuTe's TMA::CacheHintSm90 values, which
+// grouped_gemm.cuh checks) of the operands (docs/gemm.md, the heuristic's L2 hints row):
+// a normal; b EVICT_FIRST on its odd k stages (the second 128 bytes of each 256-byte line
+// the L2 promotion fetched, its last read), which keeps more of a (re-read by the group's
+// n-tiles) in the L2, and on every stage for dense rows (one a reused by every n-tile).
+// Compile-time constants: no producer register holds them.
+constexpr uint64_t kEvictNormal = 0x1000000000000000ull;
+constexpr uint64_t kEvictFirst = 0x12F0000000000000ull;
+__device__ __forceinline__ uint64_t b_policy(int k_stage, bool dense_rows) {
+  return (k_stage & 1) || dense_rows ? kEvictFirst : kEvictNormal;
+}
+
 // One TMA box of `map` (tma_rows_args: coordinates (k, row, layer)) into `dst` on `bar`
 // with the L2 policy `hint`: into this CTA only, or (MULTICAST) into the same offset of
 // each CTA of the cluster in `mask`.
@@ -58,9 +70,9 @@ __device__ __forceinline__ void load_tile_stages(const Params& p, Shared& ss, Pi
     uint64_t* bar = pipeline.producer_get_barrier(write);
     const int s = write.index();
     const int k0 = kt * BK;
-    const uint64_t hint_b = kt & 1 ? p.hint_b_odd : p.hint_b;
+    const uint64_t hint_b = b_policy(kt, p.rows.mode == kRowsDense);
     const auto load_a = [&](int box, uint16_t mask, int row) {
-      load_box<kMulticastA>(a_box(box), p.tma_a, bar, mask, k0, row, t.a_l, p.hint_a);
+      load_box<kMulticastA>(a_box(box), p.tma_a, bar, mask, k0, row, t.a_l, kEvictNormal);
     };
     const auto load_b = [&](int box, uint16_t mask, int row) {
       load_box<kMulticastB>(b_box(box), p.tma_b, bar, mask, k0, row, t.group, hint_b);

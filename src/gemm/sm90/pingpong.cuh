@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 }
 
 // In: the CuTe element type (cutlass::bfloat16_t / cutlass::half_t); k > 0 (callers
-// route k == 0 elsewhere, as for config 2). Config 2's TMA cache policies (tma_hints).
+// route k == 0 elsewhere, as for config 2). Config 2's TMA cache policies (b_policy).
 template <class T, class Out, int PAIR = kPairNone>
 void launch_pingpong(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t stream,
                      const char* op) {
