@@ -12,8 +12,6 @@ set(MOEKIT_SM90_INSTANCES
     "tile f16 224"
     "pair bf16"
     "pair f16"
-    "pingpong bf16"
-    "pingpong f16"
     "chain bf16"
     "chain f16")
 
@@ -24,6 +22,8 @@ set(_moekit_cute_t_f16 "cutlass::half_t")
 set(_moekit_cuda_t_f16 "__half")
 
 set(_moekit_instances_dir ${PROJECT_SOURCE_DIR}/src/gemm/sm90/instances)
+set(_moekit_generated_dir ${PROJECT_BINARY_DIR}/generated/gemm/sm90)
+set(_moekit_generated)
 foreach(_entry IN LISTS MOEKIT_SM90_INSTANCES)
   string(REPLACE " " ";" _fields "${_entry}")
   list(GET _fields 0 _kind)
@@ -40,7 +40,15 @@ foreach(_entry IN LISTS MOEKIT_SM90_INSTANCES)
   endif()
   set(CUTE_T ${_moekit_cute_t_${DTYPE}})
   set(CUDA_T ${_moekit_cuda_t_${DTYPE}})
-  set(_out ${PROJECT_BINARY_DIR}/generated/gemm/sm90/${_name}.cu)
+  set(_out ${_moekit_generated_dir}/${_name}.cu)
   configure_file(${_moekit_instances_dir}/${_kind}.cu.in ${_out} @ONLY)
   target_sources(moekit_gemm PRIVATE ${_out})
+  list(APPEND _moekit_generated ${_out})
 endforeach()
+
+# Units of entries since removed from the list.
+file(GLOB _moekit_stale ${_moekit_generated_dir}/*.cu)
+list(REMOVE_ITEM _moekit_stale ${_moekit_generated})
+if(_moekit_stale)
+  file(REMOVE ${_moekit_stale})
+endif()

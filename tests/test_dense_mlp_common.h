@@ -1,6 +1,6 @@
-// Shared pieces of the dense-MLP path tests (stream-K, direct): a case, its random
+// Shared pieces of the dense-MLP path tests (GEMV, direct, stream-K): a case, its random
 // inputs and CPU reference, its device copies with poisoned output and workspace, the
-// accuracy check, and a scoped knob.
+// accuracy check, plans on a path (forced through args.plan), and a scoped knob.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "core/pdl.h"
-#include "mlp/streamk_mlp.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"
@@ -113,34 +112,75 @@ struct MlpDevice {
   }
 };
 
-// Forces the dense-MLP path (detail::dense_mlp_path_override: 2 GEMMs, 3 direct, 4 GEMV)
-// and the PDL switch (0 default, 1 on, 2 off) for one scope.
-struct PathKnobs {
-  PathKnobs(int path_value, int pdl_value)
-      : path(detail::dense_mlp_path_override(), path_value),
-        pdl(detail::pdl_override(), pdl_value) {}
-  ScopedKnob path, pdl;
+// The plan on `path` for args: the planner's when it takes that path, else the first
+// candidate on it. False when no candidate takes the path.
+inline bool plan_on_path(MlpPath path, const SharedExpertMLPArgs& args, MlpPlan* plan) {
+  const MlpPlan planned = plan_shared_expert_mlp(args);
+  if (planned.path == path) {
+    *plan = planned;
+    return true;
+  }
+  for (const MlpPlan& m : shared_expert_mlp_plan_candidates(args)) {
+    if (m.path == path) {
+      *plan = m;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Runs d's args under `plan` (poisoned output first) and returns the output.
+inline HostTensor run_plan(MlpDevice& d, const MlpPlan& plan, cudaStream_t stream = nullptr) {
+  d.poison_out();
+  d.args.plan = &plan;
+  shared_expert_mlp(d.args, stream);
+  d.args.plan = nullptr;
+  sync_ok();
+  return d.out.download();
+}
+
+// The PDL switch (0 default, 1 on, 2 off) for one scope.
+struct PdlKnob : ScopedKnob {
+  explicit PdlKnob(int value) : ScopedKnob(detail::pdl_override(), value) {}
 };
 
-// The forced path against the reference on each case, PDL on and off (fresh device copies
-// with poisoned output and workspace each time). supported(dtype, T, H, S) must hold: the
-// path has to run these shapes on an sm_90 GPU, not fall back.
-template <class Supported>
-void expect_path_matches_reference(int path, const std::vector<MlpCase>& cases, uint64_t seed,
-                                   Supported supported) {
+// The path's plan against the reference on each case, PDL on and off (fresh device copies
+// with poisoned output and workspace each time). The path has to run these shapes on an
+// sm_90 GPU.
+inline void expect_path_matches_reference(MlpPath path, const std::vector<MlpCase>& cases,
+                                          uint64_t seed) {
   for (const MlpCase& c : cases) {
     SCOPED_TRACE(name(c));
-    ASSERT_TRUE(supported(c.dt, c.T, c.H, c.S)) << "the forced path must run this shape";
     const MlpInputs in(c, ++seed);
     const HostTensor ref = in.reference(c);
     for (int pdl : {1, 2}) {
       SCOPED_TRACE(pdl == 1 ? "PDL on" : "PDL off");
-      PathKnobs knobs(path, pdl);
+      PdlKnob knob(pdl);
       MlpDevice d(c, in);
-      shared_expert_mlp(d.args, nullptr);
-      sync_ok();
-      expect_close(d.out.download(), ref, c.dt, "shared_expert_mlp " + name(c));
+      MlpPlan plan;
+      ASSERT_TRUE(plan_on_path(path, d.args, &plan)) << "the path must run this shape";
+      expect_close(run_plan(d, plan), ref, c.dt, "shared_expert_mlp " + to_string(plan));
     }
+  }
+}
+
+// Every candidate plan on `path` against the reference on each case (one device copy per
+// case, the output poisoned before each run).
+inline void expect_every_candidate_matches_reference(MlpPath path,
+                                                     const std::vector<MlpCase>& cases,
+                                                     uint64_t seed) {
+  for (const MlpCase& c : cases) {
+    SCOPED_TRACE(name(c));
+    const MlpInputs in(c, ++seed);
+    const HostTensor ref = in.reference(c);
+    MlpDevice d(c, in);
+    int runs = 0;
+    for (const MlpPlan& plan : shared_expert_mlp_plan_candidates(d.args)) {
+      if (plan.path != path) continue;
+      ++runs;
+      expect_close(run_plan(d, plan), ref, c.dt, "shared_expert_mlp " + to_string(plan));
+    }
+    EXPECT_GT(runs, 0) << "no candidate on the path";
   }
 }
 
@@ -165,43 +205,34 @@ void expect_f32_output_matches(std::initializer_list<MlpCase> cases, uint64_t se
   }
 }
 
-// The forced path, PDL off: four runs bitwise equal (poisoned output between them), and
-// close to the two-GEMM path's result.
-inline void expect_deterministic_and_close_to_gemm(int path, const MlpCase& c, uint64_t seed) {
+// The path's plan, PDL off: four runs bitwise equal (poisoned output between them), and
+// close to the two-GEMM plan's result.
+inline void expect_deterministic_and_close_to_gemm(MlpPath path, const MlpCase& c, uint64_t seed) {
   const MlpInputs in(c, seed);
   MlpDevice d(c, in);
-  HostTensor first, gemm;
-  {
-    PathKnobs knobs(path, 0);
-    shared_expert_mlp(d.args, nullptr);
-    sync_ok();
-    first = d.out.download();
-    for (int rep = 0; rep < 3; ++rep) {
-      d.poison_out();
-      shared_expert_mlp(d.args, nullptr);
-      sync_ok();
-      const HostTensor again = d.out.download();
-      EXPECT_EQ(std::memcmp(first.data(), again.data(), first.nbytes()), 0) << "run " << rep;
-    }
+  PdlKnob knob(2);
+  MlpPlan plan, gemms;
+  ASSERT_TRUE(plan_on_path(path, d.args, &plan));
+  ASSERT_TRUE(plan_on_path(MlpPath::kTwoGemms, d.args, &gemms));
+  const HostTensor first = run_plan(d, plan);
+  for (int rep = 0; rep < 3; ++rep) {
+    const HostTensor again = run_plan(d, plan);
+    EXPECT_EQ(std::memcmp(first.data(), again.data(), first.nbytes()), 0) << "run " << rep;
   }
-  {
-    PathKnobs knobs(2, 0);
-    d.poison_out();
-    shared_expert_mlp(d.args, nullptr);
-    sync_ok();
-    gemm = d.out.download();
-  }
-  expect_close(first, gemm, c.dt, "forced path vs GEMM path");
+  expect_close(first, run_plan(d, gemms), c.dt, to_string(plan) + " vs " + to_string(gemms));
 }
 
-// The forced path with PDL on: four calls captured in a graph and replayed three times
+// The path's plan with PDL on: four calls captured in a graph and replayed three times
 // back to back. With PDL the next gate_up may start while down runs; it must not
 // overwrite h (act) before down has read it.
-inline void expect_graph_replays_match(int path, const MlpCase& c, uint64_t seed) {
+inline void expect_graph_replays_match(MlpPath path, const MlpCase& c, uint64_t seed) {
   const MlpInputs in(c, seed);
   const HostTensor ref = in.reference(c);
-  PathKnobs knobs(path, 1);
+  PdlKnob knob(1);
   MlpDevice d(c, in);
+  MlpPlan plan;
+  ASSERT_TRUE(plan_on_path(path, d.args, &plan));
+  d.args.plan = &plan;
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cudaGraph_t graph = nullptr;
@@ -212,7 +243,7 @@ inline void expect_graph_replays_match(int path, const MlpCase& c, uint64_t seed
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
   for (int rep = 0; rep < 3; ++rep) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  expect_close(d.out.download(), ref, c.dt, "graph replays");
+  expect_close(d.out.download(), ref, c.dt, "graph replays of " + to_string(plan));
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);

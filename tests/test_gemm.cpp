@@ -1,5 +1,5 @@
 // CPU tests of the grouped GEMMs: references on hand-computed cases, validation
-// errors for each kind of bad input, and the config heuristic.
+// errors for each kind of bad input, and the planner's rules.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/host_dtype.h"
+#include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/mma/split_k.h"
@@ -372,112 +373,113 @@ TEST(GemmValidation, MessageSaysWhatWasExpectedAndWhatCame) {
 }
 
 // ---------------------------------------------------------------------------
-// Config heuristic (docs/gemm.md). Without a GPU the SM count defaults to 132.
+// The planner's rules (docs/gemm.md) on an H200 (tests/test_gemm_planner.cpp has the
+// seed rows and the candidates).
 
-TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
+GemmKernel kernel_of(const detail::GroupedGemmProblem& p) {
+  return detail::plan_gemm(p, detail::h200_props()).kernel;
+}
+int split_of(const detail::GroupedGemmProblem& p) {
+  return detail::plan_gemm(p, detail::h200_props()).split;
+}
+
+TEST(GemmPlannerRules, DecodeForFewRowsPerGroupSm90ForMany) {
   detail::GroupedGemmProblem p;
   p.rows = detail::GemmRows::kContiguous;
   p.num_groups = 256;
   p.n = 4096;
   p.k = 7168;
   p.m = 4096;  // 16 rows per expert: big, long k -> the deep stream tiles
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
+  EXPECT_EQ(kernel_of(p), GemmKernel::kDecodeStreamDeep);
   p.m = 8192;  // 32 rows per expert
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
+  EXPECT_EQ(kernel_of(p), GemmKernel::kDecodeStreamDeep);
   p.k = 2048;  // short k (ds-v3 down's): the stream tiles on the persistent grid
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodePersistent);
-  p.split_k = 2;  // a split asked for: config 4's split kernel
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStream);
-  p.split_k = 0;
+  EXPECT_EQ(kernel_of(p), GemmKernel::kDecodePersistent);
   p.num_groups = detail::kGemmPersistentMaxGroups + 1;  // past the kernel's group table
   p.m = 32 * p.num_groups;
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStream);
+  EXPECT_EQ(kernel_of(p), GemmKernel::kDecodeStream);
   p.num_groups = 256;
   p.m = 8192;
   p.k = 4096;  // qwen3-235b up: still the 2-stage tiles (deep from k > 4096)
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStream);
+  EXPECT_EQ(kernel_of(p), GemmKernel::kDecodeStream);
   p.k = 7168;
   p.routed_counts = true;  // counts from routing (fused layers): SM90 above 12 rows
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  EXPECT_EQ(kernel_of(p), GemmKernel::kSm90);
   p.activation = Activation::kSiluAndMul;  // the cooperative kernel under 64 rows
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  EXPECT_EQ(kernel_of(p), GemmKernel::kSm90);
   p.m = 256 * 63;
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
-  p.m = 256 * 64;  // from 64 rows (ds-v3 + shared t2048): cooperative too (session 10;
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);  // was ping-pong)
+  EXPECT_EQ(kernel_of(p), GemmKernel::kSm90);
+  p.m = 256 * 64;  // from 64 rows (ds-v3 + shared t2048): sm90 too
+  EXPECT_EQ(kernel_of(p), GemmKernel::kSm90);
   p.m = 256 * 127;
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
-  p.m = 256 * 128;  // routed prefill from 128 rows: the adaptive pairs (session 12)
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
+  EXPECT_EQ(kernel_of(p), GemmKernel::kSm90);
+  p.m = 256 * 128;  // routed prefill from 128 rows: the adaptive pairs
+  EXPECT_EQ(kernel_of(p), GemmKernel::kSm90Pairs);
   p.activation = Activation::kNone;
   p.m = 8192;
   p.m = 256 * 12;  // 12 rows per expert on average: the decode tiles still
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
+  EXPECT_EQ(kernel_of(p), GemmKernel::kDecodeStreamDeep);
   p.routed_counts = false;
   p.m = 8192;
   p.m = 16384;  // 64 rows per expert
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  EXPECT_EQ(kernel_of(p), GemmKernel::kSm90);
   p.m = 32768;  // 128 rows per expert: the adaptive pairs
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
-  // Epilogue-heavy standalone GEMMs: the cooperative kernels too (dynamic since session 9,
-  // they beat ping-pong there; MOEKIT_GEMM_PINGPONG=2 restores the older rule).
+  EXPECT_EQ(kernel_of(p), GemmKernel::kSm90Pairs);
+  // Epilogue-heavy standalone GEMMs: the pairs too.
   p.activation = Activation::kSiluAndMul;
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
+  EXPECT_EQ(kernel_of(p), GemmKernel::kSm90Pairs);
   p.activation = Activation::kNone;
   p.k = 2048;  // short k (ds-v3 down)
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90PairAuto);
-  p.rows = detail::GemmRows::kMasked;  // masked slabs: config 2
+  EXPECT_EQ(kernel_of(p), GemmKernel::kSm90Pairs);
+  p.rows = detail::GemmRows::kMasked;  // masked slabs: sm90
   p.max_m = 128;
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigSm90);
+  EXPECT_EQ(kernel_of(p), GemmKernel::kSm90);
   p.rows = detail::GemmRows::kContiguous;
   p.k = 7168;
   p.alignment = 128;
   p.m = 4096 + 256 * 127;  // alignment padding is not counted as rows
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigDecodeStreamDeep);
-  p.config = detail::kGemmConfigPrefill;  // forced
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
-  p.config = -1;
+  EXPECT_EQ(kernel_of(p), GemmKernel::kDecodeStreamDeep);
   p.m = 32768;
   p.alignment = 1;
-  p.k = 0;  // no TMA descriptor for k == 0: the mma.sync prefill config
-  EXPECT_EQ(detail::select_grouped_gemm_config(p), detail::kGemmConfigPrefill);
+  p.k = 0;  // no TMA descriptor for k == 0: the decode tiles write the zeros
+  EXPECT_EQ(kernel_of(p), GemmKernel::kDecode);
 
   detail::GroupedGemmProblem dense;
   dense.rows = detail::GemmRows::kDense;
   dense.n = 512;
   dense.k = 512;
   dense.m = 256;  // 2 x 2 prefill tiles: too few for the GPU
-  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
+  EXPECT_EQ(kernel_of(dense), GemmKernel::kDecode);
   dense.m = 8192;
   dense.n = 4096;
-  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigSm90);
+  EXPECT_EQ(kernel_of(dense), GemmKernel::kSm90);
   // A shared-expert MLP at 32 tokens (ds-v3 gate_up: 32 tiles of 32 x 64 outputs):
   // decode tiles split over k (split_k.h picks 8 here).
   dense.m = 32;
   dense.n = 2048;
   dense.k = 7168;
   dense.activation = Activation::kSiluAndMul;
-  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecodeSplitK);
-  EXPECT_EQ(detail::decode_split_k(dense, 132), 8);
+  EXPECT_EQ(kernel_of(dense), GemmKernel::kDecodeSplitK);
+  EXPECT_EQ(split_of(dense), 8);
   dense.activation = Activation::kNone;  // its down GEMM: 56 tiles of 32 x 128, k 2048
   dense.n = 7168;
   dense.k = 2048;
-  EXPECT_EQ(detail::decode_split_k(dense, 132), 4);
+  EXPECT_EQ(split_of(dense), 4);
   dense.k = 512;  // 8 k slices of 128 bytes: too few to split
-  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
+  EXPECT_EQ(kernel_of(dense), GemmKernel::kDecode);
   dense.k = 18432;  // kimi-k2 t1 down: 56 tiles, 288 k slices: 66 clusters of 4 fit
-  EXPECT_EQ(detail::decode_split_k(dense, 132), 4);
+  EXPECT_EQ(split_of(dense), 4);
   dense.m = 1;  // kimi-k2 t1 gate_up: 288 tiles, more than any split holds at once
   dense.n = 18432;
   dense.k = 7168;
   dense.activation = Activation::kSiluAndMul;
-  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecodeSplitK);
-  EXPECT_EQ(detail::decode_split_k(dense, 132), 3);  // least waves x (slices + CTA cost)
-  dense.n = 36864;                                   // 576 tiles, over two waves: no split
-  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
+  EXPECT_EQ(kernel_of(dense), GemmKernel::kDecodeSplitK);
+  EXPECT_EQ(split_of(dense), 3);  // least waves x (slices + CTA cost)
+  dense.n = 36864;                // 576 tiles, over two waves: no split
+  EXPECT_EQ(kernel_of(dense), GemmKernel::kDecode);
   dense.activation = Activation::kNone;
   dense.k = 0;  // nothing to split
-  EXPECT_EQ(detail::select_grouped_gemm_config(dense), detail::kGemmConfigDecode);
+  EXPECT_EQ(kernel_of(dense), GemmKernel::kDecode);
   // With the co-resident clusters the H200 reports (cudaOccupancyMaxActiveClusters, 2
   // CTAs/SM; the engine passes them): the largest split whose clusters all fit at once
   // (the sweep: a few clusters spilling into a second wave cost up to 50%).
@@ -495,10 +497,6 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   EXPECT_TRUE(detail::split_uses_stream_tiles(18432, 2, 4));
   EXPECT_FALSE(detail::split_uses_stream_tiles(7168, 2, 3));   // 37 slices
   EXPECT_FALSE(detail::split_uses_stream_tiles(18432, 2, 1));  // not split
-  dense.split_k = 3;  // forced: any cluster size 1..8 (non-powers of two included)
-  EXPECT_EQ(detail::decode_split_k(dense, 132), 3);
-  dense.split_k = 12;  // clamped to the portable cluster size
-  EXPECT_EQ(detail::decode_split_k(dense, 132), 8);
 
   // Few experts, few rows (qwen3-30b ep8 decode: 204 tiles at most, under 4 waves, k
   // 2048): the narrow stream tiles (split-K is picked for dense rows only).
@@ -508,30 +506,31 @@ TEST(GemmConfig, HeuristicPicksDecodeForFewRowsPerGroup) {
   few.n = 1536;
   few.k = 2048;
   few.m = 8;
-  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecodeStreamNarrow);
+  EXPECT_EQ(kernel_of(few), GemmKernel::kDecodeStreamNarrow);
   // Every group holding rows (routed256: 16 rows per expert): the same.
   few.m = 256;
-  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecodeStreamNarrow);
+  EXPECT_EQ(kernel_of(few), GemmKernel::kDecodeStreamNarrow);
   few.routed_counts = true;  // the fused layers' counts: their own rule (SM90 from 12)
-  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigSm90);
+  EXPECT_EQ(kernel_of(few), GemmKernel::kSm90);
   few.routed_counts = false;
   few.k = 4096;  // measured at k 2048 only
-  EXPECT_EQ(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecode);
+  EXPECT_EQ(kernel_of(few), GemmKernel::kDecode);
   few.k = 2048;
   few.rows = detail::GemmRows::kDense;  // dense rows: not measured (split-K's rule first)
   few.m = 8;
-  EXPECT_NE(detail::select_grouped_gemm_config(few), detail::kGemmConfigDecodeStreamNarrow);
+  EXPECT_NE(kernel_of(few), GemmKernel::kDecodeStreamNarrow);
 
   detail::GroupedGemmFP8Problem f;
   f.num_groups = 32;
   f.max_m = 64;
   f.n = 4096;
   f.k = 7168;
-  EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigSm90);
-  f.k = 0;  // no TMA descriptor: the mma.sync decode config
-  EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigDecode);
+  const detail::GemmDevice h200(detail::h200_props());
+  EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Sm90);
+  f.k = 0;  // no TMA descriptor: the mma.sync decode tiles
+  EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Decode);
   f.max_m = 512;
-  EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigPrefill);
+  EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Decode);
 }
 
 // The SM90 FP8 kernel's layout assumptions, checked on the CPU with CuTe's layouts: the
@@ -541,12 +540,10 @@ TEST(GemmSm90Fp8, LayoutsMatchTheKernelsAssumptions) {
   EXPECT_EQ(detail::sm90_fp8_layout_mismatch(), "");
 }
 
-// The SM90 FP8 config (kFp8ConfigSm90) is the heuristic's pick wherever it takes the
-// problem (it beat both mma.sync configs on every FP8 bench row on the H200, 2026-12-02);
-// outside its limits the mma.sync configs remain.
-TEST(GemmConfig, Fp8HeuristicPicksTheSm90ConfigWhereItApplies) {
-  EXPECT_EQ(detail::kFp8ConfigSm90, 2);
-  EXPECT_EQ(detail::kFp8ConfigCount, 3);
+// The FP8 planner: the SM90 kernel wherever it takes the problem, the mma.sync decode tiles
+// elsewhere; a plan that cannot run is refused before any launch.
+TEST(GemmPlannerRules, Fp8PlansTheSm90KernelWhereItApplies) {
+  const detail::GemmDevice h200(detail::h200_props());
   for (int groups : {1, 8, 32, 256, 1024, 1025})
     for (int64_t max_m : {1, 64, 65, 128, 1024, 8192})
       for (int64_t n : {8, 4096})
@@ -556,35 +553,24 @@ TEST(GemmConfig, Fp8HeuristicPicksTheSm90ConfigWhereItApplies) {
           f.max_m = max_m;
           f.n = n;
           f.k = k;
-          const int c = detail::select_grouped_gemm_fp8_config(f);
+          const GemmKernel c = detail::plan_gemm_fp8(f, h200).kernel;
           const bool sm90 = k > 0 && groups <= 1024;
           EXPECT_EQ(detail::sm90_fp8_supports(f), sm90) << groups << " " << max_m << " " << k;
-          if (sm90) {
-            EXPECT_EQ(c, detail::kFp8ConfigSm90);
-          } else {
-            EXPECT_TRUE(c == detail::kFp8ConfigDecode || c == detail::kFp8ConfigPrefill) << c;
-          }
+          EXPECT_EQ(c, sm90 ? GemmKernel::kFp8Sm90 : GemmKernel::kFp8Decode) << to_string(c);
         }
-  // Forced: taken as asked; one past the last config is refused before any launch.
   detail::GroupedGemmFP8Problem f;
-  f.num_groups = 8;
+  f.num_groups = 1025;
   f.max_m = 128;
   f.n = 4096;
   f.k = 7168;
-  f.config = detail::kFp8ConfigSm90;
-  EXPECT_EQ(detail::select_grouped_gemm_fp8_config(f), detail::kFp8ConfigSm90);
-  EXPECT_TRUE(detail::sm90_fp8_supports(f));
-  f.config = detail::kFp8ConfigCount;
+  f.plan = GemmPlan{GemmKernel::kFp8Sm90, 128, 128, 1, GemmSchedule::kStatic};
   EXPECT_THROW(detail::run_grouped_gemm_fp8(f, nullptr), Error);
-  // Outside the SM90 config's limits (k == 0 goes to the decode config instead).
-  f.k = 0;
-  EXPECT_FALSE(detail::sm90_fp8_supports(f));
-  f.k = 7168;
-  f.num_groups = 1025;
-  EXPECT_FALSE(detail::sm90_fp8_supports(f));
+  f.num_groups = 8;
+  f.plan.kernel = GemmKernel::kDecode;
+  EXPECT_THROW(detail::run_grouped_gemm_fp8(f, nullptr), Error);
 }
 
-// The adaptive pairs' (config 11) pair tiles per group: m-tiles two by two on every
+// The adaptive pairs' (sm90_pairs) pair tiles per group: m-tiles two by two on every
 // n-tile, an odd last m-tile's n-tiles two by two; never more than the unpaired tiles
 // (the host's launch bound counts those) and never less than half of them.
 TEST(GemmSm90Schedule, AdaptivePairTilesPerGroup) {
@@ -606,7 +592,7 @@ TEST(GemmSm90Schedule, AdaptivePairTilesPerGroup) {
   }
 }
 
-// The SM90 config's device-side tile schedule (sm90_grouped_gemm.cuh) sums per-group
+// The SM90 kernels' device-side tile schedule (sm90_grouped_gemm.cuh) sums per-group
 // tile counts into 32-bit shared memory. Non-monotonic contiguous ends (allowed: only
 // staying inside the buffers is promised) let every group span all P rows, so the sum
 // can pass INT_MAX although the host's bound (<= INT_MAX, checked) does not: the
@@ -655,7 +641,7 @@ TEST(GemmSm90Schedule, TileSumsSaturateAtTheHostBound) {
 
 // Streamed weights get the L2 evict-first hint in small decode GEMMs only (docs/gemm.md
 // "L2 policy of streamed weights").
-// Config 2's dense tile width: the narrower width (224 without silu, 192) only where its
+// sm90's dense tile width: the narrower width (224 without silu, 192) only where its
 // waves cost >= 5% less (a wave's time ~ its tile width). kimi-k2's 512-token shared
 // expert: gate_up (silu) 576 tiles of 256 = 5 waves on 132 SMs vs 768 of 192 = 6 (0.9x);
 // down (n 7168) 112 tiles of 256 vs 128 of 224, one wave each (0.875x). ds-v3's
@@ -693,62 +679,56 @@ TEST(GemmSm90TileN, DenseRuleTakesANarrowerTileWhereItsWavesCostLess) {
       }
 }
 
-// The chooser: the override, else the dense rule; grouped rows keep 256.
-TEST(GemmSm90TileN, ChooserTakesTheOverrideAndKeepsGroupedRowsAt256) {
-  if (std::getenv("MOEKIT_SM90_BN") != nullptr) GTEST_SKIP() << "MOEKIT_SM90_BN is set";
+// The planner's sm90 tile width: the dense rule (wave quantization) on dense rows; grouped
+// rows keep 256.
+TEST(GemmSm90TileN, PlannerTakesTheDenseRuleAndKeepsGroupedRowsAt256) {
+  const detail::GemmDevice h200(detail::h200_props());
   detail::GroupedGemmProblem p;
   p.rows = detail::GemmRows::kContiguous;
-  p.m = 512;
+  p.num_groups = 4;
+  p.m = 4 * 512;
   p.n = 18432;
+  p.k = 7168;
   p.activation = Activation::kSiluAndMul;
-  EXPECT_EQ(detail::sm90_tile_n(p), 256);
-  int& o = detail::sm90_tile_n_override();
-  const int saved = o;
-  o = 192;
-  EXPECT_EQ(detail::sm90_tile_n(p), 192);
-  o = 224;  // silu cannot take 224: ignored
-  EXPECT_EQ(detail::sm90_tile_n(p), 256);
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90_pairs 128x256");
+  p.rows = detail::GemmRows::kDense;
+  p.num_groups = 1;
+  p.m = 512;
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x192");
   p.activation = Activation::kNone;
-  EXPECT_EQ(detail::sm90_tile_n(p), 224);
-  o = 100;  // not a tile width: ignored
-  EXPECT_EQ(detail::sm90_tile_n(p), 256);
-  o = saved;
+  p.n = 7168;
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x224");
 }
 
-// The dynamic schedule's rule (sm90_device.h): config 2 on grouped rows all waves; the
-// ping-pong config (unless MOEKIT_SM90_DYNAMIC_TAIL) and dense rows static; the test knob
-// forces either way.
-TEST(GemmSm90Dynamic, RuleTakesConfig2OnGroupedRowsOnly) {
-  if (std::getenv("MOEKIT_SM90_DYNAMIC") != nullptr ||
-      std::getenv("MOEKIT_SM90_DYNAMIC_TAIL") != nullptr) {
-    GTEST_SKIP() << "MOEKIT_SM90_DYNAMIC(_TAIL) is set";
-  }
-  EXPECT_GE(grouped_gemm_workspace_size(GroupedGemmArgs{}), sizeof(unsigned));
+// The dynamic schedule (docs/gemm.md "Persistent grid and dynamic schedule"): planned for the SM90
+// kernels on grouped rows past one wave when a counter is given; a static launch zeroes nothing.
+TEST(GemmSm90Dynamic, PlannedOnGroupedRowsWithACounterOnly) {
   EXPECT_EQ(grouped_gemm_workspace_size(GroupedGemmArgs{}), detail::kTileCounterBytes);
-  const int all = detail::kSm90DynamicAll;
-  int& o = detail::sm90_dynamic_override();
-  const int saved = o;
-  o = 0;
-  EXPECT_EQ(detail::sm90_dynamic_waves(/*pingpong=*/false, /*dense_rows=*/false), all);
-  EXPECT_EQ(detail::sm90_dynamic_waves(false, true), -1);
-  EXPECT_EQ(detail::sm90_dynamic_waves(true, false), -1);
-  EXPECT_EQ(detail::sm90_dynamic_waves(true, true), -1);
-  o = 1;
-  EXPECT_EQ(detail::sm90_dynamic_waves(true, true), all);
-  o = 2;
-  EXPECT_EQ(detail::sm90_dynamic_waves(false, false), -1);
-  o = 3;
-  EXPECT_EQ(detail::sm90_dynamic_waves(true, false), 1);
-  // No counter given: static whatever the rule says (and nothing is zeroed).
-  o = 1;
+  const detail::GemmDevice h200(detail::h200_props());
+  unsigned counter = 0;
+  detail::GroupedGemmProblem p;
+  p.rows = detail::GemmRows::kContiguous;
+  p.num_groups = 256;
+  p.m = 256 * 64;
+  p.n = 4096;
+  p.k = 7168;
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256");
+  p.tile_counter = &counter;
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256 dynamic");
+  p.rows = detail::GemmRows::kMasked;  // 80 tiles, one wave: nothing to balance
+  p.num_groups = 5;
+  p.max_m = 128;
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256");
+  p.rows = detail::GemmRows::kDense;
+  p.num_groups = 1;
+  p.m = 8192;
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256");
   int waves = 0;
-  EXPECT_EQ(detail::sm90_tile_counter(nullptr, false, false, nullptr, "test", &waves), nullptr);
+  EXPECT_EQ(detail::sm90_tile_counter(nullptr, nullptr, "test", &waves), nullptr);
   EXPECT_EQ(waves, -1);
-  o = saved;
 }
 
-TEST(GemmConfig, EvictFirstHintOnlyForSmallWeightStreams) {
-  if (std::getenv("MOEKIT_GEMM_B_HINT")) GTEST_SKIP() << "MOEKIT_GEMM_B_HINT is set";
+TEST(GemmPlannerRules, EvictFirstHintOnlyForSmallWeightStreams) {
   EXPECT_TRUE(detail::gemm_b_evict_first(100 << 20));           // qwen3-30b routed256
   EXPECT_TRUE(detail::gemm_b_evict_first(int64_t{528} << 20));  // kimi-k2 shared gate_up
   EXPECT_FALSE(detail::gemm_b_evict_first(int64_t{15} << 30));  // ds-v3 decode up

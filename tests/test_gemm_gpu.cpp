@@ -1,5 +1,5 @@
 // GPU tests of the grouped GEMMs against the CPU reference on fresh random inputs:
-// every config the dispatcher can pick, every row layout, both activations, every
+// every plan the planner offers (gemm_plan_candidates), every row layout, both activations, every
 // output dtype, edge shapes, poisoned outputs (rows outside every expert keep the
 // poison; every valid element is written), run-to-run determinism, and clamping
 // of out-of-range device metadata.
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/host_dtype.h"
+#include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90/device.h"
@@ -63,10 +64,11 @@ struct GemmCase {
   bool nan_padding = true;  // rows outside every group hold NaN (else random values)
 };
 
-std::string describe(const GemmCase& c, int config) {
-  return c.name + " [config " + std::to_string(config) + ", " + dtype_name(c.in) + "->" +
-         dtype_name(c.out) + (c.act == Activation::kSiluAndMul ? ", silu" : "") +
-         ", n=" + std::to_string(c.n) + ", k=" + std::to_string(c.k) + "]";
+std::string describe(const GemmCase& c, const GemmPlan* plan) {
+  return c.name + " [" + (plan ? to_string(*plan) : std::string("planner")) + ", " +
+         dtype_name(c.in) + "->" + dtype_name(c.out) +
+         (c.act == Activation::kSiluAndMul ? ", silu" : "") + ", n=" + std::to_string(c.n) +
+         ", k=" + std::to_string(c.k) + "]";
 }
 
 std::string counts_str(const std::vector<int>& counts) {
@@ -102,21 +104,17 @@ std::string current_test() {
   return t ? std::string(t->test_suite_name()) + "." + t->name() : "?";
 }
 
-// Runs one case through the engine (config >= 0: forced) or, with config == -1, the
-// public op (dense cases always use the engine), and checks it against the reference.
-// dynamic_second: the first run takes the SM90 kernels' static tile walk, the second
-// gets a tile counter (the dynamic schedule: for config >= 0 forced, fully or, with
-// dynamic_tail, the last wave only; the rule's for the public op), which must give the
-// same bytes.
-void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_second = false,
-              bool dynamic_tail = false) {
-  SCOPED_TRACE(describe(cs, config) + (split_k > 0 ? " split_k " + std::to_string(split_k) : "") +
-               (dynamic_second ? " static, then dynamic" : ""));
+// Runs one case through the engine (plan given: forced) or, without one, the public op
+// (dense cases: the engine with the planner's plan), and checks it against the reference.
+// dynamic_second: the first run takes the SM90 kernels' static tile walk, the second gets
+// a tile counter (a forced sm90 plan: dynamic; the public op: its planner's schedule),
+// which must give the same bytes.
+void run_case(const GemmCase& cs, const GemmPlan* plan, bool dynamic_second = false) {
+  SCOPED_TRACE(describe(cs, plan) + (dynamic_second ? " static, then dynamic" : ""));
   // MOEKIT_TEST_VERBOSE=1: each case on stderr as it starts (which one a hung run was in).
   static const bool verbose = std::getenv("MOEKIT_TEST_VERBOSE") != nullptr;
   if (verbose) {
-    std::fprintf(stderr, "case %s %s\n", describe(cs, config).c_str(),
-                 counts_str(cs.counts).c_str());
+    std::fprintf(stderr, "case %s %s\n", describe(cs, plan).c_str(), counts_str(cs.counts).c_str());
   }
   const bool silu = cs.act == Activation::kSiluAndMul;
   const int G = static_cast<int>(cs.counts.size());
@@ -190,7 +188,7 @@ void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_seco
   if (!cs.gpu_ref) reference::moe_grouped_gemm(ha);
 
   DeviceTensor a_d(a), b_d(b), meta_d(meta_h);
-  const std::string what = describe(cs, config) + " " + counts_str(cs.counts);
+  const std::string what = describe(cs, plan) + " " + counts_str(cs.counts);
   if (cs.gpu_ref) {
     DeviceTensor ref_d(ref);  // poisoned like ref: rows outside every group stay so
     GroupedGemmArgs ga = ha;
@@ -205,23 +203,25 @@ void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_seco
   }
   HostTensor first;
   DeviceTensor counter(DType::kI32, {static_cast<int64_t>(detail::kTileCounterBytes / 4)}, 0xFF);
-  struct RestoreSchedule {
-    int saved = detail::sm90_dynamic_override();
-    ~RestoreSchedule() { detail::sm90_dynamic_override() = saved; }
-  } restore_schedule;
+  const bool sm90 =
+      plan && (plan->kernel == GemmKernel::kSm90 || plan->kernel == GemmKernel::kSm90Pairs);
   for (int rep = 0; rep < 2; ++rep) {
-    // Forced configs take the dynamic schedule wherever it exists; the public op its rule.
-    if (dynamic_second) {
-      detail::sm90_dynamic_override() = rep == 0 ? 2 : config < 0 ? 0 : dynamic_tail ? 3 : 1;
+    // A forced plan runs as given (with the counter when dynamic), or with dynamic_second
+    // static, then dynamic; the public op gets the counter on the second run.
+    GemmPlan run_plan = plan ? *plan : GemmPlan{};
+    if (dynamic_second && sm90) {
+      run_plan.schedule = rep == 0 ? GemmSchedule::kStatic : GemmSchedule::kDynamic;
     }
+    const bool counter_given =
+        plan ? run_plan.schedule == GemmSchedule::kDynamic : dynamic_second && rep == 1;
     DeviceTensor c_d(cs.out, c_shape, 0xFF);
-    if (config < 0 && cs.rows != detail::GemmRows::kDense) {
+    if (!plan && cs.rows != detail::GemmRows::kDense) {
       GroupedGemmArgs da = ha;
       da.a = a_d.view();
       da.b = b_d.view();
       da.layout_metadata = meta_d.view();
       da.c = c_d.view();
-      if (dynamic_second && rep == 1) da.workspace = {counter.data(), detail::kTileCounterBytes};
+      if (counter_given) da.workspace = {counter.data(), detail::kTileCounterBytes};
       moe_grouped_gemm(da, nullptr);
     } else {
       detail::GroupedGemmProblem p;
@@ -239,9 +239,8 @@ void run_case(const GemmCase& cs, int config, int split_k = 0, bool dynamic_seco
       p.alignment = cs.alignment;
       p.max_m = cs.max_m;
       p.m = total_rows;
-      p.config = config;
-      p.split_k = split_k;
-      if (dynamic_second && rep == 1) p.tile_counter = static_cast<unsigned*>(counter.data());
+      if (counter_given) p.tile_counter = static_cast<unsigned*>(counter.data());
+      p.plan = plan ? run_plan : detail::plan_gemm(p, detail::current_gemm_device());
       detail::run_grouped_gemm(p, nullptr);
     }
     ASSERT_EQ(sync_or_die(what), cudaSuccess);
@@ -313,24 +312,56 @@ std::vector<GemmCase> cases() {
   return v;
 }
 
-// Every config on every case, one test per config (so they can run as parallel
-// processes: --gtest_filter='EveryConfig/GemmGpuConfig.*/3').
-class GemmGpuConfig : public ::testing::TestWithParam<int> {};
-
-TEST_P(GemmGpuConfig, EveryCaseMatchesReference) {
-  MOEKIT_REQUIRE_GPU();
-  for (const GemmCase& c : cases()) run_case(c, GetParam());
+// The engine's problem of a case (device pointers unset; a tile counter marked given, so
+// the dynamic schedules are among the candidates).
+detail::GroupedGemmProblem problem_of(const GemmCase& c) {
+  static unsigned counter_stand_in;
+  detail::GroupedGemmProblem p;
+  p.in_dtype = c.in;
+  p.out_dtype = c.out;
+  p.num_groups = static_cast<int>(c.counts.size());
+  p.n = c.n;
+  p.k = c.k;
+  p.activation = c.act;
+  p.rows = c.rows;
+  p.alignment = c.alignment;
+  p.max_m = c.max_m;
+  int64_t rows = 0;
+  for (int x : c.counts) rows += x;
+  p.m = c.rows == detail::GemmRows::kDense ? c.counts.at(0)
+                                           : rows + int64_t{p.num_groups} * (c.alignment - 1);
+  p.tile_counter = &counter_stand_in;
+  return p;
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryConfig, GemmGpuConfig,
-                         ::testing::Range(0, static_cast<int>(detail::kGemmConfigCount)));
-
-TEST(GemmGpu, PublicOpWithHeuristicMatchesReference) {
-  MOEKIT_REQUIRE_GPU();
-  for (const GemmCase& c : cases()) run_case(c, -1);
+// Every candidate plan of `kernel` for each case.
+void run_candidates(const std::vector<GemmCase>& v, GemmKernel kernel) {
+  for (const GemmCase& c : v) {
+    for (const GemmPlan& plan :
+         detail::gemm_plan_candidates(problem_of(c), detail::current_gemm_device())) {
+      if (plan.kernel == kernel) run_case(c, &plan);
+    }
+  }
 }
 
-// Extra shapes for the SM90 (TMA + wgmma) configs 2, 6, 7 and 8 (EveryConfig/GemmGpuConfig and
+// Every candidate on every case, one test per kernel (so they can run as parallel
+// processes: --gtest_filter='EveryKernel/GemmGpuKernel.*/3').
+class GemmGpuKernel : public ::testing::TestWithParam<int> {};
+
+TEST_P(GemmGpuKernel, EveryCandidateMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  run_candidates(cases(), static_cast<GemmKernel>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryKernel, GemmGpuKernel,
+                         ::testing::Range(0, static_cast<int>(GemmKernel::kSm90Pairs) + 1));
+
+TEST(GemmGpu, PublicOpWithPlannerMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (const GemmCase& c : cases()) run_case(c, nullptr);
+}
+
+// Extra shapes for the SM90 (TMA + wgmma) kernels (EveryKernel/GemmGpuKernel and
 // ClampsOutOfRangeMetadata run them too): many tiles per SM (the persistent loop and the
 // pipeline phases carried across tiles), tiles straddling group boundaries, n not a
 // multiple of the 256 / 128 tile width, the 1024-group maximum.
@@ -359,26 +390,27 @@ std::vector<GemmCase> sm90_cases() {
   return v;
 }
 
-// Config 2 passed these on the H200 (2026-12-02).
-TEST(GemmGpu, Sm90ConfigMatchesReference) {
+// sm90 at every tile width and schedule.
+TEST(GemmGpu, Sm90MatchesReference) {
   MOEKIT_REQUIRE_GPU();
-  for (const GemmCase& c : sm90_cases()) run_case(c, detail::kGemmConfigSm90);
+  run_candidates(sm90_cases(), GemmKernel::kSm90);
 }
 
 // The public op with its optional workspace (the dynamic schedule where the rule takes
-// it: config 2 on grouped rows) gives the bytes it gives without one.
+// it: sm90 / sm90_pairs on grouped rows) gives the bytes it gives without one.
 TEST(GemmGpu, PublicOpWithWorkspaceMatchesWithout) {
   MOEKIT_REQUIRE_GPU();
-  for (const GemmCase& c : cases()) run_case(c, -1, 0, true);
-  for (const GemmCase& c : sm90_cases()) run_case(c, -1, 0, true);
+  for (const GemmCase& c : cases()) run_case(c, nullptr, true);
+  for (const GemmCase& c : sm90_cases()) run_case(c, nullptr, true);
 }
 
-// Extra shapes for the SM90 ping-pong configs 6 and 8 (on top of sm90_cases): k-tile
+// Extra shapes for the SM90 kernels (on top of sm90_cases; written for the ping-pong kernel
+// the planner no longer has): k-tile
 // counts below, at and above its 5 stages (each consumer warpgroup skips the other's
 // k_tiles stages, so the pipeline phases it carries depend on k_tiles), blocks with 1, 2
 // and 3 tiles (the second consumer idle, even and odd splits), 64-row tiles straddling
 // groups, masked and dense rows, silu, f32 output.
-std::vector<GemmCase> pingpong_cases() {
+std::vector<GemmCase> stage_cases() {
   using R = detail::GemmRows;
   const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
   const Activation none = Activation::kNone, silu = Activation::kSiluAndMul;
@@ -405,14 +437,14 @@ std::vector<GemmCase> pingpong_cases() {
   return v;
 }
 
-// Config 2 with 192- and 224-row b tiles (96- / 112-row boxes, 5 stages; the dense wave
-// rule's picks, forced here on every row layout): the ping-pong shapes (k-tiles below,
-// at and above the stage count, ragged / masked / dense rows, silu, f32 output) plus
-// output widths off the narrower tiles. 224 takes no silu: those cases run at 192 only.
+// sm90 with 192- and 224-row b tiles (96- / 112-row boxes, 5 stages; the dense wave
+// rule's picks, forced here on every row layout): the stage shapes (k-tiles below, at and
+// above the stage count, ragged / masked / dense rows, silu, f32 output) plus output
+// widths off the narrower tiles. 224 takes no silu: those cases run at 192 only.
 TEST(GemmGpu, Sm90NarrowTilesMatchReference) {
   MOEKIT_REQUIRE_GPU();
   using R = detail::GemmRows;
-  std::vector<GemmCase> v = pingpong_cases();
+  std::vector<GemmCase> v = stage_cases();
   v.push_back({"narrow_dense_silu_off_96",
                DType::kBF16,
                DType::kBF16,
@@ -443,28 +475,19 @@ TEST(GemmGpu, Sm90NarrowTilesMatchReference) {
                200,
                456,
                392});
-  struct Restore {
-    int saved = detail::sm90_tile_n_override();
-    ~Restore() { detail::sm90_tile_n_override() = saved; }
-  } restore;
-  for (int bn : {192, 224}) {
-    SCOPED_TRACE("tile width " + std::to_string(bn));
-    detail::sm90_tile_n_override() = bn;
-    for (const GemmCase& c : v) {
-      if (bn == 224 && c.act == Activation::kSiluAndMul) continue;
-      run_case(c, detail::kGemmConfigSm90);
+  for (const GemmCase& c : v) {
+    detail::GroupedGemmProblem p = problem_of(c);
+    for (const GemmPlan& plan : detail::gemm_plan_candidates(p, detail::current_gemm_device())) {
+      if (plan.kernel == GemmKernel::kSm90 && plan.tile_n < 256 &&
+          plan.schedule == GemmSchedule::kStatic) {
+        run_case(c, &plan);
+      }
     }
   }
 }
 
-// The SM90 ping-pong config 6 (passed on the H200, 2026-12-02).
-TEST(GemmGpu, Sm90PingpongMatchesReference) {
-  MOEKIT_REQUIRE_GPU();
-  for (const GemmCase& c : pingpong_cases()) run_case(c, detail::kGemmConfigSm90Pingpong);
-}
-
-// The dynamic tile schedule (a tile counter; MOEKIT_SM90_DYNAMIC) of configs 2 (at 256
-// and 192 b rows) and 6: bit-identical to the static walk (each tile is still computed
+// The dynamic tile schedule (a tile counter) of sm90 (at 256 and 192 b rows) and
+// sm90_pairs: bit-identical to the static walk (each tile is still computed
 // whole, in k order, by one consumer). Only shapes of more than one wave (the launch
 // takes the counter only there): many tiles per block (the channel's ring of 4 ids wraps
 // many times; 1 k-tile lets the producer run ahead of the consumers), ragged groups with
@@ -490,27 +513,17 @@ TEST(GemmGpu, Sm90DynamicScheduleMatchesStatic) {
                300,
                1032,
                320});
-  struct Restore {
-    int saved = detail::sm90_tile_n_override();
-    ~Restore() { detail::sm90_tile_n_override() = saved; }
-  } restore;
   for (const GemmCase& c : v) {
-    run_case(c, detail::kGemmConfigSm90Pingpong, 0, true);
-    run_case(c, detail::kGemmConfigSm90Pingpong, 0, true, /*dynamic_tail=*/true);
-    for (int bn : {256, 192}) {
-      detail::sm90_tile_n_override() = bn;
-      run_case(c, detail::kGemmConfigSm90, 0, true);
+    // The cooperative pairs: rank 0 claims, rank 1 receives the pair ids.
+    for (const GemmPlan& plan :
+         {GemmPlan{GemmKernel::kSm90, 128, 256}, GemmPlan{GemmKernel::kSm90, 128, 192},
+          GemmPlan{GemmKernel::kSm90Pairs, 128, 256}}) {
+      run_case(c, &plan, true);
     }
-    detail::sm90_tile_n_override() = 0;
-    run_case(c, detail::kGemmConfigSm90, 0, true, /*dynamic_tail=*/true);
-    // The cooperative paired configs: rank 0 claims, rank 1 receives the pair ids.
-    run_case(c, detail::kGemmConfigSm90PairN, 0, true);
-    run_case(c, detail::kGemmConfigSm90PairM, 0, true);
-    run_case(c, detail::kGemmConfigSm90PairAuto, 0, true);
   }
 }
 
-// Many back-to-back launches of configs 2, 6, 7, 10 and 11, static and dynamic, on shapes with few
+// Many back-to-back launches of sm90 and sm90_pairs, static and dynamic, on shapes with few
 // and many tiles per block (blocks without a tile, the last tile alone, the channel ring
 // wrapping): every output equals the first bit for bit. A race in the tile hand-off
 // would show as a mismatch, a lost id as a hang (the test runner's timeout).
@@ -520,10 +533,6 @@ TEST(GemmGpu, Sm90ScheduleStress) {
   const std::vector<std::vector<int>> shapes = {
       random_counts(48, 0, 700), {1, 0, 129, 63}, random_counts(200, 0, 40)};
   std::vector<int32_t> meta;
-  struct RestoreSchedule {
-    int saved = detail::sm90_dynamic_override();
-    ~RestoreSchedule() { detail::sm90_dynamic_override() = saved; }
-  } restore;
   for (const auto& counts : shapes) {
     meta.clear();
     int64_t rows = 0;
@@ -535,14 +544,14 @@ TEST(GemmGpu, Sm90ScheduleStress) {
     HostTensor meta_h = i32_tensor(meta);
     DeviceTensor a_d(a), b_d(b), meta_d(meta_h), c_d(DType::kBF16, {std::max<int64_t>(rows, 1), n});
     DeviceTensor counter(DType::kI32, {static_cast<int64_t>(detail::kTileCounterBytes / 4)});
-    for (int config :
-         {detail::kGemmConfigSm90, detail::kGemmConfigSm90Pingpong, detail::kGemmConfigSm90PairN,
-          detail::kGemmConfigSm90PairM, detail::kGemmConfigSm90PairAuto}) {
+    for (GemmKernel kernel : {GemmKernel::kSm90, GemmKernel::kSm90Pairs}) {
       HostTensor first;
       for (int it = 0; it < 100; ++it) {
-        SCOPED_TRACE("config " + std::to_string(config) + ", launch " + std::to_string(it) +
-                     ", rows " + std::to_string(rows));
-        detail::sm90_dynamic_override() = 1 + it % 3;  // all, static, last wave dynamic
+        // Alternately dynamic and static.
+        const GemmPlan plan{kernel, 128, 256, 1,
+                            it % 2 ? GemmSchedule::kStatic : GemmSchedule::kDynamic};
+        SCOPED_TRACE(to_string(plan) + ", launch " + std::to_string(it) + ", rows " +
+                     std::to_string(rows));
         detail::GroupedGemmProblem p;
         p.a = a_d.data();
         p.b = b_d.data();
@@ -553,7 +562,7 @@ TEST(GemmGpu, Sm90ScheduleStress) {
         p.rows = detail::GemmRows::kContiguous;
         p.layout_metadata = static_cast<const int32_t*>(meta_d.data());
         p.m = rows;
-        p.config = config;
+        p.plan = plan;
         p.tile_counter = static_cast<unsigned*>(counter.data());
         const bool compare = it % 10 == 9;
         // Poison the output of each compared launch: a tile it lost would keep the bytes.
@@ -573,7 +582,7 @@ TEST(GemmGpu, Sm90ScheduleStress) {
   }
 }
 
-// The paired configs (2-CTA clusters, the shared operand multicast) on their pairs'
+// The paired kernels (2-CTA clusters, the shared operand multicast) on their pairs'
 // edges: an odd number of n-tiles (7: the second CTA of the last pair has no columns,
 // with and without silu), groups with an odd number of 64-row m-tiles and groups of one
 // m-tile (8: the second CTA has no rows), a single pair tile in all, many pair tiles per
@@ -605,33 +614,21 @@ std::vector<GemmCase> pair_edge_cases() {
 }
 
 // Fresh draws of sm90_ragged_silu_a8's shape (24 experts of 0-400 rows starting on 8-row
-// boundaries, silu, n 392, k 776: configs 7 and 8 hung on it on the H200, 2026-12-03, in
-// test shards running side by side) through the six SM90 configs. Its own seed
+// boundaries, silu, n 392, k 776: two pruned pair kernels hung on it on the H200, in test
+// shards running side by side) through sm90 and sm90_pairs, static and dynamic. Its own seed
 // (MOEKIT_TEST_SEED) and draw count (MOEKIT_TEST_DRAWS, default 2), so that processes run
 // side by side hunt different draws; the f32 GPU reference keeps a draw cheap. A hang ends
-// the process naming the config and the draw's counts (sync_or_die).
-TEST(GemmGpu, Sm90ConfigsFinishOnFreshRaggedDraws) {
+// the process naming the plan and the draw's counts (sync_or_die).
+TEST(GemmGpu, Sm90KernelsFinishOnFreshRaggedDraws) {
   MOEKIT_REQUIRE_GPU();
   // Knobs for narrowing a hang down: the draw count and seed, the alignment, NaN padding
-  // rows, silu, k, and the configs (a comma list).
+  // rows, silu and k.
   const auto env = [](const char* name, long long fallback) {
     const char* v = std::getenv(name);
     return v ? std::strtoll(v, nullptr, 10) : fallback;
   };
   std::mt19937_64 r(static_cast<uint64_t>(env("MOEKIT_TEST_SEED", 7)));
   const int draws = static_cast<int>(env("MOEKIT_TEST_DRAWS", 2));
-  std::vector<int> configs = {detail::kGemmConfigSm90,      detail::kGemmConfigSm90Pingpong,
-                              detail::kGemmConfigSm90PairN, detail::kGemmConfigSm90PingpongPairM,
-                              detail::kGemmConfigSm90PairM, detail::kGemmConfigSm90PairAuto};
-  if (const char* list = std::getenv("MOEKIT_TEST_CONFIGS")) {
-    configs.clear();
-    for (const char* c = list; *c;) {
-      char* end = nullptr;
-      configs.push_back(static_cast<int>(std::strtol(c, &end, 10)));
-      c = *end == ',' ? end + 1 : end;
-      if (end == c && *c) break;
-    }
-  }
   std::uniform_int_distribution<int> rows(0, 400);
   for (int i = 0; i < draws; ++i) {
     GemmCase c{"draw_" + std::to_string(i),
@@ -647,43 +644,19 @@ TEST(GemmGpu, Sm90ConfigsFinishOnFreshRaggedDraws) {
     for (int& x : c.counts) x = rows(r);
     c.gpu_ref = true;
     c.nan_padding = env("MOEKIT_TEST_NAN", 1) != 0;
-    for (int config : configs) {
-      run_case(c, config);
+    for (const GemmPlan& plan :
+         detail::gemm_plan_candidates(problem_of(c), detail::current_gemm_device())) {
+      if (plan.kernel != GemmKernel::kSm90 && plan.kernel != GemmKernel::kSm90Pairs) continue;
+      run_case(c, &plan);
       if (HasFatalFailure()) return;
     }
   }
 }
 
-// Config 7 (config 2's tiles on n-tile pairs) on config 2's shapes and the pair edges.
-// Two tests (7, 8) so that the GPU shards split them.
-TEST(GemmGpu, Sm90PairNMatchesReference) {
-  MOEKIT_REQUIRE_GPU();
-  std::vector<GemmCase> v = sm90_cases(), edges = pair_edge_cases();
-  v.insert(v.end(), edges.begin(), edges.end());
-  for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90PairN);
-}
-
-// Config 8 (the ping-pong tiles on m-tile pairs) on the ping-pong shapes and the edges.
-TEST(GemmGpu, Sm90PingpongPairMMatchesReference) {
-  MOEKIT_REQUIRE_GPU();
-  std::vector<GemmCase> v = pingpong_cases(), edges = pair_edge_cases();
-  v.insert(v.end(), edges.begin(), edges.end());
-  for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90PingpongPairM);
-}
-
-// Config 10 (config 2's tiles on m-tile pairs, b multicast) on config 2's shapes and the
-// pair edges (odd m-tile counts: a pair's second tile past its group).
-TEST(GemmGpu, Sm90PairMMatchesReference) {
-  MOEKIT_REQUIRE_GPU();
-  std::vector<GemmCase> v = sm90_cases(), edges = pair_edge_cases();
-  v.insert(v.end(), edges.begin(), edges.end());
-  for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90PairM);
-}
-
-// Config 11 (adaptive pairs: m-tile pairs, an odd last m-tile's n-tiles paired) on config
-// 2's shapes, the pair edges and groups of every m-tile parity next to each other (one
-// m-tile: all n-pairs; two: all m-pairs; three: both kinds in one group), with an odd
-// n-tile count (the last n-pair's second tile past n).
+// sm90_pairs (adaptive pairs: m-tile pairs, an odd last m-tile's n-tiles paired) at both
+// schedules on sm90's shapes, the pair edges and groups of every m-tile parity next to each other
+// (one m-tile: all n-pairs; two: all m-pairs; three: both kinds in one group), with an odd n-tile
+// count (the last n-pair's second tile past n).
 TEST(GemmGpu, Sm90PairAutoMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   using R = detail::GemmRows;
@@ -709,17 +682,17 @@ TEST(GemmGpu, Sm90PairAutoMatchesReference) {
                0,
                5 * 128,
                264});
-  for (const GemmCase& c : v) run_case(c, detail::kGemmConfigSm90PairAuto);
+  run_candidates(v, GemmKernel::kSm90Pairs);
 }
 
-// The decode split-K config at every split: k slices not a multiple of the split (and
+// decode_splitk at every split: k slices not a multiple of the split (and
 // fewer slices than CTAs, so some ranks only add zeros), one row, empty and ragged
 // groups, masked and dense rows, silu_and_mul, f32 output, k == 0.
-// Extra shapes for the persistent decode config 9: CTAs with many tiles each (the
+// Extra shapes for decode_persistent: CTAs with many tiles each (the
 // pipeline streams across tile boundaries, the next tile's loads under the current
 // tile's epilogue), tiles of 1-32 rows, empty groups between full ones, k off the
 // 128-element stage, silu, masked and dense rows, f32 output, and more groups than the
-// shared table holds (1500: config 4 runs it).
+// shared table holds (1500: not a candidate; the stream tiles run it).
 std::vector<GemmCase> persistent_cases() {
   using R = detail::GemmRows;
   const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
@@ -739,7 +712,9 @@ std::vector<GemmCase> persistent_cases() {
 
 TEST(GemmGpu, DecodePersistentMatchesReference) {
   MOEKIT_REQUIRE_GPU();
-  for (const GemmCase& c : persistent_cases()) run_case(c, detail::kGemmConfigDecodePersistent);
+  run_candidates(persistent_cases(), GemmKernel::kDecodePersistent);
+  // The stream tiles the planner gives what the persistent grid does not take (1500 groups).
+  run_candidates(persistent_cases(), GemmKernel::kDecodeStream);
 }
 
 TEST(GemmGpu, SplitKMatchesReference) {
@@ -766,13 +741,8 @@ TEST(GemmGpu, SplitKMatchesReference) {
       {"splitk_masked_f16", f16, f16, none, R::kMasked, 1, {0, 1, 40, 0, 33}, 40, 264, 520});
   v.push_back({"splitk_k_zero", bf, bf, silu, R::kContiguous, 1, {3, 0, 5}, 0, 16, 0});
   for (const GemmCase& c : v) {
-    // 3, 5, 6, 7: clusters whose size is not a power of two (timing sweep candidates).
-    for (int split : {2, 3, 4, 5, 6, 7, 8}) run_case(c, detail::kGemmConfigDecodeSplitK, split);
-    // The stream tiles (256-byte stages) split the same way (GroupedGemmProblem::split_k).
-    for (int split : {2, 5, 8}) {
-      run_case(c, detail::kGemmConfigDecodeStream, split);
-      run_case(c, detail::kGemmConfigDecodeStreamDeep, split);
-    }
+    // Every candidate split (2..8; k == 0 has none: the decode tiles run it).
+    run_candidates({c}, GemmKernel::kDecodeSplitK);
   }
 }
 
@@ -781,9 +751,20 @@ TEST(GemmGpu, SplitKMatchesReference) {
 TEST(GemmGpu, ClampsOutOfRangeMetadata) {
   MOEKIT_REQUIRE_GPU();
   const int64_t P = 40, n = 64, k = 64, guard = 64;
-  for (int config = 0; config < detail::kGemmConfigCount; ++config) {
-    for (int masked = 0; masked < 2; ++masked) {
-      SCOPED_TRACE("config " + std::to_string(config) + (masked ? " masked" : " contiguous"));
+  for (int masked = 0; masked < 2; ++masked) {
+    unsigned stand_in = 0;
+    detail::GroupedGemmProblem shape;
+    shape.num_groups = 3;
+    shape.n = n;
+    shape.k = k;
+    shape.rows = masked ? detail::GemmRows::kMasked : detail::GemmRows::kContiguous;
+    shape.alignment = 8;
+    shape.max_m = 16;
+    shape.m = P;
+    shape.tile_counter = &stand_in;
+    for (const GemmPlan& plan :
+         detail::gemm_plan_candidates(shape, detail::current_gemm_device())) {
+      SCOPED_TRACE(to_string(plan) + (masked ? " masked" : " contiguous"));
       const int G = 3, max_m = 16;
       const int64_t rows = masked ? G * max_m : P;
       HostTensor a(DType::kBF16, {rows + guard, k}), b(DType::kBF16, {G, n, k});
@@ -804,7 +785,9 @@ TEST(GemmGpu, ClampsOutOfRangeMetadata) {
       p.alignment = 8;
       p.max_m = max_m;
       p.m = P;
-      p.config = config;
+      p.plan = plan;
+      DeviceTensor counter(DType::kI32, {static_cast<int64_t>(detail::kTileCounterBytes / 4)});
+      p.tile_counter = static_cast<unsigned*>(counter.data());
       detail::run_grouped_gemm(p, nullptr);
       ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
       HostTensor out = c_d.download();
@@ -859,8 +842,8 @@ TEST(GemmGpuSupport, FastFp8QuantizerMatchesHostConversion) {
   }
 }
 
-void run_fp8_case(const Fp8Case& cs, int config) {
-  SCOPED_TRACE(cs.name + " [config " + std::to_string(config) + "]");
+void run_fp8_case(const Fp8Case& cs, const GemmPlan* plan) {
+  SCOPED_TRACE(cs.name + " [" + (plan ? to_string(*plan) : std::string("planner")) + "]");
   const int64_t E = static_cast<int64_t>(cs.counts.size());
   const int64_t KB = (cs.k + 127) / 128, NB = (cs.n + 127) / 128;
   HostTensor a(DType::kFP8E4M3, {E, cs.max_m, cs.k}), b(DType::kFP8E4M3, {E, cs.n, cs.k});
@@ -902,7 +885,7 @@ void run_fp8_case(const Fp8Case& cs, int config) {
   HostTensor first;
   for (int rep = 0; rep < 2; ++rep) {
     DeviceTensor c_d(DType::kBF16, {E, cs.max_m, cs.n}, 0xFF);
-    if (config < 0) {
+    if (!plan) {
       GroupedGemmFP8Args da;
       da.a = a_d.view();
       da.a_scale = as_d.view();
@@ -923,7 +906,7 @@ void run_fp8_case(const Fp8Case& cs, int config) {
       p.max_m = cs.max_m;
       p.n = cs.n;
       p.k = cs.k;
-      p.config = config;
+      p.plan = *plan;
       detail::run_grouped_gemm_fp8(p, nullptr);
     }
     ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
@@ -972,11 +955,19 @@ std::vector<Fp8Case> fp8_cases() {
   };
 }
 
-TEST(GemmGpu, Fp8EveryConfigMatchesReference) {
+TEST(GemmGpu, Fp8EveryCandidateMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   for (const Fp8Case& c : fp8_cases()) {
-    for (int config = 0; config < detail::kFp8ConfigCount; ++config) run_fp8_case(c, config);
-    run_fp8_case(c, -1);
+    detail::GroupedGemmFP8Problem shape;
+    shape.num_groups = static_cast<int>(c.counts.size());
+    shape.max_m = c.max_m;
+    shape.n = c.n;
+    shape.k = c.k;
+    for (const GemmPlan& plan :
+         detail::gemm_fp8_plan_candidates(shape, detail::current_gemm_device())) {
+      run_fp8_case(c, &plan);
+    }
+    run_fp8_case(c, nullptr);
   }
 }
 

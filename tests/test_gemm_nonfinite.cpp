@@ -1,5 +1,5 @@
 // The bf16/f16 grouped GEMM with NaN / Inf in the activations and in one weight element of
-// an expert (IEEE arithmetic, no check), on every config forced and the public op: a row of
+// an expert (IEEE arithmetic, no check), on every candidate plan and the public op: a row of
 // a holding a NaN gives a NaN output row; a row holding an Inf gives non-finite elements
 // only; a NaN / Inf weight element of expert e reaches exactly the output columns it feeds
 // (silu_and_mul: a gate or an up row feeds its one column), on e's rows only; every other
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "gemm/grouped_gemm.h"
+#include "gemm/gemm_planner.h"
 #include "moekit/gemm.h"
 #include "reference/host_tensor.h"
 #include "support/gpu.h"
@@ -71,15 +71,31 @@ Rows layout_rows(const Shape& s) {
   return r;
 }
 
-// c of one run; config -1: the public op.
+// The engine's problem of a shape (device pointers unset).
+detail::GroupedGemmProblem problem_of(const Shape& s, const Rows& r) {
+  detail::GroupedGemmProblem p;
+  p.in_dtype = s.in;
+  p.out_dtype = s.out;
+  p.num_groups = static_cast<int>(s.counts.size());
+  p.n = s.n;
+  p.k = s.k;
+  p.activation = s.act;
+  p.rows = s.rows;
+  p.alignment = s.alignment;
+  p.max_m = s.max_m;
+  p.m = r.total;
+  return p;
+}
+
+// c of one run; plan nullptr: the public op (its planner's plan).
 HostTensor run(const Shape& s, const Rows& r, const HostTensor& a, const HostTensor& b,
-               int config) {
+               const GemmPlan* plan) {
   const std::vector<int64_t> c_shape =
       s.rows == detail::GemmRows::kMasked
           ? std::vector<int64_t>{static_cast<int64_t>(s.counts.size()), s.max_m, s.n}
           : std::vector<int64_t>{r.total, s.n};
   DeviceTensor da(a), db(b), dmeta(r.meta), dc(s.out, c_shape, 0xFF);
-  if (config < 0) {
+  if (!plan) {
     GroupedGemmArgs g;
     // The public op takes a masked layout's a as [G, max_m, k] (the rows are laid out so).
     g.a = s.rows == detail::GemmRows::kMasked
@@ -93,22 +109,12 @@ HostTensor run(const Shape& s, const Rows& r, const HostTensor& a, const HostTen
     g.c = dc.view();
     moe_grouped_gemm(g, nullptr);
   } else {
-    detail::GroupedGemmProblem p;
-    p.in_dtype = s.in;
-    p.out_dtype = s.out;
+    detail::GroupedGemmProblem p = problem_of(s, r);
     p.a = da.data();
     p.b = db.data();
     p.c = dc.data();
-    p.num_groups = static_cast<int>(s.counts.size());
-    p.n = s.n;
-    p.k = s.k;
-    p.activation = s.act;
-    p.rows = s.rows;
     p.layout_metadata = static_cast<const int32_t*>(dmeta.data());
-    p.alignment = s.alignment;
-    p.max_m = s.max_m;
-    p.m = r.total;
-    p.config = config;
+    p.plan = *plan;
     detail::run_grouped_gemm(p, nullptr);
   }
   const cudaError_t err = cudaDeviceSynchronize();
@@ -163,11 +169,14 @@ void check_shape(const Shape& s, uint64_t seed) {
   }
   ASSERT_GT(reach.count(Reach::kNone), 0);
 
-  for (int config = -1; config < detail::kGemmConfigCount; ++config) {
-    const std::string what =
-        std::string(s.name) + (config < 0 ? ", public op" : ", config " + std::to_string(config));
-    const HostTensor clean = run(s, r, a, b, config);
-    const HostTensor got = run(s, r, a_bad, b_bad, config);
+  // The public op, then every plan that can run the shape.
+  const std::vector<GemmPlan> plans =
+      detail::gemm_plan_candidates(problem_of(s, r), detail::current_gemm_device());
+  for (size_t i = 0; i <= plans.size(); ++i) {
+    const GemmPlan* plan = i == 0 ? nullptr : &plans[i - 1];
+    const std::string what = std::string(s.name) + ", " + (plan ? to_string(*plan) : "public op");
+    const HostTensor clean = run(s, r, a, b, plan);
+    const HostTensor got = run(s, r, a_bad, b_bad, plan);
     testing::expect_reach(got, clean, reach, what);  // padding rows keep the poison bytes
   }
 }

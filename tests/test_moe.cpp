@@ -600,7 +600,7 @@ TEST(MoEWorkspace, SizesDependOnShapesOnly) {
   s.w_gate_up = null_view(kBF, {256, 64});
   // act [3, 128] bf16 + the stream-K MLP's scratch where that kernel can run (an sm_90
   // GPU is present; 0 on a CPU-only machine).
-  const size_t sk = detail::streamk_mlp_scratch_bytes(kBF, 3, 64, 128);
+  const size_t sk = detail::streamk_mlp_scratch_bytes(kBF, 3, 64, 128, detail::device_props());
   EXPECT_EQ(shared_expert_mlp_workspace_size(s), size_t{(3 * 128 * 2 + 255) / 256 * 256} + sk);
 
   FusedMoEArgs l;
@@ -617,7 +617,7 @@ TEST(MoEWorkspace, SizesDependOnShapesOnly) {
   // + shared act [1, 2048] bf16 + shared out [1, 7168] f32 (+ stream-K scratch, above).
   EXPECT_EQ(fused_moe_shared_expert_workspace_size(ls),
             fused_moe_workspace_size(l) + 4096 + 7168 * 4 +
-                detail::streamk_mlp_scratch_bytes(kBF, 1, 7168, 2048));
+                detail::streamk_mlp_scratch_bytes(kBF, 1, 7168, 2048, detail::device_props()));
 }
 
 }  // namespace

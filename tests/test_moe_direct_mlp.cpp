@@ -1,8 +1,8 @@
-// Tests of the direct dense MLP (src/gemm/direct_mlp.h): on the GPU against the CPU
+// Tests of the direct dense MLP (src/mlp/direct_mlp.h): on the GPU against the CPU
 // reference on fresh random inputs through SharedExpertMLPFwd (token counts 1..32 on
-// both tile widths, sizes off every chunk / slice / cluster boundary, a 1..8-rank k
-// split, poisoned outputs), with the PDL chain on and off, f32 output, determinism and
-// back-to-back graph replays; on the CPU the host plan and the path rule.
+// both tile widths, sizes off every chunk / slice / cluster boundary, every 1..8-rank k
+// split forced through args.plan, poisoned outputs), with the PDL chain on and off, f32
+// output, determinism and back-to-back graph replays; on the CPU the host plan.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -14,7 +14,6 @@
 
 #include "core/pdl.h"
 #include "mlp/direct_mlp.h"
-#include "mlp/streamk_mlp.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"
@@ -26,7 +25,6 @@ namespace moekit {
 namespace {
 
 using Case = dense_mlp_test::MlpCase;
-using dense_mlp_test::PathKnobs;
 
 std::vector<Case> cases() {
   const DType b = DType::kBF16, h = DType::kF16;
@@ -47,72 +45,46 @@ std::vector<Case> cases() {
 
 TEST(DirectMlpGpu, MatchesReferenceWithAndWithoutPdl) {
   MOEKIT_REQUIRE_GPU();
-  dense_mlp_test::expect_path_matches_reference(3, cases(), 8100, detail::direct_mlp_supported);
+  dense_mlp_test::expect_path_matches_reference(MlpPath::kDirect, cases(), 8100);
 }
 
-// Both weight-load schemes on every case (the rule picks per k slice): single lanes and
-// paired lanes, whose partner swap must hand each lane its own row's line half; k ends
-// off a line (k 72, 1000) and rows off 128 bytes (k 72, 136, 264, 520) included.
-TEST(DirectMlpGpu, BothLoadSchemesMatchReference) {
-  MOEKIT_REQUIRE_GPU();
-  for (int mode : {1, 2}) {
-    SCOPED_TRACE(mode == 2 ? "paired lanes" : "single lanes");
-    dense_mlp_test::ScopedKnob knob(detail::direct_mlp_load_mode_override(), mode);
-    dense_mlp_test::expect_path_matches_reference(3, cases(), 8150 + 10 * mode,
-                                                  detail::direct_mlp_supported);
-  }
-}
-
-// The widest forced split (8 ranks, the portable cluster limit; a larger one is clamped to
-// it) on every case where the slice fits.
-TEST(DirectMlpGpu, WidestForcedSplitMatchesReference) {
-  MOEKIT_REQUIRE_GPU();
-  for (int split : {8, 16}) {
-    SCOPED_TRACE("split " + std::to_string(split));
-    dense_mlp_test::ScopedKnob knob(detail::direct_mlp_split_override(), split);
-    dense_mlp_test::expect_path_matches_reference(3, cases(), 8200 + split,
-                                                  detail::direct_mlp_supported);
-  }
-}
-
-// Every form of the cluster sum (push, the default; pull; batched pull) on every case at the
-// plan's splits, and on small cases under forced 3, 5, 7 and 8 ranks: the push owners'
-// slot layouts for splits that do not divide the 8 warps (gate_up k 896 / down k 640 take
-// 3 / 3, 4 / 5, 7 / 5 ranks; k 2048 takes 8).
-TEST(DirectMlpGpu, EveryReductionMatchesReference) {
+// Every split pair the planner accepts, on cases that take both weight-load schemes (paired
+// lanes where a k slice is >= 1024, single lanes below; the partner swap must hand each
+// lane its own row's line half; k ends off a line and rows off 128 bytes included) and
+// every cluster size 1-8 (the push sum's owner slot layouts for splits that do not divide
+// the 8 warps).
+TEST(DirectMlpGpu, EveryCandidateMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   const DType b = DType::kBF16, h = DType::kF16;
-  const std::vector<Case> split_cases = {
-      {b, 32, 896, 640}, {h, 8, 2048, 2048}, {b, 17, 384, 1000}, {h, 3, 896, 8}};
-  for (int mode : {2, 0, 1}) {
-    dense_mlp_test::ScopedKnob reduce(detail::direct_mlp_reduce_override(), mode);
-    for (int split : {0, 3, 5, 7, 8}) {
-      SCOPED_TRACE("reduce " + std::to_string(mode) + " split " + std::to_string(split));
-      dense_mlp_test::ScopedKnob knob(detail::direct_mlp_split_override(), split);
-      if (split == 0 && mode != 2) continue;  // the other tests run the default (push)
-      dense_mlp_test::expect_path_matches_reference(3, split == 0 ? cases() : split_cases,
-                                                    8500 + 20 * mode + split,
-                                                    detail::direct_mlp_supported);
-    }
-  }
+  dense_mlp_test::expect_every_candidate_matches_reference(
+      MlpPath::kDirect,
+      {{b, 32, 7168, 2048}, {h, 8, 2048, 2048}, {b, 17, 1000, 1000}, {h, 3, 896, 8}}, 8500);
 }
 
 // The fused layer's shared expert writes f32 (a later sum).
 TEST(DirectMlpGpu, F32OutputMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   dense_mlp_test::expect_f32_output_matches(
-      {{DType::kBF16, 4, 1000, 520}, {DType::kF16, 32, 2048, 1024}}, 8200, detail::run_direct_mlp);
+      {{DType::kBF16, 4, 1000, 520}, {DType::kF16, 32, 2048, 1024}}, 8200,
+      [](DType dt, const void* x, int64_t T, int64_t H, int64_t S, const void* wgu, const void* wd,
+         void* act, void* out, DType out_dt, cudaStream_t stream) {
+        const detail::DeviceProps& device = detail::device_props();
+        const int su = detail::direct_gemm_plan(T, S, H, true, device.sms).split;
+        const int sd = detail::direct_gemm_plan(T, H, S, false, device.sms).split;
+        detail::run_direct_mlp(dt, x, T, H, S, wgu, wd, act, out, out_dt, su, sd, stream);
+      });
 }
 
 TEST(DirectMlpGpu, DeterministicAndCloseToTheGemmPath) {
   MOEKIT_REQUIRE_GPU();
-  dense_mlp_test::expect_deterministic_and_close_to_gemm(3, {DType::kBF16, 32, 7168, 2048}, 8300);
+  dense_mlp_test::expect_deterministic_and_close_to_gemm(MlpPath::kDirect,
+                                                         {DType::kBF16, 32, 7168, 2048}, 8300);
 }
 
 // Back-to-back graph replays with PDL (h's write-after-read between calls).
 TEST(DirectMlpGpu, BackToBackGraphReplays) {
   MOEKIT_REQUIRE_GPU();
-  dense_mlp_test::expect_graph_replays_match(3, {DType::kF16, 20, 1536, 520}, 8400);
+  dense_mlp_test::expect_graph_replays_match(MlpPath::kDirect, {DType::kF16, 20, 1536, 520}, 8400);
 }
 
 // The host plan: at most 8 ranks, slices of whole load batches that cover k exactly
@@ -166,55 +138,34 @@ TEST(DirectMlp, PlanKeepsEveryClusterInOneWave) {
   EXPECT_EQ(none.k_slice, free_plan.k_slice);
 }
 
-// The experiment knob's forced split is taken as it is where its x slice fits.
-TEST(DirectMlp, PlanTakesAForcedSplit) {
-  const detail::DirectGemmPlan pl = detail::direct_gemm_plan(
-      32, 2048, 7168, true, 132, [](int, int) { return 1; }, 5);
+// A given split's launch shape (what a plan's split runs): whole load batches per slice,
+// at most 8 ranks, and the split a k cannot give reported back.
+TEST(DirectMlp, PlanForASplit) {
+  const detail::DirectGemmPlan pl = detail::direct_gemm_plan_for_split(32, 2048, 7168, true, 5);
   EXPECT_EQ(pl.split, 5);
   EXPECT_EQ(pl.k_slice, 1536);  // ceil(7168 / 5) rounded up to whole load batches (128)
   EXPECT_EQ(pl.row_groups, 32);
   // The partial slots: ceil(8 / 5) * 5 = 10 (the push reduction's owner layout).
   EXPECT_EQ(pl.smem, 32 * (1536 + 32) * 2 + 10 * 4 * 32 * 16);
-  // One rank would stage all 7168 k of 32 tokens (460 KB): the unforced plan instead.
-  const detail::DirectGemmPlan big = detail::direct_gemm_plan(32, 2048, 7168, true, 132, {}, 1);
-  const detail::DirectGemmPlan free_plan = detail::direct_gemm_plan(32, 2048, 7168, true, 132);
-  EXPECT_EQ(big.split, free_plan.split);
-  EXPECT_EQ(big.k_slice, free_plan.k_slice);
-  EXPECT_EQ(big.smem, free_plan.smem);
-  // Forced splits stop at 8 ranks (portable clusters): 10 asked gives 8, slices of 640.
-  const detail::DirectGemmPlan wide = detail::direct_gemm_plan(
-      32, 1536, 5120, true, 132, [](int, int) { return 1; }, 10);
+  // One rank would stage all 7168 k of 32 tokens: more shared memory than a CTA takes.
+  EXPECT_GT(detail::direct_gemm_plan_for_split(32, 2048, 7168, true, 1).smem,
+            detail::kDirectMlpMaxSmem);
+  // Splits stop at 8 ranks (portable clusters): 10 asked gives 8, slices of 640.
+  const detail::DirectGemmPlan wide = detail::direct_gemm_plan_for_split(32, 1536, 5120, true, 10);
   EXPECT_EQ(wide.split, 8);
   EXPECT_EQ(wide.k_slice, 640);
-  const detail::DirectGemmPlan capped = detail::direct_gemm_plan(
-      32, 1536, 5120, true, 132, [](int, int) { return 1; }, 40);
-  EXPECT_EQ(capped.split, 8);
-}
-
-// The measured default (docs/dense-mlp.md "Direct dense MLP"): up to 32 tokens on MLPs under
-// 256 MB of weights; forced paths win.
-TEST(DirectMlp, DefaultPathRule) {
-  PathKnobs knobs(0, 0);
-  if (std::getenv("MOEKIT_DENSE_MLP"))
-    GTEST_SKIP() << "MOEKIT_DENSE_MLP is set: the default is overridden";
-  EXPECT_TRUE(detail::direct_mlp_preferred(1, 7168, 2048));    // ds-v3 t1
-  EXPECT_TRUE(detail::direct_mlp_preferred(8, 5120, 1536));    // glm45 t8
-  EXPECT_TRUE(detail::direct_mlp_preferred(32, 5120, 1536));   // glm45 t32
-  EXPECT_TRUE(detail::direct_mlp_preferred(32, 7168, 2048));   // ds-v3 t32
-  EXPECT_FALSE(detail::direct_mlp_preferred(33, 7168, 2048));  // past the kernels: GEMMs
-  EXPECT_FALSE(detail::direct_mlp_preferred(1, 7168, 18432));  // kimi-k2: stream-K
-  detail::dense_mlp_path_override() = 3;
-  EXPECT_TRUE(detail::direct_mlp_preferred(32, 7168, 18432));
-  detail::dense_mlp_path_override() = 2;
-  EXPECT_FALSE(detail::direct_mlp_preferred(1, 7168, 2048));
+  // k = 72 is one load batch: any split gives one rank.
+  EXPECT_EQ(detail::direct_gemm_plan_for_split(3, 8, 72, false, 4).split, 1);
 }
 
 TEST(DirectMlp, SupportedOnlyForItsShapes) {
-  EXPECT_FALSE(detail::direct_mlp_supported(DType::kBF16, 33, 256, 128));
-  EXPECT_FALSE(detail::direct_mlp_supported(DType::kBF16, 0, 256, 128));
-  EXPECT_FALSE(detail::direct_mlp_supported(DType::kF32, 8, 256, 128));
-  EXPECT_FALSE(detail::direct_mlp_supported(DType::kBF16, 8, 260, 128));
-  EXPECT_EQ(detail::direct_mlp_supported(DType::kBF16, 8, 256, 128), testing::gpu_available());
+  const detail::DeviceProps h200 = detail::h200_props();
+  EXPECT_FALSE(detail::direct_mlp_supported(DType::kBF16, 33, 256, 128, h200));
+  EXPECT_FALSE(detail::direct_mlp_supported(DType::kBF16, 0, 256, 128, h200));
+  EXPECT_FALSE(detail::direct_mlp_supported(DType::kF32, 8, 256, 128, h200));
+  EXPECT_FALSE(detail::direct_mlp_supported(DType::kBF16, 8, 260, 128, h200));
+  EXPECT_TRUE(detail::direct_mlp_supported(DType::kBF16, 8, 256, 128, h200));
+  EXPECT_FALSE(detail::direct_mlp_supported(DType::kBF16, 8, 256, 128, detail::DeviceProps()));
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
-// Tests of the one-token GEMV MLP (src/gemm/gemv_mlp.h): on the GPU against the CPU
+// Tests of the one-token GEMV MLP (src/mlp/gemv_mlp.h): on the GPU against the CPU
 // reference on fresh random inputs through SharedExpertMLPFwd (sizes off every chunk,
 // batch and grid boundary, poisoned outputs and workspace), with the PDL chain on and
-// off, f32 output, determinism and back-to-back graph replays; on the CPU the path rule
-// and the supported shapes.
+// off, f32 output, determinism and back-to-back graph replays; on the CPU the supported
+// shapes (the path rule: test_mlp_planner.cpp).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -13,7 +13,6 @@
 
 #include "core/pdl.h"
 #include "mlp/gemv_mlp.h"
-#include "mlp/streamk_mlp.h"
 #include "moekit/moe.h"
 #include "support/gpu.h"
 #include "test_dense_mlp_common.h"
@@ -22,9 +21,6 @@ namespace moekit {
 namespace {
 
 using Case = dense_mlp_test::MlpCase;
-using dense_mlp_test::PathKnobs;
-
-constexpr int kGemvPath = 4;
 
 std::vector<Case> cases() {
   const DType b = DType::kBF16, h = DType::kF16;
@@ -42,8 +38,7 @@ std::vector<Case> cases() {
 
 TEST(GemvMlpGpu, MatchesReferenceWithAndWithoutPdl) {
   MOEKIT_REQUIRE_GPU();
-  dense_mlp_test::expect_path_matches_reference(kGemvPath, cases(), 9100,
-                                                detail::gemv_mlp_supported);
+  dense_mlp_test::expect_path_matches_reference(MlpPath::kGemv, cases(), 9100);
 }
 
 // The fused layer's shared expert writes f32 (a later sum).
@@ -55,43 +50,26 @@ TEST(GemvMlpGpu, F32OutputMatchesReference) {
 
 TEST(GemvMlpGpu, DeterministicAndCloseToTheGemmPath) {
   MOEKIT_REQUIRE_GPU();
-  dense_mlp_test::expect_deterministic_and_close_to_gemm(kGemvPath, {DType::kBF16, 1, 7168, 2048},
-                                                         9300);
+  dense_mlp_test::expect_deterministic_and_close_to_gemm(MlpPath::kGemv,
+                                                         {DType::kBF16, 1, 7168, 2048}, 9300);
 }
 
 // Back-to-back graph replays with PDL (h's write-after-read between calls).
 TEST(GemvMlpGpu, BackToBackGraphReplays) {
   MOEKIT_REQUIRE_GPU();
-  dense_mlp_test::expect_graph_replays_match(kGemvPath, {DType::kF16, 1, 1536, 520}, 9400);
-}
-
-// The measured default (docs/dense-mlp.md "GEMV MLP"): one token on MLPs of >= 256 MB of
-// weights (stream-K's before); forced paths win.
-TEST(GemvMlp, DefaultPathRule) {
-  PathKnobs knobs(0, 0);
-  if (std::getenv("MOEKIT_DENSE_MLP"))
-    GTEST_SKIP() << "MOEKIT_DENSE_MLP is set: the default is overridden";
-  EXPECT_TRUE(detail::gemv_mlp_preferred(1, 7168, 18432));   // kimi-k2 t1, 793 MB
-  EXPECT_FALSE(detail::gemv_mlp_preferred(1, 7168, 2048));   // ds-v3 t1, 88 MB: direct
-  EXPECT_FALSE(detail::gemv_mlp_preferred(1, 5120, 1536));   // glm45 t1: direct
-  EXPECT_FALSE(detail::gemv_mlp_preferred(2, 7168, 18432));  // two tokens: stream-K
-  EXPECT_FALSE(detail::gemv_mlp_preferred(32, 7168, 2048));  // direct
-  detail::dense_mlp_path_override() = kGemvPath;
-  EXPECT_TRUE(detail::gemv_mlp_preferred(1, 7168, 2048));
-  detail::dense_mlp_path_override() = 3;
-  EXPECT_FALSE(detail::gemv_mlp_preferred(1, 7168, 2048));
-  detail::dense_mlp_path_override() = 1;
-  EXPECT_FALSE(detail::gemv_mlp_preferred(1, 7168, 18432));
+  dense_mlp_test::expect_graph_replays_match(MlpPath::kGemv, {DType::kF16, 1, 1536, 520}, 9400);
 }
 
 TEST(GemvMlp, SupportedOnlyForItsShapes) {
-  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kBF16, 2, 256, 128));  // one token only
-  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kBF16, 0, 256, 128));
-  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kF32, 1, 256, 128));
-  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kBF16, 1, 260, 128));      // H % 8
-  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kBF16, 1, 256, 132));      // S % 8
-  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kBF16, 1, 256, 1 << 20));  // h past smem
-  EXPECT_EQ(detail::gemv_mlp_supported(DType::kBF16, 1, 256, 128), testing::gpu_available());
+  const detail::DeviceProps h200 = detail::h200_props();
+  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kBF16, 2, 256, 128, h200));  // one token only
+  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kBF16, 0, 256, 128, h200));
+  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kF32, 1, 256, 128, h200));
+  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kBF16, 1, 260, 128, h200));      // H % 8
+  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kBF16, 1, 256, 132, h200));      // S % 8
+  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kBF16, 1, 256, 1 << 20, h200));  // h past smem
+  EXPECT_TRUE(detail::gemv_mlp_supported(DType::kBF16, 1, 256, 128, h200));
+  EXPECT_FALSE(detail::gemv_mlp_supported(DType::kBF16, 1, 256, 128, detail::DeviceProps()));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The SM90 expert-MLP chain (docs/gemm.md "SM90 expert-MLP chain": both GEMMs of an expert
 // MLP in one persistent launch, down tiles waiting on per-group counters). CPU: which MLPs
-// the rule chains. GPU: moe_expert_mlp and fused_moe with the chain against the CPU
-// reference and bit for bit against the two config-2 launches it replaces (same tiles,
+// the planner chains. GPU: moe_expert_mlp and fused_moe with the chain against the CPU
+// reference and bit for bit against the two sm90 launches it replaces (same tiles,
 // same k order), on ragged rows with empty and one-row experts, n and k off the tile
 // sizes, padding rows poisoned, repeated calls on one
 // workspace (eager and in a CUDA graph), and the fused layer, whose down GEMM writes over
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
-#include "gemm/sm90/device.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"
@@ -32,26 +32,18 @@ using testing::DeviceWorkspace;
 
 constexpr uint8_t kPoison = 0xFF;  // a NaN in bf16 and f16
 
-// The test knobs this file sets: saved, then the defaults (the chain's rule, no forced
-// GEMM configs, the dynamic schedule's rule); restored on scope exit.
-struct Knobs {
-  int chain = detail::sm90_mlp_chain_override();
-  int pairs = detail::sm90_mlp_chain_pairs_override();
-  int dynamic = detail::sm90_dynamic_override();
-  detail::MlpGemmForce force = detail::mlp_gemm_force_override();
-  Knobs() {
-    detail::sm90_mlp_chain_override() = 0;
-    detail::sm90_mlp_chain_pairs_override() = 1;  // the default (on), whatever the environment
-    detail::sm90_dynamic_override() = 0;
-    detail::mlp_gemm_force_override() = {};
-  }
-  ~Knobs() {
-    detail::sm90_mlp_chain_override() = chain;
-    detail::sm90_mlp_chain_pairs_override() = pairs;
-    detail::sm90_dynamic_override() = dynamic;
-    detail::mlp_gemm_force_override() = force;
-  }
-};
+// The chain on both GEMMs' `kernel` tiles, and the same tiles as two static launches.
+MlpPlan chain_plan(GemmKernel kernel) {
+  MlpPlan m;
+  m.path = MlpPath::kChain;
+  m.gate_up = m.down = GemmPlan{kernel, 128, 256, 1, GemmSchedule::kDynamic};
+  return m;
+}
+MlpPlan two_launches(GemmKernel kernel) {
+  MlpPlan m;
+  m.gate_up = m.down = GemmPlan{kernel, 128, 256, 1, GemmSchedule::kStatic};
+  return m;
+}
 
 // The two GEMMs as run_expert_mlp_gemms builds them.
 struct MlpGemms {
@@ -76,78 +68,67 @@ MlpGemms mlp_gemms(DType dt, int64_t E, int64_t H, int64_t F, int64_t P, int ali
   g.down.n = H;
   g.down.k = F;
   g.down.activation = Activation::kNone;
+  static unsigned counters[2];  // the expert MLPs always carve them
+  g.up.tile_counter = &counters[0];
+  g.down.tile_counter = &counters[1];
   return g;
 }
 
-TEST(MlpChain, RuleChainsOnlyMlpsWhoseGemmsBothRunConfig2Or11) {
-  Knobs restore;
-  const DType b = DType::kBF16;
-  // ds-v3 prefill (256 experts x 128 rows): the heuristic gives both GEMMs config 11
-  // (adaptive pairs): the chain on its pair tiles.
-  MlpGemms prefill = mlp_gemms(b, 256, 7168, 2048, 32768, 1);
-  ASSERT_EQ(detail::select_grouped_gemm_config(prefill.up), detail::kGemmConfigSm90PairAuto);
-  ASSERT_EQ(detail::select_grouped_gemm_config(prefill.down), detail::kGemmConfigSm90PairAuto);
-  EXPECT_TRUE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
-  EXPECT_TRUE(detail::sm90_mlp_chain_pairs(prefill.up, prefill.down));
-  // Fewer rows per expert (64): config 2 and the chain on its tiles.
-  MlpGemms small = mlp_gemms(b, 256, 7168, 2048, 256 * 64, 1);
-  ASSERT_EQ(detail::select_grouped_gemm_config(small.up), detail::kGemmConfigSm90);
-  EXPECT_TRUE(detail::sm90_mlp_chain_rule(small.up, small.down));
-  EXPECT_FALSE(detail::sm90_mlp_chain_pairs(small.up, small.down));
-  // qwen3-235b prefill (128 experts x 256 rows): config 11's m-pairs, chained too.
-  MlpGemms qwen = mlp_gemms(DType::kF16, 128, 4096, 1536, 32768, 1);
-  ASSERT_EQ(detail::select_grouped_gemm_config(qwen.up), detail::kGemmConfigSm90PairAuto);
-  EXPECT_TRUE(detail::sm90_mlp_chain_rule(qwen.up, qwen.down));
-  EXPECT_TRUE(detail::sm90_mlp_chain_pairs(qwen.up, qwen.down));
-  // Decode (16 rows per expert): the stream tiles, no chain.
-  MlpGemms decode = mlp_gemms(b, 256, 7168, 2048, 4096, 1);
-  ASSERT_NE(detail::select_grouped_gemm_config(decode.up), detail::kGemmConfigSm90);
-  EXPECT_FALSE(detail::sm90_mlp_chain_rule(decode.up, decode.down));
-  // Shapes and dtypes the chain does not take.
+TEST(MlpChain, PlannerChainsOnlyMlpsWhoseGemmsBothRunSm90Tiles) {
+  const detail::GemmDevice h200(detail::h200_props());
+  const auto path = [&](const MlpGemms& g) { return detail::plan_mlp_gemms(g.up, g.down, h200); };
+  // ds-v3 prefill (256 experts x 128 rows): both GEMMs sm90_pairs, the pair chain.
+  const MlpGemms prefill = mlp_gemms(DType::kBF16, 256, 7168, 2048, 256 * 128, 1);
+  EXPECT_EQ(path(prefill), chain_plan(GemmKernel::kSm90Pairs));
+  // Fewer rows per expert (64): sm90 and the chain on its tiles.
+  const MlpGemms small = mlp_gemms(DType::kBF16, 256, 7168, 2048, 256 * 64, 1);
+  EXPECT_EQ(path(small), chain_plan(GemmKernel::kSm90));
+  // qwen3-235b prefill (128 experts x 256 rows): chained on the pairs too.
+  const MlpGemms qwen = mlp_gemms(DType::kF16, 128, 4096, 1536, 128 * 256, 1);
+  EXPECT_EQ(path(qwen), chain_plan(GemmKernel::kSm90Pairs));
+  // Decode (16 rows per expert): two launches of the decode tiles.
+  const MlpGemms decode = mlp_gemms(DType::kBF16, 256, 7168, 2048, 256 * 16, 1);
+  EXPECT_EQ(path(decode).path, MlpPath::kTwoGemms);
+  // A forced chain runs where the chain can run, whatever the planner picks ...
+  EXPECT_EQ(
+      detail::mlp_gemms_plan_rejection(chain_plan(GemmKernel::kSm90), decode.up, decode.down, h200),
+      "");
+  // ... and is refused where it cannot, saying why; so is a mixed or a static chain.
+  const auto refused = [&](MlpGemms g, const char* what) {
+    EXPECT_EQ(path(g).path, MlpPath::kTwoGemms) << what;
+    EXPECT_NE(detail::mlp_gemms_plan_rejection(chain_plan(GemmKernel::kSm90), g.up, g.down, h200),
+              "")
+        << what;
+  };
   {
     MlpGemms g = prefill;
     g.down.out_dtype = DType::kF32;
-    EXPECT_FALSE(detail::sm90_mlp_chain_rule(g.up, g.down)) << "f32 out";
+    refused(g, "f32 out");
     g = prefill;
     g.up.rows = g.down.rows = detail::GemmRows::kMasked;
     g.up.max_m = g.down.max_m = 128;
-    EXPECT_FALSE(detail::sm90_mlp_chain_rule(g.up, g.down)) << "masked rows";
-    g = mlp_gemms(b, 1025, 7168, 2048, 1025 * 128, 1);
-    EXPECT_FALSE(detail::sm90_mlp_chain_rule(g.up, g.down)) << "1025 groups";
+    refused(g, "masked rows");
+    g = mlp_gemms(DType::kBF16, 1025, 7168, 2048, 1025 * 128, 1);
+    refused(g, "1025 groups");
     g = prefill;
-    g.down.a = g.down.c;
-    EXPECT_FALSE(detail::sm90_mlp_chain_rule(g.up, g.down)) << "down does not read act";
+    g.down.a = g.up.a;
+    refused(g, "down does not read act");
     g = prefill;
     g.up.k = 0;
-    EXPECT_FALSE(detail::sm90_mlp_chain_rule(g.up, g.down)) << "k == 0";
+    refused(g, "k == 0");
     g = prefill;
     g.up.m = g.down.m = 0;
-    EXPECT_FALSE(detail::sm90_mlp_chain_rule(g.up, g.down)) << "no rows";
+    refused(g, "no rows");
   }
-  // Forced configs (MlpGemmForce) as run_grouped_gemm_pair applies them.
-  detail::mlp_gemm_force_override() = {2, 0, 2, 0};
-  EXPECT_TRUE(detail::sm90_mlp_chain_rule(decode.up, decode.down));
-  detail::mlp_gemm_force_override() = {11, 0, 11, 0};  // forced pairs: taken as they are
-  EXPECT_FALSE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
-  detail::mlp_gemm_force_override() = {2, 0, 6, 0};
-  EXPECT_FALSE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
-  detail::mlp_gemm_force_override() = {};
-  // The override: 1 = wherever it can run, 2 = never.
-  detail::sm90_mlp_chain_override() = 1;
-  EXPECT_TRUE(detail::sm90_mlp_chain_rule(decode.up, decode.down));
-  detail::sm90_mlp_chain_override() = 2;
-  EXPECT_FALSE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
-  detail::sm90_mlp_chain_override() = 0;
-  detail::mlp_gemm_force_override() = {11, 0, 2, 0};
-  EXPECT_FALSE(detail::sm90_mlp_chain_pairs(prefill.up, prefill.down)) << "mixed tiles";
-  detail::mlp_gemm_force_override() = {};
-  // MOEKIT_SM90_CHAIN_PAIRS=0 (override 2): session 12's rule, config 2's tiles below 256
-  // rows per group, no chain from 256.
-  detail::sm90_mlp_chain_pairs_override() = 2;
-  EXPECT_TRUE(detail::sm90_mlp_chain_rule(prefill.up, prefill.down));
-  EXPECT_FALSE(detail::sm90_mlp_chain_pairs(prefill.up, prefill.down));
-  EXPECT_FALSE(detail::sm90_mlp_chain_rule(qwen.up, qwen.down));
-  EXPECT_TRUE(detail::sm90_mlp_chain_rule(small.up, small.down));
+  MlpPlan mixed = chain_plan(GemmKernel::kSm90Pairs);
+  mixed.down.kernel = GemmKernel::kSm90;
+  EXPECT_NE(detail::mlp_gemms_plan_rejection(mixed, prefill.up, prefill.down, h200), "");
+  MlpPlan static_chain = chain_plan(GemmKernel::kSm90);
+  static_chain.gate_up.schedule = static_chain.down.schedule = GemmSchedule::kStatic;
+  EXPECT_NE(detail::mlp_gemms_plan_rejection(static_chain, prefill.up, prefill.down, h200), "");
+  // No sm_90 device: never the chain.
+  EXPECT_EQ(detail::plan_mlp_gemms(prefill.up, prefill.down, detail::GemmDevice()).path,
+            MlpPath::kTwoGemms);
 }
 
 // ---- GPU: moe_expert_mlp ----
@@ -156,13 +137,14 @@ struct Case {
   DType dt;
   int64_t E, H, F, max_count;
   int alignment;
-  bool forced;  // override 1 (small shapes the heuristic gives the decode tiles), else the rule
+  bool forced;  // the chain forced (small shapes the planner gives the decode tiles), else the
+                // planner's
 };
 
 std::string case_name(const Case& c) {
   return std::string(dtype_name(c.dt)) + " E=" + std::to_string(c.E) + " H=" + std::to_string(c.H) +
          " F=" + std::to_string(c.F) + " max_count=" + std::to_string(c.max_count) +
-         " A=" + std::to_string(c.alignment) + (c.forced ? " forced" : " rule");
+         " A=" + std::to_string(c.alignment) + (c.forced ? " forced" : " planner");
 }
 
 struct Inputs {
@@ -190,7 +172,7 @@ void sync_ok() {
 // eager or as one CUDA graph; returns out[0], out[1] (poisoned before). *chained: chain
 // launches made.
 std::vector<HostTensor> run(const Case& c, const Inputs& in, int calls, bool graph,
-                            int64_t* chained) {
+                            int64_t* chained, const MlpPlan* plan = nullptr) {
   DeviceTensor x0(in.x[0]), x1(in.x[1]), meta(in.rows.meta), wgu(in.wgu), wd(in.wd);
   DeviceTensor out[2] = {DeviceTensor(c.dt, {in.rows.P, c.H}, kPoison),
                          DeviceTensor(c.dt, {in.rows.P, c.H}, kPoison)};
@@ -203,6 +185,7 @@ std::vector<HostTensor> run(const Case& c, const Inputs& in, int calls, bool gra
   a.expert_output = out[0].view();
   DeviceWorkspace ws(expert_mlp_workspace_size(a));
   a.workspace = ws.get();
+  a.plan = plan;
   cudaStream_t stream = nullptr;
   EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   const int64_t before = detail::sm90_mlp_chain_launches();
@@ -258,41 +241,35 @@ void expect_reference(const Case& c, const Inputs& in, int which, const HostTens
   EXPECT_EQ(written, 0) << "bytes written in padding rows";
 }
 
-// The cases of MatchesReferenceAndTheTwoLaunches: forced chains on shapes the heuristic gives
-// the decode tiles, and the rule's picks (config 11's pair chain, config 2's).
+// The cases of MatchesReferenceAndTheTwoLaunches: forced chains on shapes the planner gives
+// the decode tiles, and the planner's picks (the sm90_pairs chain, the sm90 one).
 std::vector<Case> chain_cases() {
   const DType b = DType::kBF16, h = DType::kF16;
   return {
       {b, 7, 200, 136, 300, 1, true},    {h, 7, 200, 136, 300, 8, true},
       {b, 13, 520, 72, 40, 4, true},     {h, 3, 64, 32, 600, 1, true},
-      {b, 24, 1024, 384, 400, 1, false},  // the rule: config 11 picked, the pair chain
-      {b, 24, 1024, 384, 200, 1, false},  // the rule: ~70 rows per expert, config 2
+      {b, 24, 1024, 384, 400, 1, false},  // the planner: sm90_pairs, the pair chain
+      {b, 24, 1024, 384, 200, 1, false},  // the planner: ~70 rows per expert, sm90
   };
 }
 
-// The chain against the reference, and bit for bit against two config-2 launches.
+// The chain against the reference, and bit for bit against two sm90 launches (the static
+// walk): the same 128 x 256 tiles, the same k order, on sm90's or sm90_pairs' tiles.
 void check_chain_matches_reference_and_two_launches(const Case& c, const Inputs& in) {
-  detail::mlp_gemm_force_override() = {};
-  detail::sm90_mlp_chain_override() = c.forced ? 1 : 0;
-  detail::sm90_dynamic_override() = 0;
+  const MlpPlan forced = chain_plan(GemmKernel::kSm90);
   int64_t chained = 0;
-  const auto chain = run(c, in, 2, false, &chained);
+  const auto chain = run(c, in, 2, false, &chained, c.forced ? &forced : nullptr);
   EXPECT_EQ(chained, 2) << "the chain did not run";
   expect_reference(c, in, 0, chain[0]);
   expect_reference(c, in, 1, chain[1]);
-  // Two config-2 launches (the static walk): the same bytes as the chain on config 2's or
-  // on config 11's tiles (the same 128 x 256 tiles, the same k order).
-  detail::sm90_dynamic_override() = 2;
-  detail::sm90_mlp_chain_override() = 2;
-  detail::mlp_gemm_force_override() = {2, 0, 2, 0};
-  const auto plain = run(c, in, 2, false, &chained);
+  const MlpPlan plain_plan = two_launches(GemmKernel::kSm90);
+  const auto plain = run(c, in, 2, false, &chained, &plain_plan);
   EXPECT_EQ(chained, 0);
   for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "chain vs two launches");
 }
 
 TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
   MOEKIT_REQUIRE_GPU();
-  Knobs restore;
   uint64_t seed = 9100;
   for (const Case& c : chain_cases()) {
     SCOPED_TRACE(case_name(c));
@@ -300,50 +277,11 @@ TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
   }
 }
 
-// The combination reported to hang on the H200: the test above with the MLP GEMMs' PDL
-// chain switched on (the MOEKIT_GEMM_PDL=1 environment switch then; gemm_pdl_override()
-// now). The chain's pairs are never PDL-chained (gemm_pdl_chain excludes them); each MLP
-// also runs as the PDL chain itself (the chain off, config 0 forced: a PDL variant),
-// after the chain on the same device, against the reference. A hang fails the test
-// through the test binary's watchdog (support/watchdog.h).
-TEST(MlpChainGpu, MatchesReferenceWithTheGemmPdlChainOn) {
+// The chain on sm90_pairs' tiles: m-pairs, odd last m-tiles (n-pairs), odd n-tile counts,
+// and shapes so small that most clusters' first claim is past the end (rank 0 then must
+// wait for rank 1's receipt before it exits). Bytes equal to sm90_pairs' two launches.
+TEST(MlpChainGpu, PairTilesMatchReferenceAndTwoPairLaunches) {
   MOEKIT_REQUIRE_GPU();
-  Knobs restore;
-  const int prev_pdl = detail::gemm_pdl_override();
-  detail::gemm_pdl_override() = 1;
-  uint64_t seed = 9100;
-  for (const Case& c : chain_cases()) {
-    SCOPED_TRACE(case_name(c));
-    const Inputs in(c, ++seed);
-    MlpGemms g = mlp_gemms(c.dt, c.E, c.H, c.F, in.rows.P, c.alignment);
-    detail::mlp_gemm_force_override() = {};
-    detail::sm90_mlp_chain_override() = c.forced ? 1 : 0;
-    EXPECT_TRUE(detail::sm90_mlp_chain_applies(g.up, g.down));
-    EXPECT_FALSE(detail::gemm_pdl_chain(g.up, g.down)) << "the chain's pair PDL-chained";
-    g.up.config = g.down.config = 0;  // a PDL variant, and (forced) still the chain's pair
-    EXPECT_EQ(detail::gemm_pdl_chain(g.up, g.down), !c.forced);
-    check_chain_matches_reference_and_two_launches(c, in);
-    // The same MLP as the PDL chain of two config-0 launches.
-    detail::sm90_mlp_chain_override() = 2;
-    detail::sm90_dynamic_override() = 0;
-    detail::mlp_gemm_force_override() = {0, 0, 0, 0};
-    EXPECT_TRUE(detail::gemm_pdl_chain(g.up, g.down)) << "the PDL chain would not run";
-    int64_t chained = 0;
-    const auto pdl = run(c, in, 2, false, &chained);
-    EXPECT_EQ(chained, 0);
-    expect_reference(c, in, 0, pdl[0]);
-    expect_reference(c, in, 1, pdl[1]);
-  }
-  detail::gemm_pdl_override() = prev_pdl;
-}
-
-// The chain on config 11's pair tiles (the default since session 13): m-pairs, odd last
-// m-tiles (n-pairs), odd n-tile counts, and shapes so small that most clusters' first claim
-// is past the end (rank 0 then must wait for rank 1's receipt before it exits: session 12's
-// pair chain faulted there). Bytes equal to config 11's two launches.
-TEST(MlpChainGpu, PairTilesMatchReferenceAndConfig11) {
-  MOEKIT_REQUIRE_GPU();
-  Knobs restore;
   const DType b = DType::kBF16, h = DType::kF16;
   const Case cases[] = {
       {h, 3, 64, 32, 600, 1, true},     {b, 1, 64, 32, 1, 1, true},
@@ -354,30 +292,24 @@ TEST(MlpChainGpu, PairTilesMatchReferenceAndConfig11) {
   for (const Case& c : cases) {
     SCOPED_TRACE(case_name(c));
     const Inputs in(c, ++seed);
-    detail::mlp_gemm_force_override() = {detail::kGemmConfigSm90PairAuto, 0,
-                                         detail::kGemmConfigSm90PairAuto, 0};
-    detail::sm90_mlp_chain_override() = 1;
-    detail::sm90_mlp_chain_pairs_override() = 1;
-    detail::sm90_dynamic_override() = 0;
+    const MlpPlan pair_chain = chain_plan(GemmKernel::kSm90Pairs);
+    const MlpPlan pair_launches = two_launches(GemmKernel::kSm90Pairs);
     int64_t chained = 0;
     for (int rep = 0; rep < 3; ++rep) {  // the exit hazard was a race: a few launches
-      const auto chain = run(c, in, 2, false, &chained);
+      const auto chain = run(c, in, 2, false, &chained, &pair_chain);
       EXPECT_EQ(chained, 2) << "the chain did not run";
       expect_reference(c, in, 0, chain[0]);
       expect_reference(c, in, 1, chain[1]);
       if (rep > 0) continue;
-      detail::sm90_mlp_chain_override() = 2;
-      const auto plain = run(c, in, 2, false, &chained);
+      const auto plain = run(c, in, 2, false, &chained, &pair_launches);
       EXPECT_EQ(chained, 0);
-      for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "pair chain vs config 11");
-      detail::sm90_mlp_chain_override() = 1;
+      for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "pair chain vs launches");
     }
   }
 }
 
 TEST(MlpChainGpu, RepeatedCallsReuseTheWorkspace) {
   MOEKIT_REQUIRE_GPU();
-  Knobs restore;
   const Case c{DType::kBF16, 24, 1024, 384, 400, 1, false};
   const Inputs in(c, 9200);
   int64_t chained = 0;
@@ -397,7 +329,6 @@ TEST(MlpChainGpu, RepeatedCallsReuseTheWorkspace) {
 // and match its single-stream bytes, whatever of the other is resident.
 TEST(MlpChainGpu, TwoStreamsAtOnce) {
   MOEKIT_REQUIRE_GPU();
-  Knobs restore;
   const Case c{DType::kBF16, 24, 1024, 384, 400, 1, false};
   const Inputs in(c, 9250);
   int64_t chained = 0;
@@ -434,9 +365,8 @@ TEST(MlpChainGpu, TwoStreamsAtOnce) {
 
 // ---- GPU: fused_moe, whose expert MLP writes its output over its permuted input ----
 
-TEST(MlpChainGpu, FusedMoEMatchesReferenceAndTheTwoLaunches) {
+TEST(MlpChainGpu, FusedMoEMatchesReference) {
   MOEKIT_REQUIRE_GPU();
-  Knobs restore;
   const DType dt = DType::kBF16;
   const int64_t T = 1200, H = 264, E = 32, F = 200, K = 4;  // ~150 routed rows per expert
   std::mt19937_64 rng(9300);
@@ -445,8 +375,7 @@ TEST(MlpChainGpu, FusedMoEMatchesReferenceAndTheTwoLaunches) {
   HostTensor wgu = moetest::normal(rng, dt, {E, 2 * F, H}, 1.0 / std::sqrt(double(H)));
   HostTensor wd = moetest::normal(rng, dt, {E, H, F}, 1.0 / std::sqrt(double(F)));
   DeviceTensor dx(x), dlogits(logits), dwgu(wgu), dwd(wd);
-  const auto layer = [&](int chain_override, int64_t* chained) {
-    detail::sm90_mlp_chain_override() = chain_override;
+  const auto layer = [&](int64_t* chained) {
     DeviceTensor out(dt, {T, H}, kPoison);
     FusedMoEArgs a;
     a.hidden_states = dx.view();
@@ -464,7 +393,7 @@ TEST(MlpChainGpu, FusedMoEMatchesReferenceAndTheTwoLaunches) {
     return out.download();
   };
   int64_t chained = 0;
-  const HostTensor got = layer(0, &chained);
+  const HostTensor got = layer(&chained);
   EXPECT_EQ(chained, 1) << "the fused layer's expert MLP did not take the chain";
   HostTensor ref(dt, {T, H});
   FusedMoEArgs r;
@@ -478,9 +407,6 @@ TEST(MlpChainGpu, FusedMoEMatchesReferenceAndTheTwoLaunches) {
   const Tolerance tol = tolerance_for(dt);
   const Accuracy acc = compare(got.view(), ref.view(), tol);
   EXPECT_TRUE(acc.pass(tol)) << acc.str() << " over " << acc.count;
-  const HostTensor plain = layer(2, &chained);
-  EXPECT_EQ(chained, 0);
-  expect_same_bytes(got, plain, "fused_moe, chain vs two launches");
 }
 
 }  // namespace

@@ -50,22 +50,41 @@ struct ExpertMlpInputs {
   HostTensor x, wgu, wd;
 };
 
-HostTensor run_expert_mlp(const ExpertMlpInputs& in, const HostTensor& x, const HostTensor& wgu,
-                          const HostTensor& wd, int alignment) {
-  DeviceTensor dx(x), dmeta(in.rows.meta), dwgu(wgu), dwd(wd);
-  DeviceTensor out(in.dt, {in.rows.P, in.H}, kPoison);
+// Device copies of the inputs and the op's args over them (the output poisoned).
+struct ExpertMlpDevice {
+  DeviceTensor dx, dmeta, dwgu, dwd, out;
   ExpertMLPArgs a;
-  a.expert_input = dx.view();
-  a.layout_metadata = dmeta.view();
-  a.layout = PermutedLayout::contiguous(alignment);
-  a.w_gate_up = dwgu.view();
-  a.w_down = dwd.view();
-  a.expert_output = out.view();
-  DeviceWorkspace ws(expert_mlp_workspace_size(a));
-  a.workspace = ws.get();
-  moe_expert_mlp(a, nullptr);
+  ExpertMlpDevice(const ExpertMlpInputs& in, const HostTensor& x, const HostTensor& wgu,
+                  const HostTensor& wd, int alignment)
+      : dx(x), dmeta(in.rows.meta), dwgu(wgu), dwd(wd), out(in.dt, {in.rows.P, in.H}, kPoison) {
+    a.expert_input = dx.view();
+    a.layout_metadata = dmeta.view();
+    a.layout = PermutedLayout::contiguous(alignment);
+    a.w_gate_up = dwgu.view();
+    a.w_down = dwd.view();
+    a.expert_output = out.view();
+  }
+};
+
+HostTensor run_expert_mlp(const ExpertMlpInputs& in, const HostTensor& x, const HostTensor& wgu,
+                          const HostTensor& wd, int alignment, const MlpPlan* plan) {
+  ExpertMlpDevice d(in, x, wgu, wd, alignment);
+  DeviceWorkspace ws(expert_mlp_workspace_size(d.a));
+  d.a.workspace = ws.get();
+  d.a.plan = plan;
+  moe_expert_mlp(d.a, nullptr);
   sync_ok();
-  return out.download();
+  return d.out.download();
+}
+
+// The expert MLP's candidate plans that run one plan for both GEMMs (the chains among them).
+std::vector<MlpPlan> same_plan_candidates(const ExpertMlpInputs& in, int alignment) {
+  const ExpertMlpDevice d(in, in.x, in.wgu, in.wd, alignment);
+  std::vector<MlpPlan> plans;
+  for (const MlpPlan& p : expert_mlp_plan_candidates(d.a)) {
+    if (p.gate_up == p.down) plans.push_back(p);
+  }
+  return plans;
 }
 
 TEST(MoENonFiniteGpu, ExpertMlpOnEveryPath) {
@@ -118,40 +137,28 @@ TEST(MoENonFiniteGpu, ExpertMlpOnEveryPath) {
       if (e == 2) reach.mark(r, h2, Reach::kNan);
       if (e == 3) reach.mark(r, h3, Reach::kNonFinite);
     }
-    struct Path {
-      const char* name;
-      int chain;  // sm90_mlp_chain_override
-      detail::MlpGemmForce force;
-      int gemm_pdl;
-    };
-    const Path paths[] = {
-        {"heuristic", 0, {}, 0},
-        {"SM90 chain", 1, {}, 0},
-        {"SM90 pair chain", 1, {11, 0, 11, 0}, 0},
-        {"config 2 twice", 2, {2, 0, 2, 0}, 0},
-        {"config 0 twice", 2, {0, 0, 0, 0}, 0},
-        {"config 0 as a PDL chain", 2, {0, 0, 0, 0}, 1},
-        {"config 4 then 9", 2, {4, 0, 9, 0}, 0},
-    };
-    for (const Path& p : paths) {
-      ScopedKnob chain(detail::sm90_mlp_chain_override(), p.chain);
-      ScopedKnob pairs(detail::sm90_mlp_chain_pairs_override(), 1);
-      ScopedKnob pdl(detail::gemm_pdl_override(), p.gemm_pdl);
-      const detail::MlpGemmForce saved = detail::mlp_gemm_force_override();
-      detail::mlp_gemm_force_override() = p.force;
-      const HostTensor clean = run_expert_mlp(in, in.x, in.wgu, in.wd, c.alignment);
-      const HostTensor got = run_expert_mlp(in, x, wgu, wd, c.alignment);
-      detail::mlp_gemm_force_override() = saved;
-      testing::expect_reach(got, clean, reach, std::string("moe_expert_mlp, ") + p.name);
+    // The planner's plan, then every candidate with one plan for both GEMMs.
+    const std::vector<MlpPlan> plans = same_plan_candidates(in, c.alignment);
+    ASSERT_GE(plans.size(), 6u);
+    for (size_t i = 0; i <= plans.size(); ++i) {
+      const MlpPlan* plan = i == 0 ? nullptr : &plans[i - 1];
+      const HostTensor clean = run_expert_mlp(in, in.x, in.wgu, in.wd, c.alignment, plan);
+      const HostTensor got = run_expert_mlp(in, x, wgu, wd, c.alignment, plan);
+      testing::expect_reach(
+          got, clean, reach,
+          "moe_expert_mlp, " + (plan ? to_string(*plan) : std::string("planner")));
     }
   }
 }
 
 // ---- shared_expert_mlp ----
 
-// The op on device copies of `in` (poisoned output and workspace).
-HostTensor run_shared(const dense_mlp_test::MlpCase& c, const dense_mlp_test::MlpInputs& in) {
+// The op under `plan` (nullptr: the planner's) on device copies of `in` (poisoned output
+// and workspace).
+HostTensor run_shared(const dense_mlp_test::MlpCase& c, const dense_mlp_test::MlpInputs& in,
+                      const MlpPlan* plan) {
   dense_mlp_test::MlpDevice d(c, in);
+  d.args.plan = plan;
   shared_expert_mlp(d.args, nullptr);
   sync_ok();
   return d.out.download();
@@ -183,12 +190,15 @@ TEST(MoENonFiniteGpu, SharedExpertMlpOnEveryPath) {
     poison(bad.wd, h_inf, col_s(rng), NonFinite::kPosInf);
     reach.mark_col(h_nan, Reach::kNan);
     reach.mark_col(h_inf, Reach::kNonFinite);
-    // 0: the default path; then stream-K, the GEMMs, direct, GEMV (forced: a path that
-    // cannot run the shape falls back to the GEMMs).
-    for (int path : {0, 1, 2, 3, 4}) {
-      ScopedKnob knob(detail::dense_mlp_path_override(), path);
-      testing::expect_reach(run_shared(c, bad), run_shared(c, clean), reach,
-                            "shared_expert_mlp, path " + std::to_string(path));
+    // The planner's plan, then each path's plan where that path runs the shape.
+    testing::expect_reach(run_shared(c, bad, nullptr), run_shared(c, clean, nullptr), reach,
+                          "shared_expert_mlp, the planner's plan");
+    const dense_mlp_test::MlpDevice probe(c, clean);
+    for (MlpPath path : {MlpPath::kStreamK, MlpPath::kTwoGemms, MlpPath::kDirect, MlpPath::kGemv}) {
+      MlpPlan plan;
+      if (!dense_mlp_test::plan_on_path(path, probe.args, &plan)) continue;
+      testing::expect_reach(run_shared(c, bad, &plan), run_shared(c, clean, &plan), reach,
+                            "shared_expert_mlp, " + to_string(plan));
     }
   }
 }

@@ -1,9 +1,9 @@
-// GPU tests of the stream-K dense MLP (src/gemm/streamk_mlp.h) through SharedExpertMLPFwd:
+// GPU tests of the stream-K dense MLP (src/mlp/streamk_mlp.h) through SharedExpertMLPFwd:
 // against the CPU reference on fresh random inputs, at token counts and sizes that put
 // the (tile, k) split points everywhere (tiles with one to 56 contributing CTAs, sizes
 // off the tile and stage), with poisoned outputs and a poisoned workspace (the kernel
-// must zero its own counters), on several grid sizes; bit-for-bit determinism, CUDA graph
-// replays, and agreement with the two-GEMM path.
+// must zero its own counters), on several grid sizes (plans forced through args.plan); bit-for-bit
+// determinism, CUDA graph replays, and agreement with the two-GEMM path.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -34,13 +34,13 @@ using dense_mlp_test::MlpInputs;
 using dense_mlp_test::name;
 using dense_mlp_test::sync_ok;
 
-// Sets the path / grid knobs for one scope.
-struct Knobs {
-  Knobs(int path_value, int grid_value)
-      : path(detail::dense_mlp_path_override(), path_value),
-        grid(detail::streamk_mlp_grid_override(), grid_value) {}
-  dense_mlp_test::ScopedKnob path, grid;
-};
+// The stream-K plan on `grid` CTAs (0: one per SM, the planner's).
+MlpPlan streamk_plan(int grid) {
+  MlpPlan plan;
+  plan.path = MlpPath::kStreamK;
+  plan.split_gate_up = plan.split_down = grid > 0 ? grid : detail::device_props().sms;
+  return plan;
+}
 
 std::vector<MlpCase> cases() {
   const DType b = DType::kBF16, h = DType::kF16;
@@ -68,17 +68,15 @@ TEST(StreamkMlpGpu, MatchesReferenceOnEveryGrid) {
   uint64_t seed = 7100;
   for (const MlpCase& c : cases()) {
     SCOPED_TRACE(name(c));
-    ASSERT_GT(detail::dense_mlp_scratch_bytes(c.dt, c.T, c.H, c.S), 0u)
+    ASSERT_GT(detail::dense_mlp_scratch_bytes(c.dt, c.T, c.H, c.S, detail::device_props()), 0u)
         << "the stream-K MLP must be available on an sm_90 GPU for this shape";
     const MlpInputs in(c, ++seed);
     const HostTensor ref = in.reference(c);
     for (int grid : {0, 1, 7, 61}) {
       SCOPED_TRACE("grid " + std::to_string(grid));
-      Knobs knobs(/*path=*/1, grid);
       MlpDevice d(c, in);
-      shared_expert_mlp(d.args, nullptr);
-      sync_ok();
-      expect_close(d.out.download(), ref, c.dt, "stream-K shared_expert_mlp " + name(c));
+      expect_close(dense_mlp_test::run_plan(d, streamk_plan(grid)), ref, c.dt,
+                   "stream-K shared_expert_mlp " + name(c));
     }
   }
 }
@@ -91,30 +89,18 @@ TEST(StreamkMlpGpu, DeterministicAndCloseToTheGemmPath) {
     SCOPED_TRACE(name(c));
     const MlpInputs in(c, ++seed);
     MlpDevice d(c, in);
-    HostTensor first, gemm;
-    {
-      Knobs knobs(1, 0);
-      shared_expert_mlp(d.args, nullptr);
-      sync_ok();
-      first = d.out.download();
-      for (int rep = 0; rep < 3; ++rep) {
-        d.poison_workspace();
-        ASSERT_EQ(cudaMemset(d.out.data(), kPoison, first.nbytes()), cudaSuccess);
-        shared_expert_mlp(d.args, nullptr);
-        sync_ok();
-        const HostTensor again = d.out.download();
-        EXPECT_EQ(std::memcmp(first.data(), again.data(), first.nbytes()), 0) << "run " << rep;
-      }
+    const MlpPlan plan = streamk_plan(0);
+    const HostTensor first = dense_mlp_test::run_plan(d, plan);
+    for (int rep = 0; rep < 3; ++rep) {
+      d.poison_workspace();
+      const HostTensor again = dense_mlp_test::run_plan(d, plan);
+      EXPECT_EQ(std::memcmp(first.data(), again.data(), first.nbytes()), 0) << "run " << rep;
     }
-    {
-      Knobs knobs(2, 0);  // the two grouped GEMMs
-      ASSERT_EQ(cudaMemset(d.out.data(), kPoison, first.nbytes()), cudaSuccess);
-      shared_expert_mlp(d.args, nullptr);
-      sync_ok();
-      gemm = d.out.download();
-    }
+    MlpPlan gemms;
+    ASSERT_TRUE(dense_mlp_test::plan_on_path(MlpPath::kTwoGemms, d.args, &gemms));
     // Both round h once to the dtype, so they agree to the dtype's tolerance.
-    expect_close(first, gemm, c.dt, "stream-K vs GEMM path " + name(c));
+    expect_close(first, dense_mlp_test::run_plan(d, gemms), c.dt,
+                 "stream-K vs GEMM path " + name(c));
   }
 }
 
@@ -123,8 +109,9 @@ TEST(StreamkMlpGpu, GraphReplaysZeroTheirOwnCounters) {
   const MlpCase c{DType::kBF16, 12, 1536, 520};
   const MlpInputs in(c, 7300);
   const HostTensor ref = in.reference(c);
-  Knobs knobs(1, 0);
   MlpDevice d(c, in);
+  const MlpPlan plan = streamk_plan(0);
+  d.args.plan = &plan;
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   cudaGraph_t graph = nullptr;
@@ -149,33 +136,16 @@ TEST(StreamkMlpGpu, GraphReplaysZeroTheirOwnCounters) {
   cudaStreamDestroy(stream);
 }
 
-// The measured defaults (docs/dense-mlp.md "Stream-K MLP"): the kernel for the long weight
-// streams (kimi-k2's 793 MB shared expert), the two GEMMs for the ~50-90 MB ones.
-TEST(StreamkMlp, DefaultPathFollowsTheWeightBytes) {
-  Knobs knobs(0, 0);
-  if (std::getenv("MOEKIT_DENSE_MLP"))
-    GTEST_SKIP() << "MOEKIT_DENSE_MLP is set: the default is overridden";
-  EXPECT_TRUE(detail::streamk_mlp_preferred(7168, 18432));  // kimi-k2
-  EXPECT_FALSE(detail::streamk_mlp_preferred(7168, 2048));  // ds-v3
-  EXPECT_FALSE(detail::streamk_mlp_preferred(5120, 1536));  // glm45
-  detail::dense_mlp_path_override() = 1;
-  EXPECT_TRUE(detail::streamk_mlp_preferred(7168, 2048));
-  detail::dense_mlp_path_override() = 2;
-  EXPECT_FALSE(detail::streamk_mlp_preferred(7168, 18432));
-}
-
 // Without a GPU (or off sm_90) the path reserves nothing and the op keeps its GEMMs.
 TEST(StreamkMlp, ScratchOnlyWhereTheKernelRuns) {
-  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kBF16, 65, 256, 128), 0u);
-  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kBF16, 0, 256, 128), 0u);
-  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kF32, 8, 256, 128), 0u);
-  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kBF16, 8, 0, 128), 0u);
-  const size_t bytes = detail::dense_mlp_scratch_bytes(DType::kBF16, 8, 256, 128);
-  if (testing::gpu_available()) {
-    EXPECT_GT(bytes, 0u);
-  } else {
-    EXPECT_EQ(bytes, 0u);
-  }
+  const detail::DeviceProps h200 = detail::h200_props();
+  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kBF16, 65, 256, 128, h200), 0u);
+  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kBF16, 0, 256, 128, h200), 0u);
+  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kF32, 8, 256, 128, h200), 0u);
+  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kBF16, 8, 0, 128, h200), 0u);
+  EXPECT_GT(detail::dense_mlp_scratch_bytes(DType::kBF16, 8, 256, 128, h200), 0u);
+  // Off sm_90 (arch 0: no device) the path reserves nothing and the op keeps its GEMMs.
+  EXPECT_EQ(detail::dense_mlp_scratch_bytes(DType::kBF16, 8, 256, 128, detail::DeviceProps()), 0u);
 }
 
 }  // namespace

@@ -741,15 +741,16 @@ TEST(PermuteAlignGpu, MatchesReference) {
       {32768, 1, 64, 16, IdMode::kUniform},    {4097, 16, 512, 16, IdMode::kMixed},
       {65536, 8, 256, 64, IdMode::kUniform},   {65536, 8, 384, 64, IdMode::kOneExpert},
       {65536, 16, 512, 16, IdMode::kMixed},    {50001, 3, 7, 32, IdMode::kNoneLocal},
-      {40000, 1, 2, 256, IdMode::kDuplicates},
+      {40000, 1, 2, 256, IdMode::kDuplicates}, {32768, 1, 512, 16, IdMode::kMixed},
+      {32769, 1, 512, 16, IdMode::kMixed},  // the first multi-kernel shape
   };
   uint64_t seed = 11;
   for (const AlignCase& c : cases) check_align_case(c, seed++);
 }
 
-// The one-launch path at its limits (T*K up to kAlignFusedMaxRoutes), and the current
-// kernel against the previous ones (MOEKIT_ROUTING_LEGACY=1, v2): same bytes, every case.
-TEST(PermuteAlignGpu, FusedPathEdgesAndBothKernels) {
+// The one-launch path at its limits (T*K up to kAlignFusedMaxRoutes) and its count's
+// 1 / 4 / 16 loads per thread (T*K <= 1024, <= 4096, more).
+TEST(PermuteAlignGpu, FusedPathEdges) {
   MOEKIT_REQUIRE_GPU();
   const std::vector<AlignCase> cases = {
       {2048, 16, 512, 16, IdMode::kMixed},     {2048, 16, 512, 256, IdMode::kUniform},
@@ -758,17 +759,11 @@ TEST(PermuteAlignGpu, FusedPathEdgesAndBothKernels) {
       {31, 3, 5, 32, IdMode::kMixed},          {511, 8, 256, 64, IdMode::kUniform},
       {32, 8, 384, 64, IdMode::kUniform},      {512, 8, 128, 64, IdMode::kUniform},
       {1024, 1, 300, 32, IdMode::kMixed},      {1025, 1, 300, 32, IdMode::kUniform},
-      {4097, 1, 64, 16, IdMode::kDuplicates},  // v3's count: 1 / 4 / 16 loads per thread
+      {4096, 1, 64, 16, IdMode::kDuplicates},  {4097, 1, 64, 16, IdMode::kDuplicates},
+      {4096, 8, 512, 256, IdMode::kUniform},
   };
   uint64_t seed = 600;
-  for (const AlignCase& c : cases) {
-    for (int v : {1, 2, 3, 4}) {  // current (v3), legacy, v2, v3 with v2's count
-      detail::permute_align_variant_override() = v;
-      check_align_case(c, seed);
-    }
-    detail::permute_align_variant_override() = 0;
-    ++seed;
-  }
+  for (const AlignCase& c : cases) check_align_case(c, seed++);
 }
 
 TEST(PrePermuteGpu, MatchesReference) {
@@ -814,11 +809,10 @@ TEST(PostPermuteGpu, MatchesReference) {
   for (const PostCase& c : cases) check_post_case(c, seed++);
 }
 
-// The small post-permute kernel (<= 32768 threads, top_k <= 8, 32-bit indices) against
-// the generic one (MOEKIT_ROUTING_LEGACY=1): same bytes on every shape, K = 1..8 (each
-// compile-time bound 2, 4, 8) and K = 9 / 16 or more threads (generic either way),
-// every threads-per-block setting.
-TEST(PostPermuteGpu, SmallKernelMatchesGenericBitForBit) {
+// Both post-permute kernels give exactly the SPEC's f32 FMAs in k order, rounded once:
+// the small one (<= 32768 threads, top_k <= 8: each compile-time bound 2, 4, 8) and the
+// generic one (K = 9 / 16, or more threads), against a host emulation, bit for bit.
+TEST(PostPermuteGpu, BothKernelsMatchF32FmaOrderBitForBit) {
   MOEKIT_REQUIRE_GPU();
   const DType bf = DType::kBF16, f16 = DType::kF16, f32 = DType::kF32;
   struct C {
@@ -830,8 +824,10 @@ TEST(PostPermuteGpu, SmallKernelMatchesGenericBitForBit) {
       {f16, f16, 45, 4, 200, 64},    {f32, f32, 19, 5, 100, 40},   {bf, bf, 100, 8, 800, 7168},
       {bf, bf, 1, 8, 8, 2048},       {f16, f16, 33, 6, 250, 8},    {bf, bf, 21, 7, 170, 2056},
       {bf, f32, 5, 9, 50, 64},       {f16, f16, 3, 16, 48, 16},    {bf, f32, 30, 8, 240, 1024},
+      {bf, bf, 2, 8, 16, 1024},       // 256 threads: 64-thread blocks
       {f16, f16, 256, 8, 900, 1024},  // 32768 threads: the largest small-kernel grid
       {f16, f16, 257, 8, 900, 1024},  // one token more: the generic kernel
+      {bf, f32, 3000, 2, 900, 128},   // 48000 threads: the generic kernel
   };
   std::mt19937_64 rng(4242);
   for (const C& c : cases) {
@@ -842,39 +838,39 @@ TEST(PostPermuteGpu, SmallKernelMatchesGenericBitForBit) {
     w.fill_normal(rng, 0.5);
     std::uniform_int_distribution<int64_t> any(-2, c.P + 1);  // a few dropped routes
     for (int64_t i = 0; i < c.T * c.K; ++i) inv.as<int32_t>()[i] = static_cast<int32_t>(any(rng));
-    testing::DeviceTensor dy(y), dw(w), dinv(inv);
+    HostTensor want(c.out, {c.T, c.H});
+    for (int64_t t = 0; t < c.T; ++t) {
+      for (int64_t h = 0; h < c.H; ++h) {
+        float acc = 0.f;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const int32_t r = inv.as<int32_t>()[t * c.K + k];
+          if (r < 0 || r >= c.P) continue;
+          acc = std::fmaf(w.as<float>()[t * c.K + k], static_cast<float>(y.at(r * c.H + h)), acc);
+        }
+        want.set(t * c.H + h, acc);
+      }
+    }
+    testing::DeviceTensor dy(y), dw(w), dinv(inv), dout(c.out, {c.T, c.H}, 0xFF);
     PostPermuteArgs a;
     a.expert_output = dy.view();
     a.topk_weights = dw.view();
     a.inverse_indices = dinv.view();
-    auto run = [&](int variant, int threads) {
-      testing::DeviceTensor dout(c.out, {c.T, c.H}, 0xFF);
-      a.out = dout.view();
-      detail::post_permute_variant_override() = variant;
-      detail::post_permute_threads_override() = threads;
-      moe_post_permute(a, nullptr);
-      detail::post_permute_variant_override() = 0;
-      detail::post_permute_threads_override() = 0;
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      return dout.download();
-    };
-    const HostTensor generic = run(2, 0);
-    for (int threads : {0, 32, 64, 96, 128, 256}) {
-      SCOPED_TRACE("threads=" + std::to_string(threads));
-      EXPECT_TRUE(same_bytes(run(1, threads), generic));
-    }
+    a.out = dout.view();
+    moe_post_permute(a, nullptr);
+    MOEKIT_CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_TRUE(same_bytes(dout.download(), want));
   }
 }
 
-// Every rows-per-block setting of the fused pre-permute kernel is correct.
-TEST(PermuteGpu, FusedPrePermuteAnyRowsPerBlock) {
+// Every rows-per-block size the fused pre-permute kernel takes (1 to 32 by T*K and H).
+TEST(PermuteGpu, FusedPrePermuteRowsPerBlock) {
   MOEKIT_REQUIRE_GPU();
-  for (int rows : {1, 3, 8, 32}) {
-    detail::pre_permute_rows_override() = rows;
-    check_pre_case({DType::kBF16, 100, 8, 32, 1, 7168, IdMode::kMixed}, 70 + rows);
-    check_pre_case({DType::kBF16, 513, 2, 4, 8, 136, IdMode::kDuplicates}, 80 + rows);
-  }
-  detail::pre_permute_rows_override() = 0;
+  check_pre_case({DType::kBF16, 100, 8, 32, 1, 7168, IdMode::kMixed}, 71);     // 2 rows
+  check_pre_case({DType::kBF16, 513, 2, 4, 8, 136, IdMode::kDuplicates}, 81);  // 8 rows
+  check_pre_case({DType::kBF16, 512, 8, 64, 1, 7168, IdMode::kMixed}, 82);     // 8 rows
+  check_pre_case({DType::kBF16, 30, 8, 16, 1, 8, IdMode::kUniform}, 83);       // 32 rows
+  check_pre_case({DType::kF32, 3, 1, 4, 1, 4096, IdMode::kUniform}, 84);       // 1 row
+  check_pre_case({DType::kBF16, 1500, 1, 8, 1, 2048, IdMode::kMixed}, 85);     // 3 rows
 }
 
 TEST(PermuteGpu, TimingOfSeedShapes) {
@@ -912,12 +908,6 @@ TEST(PermuteGpu, TimingOfSeedShapes) {
     PreBuffers d(x, ids, sh.E, 1, 0);
     printf("[timing] moe_pre_permute  %-18s bf16       %7.2f us/call\n", sh.name,
            graph_time_us(s, [&] { moe_pre_permute(d.args, s); }));
-    for (int rows : {1, 2, 4, 8, 16, 32}) {
-      detail::pre_permute_rows_override() = rows;
-      printf("[timing] moe_pre_permute  %-18s rows=%-2d    %7.2f us/call\n", sh.name, rows,
-             graph_time_us(s, [&] { moe_pre_permute(d.args, s); }));
-    }
-    detail::pre_permute_rows_override() = 0;
     // Post-permute on the permuted buffer (P = T*K) with the inverse indices just made.
     moe_pre_permute(d.args, s);
     HostTensor w(DType::kF32, {sh.T, sh.K});

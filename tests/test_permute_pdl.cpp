@@ -4,7 +4,8 @@
 // round i's later kernels read: write-after-read hazards, as well as the
 // read-after-write ones inside a round). Captured in a CUDA graph with PDL on, the
 // replays must equal the same graph captured with PDL off bit for bit, on every
-// path (fused and multi-kernel align / pre-permute, both kernel variants).
+// path (fused and multi-kernel align / pre-permute, both post-permute kernels, FusedTopK
+// grids with and without the early trigger).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -17,9 +18,7 @@
 #include "core/pdl.h"
 #include "moekit/permute.h"
 #include "moekit/routing.h"
-#include "permute/permute_kernels.h"
 #include "reference/host_tensor.h"
-#include "routing/fused_topk_kernel.h"
 #include "support/gpu.h"
 
 namespace moekit {
@@ -234,11 +233,8 @@ void capture(const Chain& ch, cudaStream_t s, Graph& g) {
   ASSERT_EQ(cudaGraphInstantiate(&g.exec, g.graph, 0), cudaSuccess);
 }
 
-void check_chain(const ChainShape& shape, int variant, uint64_t seed) {
-  SCOPED_TRACE(shape_name(shape) + " variant=" + std::to_string(variant));
-  detail::fused_topk_variant_override() = variant;
-  detail::permute_align_variant_override() = variant;
-  detail::post_permute_variant_override() = variant;
+void check_chain(const ChainShape& shape, uint64_t seed) {
+  SCOPED_TRACE(shape_name(shape));
   cudaStream_t s;
   MOEKIT_CUDA_OK(cudaStreamCreate(&s));
   {
@@ -282,9 +278,6 @@ void check_chain(const ChainShape& shape, int variant, uint64_t seed) {
     }
   }
   MOEKIT_CUDA_OK(cudaStreamDestroy(s));
-  detail::fused_topk_variant_override() = 0;
-  detail::permute_align_variant_override() = 0;
-  detail::post_permute_variant_override() = 0;
 }
 
 TEST(PdlGpu, ChainGraphMatchesPlainBitForBit) {
@@ -296,8 +289,7 @@ TEST(PdlGpu, ChainGraphMatchesPlainBitForBit) {
       {8192, 8, 160, 0, 0, 64, 1, 64},   // multi-kernel align and pre-permute
   };
   uint64_t seed = 7;
-  for (const ChainShape& c : shapes)
-    for (int variant : {1, 2}) check_chain(c, variant, seed++);
+  for (const ChainShape& c : shapes) check_chain(c, seed++);
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 // FusedTopKFwd with NaN and Inf in the logits or the bias (docs/routing-permute.md "NaN
 // and Inf logits"). CPU: the reference's NaN rule on hand-computed rows. GPU: on every
-// kernel path (slot counts 4-16, grouped one-slot-per-group and shared-memory groups, both
-// kernel variants), rows holding a NaN / +-Inf logit (one, several, all, negative NaNs)
-// give K distinct ids in [0, E) and match the reference (weights NaN where it says); every
-// other row equals the clean run's bytes. Skipped without a GPU.
+// kernel path (slot counts 4-16, grouped one-slot-per-group and shared-memory groups), rows holding
+// a NaN / +-Inf logit (one, several, all, negative NaNs) give K distinct ids in [0, E) and match
+// the reference (weights NaN where it says); every other row equals the clean run's bytes. Skipped
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +18,6 @@
 #include "moekit/reference.h"
 #include "moekit/routing.h"
 #include "reference/host_tensor.h"
-#include "routing/fused_topk_kernel.h"
 #include "support/gpu.h"
 #include "support/nonfinite.h"
 #include "test_routing_common.h"
@@ -173,7 +172,7 @@ std::string describe(const NonFiniteCase& c) {
          "/" + std::to_string(c.p.topk_group);
 }
 
-TopKOut run_gpu(const HostTensor& g, const HostTensor* bias, const TopKParams& p, int variant) {
+TopKOut run_gpu(const HostTensor& g, const HostTensor* bias, const TopKParams& p) {
   const int64_t T = g.shape()[0];
   testing::DeviceTensor dg(g), db(bias ? *bias : HostTensor(DType::kF32, {1}));
   testing::DeviceTensor dw(DType::kF32, {T, p.top_k}, 0x5A), di(DType::kI32, {T, p.top_k}, 0x5A);
@@ -183,10 +182,7 @@ TopKOut run_gpu(const HostTensor& g, const HostTensor* bias, const TopKParams& p
   a.params = p;
   a.topk_weights = dw.view();
   a.topk_ids = di.view();
-  const int saved = detail::fused_topk_variant_override();
-  detail::fused_topk_variant_override() = variant;
   fused_topk(a, nullptr);
-  detail::fused_topk_variant_override() = saved;
   const cudaError_t err = cudaDeviceSynchronize();
   EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
   return {dw.download(), di.download()};
@@ -241,37 +237,28 @@ void check_nonfinite_case(const NonFiniteCase& c, uint64_t seed) {
     }
   }
   const TopKOut ref = run_reference(dirty, bias_p, c.p);
-  TopKOut out[2];
-  for (int variant : {1, 2}) {  // the current kernel, the previous one
-    SCOPED_TRACE(variant == 1 ? "current kernel" : "previous kernel");
-    const TopKOut base = run_gpu(clean, bias_p, c.p, variant);
-    TopKOut got = run_gpu(dirty, bias_p, c.p, variant);
-    expect_valid_ids(got.ids, c.T, K, c.E, "poisoned logits");
-    int64_t changed = 0, mismatched = 0;
-    for (int64_t t = 0; t < c.T; ++t) {
-      const size_t off = static_cast<size_t>(t * K);
-      if (poison[t] == Poison::kNone) {
-        changed += std::memcmp(got.w.as<float>() + off, base.w.as<float>() + off, K * 4) != 0 ||
-                   std::memcmp(got.ids.as<int32_t>() + off, base.ids.as<int32_t>() + off, K * 4);
-        continue;
-      }
-      for (int k = 0; k < K; ++k) {
-        const int32_t id = got.ids.as<int32_t>()[off + k], want = ref.ids.as<int32_t>()[off + k];
-        const float w = got.w.as<float>()[off + k], ww = ref.w.as<float>()[off + k];
-        if ((id != want || !same_weight(w, ww)) && mismatched++ < 5) {
-          ADD_FAILURE() << "token " << t << " (" << poison_name(poison[t]) << ") k " << k
-                        << ": got id " << id << " w " << w << ", want id " << want << " w " << ww;
-        }
+  const TopKOut base = run_gpu(clean, bias_p, c.p);
+  const TopKOut got = run_gpu(dirty, bias_p, c.p);
+  expect_valid_ids(got.ids, c.T, K, c.E, "poisoned logits");
+  int64_t changed = 0, mismatched = 0;
+  for (int64_t t = 0; t < c.T; ++t) {
+    const size_t off = static_cast<size_t>(t * K);
+    if (poison[t] == Poison::kNone) {
+      changed += std::memcmp(got.w.as<float>() + off, base.w.as<float>() + off, K * 4) != 0 ||
+                 std::memcmp(got.ids.as<int32_t>() + off, base.ids.as<int32_t>() + off, K * 4);
+      continue;
+    }
+    for (int k = 0; k < K; ++k) {
+      const int32_t id = got.ids.as<int32_t>()[off + k], want = ref.ids.as<int32_t>()[off + k];
+      const float w = got.w.as<float>()[off + k], ww = ref.w.as<float>()[off + k];
+      if ((id != want || !same_weight(w, ww)) && mismatched++ < 5) {
+        ADD_FAILURE() << "token " << t << " (" << poison_name(poison[t]) << ") k " << k
+                      << ": got id " << id << " w " << w << ", want id " << want << " w " << ww;
       }
     }
-    EXPECT_EQ(changed, 0) << "rows without a non-finite logit differ from the clean run";
-    EXPECT_EQ(mismatched, 0);
-    out[variant - 1] = std::move(got);
   }
-  EXPECT_EQ(std::memcmp(out[0].ids.data(), out[1].ids.data(), out[0].ids.nbytes()), 0)
-      << "the kernels' ids differ";
-  EXPECT_EQ(std::memcmp(out[0].w.data(), out[1].w.data(), out[0].w.nbytes()), 0)
-      << "the kernels' weights differ";
+  EXPECT_EQ(changed, 0) << "rows without a non-finite logit differ from the clean run";
+  EXPECT_EQ(mismatched, 0);
 }
 
 TEST(FusedTopKNonFiniteGpu, PoisonedRowsFollowTheReferenceOthersAreUntouched) {
@@ -293,7 +280,7 @@ TEST(FusedTopKNonFiniteGpu, PoisonedRowsFollowTheReferenceOthersAreUntouched) {
 }
 
 // A NaN or an Inf in the bias: every row's selection moves (NaN: that expert first), the
-// weights stay the unbiased scores; ids valid, both kernels as the reference.
+// weights stay the unbiased scores; ids valid, as the reference.
 TEST(FusedTopKNonFiniteGpu, NonFiniteBiasMovesOnlyTheSelection) {
   MOEKIT_REQUIRE_GPU();
   struct BiasCase {
@@ -324,15 +311,13 @@ TEST(FusedTopKNonFiniteGpu, NonFiniteBiasMovesOnlyTheSelection) {
       }
     }
     const TopKOut ref = run_reference(g, &bias, c.p);
-    for (int variant : {1, 2}) {
-      const TopKOut got = run_gpu(g, &bias, c.p, variant);
-      expect_valid_ids(got.ids, T, c.p.top_k, c.E, "non-finite bias");
-      EXPECT_EQ(std::memcmp(got.ids.data(), ref.ids.data(), got.ids.nbytes()), 0) << variant;
-      int64_t bad_w = 0;
-      for (int64_t i = 0; i < T * c.p.top_k; ++i)
-        bad_w += !same_weight(got.w.as<float>()[i], ref.w.as<float>()[i]);
-      EXPECT_EQ(bad_w, 0) << variant;
-    }
+    const TopKOut got = run_gpu(g, &bias, c.p);
+    expect_valid_ids(got.ids, T, c.p.top_k, c.E, "non-finite bias");
+    EXPECT_EQ(std::memcmp(got.ids.data(), ref.ids.data(), got.ids.nbytes()), 0);
+    int64_t bad_w = 0;
+    for (int64_t i = 0; i < T * c.p.top_k; ++i)
+      bad_w += !same_weight(got.w.as<float>()[i], ref.w.as<float>()[i]);
+    EXPECT_EQ(bad_w, 0);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,17 @@ class Case {
   // The alternative registry of this op.
   virtual std::vector<AltFactory> alternatives() { return {}; }
 
+  // The plan moekit runs for this row, one line (moekit/plan.h to_string): the planner's,
+  // or the forced candidate's. "-" when the op has no planner or it is not linked.
+  virtual std::string plan() { return "-"; }
+  // Every plan this build can run for the row (*_plan_candidates); empty without a planner.
+  virtual std::vector<std::string> plan_candidates() { return {}; }
+  // Makes run_ours and check run candidate i (args.plan); -1: the planner's plan. Cheap
+  // (the timed lambdas call it before every call).
+  virtual void force_candidate(int i) {
+    if (i >= 0) throw std::out_of_range("this op has no plan candidates");
+  }
+
   RoutingStats stats;
   int64_t num_experts = 0;
   std::string counts;  // "equal", "random", "routed" or ""
@@ -79,6 +91,52 @@ class Case {
  private:
   std::vector<std::pair<std::string, std::unique_ptr<DTensor>>> tensors_;
   std::vector<std::pair<std::string, std::unique_ptr<DBuffer>>> scratch_;
+};
+
+// A case whose op has a planner (Plan: GemmPlan, MlpPlan or LayerPlan). The subclass asks
+// the op's plan_* and *_plan_candidates functions (weakly linked) in query_plans; the
+// answers are kept from the first question on (they depend on shapes, not on the copy).
+// The subclass's args(...) set `plan = forced_plan()`.
+template <class Plan>
+class PlannedCase : public Case {
+ public:
+  using Case::Case;
+
+  std::string plan() override {
+    load();
+    if (forced_ >= 0) return to_string(candidates_[forced_]);
+    return planned_ ? to_string(pick_) : "-";
+  }
+  std::vector<std::string> plan_candidates() override {
+    load();
+    std::vector<std::string> lines;
+    for (const Plan& p : candidates_) lines.push_back(to_string(p));
+    return lines;
+  }
+  void force_candidate(int i) override {
+    load();
+    if (i >= static_cast<int>(candidates_.size()))
+      throw std::out_of_range("no plan candidate " + std::to_string(i) + " (the row has " +
+                              std::to_string(candidates_.size()) + ")");
+    forced_ = i < 0 ? -1 : i;
+  }
+
+ protected:
+  // Fills *pick with the planner's plan (true), or returns false when plan_* is not
+  // linked; fills *candidates when *_plan_candidates is linked.
+  virtual bool query_plans(Plan* pick, std::vector<Plan>* candidates) = 0;
+  const Plan* forced_plan() const { return forced_ >= 0 ? &candidates_[forced_] : nullptr; }
+
+ private:
+  void load() {
+    if (loaded_) return;
+    planned_ = query_plans(&pick_, &candidates_);
+    loaded_ = true;
+  }
+  bool loaded_ = false, planned_ = false;
+  Plan pick_;
+  std::vector<Plan> candidates_;
+  int forced_ = -1;
 };
 
 std::unique_ptr<Case> make_case(const Row& row, const Options& opt);

@@ -28,9 +28,9 @@ namespace {
 
 // ---- MoEGroupedGemmFwd ----------------------------------------------------------------------
 
-class GroupedGemmCase : public Case {
+class GroupedGemmCase : public PlannedCase<GemmPlan> {
  public:
-  using Case::Case;
+  using PlannedCase::PlannedCase;
 
   void setup(Env& env) override {
     const TensorSpec* a = row_.w.tensor("a");
@@ -70,7 +70,13 @@ class GroupedGemmCase : public Case {
     g.c = find("c").view(c);
     // The optional workspace: the SM90 kernels' dynamic schedule (GroupedGemmArgs).
     g.workspace = scratch("ws", moekit::grouped_gemm_workspace_size(g)).workspace();
+    g.plan = forced_plan();
     return g;
+  }
+
+  bool query_plans(GemmPlan* pick, std::vector<GemmPlan>* candidates) override {
+    return ask_planner(&moekit::plan_grouped_gemm, &moekit::grouped_gemm_plan_candidates, args(0),
+                       pick, candidates);
   }
 
   bool ours_linked(std::string* why) const override {
@@ -171,9 +177,9 @@ HostTensor transpose_2d(const HostTensor& in, int64_t rows, int64_t cols, int64_
   return t;
 }
 
-class GroupedGemmFP8Case : public Case {
+class GroupedGemmFP8Case : public PlannedCase<GemmPlan> {
  public:
-  using Case::Case;
+  using PlannedCase::PlannedCase;
 
   void setup(Env& env) override {
     const TensorSpec* a = row_.w.tensor("a");
@@ -211,7 +217,13 @@ class GroupedGemmFP8Case : public Case {
     g.b_scale = find("b_scale").view(c);
     g.layout_metadata = find("layout_metadata").view(c);
     g.c = find("c").view(c);
+    g.plan = forced_plan();
     return g;
+  }
+
+  bool query_plans(GemmPlan* pick, std::vector<GemmPlan>* candidates) override {
+    return ask_planner(&moekit::plan_grouped_gemm_fp8, &moekit::grouped_gemm_fp8_plan_candidates,
+                       args(0), pick, candidates);
   }
 
   bool ours_linked(std::string* why) const override {

@@ -15,9 +15,9 @@ namespace {
 
 // ---- MoEExpertMLPFwd ---------------------------------------------------------------------------
 
-class ExpertMLPCase : public Case {
+class ExpertMLPCase : public PlannedCase<MlpPlan> {
  public:
-  using Case::Case;
+  using PlannedCase::PlannedCase;
 
   void setup(Env& env) override {
     const TensorSpec* x = row_.w.tensor("expert_input");
@@ -50,7 +50,13 @@ class ExpertMLPCase : public Case {
     a.w_down = find("w_down").view(c);
     a.expert_output = find("expert_output").view(c);
     a.workspace = ws;
+    a.plan = forced_plan();
     return a;
+  }
+
+  bool query_plans(MlpPlan* pick, std::vector<MlpPlan>* candidates) override {
+    return ask_planner(&moekit::plan_expert_mlp, &moekit::expert_mlp_plan_candidates,
+                       args(0, Workspace{}), pick, candidates);
   }
 
   bool ours_linked(std::string* why) const override {
@@ -133,10 +139,10 @@ class ExpertMLPCase : public Case {
 
 // ---- routed MoE ops: FusedMoEExpertsFwd, IndexedExpertMLPFwd, FusedMoEFwd(+shared) -------------
 
-class RoutedCase : public Case {
+class RoutedCase : public PlannedCase<LayerPlan> {
  public:
   enum class Kind { kExperts, kIndexed, kFused, kFusedShared };
-  RoutedCase(const Row& row, const Options& opt, Kind kind) : Case(row, opt), kind_(kind) {}
+  RoutedCase(const Row& row, const Options& opt, Kind kind) : PlannedCase(row, opt), kind_(kind) {}
 
   bool fused() const { return kind_ == Kind::kFused || kind_ == Kind::kFusedShared; }
   // A FusedMoESharedExpertFwd row may come without shared-expert weights (the page's
@@ -248,6 +254,7 @@ class RoutedCase : public Case {
     a.topk_ids = find("topk_ids").view(c);
     a.output = find("output").view(c);
     a.workspace = ws;
+    a.plan = forced_plan();
     return a;
   }
 
@@ -261,6 +268,7 @@ class RoutedCase : public Case {
     a.w_down = find("w_down").view(c);
     a.output = find("output").view(c);
     a.workspace = ws;
+    a.plan = forced_plan();
     return a;
   }
 
@@ -272,6 +280,27 @@ class RoutedCase : public Case {
       a.shared_w_down = find("shared_w_down").view(c);
     }
     return a;
+  }
+
+  bool query_plans(LayerPlan* pick, std::vector<LayerPlan>* candidates) override {
+    switch (kind_) {
+      case Kind::kExperts:
+        return ask_planner(&moekit::plan_fused_moe_experts,
+                           &moekit::fused_moe_experts_plan_candidates, experts_args(0, {}), pick,
+                           candidates);
+      case Kind::kIndexed:
+        return ask_planner(&moekit::plan_indexed_expert_mlp,
+                           &moekit::indexed_expert_mlp_plan_candidates, experts_args(0, {}), pick,
+                           candidates);
+      case Kind::kFused:
+        return ask_planner(&moekit::plan_fused_moe, &moekit::fused_moe_plan_candidates,
+                           fused_args(0, {}), pick, candidates);
+      case Kind::kFusedShared:
+        return ask_planner(&moekit::plan_fused_moe_shared_expert,
+                           &moekit::fused_moe_shared_expert_plan_candidates, shared_args(0, {}),
+                           pick, candidates);
+    }
+    return false;
   }
 
   bool ours_linked(std::string* why) const override {
@@ -458,7 +487,9 @@ class RoutedCase : public Case {
                      DBuffer* ws = &scratch(
                          "fused_ws", moekit::fused_moe_experts_workspace_size(experts_args(0, {})));
                      im.run = [this, ws](int c, cudaStream_t s) {
-                       moekit::fused_moe_experts(experts_args(c, ws->workspace()), s);
+                       FusedMoEExpertsArgs a = experts_args(c, ws->workspace());
+                       a.plan = nullptr;  // a forced plan is one of IndexedExpertMLPFwd's
+                       moekit::fused_moe_experts(a, s);
                      };
                      im.note = "moekit's sorted path (FusedMoEExpertsFwd) on the same inputs";
                      return im;
@@ -542,9 +573,9 @@ class RoutedCase : public Case {
 
 // ---- SharedExpertMLPFwd ------------------------------------------------------------------------
 
-class SharedMLPCase : public Case {
+class SharedMLPCase : public PlannedCase<MlpPlan> {
  public:
-  using Case::Case;
+  using PlannedCase::PlannedCase;
 
   void setup(Env& env) override {
     const TensorSpec* x = row_.w.tensor("hidden_states");
@@ -571,7 +602,13 @@ class SharedMLPCase : public Case {
     a.w_down = find("w_down").view(c);
     a.output = find("output").view(c);
     a.workspace = ws;
+    a.plan = forced_plan();
     return a;
+  }
+
+  bool query_plans(MlpPlan* pick, std::vector<MlpPlan>* candidates) override {
+    return ask_planner(&moekit::plan_shared_expert_mlp, &moekit::shared_expert_mlp_plan_candidates,
+                       args(0, {}), pick, candidates);
   }
 
   bool ours_linked(std::string* why) const override {

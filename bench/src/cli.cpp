@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -28,9 +29,14 @@ usage: moekit-bench [options]
   --no-alternatives     time moekit only
   --alternatives LIST   only alternatives whose name contains one of the strings
   --skip-alternatives LIST  no alternatives whose name contains one of the strings
+  --candidates          also time every plan moekit can run for each row (the planner's
+                        candidates), interleaved with the default plan, each checked
+  --candidate I         run candidate I of each row's plan candidates instead of the
+                        planner's plan (rows with fewer candidates are skipped)
   --extra-alternatives FILE  merge externally measured times (records with op, workload,
                         dtype and alternatives {name: ms}) into the table
-  --json FILE           machine-readable results
+  --json FILE           machine-readable results, and their picture next to them
+                        (FILE.json -> FILE.svg; moekit-plot draws a saved run)
   --markdown FILE       the tables as markdown
   --ceilings-cache FILE where measured ceilings are cached (default: $MOEKIT_BENCH_CACHE,
                         else ~/.cache/moekit/ceilings-<device uuid>.json)
@@ -105,6 +111,13 @@ Options parse_options(const std::vector<std::string>& args) {
       o.alt_filter = val();
     } else if (a == "--skip-alternatives") {
       o.alt_skip = val();
+    } else if (a == "--candidates") {
+      o.candidates = true;
+    } else if (a == "--candidate") {
+      double c = number(a, val());
+      if (c < 0 || c > 1e6 || c != std::floor(c))
+        throw std::invalid_argument("--candidate: expected an index I >= 0");
+      o.candidate = static_cast<int>(c);
     } else if (a == "--extra-alternatives") {
       o.extra_alternatives_path = val();
     } else if (a == "--json") {
@@ -125,6 +138,8 @@ Options parse_options(const std::vector<std::string>& args) {
       throw std::invalid_argument("unknown option '" + args[i] + "' (see --help)");
     }
   }
+  if (o.candidates && o.candidate >= 0)
+    throw std::invalid_argument("--candidates and --candidate I exclude each other");
   return o;
 }
 

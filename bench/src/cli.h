@@ -23,9 +23,11 @@ struct Options {
   int check_rows = 256;  // rows the GPU reference checks on shapes too big for the CPU
   bool check = true;     // accuracy vs the reference
   bool alternatives = true;
-  std::string alt_filter;  // comma-separated substrings of alternative names to run
-  std::string alt_skip;    // ... and of names not to run
-  bool list = false;       // print the selected rows and exit (no GPU needed)
+  std::string alt_filter;   // comma-separated substrings of alternative names to run
+  std::string alt_skip;     // ... and of names not to run
+  bool candidates = false;  // also time every plan candidate of each row (*_plan_candidates)
+  int candidate = -1;       // >= 0: run only candidate I of each row (args.plan) as moekit
+  bool list = false;        // print the selected rows and exit (no GPU needed)
   bool help = false;
   std::string ceilings_cache;  // file; empty: $MOEKIT_BENCH_CACHE or ~/.cache/moekit
   bool remeasure_ceilings = false;

@@ -15,6 +15,8 @@
 #include "case.h"
 #include "ceilings.h"
 #include "cli.h"
+#include "plans.h"
+#include "plot.h"
 #include "report.h"
 #include "workload.h"
 
@@ -37,6 +39,17 @@ void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   if (!out) throw std::runtime_error("cannot write " + path);
   out << text;
+}
+
+// The run's picture next to its JSON (plot.h); a failure to draw costs the picture only.
+void write_picture(const std::string& json_path, const std::string& json_text) {
+  const std::string path = svg_path_for(json_path);
+  try {
+    write_file(path, render_svg(json_text));
+    std::fprintf(stderr, "moekit-bench: picture %s\n", path.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moekit-bench: no picture (%s)\n", e.what());
+  }
 }
 
 std::string now_utc() {
@@ -232,60 +245,71 @@ int run(const Options& opt, const std::string& cmdline) {
         rr.routed_rows = c->stats.routed_rows;
         rr.counts = c->counts;
         rr.cost = op_cost(row, c->stats);
-        const bool fp8 = uses_fp8_peak(row.w.op);
-        if (opt.check) {
-          progress.stage(i, row, "checking accuracy");
-          CheckResult cr = c->check(env);
-          rr.checked = cr.checked;
-          rr.acc_pass = cr.pass;
-          rr.rel_l2 = cr.rel_l2;
-          rr.err_ratio = cr.err_ratio;
-          rr.reference = cr.reference;
-          for (const std::string& n : cr.notes) rr.notes.push_back("accuracy: " + n);
-          if (cr.checked && !cr.pass) ++acc_fail;
-        }
-        // The timing mode goes by the ideal at the nominal ceilings, not this GPU's: a row
-        // near the 20 us line (SharedExpertMLP ds-v3-t32, 19.6 us) otherwise flipped to the
-        // flushed mode on GPUs that measured a slower read (0.039 vs 0.031 ms, session 13).
-        TimingPlan plan = plan_for(*c, timing_ideal_ms(rr.cost, fp8), opt, dev);
-        c->set_copies(plan.copies);
-        rr.timing = plan.describe();
-        std::vector<Impl> impls;
-        impls.push_back(Impl{"moekit", [&c](int k, cudaStream_t s) { c->run_ours(k, s); }});
-        if (opt.alternatives) {
-          progress.stage(i, row, "preparing alternatives");
-          for (AltFactory& f : c->alternatives()) {
-            if (!name_selected(f.name, opt.alt_filter)) continue;
-            if (!opt.alt_skip.empty() && name_selected(f.name, opt.alt_skip)) continue;
-            try {
-              impls.push_back(f.make(env));
-            } catch (const std::exception& e) {
-              Impl im{f.name, nullptr};
-              im.available = false;
-              im.note = std::string("n/a: ") + e.what();
-              impls.push_back(im);
+        if (choose_plan(*c, opt, rr)) {
+          const bool fp8 = uses_fp8_peak(row.w.op);
+          if (opt.check) {
+            progress.stage(i, row, "checking accuracy");
+            CheckResult cr = c->check(env);
+            rr.checked = cr.checked;
+            rr.acc_pass = cr.pass;
+            rr.rel_l2 = cr.rel_l2;
+            rr.err_ratio = cr.err_ratio;
+            rr.reference = cr.reference;
+            for (const std::string& n : cr.notes) rr.notes.push_back("accuracy: " + n);
+            if (cr.checked && !cr.pass) ++acc_fail;
+          }
+          // The timing mode goes by the ideal at the nominal ceilings, not this GPU's: a row
+          // near the 20 us line (SharedExpertMLP ds-v3-t32, 19.6 us) otherwise flipped to the
+          // flushed mode on GPUs that measured a slower read (0.039 vs 0.031 ms, session 13).
+          TimingPlan plan = plan_for(*c, timing_ideal_ms(rr.cost, fp8), opt, dev);
+          c->set_copies(plan.copies);
+          rr.timing = plan.describe();
+          std::vector<Impl> impls;
+          impls.push_back(Impl{"moekit", [&c, forced = opt.candidate](int k, cudaStream_t s) {
+                                 c->force_candidate(forced);  // --candidates forces others
+                                 c->run_ours(k, s);
+                               }});
+          if (opt.alternatives) {
+            progress.stage(i, row, "preparing alternatives");
+            for (AltFactory& f : c->alternatives()) {
+              if (!name_selected(f.name, opt.alt_filter)) continue;
+              if (!opt.alt_skip.empty() && name_selected(f.name, opt.alt_skip)) continue;
+              try {
+                impls.push_back(f.make(env));
+              } catch (const std::exception& e) {
+                Impl im{f.name, nullptr};
+                im.available = false;
+                im.note = std::string("n/a: ") + e.what();
+                impls.push_back(im);
+              }
             }
           }
+          const size_t first_candidate = impls.size();
+          if (opt.candidates) {
+            progress.stage(i, row, "checking the plan candidates");
+            for (Impl& im : candidate_impls(*c, env, rr)) impls.push_back(std::move(im));
+          }
+          progress.stage(i, row, "timing (" + rr.timing + ")");
+          std::vector<TimingResult> tr = time_impls(impls, plan, dev, stream);
+          if (!impls[0].available) {
+            rr.status = "error: " + impls[0].note;
+            ++errors;
+          }
+          rr.ours_ms = tr[0].ms;
+          if (!tr[0].note.empty() && impls[0].available) rr.notes.push_back(tr[0].note);
+          for (size_t k = 1; k < first_candidate; ++k) {
+            AltTime a;
+            a.name = impls[k].name;
+            a.ms = tr[k].ms;
+            a.note = tr[k].note;
+            rr.alternatives.push_back(a);
+          }
+          record_candidate_times(impls, tr, first_candidate, rr);
+          rr.sol = classify(rr.cost, fp8, meta.ceilings, rr.ours_ms);
+          for (const std::string& n : c->notes) rr.notes.push_back(n);
+          if (!rr.counts.empty() && rr.counts != "routed")
+            rr.notes.push_back("per-expert counts: " + rr.counts);
         }
-        progress.stage(i, row, "timing (" + rr.timing + ")");
-        std::vector<TimingResult> tr = time_impls(impls, plan, dev, stream);
-        if (!impls[0].available) {
-          rr.status = "error: " + impls[0].note;
-          ++errors;
-        }
-        rr.ours_ms = tr[0].ms;
-        if (!tr[0].note.empty() && impls[0].available) rr.notes.push_back(tr[0].note);
-        for (size_t k = 1; k < impls.size(); ++k) {
-          AltTime a;
-          a.name = impls[k].name;
-          a.ms = tr[k].ms;
-          a.note = tr[k].note;
-          rr.alternatives.push_back(a);
-        }
-        rr.sol = classify(rr.cost, fp8, meta.ceilings, rr.ours_ms);
-        for (const std::string& n : c->notes) rr.notes.push_back(n);
-        if (!rr.counts.empty() && rr.counts != "routed")
-          rr.notes.push_back("per-expert counts: " + rr.counts);
       }
     } catch (const std::exception& e) {
       rr.status = std::string("error: ") + e.what();
@@ -312,7 +336,11 @@ int run(const Options& opt, const std::string& cmdline) {
                  opt.extra_alternatives_path.c_str(), unmatched.size());
   }
   std::fputs(render_table(results, meta).c_str(), stdout);
-  if (!opt.json_path.empty()) write_file(opt.json_path, render_json(results, meta));
+  if (!opt.json_path.empty()) {
+    const std::string json_text = render_json(results, meta);
+    write_file(opt.json_path, json_text);
+    write_picture(opt.json_path, json_text);
+  }
   if (!opt.markdown_path.empty()) write_file(opt.markdown_path, render_markdown(results, meta));
   double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr,

@@ -45,6 +45,21 @@ std::string format_ms(double ms) {
   return buf;
 }
 
+std::string compact_plan(const std::string& plan) {
+  static const std::string kGateUp = "{gate_up: ", kDown = ", down: ";
+  std::string s = plan;
+  for (size_t at = s.find(kGateUp); at != std::string::npos; at = s.find(kGateUp, at + 1)) {
+    size_t down = s.find(kDown, at), close = s.find('}', at);
+    if (down == std::string::npos || close == std::string::npos || down > close) break;
+    std::string a = s.substr(at + kGateUp.size(), down - at - kGateUp.size());
+    std::string b = s.substr(down + kDown.size(), close - down - kDown.size());
+    s.replace(at, close + 1 - at, "{" + (a == b ? a : a + " / " + b) + "}");
+  }
+  for (size_t at = s.find(" dynamic"); at != std::string::npos; at = s.find(" dynamic", at))
+    s.replace(at, 8, " dyn");
+  return s;
+}
+
 namespace {
 
 std::string fmt(const char* f, double v) {
@@ -94,6 +109,17 @@ std::string alts_str(const RowResult& r, bool markdown) {
     s += a.name + (a.external ? "*" : "") + " " + (a.ms > 0 ? format_ms(a.ms) : "n/a");
   }
   return s.empty() ? "·" : s;
+}
+
+// "ratio" of a candidate: its time over the row's default plan's (> 1: slower).
+std::string candidate_line(const CandidateTime& c, const RowResult& r) {
+  std::string s = "candidate " + std::to_string(c.index) + ": " + c.plan + "  " +
+                  (c.ms > 0 ? format_ms(c.ms) + " ms" : std::string("not timed"));
+  if (c.ms > 0 && r.ours_ms > 0) s += fmt("  %.3fx", c.ms / r.ours_ms);
+  if (c.checked) s += c.acc_pass ? "  acc pass" : fmt("  ACC FAIL %.1e", c.rel_l2);
+  if (c.plan == r.plan) s += "  (the planner's)";
+  if (!c.note.empty()) s += "  " + c.note;
+  return s;
 }
 
 std::string pad(const std::string& s, size_t w, bool right = false) {
@@ -164,10 +190,13 @@ std::string render_table(const std::vector<RowResult>& rows, const RunMeta& meta
   for (const std::string& op : op_order(rows)) {
     os << "\n" << op << "\n";
     const size_t wl = 26;
+    size_t wp = 6;  // the plan column: as wide as the op's widest compact plan
+    for (const RowResult& r : rows)
+      if (r.op == op) wp = std::max(wp, compact_plan(r.plan).size() + 2);
     os << pad("workload", wl) << pad("dtype", 10) << pad("ours ms", 10, true)
        << pad("ratio", 8, true) << "  " << pad("TFLOP/s", 8, true) << pad("SOL", 6, true) << "  "
        << pad("bound", 6) << pad("active", 9) << pad("page ms", 9, true)
-       << pad("ours/page", 10, true) << "  " << pad("accuracy rel_l2/err", 22)
+       << pad("ours/page", 10, true) << "  " << pad("accuracy rel_l2/err", 22) << pad("plan", wp)
        << "alternatives (ms)\n";
     for (const RowResult& r : rows) {
       if (r.op != op) continue;
@@ -179,7 +208,8 @@ std::string render_table(const std::vector<RowResult>& rows, const RunMeta& meta
          << pad(ratio_str(r), 8, true) << "  " << pad(tflops_str(r), 8, true)
          << pad(sol_str(r), 6, true) << "  " << pad(r.sol.bound, 6) << pad(active_str(r), 9)
          << pad(format_ms(r.page_ms), 9, true) << pad(page_ratio_str(r), 10, true) << "  "
-         << pad(acc_str(r), 22) << alts_str(r, false) << "\n";
+         << pad(acc_str(r), 22) << pad(compact_plan(r.plan), wp) << alts_str(r, false) << "\n";
+      for (const CandidateTime& c : r.candidates) os << "    " << candidate_line(c, r) << "\n";
       for (const AltTime& a : r.alternatives)
         if (!a.note.empty()) os << "    " << a.name << ": " << a.note << "\n";
       for (const std::string& n : r.notes) os << "    note: " << n << "\n";
@@ -199,14 +229,14 @@ std::string render_markdown(const std::vector<RowResult>& rows, const RunMeta& m
   for (const std::string& op : op_order(rows)) {
     os << "\n### " << op << "\n\n"
        << "| Workload | dtype | Ratio | Device time (ms) | Alternatives (ms) | TFLOP/s | SOL | "
-          "Bound | Active experts | Page (ms) | Ours / page | Accuracy (rel_l2 / err) | Notes "
-          "|\n"
-       << "|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---|---|\n";
+          "Bound | Active experts | Page (ms) | Ours / page | Accuracy (rel_l2 / err) | Plan | "
+          "Notes |\n"
+       << "|---|---|---:|---:|---|---:|---:|---|---:|---:|---:|---|---|---|\n";
     for (const RowResult& r : rows) {
       if (r.op != op) continue;
       if (r.status != "ok") {
         os << "| " << r.workload << " | " << r.dtype << " | | | | | | | | " << format_ms(r.page_ms)
-           << " | | | " << r.status << " |\n";
+           << " | | | " << r.plan << " | " << r.status << " |\n";
         continue;
       }
       std::string notes;
@@ -217,7 +247,15 @@ std::string render_markdown(const std::vector<RowResult>& rows, const RunMeta& m
          << format_ms(r.ours_ms) << " | " << alts_str(r, true) << " | " << tflops_str(r) << " | "
          << sol_str(r) << " | " << r.sol.bound << " | " << active_str(r) << " | "
          << format_ms(r.page_ms) << " | " << page_ratio_str(r) << " | " << acc_str(r) << " | "
-         << notes << " |\n";
+         << r.plan << " | " << notes << " |\n";
+    }
+    bool header = false;
+    for (const RowResult& r : rows) {
+      if (r.op != op || r.candidates.empty()) continue;
+      if (!header) os << "\nPlan candidates (time over the row's default plan):\n\n";
+      header = true;
+      for (const CandidateTime& c : r.candidates)
+        os << "- " << r.workload << " " << r.dtype << ": " << candidate_line(c, r) << "\n";
     }
   }
   return os.str();
@@ -277,6 +315,22 @@ std::string render_json(const std::vector<RowResult>& rows, const RunMeta& meta)
     j["reference"] = r.reference;
     j["timing"] = r.timing;
     j["counts"] = r.counts;
+    j["plan"] = r.plan;
+    if (r.forced_candidate >= 0) j["forced_candidate"] = r.forced_candidate;
+    if (!r.candidates.empty()) {
+      ojson cands = ojson::array();
+      for (const CandidateTime& c : r.candidates)
+        cands.push_back(
+            {{"index", c.index},
+             {"plan", c.plan},
+             {"ms", num(c.ms)},
+             {"over_default", (c.ms > 0 && r.ours_ms > 0) ? ojson(c.ms / r.ours_ms) : ojson()},
+             {"accuracy", c.checked ? (c.acc_pass ? "pass" : "fail") : "unchecked"},
+             {"rel_l2", c.checked ? num(c.rel_l2) : ojson()},
+             {"err_ratio", c.checked ? num(c.err_ratio) : ojson()},
+             {"note", c.note}});
+      j["candidates"] = cands;
+    }
     j["notes"] = r.notes;
     recs.push_back(std::move(j));
   }

@@ -17,6 +17,16 @@ struct AltTime {
   bool external = false;  // merged from --extra-alternatives
 };
 
+// One plan candidate of a row (--candidates): timed in the row's rounds, checked.
+struct CandidateTime {
+  int index = 0;
+  std::string plan;  // to_string of the plan
+  double ms = -1;    // < 0: not timed (see note)
+  bool checked = false, acc_pass = false;
+  double rel_l2 = -1, err_ratio = -1;
+  std::string note;
+};
+
 struct RowResult {
   std::string op, workload, base_workload, dtype;
   int64_t tokens = -1;
@@ -29,9 +39,12 @@ struct RowResult {
   int64_t active_experts = -1, num_experts = 0, routed_rows = -1;
   bool checked = false, acc_pass = false;
   double rel_l2 = -1, err_ratio = -1;
-  std::string reference;  // "cpu-f64", "gpu-f32 (256 of 4096 rows)", ...
-  std::string timing;     // "graph x512 rot 8", "flush", "plain"
-  std::string counts;     // "equal", "random", "routed" (permuted-layout / routed ops)
+  std::string reference;      // "cpu-f64", "gpu-f32 (256 of 4096 rows)", ...
+  std::string timing;         // "graph x512 rot 8", "flush", "plain"
+  std::string counts;         // "equal", "random", "routed" (permuted-layout / routed ops)
+  std::string plan = "-";     // the plan moekit ran (moekit/plan.h to_string); "-": no planner
+  int forced_candidate = -1;  // --candidate I: the plan is candidate I
+  std::vector<CandidateTime> candidates;  // --candidates
   std::vector<std::string> notes;
 
   // The fastest timed alternative (-1 / "" when none).
@@ -63,6 +76,10 @@ std::string knobs_line(const RunMeta& m);
 std::string launch_floor_line(const RunMeta& m);
 
 std::string format_ms(double ms);  // 4 significant digits, no exponent; "-" when < 0
+
+// The short form of a plan line for the plain table: "gate_up: " / "down: " dropped, the two
+// GEMMs of an MLP shown once when equal ("chain{sm90_pairs 128x256 dyn}"), "dynamic" as "dyn".
+std::string compact_plan(const std::string& plan);
 
 std::string render_table(const std::vector<RowResult>& rows, const RunMeta& meta);
 std::string render_markdown(const std::vector<RowResult>& rows, const RunMeta& meta);

@@ -30,6 +30,28 @@ MOEKIT_BENCH_WEAK void fused_moe_shared_expert(const FusedMoESharedExpertArgs&, 
 MOEKIT_BENCH_WEAK size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs&);
 MOEKIT_BENCH_WEAK void shared_expert_mlp(const SharedExpertMLPArgs&, cudaStream_t);
 
+// The planners (the row's plan column, --candidates).
+MOEKIT_BENCH_WEAK GemmPlan plan_grouped_gemm(const GroupedGemmArgs&);
+MOEKIT_BENCH_WEAK std::vector<GemmPlan> grouped_gemm_plan_candidates(const GroupedGemmArgs&);
+MOEKIT_BENCH_WEAK GemmPlan plan_grouped_gemm_fp8(const GroupedGemmFP8Args&);
+MOEKIT_BENCH_WEAK std::vector<GemmPlan> grouped_gemm_fp8_plan_candidates(const GroupedGemmFP8Args&);
+MOEKIT_BENCH_WEAK MlpPlan plan_expert_mlp(const ExpertMLPArgs&);
+MOEKIT_BENCH_WEAK std::vector<MlpPlan> expert_mlp_plan_candidates(const ExpertMLPArgs&);
+MOEKIT_BENCH_WEAK MlpPlan plan_shared_expert_mlp(const SharedExpertMLPArgs&);
+MOEKIT_BENCH_WEAK std::vector<MlpPlan> shared_expert_mlp_plan_candidates(
+    const SharedExpertMLPArgs&);
+MOEKIT_BENCH_WEAK LayerPlan plan_fused_moe_experts(const FusedMoEExpertsArgs&);
+MOEKIT_BENCH_WEAK std::vector<LayerPlan> fused_moe_experts_plan_candidates(
+    const FusedMoEExpertsArgs&);
+MOEKIT_BENCH_WEAK LayerPlan plan_indexed_expert_mlp(const IndexedExpertMLPArgs&);
+MOEKIT_BENCH_WEAK std::vector<LayerPlan> indexed_expert_mlp_plan_candidates(
+    const IndexedExpertMLPArgs&);
+MOEKIT_BENCH_WEAK LayerPlan plan_fused_moe(const FusedMoEArgs&);
+MOEKIT_BENCH_WEAK std::vector<LayerPlan> fused_moe_plan_candidates(const FusedMoEArgs&);
+MOEKIT_BENCH_WEAK LayerPlan plan_fused_moe_shared_expert(const FusedMoESharedExpertArgs&);
+MOEKIT_BENCH_WEAK std::vector<LayerPlan> fused_moe_shared_expert_plan_candidates(
+    const FusedMoESharedExpertArgs&);
+
 namespace reference {
 MOEKIT_BENCH_WEAK void fused_topk(const FusedTopKArgs&);
 MOEKIT_BENCH_WEAK void moe_permute_align(const PermuteAlignArgs&);
@@ -51,5 +73,16 @@ namespace moekit::bench {
 template <class F>
 bool linked(F* f) {
   return f != nullptr;
+}
+
+// Asks an op's planner (both functions weakly linked) about args: *candidates gets
+// candidates(args) when linked; *pick gets plan(args) when linked (true), else false.
+template <class Plan, class A>
+bool ask_planner(Plan (*plan)(const A&), std::vector<Plan> (*candidates)(const A&), const A& args,
+                 Plan* pick, std::vector<Plan>* listed) {
+  if (linked(candidates)) *listed = candidates(args);
+  if (!linked(plan)) return false;
+  *pick = plan(args);
+  return true;
 }
 }  // namespace moekit::bench

@@ -142,17 +142,6 @@ size_t dsize(DType d) {
 
 // ---- families ------------------------------------------------------------------------------
 
-int split_for(Rng& rng, int config) {
-  if (config == 3) return static_cast<int>(rng.uniform(1, 8));
-  if (config == 4 || config == 5) return rng.chance(0.5) ? static_cast<int>(rng.uniform(2, 8)) : 0;
-  return 0;
-}
-
-void force_gemm(Rng& rng, int config, int* to, int* split) {
-  *to = config;
-  *split = split_for(rng, config);
-}
-
 // The knobs of the case's family. `round` counts the earlier cases of the same op and
 // family: the forced values cycle with it, so every value comes up within a few rounds.
 void draw_knobs(SweepCase& c, Rng& rng, int64_t round) {
@@ -161,61 +150,20 @@ void draw_knobs(SweepCase& c, Rng& rng, int64_t round) {
   const auto cycle = [&](int n) { return static_cast<int>(round % n); };
   if (f == "pdl_off") {
     k.pdl = 2;
-  } else if (f == "topk_variant") {
-    k.topk_variant = 1 + cycle(2);
-  } else if (f == "topk_trigger") {
-    k.topk_trigger = cycle(3);
-  } else if (f == "align_variant") {
-    k.align_variant = 1 + cycle(4);
-  } else if (f == "pre_rows") {
-    k.pre_rows = 1 + cycle(32);
-  } else if (f == "post_variant") {
-    k.post_variant = 1 + cycle(2);
-  } else if (f == "post_threads") {
-    k.post_threads = 32 * (1 + cycle(8));
-  } else if (f == "gemm_config") {
-    force_gemm(rng, cycle(13), &k.gemm_config, &k.gemm_split);
-    if (k.gemm_config == 3) k.gemm_split = 1 + static_cast<int>((round / 13) % 8);
-  } else if (f == "gemm_dynamic") {
-    k.dynamic = 1 + cycle(3);
-    if (rng.chance(0.5)) force_gemm(rng, rng.pick({2, 6}), &k.gemm_config, &k.gemm_split);
-  } else if (f == "gemm_tile_n") {
-    k.tile_n = 192 + 32 * cycle(3);
-    if (rng.chance(0.5)) k.gemm_config = 2;
+  } else if (f == "gemm_plan") {
+    k.gemm_plan = cycle(1 << 12);  // modulo the case's candidates
   } else if (f == "no_workspace") {
     c.workspace = false;
-  } else if (f == "fp8_config") {
-    k.fp8_config = cycle(3);
-  } else if (f == "mlp_configs") {  // -1 (the heuristic) or 0..12 for each GEMM, pairs varied
-    const int up = cycle(14) - 1;
-    int down = static_cast<int>((round * 5 + 3) % 14) - 1;
-    if (up < 0 && down < 0) down = cycle(13);
-    if (up >= 0) force_gemm(rng, up, &k.up_config, &k.up_split);
-    if (down >= 0) force_gemm(rng, down, &k.down_config, &k.down_split);
-  } else if (f == "chain") {
-    k.chain = 1 + cycle(2);
-  } else if (f == "chain_pairs") {
-    k.chain_pairs = 1 + cycle(2);
-    if (rng.chance(0.5)) k.chain = 1;
-  } else if (f == "gemm_pdl") {
-    k.gemm_pdl = 1;
-    if (rng.chance(0.5)) {  // the configs with a PDL variant (grouped_gemm.cpp pdl_config)
-      force_gemm(rng, rng.pick({0, 3, 4, 5}), &k.up_config, &k.up_split);
-      force_gemm(rng, rng.pick({0, 3, 4, 5}), &k.down_config, &k.down_split);
-    }
-  } else if (f == "mlp_dynamic") {
-    k.dynamic = 1 + cycle(3);
-  } else if (f == "mlp_tile_n") {
-    k.tile_n = 192 + 32 * cycle(3);
-    if (rng.chance(0.5)) k.up_config = k.down_config = 2;
+  } else if (f == "fp8_plan") {
+    k.fp8_plan = cycle(2);
+  } else if (f == "mlp_plan") {
+    k.mlp_plan = cycle(1 << 12);
   } else if (f == "routed_path") {
     k.routed_path = 1 + cycle(2);
   } else if (f == "dense_path") {
     k.dense_path = 1 + cycle(4);
   } else if (f == "direct_knobs") {
     k.dense_path = 3;
-    k.direct_load = cycle(3);
-    k.direct_reduce = static_cast<int>((round / 3) % 4) - 1;
     k.direct_split = static_cast<int>(rng.uniform(0, 8));  // 0: the plan; 1-8 ranks
   } else if (f == "streamk_grid") {
     k.dense_path = 1;
@@ -232,8 +180,8 @@ int64_t draw_tokens(const SweepCase& c, Rng& rng) {
   const Knobs& k = c.knobs;
   if (k.dense_path == 4 && rng.chance(0.7)) return 1;
   if (k.dense_path == 3) return rng.chance(0.2) ? 1 : rng.log_uniform(1, 32);
-  if (k.dense_path != 0 || k.routed_path == 1 || (c.family == "gemm_pdl" && rng.chance(0.5))) {
-    return rng.chance(0.25) ? 1 : rng.log_uniform(1, c.family == "gemm_pdl" ? 256 : 64);
+  if (k.dense_path != 0 || k.routed_path == 1) {
+    return rng.chance(0.25) ? 1 : rng.log_uniform(1, 64);
   }
   const double r = rng.u01();
   if (r < 0.03) return 0;
@@ -480,52 +428,28 @@ const char* route_name(Route r) {
 
 const std::vector<KnobField>& knob_fields() {
   static const std::vector<KnobField> fields = {
-      {"gemm_config", &Knobs::gemm_config, -1},
-      {"gemm_split", &Knobs::gemm_split, 0},
-      {"fp8_config", &Knobs::fp8_config, -1},
-      {"up_config", &Knobs::up_config, -1},
-      {"up_split", &Knobs::up_split, 0},
-      {"down_config", &Knobs::down_config, -1},
-      {"down_split", &Knobs::down_split, 0},
-      {"chain", &Knobs::chain, 0},
-      {"chain_pairs", &Knobs::chain_pairs, 0},
-      {"gemm_pdl", &Knobs::gemm_pdl, 0},
-      {"dynamic", &Knobs::dynamic, 0},
-      {"tile_n", &Knobs::tile_n, 0},
-      {"dense_path", &Knobs::dense_path, 0},
-      {"streamk_grid", &Knobs::streamk_grid, 0},
-      {"direct_load", &Knobs::direct_load, 0},
-      {"direct_reduce", &Knobs::direct_reduce, -1},
-      {"direct_split", &Knobs::direct_split, 0},
-      {"routed_path", &Knobs::routed_path, 0},
-      {"topk_variant", &Knobs::topk_variant, 0},
-      {"topk_trigger", &Knobs::topk_trigger, -1},
-      {"align_variant", &Knobs::align_variant, 0},
-      {"post_variant", &Knobs::post_variant, 0},
-      {"post_threads", &Knobs::post_threads, 0},
-      {"pre_rows", &Knobs::pre_rows, 0},
-      {"pdl", &Knobs::pdl, 0},
+      {"gemm_plan", &Knobs::gemm_plan, -1},      {"fp8_plan", &Knobs::fp8_plan, -1},
+      {"mlp_plan", &Knobs::mlp_plan, -1},        {"dense_path", &Knobs::dense_path, 0},
+      {"streamk_grid", &Knobs::streamk_grid, 0}, {"direct_split", &Knobs::direct_split, 0},
+      {"routed_path", &Knobs::routed_path, 0},   {"pdl", &Knobs::pdl, 0},
   };
   return fields;
 }
 
 const std::vector<std::string>& op_families(Op op) {
   static const std::vector<std::string> families[kOpCount] = {
-      {"heuristic", "topk_variant", "topk_trigger", "pdl_off"},
-      {"heuristic", "align_variant", "pdl_off"},
-      {"heuristic", "pre_rows", "pdl_off"},
-      {"heuristic", "post_variant", "post_threads", "pdl_off"},
-      {"heuristic", "gemm_config", "gemm_dynamic", "gemm_tile_n", "no_workspace"},
-      {"heuristic", "fp8_config"},
-      {"heuristic", "mlp_configs", "chain", "chain_pairs", "gemm_pdl", "mlp_dynamic", "mlp_tile_n",
-       "pdl_off"},
-      {"heuristic", "mlp_configs", "chain", "gemm_pdl", "mlp_dynamic", "pdl_off"},
-      {"heuristic", "routed_path", "mlp_configs", "gemm_pdl", "pdl_off"},
-      {"heuristic", "routed_path", "mlp_configs", "chain", "topk_variant", "gemm_pdl", "pdl_off"},
-      {"heuristic", "routed_path", "mlp_configs", "dense_path", "direct_knobs", "streamk_grid",
-       "gemm_pdl", "pdl_off"},
-      {"heuristic", "dense_path", "direct_knobs", "streamk_grid", "mlp_configs", "gemm_pdl",
-       "mlp_tile_n", "pdl_off"},
+      {"heuristic", "pdl_off"},
+      {"heuristic", "pdl_off"},
+      {"heuristic", "pdl_off"},
+      {"heuristic", "pdl_off"},
+      {"heuristic", "gemm_plan", "no_workspace"},
+      {"heuristic", "fp8_plan"},
+      {"heuristic", "mlp_plan", "pdl_off"},
+      {"heuristic", "pdl_off"},
+      {"heuristic", "routed_path", "pdl_off"},
+      {"heuristic", "routed_path", "pdl_off"},
+      {"heuristic", "routed_path", "dense_path", "direct_knobs", "streamk_grid", "pdl_off"},
+      {"heuristic", "dense_path", "direct_knobs", "streamk_grid", "pdl_off"},
   };
   return families[static_cast<int>(op)];
 }

@@ -43,13 +43,12 @@ const char* route_name(Route r);
 // Every internal switch the sweep can force (bench/sweep/sweep_paths.cpp applies them);
 // the defaults leave each choice to the library's heuristics.
 struct Knobs {
-  int gemm_config = -1, gemm_split = 0, fp8_config = -1;               // the public GEMM ops
-  int up_config = -1, up_split = 0, down_config = -1, down_split = 0;  // an MLP's two GEMMs
-  int chain = 0, chain_pairs = 0, gemm_pdl = 0, dynamic = 0, tile_n = 0;
-  int dense_path = 0, streamk_grid = 0, direct_load = 0, direct_reduce = -1, direct_split = 0;
-  int routed_path = 0;
-  int topk_variant = 0, topk_trigger = -1, align_variant = 0, post_variant = 0, post_threads = 0;
-  int pre_rows = 0;
+  // Forced plans: an index into the op's *_plan_candidates (taken modulo their count);
+  // -1 = the planner's plan. gemm: moe_grouped_gemm; fp8: moe_grouped_gemm_fp8; mlp:
+  // moe_expert_mlp.
+  int gemm_plan = -1, fp8_plan = -1, mlp_plan = -1;
+  // Plan knobs (bench/sweep/sweep_paths.h forced_dense_plan / forced_layer_plan: args.plan).
+  int dense_path = 0, streamk_grid = 0, direct_split = 0, routed_path = 0;
   int pdl = 0;
 };
 
@@ -103,7 +102,7 @@ inline bool operator!=(const SweepCase& a, const SweepCase& b) {
   return !(a == b);
 }
 
-// "op=moe_grouped_gemm family=gemm_config seed=... T=..." (every field; knobs that differ
+// "op=moe_grouped_gemm family=gemm_plan seed=... T=..." (every field; knobs that differ
 // from their default), and back.
 std::string format_spec(const SweepCase& c);
 bool parse_spec(const std::string& spec, SweepCase* c, std::string* error);

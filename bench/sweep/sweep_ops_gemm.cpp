@@ -9,6 +9,7 @@
 #include "moekit/reference.h"
 #include "reference/gpu_reference.h"
 #include "sweep_ops.h"
+#include "sweep_paths.h"
 #include "sweep_run.h"
 
 namespace moekit::sweep {
@@ -66,6 +67,10 @@ void run_grouped_gemm(Context& ctx, const SweepCase& c, Outcome& o) {
   args.activation = c.silu ? Activation::kSiluAndMul : Activation::kNone;
   args.c = out.view();
   if (c.workspace) args.workspace = ctx.workspace(grouped_gemm_workspace_size(args));
+  GemmPlan plan;
+  if (c.knobs.gemm_plan >= 0) {
+    args.plan = forced_plan(c.knobs.gemm_plan, grouped_gemm_plan_candidates(args), &plan);
+  }
   run_twice(ctx, {{&out}, args.workspace, [&](cudaStream_t s) { moe_grouped_gemm(args, s); }}, o);
   scan_output(ctx, o, "c", out, &pr.valid);
   check_reference(
@@ -113,6 +118,10 @@ void run_grouped_gemm_fp8(Context& ctx, const SweepCase& c, Outcome& o) {
   args.b_scale = b_scale.view();
   args.layout_metadata = meta.view();
   args.c = out.view();
+  GemmPlan plan;
+  if (c.knobs.fp8_plan >= 0) {
+    args.plan = forced_plan(c.knobs.fp8_plan, grouped_gemm_fp8_plan_candidates(args), &plan);
+  }
   run_twice(ctx, {{&out}, {}, [&](cudaStream_t st) { moe_grouped_gemm_fp8(args, st); }}, o);
   scan_output(ctx, o, "c", out, &pr.valid);
   check_reference(
@@ -155,6 +164,10 @@ void run_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
   args.w_down = wd.view();
   args.expert_output = out.view();
   args.workspace = ctx.workspace(expert_mlp_workspace_size(args));
+  MlpPlan plan;
+  if (c.knobs.mlp_plan >= 0) {
+    args.plan = forced_plan(c.knobs.mlp_plan, expert_mlp_plan_candidates(args), &plan);
+  }
   run_twice(ctx, {{&out}, args.workspace, [&](cudaStream_t s) { moe_expert_mlp(args, s); }}, o);
   scan_output(ctx, o, "expert_output", out, &pr.valid);
   check_reference(

@@ -7,6 +7,7 @@
 #include "moekit/reference.h"
 #include "reference/gpu_reference.h"
 #include "sweep_ops.h"
+#include "sweep_paths.h"
 #include "sweep_run.h"
 
 namespace moekit::sweep {
@@ -67,6 +68,14 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
   args.topk_weights = w.view();
   args.topk_ids = ids.view();
   args.output = out.view();
+  const LayerPlan planned = indexed ? plan_indexed_expert_mlp(args) : plan_fused_moe_experts(args);
+  LayerPlan forced;
+  if (forced_layer_plan(c.knobs, planned,
+                        indexed ? indexed_expert_mlp_plan_candidates(args)
+                                : fused_moe_experts_plan_candidates(args),
+                        &forced))
+    args.plan = &forced;
+  o.path = c.T == 0 ? "none" : to_string(args.plan ? forced : planned);
   args.workspace = ctx.workspace(indexed ? indexed_expert_mlp_workspace_size(args)
                                          : fused_moe_experts_workspace_size(args));
   run_twice(
@@ -141,6 +150,14 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
   args.shared_w_gate_up = sgu.view();
   args.shared_w_down = sd.view();
   const bool layer = c.op == Op::kFusedMoe;
+  const LayerPlan planned = layer ? plan_fused_moe(m) : plan_fused_moe_shared_expert(args);
+  LayerPlan forced;
+  if (forced_layer_plan(
+          c.knobs, planned,
+          layer ? fused_moe_plan_candidates(m) : fused_moe_shared_expert_plan_candidates(args),
+          &forced))
+    m.plan = &forced;
+  o.path = c.T == 0 ? "none" : to_string(m.plan ? forced : planned);
   m.workspace = ctx.workspace(layer ? fused_moe_workspace_size(m)
                                     : fused_moe_shared_expert_workspace_size(args));
   run_twice(ctx,
@@ -189,6 +206,11 @@ void run_shared_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
   args.w_gate_up = wgu.view();
   args.w_down = wd.view();
   args.output = out.view();
+  const MlpPlan planned = plan_shared_expert_mlp(args);
+  MlpPlan forced;
+  if (forced_dense_plan(c.knobs, planned, shared_expert_mlp_plan_candidates(args), &forced))
+    args.plan = &forced;
+  o.path = c.T == 0 ? "none" : to_string(args.plan ? forced : planned);
   args.workspace = ctx.workspace(shared_expert_mlp_workspace_size(args));
   run_twice(ctx, {{&out}, args.workspace, [&](cudaStream_t s) { shared_expert_mlp(args, s); }}, o);
   scan_output(ctx, o, "output", out, nullptr);

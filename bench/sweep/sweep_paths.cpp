@@ -3,17 +3,11 @@
 #include <string>
 
 #include "core/pdl.h"
-#include "gemm/gemm_force.h"
+#include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
-#include "gemm/sm90/device.h"
-#include "mlp/direct_mlp.h"
-#include "mlp/gemv_mlp.h"
-#include "mlp/streamk_mlp.h"
 #include "moe/moe_internal.h"
 #include "moekit/tensor.h"
-#include "permute/permute_kernels.h"
-#include "routing/fused_topk_kernel.h"
 
 namespace moekit::sweep {
 namespace {
@@ -26,128 +20,52 @@ struct IntKnob {
 };
 
 const IntKnob kIntKnobs[] = {
-    {&Knobs::chain, 0, detail::sm90_mlp_chain_override},
-    {&Knobs::chain_pairs, 0, detail::sm90_mlp_chain_pairs_override},
-    {&Knobs::gemm_pdl, 0, detail::gemm_pdl_override},
-    {&Knobs::dynamic, 0, detail::sm90_dynamic_override},
-    {&Knobs::tile_n, 0, detail::sm90_tile_n_override},
-    {&Knobs::dense_path, 0, detail::dense_mlp_path_override},
-    {&Knobs::streamk_grid, 0, detail::streamk_mlp_grid_override},
-    {&Knobs::direct_load, 0, detail::direct_mlp_load_mode_override},
-    {&Knobs::direct_reduce, -1, detail::direct_mlp_reduce_override},
-    {&Knobs::direct_split, 0, detail::direct_mlp_split_override},
-    {&Knobs::routed_path, 0, detail::routed_path_override},
-    {&Knobs::topk_variant, 0, detail::fused_topk_variant_override},
-    {&Knobs::topk_trigger, -1, detail::fused_topk_trigger_mode_override},
-    {&Knobs::align_variant, 0, detail::permute_align_variant_override},
-    {&Knobs::post_variant, 0, detail::post_permute_variant_override},
-    {&Knobs::post_threads, 0, detail::post_permute_threads_override},
-    {&Knobs::pre_rows, 0, detail::pre_permute_rows_override},
     {&Knobs::pdl, 0, detail::pdl_override},
 };
 constexpr int kIntKnobCount = sizeof(kIntKnobs) / sizeof(kIntKnobs[0]);
 
-std::string config_str(int config, int split) {
-  std::string s = std::to_string(config);
-  if (split > 0) s += "s" + std::to_string(split);
-  return s;
+// The expert-MLP GEMMs over P rows (src/moe/expert_mlp.cpp), with stand-in pointers: the
+// planner compares them, never reads them.
+detail::ExpertMlpGemms expert_gemms(const SweepCase& c, int64_t P, int alignment, bool routed) {
+  static char in, meta, act, counters;
+  detail::ExpertMlpGemms g;
+  g.dtype = c.dtype;
+  g.in = &in;
+  g.P = P;
+  g.E = c.E;
+  g.H = c.H;
+  g.F = c.N;
+  g.layout_metadata = reinterpret_cast<const int32_t*>(&meta);
+  g.alignment = alignment;
+  g.w_gate_up = g.w_down = &in;
+  g.act = &act;
+  g.out = &in;
+  g.routed_counts = routed;
+  g.counters = &counters;
+  return g;
 }
 
-// The two GEMM problems of an expert MLP over P rows (src/moe/expert_mlp.cpp
-// run_expert_mlp_gemms), with stand-in pointers: the rules compare them, never read them.
-void mlp_problems(const SweepCase& c, int64_t P, int alignment, bool routed,
-                  detail::GroupedGemmProblem* up, detail::GroupedGemmProblem* down) {
-  static char act, meta, in, out;
-  up->in_dtype = up->out_dtype = c.dtype;
-  up->a = &in;
-  up->b = &in;
-  up->c = &act;
-  up->num_groups = static_cast<int>(c.E);
-  up->n = c.N;
-  up->k = c.H;
-  up->activation = Activation::kSiluAndMul;
-  up->rows = detail::GemmRows::kContiguous;
-  up->layout_metadata = reinterpret_cast<const int32_t*>(&meta);
-  up->alignment = alignment;
-  up->m = P;
-  up->routed_counts = routed;
-  *down = *up;
-  down->a = &act;
-  down->c = &out;
-  down->n = c.H;
-  down->k = c.N;
-  down->activation = Activation::kNone;
+// The expert MLP's plan (a forced knob: the candidate it names), or "no launch".
+std::string expert_plan(const detail::ExpertMlpGemms& g, int knob) {
+  if (g.P <= 0) return "no launch";
+  const detail::GemmDevice device = detail::current_gemm_device();
+  MlpPlan storage;
+  const MlpPlan* forced =
+      forced_plan(knob, detail::expert_mlp_gemms_plan_candidates(g, device), &storage);
+  return to_string(forced ? *forced : detail::plan_expert_mlp_gemms(g, device));
 }
 
-// "chain", "chain pairs", or "UP/DOWN" configs (+ " pdl" for a PDL chain).
-std::string mlp_gemms(detail::GroupedGemmProblem up, detail::GroupedGemmProblem down) {
-  if (!detail::grouped_gemm_launches(up)) return "no launch";
-  if (detail::sm90_mlp_chain_applies(up, down)) {
-    return detail::sm90_mlp_chain_pairs(up, down) ? "chain pairs" : "chain";
-  }
-  const detail::MlpGemmForce& f = detail::mlp_gemm_force_override();
-  if (f.first_config >= 0) {
-    up.config = f.first_config;
-    up.split_k = f.first_split;
-  }
-  if (f.second_config >= 0) {
-    down.config = f.second_config;
-    down.split_k = f.second_split;
-  }
-  std::string s = config_str(detail::select_grouped_gemm_config(up), up.split_k) + "/" +
-                  config_str(detail::select_grouped_gemm_config(down), down.split_k);
-  if (detail::gemm_pdl_chain(up, down)) s += " pdl";
-  return s;
-}
-
-// src/moe/expert_mlp.cpp run_dense_mlp's choice.
-std::string dense_path(DType dt, int64_t T, int64_t H, int64_t S, DType out) {
-  if (T == 0) return "none";
-  if (detail::gemv_mlp_preferred(T, H, S) && detail::gemv_mlp_supported(dt, T, H, S)) {
-    return "gemv";
-  }
-  if (detail::direct_mlp_preferred(T, H, S) && detail::direct_mlp_supported(dt, T, H, S)) {
-    return "direct";
-  }
-  if (detail::streamk_mlp_scratch_bytes(dt, T, H, S) > 0 && detail::streamk_mlp_preferred(H, S)) {
-    return "streamk";
-  }
-  SweepCase d;
-  d.dtype = dt;
-  d.E = 1;
-  d.H = H;
-  d.N = S;
-  detail::GroupedGemmProblem up, down;
-  mlp_problems(d, T, 1, false, &up, &down);
-  up.rows = down.rows = detail::GemmRows::kDense;
-  down.out_dtype = out;
-  return "gemm " + mlp_gemms(up, down);
-}
-
-detail::MoEShapes shapes(const SweepCase& c) {
-  detail::MoEShapes s;
-  s.dtype = c.dtype;
-  s.T = c.T;
-  s.H = c.H;
-  s.E = c.E;
-  s.F = c.N;
-  s.K = c.K;
-  return s;
-}
-
-std::string routed_path(const SweepCase& c, bool direct) {
-  if (direct) return "direct";
-  detail::GroupedGemmProblem up, down;
-  mlp_problems(c, c.T * c.K, 1, true, &up, &down);
-  return "sorted " + mlp_gemms(up, down);
+// The first of `candidates` on `path`, or null.
+const MlpPlan* first_on(MlpPath path, const std::vector<MlpPlan>& candidates) {
+  for (const MlpPlan& m : candidates)
+    if (m.path == path) return &m;
+  return nullptr;
 }
 
 }  // namespace
 
 struct ForcedPaths::Saved {
   int ints[kIntKnobCount];
-  detail::PublicGemmForce gemm;
-  detail::MlpGemmForce mlp;
 };
 
 ForcedPaths::ForcedPaths(const Knobs& k) : saved_(new Saved) {
@@ -156,29 +74,10 @@ ForcedPaths::ForcedPaths(const Knobs& k) : saved_(new Saved) {
     saved_->ints[i] = knob.ref();
     if (k.*knob.field != knob.fallback) knob.ref() = k.*knob.field;
   }
-  saved_->gemm = detail::public_gemm_force_override();
-  saved_->mlp = detail::mlp_gemm_force_override();
-  detail::PublicGemmForce& g = detail::public_gemm_force_override();
-  if (k.gemm_config >= 0) {
-    g.config = k.gemm_config;
-    g.split_k = k.gemm_split;
-  }
-  if (k.fp8_config >= 0) g.fp8_config = k.fp8_config;
-  detail::MlpGemmForce& m = detail::mlp_gemm_force_override();
-  if (k.up_config >= 0) {
-    m.first_config = k.up_config;
-    m.first_split = k.up_split;
-  }
-  if (k.down_config >= 0) {
-    m.second_config = k.down_config;
-    m.second_split = k.down_split;
-  }
 }
 
 ForcedPaths::~ForcedPaths() {
   for (int i = 0; i < kIntKnobCount; ++i) kIntKnobs[i].ref() = saved_->ints[i];
-  detail::public_gemm_force_override() = saved_->gemm;
-  detail::mlp_gemm_force_override() = saved_->mlp;
   delete saved_;
 }
 
@@ -196,11 +95,14 @@ std::string path_taken(const SweepCase& c) {
       p.alignment = c.alignment;
       p.max_m = c.max_m;
       p.m = c.T + c.E * (c.alignment - 1) + c.tail;
-      const detail::PublicGemmForce& f = detail::public_gemm_force_override();
-      p.config = f.config;
-      p.split_k = f.split_k;
+      static unsigned counter;  // the workspace's counter (stand-in)
+      p.tile_counter = c.workspace ? &counter : nullptr;
       if (!detail::grouped_gemm_launches(p)) return "no launch";
-      return "config " + config_str(detail::select_grouped_gemm_config(p), p.split_k);
+      const detail::GemmDevice device = detail::current_gemm_device();
+      GemmPlan storage;
+      const GemmPlan* forced =
+          forced_plan(c.knobs.gemm_plan, detail::gemm_plan_candidates(p, device), &storage);
+      return to_string(forced ? *forced : detail::plan_gemm(p, device));
     }
     case Op::kGroupedGemmFp8: {
       detail::GroupedGemmFP8Problem p;
@@ -208,32 +110,73 @@ std::string path_taken(const SweepCase& c) {
       p.max_m = c.max_m;
       p.n = c.N;
       p.k = c.H;
-      p.config = detail::public_gemm_force_override().fp8_config;
       if (p.max_m <= 0) return "no launch";
-      return "config " + std::to_string(detail::select_grouped_gemm_fp8_config(p));
+      const detail::GemmDevice device = detail::current_gemm_device();
+      GemmPlan storage;
+      const GemmPlan* forced =
+          forced_plan(c.knobs.fp8_plan, detail::gemm_fp8_plan_candidates(p, device), &storage);
+      return to_string(forced ? *forced : detail::plan_gemm_fp8(p, device));
     }
     case Op::kExpertMlp: {
       if (c.T == 0 && c.tail == 0 && c.alignment == 1) return "no launch";
-      detail::GroupedGemmProblem up, down;
-      mlp_problems(c, c.T + c.E * (c.alignment - 1) + c.tail, c.alignment, false, &up, &down);
-      return mlp_gemms(up, down);
+      const int64_t P = c.T + c.E * (c.alignment - 1) + c.tail;
+      return expert_plan(expert_gemms(c, P, c.alignment, false), c.knobs.mlp_plan);
     }
-    case Op::kFusedMoeExperts:
-      return c.T == 0 ? "none" : routed_path(c, false);
-    case Op::kIndexedExpertMlp:
-      return c.T == 0 ? "none" : routed_path(c, detail::indexed_takes_direct(shapes(c)));
-    case Op::kFusedMoe:
-    case Op::kFusedMoeSharedExpert: {
-      if (c.T == 0) return "none";
-      std::string s = routed_path(c, detail::layer_takes_direct(shapes(c)));
-      if (c.S > 0) s += " + shared " + dense_path(c.dtype, c.T, c.H, c.S, DType::kF32);
-      return s;
-    }
-    case Op::kSharedExpertMlp:
-      return dense_path(c.dtype, c.T, c.H, c.N, c.dtype);
     default:
       return "";
   }
+}
+
+bool forced_dense_plan(const Knobs& k, const MlpPlan& planned,
+                       const std::vector<MlpPlan>& candidates, MlpPlan* plan) {
+  if (k.dense_path == 0 && k.streamk_grid == 0 && k.direct_split == 0) return false;
+  static const MlpPath kPaths[] = {MlpPath::kStreamK, MlpPath::kTwoGemms, MlpPath::kDirect,
+                                   MlpPath::kGemv};
+  const MlpPath want =
+      k.dense_path >= 1 && k.dense_path <= 4 ? kPaths[k.dense_path - 1] : planned.path;
+  const MlpPlan* pick = planned.path == want ? &planned : first_on(want, candidates);
+  if (pick == nullptr) pick = first_on(MlpPath::kTwoGemms, candidates);
+  if (pick == nullptr) return false;
+  *plan = *pick;
+  if (plan->path == MlpPath::kStreamK && k.streamk_grid > 0 && k.streamk_grid < plan->split_gate_up)
+    plan->split_gate_up = plan->split_down = k.streamk_grid;
+  if (plan->path == MlpPath::kDirect && k.direct_split > 0) {
+    // The candidate whose splits match the knob on most GEMMs (a split a GEMM cannot take
+    // leaves that GEMM to another candidate's).
+    int best = 0;
+    for (const MlpPlan& m : candidates) {
+      if (m.path != MlpPath::kDirect) continue;
+      const int hits = (m.split_gate_up == k.direct_split) + (m.split_down == k.direct_split);
+      if (hits > best) {
+        best = hits;
+        *plan = m;
+      }
+    }
+  }
+  return true;
+}
+
+bool forced_layer_plan(const Knobs& k, const LayerPlan& planned,
+                       const std::vector<LayerPlan>& candidates, LayerPlan* plan) {
+  *plan = planned;
+  bool forced = false;
+  if (k.routed_path == 1 || k.routed_path == 2) {
+    const RoutedPath want = k.routed_path == 1 ? RoutedPath::kDirect : RoutedPath::kSorted;
+    for (const LayerPlan& l : candidates) {
+      if (l.routed != want) continue;
+      if (want != planned.routed) plan->experts = l.experts;
+      plan->routed = want;
+      forced = true;
+      break;
+    }
+  }
+  if (planned.has_shared) {
+    std::vector<MlpPlan> shared;
+    for (const LayerPlan& l : candidates)
+      if (l.routed == plan->routed && l.experts == plan->experts) shared.push_back(l.shared);
+    forced = forced_dense_plan(k, planned.shared, shared, &plan->shared) || forced;
+  }
+  return forced;
 }
 
 int64_t chain_launches() {

@@ -31,6 +31,7 @@ std::vector<RowResult> sample_rows() {
   a.rel_l2 = 3e-3;
   a.err_ratio = 0;
   a.reference = "gpu-f32";
+  a.plan = "sm90_pairs 128x256 dynamic";
   RowResult b;
   b.op = "FusedTopKFwd";
   b.workload = b.base_workload = "qwen3-235b-t32";
@@ -69,14 +70,14 @@ TEST(Report, LaunchFloorOncePerFileAndInTheHeader) {
 
 // The MOEKIT_* knobs set for a run are saved with it (they change what is measured).
 TEST(Report, RecordsTheLibraryKnobsOfTheRun) {
-  const char* env[] = {"PATH=/bin", "MOEKIT_SM90_BN=256", "XMOEKIT_NOT=1", "MOEKIT_DIRECT_REDUCE=2",
+  const char* env[] = {"PATH=/bin", "MOEKIT_B_KNOB=256", "XMOEKIT_NOT=1", "MOEKIT_A_KNOB=2",
                        nullptr};
   RunMeta m = meta();
   m.knobs = moekit_knobs(env);
-  ASSERT_EQ(m.knobs, (std::vector<std::string>{"MOEKIT_DIRECT_REDUCE=2", "MOEKIT_SM90_BN=256"}));
+  ASSERT_EQ(m.knobs, (std::vector<std::string>{"MOEKIT_A_KNOB=2", "MOEKIT_B_KNOB=256"}));
   nlohmann::json j = nlohmann::json::parse(render_json(sample_rows(), m));
-  EXPECT_EQ(j["knobs"], nlohmann::json({"MOEKIT_DIRECT_REDUCE=2", "MOEKIT_SM90_BN=256"}));
-  const std::string line = "knobs: MOEKIT_DIRECT_REDUCE=2 MOEKIT_SM90_BN=256";
+  EXPECT_EQ(j["knobs"], nlohmann::json({"MOEKIT_A_KNOB=2", "MOEKIT_B_KNOB=256"}));
+  const std::string line = "knobs: MOEKIT_A_KNOB=2 MOEKIT_B_KNOB=256";
   EXPECT_NE(render_table(sample_rows(), m).find(line), std::string::npos);
   EXPECT_NE(render_markdown(sample_rows(), m).find(line), std::string::npos);
   const char* none[] = {"HOME=/root", nullptr};
@@ -133,6 +134,87 @@ TEST(Report, TableAndMarkdownShowEveryRow) {
   EXPECT_NE(md.find("| ds-v3-decode-mlp-up | bf16 | 1.20x | 3.500 |"), std::string::npos) << md;
 }
 
+// Every row names its plan; ops without a planner (and rows not run) show "-".
+TEST(Report, EveryRowShowsItsPlan) {
+  std::vector<RowResult> rows = sample_rows();
+  RowResult layer = rows[0];
+  layer.op = "FusedMoEFwd";
+  layer.workload = "ds-v3-t512";
+  layer.plan =
+      "sorted chain{gate_up: sm90 128x128 dynamic, down: sm90 128x128 dynamic} + shared "
+      "two_gemms{gate_up: decode 32x128, down: decode_splitk 32x128 split4}";
+  rows.push_back(layer);
+  nlohmann::json j = nlohmann::json::parse(render_json(rows, meta()));
+  EXPECT_EQ(j["records"][0]["plan"], "sm90_pairs 128x256 dynamic");
+  EXPECT_EQ(j["records"][1]["plan"], "-");
+  EXPECT_EQ(j["records"][2]["plan"], layer.plan);  // the full line
+  EXPECT_FALSE(j["records"][0].contains("candidates"));
+  EXPECT_FALSE(j["records"][0].contains("forced_candidate"));
+  const std::string md = render_markdown(rows, meta());
+  EXPECT_NE(md.find("| Plan | Notes |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| pass 3.0e-03/0.0e+00 | sm90_pairs 128x256 dynamic | "), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| " + layer.plan + " | "), std::string::npos) << md;
+  EXPECT_NE(md.find("| - | not implemented in this build |"), std::string::npos) << md;
+  // The plain table shows the compact form, in a column as wide as the op's widest plan.
+  const std::string t = render_table(rows, meta());
+  EXPECT_NE(t.find("sm90_pairs 128x256 dyn  cublas 4.200"), std::string::npos) << t;
+  EXPECT_NE(t.find("sorted chain{sm90 128x128 dyn} + shared two_gemms{decode 32x128 / "
+                   "decode_splitk 32x128 split4}  cublas"),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(t.find("gate_up:"), std::string::npos);
+}
+
+TEST(Report, CompactPlanKeepsTheKernelsAndShortensTheRest) {
+  EXPECT_EQ(compact_plan("-"), "-");
+  EXPECT_EQ(compact_plan("decode 32x128"), "decode 32x128");
+  EXPECT_EQ(compact_plan("sm90 128x256 dynamic"), "sm90 128x256 dyn");
+  EXPECT_EQ(compact_plan("chain{gate_up: sm90 128x256 dynamic, down: sm90 128x128}"),
+            "chain{sm90 128x256 dyn / sm90 128x128}");
+  EXPECT_EQ(compact_plan("sorted two_gemms{gate_up: decode 32x128, down: decode 32x128} + shared "
+                         "two_gemms{gate_up: sm90 128x64, down: sm90 128x64}"),
+            "sorted two_gemms{decode 32x128} + shared two_gemms{sm90 128x64}");
+  EXPECT_EQ(compact_plan("direct + shared direct{split 4/2}"), "direct + shared direct{split 4/2}");
+}
+
+// --candidates: one line per candidate (plan, ms, ratio to the default plan, accuracy).
+TEST(Report, CandidatesInEveryRendering) {
+  std::vector<RowResult> rows = sample_rows();
+  CandidateTime c0{0, "sm90_pairs 128x256 dynamic", 3.5, true, true, 3e-3, 0, ""};
+  CandidateTime c1{1, "sm90 128x128", 4.2, true, false, 0.5, 0.9, ""};
+  CandidateTime c2{2, "decode 32x128", -1, false, false, -1, -1, "failed: no"};
+  rows[0].candidates = {c0, c1, c2};
+  nlohmann::json j = nlohmann::json::parse(render_json(rows, meta()));
+  const auto& cands = j["records"][0]["candidates"];
+  ASSERT_EQ(cands.size(), 3u);
+  EXPECT_EQ(cands[1]["index"], 1);
+  EXPECT_EQ(cands[1]["plan"], "sm90 128x128");
+  EXPECT_DOUBLE_EQ(cands[1]["ms"].get<double>(), 4.2);
+  EXPECT_DOUBLE_EQ(cands[1]["over_default"].get<double>(), 1.2);
+  EXPECT_EQ(cands[1]["accuracy"], "fail");
+  EXPECT_TRUE(cands[2]["ms"].is_null());
+  EXPECT_EQ(cands[2]["accuracy"], "unchecked");
+  EXPECT_EQ(cands[2]["note"], "failed: no");
+  const std::string t = render_table(rows, meta());
+  EXPECT_NE(t.find("    candidate 0: sm90_pairs 128x256 dynamic  3.500 ms  1.000x  acc pass  "
+                   "(the planner's)"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("    candidate 1: sm90 128x128  4.200 ms  1.200x  ACC FAIL 5.0e-01\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("    candidate 2: decode 32x128  not timed  failed: no"), std::string::npos);
+  const std::string md = render_markdown(rows, meta());
+  EXPECT_NE(md.find("- ds-v3-decode-mlp-up bf16: candidate 1: sm90 128x128  4.200 ms  1.200x"),
+            std::string::npos)
+      << md;
+  rows[0].candidates.clear();
+  rows[0].forced_candidate = 1;
+  j = nlohmann::json::parse(render_json(rows, meta()));
+  EXPECT_EQ(j["records"][0]["forced_candidate"], 1);
+}
+
 TEST(Report, FormatsTimesToFourDigits) {
   EXPECT_EQ(format_ms(3.43184), "3.432");
   EXPECT_EQ(format_ms(0.00326), "0.003260");
@@ -184,6 +266,23 @@ TEST(Cli, ParsesFiltersAndValues) {
   EXPECT_THROW(parse_options({"--tokens", "5-1"}), std::invalid_argument);
   EXPECT_THROW(parse_options({"--rounds", "x"}), std::invalid_argument);
   EXPECT_FALSE(usage().empty());
+}
+
+TEST(Cli, ParsesThePlanCandidateFlags) {
+  Options d = parse_options({});
+  EXPECT_FALSE(d.candidates);
+  EXPECT_EQ(d.candidate, -1);
+  EXPECT_TRUE(parse_options({"--candidates"}).candidates);
+  EXPECT_EQ(parse_options({"--candidate", "3"}).candidate, 3);
+  EXPECT_EQ(parse_options({"--candidate=0"}).candidate, 0);
+  EXPECT_FALSE(parse_options({"--candidate=0"}).candidates);
+  EXPECT_THROW(parse_options({"--candidate"}), std::invalid_argument);
+  EXPECT_THROW(parse_options({"--candidate", "-1"}), std::invalid_argument);
+  EXPECT_THROW(parse_options({"--candidate", "1.5"}), std::invalid_argument);
+  EXPECT_THROW(parse_options({"--candidate", "x"}), std::invalid_argument);
+  EXPECT_THROW(parse_options({"--candidates", "--candidate", "1"}), std::invalid_argument);
+  EXPECT_NE(usage().find("--candidates"), std::string::npos);
+  EXPECT_NE(usage().find("--candidate I"), std::string::npos);
 }
 
 }  // namespace

@@ -22,8 +22,9 @@ enum class Activation {
 // Rows outside every expert's block (padding, or past a masked count) are left untouched.
 // workspace is optional: with grouped_gemm_workspace_size(args) bytes (256-aligned,
 // any contents, not shared with a call running at the same time) the Hopper kernels
-// hand tiles out dynamically (SMs that run ahead take more; docs/gemm.md "Dynamic
-// schedule"); without one they walk a static schedule. Same results either way.
+// hand tiles out dynamically (SMs that run ahead take more; docs/gemm.md
+// "Persistent grid and dynamic schedule"); without one they walk a static schedule. Same
+// results either way.
 struct GroupedGemmArgs {
   TensorView a;
   TensorView b;

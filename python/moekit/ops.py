@@ -12,11 +12,17 @@ a dispatch or function mode (FakeTensorMode, make_fx, FlopCounterMode, ...), or 
 tensor subclass. ``set_eager_fast_path(False)`` (or ``MOEKIT_EAGER_FAST_PATH=0``)
 always takes the dispatcher.
 
+Each op is one entry of the table ``_OPS`` (below): its public function, CUDA kernel,
+fake implementation and schema are generated from that entry and from the extension's
+own table (docs/python.md, "How the binding is built").
+
 All tensors must be contiguous CUDA tensors on one device. The ops are not
 differentiable (inference kernels). Shapes: T tokens, H hidden, E experts, K top_k,
 F expert intermediate size, S shared intermediate size, P permuted rows.
 """
 
+import inspect as _inspect
+import linecache as _linecache
 import os
 import threading
 
@@ -25,19 +31,8 @@ import torch
 from . import _moekit as _raw
 from ._moekit import MoekitError
 
-__all__ = [
-    "fused_topk",
-    "moe_permute_align",
-    "moe_pre_permute",
-    "moe_post_permute",
-    "moe_grouped_gemm",
-    "moe_grouped_gemm_fp8",
-    "moe_expert_mlp",
-    "fused_moe_experts",
-    "indexed_expert_mlp",
-    "fused_moe",
-    "fused_moe_shared_expert",
-    "shared_expert_mlp",
+# The twelve ops' functions are generated from the table _OPS (below).
+__all__ = list(_raw.OPS) + [
     "set_eager_fast_path",
     "set_workspace_cache",
     "release_workspaces",
@@ -187,58 +182,6 @@ def _nonneg(x):
     return x if x > 0 else 0
 
 
-# ---------------------------------------------------------------- shapes
-# Shared by the CUDA kernels and the fake (meta) implementations.
-
-
-def _topk_out(gating_output, top_k):
-    T, _ = _dims(gating_output, 2)
-    K = _nonneg(top_k)
-    return (T, K)
-
-
-def _align_sizes(topk_ids, num_experts, block_size):
-    T, K = _dims(topk_ids, 2)
-    n = T * K
-    bs = block_size if block_size > 0 else 1
-    sorted_size = n + _nonneg(num_experts) * (bs - 1)
-    return sorted_size, (sorted_size + bs - 1) // bs
-
-
-def _pre_sizes(hidden_states, local_expert_ids, num_local_experts, alignment):
-    T, K = _dims(local_expert_ids, 2)
-    _, H = _dims(hidden_states, 2)
-    E = _nonneg(num_local_experts)
-    P = T * K + E * (_nonneg(alignment - 1))
-    return P, H, E, T * K
-
-
-def _post_shape(expert_output, topk_weights):
-    T, _ = _dims(topk_weights, 2)
-    _, H = _dims(expert_output, 2)
-    return (T, H)
-
-
-def _gemm_shape(a, b, masked, activation):
-    _, Nb, _ = _dims(b, 3)
-    N = Nb // 2 if activation == "silu_and_mul" else Nb
-    if masked:
-        E, M, _ = _dims(a, 3)
-        return (E, M, N)
-    P, _ = _dims(a, 2)
-    return (P, N)
-
-
-def _fp8_shape(a, b):
-    E, M, _ = _dims(a, 3)
-    _, N, _ = _dims(b, 3)
-    return (E, M, N)
-
-
-def _rows_like(x):
-    return _dims(x, 2)
-
-
 # ---------------------------------------------------------------- workspaces
 # Ops that need scratch memory get it from a workspace cached per (device, stream) and
 # grown on demand (through _grow, called from C++ when the op needs more than the
@@ -322,71 +265,29 @@ _raw._register_torch(torch.Tensor, _grow, os.environ.get("MOEKIT_DLPACK_EXCHANGE
 _empty_like = torch.empty_like
 _new_empty = torch.Tensor.new_empty
 
-
-# ---------------------------------------------------------------- CUDA kernels
-# Each takes the schema's arguments in order, allocates its outputs with PyTorch's
-# caching allocator, and enqueues the op on the current stream through the
-# extension's torch entry point (_t_<op>): the tensors go as they are (C++ reads
-# data_ptr, dtype, shape and contiguity, and checks that all are CUDA tensors on one
-# device). The device of the first tensor must be the current device; otherwise
-# (another GPU, a CPU tensor) _elsewhere checks the devices, naming the argument at
-# fault, and calls again under that device.
+# ---------------------------------------------------------------- output rules
+# An op's output rule allocates its outputs from its arguments: rule(ctx, <the arguments
+# it names>). ctx is the launch context (device, stream) in the CUDA kernel and None in
+# the fake (meta) implementation; both allocate with the first tensor's new_empty, so the
+# CUDA kernel's outputs have the fake's shapes and dtypes. The sizes go as separate ints
+# (cheaper than a shape tuple: docs/python.md) and come from _dims, so that a wrong rank
+# still gets outputs, and then the C++ op's message naming the argument.
 
 
-def _elsewhere(op, names, tensors, fn, *args):
-    dev = _device(op, names, *tensors)  # raises unless all are CUDA tensors on one device
-    with torch.cuda.device(dev):
-        return fn(*args)
-
-
-_t_fused_topk = _raw._t_fused_topk
-_t_moe_permute_align = _raw._t_moe_permute_align
-_t_moe_pre_permute = _raw._t_moe_pre_permute
-_t_moe_post_permute = _raw._t_moe_post_permute
-_t_moe_grouped_gemm = _raw._t_moe_grouped_gemm
-_t_moe_grouped_gemm_fp8 = _raw._t_moe_grouped_gemm_fp8
-_t_moe_expert_mlp = _raw._t_moe_expert_mlp
-_t_fused_moe_experts = _raw._t_fused_moe_experts
-_t_indexed_expert_mlp = _raw._t_indexed_expert_mlp
-_t_fused_moe = _raw._t_fused_moe
-_t_fused_moe_shared_expert = _raw._t_fused_moe_shared_expert
-_t_shared_expert_mlp = _raw._t_shared_expert_mlp
-
-
-def _fused_topk_cuda(
-    gating_output,
-    top_k,
-    renormalize=False,
-    scoring_func="softmax",
-    num_expert_group=0,
-    topk_group=0,
-    routed_scaling_factor=1.0,
-    correction_bias=None,
-):
-    ctx = _launch_ctx(gating_output)
-    if ctx is None:
-        return _elsewhere(
-            "fused_topk", ("gating_output", "correction_bias"), (gating_output, correction_bias),
-            _fused_topk_cuda, gating_output, top_k, renormalize, scoring_func, num_expert_group,
-            topk_group, routed_scaling_factor, correction_bias,
-        )  # fmt: skip
-    dev, stream = ctx
-    # Keyed by the logits' shape as it is (a torch.Size) and top_k as given: a hit
-    # computes no sizes.
-    key = (gating_output.shape, top_k, dev)
-    p = _topk_protos.get(key)
-    if p is not None:
-        weights, ids = _empty_like(p[0]), _empty_like(p[1])
-    else:
+def _topk_rule(ctx, gating_output, top_k):
+    if ctx is not None:  # eager: empty_like of cached prototypes (below)
+        # Keyed by the logits' shape as it is (a torch.Size) and top_k as given: a hit
+        # computes no sizes.
+        key = (gating_output.shape, top_k, ctx[0])
+        p = _topk_protos.get(key)
+        if p is not None:
+            return _empty_like(p[0]), _empty_like(p[1])
         s = gating_output.shape
         T = s[0] if len(s) == 2 else _dims(gating_output, 2)[0]
-        K = top_k if top_k > 0 else 0
-        weights, ids = _topk_outputs(gating_output, T, K, dev, stream, key)
-    _t_fused_topk(
-        gating_output, correction_bias, weights, ids, top_k, renormalize, scoring_func,
-        num_expert_group, topk_group, routed_scaling_factor, stream,
-    )  # fmt: skip
-    return weights, ids
+        return _topk_outputs(gating_output, T, _nonneg(top_k), ctx[0], ctx[1], key)
+    T, _ = _dims(gating_output, 2)
+    K = _nonneg(top_k)
+    return gating_output.new_empty(T, K, dtype=_f32), gating_output.new_empty(T, K, dtype=_i32)
 
 
 # fused_topk's two outputs, [T, K] f32 and i32, are the most expensive part of its eager
@@ -425,378 +326,348 @@ def _topk_outputs(gating_output, T, K, dev, stream, key=None):
     return weights, ids
 
 
-def _moe_permute_align_cuda(topk_ids, num_experts, block_size=64):
-    ctx = _launch_ctx(topk_ids)
-    if ctx is None:
-        return _elsewhere(
-            "moe_permute_align", ("topk_ids",), (topk_ids,), _moe_permute_align_cuda, topk_ids,
-            num_experts, block_size,
-        )  # fmt: skip
-    stream = ctx[1]
-    sorted_size, num_blocks = _align_sizes(topk_ids, num_experts, block_size)
-    sorted_ids = topk_ids.new_empty(sorted_size, dtype=_i32)
-    expert_ids = topk_ids.new_empty(num_blocks, dtype=_i32)
-    ntpp = topk_ids.new_empty(1, dtype=_i32)
-    _t_moe_permute_align(
-        topk_ids, num_experts, block_size, sorted_ids, expert_ids, ntpp,
-        _ws(ctx, topk_ids), stream,
-    )  # fmt: skip
-    return sorted_ids, expert_ids, ntpp
-
-
-def _moe_pre_permute_cuda(hidden_states, local_expert_ids, num_local_experts, alignment=1):
-    ctx = _launch_ctx(hidden_states)
-    if ctx is None:
-        return _elsewhere(
-            "moe_pre_permute", ("hidden_states", "local_expert_ids"),
-            (hidden_states, local_expert_ids), _moe_pre_permute_cuda, hidden_states,
-            local_expert_ids, num_local_experts, alignment,
-        )  # fmt: skip
-    stream = ctx[1]
-    P, H, E, TK = _pre_sizes(hidden_states, local_expert_ids, num_local_experts, alignment)
-    permuted = hidden_states.new_empty(P, H)
-    metadata = hidden_states.new_empty(E, dtype=_i32)
-    inverse = hidden_states.new_empty(TK, dtype=_i32)
-    _t_moe_pre_permute(
-        hidden_states, local_expert_ids, num_local_experts, alignment, permuted, metadata,
-        inverse, _ws(ctx, hidden_states), stream,
-    )  # fmt: skip
-    return permuted, metadata, inverse
-
-
-def _moe_post_permute_cuda(expert_output, topk_weights, inverse_indices, out_dtype=None):
-    ctx = _launch_ctx(expert_output)
-    if ctx is None:
-        return _elsewhere(
-            "moe_post_permute", ("expert_output", "topk_weights", "inverse_indices"),
-            (expert_output, topk_weights, inverse_indices), _moe_post_permute_cuda,
-            expert_output, topk_weights, inverse_indices, out_dtype,
-        )  # fmt: skip
-    stream = ctx[1]
-    # _post_shape inline (two fewer Python frames), and no dtype keyword unless asked.
-    sw, se = topk_weights.shape, expert_output.shape
-    T = sw[0] if len(sw) == 2 else _dims(topk_weights, 2)[0]
-    H = se[1] if len(se) == 2 else _dims(expert_output, 2)[1]
-    if out_dtype is None:
-        out = _new_empty(expert_output, T, H)
-    else:
-        out = _new_empty(expert_output, T, H, dtype=out_dtype)
-    _t_moe_post_permute(expert_output, topk_weights, inverse_indices, out, stream)
-    return out
-
-
-def _moe_grouped_gemm_cuda(
-    a, b, layout_metadata, masked=False, alignment=1, activation="none", out_dtype=None
-):
-    ctx = _launch_ctx(a)
-    if ctx is None:
-        return _elsewhere(
-            "moe_grouped_gemm", ("a", "b", "layout_metadata"), (a, b, layout_metadata),
-            _moe_grouped_gemm_cuda, a, b, layout_metadata, masked, alignment, activation,
-            out_dtype,
-        )  # fmt: skip
-    stream = ctx[1]
-    c = a.new_empty(
-        *_gemm_shape(a, b, masked, activation),
-        dtype=out_dtype if out_dtype is not None else a.dtype,
-    )
-    max_m = a.shape[1] if masked and a.dim() == 3 else 0
-    _t_moe_grouped_gemm(
-        a, b, layout_metadata, masked, alignment, max_m, activation, c, _ws(ctx, a), stream
-    )
-    return c
-
-
-def _moe_grouped_gemm_fp8_cuda(a, a_scale, b, b_scale, layout_metadata):
-    ctx = _launch_ctx(a)
-    if ctx is None:
-        return _elsewhere(
-            "moe_grouped_gemm_fp8", ("a", "a_scale", "b", "b_scale", "layout_metadata"),
-            (a, a_scale, b, b_scale, layout_metadata), _moe_grouped_gemm_fp8_cuda, a, a_scale,
-            b, b_scale, layout_metadata,
-        )  # fmt: skip
-    stream = ctx[1]
-    c = a.new_empty(*_fp8_shape(a, b), dtype=_bf16)
-    _t_moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata, c, stream)
-    return c
-
-
-def _moe_expert_mlp_cuda(expert_input, layout_metadata, w_gate_up, w_down, alignment=1):
-    ctx = _launch_ctx(expert_input)
-    if ctx is None:
-        return _elsewhere(
-            "moe_expert_mlp", ("expert_input", "layout_metadata", "w_gate_up", "w_down"),
-            (expert_input, layout_metadata, w_gate_up, w_down), _moe_expert_mlp_cuda,
-            expert_input, layout_metadata, w_gate_up, w_down, alignment,
-        )  # fmt: skip
-    stream = ctx[1]
-    # [P, H] like the input (a wrong input shape is rejected, naming the input, first).
-    out = _empty_like(expert_input)
-    _t_moe_expert_mlp(
-        expert_input, layout_metadata, alignment, w_gate_up, w_down, out,
-        _ws(ctx, expert_input), stream,
-    )  # fmt: skip
-    return out
-
-
-_EXPERTS_NAMES = ("hidden_states", "w_gate_up", "w_down", "topk_weights", "topk_ids")
-
-
-def _fused_moe_experts_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    ctx = _launch_ctx(hidden_states)
-    if ctx is None:
-        return _elsewhere(
-            "fused_moe_experts", _EXPERTS_NAMES,
-            (hidden_states, w_gate_up, w_down, topk_weights, topk_ids), _fused_moe_experts_cuda,
-            hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
-        )  # fmt: skip
-    stream = ctx[1]
-    out = _empty_like(hidden_states)
-    _t_fused_moe_experts(
-        hidden_states, w_gate_up, w_down, topk_weights, topk_ids, out,
-        _ws(ctx, hidden_states), stream,
-    )  # fmt: skip
-    return out
-
-
-def _indexed_expert_mlp_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    ctx = _launch_ctx(hidden_states)
-    if ctx is None:
-        return _elsewhere(
-            "indexed_expert_mlp", _EXPERTS_NAMES,
-            (hidden_states, w_gate_up, w_down, topk_weights, topk_ids), _indexed_expert_mlp_cuda,
-            hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
-        )  # fmt: skip
-    stream = ctx[1]
-    out = _empty_like(hidden_states)
-    _t_indexed_expert_mlp(
-        hidden_states, w_gate_up, w_down, topk_weights, topk_ids, out,
-        _ws(ctx, hidden_states), stream,
-    )  # fmt: skip
-    return out
-
-
-def _fused_moe_cuda(
-    hidden_states,
-    gating_output,
-    w_gate_up,
-    w_down,
-    top_k,
-    renormalize=False,
-    scoring_func="softmax",
-    num_expert_group=0,
-    topk_group=0,
-    routed_scaling_factor=1.0,
-    correction_bias=None,
-):
-    ctx = _launch_ctx(hidden_states)
-    if ctx is None:
-        return _elsewhere(
-            "fused_moe",
-            ("hidden_states", "gating_output", "w_gate_up", "w_down", "correction_bias"),
-            (hidden_states, gating_output, w_gate_up, w_down, correction_bias), _fused_moe_cuda,
-            hidden_states, gating_output, w_gate_up, w_down, top_k, renormalize, scoring_func,
-            num_expert_group, topk_group, routed_scaling_factor, correction_bias,
-        )  # fmt: skip
-    stream = ctx[1]
-    out = _empty_like(hidden_states)
-    _t_fused_moe(
-        hidden_states, gating_output, correction_bias, w_gate_up, w_down, out, top_k,
-        renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor,
-        _ws(ctx, hidden_states), stream,
-    )  # fmt: skip
-    return out
-
-
-def _fused_moe_shared_expert_cuda(
-    hidden_states,
-    gating_output,
-    w_gate_up,
-    w_down,
-    shared_w_gate_up,
-    shared_w_down,
-    top_k,
-    renormalize=False,
-    scoring_func="softmax",
-    num_expert_group=0,
-    topk_group=0,
-    routed_scaling_factor=1.0,
-    correction_bias=None,
-):
-    ctx = _launch_ctx(hidden_states)
-    if ctx is None:
-        return _elsewhere(
-            "fused_moe_shared_expert",
-            ("hidden_states", "gating_output", "w_gate_up", "w_down", "shared_w_gate_up",
-             "shared_w_down", "correction_bias"),
-            (hidden_states, gating_output, w_gate_up, w_down, shared_w_gate_up, shared_w_down,
-             correction_bias),
-            _fused_moe_shared_expert_cuda, hidden_states, gating_output, w_gate_up, w_down,
-            shared_w_gate_up, shared_w_down, top_k, renormalize, scoring_func, num_expert_group,
-            topk_group, routed_scaling_factor, correction_bias,
-        )  # fmt: skip
-    stream = ctx[1]
-    out = _empty_like(hidden_states)
-    _t_fused_moe_shared_expert(
-        hidden_states, gating_output, correction_bias, w_gate_up, w_down, shared_w_gate_up,
-        shared_w_down, out, top_k, renormalize, scoring_func, num_expert_group, topk_group,
-        routed_scaling_factor, _ws(ctx, hidden_states), stream,
-    )  # fmt: skip
-    return out
-
-
-def _shared_expert_mlp_cuda(hidden_states, w_gate_up, w_down):
-    ctx = _launch_ctx(hidden_states)
-    if ctx is None:
-        return _elsewhere(
-            "shared_expert_mlp", ("hidden_states", "w_gate_up", "w_down"),
-            (hidden_states, w_gate_up, w_down), _shared_expert_mlp_cuda, hidden_states,
-            w_gate_up, w_down,
-        )  # fmt: skip
-    stream = ctx[1]
-    out = _empty_like(hidden_states)
-    _t_shared_expert_mlp(
-        hidden_states, w_gate_up, w_down, out, _ws(ctx, hidden_states), stream
-    )
-    return out
-
-
-# ---------------------------------------------------------------- fake (meta) kernels
-
-
-def _fused_topk_fake(gating_output, top_k, renormalize=False, scoring_func="softmax",
-                     num_expert_group=0, topk_group=0, routed_scaling_factor=1.0,
-                     correction_bias=None):  # fmt: skip
-    shape = _topk_out(gating_output, top_k)
-    return (gating_output.new_empty(shape, dtype=_f32), gating_output.new_empty(shape, dtype=_i32))
-
-
-def _moe_permute_align_fake(topk_ids, num_experts, block_size=64):
-    if block_size <= 0:
+def _permute_align_rule(ctx, topk_ids, num_experts, block_size):
+    if block_size <= 0 and ctx is None:  # the CUDA kernel leaves the message to C++
         _fail("moe_permute_align", "block_size", "a power of two in [16, 256]", block_size)
-    sorted_size, num_blocks = _align_sizes(topk_ids, num_experts, block_size)
+    T, K = _dims(topk_ids, 2)
+    bs = block_size if block_size > 0 else 1
+    sorted_size = T * K + _nonneg(num_experts) * (bs - 1)
     return (
         topk_ids.new_empty(sorted_size, dtype=_i32),
-        topk_ids.new_empty(num_blocks, dtype=_i32),
+        topk_ids.new_empty((sorted_size + bs - 1) // bs, dtype=_i32),
         topk_ids.new_empty(1, dtype=_i32),
     )
 
 
-def _moe_pre_permute_fake(hidden_states, local_expert_ids, num_local_experts, alignment=1):
-    P, H, E, TK = _pre_sizes(hidden_states, local_expert_ids, num_local_experts, alignment)
+def _pre_permute_rule(ctx, hidden_states, local_expert_ids, num_local_experts, alignment):
+    T, K = _dims(local_expert_ids, 2)
+    _, H = _dims(hidden_states, 2)
+    E = _nonneg(num_local_experts)
     return (
-        hidden_states.new_empty((P, H)),
+        hidden_states.new_empty(T * K + E * _nonneg(alignment - 1), H),
         hidden_states.new_empty(E, dtype=_i32),
-        hidden_states.new_empty(TK, dtype=_i32),
+        hidden_states.new_empty(T * K, dtype=_i32),
     )
 
 
-def _moe_post_permute_fake(expert_output, topk_weights, inverse_indices, out_dtype=None):
-    dtype = out_dtype if out_dtype is not None else expert_output.dtype
-    return expert_output.new_empty(_post_shape(expert_output, topk_weights), dtype=dtype)
+def _post_permute_rule(ctx, expert_output, topk_weights, out_dtype):
+    sw, se = topk_weights.shape, expert_output.shape  # no _dims call for the right ranks
+    T = sw[0] if len(sw) == 2 else _dims(topk_weights, 2)[0]
+    H = se[1] if len(se) == 2 else _dims(expert_output, 2)[1]
+    if out_dtype is None:  # no dtype keyword unless asked
+        return _new_empty(expert_output, T, H)
+    return _new_empty(expert_output, T, H, dtype=out_dtype)
 
 
-def _moe_grouped_gemm_fake(a, b, layout_metadata, masked=False, alignment=1, activation="none",
-                           out_dtype=None):  # fmt: skip
-    dtype = out_dtype if out_dtype is not None else a.dtype
-    return a.new_empty(_gemm_shape(a, b, masked, activation), dtype=dtype)
+def _grouped_gemm_rule(ctx, a, b, masked, activation, out_dtype):
+    _, Nb, _ = _dims(b, 3)
+    N = Nb // 2 if activation == "silu_and_mul" else Nb
+    shape = tuple(_dims(a, 3)[:2]) + (N,) if masked else (_dims(a, 2)[0], N)
+    return a.new_empty(*shape, dtype=out_dtype if out_dtype is not None else a.dtype)
 
 
-def _moe_grouped_gemm_fp8_fake(a, a_scale, b, b_scale, layout_metadata):
-    return a.new_empty(_fp8_shape(a, b), dtype=_bf16)
+def _grouped_gemm_fp8_rule(ctx, a, b):
+    E, M, _ = _dims(a, 3)
+    _, N, _ = _dims(b, 3)
+    return a.new_empty(E, M, N, dtype=_bf16)
 
 
-def _moe_expert_mlp_fake(expert_input, layout_metadata, w_gate_up, w_down, alignment=1):
-    return expert_input.new_empty(_rows_like(expert_input))
+# ---------------------------------------------------------------- the op table
 
 
-def _experts_fake(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    return hidden_states.new_empty(_rows_like(hidden_states))
+class _Op:
+    """One op: everything its Python functions are generated from (see _define).
 
+    name: moekit.<name>, torch.ops.moekit.<name>, moekit.raw._t_<name>.
+    params: its arguments as in a torch schema, in the public order, with the defaults.
+    outputs: the names of its outputs (those of the C++ args struct's fields).
+    rule: its output rule (above), or "like:<arg>" for one output that is empty_like
+        that tensor argument (a fake: [rows, cols] of it).
+    derived: C++ fields that are no public argument, as Python expressions of them.
+    doc: the public function's docstring.
+    """
 
-def _fused_moe_fake(hidden_states, gating_output, w_gate_up, w_down, top_k, renormalize=False,
-                    scoring_func="softmax", num_expert_group=0, topk_group=0,
-                    routed_scaling_factor=1.0, correction_bias=None):  # fmt: skip
-    return hidden_states.new_empty(_rows_like(hidden_states))
+    def __init__(self, name, params, outputs, rule, doc, derived=None):
+        self.name, self.params, self.outputs, self.rule = name, params, outputs, rule
+        self.doc, self.derived = doc, derived or {}
 
-
-def _fused_moe_shared_expert_fake(hidden_states, gating_output, w_gate_up, w_down,
-                                  shared_w_gate_up, shared_w_down, top_k, renormalize=False,
-                                  scoring_func="softmax", num_expert_group=0, topk_group=0,
-                                  routed_scaling_factor=1.0, correction_bias=None):  # fmt: skip
-    return hidden_states.new_empty(_rows_like(hidden_states))
-
-
-def _shared_expert_mlp_fake(hidden_states, w_gate_up, w_down):
-    return hidden_states.new_empty(_rows_like(hidden_states))
-
-
-# ---------------------------------------------------------------- registration
 
 _TOPK_PARAMS = (
     'int top_k, bool renormalize=False, str scoring_func="softmax", int num_expert_group=0, '
     "int topk_group=0, float routed_scaling_factor=1.0, Tensor? correction_bias=None"
 )
+_EXPERTS_PARAMS = (
+    "Tensor hidden_states, Tensor w_gate_up, Tensor w_down, Tensor topk_weights, Tensor topk_ids"
+)
 
-_SCHEMAS = {
-    "fused_topk": (
-        f"(Tensor gating_output, {_TOPK_PARAMS}) -> (Tensor topk_weights, Tensor topk_ids)",
-        _fused_topk_cuda, _fused_topk_fake,
-    ),
-    "moe_permute_align": (
-        "(Tensor topk_ids, int num_experts, int block_size=64) -> "
-        "(Tensor sorted_token_ids, Tensor expert_ids, Tensor num_tokens_post_padded)",
-        _moe_permute_align_cuda, _moe_permute_align_fake,
-    ),
-    "moe_pre_permute": (
-        "(Tensor hidden_states, Tensor local_expert_ids, int num_local_experts, "
-        "int alignment=1) -> (Tensor permuted, Tensor layout_metadata, Tensor inverse_indices)",
-        _moe_pre_permute_cuda, _moe_pre_permute_fake,
-    ),
-    "moe_post_permute": (
-        "(Tensor expert_output, Tensor topk_weights, Tensor inverse_indices, "
-        "ScalarType? out_dtype=None) -> Tensor",
-        _moe_post_permute_cuda, _moe_post_permute_fake,
-    ),
-    "moe_grouped_gemm": (
-        "(Tensor a, Tensor b, Tensor layout_metadata, bool masked=False, int alignment=1, "
-        'str activation="none", ScalarType? out_dtype=None) -> Tensor',
-        _moe_grouped_gemm_cuda, _moe_grouped_gemm_fake,
-    ),
-    "moe_grouped_gemm_fp8": (
-        "(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor layout_metadata) -> Tensor",
-        _moe_grouped_gemm_fp8_cuda, _moe_grouped_gemm_fp8_fake,
-    ),
-    "moe_expert_mlp": (
-        "(Tensor expert_input, Tensor layout_metadata, Tensor w_gate_up, Tensor w_down, "
-        "int alignment=1) -> Tensor",
-        _moe_expert_mlp_cuda, _moe_expert_mlp_fake,
-    ),
-    "fused_moe_experts": (
-        "(Tensor hidden_states, Tensor w_gate_up, Tensor w_down, Tensor topk_weights, "
-        "Tensor topk_ids) -> Tensor",
-        _fused_moe_experts_cuda, _experts_fake,
-    ),
-    "indexed_expert_mlp": (
-        "(Tensor hidden_states, Tensor w_gate_up, Tensor w_down, Tensor topk_weights, "
-        "Tensor topk_ids) -> Tensor",
-        _indexed_expert_mlp_cuda, _experts_fake,
-    ),
-    "fused_moe": (
-        "(Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
-        f"{_TOPK_PARAMS}) -> Tensor",
-        _fused_moe_cuda, _fused_moe_fake,
-    ),
-    "fused_moe_shared_expert": (
-        "(Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
-        f"Tensor? shared_w_gate_up, Tensor? shared_w_down, {_TOPK_PARAMS}) -> Tensor",
-        _fused_moe_shared_expert_cuda, _fused_moe_shared_expert_fake,
-    ),
-    "shared_expert_mlp": (
-        "(Tensor hidden_states, Tensor w_gate_up, Tensor w_down) -> Tensor",
-        _shared_expert_mlp_cuda, _shared_expert_mlp_fake,
-    ),
-}  # fmt: skip
+_OPS = [
+    _Op("fused_topk", "Tensor gating_output, " + _TOPK_PARAMS, ("topk_weights", "topk_ids"),
+        _topk_rule, """FusedTopKFwd: route each token to its top_k experts.
+
+        Args:
+            gating_output: [T, E] bf16, f16 or f32 router logits.
+            top_k: K, experts per token (1 <= K <= E).
+            renormalize: divide the K weights by their sum.
+            scoring_func: "softmax" (over E) or "sigmoid".
+            num_expert_group, topk_group: grouped routing (DeepSeek-V3): split E into
+                num_expert_group groups, keep the topk_group best; 0 = no grouping.
+            routed_scaling_factor: multiplies the final weights.
+            correction_bias: optional [E] f32 added to the scores for selection only.
+
+        Returns:
+            (topk_weights [T, K] f32, topk_ids [T, K] i32), ids by descending score,
+            ties to the lower id; weights are the unbiased scores.
+        """),
+    _Op("moe_permute_align", "Tensor topk_ids, int num_experts, int block_size=64",
+        ("sorted_token_ids", "expert_ids", "num_tokens_post_padded"), _permute_align_rule,
+        """MoEPermuteAlignFwd (vLLM's moe_align_block_size).
+
+        Args:
+            topk_ids: [T, K] i32, ids in [0, num_experts) or -1 (dropped).
+            num_experts: E.
+            block_size: a power of two in [16, 256].
+
+        Returns:
+            (sorted_token_ids [T*K + E*(block_size-1)] i32: per expert in id order, the
+            flat route indices t*K+k that chose it, ascending, padded with T*K to a
+            multiple of block_size; expert_ids [ceil(len(sorted_token_ids)/block_size)]
+            i32: the expert of each block, -1 past the last used one;
+            num_tokens_post_padded [1] i32). Entries past num_tokens_post_padded are
+            unspecified.
+        """),
+    _Op("moe_pre_permute",
+        "Tensor hidden_states, Tensor local_expert_ids, int num_local_experts, int alignment=1",
+        ("permuted", "layout_metadata", "inverse_indices"), _pre_permute_rule,
+        """MoEPrePermuteFwd: gather token rows into an expert-grouped buffer.
+
+        Args:
+            hidden_states: [T, H] bf16 or f16.
+            local_expert_ids: [T, K] i32, ids in [0, num_local_experts) or -1.
+            num_local_experts: E.
+            alignment: each expert's block starts at a multiple of this many rows.
+
+        Returns:
+            (permuted [P, H] with P = T*K + E*(alignment-1) (padding rows are left
+            uninitialized), layout_metadata [E] i32 (inclusive end row of each expert's
+            block), inverse_indices [T*K] i32 (the row of route t*K+k, or -1)).
+        """),
+    _Op("moe_post_permute",
+        "Tensor expert_output, Tensor topk_weights, Tensor inverse_indices, "
+        "ScalarType? out_dtype=None", ("out",), _post_permute_rule,
+        """MoEPostPermuteFwd: weighted combine back to token order.
+
+        Args:
+            expert_output: [P, H] bf16 or f16.
+            topk_weights: [T, K] f32.
+            inverse_indices: [T*K] i32, the row of each route in expert_output, or -1.
+            out_dtype: expert_output's dtype (default) or torch.float32.
+
+        Returns:
+            out [T, H]: out[t] = sum over k with inverse >= 0 of
+            w[t,k] * expert_output[inverse[t*K+k]], in f32 and k order (zeros for a token
+            without routes).
+        """),
+    _Op("moe_grouped_gemm",
+        "Tensor a, Tensor b, Tensor layout_metadata, bool masked=False, int alignment=1, "
+        'str activation="none", ScalarType? out_dtype=None', ("c",), _grouped_gemm_rule,
+        """MoEGroupedGemmFwd: one GEMM per expert, c rows = a rows . b[e]^T.
+
+        Args:
+            a: contiguous layout: [P, Kd] bf16/f16 with expert e's rows in
+                [align_up(end_{e-1}, alignment), end_e); masked layout: [E, max_m, Kd].
+            b: [E, N, Kd] ([E, 2N, Kd], gate rows then up rows, with silu_and_mul).
+            layout_metadata: [E] i32: inclusive end rows (contiguous) or row counts
+                <= max_m (masked).
+            masked: use the masked layout.
+            alignment: contiguous layout block alignment.
+            activation: "none" or "silu_and_mul" (c = silu(a.gate^T) * (a.up^T)).
+            out_dtype: a's dtype (default) or torch.float32.
+
+        Returns:
+            c: [P, N] (contiguous) or [E, max_m, N] (masked). Rows outside every
+            expert's block are left uninitialized.
+        """,
+        derived={"max_m": "a.shape[1] if masked and a.dim() == 3 else 0"}),
+    _Op("moe_grouped_gemm_fp8",
+        "Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor layout_metadata", ("c",),
+        _grouped_gemm_fp8_rule,
+        """MoEGroupedGemmFP8Fwd: DeepGEMM-style masked grouped GEMM, FP8 block scales.
+
+        Args:
+            a: [E, max_m, Kd] float8_e4m3fn.
+            a_scale: [E, max_m, ceil(Kd/128)] f32 (per token, per 128 columns).
+            b: [E, N, Kd] float8_e4m3fn.
+            b_scale: [E, ceil(N/128), ceil(Kd/128)] f32 (per 128x128 block).
+            layout_metadata: [E] i32 masked row counts (<= max_m).
+
+        Returns:
+            c: [E, max_m, N] bf16; rows at or past each count are left uninitialized.
+        """),
+    _Op("moe_expert_mlp",
+        "Tensor expert_input, Tensor layout_metadata, Tensor w_gate_up, Tensor w_down, "
+        "int alignment=1", ("expert_output",), "like:expert_input",
+        """MoEExpertMLPFwd: each expert's gated MLP on its rows of a permuted buffer.
+
+        Args:
+            expert_input: [P, H] bf16/f16, contiguous(alignment) layout.
+            layout_metadata: [E] i32 inclusive end rows.
+            w_gate_up: [E, 2F, H] (gate rows then up rows).
+            w_down: [E, H, F].
+            alignment: block alignment of the layout.
+
+        Returns:
+            expert_output [P, H]: row r of expert e = w_down[e] . (silu(gate . x) * (up . x));
+            padding rows are left uninitialized.
+        """),
+    _Op("fused_moe_experts", _EXPERTS_PARAMS, ("output",), "like:hidden_states",
+        """FusedMoEExpertsFwd: the experts half of a MoE layer.
+
+        Args:
+            hidden_states: [T, H] bf16/f16.
+            w_gate_up: [E, 2F, H]; w_down: [E, H, F] (same dtype).
+            topk_weights: [T, K] f32; topk_ids: [T, K] i32 in [0, E) or -1.
+
+        Returns:
+            output [T, H] = sum over k with id >= 0 of w[t,k] * MLP_id(x_t).
+        """),
+    _Op("indexed_expert_mlp", _EXPERTS_PARAMS, ("output",), "like:hidden_states",
+        """IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64 (routes
+        read straight from topk_ids, no sort); correct for every T. Same shapes as
+        fused_moe_experts."""),
+    _Op("fused_moe",
+        "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
+        + _TOPK_PARAMS, ("output",), "like:hidden_states",
+        """FusedMoEFwd: a whole routed MoE layer (fused_topk then fused_moe_experts).
+
+        Args:
+            hidden_states: [T, H] bf16/f16.
+            gating_output: [T, E] bf16/f16/f32 router logits.
+            w_gate_up: [E, 2F, H]; w_down: [E, H, F].
+            top_k, renormalize, scoring_func, num_expert_group, topk_group,
+            routed_scaling_factor, correction_bias ([E] f32 or None): as in fused_topk.
+
+        Returns:
+            output [T, H].
+        """),
+    _Op("fused_moe_shared_expert",
+        "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
+        "Tensor? shared_w_gate_up, Tensor? shared_w_down, " + _TOPK_PARAMS, ("output",),
+        "like:hidden_states",
+        """FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared weight 1).
+
+        Args:
+            as fused_moe, plus shared_w_gate_up [2S, H] and shared_w_down [H, S]; both None
+            = no shared expert (the routed layer alone, as fused_moe).
+
+        Returns:
+            output [T, H].
+        """),
+    _Op("shared_expert_mlp", "Tensor hidden_states, Tensor w_gate_up, Tensor w_down",
+        ("output",), "like:hidden_states",
+        """SharedExpertMLPFwd: a dense gated MLP.
+
+        Args:
+            hidden_states: [T, H] bf16/f16.
+            w_gate_up: [2S, H] (gate rows then up rows); w_down: [H, S].
+
+        Returns:
+            output [T, H] = w_down . (silu(gate . x) * (up . x)).
+        """),
+]  # fmt: skip
+
+
+# ---------------------------------------------------------------- generation
+# An op's three functions are compiled from this template (as collections.namedtuple
+# builds its classes), so that they take the schema's arguments by name and cost what
+# hand-written ones cost: no *args, no table lookup per call. Every name they use is a
+# module global looked up at call time (tests and python/tools/overhead.py replace some).
+#   <name>: the public function; the C++ op directly in plain eager mode (see _eager),
+#       else through the dispatcher (_op_<name>, torch.ops.moekit.<name>.default).
+#   _<name>_cuda: the CUDA kernel: allocates the outputs (the op's rule), then enqueues
+#       the op on the current stream through the extension's torch entry point _t_<name>
+#       (the tensors go as they are: C++ reads them and checks that all are CUDA tensors
+#       on one device). The device of the first tensor must be the current device;
+#       otherwise (another GPU, a CPU tensor) _elsewhere checks the devices, naming the
+#       argument at fault, and calls again under that device.
+#   _<name>_fake: the fake (meta) implementation: the op's rule without a launch context.
+_TEMPLATE = """
+def {name}({sig}):
+    if _eager({first}):
+        return _{name}_cuda({call})
+    return _op_{name}({call})
+
+
+def _{name}_cuda({sig}):
+    ctx = _launch_ctx({first})
+    if ctx is None:
+        return _elsewhere("{name}", {tensor_names}, ({tensors},), _{name}_cuda, {call})
+    {outs} = {alloc}
+    _t_{name}({entry}, ctx[1])
+    return {outs}
+
+
+def _{name}_fake({sig}):
+    return {fake}
+"""
+
+
+def _elsewhere(op, names, tensors, fn, *args):
+    dev = _device(op, names, *tensors)  # raises unless all are CUDA tensors on one device
+    with torch.cuda.device(dev):
+        return fn(*args)
+
+
+def _define(op):
+    """Compiles op's functions into this module; returns its schema."""
+    params = []  # (type, name, default source or None)
+    for p in op.params.split(", "):
+        decl, _, default = p.partition("=")
+        typ, name = decl.rsplit(" ", 1)
+        params.append((typ, name, default or None))
+    names = [n for _, n, _ in params]
+    tensors = [n for t, n, _ in params if t.startswith("Tensor")]
+    if isinstance(op.rule, str):  # "like:<arg>"
+        like = op.rule.split(":")[1]
+        alloc, fake = f"_empty_like({like})", f"{like}.new_empty(_dims({like}, 2))"
+    else:
+        globals()["_rule_" + op.name] = op.rule
+        rule_args = ", ".join(list(_inspect.signature(op.rule).parameters)[1:])
+        alloc = f"_rule_{op.name}(ctx, {rule_args})"
+        fake = f"_rule_{op.name}(None, {rule_args})"
+    # The entry point's arguments (moekit.raw._ENTRY_ARGS: the C++ args struct's fields,
+    # then "ws" for the workspace entry), each an argument, an output or derived.
+    entry = []
+    for field in _raw._ENTRY_ARGS[op.name]:
+        if field in names or field in op.outputs:
+            entry.append(field)
+        elif field == "ws":
+            entry.append(f"_ws(ctx, {names[0]})")
+        elif field in op.derived:
+            entry.append(op.derived[field])
+        else:
+            raise AssertionError(f"moekit.ops: {op.name}: C++ field {field!r} not in the table")
+    src = _TEMPLATE.format(
+        name=op.name,
+        sig=", ".join(n if d is None else f"{n}={d}" for _, n, d in params),
+        call=", ".join(names),
+        first=names[0],
+        tensor_names=repr(tuple(tensors)),
+        tensors=", ".join(tensors),
+        outs=", ".join(op.outputs),
+        alloc=alloc,
+        fake=fake,
+        entry=", ".join(entry),
+    )
+    filename = f"<moekit.ops {op.name}>"
+    _linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks
+    exec(compile(src, filename, "exec"), globals())
+    globals()[op.name].__doc__ = op.doc
+    globals()["_t_" + op.name] = getattr(_raw, "_t_" + op.name)
+    outputs = ", ".join("Tensor " + o for o in op.outputs)
+    return f"({op.params}) -> " + ("Tensor" if len(op.outputs) == 1 else f"({outputs})")
+
+
+# ---------------------------------------------------------------- registration
 
 
 def _cpu_kernel(name):
@@ -825,301 +696,10 @@ def _dispatched(fn):
 
 
 _lib = torch.library.Library("moekit", "DEF")
-_OPS = {}
-for _name, (_schema, _cuda, _fake) in _SCHEMAS.items():
-    _lib.define(_name + _schema)
-    _lib.impl(_name, _dispatched(_cuda), "CUDA")
-    _lib.impl(_name, _cpu_kernel(_name), "CPU")
-    torch.library.register_fake("moekit::" + _name, _fake, lib=_lib)
-    _OPS[_name] = getattr(torch.ops.moekit, _name).default
-assert tuple(_OPS) == tuple(_raw.OPS), "torch layer and raw binding disagree on the op list"
-
-_op_fused_topk = _OPS["fused_topk"]
-_op_moe_permute_align = _OPS["moe_permute_align"]
-_op_moe_pre_permute = _OPS["moe_pre_permute"]
-_op_moe_post_permute = _OPS["moe_post_permute"]
-_op_moe_grouped_gemm = _OPS["moe_grouped_gemm"]
-_op_moe_grouped_gemm_fp8 = _OPS["moe_grouped_gemm_fp8"]
-_op_moe_expert_mlp = _OPS["moe_expert_mlp"]
-_op_fused_moe_experts = _OPS["fused_moe_experts"]
-_op_indexed_expert_mlp = _OPS["indexed_expert_mlp"]
-_op_fused_moe = _OPS["fused_moe"]
-_op_fused_moe_shared_expert = _OPS["fused_moe_shared_expert"]
-_op_shared_expert_mlp = _OPS["shared_expert_mlp"]
-
-
-# ---------------------------------------------------------------- public functions
-
-
-def fused_topk(
-    gating_output,
-    top_k,
-    renormalize=False,
-    scoring_func="softmax",
-    num_expert_group=0,
-    topk_group=0,
-    routed_scaling_factor=1.0,
-    correction_bias=None,
-):
-    """FusedTopKFwd: route each token to its top_k experts.
-
-    Args:
-        gating_output: [T, E] bf16, f16 or f32 router logits.
-        top_k: K, experts per token (1 <= K <= E).
-        renormalize: divide the K weights by their sum.
-        scoring_func: "softmax" (over E) or "sigmoid".
-        num_expert_group, topk_group: grouped routing (DeepSeek-V3): split E into
-            num_expert_group groups, keep the topk_group best; 0 = no grouping.
-        routed_scaling_factor: multiplies the final weights.
-        correction_bias: optional [E] f32 added to the scores for selection only.
-
-    Returns:
-        (topk_weights [T, K] f32, topk_ids [T, K] i32), ids by descending score,
-        ties to the lower id; weights are the unbiased scores.
-    """
-    if _eager(gating_output):
-        return _fused_topk_cuda(
-            gating_output, top_k, renormalize, scoring_func, num_expert_group, topk_group,
-            routed_scaling_factor, correction_bias,
-        )  # fmt: skip
-    return _op_fused_topk(
-        gating_output, top_k, renormalize, scoring_func, num_expert_group, topk_group,
-        routed_scaling_factor, correction_bias,
-    )  # fmt: skip
-
-
-def moe_permute_align(topk_ids, num_experts, block_size=64):
-    """MoEPermuteAlignFwd (vLLM's moe_align_block_size).
-
-    Args:
-        topk_ids: [T, K] i32, ids in [0, num_experts) or -1 (dropped).
-        num_experts: E.
-        block_size: a power of two in [16, 256].
-
-    Returns:
-        (sorted_token_ids [T*K + E*(block_size-1)] i32: per expert in id order, the
-        flat route indices t*K+k that chose it, ascending, padded with T*K to a
-        multiple of block_size; expert_ids [ceil(len(sorted_token_ids)/block_size)]
-        i32: the expert of each block, -1 past the last used one;
-        num_tokens_post_padded [1] i32). Entries past num_tokens_post_padded are
-        unspecified.
-    """
-    if _eager(topk_ids):
-        return _moe_permute_align_cuda(topk_ids, num_experts, block_size)
-    return _op_moe_permute_align(topk_ids, num_experts, block_size)
-
-
-def moe_pre_permute(hidden_states, local_expert_ids, num_local_experts, alignment=1):
-    """MoEPrePermuteFwd: gather token rows into an expert-grouped buffer.
-
-    Args:
-        hidden_states: [T, H] bf16 or f16.
-        local_expert_ids: [T, K] i32, ids in [0, num_local_experts) or -1.
-        num_local_experts: E.
-        alignment: each expert's block starts at a multiple of this many rows.
-
-    Returns:
-        (permuted [P, H] with P = T*K + E*(alignment-1) (padding rows are left
-        uninitialized), layout_metadata [E] i32 (inclusive end row of each expert's
-        block), inverse_indices [T*K] i32 (the row of route t*K+k, or -1)).
-    """
-    if _eager(hidden_states):
-        return _moe_pre_permute_cuda(hidden_states, local_expert_ids, num_local_experts, alignment)
-    return _op_moe_pre_permute(hidden_states, local_expert_ids, num_local_experts, alignment)
-
-
-def moe_post_permute(expert_output, topk_weights, inverse_indices, out_dtype=None):
-    """MoEPostPermuteFwd: weighted combine back to token order.
-
-    Args:
-        expert_output: [P, H] bf16 or f16.
-        topk_weights: [T, K] f32.
-        inverse_indices: [T*K] i32, the row of each route in expert_output, or -1.
-        out_dtype: expert_output's dtype (default) or torch.float32.
-
-    Returns:
-        out [T, H]: out[t] = sum over k with inverse >= 0 of
-        w[t,k] * expert_output[inverse[t*K+k]], in f32 and k order (zeros for a token
-        without routes).
-    """
-    if _eager(expert_output):
-        return _moe_post_permute_cuda(expert_output, topk_weights, inverse_indices, out_dtype)
-    return _op_moe_post_permute(expert_output, topk_weights, inverse_indices, out_dtype)
-
-
-def moe_grouped_gemm(
-    a, b, layout_metadata, masked=False, alignment=1, activation="none", out_dtype=None
-):
-    """MoEGroupedGemmFwd: one GEMM per expert, c rows = a rows . b[e]^T.
-
-    Args:
-        a: contiguous layout: [P, Kd] bf16/f16 with expert e's rows in
-            [align_up(end_{e-1}, alignment), end_e); masked layout: [E, max_m, Kd].
-        b: [E, N, Kd] ([E, 2N, Kd], gate rows then up rows, with silu_and_mul).
-        layout_metadata: [E] i32: inclusive end rows (contiguous) or row counts
-            <= max_m (masked).
-        masked: use the masked layout.
-        alignment: contiguous layout block alignment.
-        activation: "none" or "silu_and_mul" (c = silu(a.gate^T) * (a.up^T)).
-        out_dtype: a's dtype (default) or torch.float32.
-
-    Returns:
-        c: [P, N] (contiguous) or [E, max_m, N] (masked). Rows outside every
-        expert's block are left uninitialized.
-    """
-    if _eager(a):
-        return _moe_grouped_gemm_cuda(
-            a, b, layout_metadata, masked, alignment, activation, out_dtype
-        )
-    return _op_moe_grouped_gemm(a, b, layout_metadata, masked, alignment, activation, out_dtype)
-
-
-def moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata):
-    """MoEGroupedGemmFP8Fwd: DeepGEMM-style masked grouped GEMM, FP8 block scales.
-
-    Args:
-        a: [E, max_m, Kd] float8_e4m3fn.
-        a_scale: [E, max_m, ceil(Kd/128)] f32 (per token, per 128 columns).
-        b: [E, N, Kd] float8_e4m3fn.
-        b_scale: [E, ceil(N/128), ceil(Kd/128)] f32 (per 128x128 block).
-        layout_metadata: [E] i32 masked row counts (<= max_m).
-
-    Returns:
-        c: [E, max_m, N] bf16; rows at or past each count are left uninitialized.
-    """
-    if _eager(a):
-        return _moe_grouped_gemm_fp8_cuda(a, a_scale, b, b_scale, layout_metadata)
-    return _op_moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata)
-
-
-def moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment=1):
-    """MoEExpertMLPFwd: each expert's gated MLP on its rows of a permuted buffer.
-
-    Args:
-        expert_input: [P, H] bf16/f16, contiguous(alignment) layout.
-        layout_metadata: [E] i32 inclusive end rows.
-        w_gate_up: [E, 2F, H] (gate rows then up rows).
-        w_down: [E, H, F].
-        alignment: block alignment of the layout.
-
-    Returns:
-        expert_output [P, H]: row r of expert e = w_down[e] . (silu(gate . x) * (up . x));
-        padding rows are left uninitialized.
-    """
-    if _eager(expert_input):
-        return _moe_expert_mlp_cuda(expert_input, layout_metadata, w_gate_up, w_down, alignment)
-    return _op_moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment)
-
-
-def fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    """FusedMoEExpertsFwd: the experts half of a MoE layer.
-
-    Args:
-        hidden_states: [T, H] bf16/f16.
-        w_gate_up: [E, 2F, H]; w_down: [E, H, F] (same dtype).
-        topk_weights: [T, K] f32; topk_ids: [T, K] i32 in [0, E) or -1.
-
-    Returns:
-        output [T, H] = sum over k with id >= 0 of w[t,k] * MLP_id(x_t).
-    """
-    if _eager(hidden_states):
-        return _fused_moe_experts_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
-    return _op_fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
-
-
-def indexed_expert_mlp(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    """IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64 (routes
-    read straight from topk_ids, no sort); correct for every T. Same shapes as
-    fused_moe_experts."""
-    if _eager(hidden_states):
-        return _indexed_expert_mlp_cuda(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
-    return _op_indexed_expert_mlp(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
-
-
-def fused_moe(
-    hidden_states,
-    gating_output,
-    w_gate_up,
-    w_down,
-    top_k,
-    renormalize=False,
-    scoring_func="softmax",
-    num_expert_group=0,
-    topk_group=0,
-    routed_scaling_factor=1.0,
-    correction_bias=None,
-):
-    """FusedMoEFwd: a whole routed MoE layer (fused_topk then fused_moe_experts).
-
-    Args:
-        hidden_states: [T, H] bf16/f16.
-        gating_output: [T, E] bf16/f16/f32 router logits.
-        w_gate_up: [E, 2F, H]; w_down: [E, H, F].
-        top_k, renormalize, scoring_func, num_expert_group, topk_group,
-        routed_scaling_factor, correction_bias ([E] f32 or None): as in fused_topk.
-
-    Returns:
-        output [T, H].
-    """
-    if _eager(hidden_states):
-        return _fused_moe_cuda(
-            hidden_states, gating_output, w_gate_up, w_down, top_k, renormalize, scoring_func,
-            num_expert_group, topk_group, routed_scaling_factor, correction_bias,
-        )  # fmt: skip
-    return _op_fused_moe(
-        hidden_states, gating_output, w_gate_up, w_down, top_k, renormalize, scoring_func,
-        num_expert_group, topk_group, routed_scaling_factor, correction_bias,
-    )  # fmt: skip
-
-
-def fused_moe_shared_expert(
-    hidden_states,
-    gating_output,
-    w_gate_up,
-    w_down,
-    shared_w_gate_up,
-    shared_w_down,
-    top_k,
-    renormalize=False,
-    scoring_func="softmax",
-    num_expert_group=0,
-    topk_group=0,
-    routed_scaling_factor=1.0,
-    correction_bias=None,
-):
-    """FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared weight 1).
-
-    Args:
-        as fused_moe, plus shared_w_gate_up [2S, H] and shared_w_down [H, S]; both None
-        = no shared expert (the routed layer alone, as fused_moe).
-
-    Returns:
-        output [T, H].
-    """
-    if _eager(hidden_states):
-        return _fused_moe_shared_expert_cuda(
-            hidden_states, gating_output, w_gate_up, w_down, shared_w_gate_up, shared_w_down,
-            top_k, renormalize, scoring_func, num_expert_group, topk_group,
-            routed_scaling_factor, correction_bias,
-        )  # fmt: skip
-    return _op_fused_moe_shared_expert(
-        hidden_states, gating_output, w_gate_up, w_down, shared_w_gate_up, shared_w_down, top_k,
-        renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor,
-        correction_bias,
-    )  # fmt: skip
-
-
-def shared_expert_mlp(hidden_states, w_gate_up, w_down):
-    """SharedExpertMLPFwd: a dense gated MLP.
-
-    Args:
-        hidden_states: [T, H] bf16/f16.
-        w_gate_up: [2S, H] (gate rows then up rows); w_down: [H, S].
-
-    Returns:
-        output [T, H] = w_down . (silu(gate . x) * (up . x)).
-    """
-    if _eager(hidden_states):
-        return _shared_expert_mlp_cuda(hidden_states, w_gate_up, w_down)
-    return _op_shared_expert_mlp(hidden_states, w_gate_up, w_down)
-
+for _op in _OPS:
+    _lib.define(_op.name + _define(_op))
+    _lib.impl(_op.name, _dispatched(globals()[f"_{_op.name}_cuda"]), "CUDA")
+    _lib.impl(_op.name, _cpu_kernel(_op.name), "CPU")
+    torch.library.register_fake(f"moekit::{_op.name}", globals()[f"_{_op.name}_fake"], lib=_lib)
+    globals()["_op_" + _op.name] = getattr(torch.ops.moekit, _op.name).default
+assert [o.name for o in _OPS] == list(_raw.OPS), "the torch layer and the extension disagree"

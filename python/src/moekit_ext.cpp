@@ -19,11 +19,16 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "moekit/moekit.h"
 
 namespace nb = nanobind;
+using nb::arg;
 using namespace moekit;
 
 namespace {
@@ -488,134 +493,357 @@ Activation parse_activation(const char* s, const char* op) {
   fail(op, "activation", "'none' or 'silu_and_mul'", std::string("'") + s + "'");
 }
 
-TopKParams make_params(int top_k, bool renormalize, const char* scoring_func, int num_expert_group,
-                       int topk_group, float routed_scaling_factor, const char* op) {
-  TopKParams p;
-  p.top_k = top_k;
-  p.renormalize = renormalize;
-  p.scoring_func = parse_scoring(scoring_func, op);
-  p.num_expert_group = num_expert_group;
-  p.topk_group = topk_group;
-  p.routed_scaling_factor = routed_scaling_factor;
-  return p;
+// ---- fields: one Python argument of an op and where it lands in the C++ args struct ----
+
+// A tensor argument: a TensorView of the args struct (reached through `at`), passed as
+// a handle the Converter reads (None: an absent tensor).
+template <class At>
+struct TensorField {
+  using Py = nb::handle;
+  const char* name;
+  At at;
+  template <class A>
+  void set(A& a, nb::handle h, Converter& cv) const {
+    at(a) = cv(h, name);
+  }
+  auto arg(bool /*with_default*/) const { return nb::arg(name).none(); }
+};
+
+// A scalar argument (int, bool, float, str) that nanobind converts to T; `store` puts it
+// into the args struct (parsing strings, naming the op in errors). `dflt`: its default in
+// the raw op's signature, used only by ops whose raw signature keeps defaults.
+template <class T, class Store>
+struct ScalarField {
+  using Py = T;
+  const char* name;
+  Store store;
+  std::optional<T> dflt;
+  template <class A>
+  void set(A& a, T v, Converter& cv) const {
+    store(a, v, cv.op());
+  }
+  nb::arg_v arg(bool with_default) const {  // a null value: no default
+    return nb::arg_v(nb::arg(name), with_default && dflt ? nb::cast(*dflt) : nb::object());
+  }
+};
+
+template <class At>
+TensorField<At> tensor(const char* name, At at) {
+  return {name, at};
+}
+template <class T, class Store>
+ScalarField<T, Store> scalar(const char* name, Store store, std::optional<T> dflt = {}) {
+  return {name, store, dflt};
+}
+// A field of the same name in the args struct.
+#define MK_TENSOR(field) tensor(#field, [](auto& a) -> TensorView& { return a.field; })
+#define MK_INT(field) scalar<int>(#field, [](auto& a, int v, const char*) { a.field = v; })
+// `alignment` as a contiguous(alignment) layout.
+#define MK_CONTIGUOUS_LAYOUT \
+  scalar<int>("alignment",   \
+              [](auto& a, int v, const char*) { a.layout = PermutedLayout::contiguous(v); })
+
+// FusedMoESharedExpertArgs holds a FusedMoEArgs (its routed layer): the fields they share
+// reach it through moe_part, the routing parameters through params_of.
+template <class A>
+A& moe_part(A& a) {
+  return a;
+}
+FusedMoEArgs& moe_part(FusedMoESharedExpertArgs& a) {
+  return a.moe;
+}
+#define MK_MOE_TENSOR(field) \
+  tensor(#field, [](auto& a) -> TensorView& { return moe_part(a).field; })
+template <class A>
+TopKParams& params_of(A& a) {
+  return moe_part(a).params;
+}
+template <class A>
+auto workspace_of(A& a) -> decltype((moe_part(a).workspace)) {
+  return moe_part(a).workspace;
+}
+template <class A, class = void>
+struct HasWorkspace : std::false_type {};
+template <class A>
+struct HasWorkspace<A, std::void_t<decltype(workspace_of(std::declval<A&>()))>> : std::true_type {};
+
+// FusedTopKFwd's routing parameters, shared by the ops that route.
+auto topk_param_fields() {
+  return std::make_tuple(
+      scalar<int>("top_k", [](auto& a, int v, const char*) { params_of(a).top_k = v; }),
+      scalar<bool>(
+          "renormalize", [](auto& a, bool v, const char*) { params_of(a).renormalize = v; }, false),
+      scalar<const char*>(
+          "scoring_func",
+          [](auto& a, const char* s, const char* op) {
+            params_of(a).scoring_func = parse_scoring(s, op);
+          },
+          "softmax"),
+      scalar<int>(
+          "num_expert_group",
+          [](auto& a, int v, const char*) { params_of(a).num_expert_group = v; }, 0),
+      scalar<int>(
+          "topk_group", [](auto& a, int v, const char*) { params_of(a).topk_group = v; }, 0),
+      scalar<float>(
+          "routed_scaling_factor",
+          [](auto& a, float v, const char*) { params_of(a).routed_scaling_factor = v; }, 1.0f));
 }
 
-// ---- argument builders, shared by each op and its workspace-size query ----
+// The routed-experts ops' arguments (FusedMoEExpertsFwd, IndexedExpertMLPFwd).
+auto experts_fields() {
+  return std::make_tuple(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
+                         MK_TENSOR(topk_weights), MK_TENSOR(topk_ids), MK_TENSOR(output));
+}
 
-FusedTopKArgs topk_args(Converter& cv, nb::handle gating_output, nb::handle correction_bias,
-                        nb::handle topk_weights, nb::handle topk_ids, int top_k, bool renormalize,
-                        const char* scoring_func, int num_expert_group, int topk_group,
-                        float routed_scaling_factor) {
-  FusedTopKArgs a;
-  a.gating_output = cv(gating_output, "gating_output");
-  a.correction_bias = cv(correction_bias, "correction_bias");
-  a.topk_weights = cv(topk_weights, "topk_weights");
-  a.topk_ids = cv(topk_ids, "topk_ids");
-  a.params = make_params(top_k, renormalize, scoring_func, num_expert_group, topk_group,
-                         routed_scaling_factor, cv.op());
+// ---- ops: one entry per op; register_op generates its Python functions ----
+
+enum class WorkspaceUse { kNone, kRequired, kOptional };
+
+template <class Args, class Fields>
+struct Op {
+  const char* name;  // moekit.raw.<name>, moekit.raw._t_<name>, torch.ops.moekit.<name>
+  void (*run)(const Args&, cudaStream_t);
+  const char* doc;
+  Fields fields;  // the Python arguments in order (C++ field order)
+  size_t (*workspace_size)(const Args&) = nullptr;
+  const char* workspace_query = nullptr;  // the size query's Python name
+  WorkspaceUse workspace = WorkspaceUse::kNone;
+  bool raw_defaults = false;  // the raw op's scalars keep their defaults
+
+  // The op takes a workspace of workspace_size(args) bytes; kOptional: the raw op takes it
+  // as trailing keywords after the stream and the query takes no arguments.
+  Op with_workspace(size_t (*size)(const Args&), const char* query,
+                    WorkspaceUse use = WorkspaceUse::kRequired) const {
+    Op o = *this;
+    o.workspace_size = size;
+    o.workspace_query = query;
+    o.workspace = use;
+    return o;
+  }
+  Op with_raw_defaults() const {
+    Op o = *this;
+    o.raw_defaults = true;
+    return o;
+  }
+};
+
+template <class Args, class Fields>
+Op<Args, Fields> op(const char* name, void (*run)(const Args&, cudaStream_t), Fields fields,
+                    const char* doc) {
+  return {name, run, doc, fields};
+}
+template <class... F>
+auto fields(F... f) {
+  return std::make_tuple(f...);
+}
+
+// The op table. Field order is the Python argument order of moekit.raw.<op> (the C++
+// struct's order); the torch layer (moekit/ops.py) passes its arguments in that order.
+const auto kOps = std::make_tuple(
+    op("fused_topk", &fused_topk,
+       std::tuple_cat(fields(MK_TENSOR(gating_output), MK_TENSOR(correction_bias),
+                             MK_TENSOR(topk_weights), MK_TENSOR(topk_ids)),
+                      topk_param_fields()),
+       "FusedTopKFwd: gating_output [T, E] bf16/f16/f32, correction_bias [E] f32 or None -> "
+       "topk_weights [T, K] f32, topk_ids [T, K] i32 (written in place).")
+        .with_raw_defaults(),
+    op("moe_permute_align", &moe_permute_align,
+       fields(MK_TENSOR(topk_ids), MK_INT(num_experts), MK_INT(block_size),
+              MK_TENSOR(sorted_token_ids), MK_TENSOR(expert_ids),
+              MK_TENSOR(num_tokens_post_padded)),
+       "MoEPermuteAlignFwd: topk_ids [T, K] i32 -> sorted_token_ids [T*K + E*(bs-1)] i32, "
+       "expert_ids [ceil(len/bs)] i32, num_tokens_post_padded [1] i32.")
+        .with_workspace(&permute_align_workspace_size, "permute_align_workspace_size"),
+    op("moe_pre_permute", &moe_pre_permute,
+       fields(MK_TENSOR(hidden_states), MK_TENSOR(local_expert_ids), MK_INT(num_local_experts),
+              MK_CONTIGUOUS_LAYOUT, MK_TENSOR(permuted), MK_TENSOR(layout_metadata),
+              MK_TENSOR(inverse_indices)),
+       "MoEPrePermuteFwd: hidden_states [T, H], local_expert_ids [T, K] i32 -> permuted [P, H] "
+       "(P = T*K + E*(alignment-1)), layout_metadata [E] i32, inverse_indices [T*K] i32.")
+        .with_workspace(&pre_permute_workspace_size, "pre_permute_workspace_size"),
+    op("moe_post_permute", &moe_post_permute,
+       fields(MK_TENSOR(expert_output), MK_TENSOR(topk_weights), MK_TENSOR(inverse_indices),
+              MK_TENSOR(out)),
+       "MoEPostPermuteFwd: expert_output [P, H], topk_weights [T, K] f32, inverse_indices "
+       "[T*K] i32 -> out [T, H] (expert_output's dtype or f32)."),
+    op("moe_grouped_gemm", &moe_grouped_gemm,
+       fields(MK_TENSOR(a), MK_TENSOR(b), MK_TENSOR(layout_metadata),
+              // masked, alignment, max_m: PermutedLayout::masked(max_m) or contiguous(alignment)
+              scalar<bool>("masked",
+                           [](auto& g, bool v, const char*) {
+                             g.layout = v ? PermutedLayout::masked(0) : PermutedLayout{};
+                           }),
+              scalar<int>("alignment",
+                          [](auto& g, int v, const char*) {
+                            if (g.layout.kind == PermutedLayout::Kind::kContiguous) {
+                              g.layout.alignment = v;
+                            }
+                          }),
+              scalar<int64_t>("max_m",
+                              [](auto& g, int64_t v, const char*) {
+                                if (g.layout.kind == PermutedLayout::Kind::kMasked) {
+                                  g.layout.max_m = v;
+                                }
+                              }),
+              scalar<const char*>("activation",
+                                  [](auto& g, const char* s, const char* op) {
+                                    g.activation = parse_activation(s, op);
+                                  }),
+              MK_TENSOR(c)),
+       "MoEGroupedGemmFwd: contiguous a [P, Kd] -> c [P, N]; masked a [E, max_m, Kd] -> c "
+       "[E, max_m, N]; b [E, N, Kd] ([E, 2N, Kd] with activation='silu_and_mul'). The "
+       "workspace (grouped_gemm_workspace_size() bytes) is optional: with it the Hopper "
+       "kernels balance tiles dynamically.")
+        .with_workspace(&grouped_gemm_workspace_size, "grouped_gemm_workspace_size",
+                        WorkspaceUse::kOptional),
+    op("moe_grouped_gemm_fp8", &moe_grouped_gemm_fp8,
+       fields(MK_TENSOR(a), MK_TENSOR(a_scale), MK_TENSOR(b), MK_TENSOR(b_scale),
+              MK_TENSOR(layout_metadata), MK_TENSOR(c)),
+       "MoEGroupedGemmFP8Fwd: a [E, max_m, Kd] fp8e4m3, a_scale [E, max_m, Kd/128] f32, b "
+       "[E, N, Kd] fp8e4m3, b_scale [E, N/128, Kd/128] f32, layout_metadata [E] i32 -> c "
+       "[E, max_m, N] bf16."),
+    op("moe_expert_mlp", &moe_expert_mlp,
+       fields(MK_TENSOR(expert_input), MK_TENSOR(layout_metadata), MK_CONTIGUOUS_LAYOUT,
+              MK_TENSOR(w_gate_up), MK_TENSOR(w_down), MK_TENSOR(expert_output)),
+       "MoEExpertMLPFwd: expert_input [P, H], layout_metadata [E] i32, w_gate_up [E, 2F, H], "
+       "w_down [E, H, F] -> expert_output [P, H].")
+        .with_workspace(&expert_mlp_workspace_size, "expert_mlp_workspace_size"),
+    op("fused_moe_experts", &fused_moe_experts, experts_fields(),
+       "FusedMoEExpertsFwd: hidden_states [T, H], w_gate_up [E, 2F, H], w_down [E, H, F], "
+       "topk_weights [T, K] f32, topk_ids [T, K] i32 -> output [T, H].")
+        .with_workspace(&fused_moe_experts_workspace_size, "fused_moe_experts_workspace_size"),
+    op("indexed_expert_mlp", &indexed_expert_mlp, experts_fields(),
+       "IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64.")
+        .with_workspace(&indexed_expert_mlp_workspace_size, "indexed_expert_mlp_workspace_size"),
+    op("fused_moe", &fused_moe,
+       std::tuple_cat(fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
+                             MK_MOE_TENSOR(correction_bias), MK_MOE_TENSOR(w_gate_up),
+                             MK_MOE_TENSOR(w_down), MK_MOE_TENSOR(output)),
+                      topk_param_fields()),
+       "FusedMoEFwd: fused_topk then fused_moe_experts -> output [T, H].")
+        .with_workspace(&fused_moe_workspace_size, "fused_moe_workspace_size"),
+    op("fused_moe_shared_expert", &fused_moe_shared_expert,
+       std::tuple_cat(
+           fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
+                  MK_MOE_TENSOR(correction_bias), MK_MOE_TENSOR(w_gate_up), MK_MOE_TENSOR(w_down),
+                  MK_TENSOR(shared_w_gate_up), MK_TENSOR(shared_w_down), MK_MOE_TENSOR(output)),
+           topk_param_fields()),
+       "FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) -> output [T, H].")
+        .with_workspace(&fused_moe_shared_expert_workspace_size,
+                        "fused_moe_shared_expert_workspace_size"),
+    op("shared_expert_mlp", &shared_expert_mlp,
+       fields(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down), MK_TENSOR(output)),
+       "SharedExpertMLPFwd: hidden_states [T, H], w_gate_up [2S, H], w_down [H, S] -> "
+       "output [T, H].")
+        .with_workspace(&shared_expert_mlp_workspace_size, "shared_expert_mlp_workspace_size"));
+
+// ---- generation: the Python functions of one table entry ----
+
+// Fills the op's args struct from the Python values, in field order.
+template <class Args, class... F, size_t... I>
+Args fill(const std::tuple<F...>& fs, std::index_sequence<I...>, Converter& cv,
+          typename F::Py... v) {
+  Args a;
+  (std::get<I>(fs).set(a, v, cv), ...);
   return a;
 }
 
-PermuteAlignArgs align_args(Converter& cv, nb::handle topk_ids, int num_experts, int block_size,
-                            nb::handle sorted_token_ids, nb::handle expert_ids,
-                            nb::handle num_tokens_post_padded) {
-  PermuteAlignArgs a;
-  a.topk_ids = cv(topk_ids, "topk_ids");
-  a.num_experts = num_experts;
-  a.block_size = block_size;
-  a.sorted_token_ids = cv(sorted_token_ids, "sorted_token_ids");
-  a.expert_ids = cv(expert_ids, "expert_ids");
-  a.num_tokens_post_padded = cv(num_tokens_post_padded, "num_tokens_post_padded");
-  return a;
+template <class Args, class... F, size_t... I>
+void register_op(nb::module_& m, const Op<Args, std::tuple<F...>>& entry,
+                 std::index_sequence<I...> seq) {
+  const auto* p = &entry;  // kOps lives as long as the module
+  const bool defaults = entry.raw_defaults;
+  const auto& fs = entry.fields;
+  auto args_of = [p, seq](Converter& cv, typename F::Py... v) {
+    return fill<Args>(p->fields, seq, cv, v...);
+  };
+  if constexpr (!HasWorkspace<Args>::value) {
+    m.def(
+        entry.name,
+        [p, args_of](typename F::Py... v, uintptr_t stream) {
+          Converter cv(p->name);
+          p->run(args_of(cv, v...), as_stream(stream));
+        },
+        std::get<I>(fs).arg(defaults)..., arg("stream") = 0, entry.doc);
+    m.def(("_t_" + std::string(entry.name)).c_str(),
+          [p, args_of](typename F::Py... v, uintptr_t stream) {
+            Converter cv(p->name, true);
+            p->run(args_of(cv, v...), as_stream(stream));
+          },
+          std::get<I>(fs).arg(false)..., arg("stream"));
+  } else {
+    // The raw op with the caller's workspace (pointer and bytes as ints).
+    auto run_raw = [p, args_of](uintptr_t workspace, size_t workspace_bytes, uintptr_t stream,
+                                typename F::Py... v) {
+      Converter cv(p->name);
+      Args a = args_of(cv, v...);
+      workspace_of(a) = as_workspace(workspace, workspace_bytes);
+      p->run(a, as_stream(stream));
+    };
+    if (entry.workspace == WorkspaceUse::kOptional) {
+      m.def(
+          entry.name,
+          [run_raw](typename F::Py... v, uintptr_t stream, uintptr_t workspace,
+                    size_t workspace_bytes) { run_raw(workspace, workspace_bytes, stream, v...); },
+          std::get<I>(fs).arg(defaults)..., arg("stream") = 0, arg("workspace") = 0,
+          arg("workspace_bytes") = 0, entry.doc);
+      m.def(
+          entry.workspace_query, [p] { return p->workspace_size(Args{}); },
+          (std::string("Bytes of ") + entry.name + "'s optional workspace.").c_str());
+    } else {
+      m.def(
+          entry.name,
+          [run_raw](typename F::Py... v, uintptr_t workspace, size_t workspace_bytes,
+                    uintptr_t stream) { run_raw(workspace, workspace_bytes, stream, v...); },
+          std::get<I>(fs).arg(defaults)..., arg("workspace"), arg("workspace_bytes"),
+          arg("stream") = 0, entry.doc);
+      m.def(
+          entry.workspace_query,
+          [p, args_of](typename F::Py... v) {
+            Converter cv(p->name);
+            return p->workspace_size(args_of(cv, v...));
+          },
+          std::get<I>(fs).arg(false)...,
+          (std::string("Bytes of ") + entry.name + "'s workspace for these arguments.").c_str());
+    }
+    m.def(("_t_" + std::string(entry.name)).c_str(),
+          [p, args_of](typename F::Py... v, nb::handle ws, uintptr_t stream) {
+            Converter cv(p->name, true);
+            Args a = args_of(cv, v...);
+            workspace_of(a) = workspace_from_entry(ws, p->workspace_size(a), cv.op());
+            p->run(a, as_stream(stream));
+          },
+          std::get<I>(fs).arg(false)..., arg("ws").none(), arg("stream"));
+  }
 }
 
-PrePermuteArgs pre_args(Converter& cv, nb::handle hidden_states, nb::handle local_expert_ids,
-                        int num_local_experts, int alignment, nb::handle permuted,
-                        nb::handle layout_metadata, nb::handle inverse_indices) {
-  PrePermuteArgs a;
-  a.hidden_states = cv(hidden_states, "hidden_states");
-  a.local_expert_ids = cv(local_expert_ids, "local_expert_ids");
-  a.num_local_experts = num_local_experts;
-  a.layout = PermutedLayout::contiguous(alignment);
-  a.permuted = cv(permuted, "permuted");
-  a.layout_metadata = cv(layout_metadata, "layout_metadata");
-  a.inverse_indices = cv(inverse_indices, "inverse_indices");
-  return a;
+// The arguments of moekit.raw._t_<op> before the stream: the op's fields, then "ws" where
+// it takes the torch layer's workspace entry.
+template <class Args, class Fields>
+nb::tuple entry_arg_names(const Op<Args, Fields>& entry) {
+  nb::list names;
+  std::apply([&](const auto&... f) { (names.append(f.name), ...); }, entry.fields);
+  if constexpr (HasWorkspace<Args>::value) names.append("ws");
+  return nb::tuple(names);
 }
 
-PermutedLayout make_layout(bool masked, int alignment, int64_t max_m) {
-  return masked ? PermutedLayout::masked(max_m) : PermutedLayout::contiguous(alignment);
+// Registers every op of kOps; moekit.raw.OPS: their names in table order, and
+// moekit.raw._ENTRY_ARGS: each op's entry_arg_names (the torch layer builds its calls of
+// the _t_<op> entry points from them).
+void register_ops(nb::module_& m) {
+  nb::list names;
+  nb::dict entry_args;
+  std::apply(
+      [&](const auto&... entry) {
+        ((register_op(m, entry,
+                      std::make_index_sequence<std::tuple_size_v<decltype(entry.fields)>>{}),
+          names.append(entry.name), entry_args[entry.name] = entry_arg_names(entry)),
+         ...);
+      },
+      kOps);
+  m.attr("OPS") = nb::tuple(names);
+  m.attr("_ENTRY_ARGS") = entry_args;
 }
-
-ExpertMLPArgs mlp_args(Converter& cv, nb::handle expert_input, nb::handle layout_metadata,
-                       int alignment, nb::handle w_gate_up, nb::handle w_down,
-                       nb::handle expert_output) {
-  ExpertMLPArgs a;
-  a.expert_input = cv(expert_input, "expert_input");
-  a.layout_metadata = cv(layout_metadata, "layout_metadata");
-  a.layout = PermutedLayout::contiguous(alignment);
-  a.w_gate_up = cv(w_gate_up, "w_gate_up");
-  a.w_down = cv(w_down, "w_down");
-  a.expert_output = cv(expert_output, "expert_output");
-  return a;
-}
-
-FusedMoEExpertsArgs experts_args(Converter& cv, nb::handle hidden_states, nb::handle w_gate_up,
-                                 nb::handle w_down, nb::handle topk_weights, nb::handle topk_ids,
-                                 nb::handle output) {
-  FusedMoEExpertsArgs a;
-  a.hidden_states = cv(hidden_states, "hidden_states");
-  a.w_gate_up = cv(w_gate_up, "w_gate_up");
-  a.w_down = cv(w_down, "w_down");
-  a.topk_weights = cv(topk_weights, "topk_weights");
-  a.topk_ids = cv(topk_ids, "topk_ids");
-  a.output = cv(output, "output");
-  return a;
-}
-
-FusedMoEArgs moe_args(Converter& cv, nb::handle hidden_states, nb::handle gating_output,
-                      nb::handle correction_bias, nb::handle w_gate_up, nb::handle w_down,
-                      nb::handle output, int top_k, bool renormalize, const char* scoring_func,
-                      int num_expert_group, int topk_group, float routed_scaling_factor) {
-  FusedMoEArgs a;
-  a.hidden_states = cv(hidden_states, "hidden_states");
-  a.gating_output = cv(gating_output, "gating_output");
-  a.correction_bias = cv(correction_bias, "correction_bias");
-  a.w_gate_up = cv(w_gate_up, "w_gate_up");
-  a.w_down = cv(w_down, "w_down");
-  a.output = cv(output, "output");
-  a.params = make_params(top_k, renormalize, scoring_func, num_expert_group, topk_group,
-                         routed_scaling_factor, cv.op());
-  return a;
-}
-
-FusedMoESharedExpertArgs shared_moe_args(Converter& cv, nb::handle hidden_states,
-                                         nb::handle gating_output, nb::handle correction_bias,
-                                         nb::handle w_gate_up, nb::handle w_down,
-                                         nb::handle shared_w_gate_up, nb::handle shared_w_down,
-                                         nb::handle output, int top_k, bool renormalize,
-                                         const char* scoring_func, int num_expert_group,
-                                         int topk_group, float routed_scaling_factor) {
-  FusedMoESharedExpertArgs a;
-  a.moe =
-      moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down, output, top_k,
-               renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor);
-  a.shared_w_gate_up = cv(shared_w_gate_up, "shared_w_gate_up");
-  a.shared_w_down = cv(shared_w_down, "shared_w_down");
-  return a;
-}
-
-SharedExpertMLPArgs shared_mlp_args(Converter& cv, nb::handle hidden_states, nb::handle w_gate_up,
-                                    nb::handle w_down, nb::handle output) {
-  SharedExpertMLPArgs a;
-  a.hidden_states = cv(hidden_states, "hidden_states");
-  a.w_gate_up = cv(w_gate_up, "w_gate_up");
-  a.w_down = cv(w_down, "w_down");
-  a.output = cv(output, "output");
-  return a;
-}
-
-using nb::arg;
 
 }  // namespace
 
@@ -634,10 +862,6 @@ NB_MODULE(_moekit, m) {
   codes["i32"] = static_cast<int>(DType::kI32);
   codes["fp8e4m3"] = static_cast<int>(DType::kFP8E4M3);
   m.attr("DTYPES") = codes;
-  m.attr("OPS") = nb::make_tuple("fused_topk", "moe_permute_align", "moe_pre_permute",
-                                 "moe_post_permute", "moe_grouped_gemm", "moe_grouped_gemm_fp8",
-                                 "moe_expert_mlp", "fused_moe_experts", "indexed_expert_mlp",
-                                 "fused_moe", "fused_moe_shared_expert", "shared_expert_mlp");
   m.attr("__version__") = MOEKIT_VERSION_STRING;
 
   m.def(
@@ -693,334 +917,7 @@ NB_MODULE(_moekit, m) {
       },
       "CUDA devices visible to moekit's runtime (0 without a driver or GPU).");
 
-  // ---- FusedTopKFwd ----
-  m.def(
-      "fused_topk",
-      [](nb::handle gating_output, nb::handle correction_bias, nb::handle topk_weights,
-         nb::handle topk_ids, int top_k, bool renormalize, const char* scoring_func,
-         int num_expert_group, int topk_group, float routed_scaling_factor, uintptr_t stream) {
-        Converter cv("fused_topk");
-        fused_topk(topk_args(cv, gating_output, correction_bias, topk_weights, topk_ids, top_k,
-                             renormalize, scoring_func, num_expert_group, topk_group,
-                             routed_scaling_factor),
-                   as_stream(stream));
-      },
-      arg("gating_output").none(), arg("correction_bias").none(), arg("topk_weights").none(),
-      arg("topk_ids").none(), arg("top_k"), arg("renormalize") = false,
-      arg("scoring_func") = "softmax", arg("num_expert_group") = 0, arg("topk_group") = 0,
-      arg("routed_scaling_factor") = 1.0f, arg("stream") = 0,
-      "FusedTopKFwd: gating_output [T, E] bf16/f16/f32, correction_bias [E] f32 or None -> "
-      "topk_weights [T, K] f32, topk_ids [T, K] i32 (written in place).");
-
-  // ---- MoEPermuteAlignFwd ----
-  m.def(
-      "permute_align_workspace_size",
-      [](nb::handle topk_ids, int num_experts, int block_size, nb::handle sorted_token_ids,
-         nb::handle expert_ids, nb::handle num_tokens_post_padded) {
-        Converter cv("moe_permute_align");
-        return permute_align_workspace_size(align_args(cv, topk_ids, num_experts, block_size,
-                                                       sorted_token_ids, expert_ids,
-                                                       num_tokens_post_padded));
-      },
-      arg("topk_ids").none(), arg("num_experts"), arg("block_size"), arg("sorted_token_ids").none(),
-      arg("expert_ids").none(), arg("num_tokens_post_padded").none());
-  m.def(
-      "moe_permute_align",
-      [](nb::handle topk_ids, int num_experts, int block_size, nb::handle sorted_token_ids,
-         nb::handle expert_ids, nb::handle num_tokens_post_padded, uintptr_t workspace,
-         size_t workspace_bytes, uintptr_t stream) {
-        Converter cv("moe_permute_align");
-        PermuteAlignArgs a = align_args(cv, topk_ids, num_experts, block_size, sorted_token_ids,
-                                        expert_ids, num_tokens_post_padded);
-        a.workspace = as_workspace(workspace, workspace_bytes);
-        moe_permute_align(a, as_stream(stream));
-      },
-      arg("topk_ids").none(), arg("num_experts"), arg("block_size"), arg("sorted_token_ids").none(),
-      arg("expert_ids").none(), arg("num_tokens_post_padded").none(), arg("workspace"),
-      arg("workspace_bytes"), arg("stream") = 0,
-      "MoEPermuteAlignFwd: topk_ids [T, K] i32 -> sorted_token_ids [T*K + E*(bs-1)] i32, "
-      "expert_ids [ceil(len/bs)] i32, num_tokens_post_padded [1] i32.");
-
-  // ---- MoEPrePermuteFwd ----
-  m.def(
-      "pre_permute_workspace_size",
-      [](nb::handle hidden_states, nb::handle local_expert_ids, int num_local_experts,
-         int alignment, nb::handle permuted, nb::handle layout_metadata,
-         nb::handle inverse_indices) {
-        Converter cv("moe_pre_permute");
-        return pre_permute_workspace_size(pre_args(cv, hidden_states, local_expert_ids,
-                                                   num_local_experts, alignment, permuted,
-                                                   layout_metadata, inverse_indices));
-      },
-      arg("hidden_states").none(), arg("local_expert_ids").none(), arg("num_local_experts"),
-      arg("alignment"), arg("permuted").none(), arg("layout_metadata").none(),
-      arg("inverse_indices").none());
-  m.def(
-      "moe_pre_permute",
-      [](nb::handle hidden_states, nb::handle local_expert_ids, int num_local_experts,
-         int alignment, nb::handle permuted, nb::handle layout_metadata, nb::handle inverse_indices,
-         uintptr_t workspace, size_t workspace_bytes, uintptr_t stream) {
-        Converter cv("moe_pre_permute");
-        PrePermuteArgs a = pre_args(cv, hidden_states, local_expert_ids, num_local_experts,
-                                    alignment, permuted, layout_metadata, inverse_indices);
-        a.workspace = as_workspace(workspace, workspace_bytes);
-        moe_pre_permute(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("local_expert_ids").none(), arg("num_local_experts"),
-      arg("alignment"), arg("permuted").none(), arg("layout_metadata").none(),
-      arg("inverse_indices").none(), arg("workspace"), arg("workspace_bytes"), arg("stream") = 0,
-      "MoEPrePermuteFwd: hidden_states [T, H], local_expert_ids [T, K] i32 -> permuted [P, H] "
-      "(P = T*K + E*(alignment-1)), layout_metadata [E] i32, inverse_indices [T*K] i32.");
-
-  // ---- MoEPostPermuteFwd ----
-  m.def(
-      "moe_post_permute",
-      [](nb::handle expert_output, nb::handle topk_weights, nb::handle inverse_indices,
-         nb::handle out, uintptr_t stream) {
-        Converter cv("moe_post_permute");
-        PostPermuteArgs a;
-        a.expert_output = cv(expert_output, "expert_output");
-        a.topk_weights = cv(topk_weights, "topk_weights");
-        a.inverse_indices = cv(inverse_indices, "inverse_indices");
-        a.out = cv(out, "out");
-        moe_post_permute(a, as_stream(stream));
-      },
-      arg("expert_output").none(), arg("topk_weights").none(), arg("inverse_indices").none(),
-      arg("out").none(), arg("stream") = 0,
-      "MoEPostPermuteFwd: expert_output [P, H], topk_weights [T, K] f32, inverse_indices "
-      "[T*K] i32 -> out [T, H] (expert_output's dtype or f32).");
-
-  // ---- MoEGroupedGemmFwd ----
-  m.def(
-      "moe_grouped_gemm",
-      [](nb::handle a, nb::handle b, nb::handle layout_metadata, bool masked, int alignment,
-         int64_t max_m, const char* activation, nb::handle c, uintptr_t stream, uintptr_t workspace,
-         size_t workspace_bytes) {
-        Converter cv("moe_grouped_gemm");
-        GroupedGemmArgs g;
-        g.a = cv(a, "a");
-        g.b = cv(b, "b");
-        g.layout_metadata = cv(layout_metadata, "layout_metadata");
-        g.layout = make_layout(masked, alignment, max_m);
-        g.activation = parse_activation(activation, cv.op());
-        g.c = cv(c, "c");
-        g.workspace = as_workspace(workspace, workspace_bytes);
-        moe_grouped_gemm(g, as_stream(stream));
-      },
-      arg("a").none(), arg("b").none(), arg("layout_metadata").none(), arg("masked"),
-      arg("alignment"), arg("max_m"), arg("activation"), arg("c").none(), arg("stream") = 0,
-      arg("workspace") = 0, arg("workspace_bytes") = 0,
-      "MoEGroupedGemmFwd: contiguous a [P, Kd] -> c [P, N]; masked a [E, max_m, Kd] -> c "
-      "[E, max_m, N]; b [E, N, Kd] ([E, 2N, Kd] with activation='silu_and_mul'). The "
-      "workspace (grouped_gemm_workspace_size() bytes) is optional: with it the Hopper "
-      "kernels balance tiles dynamically.");
-  m.def(
-      "grouped_gemm_workspace_size", [] { return grouped_gemm_workspace_size(GroupedGemmArgs{}); },
-      "Bytes of moe_grouped_gemm's optional workspace.");
-
-  // ---- MoEGroupedGemmFP8Fwd ----
-  m.def(
-      "moe_grouped_gemm_fp8",
-      [](nb::handle a, nb::handle a_scale, nb::handle b, nb::handle b_scale,
-         nb::handle layout_metadata, nb::handle c, uintptr_t stream) {
-        Converter cv("moe_grouped_gemm_fp8");
-        GroupedGemmFP8Args g;
-        g.a = cv(a, "a");
-        g.a_scale = cv(a_scale, "a_scale");
-        g.b = cv(b, "b");
-        g.b_scale = cv(b_scale, "b_scale");
-        g.layout_metadata = cv(layout_metadata, "layout_metadata");
-        g.c = cv(c, "c");
-        moe_grouped_gemm_fp8(g, as_stream(stream));
-      },
-      arg("a").none(), arg("a_scale").none(), arg("b").none(), arg("b_scale").none(),
-      arg("layout_metadata").none(), arg("c").none(), arg("stream") = 0,
-      "MoEGroupedGemmFP8Fwd: a [E, max_m, Kd] fp8e4m3, a_scale [E, max_m, Kd/128] f32, b "
-      "[E, N, Kd] fp8e4m3, b_scale [E, N/128, Kd/128] f32, layout_metadata [E] i32 -> c "
-      "[E, max_m, N] bf16.");
-
-  // ---- MoEExpertMLPFwd ----
-  m.def(
-      "expert_mlp_workspace_size",
-      [](nb::handle expert_input, nb::handle layout_metadata, int alignment, nb::handle w_gate_up,
-         nb::handle w_down, nb::handle expert_output) {
-        Converter cv("moe_expert_mlp");
-        return expert_mlp_workspace_size(mlp_args(cv, expert_input, layout_metadata, alignment,
-                                                  w_gate_up, w_down, expert_output));
-      },
-      arg("expert_input").none(), arg("layout_metadata").none(), arg("alignment"),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("expert_output").none());
-  m.def(
-      "moe_expert_mlp",
-      [](nb::handle expert_input, nb::handle layout_metadata, int alignment, nb::handle w_gate_up,
-         nb::handle w_down, nb::handle expert_output, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream) {
-        Converter cv("moe_expert_mlp");
-        ExpertMLPArgs a = mlp_args(cv, expert_input, layout_metadata, alignment, w_gate_up, w_down,
-                                   expert_output);
-        a.workspace = as_workspace(workspace, workspace_bytes);
-        moe_expert_mlp(a, as_stream(stream));
-      },
-      arg("expert_input").none(), arg("layout_metadata").none(), arg("alignment"),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("expert_output").none(), arg("workspace"),
-      arg("workspace_bytes"), arg("stream") = 0,
-      "MoEExpertMLPFwd: expert_input [P, H], layout_metadata [E] i32, w_gate_up [E, 2F, H], "
-      "w_down [E, H, F] -> expert_output [P, H].");
-
-  // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
-  m.def(
-      "fused_moe_experts_workspace_size",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
-         nb::handle topk_ids, nb::handle output) {
-        Converter cv("fused_moe_experts");
-        return fused_moe_experts_workspace_size(
-            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output));
-      },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
-      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none());
-  m.def(
-      "fused_moe_experts",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
-         nb::handle topk_ids, nb::handle output, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream) {
-        Converter cv("fused_moe_experts");
-        FusedMoEExpertsArgs a =
-            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output);
-        a.workspace = as_workspace(workspace, workspace_bytes);
-        fused_moe_experts(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
-      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none(), arg("workspace"),
-      arg("workspace_bytes"), arg("stream") = 0,
-      "FusedMoEExpertsFwd: hidden_states [T, H], w_gate_up [E, 2F, H], w_down [E, H, F], "
-      "topk_weights [T, K] f32, topk_ids [T, K] i32 -> output [T, H].");
-  m.def(
-      "indexed_expert_mlp_workspace_size",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
-         nb::handle topk_ids, nb::handle output) {
-        Converter cv("indexed_expert_mlp");
-        return indexed_expert_mlp_workspace_size(
-            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output));
-      },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
-      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none());
-  m.def(
-      "indexed_expert_mlp",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
-         nb::handle topk_ids, nb::handle output, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream) {
-        Converter cv("indexed_expert_mlp");
-        IndexedExpertMLPArgs a =
-            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output);
-        a.workspace = as_workspace(workspace, workspace_bytes);
-        indexed_expert_mlp(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
-      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none(), arg("workspace"),
-      arg("workspace_bytes"), arg("stream") = 0,
-      "IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64.");
-
-  // ---- FusedMoEFwd ----
-  m.def(
-      "fused_moe_workspace_size",
-      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
-         nb::handle w_gate_up, nb::handle w_down, nb::handle output, int top_k, bool renormalize,
-         const char* scoring_func, int num_expert_group, int topk_group,
-         float routed_scaling_factor) {
-        Converter cv("fused_moe");
-        return fused_moe_workspace_size(moe_args(
-            cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down, output, top_k,
-            renormalize, scoring_func, num_expert_group, topk_group, routed_scaling_factor));
-      },
-      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("top_k"),
-      arg("renormalize"), arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
-      arg("routed_scaling_factor"));
-  m.def(
-      "fused_moe",
-      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
-         nb::handle w_gate_up, nb::handle w_down, nb::handle output, int top_k, bool renormalize,
-         const char* scoring_func, int num_expert_group, int topk_group,
-         float routed_scaling_factor, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream) {
-        Converter cv("fused_moe");
-        FusedMoEArgs a = moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up,
-                                  w_down, output, top_k, renormalize, scoring_func,
-                                  num_expert_group, topk_group, routed_scaling_factor);
-        a.workspace = as_workspace(workspace, workspace_bytes);
-        fused_moe(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("top_k"),
-      arg("renormalize"), arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
-      arg("routed_scaling_factor"), arg("workspace"), arg("workspace_bytes"), arg("stream") = 0,
-      "FusedMoEFwd: fused_topk then fused_moe_experts -> output [T, H].");
-
-  // ---- FusedMoESharedExpertFwd ----
-  m.def(
-      "fused_moe_shared_expert_workspace_size",
-      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
-         nb::handle w_gate_up, nb::handle w_down, nb::handle shared_w_gate_up,
-         nb::handle shared_w_down, nb::handle output, int top_k, bool renormalize,
-         const char* scoring_func, int num_expert_group, int topk_group,
-         float routed_scaling_factor) {
-        Converter cv("fused_moe_shared_expert");
-        return fused_moe_shared_expert_workspace_size(
-            shared_moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down,
-                            shared_w_gate_up, shared_w_down, output, top_k, renormalize,
-                            scoring_func, num_expert_group, topk_group, routed_scaling_factor));
-      },
-      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("shared_w_gate_up").none(),
-      arg("shared_w_down").none(), arg("output").none(), arg("top_k"), arg("renormalize"),
-      arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
-      arg("routed_scaling_factor"));
-  m.def(
-      "fused_moe_shared_expert",
-      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
-         nb::handle w_gate_up, nb::handle w_down, nb::handle shared_w_gate_up,
-         nb::handle shared_w_down, nb::handle output, int top_k, bool renormalize,
-         const char* scoring_func, int num_expert_group, int topk_group,
-         float routed_scaling_factor, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream) {
-        Converter cv("fused_moe_shared_expert");
-        FusedMoESharedExpertArgs a =
-            shared_moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down,
-                            shared_w_gate_up, shared_w_down, output, top_k, renormalize,
-                            scoring_func, num_expert_group, topk_group, routed_scaling_factor);
-        a.moe.workspace = as_workspace(workspace, workspace_bytes);
-        fused_moe_shared_expert(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("shared_w_gate_up").none(),
-      arg("shared_w_down").none(), arg("output").none(), arg("top_k"), arg("renormalize"),
-      arg("scoring_func"), arg("num_expert_group"), arg("topk_group"), arg("routed_scaling_factor"),
-      arg("workspace"), arg("workspace_bytes"), arg("stream") = 0,
-      "FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) -> output [T, H].");
-
-  // ---- SharedExpertMLPFwd ----
-  m.def(
-      "shared_expert_mlp_workspace_size",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle output) {
-        Converter cv("shared_expert_mlp");
-        return shared_expert_mlp_workspace_size(
-            shared_mlp_args(cv, hidden_states, w_gate_up, w_down, output));
-      },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
-      arg("output").none());
-  m.def(
-      "shared_expert_mlp",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle output,
-         uintptr_t workspace, size_t workspace_bytes, uintptr_t stream) {
-        Converter cv("shared_expert_mlp");
-        SharedExpertMLPArgs a = shared_mlp_args(cv, hidden_states, w_gate_up, w_down, output);
-        a.workspace = as_workspace(workspace, workspace_bytes);
-        shared_expert_mlp(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
-      arg("output").none(), arg("workspace"), arg("workspace_bytes"), arg("stream") = 0,
-      "SharedExpertMLPFwd: hidden_states [T, H], w_gate_up [2S, H], w_down [H, S] -> "
-      "output [T, H].");
+  register_ops(m);
 
   // ---- the torch layer's entry points (moekit.ops) ----
   // Same arguments as the ops above, but tensors are torch.Tensors read in C++
@@ -1177,182 +1074,4 @@ NB_MODULE(_moekit, m) {
         return old;
       },
       arg("on"), "Tests only: off lets CPU tensors through the torch entry points.");
-  m.def(
-      "_t_fused_topk",
-      [](nb::handle gating_output, nb::handle correction_bias, nb::handle topk_weights,
-         nb::handle topk_ids, int top_k, bool renormalize, const char* scoring_func,
-         int num_expert_group, int topk_group, float routed_scaling_factor, uintptr_t stream) {
-        Converter cv("fused_topk", true);
-        fused_topk(topk_args(cv, gating_output, correction_bias, topk_weights, topk_ids, top_k,
-                             renormalize, scoring_func, num_expert_group, topk_group,
-                             routed_scaling_factor),
-                   as_stream(stream));
-      },
-      arg("gating_output").none(), arg("correction_bias").none(), arg("topk_weights").none(),
-      arg("topk_ids").none(), arg("top_k"), arg("renormalize"), arg("scoring_func"),
-      arg("num_expert_group"), arg("topk_group"), arg("routed_scaling_factor"), arg("stream"));
-  m.def(
-      "_t_moe_permute_align",
-      [](nb::handle topk_ids, int num_experts, int block_size, nb::handle sorted_token_ids,
-         nb::handle expert_ids, nb::handle num_tokens_post_padded, nb::handle ws,
-         uintptr_t stream) {
-        Converter cv("moe_permute_align", true);
-        PermuteAlignArgs a = align_args(cv, topk_ids, num_experts, block_size, sorted_token_ids,
-                                        expert_ids, num_tokens_post_padded);
-        a.workspace = workspace_from_entry(ws, permute_align_workspace_size(a), cv.op());
-        moe_permute_align(a, as_stream(stream));
-      },
-      arg("topk_ids").none(), arg("num_experts"), arg("block_size"), arg("sorted_token_ids").none(),
-      arg("expert_ids").none(), arg("num_tokens_post_padded").none(), arg("ws").none(),
-      arg("stream"));
-  m.def(
-      "_t_moe_pre_permute",
-      [](nb::handle hidden_states, nb::handle local_expert_ids, int num_local_experts,
-         int alignment, nb::handle permuted, nb::handle layout_metadata, nb::handle inverse_indices,
-         nb::handle ws, uintptr_t stream) {
-        Converter cv("moe_pre_permute", true);
-        PrePermuteArgs a = pre_args(cv, hidden_states, local_expert_ids, num_local_experts,
-                                    alignment, permuted, layout_metadata, inverse_indices);
-        a.workspace = workspace_from_entry(ws, pre_permute_workspace_size(a), cv.op());
-        moe_pre_permute(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("local_expert_ids").none(), arg("num_local_experts"),
-      arg("alignment"), arg("permuted").none(), arg("layout_metadata").none(),
-      arg("inverse_indices").none(), arg("ws").none(), arg("stream"));
-  m.def(
-      "_t_moe_post_permute",
-      [](nb::handle expert_output, nb::handle topk_weights, nb::handle inverse_indices,
-         nb::handle out, uintptr_t stream) {
-        Converter cv("moe_post_permute", true);
-        PostPermuteArgs a;
-        a.expert_output = cv(expert_output, "expert_output");
-        a.topk_weights = cv(topk_weights, "topk_weights");
-        a.inverse_indices = cv(inverse_indices, "inverse_indices");
-        a.out = cv(out, "out");
-        moe_post_permute(a, as_stream(stream));
-      },
-      arg("expert_output").none(), arg("topk_weights").none(), arg("inverse_indices").none(),
-      arg("out").none(), arg("stream"));
-  m.def(
-      "_t_moe_grouped_gemm",
-      [](nb::handle a, nb::handle b, nb::handle layout_metadata, bool masked, int alignment,
-         int64_t max_m, const char* activation, nb::handle c, nb::handle ws, uintptr_t stream) {
-        Converter cv("moe_grouped_gemm", true);
-        GroupedGemmArgs g;
-        g.a = cv(a, "a");
-        g.b = cv(b, "b");
-        g.layout_metadata = cv(layout_metadata, "layout_metadata");
-        g.layout = make_layout(masked, alignment, max_m);
-        g.activation = parse_activation(activation, cv.op());
-        g.c = cv(c, "c");
-        g.workspace = workspace_from_entry(ws, grouped_gemm_workspace_size(g), cv.op());
-        moe_grouped_gemm(g, as_stream(stream));
-      },
-      arg("a").none(), arg("b").none(), arg("layout_metadata").none(), arg("masked"),
-      arg("alignment"), arg("max_m"), arg("activation"), arg("c").none(), arg("ws").none(),
-      arg("stream"));
-  m.def(
-      "_t_moe_grouped_gemm_fp8",
-      [](nb::handle a, nb::handle a_scale, nb::handle b, nb::handle b_scale,
-         nb::handle layout_metadata, nb::handle c, uintptr_t stream) {
-        Converter cv("moe_grouped_gemm_fp8", true);
-        GroupedGemmFP8Args g;
-        g.a = cv(a, "a");
-        g.a_scale = cv(a_scale, "a_scale");
-        g.b = cv(b, "b");
-        g.b_scale = cv(b_scale, "b_scale");
-        g.layout_metadata = cv(layout_metadata, "layout_metadata");
-        g.c = cv(c, "c");
-        moe_grouped_gemm_fp8(g, as_stream(stream));
-      },
-      arg("a").none(), arg("a_scale").none(), arg("b").none(), arg("b_scale").none(),
-      arg("layout_metadata").none(), arg("c").none(), arg("stream"));
-  m.def(
-      "_t_moe_expert_mlp",
-      [](nb::handle expert_input, nb::handle layout_metadata, int alignment, nb::handle w_gate_up,
-         nb::handle w_down, nb::handle expert_output, nb::handle ws, uintptr_t stream) {
-        Converter cv("moe_expert_mlp", true);
-        ExpertMLPArgs a = mlp_args(cv, expert_input, layout_metadata, alignment, w_gate_up, w_down,
-                                   expert_output);
-        a.workspace = workspace_from_entry(ws, expert_mlp_workspace_size(a), cv.op());
-        moe_expert_mlp(a, as_stream(stream));
-      },
-      arg("expert_input").none(), arg("layout_metadata").none(), arg("alignment"),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("expert_output").none(), arg("ws").none(),
-      arg("stream"));
-  m.def(
-      "_t_fused_moe_experts",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
-         nb::handle topk_ids, nb::handle output, nb::handle ws, uintptr_t stream) {
-        Converter cv("fused_moe_experts", true);
-        FusedMoEExpertsArgs a =
-            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output);
-        a.workspace = workspace_from_entry(ws, fused_moe_experts_workspace_size(a), cv.op());
-        fused_moe_experts(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
-      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none(), arg("ws").none(),
-      arg("stream"));
-  m.def(
-      "_t_indexed_expert_mlp",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle topk_weights,
-         nb::handle topk_ids, nb::handle output, nb::handle ws, uintptr_t stream) {
-        Converter cv("indexed_expert_mlp", true);
-        IndexedExpertMLPArgs a =
-            experts_args(cv, hidden_states, w_gate_up, w_down, topk_weights, topk_ids, output);
-        a.workspace = workspace_from_entry(ws, indexed_expert_mlp_workspace_size(a), cv.op());
-        indexed_expert_mlp(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
-      arg("topk_weights").none(), arg("topk_ids").none(), arg("output").none(), arg("ws").none(),
-      arg("stream"));
-  m.def(
-      "_t_fused_moe",
-      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
-         nb::handle w_gate_up, nb::handle w_down, nb::handle output, int top_k, bool renormalize,
-         const char* scoring_func, int num_expert_group, int topk_group,
-         float routed_scaling_factor, nb::handle ws, uintptr_t stream) {
-        Converter cv("fused_moe", true);
-        FusedMoEArgs a = moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up,
-                                  w_down, output, top_k, renormalize, scoring_func,
-                                  num_expert_group, topk_group, routed_scaling_factor);
-        a.workspace = workspace_from_entry(ws, fused_moe_workspace_size(a), cv.op());
-        fused_moe(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("output").none(), arg("top_k"),
-      arg("renormalize"), arg("scoring_func"), arg("num_expert_group"), arg("topk_group"),
-      arg("routed_scaling_factor"), arg("ws").none(), arg("stream"));
-  m.def(
-      "_t_fused_moe_shared_expert",
-      [](nb::handle hidden_states, nb::handle gating_output, nb::handle correction_bias,
-         nb::handle w_gate_up, nb::handle w_down, nb::handle shared_w_gate_up,
-         nb::handle shared_w_down, nb::handle output, int top_k, bool renormalize,
-         const char* scoring_func, int num_expert_group, int topk_group,
-         float routed_scaling_factor, nb::handle ws, uintptr_t stream) {
-        Converter cv("fused_moe_shared_expert", true);
-        FusedMoESharedExpertArgs a =
-            shared_moe_args(cv, hidden_states, gating_output, correction_bias, w_gate_up, w_down,
-                            shared_w_gate_up, shared_w_down, output, top_k, renormalize,
-                            scoring_func, num_expert_group, topk_group, routed_scaling_factor);
-        a.moe.workspace =
-            workspace_from_entry(ws, fused_moe_shared_expert_workspace_size(a), cv.op());
-        fused_moe_shared_expert(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("gating_output").none(), arg("correction_bias").none(),
-      arg("w_gate_up").none(), arg("w_down").none(), arg("shared_w_gate_up").none(),
-      arg("shared_w_down").none(), arg("output").none(), arg("top_k"), arg("renormalize"),
-      arg("scoring_func"), arg("num_expert_group"), arg("topk_group"), arg("routed_scaling_factor"),
-      arg("ws").none(), arg("stream"));
-  m.def(
-      "_t_shared_expert_mlp",
-      [](nb::handle hidden_states, nb::handle w_gate_up, nb::handle w_down, nb::handle output,
-         nb::handle ws, uintptr_t stream) {
-        Converter cv("shared_expert_mlp", true);
-        SharedExpertMLPArgs a = shared_mlp_args(cv, hidden_states, w_gate_up, w_down, output);
-        a.workspace = workspace_from_entry(ws, shared_expert_mlp_workspace_size(a), cv.op());
-        shared_expert_mlp(a, as_stream(stream));
-      },
-      arg("hidden_states").none(), arg("w_gate_up").none(), arg("w_down").none(),
-      arg("output").none(), arg("ws").none(), arg("stream"));
 }

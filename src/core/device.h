@@ -29,14 +29,11 @@ const DeviceProps& device_props();
 constexpr int kDeviceCacheSlots = 64;
 int device_cached(int slot, int (*query)());
 
-// The device_cached slots, one per measured quantity.
+// The device_cached slots, one per measured quantity (49..56: the split-K kernel's
+// co-resident clusters per split, gemm_planner.h kSplitKClusterSlot).
 enum DeviceSlot : int {
-  // The split-K GEMM kernel's co-resident s-CTA clusters: slot kSlotSplitKClusters + s - 1
-  // for s = 1..8 (kMaxSplitK).
-  kSlotSplitKClusters = 0,
-  kSlotSm90PairClusters = 8,      // paired SM90 GEMM configs 7, 10, 11: 2-CTA clusters
-  kSlotSm90PingpongPairClusters,  // paired ping-pong config 8: 2-CTA clusters
-  kSlotSm90ChainPairClusters,     // the expert-MLP chain on pair tiles: 2-CTA clusters
+  kSlotSm90PairClusters = 0,   // the paired SM90 GEMM kernels' co-resident 2-CTA clusters
+  kSlotSm90ChainPairClusters,  // the expert-MLP chain's on pair tiles
   kSlotCount
 };
 static_assert(kSlotCount <= kDeviceCacheSlots, "device_cached slots");

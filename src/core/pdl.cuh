@@ -4,8 +4,7 @@
 // attribute may be scheduled while the previous kernel in the stream (or the previous
 // kernel node of a CUDA graph) is still running, as soon as every CTA of that kernel
 // has executed pdl_trigger() or exited. Its launch latency and prologue then hide
-// under the previous kernel's tail (H200, graph of back-to-back calls: a
-// post-permute-sized kernel 1.46 -> 1.14 us).
+// under the previous kernel's tail (measured in docs/routing-permute.md, "PDL").
 //
 // The rule, for EVERY kernel launched through launch_pdl():
 //  * pdl_wait() before the kernel's first global-memory read or write of anything

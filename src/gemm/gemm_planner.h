@@ -1,39 +1,72 @@
 // The GEMM planner and the expert-MLP GEMMs' planner (docs/gemm.md): pure functions of a
 // problem's shapes and the device's properties (no CUDA calls, no globals), unit-tested
-// on the CPU with made-up DeviceProps.
+// on the CPU with made-up devices.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
 #include "core/device.h"
 #include "gemm/grouped_gemm.h"
+#include "gemm/grouped_gemm_fp8.h"
+#include "gemm/mma/split_k.h"
 #include "moekit/plan.h"
 
 namespace moekit::detail {
 
+// What the GEMM planners know of a device: its properties and the decode split-K kernel's
+// co-resident clusters per cluster size (splitk_clusters[s], s = 1..kMaxSplitK, from
+// cudaOccupancyMaxActiveClusters; 0 = unknown: the planner then models sms x 2 / s).
+// Implicit from DeviceProps so tests pass made-up properties; call sites pass
+// current_gemm_device(), which carries the measured capacities too.
+struct GemmDevice {
+  DeviceProps props;
+  std::array<int, kMaxSplitK + 1> splitk_clusters{};
+  GemmDevice() = default;
+  GemmDevice(const DeviceProps& p) : props(p) {}  // NOLINT(google-explicit-constructor)
+};
+
+// device_props() and the split-K capacities of the current device (queried once per device
+// through device_cached, slots kSplitKClusterSlot + s).
+GemmDevice current_gemm_device();
+constexpr int kSplitKClusterSlot = 48;  // device_cached slots 49..56
+
 // The plan run_grouped_gemm runs for `p` when the caller names none.
-GemmPlan plan_gemm(const GroupedGemmProblem& p, const DeviceProps& device);
+GemmPlan plan_gemm(const GroupedGemmProblem& p, const GemmDevice& device);
 // Every plan this build can run `p` with (the planner's pick among them).
-std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const DeviceProps& device);
+std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const GemmDevice& device);
 // Empty when `plan` can run `p`, else why not (for moekit::Error messages).
 std::string gemm_plan_rejection(const GemmPlan& plan, const GroupedGemmProblem& p,
-                                const DeviceProps& device);
+                                const GemmDevice& device);
+
+// The same for the FP8 block-scaled masked GEMM (kFp8Sm90 where it takes the problem, else
+// kFp8Decode).
+GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& device);
+std::vector<GemmPlan> gemm_fp8_plan_candidates(const GroupedGemmFP8Problem& p,
+                                               const GemmDevice& device);
+std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Problem& p,
+                                    const GemmDevice& device);
 
 // The two GEMMs of a gated MLP: `up` (silu_and_mul into act) then `down` (from act).
 // kTwoGemms or kChain (one persistent SM90 launch).
 MlpPlan plan_mlp_gemms(const GroupedGemmProblem& up, const GroupedGemmProblem& down,
-                       const DeviceProps& device);
+                       const GemmDevice& device);
 std::vector<MlpPlan> mlp_gemms_plan_candidates(const GroupedGemmProblem& up,
                                                const GroupedGemmProblem& down,
-                                               const DeviceProps& device);
+                                               const GemmDevice& device);
 std::string mlp_gemms_plan_rejection(const MlpPlan& plan, const GroupedGemmProblem& up,
-                                     const GroupedGemmProblem& down, const DeviceProps& device);
-// Runs (up, down) as `plan` says. scratch: kSm90MlpChainScratchBytes (kChain), may be null
-// otherwise.
+                                     const GroupedGemmProblem& down, const GemmDevice& device);
+// Runs (up, down) as `plan` says, or throws moekit::Error naming `op` when it cannot.
+// scratch: kSm90MlpChainScratchBytes (kChain), may be null otherwise.
 void run_mlp_gemms(const MlpPlan& plan, const GroupedGemmProblem& up,
-                   const GroupedGemmProblem& down, void* scratch, cudaStream_t stream);
+                   const GroupedGemmProblem& down, void* scratch, cudaStream_t stream,
+                   const char* op = "moe_expert_mlp");
+
+// Rows per group the planner goes by: contiguous, the rows without alignment padding over
+// the groups; masked, max_m (an upper bound: the counts live on the device); dense, m.
+int64_t average_rows_per_group(const GroupedGemmProblem& p);
 
 }  // namespace moekit::detail

@@ -2,7 +2,7 @@
 #include <string>
 
 #include "core/check.h"
-#include "gemm/gemm_force.h"
+#include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "moekit/gemm.h"
@@ -21,18 +21,15 @@ std::string str(int64_t v) {
 
 }  // namespace
 
-namespace detail {
-PublicGemmForce& public_gemm_force_override() {
-  static PublicGemmForce v;
-  return v;
-}
-}  // namespace detail
-
 size_t grouped_gemm_workspace_size(const GroupedGemmArgs&) {
   return detail::kTileCounterBytes;
 }
 
-void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
+namespace {
+
+// Validates `args` (throws moekit::Error naming the argument) and returns the engine's
+// problem, its plan not yet set; *launches: whether there is anything to run.
+detail::GroupedGemmProblem checked_problem(const GroupedGemmArgs& args, bool* launches) {
   detail::ArgCheck check("moe_grouped_gemm");
   const bool silu = args.activation == Activation::kSiluAndMul;
   check.require(args.activation == Activation::kNone || silu, "activation",
@@ -60,7 +57,7 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
   const int64_t E = args.b.shape[0], b_rows = args.b.shape[1], Kd = args.b.shape[2];
   MOEKIT_REQUIRE(check, E <= kMaxExperts, "b", "at most " + str(kMaxExperts) + " experts (dim 0)",
                  args.b.describe());
-  // The SM90 kernels (the heuristic's pick wherever these pass 2^31) hold b rows, Kd and
+  // The SM90 kernels (the planner's pick wherever these pass 2^31) hold b rows, Kd and
   // the rows of a in 32-bit TMA coordinates and kernel parameters.
   check.fits_i32(b_rows, "b", "rows per expert (dim 1)", args.b);
   check.fits_i32(Kd, "b", "columns Kd (dim 2)", args.b);
@@ -98,8 +95,7 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
   check.outputs_disjoint({{"c", args.c}},
                          {{"a", args.a}, {"b", args.b}, {"layout_metadata", args.layout_metadata}},
                          args.workspace);
-  if (rows == 0 || N == 0 || E == 0) return;  // nothing to launch
-  check.launch_target(stream, "c", args.c);
+  *launches = !(rows == 0 || N == 0 || E == 0);
 
   detail::GroupedGemmProblem p;
   p.in_dtype = args.a.dtype;
@@ -121,13 +117,34 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
     p.alignment = args.layout.alignment;
     p.m = rows;
   }
-  const detail::PublicGemmForce& force = detail::public_gemm_force_override();
-  p.config = force.config;
-  p.split_k = force.split_k;
+  return p;
+}
+
+}  // namespace
+
+GemmPlan plan_grouped_gemm(const GroupedGemmArgs& args) {
+  bool launches = false;
+  return detail::plan_gemm(checked_problem(args, &launches), detail::current_gemm_device());
+}
+
+std::vector<GemmPlan> grouped_gemm_plan_candidates(const GroupedGemmArgs& args) {
+  bool launches = false;
+  return detail::gemm_plan_candidates(checked_problem(args, &launches),
+                                      detail::current_gemm_device());
+}
+
+void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
+  bool launches = false;
+  detail::GroupedGemmProblem p = checked_problem(args, &launches);
+  if (!launches) return;
+  detail::ArgCheck("moe_grouped_gemm").launch_target(stream, "c", args.c);
+  p.plan = args.plan ? *args.plan : detail::plan_gemm(p, detail::current_gemm_device());
   detail::run_grouped_gemm(p, stream);
 }
 
-void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream) {
+namespace {
+
+detail::GroupedGemmFP8Problem checked_fp8_problem(const GroupedGemmFP8Args& args, bool* launches) {
   detail::ArgCheck check("moe_grouped_gemm_fp8");
   check.tensor("a", args.a, {DType::kFP8E4M3}, {kAnyDim, kAnyDim, kAnyDim}, 16);
   const int64_t E = args.a.shape[0], max_m = args.a.shape[1], Kd = args.a.shape[2];
@@ -147,8 +164,7 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream) {
                                            {"b", args.b},
                                            {"b_scale", args.b_scale},
                                            {"layout_metadata", args.layout_metadata}});
-  if (max_m == 0 || N == 0 || E == 0) return;  // nothing to launch
-  check.launch_target(stream, "c", args.c);
+  *launches = !(max_m == 0 || N == 0 || E == 0);
 
   detail::GroupedGemmFP8Problem p;
   p.a = args.a.data;
@@ -161,7 +177,28 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream) {
   p.max_m = max_m;
   p.n = N;
   p.k = Kd;
-  p.config = detail::public_gemm_force_override().fp8_config;
+  return p;
+}
+
+}  // namespace
+
+GemmPlan plan_grouped_gemm_fp8(const GroupedGemmFP8Args& args) {
+  bool launches = false;
+  return detail::plan_gemm_fp8(checked_fp8_problem(args, &launches), detail::current_gemm_device());
+}
+
+std::vector<GemmPlan> grouped_gemm_fp8_plan_candidates(const GroupedGemmFP8Args& args) {
+  bool launches = false;
+  return detail::gemm_fp8_plan_candidates(checked_fp8_problem(args, &launches),
+                                          detail::current_gemm_device());
+}
+
+void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream) {
+  bool launches = false;
+  detail::GroupedGemmFP8Problem p = checked_fp8_problem(args, &launches);
+  if (!launches) return;
+  detail::ArgCheck("moe_grouped_gemm_fp8").launch_target(stream, "c", args.c);
+  p.plan = args.plan ? *args.plan : detail::plan_gemm_fp8(p, detail::current_gemm_device());
   detail::run_grouped_gemm_fp8(p, stream);
 }
 

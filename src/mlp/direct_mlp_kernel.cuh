@@ -2,9 +2,8 @@
 // out[t, n] = sum_k x[t, k] w[n, k] for T <= 32 tokens, the weights streamed straight
 // from global memory into mma.sync registers (no shared-memory staging), the tokens'
 // k slice staged once in shared memory. Streaming 16-byte loads with many bytes in
-// flight per SM is what reaches the memory's rate on 15-60 MB matrices (a plain read
-// kernel, H200: 58.7 MB in 14.3 us, 4.1 TB/s; the TMA ring of the stream-K kernel and
-// the cp.async GEMM tiles reach 2.5-3.4 TB/s there).
+// flight per SM is what reaches the memory's rate on 15-60 MB matrices, where TMA rings
+// and cp.async tiles fall short (docs/dense-mlp.md).
 //
 // Swap-AB: 16 weight rows are the M side of mma.sync m16n8k16, 8 tokens the N side.
 // Lane (g = lane / 4, q = lane % 4) loads 16 bytes of weight rows g and g + 8 at k
@@ -36,11 +35,10 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kChunkK = 32;   // k per pair of mmas
 constexpr int kBatch = 4;     // chunks per load batch; two batches are in flight
-constexpr int kMaxSplit = 8;  // ranks per cluster, planned or forced (portable clusters)
+constexpr int kMaxSplit = 8;  // ranks per cluster (portable clusters)
 // Padding of a staged x row, elements: 32 (64 bytes) puts the two token rows that one
-// quarter-warp's 16-byte fragment reads touch (g, g + 1) in disjoint bank halves (H200:
-// 8 -> 32 took the 32-token GEMMs from 11.1 to 9.5 us on glm45's down, 13.6 to 12.5 on
-// ds-v3's).
+// quarter-warp's 16-byte fragment reads touch (g, g + 1) in disjoint bank halves
+// (conflict-free x reads: docs/dense-mlp.md "Direct dense MLP").
 constexpr int kXPad = 32;
 constexpr int kPdlNone = 0, kPdlFirst = 1, kPdlSecond = 2;
 
@@ -77,23 +75,19 @@ struct Params {
   int k_slice;    // k per cluster rank, a multiple of kChunkK
   int x_stride;   // shared row stride of the staged x, elements (k_slice + kXPad)
   int pdl;        // kPdlNone / kPdlFirst / kPdlSecond
-  int prefetch;   // weight elements per row and k slice prefetched into L2 first (x 8)
-  int x_first;    // not kPdlSecond: issue x's copies before the first weight batch
-  int l2_fetch;   // 0 / 128 / 256: the weight loads' L2 prefetch size (ld_weights)
   int pair_rows;  // lanes g, g ^ 1 load one row's 128-byte line together (see the loads)
-  int reduce;     // kReducePull / kReducePullBatched / kReducePush (the cluster sum)
 };
 
-// The cluster sum of the k split's partials, all in rank order (the same bits):
-// kReducePull: each rank parks its partials, the owning warp reads the ranks' one by one
-// through distributed shared memory (a remote round trip per rank), a second cluster
-// barrier keeps every CTA alive until then; kReducePullBatched: the same reads issued 4
-// ranks at a time; kReducePush: each warp stores its partials into its owner's slots
-// (remote stores do not wait), one cluster barrier, the owner sums its local slots.
-constexpr int kReducePull = 0, kReducePullBatched = 1, kReducePush = 2;
-// Partial slots per CTA (float4 x 32 lanes x 8-token groups each): kWarps for the pull
-// forms; push: the owner of warp w (rank w % split) keeps slot (w / split) * split + r for
-// rank r's partial, up to ceil(kWarps / split) * split slots.
+// Weight elements per row of its k slice that each CTA prefetches into L2 before its loads
+// (the head of its stream; larger delayed x: docs/dense-mlp.md "Direct dense MLP").
+constexpr int kPrefetchElems = 256;
+
+// The cluster sum of the k split's partials, in rank order (the same bits every run): each
+// warp stores its partials into its owner's slots through distributed shared memory (remote
+// stores do not wait), one cluster barrier, the owner sums its local slots. Partial slots
+// per CTA (float4 x 32 lanes x 8-token groups each): the owner of warp w (rank w % split)
+// keeps slot (w / split) * split + r for rank r's partial, up to ceil(kWarps / split) *
+// split slots (at least kWarps).
 __host__ __device__ constexpr int reduce_slots(int split) {
   return (kWarps + split - 1) / split * split > kWarps ? (kWarps + split - 1) / split * split
                                                        : kWarps;
@@ -195,31 +189,32 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
       b[j] = ld_weights<kFetch>(pb[i] + kk, in && okb[i], policy);
     }
   };
+  // Paired loads already ask for whole lines; single lanes ask the L2 to fetch 128 bytes.
   const auto load = [&](uint4(&a)[B], uint4(&b)[B], int c) {
-    if (p.l2_fetch == 256)
-      load_with(std::integral_constant<int, 256>{}, a, b, c);
-    else if (p.l2_fetch == 128)
-      load_with(std::integral_constant<int, 128>{}, a, b, c);
-    else
+    if (pair)
       load_with(std::integral_constant<int, 0>{}, a, b, c);
+    else
+      load_with(std::integral_constant<int, 128>{}, a, b, c);
   };
 
   MOEKIT_DIRECT_STAMP(0);
   // Push: peers' shared memory may only be written once they run; arrive now, wait before
   // the first remote store (long done by then).
-  const bool push = p.reduce == kReducePush && split > 1;
+  const bool push = split > 1;
   if (push) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
   // The head of the weight stream goes to L2 while x is staged (and, before the PDL wait,
   // while the previous kernel ends): a prefetch is L2-coherent, so it cannot feed stale
   // data to the loads below, which all come after the wait.
-  if (q == 0 && p.prefetch > 0) {
-    const int n = min(p.prefetch, kend - k0);
+  if (q == 0) {
+    const int n = min(kPrefetchElems, kend - k0);
     if (n > 0 && ok0) bulk_prefetch_l2(w0, n * static_cast<int>(sizeof(T)));
     if (n > 0 && ok1) bulk_prefetch_l2(w1, n * static_cast<int>(sizeof(T)));
   }
   if (p.pdl == kPdlFirst) pdl_wait();
   uint4 cur0[B], cur1[B];
-  const bool x_first = p.x_first && p.pdl != kPdlSecond;
+  // At 32 tokens x's copies go before the first weight batch (x's staging gates the k loop
+  // there); at 8 tokens after it (docs/dense-mlp.md "Direct dense MLP").
+  const bool x_first = TN == 32 && p.pdl != kPdlSecond;
   if (!x_first) load(cur0, cur1, 0);
   if (p.pdl == kPdlSecond) pdl_wait();  // x is the previous kernel's output
   MOEKIT_DIRECT_STAMP(1);
@@ -294,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
   }
 
   MOEKIT_DIRECT_STAMP(3);
-  // Cluster reduction (kReduce*): rank (warp % split) sums the warp's tile over all ranks.
+  // Cluster sum: rank (warp % split) sums the warp's tile over all ranks.
   float4* slots = reinterpret_cast<float4*>(smem + TN * p.x_stride * 2);
   if (push) {
     cg::cluster_group cluster = cg::this_cluster();
@@ -321,46 +316,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
         acc[n][3] += v.w;
       }
     }
-  } else if (split > 1) {
-    float4* part = slots + warp * NG * 32 + lane;
-#pragma unroll
-    for (int n = 0; n < NG; ++n)
-      part[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();
-    if (warp % split == rank) {
-#pragma unroll
-      for (int n = 0; n < NG; ++n)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[n][j] = 0.f;
-      const int batch = p.reduce == kReducePullBatched ? 4 : 1;
-      for (int r0 = 0; r0 < split; r0 += batch) {
-        float4 v[4][NG];  // up to 4 ranks' reads in flight before the adds
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if (i < batch && r0 + i < split) {
-            const float4* rp = cluster.map_shared_rank(part, r0 + i);
-#pragma unroll
-            for (int n = 0; n < NG; ++n) v[i][n] = rp[n * 32];
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if (i < batch && r0 + i < split) {
-#pragma unroll
-            for (int n = 0; n < NG; ++n) {
-              acc[n][0] += v[i][n].x;
-              acc[n][1] += v[i][n].y;
-              acc[n][2] += v[i][n].z;
-              acc[n][3] += v[i][n].w;
-            }
-          }
-        }
-      }
-    }
-    cluster.sync();  // no CTA exits while another still reads its partials
-    MOEKIT_DIRECT_STAMP(4);
-    if (warp % split != rank) return;
   } else {
     MOEKIT_DIRECT_STAMP(4);
   }

@@ -8,10 +8,8 @@
 
 #include "core/check.h"
 #include "core/pdl.cuh"
-#include "gemm/sm90/device.h"
 #include "mlp/gemv_mlp.h"
 #include "mlp/gemv_mlp_kernel.cuh"
-#include "mlp/streamk_mlp.h"
 #include "moekit/error.h"
 
 namespace moekit::detail {
@@ -62,7 +60,7 @@ void launch_gemv(const void* x, const void* w, void* out, int64_t K, int64_t n_o
   const auto kernel = gv::gemv_kernel<E, Out, kSilu>;
   const int smem = static_cast<int>(2 * K);
   const int64_t resident =
-      int64_t{sm90_sm_count()} * blocks_per_sm(reinterpret_cast<const void*>(kernel), smem);
+      int64_t{device_props().sms} * blocks_per_sm(reinterpret_cast<const void*>(kernel), smem);
   const int grid = static_cast<int>(std::min(n_out, std::max<int64_t>(resident, 1)));
   const gv::Params p{x, w, out, static_cast<int>(K), static_cast<int>(n_out), pdl};
   launch_pdl(kernel, dim3(grid), dim3(gv::kThreads), static_cast<size_t>(smem), stream, p);
@@ -79,21 +77,14 @@ void run_typed(const void* x, int64_t H, int64_t S, const void* w_gate_up, const
 
 }  // namespace
 
-bool gemv_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S) {
-  return (dtype == DType::kBF16 || dtype == DType::kF16) && dims_fit(T, H, S) &&
-         sm90_sm_count() > 0;
-}
-
-bool gemv_mlp_preferred(int64_t T, int64_t H, int64_t S) {
-  const int forced = dense_mlp_forced_path();
-  if (forced != 0) return forced == 4;
-  return T == 1 && 3 * H * S * 2 >= kStreamkMlpMinWeightBytes;  // 2-byte gate, up, down
+bool gemv_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S, const DeviceProps& device) {
+  return (dtype == DType::kBF16 || dtype == DType::kF16) && dims_fit(T, H, S) && device.sm90();
 }
 
 void run_gemv_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                   const void* w_gate_up, const void* w_down, void* act, void* out, DType out_dtype,
                   cudaStream_t stream) {
-  if (!gemv_mlp_supported(dtype, T, H, S))
+  if (!gemv_mlp_supported(dtype, T, H, S, device_props()))
     throw Error("moekit: GEMV MLP called for a shape or device it does not support");
   const bool f32 = out_dtype == DType::kF32;
   if (dtype == DType::kBF16) {

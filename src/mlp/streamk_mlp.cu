@@ -1,11 +1,8 @@
 // Host side of the stream-K dense MLP: plan (tiles, grid, scratch), TMA descriptors,
 // cooperative launch. Kernel: streamk_mlp_kernel.cuh.
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "gemm/common/tma_desc.h"
-#include "gemm/sm90/device.h"
 #include "mlp/streamk_mlp.h"
 #include "mlp/streamk_mlp_kernel.cuh"
 #include "moekit/error.h"
@@ -27,12 +24,10 @@ struct Plan {
   size_t counter_bytes = 0, partial_bytes = 0;
 };
 
-Plan make_plan(int64_t T, int64_t H, int64_t S, bool for_launch) {
+// The scratch is sized for one CTA per SM (`sms`); a launch may use fewer (`grid`).
+Plan make_plan(int64_t T, int64_t H, int64_t S, int sms, int grid) {
   Plan pl;
-  pl.grid = sm90_sm_count();
-  const int forced = streamk_mlp_grid_override();
-  // The scratch is sized for one CTA per SM; a launch may use fewer (test knob).
-  if (for_launch && forced > 0 && forced < pl.grid) pl.grid = forced;
+  pl.grid = grid;
   pl.tn = tokens_per_tile(T);
   pl.p.T = static_cast<int>(T);
   pl.p.H = static_cast<int>(H);
@@ -42,7 +37,7 @@ Plan make_plan(int64_t T, int64_t H, int64_t S, bool for_launch) {
   pl.p.tiles2 = static_cast<int>((H + sk::kTileRows - 1) / sk::kTileRows);
   pl.p.iters2 = static_cast<int>((S + sk::kStageK - 1) / sk::kStageK);
   pl.counter_bytes = (static_cast<size_t>(pl.p.tiles1 + pl.p.tiles2 + 1) * 4 + 255) / 256 * 256;
-  pl.partial_bytes = static_cast<size_t>(2) * pl.grid * 2 * sk::kTileRows * pl.tn * 4;
+  pl.partial_bytes = static_cast<size_t>(2) * sms * 2 * sk::kTileRows * pl.tn * 4;
   return pl;
 }
 
@@ -109,57 +104,23 @@ void launch_tn(const Plan& pl, const void* x, const void* w_gate_up, const void*
 
 }  // namespace
 
-size_t streamk_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S) {
-  if (!shape_fits(dtype, T, H, S) || sm90_sm_count() == 0) return 0;
-  const Plan pl = make_plan(T, H, S, /*for_launch=*/false);
+size_t streamk_mlp_scratch_bytes(DType dtype, int64_t T, int64_t H, int64_t S,
+                                 const DeviceProps& device) {
+  if (!shape_fits(dtype, T, H, S) || !device.sm90() || device.sms <= 0) return 0;
+  const Plan pl = make_plan(T, H, S, device.sms, device.sms);
   return pl.counter_bytes + pl.partial_bytes;
-}
-
-StreamkMlpDebug& streamk_mlp_debug() {
-  static StreamkMlpDebug v;
-  return v;
-}
-
-int& streamk_mlp_grid_override() {
-  static int v = 0;
-  return v;
-}
-
-int& dense_mlp_path_override() {
-  static int v = 0;
-  return v;
-}
-
-int dense_mlp_forced_path() {
-  if (dense_mlp_path_override() != 0) return dense_mlp_path_override();
-  static const int env = [] {
-    const char* s = std::getenv("MOEKIT_DENSE_MLP");
-    if (!s || !*s) return 0;
-    if (std::strcmp(s, "streamk") == 0) return 1;
-    if (std::strcmp(s, "gemv") == 0) return 4;
-    return std::strcmp(s, "direct") == 0 ? 3 : 2;
-  }();
-  return env;
-}
-
-bool streamk_mlp_preferred(int64_t H, int64_t S) {
-  const int forced = dense_mlp_forced_path();
-  if (forced != 0) return forced == 1;
-  return 3 * H * S * 2 >= kStreamkMlpMinWeightBytes;  // 2-byte gate, up and down weights
 }
 
 void run_streamk_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                      const void* w_gate_up, const void* w_down, void* act, void* out,
-                     DType out_dtype, void* scratch, cudaStream_t stream) {
-  Plan pl = make_plan(T, H, S, /*for_launch=*/true);
-  if (!shape_fits(dtype, T, H, S) || pl.grid == 0 || !scratch)
+                     DType out_dtype, int grid, void* scratch, cudaStream_t stream) {
+  const int sms = device_props().sm90() ? device_props().sms : 0;
+  Plan pl = make_plan(T, H, S, sms, grid);
+  if (!shape_fits(dtype, T, H, S) || grid < 1 || grid > sms || !scratch)
     throw Error("moekit: stream-K MLP called for a shape or device it does not support");
   pl.p.act = act;
   pl.p.out = out;
   pl.p.out_f32 = out_dtype == DType::kF32;
-  pl.p.phases = streamk_mlp_debug().phases;
-  pl.p.trace = streamk_mlp_debug().trace;
-  pl.p.weight_evict_first = streamk_mlp_debug().weight_evict_first;
   pl.p.counters = static_cast<int*>(scratch);
   pl.p.partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + pl.counter_bytes);
   if (dtype == DType::kBF16)

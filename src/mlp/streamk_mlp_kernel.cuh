@@ -67,22 +67,15 @@ struct Params {
   int out_f32;
   float* partials;  // [2 phases][gridDim.x][2 segments][kSlotFloats]
   int* counters;    // [tiles1] + [tiles2] arrivals per tile, [1] h tiles written
-  // Timing knobs (streamk_mlp_debug()): bit 0 / 1 run phase 1 / 2 (phase 2 alone reads
-  // whatever h holds); trace, when set, receives kTraceEvents globaltimer stamps per CTA.
-  int phases;
-  unsigned long long* trace;
-  // Weight loads evict-first in L2 (1, the default) or with no hint (0): the weights
-  // are read once, so they should not push out what the L2 holds (docs/gemm.md).
-  int weight_evict_first;
 };
 
 // Split-phase grid barrier on the cooperative launch's barrier word, with the protocol of
 // cooperative_groups::grid_group::sync (CTA 0 adds 2^31 - (grid - 1), the others 1, so
 // bit 31 flips once every CTA arrived). grid.sync() arrives and waits in one call; the
 // kernel arrives first thing and waits only where it touches the counters, so the
-// barrier's latency (~8 us behind the first weight loads on the H200) hides under the
-// mainloop. grid_arrive: one thread per CTA, after a __syncthreads that orders the
-// CTA's writes before it (release; cumulative).
+// barrier's latency (microseconds behind the first weight loads) hides under the
+// mainloop. grid_arrive: one thread per CTA, after a __syncthreads that orders the CTA's
+// writes before it (release; cumulative).
 __device__ __forceinline__ unsigned* grid_barrier_word() {
   return &cooperative_groups::details::get_grid_workspace()->barrier;
 }
@@ -102,16 +95,6 @@ __device__ __forceinline__ void grid_wait(unsigned token) {
   do {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(cur) : "l"(bar) : "memory");
   } while (((token ^ cur) & 0x80000000u) == 0);
-}
-
-constexpr int kTraceEvents = 6;  // entry, grid barrier passed, phase-1 mainloop done,
-                                 // h ready (activation producer), last weight load, end
-
-__device__ __forceinline__ void stamp(const Params& p, int event) {
-  if (!p.trace) return;
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  p.trace[blockIdx.x * kTraceEvents + event] = t;
 }
 
 // A phase's `total` iterations are split over its first min(grid, total) CTAs, so every
@@ -152,16 +135,13 @@ struct Walk {
   }
 };
 
+// The weights are read once: their loads are evict-first in L2, so they do not push out
+// what the L2 holds (docs/gemm.md).
 struct WeightMaps {
   const CUtensorMap *gate, *up, *down;
-  uint64_t policy;  // L2 policy of the loads, used when `hint`
-  bool hint;
+  uint64_t policy;  // the evict-first L2 policy
   __device__ void load(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) const {
-    if (hint) {
-      ptx90::tma_load_2d_hint(dst, map, bar, c0, c1, policy);
-    } else {
-      ptx90::tma_load_2d(dst, map, bar, c0, c1);
-    }
+    ptx90::tma_load_2d_hint(dst, map, bar, c0, c1, policy);
   }
 };
 
@@ -343,9 +323,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n1 = p.tiles1 * p.iters1, n2 = p.tiles2 * p.iters2;
   Walk<TN> walk{range_start(cta, n1), range_start(cta + 1, n1), range_start(cta, n2),
                 range_start(cta + 1, n2)};
-  if (!(p.phases & 1)) walk.e1 = walk.b1;
-  if (!(p.phases & 2)) walk.e2 = walk.b2;
-  if (threadIdx.x == 0) stamp(p, 0);
   const int count = walk.count();
   const int count1 = walk.e1 - walk.b1;
 
@@ -371,9 +348,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int prefill = count < L::kStages ? count : L::kStages;
   const bool w_producer = warp == kConsumerWarps && lane == 0;
   const bool x_producer = warp == kConsumerWarps + 1 && lane == 0;
-  const WeightMaps wmaps{&gate_map, &up_map, &down_map,
-                         p.weight_evict_first ? ptx90::evict_first_policy() : 0,
-                         p.weight_evict_first != 0};
+  const WeightMaps wmaps{&gate_map, &up_map, &down_map, ptx90::evict_first_policy()};
   if (w_producer) {
     const unsigned token = grid_arrive();
     ptx90::prefetch_tensormap(&gate_map);
@@ -386,10 +361,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     *token_smem = token;
     ptx90::mbar_arrive(token_ready);
-    if (p.trace) {
-      grid_wait(token);
-      stamp(p, 1);
-    }
   }
   const int x_prefill = prefill < count1 ? prefill : count1;
   if (x_producer) {
@@ -418,7 +389,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       walk.at(u, p, phase, tile, kb);
       load_weights<TN>(smem + s * L::kStageBytes, &full[s], phase, tile, kb, wmaps);
     }
-    stamp(p, 4);
   } else if (x_producer) {
     for (int u = x_prefill; u < count; ++u) {
       const int s = u % L::kStages;
@@ -427,11 +397,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         // Phase 2 reads h: wait until every phase-1 tile is written (all CTAs run phase 1
         // first and never wait inside it, so this cannot deadlock in a co-resident grid).
         const int* written = p.counters + p.tiles1 + p.tiles2;
-        const int needed = (p.phases & 1) ? p.tiles1 : 0;
         pass_grid();
-        while (ptx90::ld_acquire_gpu(written) < needed) __nanosleep(64);
+        while (ptx90::ld_acquire_gpu(written) < p.tiles1) __nanosleep(64);
         ptx90::fence_proxy_async_global();
-        stamp(p, 3);
       }
       int phase, tile, kb;
       walk.at(u, p, phase, tile, kb);
@@ -508,9 +476,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           store_y<T, TN>(acc, p, tile, warp, lane);
         }
       }
-      if (phase == 0 && threadIdx.x == 0) stamp(p, 2);
     }
-    if (threadIdx.x == 0) stamp(p, 5);
   }
 }
 

@@ -1,57 +1,68 @@
-// MoEExpertMLPFwd: two grouped GEMMs (gate/up with the
-// silu_and_mul epilogue into a workspace activation buffer, then down), run by
-// run_grouped_gemm_pair (a PDL chain where gemm_pdl_override() turns it on and both take a
-// decode config).
+// MoEExpertMLPFwd: two grouped GEMMs (gate/up with the silu_and_mul epilogue into a
+// workspace activation buffer, then down), as two launches or one chained SM90 launch
+// (plan_mlp_gemms decides).
+#include <string>
+#include <utility>
+
+#include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
-#include "gemm/sm90/device.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
 #include "moekit/moe.h"
 
 namespace moekit {
 namespace detail {
-
-void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t* layout_metadata,
-                          int alignment, int64_t E, int64_t H, int64_t F, const void* w_gate_up,
-                          const void* w_down, void* act, void* out, bool routed_counts,
-                          void* tile_counters, cudaStream_t stream) {
+// The two GEMM problems of `g`. Without counters (planning only) a stand-in address marks
+// them given: the ops always carve them, and the plan depends only on whether they are.
+std::pair<GroupedGemmProblem, GroupedGemmProblem> expert_mlp_problems(const ExpertMlpGemms& g) {
   static_assert(kExpertMlpCounterBytes == 2 * kTileCounterBytes + kSm90MlpChainScratchBytes,
                 "one counter per GEMM, then the chain's scratch");
-  void* chain_scratch =
-      tile_counters ? static_cast<char*>(tile_counters) + 2 * kTileCounterBytes : nullptr;
+  static unsigned stand_in[2];
   GroupedGemmProblem up;
-  up.in_dtype = dtype;
-  up.out_dtype = dtype;  // the activation is rounded to the op's dtype (SPEC)
-  up.a = in;
-  up.b = w_gate_up;
-  up.c = act;
-  up.num_groups = static_cast<int>(E);
-  up.n = F;
-  up.k = H;
+  up.in_dtype = g.dtype;
+  up.out_dtype = g.dtype;  // the activation is rounded to the op's dtype (SPEC)
+  up.a = g.in;
+  up.b = g.w_gate_up;
+  up.c = g.act;
+  up.num_groups = static_cast<int>(g.E);
+  up.n = g.F;
+  up.k = g.H;
   up.activation = Activation::kSiluAndMul;
   up.rows = GemmRows::kContiguous;
-  up.layout_metadata = layout_metadata;
-  up.alignment = alignment;
-  up.m = P;
-  up.routed_counts = routed_counts;
-  if (!sm90_dynamic_mlp()) tile_counters = nullptr;  // MOEKIT_SM90_DYNAMIC_MLP=0: static
-  up.tile_counter = static_cast<unsigned*>(tile_counters);
+  up.layout_metadata = g.layout_metadata;
+  up.alignment = g.alignment;
+  up.m = g.P;
+  up.routed_counts = g.routed_counts;
+  char* counters = static_cast<char*>(g.counters);
+  up.tile_counter = counters ? reinterpret_cast<unsigned*>(counters) : &stand_in[0];
 
   GroupedGemmProblem down = up;
-  down.a = act;
-  down.b = w_down;
-  down.c = out;
-  down.n = H;
-  down.k = F;
+  down.a = g.act;
+  down.b = g.w_down;
+  down.c = g.out;
+  down.n = g.H;
+  down.k = g.F;
   down.activation = Activation::kNone;
   down.tile_counter =
-      tile_counters
-          ? reinterpret_cast<unsigned*>(static_cast<char*>(tile_counters) + kTileCounterBytes)
-          : nullptr;
-  // Both GEMMs in one SM90 launch where both run config 2 (docs/gemm.md "SM90 expert-MLP
-  // chain"); else two launches, a PDL chain with gemm_pdl_override() on: up writes only act.
-  if (run_sm90_mlp_chain(up, down, chain_scratch, stream)) return;
-  run_grouped_gemm_pair(up, down, stream);
+      counters ? reinterpret_cast<unsigned*>(counters + kTileCounterBytes) : &stand_in[1];
+  return {up, down};
+}
+
+MlpPlan plan_expert_mlp_gemms(const ExpertMlpGemms& g, const GemmDevice& device) {
+  const auto [up, down] = expert_mlp_problems(g);
+  return plan_mlp_gemms(up, down, device);
+}
+
+std::vector<MlpPlan> expert_mlp_gemms_plan_candidates(const ExpertMlpGemms& g,
+                                                      const GemmDevice& device) {
+  const auto [up, down] = expert_mlp_problems(g);
+  return mlp_gemms_plan_candidates(up, down, device);
+}
+
+void run_expert_mlp_gemms(const ExpertMlpGemms& g, const MlpPlan& plan, cudaStream_t stream) {
+  if (!g.counters) throw Error("moekit::moe_expert_mlp: internal: no counters carved");
+  const auto [up, down] = expert_mlp_problems(g);
+  run_mlp_gemms(plan, up, down, static_cast<char*>(g.counters) + 2 * kTileCounterBytes, stream);
 }
 
 }  // namespace detail
@@ -79,6 +90,23 @@ size_t expert_mlp_bytes(const detail::MoEShapes& s) {
   ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
   ws.take(detail::kExpertMlpCounterBytes);
   return ws.bytes();
+}
+
+// The GEMMs of `args` (validated shapes `s`), without their workspace buffers.
+detail::ExpertMlpGemms expert_mlp_gemms(const ExpertMLPArgs& args, const detail::MoEShapes& s) {
+  detail::ExpertMlpGemms g;
+  g.dtype = s.dtype;
+  g.in = args.expert_input.data;
+  g.P = s.T;
+  g.E = s.E;
+  g.H = s.H;
+  g.F = s.F;
+  g.layout_metadata = static_cast<const int32_t*>(args.layout_metadata.data);
+  g.alignment = args.layout.alignment;
+  g.w_gate_up = args.w_gate_up.data;
+  g.w_down = args.w_down.data;
+  g.out = args.expert_output.data;
+  return g;
 }
 
 }  // namespace
@@ -118,15 +146,25 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
   c.launch_target(stream, "expert_output", args.expert_output);
 
   detail::WorkspaceCarver ws(args.workspace.data);
-  void* act = ws.take(static_cast<size_t>(P * s.F) * dtype_size(s.dtype));
-  void* counters = ws.take(detail::kExpertMlpCounterBytes);
-  detail::run_composite("moe_expert_mlp", [&] {
-    detail::run_expert_mlp_gemms(s.dtype, args.expert_input.data, P,
-                                 static_cast<const int32_t*>(args.layout_metadata.data),
-                                 args.layout.alignment, s.E, s.H, s.F, args.w_gate_up.data,
-                                 args.w_down.data, act, args.expert_output.data,
-                                 /*routed_counts=*/false, counters, stream);
-  });
+  detail::ExpertMlpGemms g = expert_mlp_gemms(args, s);
+  g.act = ws.take(static_cast<size_t>(P * s.F) * dtype_size(s.dtype));
+  g.counters = ws.take(detail::kExpertMlpCounterBytes);
+  const MlpPlan plan =
+      args.plan ? *args.plan : detail::plan_expert_mlp_gemms(g, detail::current_gemm_device());
+  detail::run_composite("moe_expert_mlp", [&] { detail::run_expert_mlp_gemms(g, plan, stream); });
+}
+
+MlpPlan plan_expert_mlp(const ExpertMLPArgs& args) {
+  detail::ArgCheck c("moe_expert_mlp");
+  const detail::MoEShapes s = check_expert_mlp_shapes(c, args);
+  return detail::plan_expert_mlp_gemms(expert_mlp_gemms(args, s), detail::current_gemm_device());
+}
+
+std::vector<MlpPlan> expert_mlp_plan_candidates(const ExpertMLPArgs& args) {
+  detail::ArgCheck c("moe_expert_mlp");
+  const detail::MoEShapes s = check_expert_mlp_shapes(c, args);
+  return detail::expert_mlp_gemms_plan_candidates(expert_mlp_gemms(args, s),
+                                                  detail::current_gemm_device());
 }
 
 }  // namespace moekit

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <string>
 
+#include "gemm/gemm_planner.h"
+#include "moe/layer_planner.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
 #include "moekit/moe.h"
@@ -16,10 +18,6 @@
 namespace moekit {
 namespace detail {
 namespace {
-
-// The permuted path packs experts tightly (alignment 1): the grouped GEMM tiles
-// each expert's rows on its own, so padding would only cost workspace.
-constexpr int kPermutedAlignment = 1;
 
 size_t elems_bytes(int64_t n, DType dtype) {
   return static_cast<size_t>(n) * dtype_size(dtype);
@@ -41,13 +39,12 @@ struct RoutedBuffers {
 
 PrePermuteArgs pre_permute_args(const MoEShapes& s, const void* hidden, const int32_t* ids,
                                 const RoutedBuffers& b) {
-  const int64_t P =
-      permuted_rows(s.T, static_cast<int>(s.K), static_cast<int>(s.E), kPermutedAlignment);
+  const int64_t P = sorted_rows(s);
   PrePermuteArgs a;
   a.hidden_states = make_view(hidden, s.dtype, {s.T, s.H});
   a.local_expert_ids = make_view(ids, DType::kI32, {s.T, s.K});
   a.num_local_experts = static_cast<int>(s.E);
-  a.layout = PermutedLayout::contiguous(kPermutedAlignment);
+  a.layout = PermutedLayout::contiguous(kSortedAlignment);
   a.permuted = make_view(b.permuted, s.dtype, {P, s.H});
   a.layout_metadata = make_view(b.layout_metadata, DType::kI32, {s.E});
   a.inverse_indices = make_view(b.inverse, DType::kI32, {s.T * s.K});
@@ -55,16 +52,15 @@ PrePermuteArgs pre_permute_args(const MoEShapes& s, const void* hidden, const in
   return a;
 }
 
-RoutedBuffers carve_routed(const MoEShapes& s, bool direct, WorkspaceCarver& ws) {
+RoutedBuffers carve_routed(const MoEShapes& s, RoutedPath routed, WorkspaceCarver& ws) {
   RoutedBuffers b;
   const int64_t R = s.T * s.K;
-  if (direct) {
+  if (routed == RoutedPath::kDirect) {
     b.act = ws.take(elems_bytes(R * s.F, s.dtype));
     b.down = static_cast<float*>(ws.take(elems_bytes(R * s.H, DType::kF32)));
     return b;
   }
-  const int64_t P =
-      permuted_rows(s.T, static_cast<int>(s.K), static_cast<int>(s.E), kPermutedAlignment);
+  const int64_t P = sorted_rows(s);
   b.permuted = ws.take(elems_bytes(P * s.H, s.dtype));
   b.perm_act = ws.take(elems_bytes(P * s.F, s.dtype));
   b.layout_metadata = static_cast<int32_t*>(ws.take(elems_bytes(s.E, DType::kI32)));
@@ -78,10 +74,10 @@ RoutedBuffers carve_routed(const MoEShapes& s, bool direct, WorkspaceCarver& ws)
 
 }  // namespace
 
-size_t routed_experts_workspace_size(const MoEShapes& s, bool direct) {
+size_t routed_experts_workspace_size(const MoEShapes& s, RoutedPath routed) {
   if (s.T == 0) return 0;
   WorkspaceCarver ws(nullptr);
-  carve_routed(s, direct, ws);
+  carve_routed(s, routed, ws);
   return ws.bytes();
 }
 
@@ -89,7 +85,7 @@ size_t routed_experts_workspace_size(const MoEShapes& s, bool direct) {
 static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_t stream) {
   const MoEShapes& s = p.s;
   if (s.T == 0) return;
-  RoutedBuffers b = carve_routed(s, p.direct, ws);
+  RoutedBuffers b = carve_routed(s, p.routed, ws);
   CombineProblem comb;
   comb.out_dtype = s.dtype;
   comb.topk_weights = p.topk_weights;
@@ -100,7 +96,7 @@ static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaS
   comb.T = s.T;
   comb.K = s.K;
   comb.H = s.H;
-  if (p.direct) {
+  if (p.routed == RoutedPath::kDirect) {
     // Sort-free: stage 1 and 2 read the routes straight from topk_ids.
     launch_direct_gate_up(s, p.hidden, p.w_gate_up, p.topk_ids, b.act, stream);
     launch_direct_down(s, b.act, p.w_down, p.topk_ids, b.down, stream);
@@ -114,9 +110,9 @@ static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaS
   moe_pre_permute(pre, stream);
   const int64_t P = pre.permuted.size(0);
   // The expert output overwrites the permuted input (dead after the first GEMM).
-  run_expert_mlp_gemms(s.dtype, b.permuted, P, b.layout_metadata, kPermutedAlignment, s.E, s.H, s.F,
-                       p.w_gate_up, p.w_down, b.perm_act, b.permuted, /*routed_counts=*/true,
-                       b.tile_counters, stream);
+  run_expert_mlp_gemms(sorted_expert_gemms(s, b.permuted, b.layout_metadata, b.perm_act,
+                                           p.w_gate_up, p.w_down, b.tile_counters),
+                       p.experts, stream);
   if (p.addend == nullptr) {
     PostPermuteArgs post;
     post.expert_output = make_view(b.permuted, s.dtype, {P, s.H});
@@ -138,43 +134,9 @@ void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t st
   run_routed_carved(p, ws, stream);
 }
 
-int& routed_path_override() {
-  static int v = 0;
-  return v;
-}
-
-bool indexed_takes_direct(const MoEShapes& s) {
-  return routed_path_override() != 2 && direct_path_eligible(s);
-}
-
-// The whole-layer ops pick the direct path for small batches with few routes per
-// expert (docs/moe.md): beyond ~16 routes per expert its 8-route chunks re-read each
-// weight tile (from L2) while the sorted path's GEMM tiles take 64+ rows at once.
-constexpr int64_t kDirectMaxRoutesPerExpert = 16;
-
-bool layer_takes_direct(const MoEShapes& s) {
-  const int o = routed_path_override();
-  if (o != 0) return o == 1 && direct_path_eligible(s);
-  return direct_path_eligible(s) && s.T * s.K <= kDirectMaxRoutesPerExpert * s.E;
-}
-
 }  // namespace detail
 
 namespace {
-
-// Why a call whose experts the direct path could take runs the sorted path (the
-// direct path's conditions, direct_path_eligible).
-std::string sorted_path_reason(const detail::MoEShapes& s) {
-  if (s.T > detail::kDirectMaxTokens) {
-    return "T = " + detail::str(s.T) + " > " + detail::str(detail::kDirectMaxTokens);
-  }
-  if (s.T * s.K > detail::kDirectMaxRoutes) {
-    return "T*top_k = " + detail::str(s.T * s.K) + " > " + detail::str(detail::kDirectMaxRoutes);
-  }
-  if (2 * s.F * s.H >= (int64_t{1} << 31))
-    return "2*F*H = " + detail::str(2 * s.F * s.H) + " >= 2^31";
-  return "?";
-}
 
 // The sorted path sorts routes with moe_pre_permute, which handles up to
 // kPermuteMaxExperts experts; the direct path (small batches) up to kDirectMaxExperts.
@@ -190,46 +152,89 @@ void check_path_experts(const detail::ArgCheck& c, const detail::MoEShapes& s, b
            w_gate_up.describe());
   }
   c.fail("w_gate_up",
-         limit + " on the sorted path, which this call takes because " + sorted_path_reason(s) +
-             " (the direct path takes up to " + detail::str(detail::kDirectMaxExperts) +
+         limit + " on the sorted path, which this call takes because " +
+             detail::direct_path_rejection(s) + " (the direct path takes up to " +
+             detail::str(detail::kDirectMaxExperts) +
              " experts at T <= " + detail::str(detail::kDirectMaxTokens) +
              ", T*top_k <= " + detail::str(detail::kDirectMaxRoutes) + " and 2*F*H < 2^31)",
          w_gate_up.describe());
 }
 
+// The layer plan `given` (args.plan) checked against problem p, else the planner's.
+LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
+                     const detail::LayerProblem& p) {
+  const detail::GemmDevice device = detail::current_gemm_device();
+  if (given != nullptr) {
+    detail::check_plan(c, *given, detail::layer_plan_rejection(*given, p, device));
+    return *given;
+  }
+  detail::DirectCapacity capacity;
+  if (p.S > 0) {
+    capacity =
+        detail::device_direct_capacity(detail::shared_mlp_problem(p.s, p.S, DType::kF32, device));
+  }
+  return detail::plan_layer(p, device, capacity);
+}
+
 // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
 
-// hidden_states, w_gate_up and topk_ids: what the workspace size depends on. Returns the
-// shapes and whether the call runs the direct path.
-detail::MoEShapes check_experts_shapes(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a,
-                                       bool allow_direct, bool& direct) {
+detail::RoutedOp experts_op(bool allow_direct) {
+  return allow_direct ? detail::RoutedOp::kIndexed : detail::RoutedOp::kSortedOnly;
+}
+
+// hidden_states, w_gate_up and topk_ids: what the workspace size and the plan depend on.
+detail::MoEShapes check_experts_shapes(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
                         /*experts=*/true);
   detail::check_topk_ids(c, s, a.topk_ids);
-  direct = allow_direct && detail::indexed_takes_direct(s);
-  check_path_experts(c, s, direct, allow_direct, a.w_gate_up);
   return s;
+}
+
+// The shapes, then the plan: args.plan (checked) or the planner's, whose path's expert
+// limit is checked here (with the reason the call takes that path).
+LayerPlan experts_plan(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a, bool allow_direct,
+                       detail::MoEShapes& s) {
+  s = check_experts_shapes(c, a);
+  const LayerPlan plan = layer_plan(c, a.plan, {s, experts_op(allow_direct), 0});
+  if (a.plan == nullptr)
+    check_path_experts(c, s, plan.routed == RoutedPath::kDirect, allow_direct, a.w_gate_up);
+  return plan;
 }
 
 size_t experts_workspace_size(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct) {
   return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
-    bool direct = false;
-    const detail::MoEShapes s = check_experts_shapes(c, a, allow_direct, direct);
-    return detail::routed_experts_workspace_size(s, direct);
+    detail::MoEShapes s;
+    const LayerPlan plan = experts_plan(c, a, allow_direct, s);
+    return detail::routed_experts_workspace_size(s, plan.routed);
   });
+}
+
+LayerPlan plan_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct) {
+  const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
+  const detail::MoEShapes s = check_experts_shapes(c, a);
+  return detail::plan_layer({s, experts_op(allow_direct), 0}, detail::current_gemm_device());
+}
+
+std::vector<LayerPlan> experts_op_candidates(const char* op, const FusedMoEExpertsArgs& a,
+                                             bool allow_direct) {
+  const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
+  const detail::MoEShapes s = check_experts_shapes(c, a);
+  return detail::layer_plan_candidates({s, experts_op(allow_direct), 0},
+                                       detail::current_gemm_device());
 }
 
 void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct,
                     cudaStream_t stream) {
   detail::ArgCheck c(op);
-  bool direct = false;
-  detail::MoEShapes s = check_experts_shapes(c, a, allow_direct, direct);
+  detail::MoEShapes s;
+  const LayerPlan plan = experts_plan(c, a, allow_direct, s);
+  detail::log_op_plan(op, s, 0, plan);
   detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states,
                      /*experts=*/true);
   c.tensor("topk_weights", a.topk_weights, {DType::kF32}, {s.T, s.K});
   detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
-  const size_t needed = detail::routed_experts_workspace_size(s, direct);
+  const size_t needed = detail::routed_experts_workspace_size(s, plan.routed);
   c.workspace(a.workspace, needed);
   // In place (output == hidden_states) works: the hidden states are read by the first
   // kernel (the gather or the direct gate/up stage), the output written by the last.
@@ -246,7 +251,8 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   c.launch_target(stream, "output", a.output);
   detail::RoutedExperts p;
   p.s = s;
-  p.direct = direct;
+  p.routed = plan.routed;
+  p.experts = plan.experts;
   p.hidden = a.hidden_states.data;
   p.w_gate_up = a.w_gate_up.data;
   p.w_down = a.w_down.data;
@@ -256,22 +262,41 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   detail::run_composite(op, [&] { detail::run_routed_experts(p, a.workspace.data, stream); });
 }
 
+constexpr const char* kExpertsOp = "fused_moe_experts";
+constexpr const char* kIndexedOp = "indexed_expert_mlp";
+
 }  // namespace
 
 size_t fused_moe_experts_workspace_size(const FusedMoEExpertsArgs& args) {
-  return experts_workspace_size("fused_moe_experts", args, /*allow_direct=*/false);
+  return experts_workspace_size(kExpertsOp, args, /*allow_direct=*/false);
 }
 
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream) {
-  run_experts_op("fused_moe_experts", args, /*allow_direct=*/false, stream);
+  run_experts_op(kExpertsOp, args, /*allow_direct=*/false, stream);
+}
+
+LayerPlan plan_fused_moe_experts(const FusedMoEExpertsArgs& args) {
+  return plan_experts_op(kExpertsOp, args, /*allow_direct=*/false);
+}
+
+std::vector<LayerPlan> fused_moe_experts_plan_candidates(const FusedMoEExpertsArgs& args) {
+  return experts_op_candidates(kExpertsOp, args, /*allow_direct=*/false);
 }
 
 size_t indexed_expert_mlp_workspace_size(const IndexedExpertMLPArgs& args) {
-  return experts_workspace_size("indexed_expert_mlp", args, /*allow_direct=*/true);
+  return experts_workspace_size(kIndexedOp, args, /*allow_direct=*/true);
 }
 
 void indexed_expert_mlp(const IndexedExpertMLPArgs& args, cudaStream_t stream) {
-  run_experts_op("indexed_expert_mlp", args, /*allow_direct=*/true, stream);
+  run_experts_op(kIndexedOp, args, /*allow_direct=*/true, stream);
+}
+
+LayerPlan plan_indexed_expert_mlp(const IndexedExpertMLPArgs& args) {
+  return plan_experts_op(kIndexedOp, args, /*allow_direct=*/true);
+}
+
+std::vector<LayerPlan> indexed_expert_mlp_plan_candidates(const IndexedExpertMLPArgs& args) {
+  return experts_op_candidates(kIndexedOp, args, /*allow_direct=*/true);
 }
 
 // ---- FusedMoEFwd / FusedMoESharedExpertFwd ----
@@ -300,11 +325,11 @@ LayerBuffers carve_layer(const detail::MoEShapes& s, int64_t S, detail::Workspac
   return b;
 }
 
-size_t layer_workspace_size(const detail::MoEShapes& s, int64_t S) {
+size_t layer_workspace_size(const detail::MoEShapes& s, int64_t S, RoutedPath routed) {
   if (s.T == 0) return 0;
   detail::WorkspaceCarver ws(nullptr);
   carve_layer(s, S, ws);
-  ws.take(detail::routed_experts_workspace_size(s, detail::layer_takes_direct(s)));
+  ws.take(detail::routed_experts_workspace_size(s, routed));
   return ws.bytes();
 }
 
@@ -343,7 +368,9 @@ size_t layer_workspace_query(const char* op, const FusedMoEArgs& a,
                              const FusedMoESharedExpertArgs* shared) {
   return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
     const detail::MoEShapes s = check_layer_shapes(c, a);
-    return layer_workspace_size(s, shared ? check_shared_width(c, s, *shared) : 0);
+    const int64_t S = shared ? check_shared_width(c, s, *shared) : 0;
+    const LayerPlan plan = layer_plan(c, a.plan, {s, detail::RoutedOp::kLayer, S});
+    return layer_workspace_size(s, S, plan.routed);
   });
 }
 
@@ -376,8 +403,9 @@ void check_layer_memory(const detail::ArgCheck& c, const FusedMoEArgs& a, const 
 }
 
 // Routing (the FusedTopK kernel into the workspace), optional shared MLP, routed experts.
-void run_layer(const FusedMoEArgs& a, const detail::MoEShapes& s, const TensorView* shared_gu,
-               const TensorView* shared_down, int64_t S, cudaStream_t stream) {
+void run_layer(const FusedMoEArgs& a, const LayerPlan& plan, const detail::MoEShapes& s,
+               const TensorView* shared_gu, const TensorView* shared_down, int64_t S,
+               cudaStream_t stream) {
   detail::WorkspaceCarver ws(a.workspace.data);
   LayerBuffers b = carve_layer(s, S, ws);
   // The routing inputs were validated under the layer op's name (check_layer_args).
@@ -394,13 +422,15 @@ void run_layer(const FusedMoEArgs& a, const detail::MoEShapes& s, const TensorVi
   if (S > 0) {
     // The shared expert's output stays f32 and is added in the routed combine, so
     // the layer output is rounded once.
-    detail::run_dense_mlp(s.dtype, a.hidden_states.data, s.T, s.H, S, shared_gu->data,
-                          shared_down->data, b.shared_act, b.shared_out, DType::kF32,
-                          b.shared_scratch, stream);
+    detail::run_dense_mlp(
+        plan.shared, detail::shared_mlp_problem(s, S, DType::kF32, detail::current_gemm_device()),
+        a.hidden_states.data, shared_gu->data, shared_down->data, b.shared_act, b.shared_out,
+        b.shared_scratch, stream);
   }
   detail::RoutedExperts p;
   p.s = s;
-  p.direct = detail::layer_takes_direct(s);
+  p.routed = plan.routed;
+  p.experts = plan.experts;
   p.hidden = a.hidden_states.data;
   p.w_gate_up = a.w_gate_up.data;
   p.w_down = a.w_down.data;
@@ -413,29 +443,64 @@ void run_layer(const FusedMoEArgs& a, const detail::MoEShapes& s, const TensorVi
 
 }  // namespace
 
+namespace {
+
+constexpr const char* kLayerOp = "fused_moe";
+constexpr const char* kSharedLayerOp = "fused_moe_shared_expert";
+
+detail::LayerProblem layer_problem(const char* op, const FusedMoEArgs& a,
+                                   const FusedMoESharedExpertArgs* shared) {
+  const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
+  const detail::MoEShapes s = check_layer_shapes(c, a);
+  return {s, detail::RoutedOp::kLayer, shared ? check_shared_width(c, s, *shared) : 0};
+}
+
+}  // namespace
+
 size_t fused_moe_workspace_size(const FusedMoEArgs& args) {
-  return layer_workspace_query("fused_moe", args, nullptr);
+  return layer_workspace_query(kLayerOp, args, nullptr);
+}
+
+LayerPlan plan_fused_moe(const FusedMoEArgs& args) {
+  const detail::ArgCheck c(kLayerOp, detail::ArgCheck::Mode::kShapesOnly);
+  return layer_plan(c, nullptr, layer_problem(kLayerOp, args, nullptr));
+}
+
+std::vector<LayerPlan> fused_moe_plan_candidates(const FusedMoEArgs& args) {
+  return detail::layer_plan_candidates(layer_problem(kLayerOp, args, nullptr),
+                                       detail::current_gemm_device());
 }
 
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
-  const char* op = "fused_moe";
-  detail::ArgCheck c(op);
+  detail::ArgCheck c(kLayerOp);
   const detail::MoEShapes s = check_layer_args(c, args);
-  const size_t needed = layer_workspace_size(s, 0);
+  const LayerPlan plan = layer_plan(c, args.plan, {s, detail::RoutedOp::kLayer, 0});
+  detail::log_op_plan(kLayerOp, s, 0, plan);
+  const size_t needed = layer_workspace_size(s, 0, plan.routed);
   c.workspace(args.workspace, needed);
   check_layer_memory(c, args, TensorView{}, TensorView{});
   if (s.T == 0) return;
   c.launch_target(stream, "output", args.output);
-  detail::run_composite(op, [&] { run_layer(args, s, nullptr, nullptr, 0, stream); });
+  detail::run_composite(kLayerOp, [&] { run_layer(args, plan, s, nullptr, nullptr, 0, stream); });
 }
 
 size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args) {
-  return layer_workspace_query("fused_moe_shared_expert", args.moe, &args);
+  return layer_workspace_query(kSharedLayerOp, args.moe, &args);
+}
+
+LayerPlan plan_fused_moe_shared_expert(const FusedMoESharedExpertArgs& args) {
+  const detail::ArgCheck c(kSharedLayerOp, detail::ArgCheck::Mode::kShapesOnly);
+  return layer_plan(c, nullptr, layer_problem(kSharedLayerOp, args.moe, &args));
+}
+
+std::vector<LayerPlan> fused_moe_shared_expert_plan_candidates(
+    const FusedMoESharedExpertArgs& args) {
+  return detail::layer_plan_candidates(layer_problem(kSharedLayerOp, args.moe, &args),
+                                       detail::current_gemm_device());
 }
 
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream) {
-  const char* op = "fused_moe_shared_expert";
-  detail::ArgCheck c(op);
+  detail::ArgCheck c(kSharedLayerOp);
   const detail::MoEShapes s = check_layer_args(c, args.moe);
   // Both shared weights absent: no shared expert, the routed layer alone (a model whose
   // layer has none can call one entry point). One of the two alone is an error.
@@ -448,16 +513,18 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
                               /*experts=*/false);
     S = shared.F;
   }
-  const size_t needed = layer_workspace_size(s, S);
+  const LayerPlan plan = layer_plan(c, args.moe.plan, {s, detail::RoutedOp::kLayer, S});
+  detail::log_op_plan(kSharedLayerOp, s, S, plan);
+  const size_t needed = layer_workspace_size(s, S, plan.routed);
   c.workspace(args.moe.workspace, needed);
   check_layer_memory(c, args.moe, args.shared_w_gate_up, args.shared_w_down);
   if (s.T == 0) return;
   c.launch_target(stream, "output", args.moe.output);
-  detail::run_composite(op, [&] {
+  detail::run_composite(kSharedLayerOp, [&] {
     if (has_shared) {
-      run_layer(args.moe, s, &args.shared_w_gate_up, &args.shared_w_down, S, stream);
+      run_layer(args.moe, plan, s, &args.shared_w_gate_up, &args.shared_w_down, S, stream);
     } else {
-      run_layer(args.moe, s, nullptr, nullptr, 0, stream);
+      run_layer(args.moe, plan, s, nullptr, nullptr, 0, stream);
     }
   });
 }

@@ -6,10 +6,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "core/workspace.h"
-#include "gemm/grouped_gemm.h"  // kSm90MlpChainScratchBytes
+#include "gemm/gemm_planner.h"  // GemmDevice, MlpPlan, kSm90MlpChainScratchBytes
 #include "mlp/dense_mlp.h"
+#include "moekit/plan.h"
 #include "moekit/tensor.h"
 
 namespace moekit::detail {
@@ -31,22 +34,17 @@ inline bool direct_path_eligible(const MoEShapes& s) {
          2 * s.F * s.H < (int64_t{1} << 31);
 }
 
-// Test knob (not thread-safe) of the routed ops' path: 0 = the heuristic, 1 = the direct
-// path wherever direct_path_eligible, 2 = the sorted path. indexed_expert_mlp, fused_moe
-// and fused_moe_shared_expert follow it (fused_moe_experts always sorts); their workspace
-// sizes too.
-int& routed_path_override();
-// The path indexed_expert_mlp and the layers take for shapes s (the knob applied).
-bool indexed_takes_direct(const MoEShapes& s);
-bool layer_takes_direct(const MoEShapes& s);
+// Empty when the direct path can run s, else the limit s is past ("T = 65 > 64").
+std::string direct_path_rejection(const MoEShapes& s);
 
 // Routed experts on device pointers: output[t] = sum_k w[t,k] * MLP_id(x_t)
 // (+ addend[t] when addend != nullptr, an f32 [T, H] term added before the single
-// rounding). `direct` picks the sort-free small-batch path (requires
-// direct_path_eligible) over pre-permute -> grouped GEMMs -> combine.
+// rounding), by the routed part of a LayerPlan: the sort-free small-batch path (kDirect,
+// requires direct_path_eligible) or pre-permute -> the expert MLP plan's GEMMs -> combine.
 struct RoutedExperts {
   MoEShapes s;
-  bool direct = false;
+  RoutedPath routed = RoutedPath::kSorted;
+  MlpPlan experts;                  // kSorted
   const void* hidden = nullptr;     // [T, H]
   const void* w_gate_up = nullptr;  // [E, 2F, H]
   const void* w_down = nullptr;     // [E, H, F]
@@ -55,19 +53,36 @@ struct RoutedExperts {
   const float* addend = nullptr;  // optional [T, H] f32
   void* output = nullptr;         // [T, H]
 };
-size_t routed_experts_workspace_size(const MoEShapes& s, bool direct);
+size_t routed_experts_workspace_size(const MoEShapes& s, RoutedPath routed);
 void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t stream);
 
-// Expert MLP on a contiguous permuted buffer: gate/up grouped GEMM with
-// silu_and_mul into act [P, F], then the down grouped GEMM into out [P, H].
-// `out` may alias `in` (the input is dead once the first GEMM has run). tile_counters:
-// kExpertMlpCounterBytes of workspace for the GEMMs' dynamic tile schedule and the SM90 MLP
-// chain's counters (or nullptr: neither).
+// Expert MLP on a contiguous permuted buffer: gate/up grouped GEMM with silu_and_mul into
+// act [P, F], then the down grouped GEMM into out [P, H].
 constexpr size_t kExpertMlpCounterBytes = 512 + kSm90MlpChainScratchBytes;
-void run_expert_mlp_gemms(DType dtype, const void* in, int64_t P, const int32_t* layout_metadata,
-                          int alignment, int64_t E, int64_t H, int64_t F, const void* w_gate_up,
-                          const void* w_down, void* act, void* out, bool routed_counts,
-                          void* tile_counters, cudaStream_t stream);
+struct ExpertMlpGemms {
+  DType dtype = DType::kBF16;
+  const void* in = nullptr;  // [P, H]
+  int64_t P = 0, E = 0, H = 0, F = 0;
+  const int32_t* layout_metadata = nullptr;  // [E] contiguous ends
+  int alignment = 1;
+  const void* w_gate_up = nullptr;  // [E, 2F, H]
+  const void* w_down = nullptr;     // [E, H, F]
+  void* act = nullptr;              // [P, F]
+  void* out = nullptr;              // [P, H]; may alias `in` (dead once the first GEMM has run)
+  // The counts come from top-k routing (the fused layers), GroupedGemmProblem::routed_counts.
+  bool routed_counts = false;
+  // kExpertMlpCounterBytes of workspace: the GEMMs' tile counters, then the chain's scratch.
+  // Planning needs none (the plan is the one run with them).
+  void* counters = nullptr;
+};
+// The two GEMM problems of g (without counters, stand-ins mark them given: planning).
+std::pair<GroupedGemmProblem, GroupedGemmProblem> expert_mlp_problems(const ExpertMlpGemms& g);
+// The planner's plan of the two GEMMs, and every plan that can run them (gemm_planner.h).
+MlpPlan plan_expert_mlp_gemms(const ExpertMlpGemms& g, const GemmDevice& device);
+std::vector<MlpPlan> expert_mlp_gemms_plan_candidates(const ExpertMlpGemms& g,
+                                                      const GemmDevice& device);
+// Runs `plan` (throws moekit::Error naming moe_expert_mlp when it cannot run g).
+void run_expert_mlp_gemms(const ExpertMlpGemms& g, const MlpPlan& plan, cudaStream_t stream);
 
 // ---- kernels (moe_kernels.cu) ----
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/device.h"
 #include "core/dtype.cuh"
 #include "moe/moe_internal.h"
 
@@ -300,15 +301,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 constexpr int kGateUpMT = 2, kGateUpU = 4;  // 32 weight rows per tile, 4 steps in flight
 constexpr int kDownMT = 4, kDownU = 2;      // 64 weight rows per tile, 2 steps in flight
 
+// The device's SM count (132 where none is known, as before any device query).
 int num_sms() {
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      sms <= 0) {
-    cudaGetLastError();
-    return 132;
-  }
-  return sms;
+  const int sms = device_props().sms;
+  return sms > 0 ? sms : 132;
 }
 
 template <class Kernel>

@@ -1,5 +1,7 @@
-// SharedExpertMLPFwd: a dense gated MLP (src/mlp/dense_mlp.h runs it).
+// SharedExpertMLPFwd: a dense gated MLP (src/mlp/dense_mlp.h runs the dense-MLP planner's
+// plan, or the one args.plan names).
 #include "mlp/dense_mlp.h"
+#include "moe/layer_planner.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
 #include "moekit/moe.h"
@@ -10,7 +12,9 @@ namespace moekit {
 
 namespace {
 
-// hidden_states [T, H] and w_gate_up [2S, H]: what the workspace size depends on.
+constexpr const char* kOp = "shared_expert_mlp";
+
+// hidden_states [T, H] and w_gate_up [2S, H]: what the workspace size and the plan depend on.
 detail::MoEShapes check_shared_mlp_shapes(const detail::ArgCheck& c, const SharedExpertMLPArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
@@ -27,20 +31,55 @@ size_t shared_mlp_bytes(const detail::MoEShapes& s) {
   return ws.bytes();
 }
 
+detail::DenseMlpProblem shared_problem(const detail::MoEShapes& s) {
+  return detail::shared_mlp_problem(s, s.F, s.dtype, detail::current_gemm_device());
+}
+
+// args.plan checked against the shapes, else the planner's.
+MlpPlan shared_plan(const detail::ArgCheck& c, const SharedExpertMLPArgs& a,
+                    const detail::MoEShapes& s) {
+  const detail::DenseMlpProblem p = shared_problem(s);
+  const detail::GemmDevice device = detail::current_gemm_device();
+  if (a.plan == nullptr)
+    return detail::plan_dense_mlp(p, device, detail::device_direct_capacity(p));
+  detail::check_plan(c, *a.plan, detail::dense_mlp_plan_rejection(*a.plan, p, device));
+  return *a.plan;
+}
+
 }  // namespace
 
 size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args) {
-  return detail::workspace_query("shared_expert_mlp", [&](const detail::ArgCheck& c) {
-    return shared_mlp_bytes(check_shared_mlp_shapes(c, args));
+  return detail::workspace_query(kOp, [&](const detail::ArgCheck& c) {
+    const detail::MoEShapes s = check_shared_mlp_shapes(c, args);
+    shared_plan(c, args, s);  // a plan that cannot run the arguments throws here too
+    return shared_mlp_bytes(s);
   });
 }
 
+MlpPlan plan_shared_expert_mlp(const SharedExpertMLPArgs& args) {
+  const detail::ArgCheck c(kOp, detail::ArgCheck::Mode::kShapesOnly);
+  const detail::MoEShapes s = check_shared_mlp_shapes(c, args);
+  const detail::DenseMlpProblem p = shared_problem(s);
+  return detail::plan_dense_mlp(p, detail::current_gemm_device(),
+                                detail::device_direct_capacity(p));
+}
+
+std::vector<MlpPlan> shared_expert_mlp_plan_candidates(const SharedExpertMLPArgs& args) {
+  const detail::ArgCheck c(kOp, detail::ArgCheck::Mode::kShapesOnly);
+  return detail::dense_mlp_plan_candidates(shared_problem(check_shared_mlp_shapes(c, args)),
+                                           detail::current_gemm_device());
+}
+
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
-  detail::ArgCheck c("shared_expert_mlp");
+  detail::ArgCheck c(kOp);
   detail::MoEShapes s = check_shared_mlp_shapes(c, args);
   detail::check_down(c, s, "w_down", args.w_down, "hidden_states", args.hidden_states,
                      /*experts=*/false);
   detail::check_output(c, "output", args.output, s, "hidden_states", args.hidden_states);
+  const MlpPlan plan = shared_plan(c, args, s);
+  detail::MoEShapes dense = s;
+  dense.E = 0;  // the key names T, H and S
+  detail::log_op_plan(kOp, dense, s.F, plan);
   const size_t needed = shared_mlp_bytes(s);
   c.workspace(args.workspace, needed);
   // Not in place: its dense paths (some one kernel for both projections) are not shown
@@ -55,9 +94,9 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
   detail::WorkspaceCarver ws(args.workspace.data);
   void* act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
   void* scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
-  detail::run_composite("shared_expert_mlp", [&] {
-    detail::run_dense_mlp(s.dtype, args.hidden_states.data, s.T, s.H, s.F, args.w_gate_up.data,
-                          args.w_down.data, act, args.output.data, s.dtype, scratch, stream);
+  detail::run_composite(kOp, [&] {
+    detail::run_dense_mlp(plan, shared_problem(s), args.hidden_states.data, args.w_gate_up.data,
+                          args.w_down.data, act, args.output.data, scratch, stream);
   });
 }
 

@@ -1,11 +1,9 @@
 // MoEPermuteAlignFwd kernels. Up to kAlignFusedMaxRoutes routes: ONE launch of
-// 1024-thread blocks (align_fused_v3_kernel; v2 and the legacy align_fused_kernel
-// stay for comparisons, see permute_align_variant_override). Above: chunk counts + scan
+// 1024-thread blocks (align_fused_kernel). Above: chunk counts + scan
 // (route_sort.cu), then a scatter kernel per chunk of kRouteChunk routes. Padding
 // and tail slots get the sentinel T*K and expert_ids is filled one warp per block
 // of block_size slots, so every output element is written exactly once.
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/check.h"
 #include "core/pdl.cuh"
@@ -88,172 +86,15 @@ __global__ void __launch_bounds__(kThreads)
              cnt, total, num_routes, sorted, sorted_size, expert_ids, num_blocks);
 }
 
-// Up to kAlignFusedMaxRoutes routes: one launch over many SMs.
-// block b owns routes [1024 b, 1024 b + 1024), one 32-route step per warp. Every
-// block recounts all ids (order-free shared atomics; <= 32 loads per thread) to get
-// the expert starts and the routes of each expert before its chunk, ranks its own
-// routes (match_any inside the warp, per-warp counts for the earlier warps), and
-// fills its share of the padding slots and expert_ids. No workspace, no second pass.
-constexpr int kFusedChunk = kThreads;  // routes per block
+constexpr int kFusedChunk = kThreads;  // routes per block of the one-launch kernel
 
-__global__ void __launch_bounds__(kThreads)
-    align_fused_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
-                       int block_size, int32_t* __restrict__ sorted, int sorted_size,
-                       int32_t* __restrict__ expert_ids, int num_blocks,
-                       int32_t* __restrict__ num_post) {
-  __shared__ int hist[kPermuteMaxExperts];
-  __shared__ int before[kPermuteMaxExperts];
-  __shared__ int start[kPermuteMaxExperts];
-  __shared__ __align__(16) unsigned char wcnt[kWarps][kPermuteMaxExperts];  // <= 32 each
-  pdl_wait();  // PDL: before any global access (core/pdl.cuh)
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int c0 = blockIdx.x * kFusedChunk;
-  for (int e = tid; e < num_experts; e += kThreads) {
-    hist[e] = 0;
-    before[e] = 0;
-  }
-  reinterpret_cast<uint4*>(wcnt[warp])[lane] = make_uint4(0, 0, 0, 0);  // 512 bytes per warp
-  const int i = c0 + tid;
-  int e = i < num_routes ? __ldg(ids + i) : -1;
-  if (!route::valid_id(e, num_experts)) e = -1;
-  __syncthreads();
-  for (int j0 = 0; j0 < num_routes; j0 += 16 * kThreads) {
-    int v[16];
-#pragma unroll
-    for (int u = 0; u < 16; ++u) {
-      const int j = j0 + u * kThreads + tid;
-      v[u] = j < num_routes ? __ldg(ids + j) : -1;
-    }
-#pragma unroll
-    for (int u = 0; u < 16; ++u) {
-      if (route::valid_id(v[u], num_experts)) {
-        atomicAdd(&hist[v[u]], 1);  // sums: the order of the adds does not matter
-        if (j0 + u * kThreads + tid < c0) atomicAdd(&before[v[u]], 1);
-      }
-    }
-  }
-  pdl_trigger();  // every id is loaded
-  const unsigned peers = __match_any_sync(route::kFullMask, e);
-  const unsigned below = peers & ((1u << lane) - 1u);
-  if (e >= 0 && below == 0) wcnt[warp][e] = static_cast<unsigned char>(__popc(peers));
-  __syncthreads();
-  for (int x = tid; x < num_experts; x += kThreads) start[x] = route::align_up(hist[x], block_size);
-  __syncthreads();
-  const int total = route::block_exclusive_scan(start, num_experts);
-  if (e >= 0) {
-    int off = start[e] + before[e] + __popc(below);
-    for (int w = 0; w < warp; ++w) off += wcnt[w][e];
-    sorted[off] = i;
-  }
-  align_fill(blockIdx.x * kWarps + warp, gridDim.x * kWarps, num_experts, block_size, start, hist,
-             total, num_routes, sorted, sorted_size, expert_ids, num_blocks);
-  if (blockIdx.x == 0 && tid == 0) *num_post = total;
-}
-
-// Version 2 of the one-launch path (the default; MOEKIT_ROUTING_LEGACY=1 selects the
-// kernel above). Per block: one shared atomic per id (into `before` or `after` this
-// block's chunk, so hist = before + after), warp 0 alone scans the expert starts
-// (no block-wide scan), three barriers in all; the padding fill finds a block's
-// expert with one warp count (experts whose padded range ends at or before p0)
-// instead of a binary search of dependent shared loads.
-__global__ void __launch_bounds__(kThreads)
-    align_fused_v2_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
-                          int block_size, int32_t* __restrict__ sorted, int sorted_size,
-                          int32_t* __restrict__ expert_ids, int num_blocks,
-                          int32_t* __restrict__ num_post) {
-  __shared__ int before[kPermuteMaxExperts];     // routes of e in earlier chunks
-  __shared__ int cnt[kPermuteMaxExperts];        // routes of e from this chunk on, then all
-  __shared__ int start[kPermuteMaxExperts + 1];  // padded starts; start[E] = total
-  __shared__ __align__(16) unsigned char wcnt[kWarps][kPermuteMaxExperts];  // <= 32 each
-  pdl_wait();  // PDL: before any global access (core/pdl.cuh)
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int c0 = blockIdx.x * kFusedChunk;
-  const int E = num_experts;
-  const int bs_mask = block_size - 1;  // block_size is a power of two (validated)
-  for (int x = tid; x < E; x += kThreads) {
-    before[x] = 0;
-    cnt[x] = 0;
-  }
-  reinterpret_cast<uint4*>(wcnt[warp])[lane] = make_uint4(0, 0, 0, 0);  // 512 bytes per warp
-  const int i = c0 + tid;
-  int e = i < num_routes ? __ldg(ids + i) : -1;
-  if (!route::valid_id(e, E)) e = -1;
-  __syncthreads();
-  for (int j0 = 0; j0 < num_routes; j0 += 16 * kThreads) {
-    int v[16];
-#pragma unroll
-    for (int u = 0; u < 16; ++u) {
-      const int j = j0 + u * kThreads + tid;
-      v[u] = j < num_routes ? __ldg(ids + j) : -1;
-    }
-#pragma unroll
-    for (int u = 0; u < 16; ++u) {
-      if (route::valid_id(v[u], E))  // sums: the order of the adds does not matter
-        atomicAdd(j0 + u * kThreads + tid < c0 ? &before[v[u]] : &cnt[v[u]], 1);
-    }
-  }
-  pdl_trigger();  // every id is loaded
-  const unsigned peers = __match_any_sync(route::kFullMask, e);
-  const unsigned below = peers & ((1u << lane) - 1u);
-  if (e >= 0 && below == 0) wcnt[warp][e] = static_cast<unsigned char>(__popc(peers));
-  __syncthreads();
-  if (warp == 0) {
-    const int per = (E + 31) / 32;
-    const int lo = min(lane * per, E), hi = min(lo + per, E);
-    int local = 0;
-    for (int x = lo; x < hi; ++x) local += ((before[x] + cnt[x] + bs_mask) & ~bs_mask);
-    int incl = local;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int y = __shfl_up_sync(route::kFullMask, incl, d);
-      if (lane >= d) incl += y;
-    }
-    int run = incl - local;
-    for (int x = lo; x < hi; ++x) {
-      const int c = before[x] + cnt[x];
-      start[x] = run;
-      cnt[x] = c;
-      run += (c + bs_mask) & ~bs_mask;
-    }
-    if (lane == 31) start[E] = incl;
-  }
-  __syncthreads();
-  const int total = start[E];
-  if (e >= 0) {
-    int off = start[e] + before[e] + __popc(below);
-    // Earlier warps' counts: 32 independent loads (a loop bounded by `warp` would
-    // wait for each load in turn: the last warp is the block's critical path).
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) off += w < warp ? wcnt[w][e] : 0;
-    sorted[off] = i;
-  }
-  // One warp per block b of block_size slots: expert_ids[b] and the sentinels.
-  const int nwarps = gridDim.x * kWarps;
-  for (int b = blockIdx.x * kWarps + warp; b < num_blocks; b += nwarps) {
-    const int p0 = b * block_size;
-    int expert = -1, fill_from = p0;
-    if (p0 < total) {
-      // Padded ranges end at start[x + 1], in order: the block's expert is the
-      // number of experts whose range ends at or before p0.
-      int c = 0;
-#pragma unroll 4
-      for (int x = lane; x < E; x += 32) c += start[x + 1] <= p0 ? 1 : 0;
-      expert = static_cast<int>(__reduce_add_sync(route::kFullMask, static_cast<unsigned>(c)));
-      fill_from = max(p0, start[expert] + cnt[expert]);
-    }
-    if (lane == 0) expert_ids[b] = expert;
-    const int p_end = min(p0 + block_size, sorted_size);
-    for (int p = fill_from + lane; p < p_end; p += 32) sorted[p] = num_routes;
-  }
-  if (blockIdx.x == 0 && tid == 0) *num_post = total;
-}
-
-// Version 3 (the default): v2's count, with the per-warp offsets prefix-summed once
-// per expert instead of once per route. In v2 every route summed the counts of the
-// earlier warps of its block itself: 32 byte loads per thread with bank conflicts,
-// ~1000 shared-load instructions per block when the block is full (T*K >= 1024), the
-// longest step at T = 512. Here the leader of each (warp, expert) group writes the
-// group's size into wc[e][warp] (u16), and after the count barrier thread x < E
+// Up to kAlignFusedMaxRoutes routes: one launch over many SMs. Block b owns routes
+// [1024 b, 1024 b + 1024), one 32-route step per warp. Every block recounts all ids
+// (one shared atomic per id, into `before` or `cnt` of its chunk) to get the expert
+// starts and the routes of each expert before its chunk. The per-warp offsets are
+// prefix-summed once per expert, not once per route (docs/routing-permute.md): the
+// leader of each (warp, expert) group writes the group's size into wc[e][warp] (u16),
+// and after the count barrier thread x < E
 //  * sums its expert's column in place (4 x 16-byte loads of its own 64-byte row,
 //    swizzled so that a quarter-warp's loads hit distinct banks): wc[x][w] becomes
 //    before[x] + the routes of x in warps < w (< 2^16: T*K <= 32768);
@@ -261,7 +102,7 @@ __global__ void __launch_bounds__(kThreads)
 //    counts of all lower experts (<= 15 loads per lane and one warp reduction), so no
 //    single warp scans all experts serially.
 // A route's slot is then start[e] + wc[e][warp] + its match_any rank: two shared
-// loads. Three block barriers, as in v2.
+// loads. Three block barriers; no workspace, no second pass.
 constexpr int kWcRow = 32;  // u16 entries per expert row of wc (one per warp)
 
 // Index of (expert e, warp w) in wc: row e, 16-byte chunk (w / 8 + e / 2) % 4 of it.
@@ -271,8 +112,8 @@ __device__ __forceinline__ int wc_index(int e, int w) {
 
 // Counts every id into before[e] (flat index < c0) or cnt[e] (the rest), kLoads
 // loads in flight per thread per round: one shared atomic per id (sums: the order of
-// the adds does not matter). A 16-slot round costs ~100 issued instructions per warp
-// even when most slots are predicated off (T*K = 8 uses one), in every block.
+// the adds does not matter). A 16-slot round issues its whole body even when most
+// slots are predicated off, so the caller picks kLoads by T*K.
 template <int kLoads>
 __device__ __forceinline__ void count_ids(const int32_t* __restrict__ ids, int num_routes, int E,
                                           int c0, int* before, int* cnt) {
@@ -292,14 +133,11 @@ __device__ __forceinline__ void count_ids(const int32_t* __restrict__ ids, int n
   }
 }
 
-// kAdaptiveCount: count_ids with 1, 4 or 16 loads per thread by T*K (false: always
-// 16, as v2; a tuning comparison only).
-template <bool kAdaptiveCount>
 __global__ void __launch_bounds__(kThreads)
-    align_fused_v3_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
-                          int block_size, int32_t* __restrict__ sorted, int sorted_size,
-                          int32_t* __restrict__ expert_ids, int num_blocks,
-                          int32_t* __restrict__ num_post) {
+    align_fused_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
+                       int block_size, int32_t* __restrict__ sorted, int sorted_size,
+                       int32_t* __restrict__ expert_ids, int num_blocks,
+                       int32_t* __restrict__ num_post) {
   __shared__ int before[kPermuteMaxExperts];     // routes of e in earlier chunks
   __shared__ int cnt[kPermuteMaxExperts];        // routes of e from this chunk on
   __shared__ int tot[kPermuteMaxExperts];        // routes of e
@@ -320,9 +158,9 @@ __global__ void __launch_bounds__(kThreads)
   int e = i < num_routes ? __ldg(ids + i) : -1;
   if (!route::valid_id(e, E)) e = -1;
   __syncthreads();
-  if (kAdaptiveCount && num_routes <= kThreads) {  // block-uniform: as few load slots as needed
+  if (num_routes <= kThreads) {  // block-uniform: as few load slots as needed
     count_ids<1>(ids, num_routes, E, c0, before, cnt);
-  } else if (kAdaptiveCount && num_routes <= 4 * kThreads) {
+  } else if (num_routes <= 4 * kThreads) {
     count_ids<4>(ids, num_routes, E, c0, before, cnt);
   } else {
     count_ids<16>(ids, num_routes, E, c0, before, cnt);
@@ -398,26 +236,7 @@ __global__ void __launch_bounds__(kThreads)
   if (blockIdx.x == 0 && tid == 0) *num_post = total;
 }
 
-// 1 = the current kernel (v3), 2 = the legacy kernel, 3 = v2, 4 = v3 with v2's
-// 16-slot count (tuning).
-int align_variant_select() {
-  static const bool env_legacy = [] {
-    const char* v = std::getenv("MOEKIT_ROUTING_LEGACY");
-    return v != nullptr && v[0] == '1';
-  }();
-  const int o = permute_align_variant_override();
-  return o == 0 ? (env_legacy ? 2 : 1) : o;
-}
-
 }  // namespace
-
-int& permute_align_variant_override() {
-  static int v = [] {
-    const char* e = std::getenv("MOEKIT_PERMUTE_ALIGN_VARIANT");  // tuning only
-    return e != nullptr ? std::atoi(e) : 0;
-  }();
-  return v;
-}
 
 void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
   const int E = l.num_experts;
@@ -425,14 +244,9 @@ void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
     // Enough blocks for the routes (1024 each) and for the fill (32 blocks of slots each).
     const int blocks = std::max(
         {(l.num_routes + kFusedChunk - 1) / kFusedChunk, (l.num_blocks + kWarps - 1) / kWarps, 1});
-    const int variant = align_variant_select();
-    auto kernel = variant == 2   ? align_fused_kernel
-                  : variant == 3 ? align_fused_v2_kernel
-                  : variant == 4 ? align_fused_v3_kernel<false>
-                                 : align_fused_v3_kernel<true>;
-    launch_pdl(kernel, dim3(blocks), dim3(kThreads), 0, stream, l.topk_ids, l.num_routes, E,
-               l.block_size, l.sorted_token_ids, l.sorted_size, l.expert_ids, l.num_blocks,
-               l.num_tokens_post_padded);
+    launch_pdl(align_fused_kernel, dim3(blocks), dim3(kThreads), 0, stream, l.topk_ids,
+               l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size, l.expert_ids,
+               l.num_blocks, l.num_tokens_post_padded);
   } else {
     launch_route_chunk_count_scan(l.topk_ids, l.num_routes, E, l.block_size, l.workspace, nullptr,
                                   l.num_tokens_post_padded, stream);

@@ -41,11 +41,6 @@ struct AlignLaunch {
   void* workspace = nullptr;  // route_chunk_workspace_bytes() when multi-block
 };
 void launch_permute_align(const AlignLaunch& l, cudaStream_t stream);
-// Test knob (not thread-safe): 0 = default (MOEKIT_ROUTING_LEGACY=1 in the environment
-// selects the legacy one-launch kernel), 1 = current kernel (v3), 2 = legacy kernel,
-// 3 = v2 (the 19b9437 kernel), 4 = v3 with v2's 16-slot count. The environment's
-// MOEKIT_PERMUTE_ALIGN_VARIANT sets its first value (tuning).
-int& permute_align_variant_override();
 
 struct PrePermuteLaunch {
   const void* hidden = nullptr;  // [T, H], rows of row_bytes (a multiple of 16)
@@ -75,12 +70,6 @@ struct PostPermuteLaunch {
   DType out_dtype = DType::kUndefined;
 };
 void launch_post_permute(const PostPermuteLaunch& l, cudaStream_t stream);
-// Test knob (not thread-safe): 0 = default (MOEKIT_ROUTING_LEGACY=1 in the environment
-// selects the generic kernel for every shape), 1 = current choice, 2 = generic kernel.
-int& post_permute_variant_override();
-// Tuning knob (not thread-safe): > 0 sets the threads per block of the small kernel
-// (a multiple of 32, <= 256); the environment's MOEKIT_POST_PERMUTE_THREADS sets it first.
-int& post_permute_threads_override();
 
 // The small post-permute kernel takes the shape: top_k <= 8 and every index it forms
 // (t*H + col, row*H + col, t*K + k, the thread id) fits in a signed 32-bit int.
@@ -118,11 +107,6 @@ inline uint32_t post_permute_divide(uint32_t n, PostPermuteDivisor dv) {
 void launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_experts,
                                    int alignment, void* workspace, int32_t* layout_metadata,
                                    int32_t* num_post_padded, cudaStream_t stream);
-
-// Tuning knob (not thread-safe; tests and tuning only): > 0 overrides the routes
-// per block (1..32) of the fused pre-permute kernel; the environment's
-// MOEKIT_PRE_PERMUTE_ROWS sets its first value.
-int& pre_permute_rows_override();
 
 // Allows a kernel more than 48 KiB of dynamic shared memory (once per device).
 void allow_large_smem(const void* kernel, int bytes, int slot);

@@ -5,15 +5,11 @@
 //  * post_permute_small_kernel (at most 32768 threads, top_k <= 8 and every index
 //    fits in 31 bits: the latency-bound shapes): 32-bit index math, the token found with a
 //    multiply-high by a host-computed magic number, K rounded up to 2, 4 or 8 at compile time
-//    (loads predicated, no loop), blocks sized so that small shapes spread over many SMs. About 80
-//    instructions per thread at K = 2 (the generic kernel ran ~600: a 64-bit index path, an 8-wide
-//    predicated body per K chunk, per-load parameter reloads).
-//  * post_permute_kernel: any shape (64-bit indices, K in chunks of 8); the larger
-//    grids use it (faster at ds-v3-ep8-t100, see launch_typed).
-// MOEKIT_ROUTING_LEGACY=1 (or post_permute_variant_override() = 2) runs the generic
-// kernel for every shape; both give the same bytes.
+//    (loads predicated, no loop), blocks sized so that small shapes spread over many SMs: a
+//    fraction of the generic kernel's instructions per thread (docs/routing-permute.md).
+//  * post_permute_kernel: any shape (64-bit indices, K in chunks of 8); the larger,
+//    bandwidth-bound grids use it (see launch_typed).
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "core/check.h"
@@ -169,21 +165,9 @@ __global__ void __launch_bounds__(kThreads)
   o.store(out + t * hidden + col);
 }
 
-bool post_legacy_select() {
-  static const bool env_legacy = [] {
-    const char* v = std::getenv("MOEKIT_ROUTING_LEGACY");
-    return v != nullptr && v[0] == '1';
-  }();
-  const int o = post_permute_variant_override();
-  return o == 0 ? env_legacy : o == 2;
-}
-
 // Threads per block of the small kernel: 128 (64 for <= 256 threads), so a small
-// grid spreads over several SMs. H200 sweep of 32/64/128/256 (PDL on): decode-t32
-// 1.00-1.05 us (128 best by ~0.02), prefill-t512 1.09-1.22 (128 best), qwen3 b1 (256
-// threads) 1.22 at 64, 1.25 at 32/128, 1.43 at 256.
+// grid spreads over several SMs (the best of a block-size sweep, docs/routing-permute.md).
 int post_small_threads(int64_t threads) {
-  if (post_permute_threads_override() > 0) return post_permute_threads_override();
   return threads <= 256 ? 64 : 128;
 }
 
@@ -202,10 +186,9 @@ void launch_small(const PostPermuteLaunch& l, int total, cudaStream_t stream) {
 template <class Tin, class Tout>
 void launch_typed(const PostPermuteLaunch& l, cudaStream_t stream) {
   const int64_t threads = l.num_tokens * (l.hidden / 8);
-  // The small kernel for latency-bound grids only: at ds-v3-ep8-t100 (89600 threads,
-  // K = 8, H = 7168; bandwidth-bound) the generic kernel was faster with PDL on
-  // (5.08 vs 5.72 us, H200).
-  if (!post_legacy_select() && post_permute_small_ok(l) && threads <= kPostSmallMaxThreads) {
+  // The small kernel for latency-bound grids only: on bandwidth-bound grids the generic
+  // kernel is faster (docs/routing-permute.md).
+  if (post_permute_small_ok(l) && threads <= kPostSmallMaxThreads) {
     const int total = static_cast<int>(threads);
     if (l.top_k <= 2) {
       launch_small<Tin, Tout, 2>(l, total, stream);
@@ -232,19 +215,6 @@ void launch_out(const PostPermuteLaunch& l, cudaStream_t stream) {
 }
 
 }  // namespace
-
-int& post_permute_variant_override() {
-  static int v = 0;
-  return v;
-}
-
-int& post_permute_threads_override() {
-  static int v = [] {
-    const char* e = std::getenv("MOEKIT_POST_PERMUTE_THREADS");  // tuning only
-    return e != nullptr ? std::atoi(e) : 0;
-  }();
-  return v;
-}
 
 void launch_post_permute(const PostPermuteLaunch& l, cudaStream_t stream) {
   if (l.num_tokens == 0) return;

@@ -6,7 +6,6 @@
 // Above: chunk counts + scan (route_sort.cu), a scatter kernel that writes
 // inverse_indices per chunk, and a copy kernel driven by inverse_indices.
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/check.h"
 #include "core/pdl.cuh"
@@ -197,14 +196,6 @@ __global__ void __launch_bounds__(kCopyThreads)
 
 }  // namespace
 
-int& pre_permute_rows_override() {
-  static int rows = [] {
-    const char* e = std::getenv("MOEKIT_PRE_PERMUTE_ROWS");  // tuning only
-    return e != nullptr ? std::atoi(e) : 0;
-  }();
-  return rows;
-}
-
 void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
   const int N = l.num_routes, E = l.num_experts;
   const int V = static_cast<int>(l.row_bytes / 16);  // validated: 64 * V < 2^31
@@ -212,11 +203,10 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
   uint4* permuted = static_cast<uint4*>(l.permuted);
   if (N <= kPrePermuteFusedMaxRoutes) {
     // Enough blocks to fill the GPU, at least ~128 vectors per block, at most 32 rows
-    // (the best of a rows sweep on the seed shapes, H200).
+    // (the best of a rows sweep on the seed shapes, docs/routing-permute.md).
     // N == 0 still runs one block: it writes the (all-zero) layout_metadata.
     int64_t rows = (N + 527) / 528;
     rows = std::max<int64_t>(rows, (128 + V - 1) / V);
-    if (pre_permute_rows_override() > 0) rows = pre_permute_rows_override();
     rows = std::min<int64_t>(std::max<int64_t>(rows, 1), kMaxFusedRows);
     const int blocks = std::max(1, static_cast<int>((N + rows - 1) / rows));
     launch_pdl(pre_permute_fused_kernel, dim3(blocks), dim3(kCopyThreads), 0, stream, hidden, V,

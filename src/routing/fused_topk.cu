@@ -3,8 +3,8 @@
 // Expert e lives in lane e % 32, slot e / 32, so the row loads are coalesced.
 // sel values become order-preserving 32-bit keys (>= 1; 0 means "none"). Each of
 // the K picks is two REDUX warp reductions: the largest key, then the lowest expert
-// id holding it (the tie rule: equal sel -> lower id). Every lane caches its own
-// best (key, slot, score); only the lane that owned the winner rescans its slots.
+// id holding it (the tie rule: equal sel -> lower id); every lane then recomputes its
+// own best (key, slot, score) as a balanced tree over its slots.
 // Grouped routing: when a group is exactly one 32-expert slot (DeepSeek-V3: 8
 // groups of 32) a warp reduction per slot gives every lane every group score;
 // otherwise sel is staged in shared memory, one lane per group computes the group
@@ -12,16 +12,16 @@
 // lower group index). Either way exactly topk_group groups are kept.
 #include <cuda_runtime.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
 #include <utility>
 
 #include "core/check.h"
+#include "core/device.h"
 #include "core/dtype.cuh"
 #include "core/pdl.cuh"
 #include "routing/fused_topk_kernel.h"
@@ -68,9 +68,9 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// kEarlyTrigger: a compile-time choice, so the triggering kernels' code is unchanged
-// (a run-time flag rescheduled the 12-slot kernel's loads: +0.1 us on the kimi rows).
-template <class T, int kSlots, bool kTree, bool kEarlyTrigger = true>
+// kEarlyTrigger: a compile-time choice, since a run-time flag rescheduled the loads
+// (docs/routing-permute.md, "FusedTopK's trigger and grid balance").
+template <class T, int kSlots, bool kEarlyTrigger>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     fused_topk_kernel(const T* __restrict__ gating, const float* __restrict__ bias,
                       int64_t num_tokens, int E, int K, bool softmax, bool renormalize,
@@ -99,42 +99,27 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   // it unbalanced skip this, see fused_topk_early_trigger; their CTAs' exits count).
   if constexpr (kEarlyTrigger) pdl_trigger();
   if (softmax) {
-    float m = -INFINITY;
-    if (kTree) {
-      // The row max as one REDUX over order-preserving keys (NaNs skipped like fmaxf;
-      // a +-0 difference does not change any exp(x - m)).
-      uint32_t mk = ordered_bits(-INFINITY);
+    // The row max as one REDUX over order-preserving keys (NaNs skipped like fmaxf;
+    // a +-0 difference does not change any exp(x - m)).
+    uint32_t mk = ordered_bits(-INFINITY);
 #pragma unroll
-      for (int s = 0; s < kSlots; ++s)
-        if (!isnan(score[s])) mk = max(mk, ordered_bits(score[s]));
-      m = from_ordered_bits(__reduce_max_sync(kFullMask, mk));
-    } else {
+    for (int s = 0; s < kSlots; ++s)
+      if (!isnan(score[s])) mk = max(mk, ordered_bits(score[s]));
+    const float m = from_ordered_bits(__reduce_max_sync(kFullMask, mk));
+    // expf on every slot, then a select: no branch per slot, so the slots overlap.
+    float v[kSlots];
 #pragma unroll
-      for (int s = 0; s < kSlots; ++s) m = fmaxf(m, score[s]);
-      m = warp_max(m);
-    }
+    for (int s = 0; s < kSlots; ++s) v[s] = expf(score[s] - m);
     float sum = 0.f;
-    if (kTree) {
-      // expf on every slot, then a select: no branch per slot, so the slots overlap.
-      float v[kSlots];
 #pragma unroll
-      for (int s = 0; s < kSlots; ++s) v[s] = expf(score[s] - m);
-#pragma unroll
-      for (int s = 0; s < kSlots; ++s) {
-        score[s] = ((avail >> s) & 1u) ? v[s] : 0.f;
-        sum += score[s];
-      }
-    } else {
-#pragma unroll
-      for (int s = 0; s < kSlots; ++s) {
-        score[s] = ((avail >> s) & 1u) ? expf(score[s] - m) : 0.f;
-        sum += score[s];
-      }
+    for (int s = 0; s < kSlots; ++s) {
+      score[s] = ((avail >> s) & 1u) ? v[s] : 0.f;
+      sum += score[s];
     }
     const float inv = 1.f / warp_sum(sum);
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) score[s] *= inv;
-  } else if (kTree) {
+  } else {
     // __frcp_rn(x) without its per-call slow-path branch (which serializes the slots):
     // for x in [1, 2^126) it is exactly MUFU.RCP + one Newton step, which is what
     // __frcp_rn runs there. x >= 2^126 (results below the normal range), Inf and NaN
@@ -154,9 +139,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) score[s] = __frcp_rn(x[s]);  // == 1/(1+e)
     }
-  } else {
-#pragma unroll
-    for (int s = 0; s < kSlots; ++s) score[s] = __frcp_rn(1.f + expf(-score[s]));  // == 1/(1+e)
   }
 
   float sel[kSlots];
@@ -197,34 +179,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
         const bool nan_in_group = __any_sync(kFullMask, s < num_groups && isnan(sel[s]));
         gk[s] = nan_in_group ? 0xffffffffu : sel_key(gs[s]);
       }
+      // Rank: group s is kept when fewer than topk_group groups beat it (a larger
+      // score, or an equal one at a lower index). All comparisons are independent.
       uint32_t kept = 0;
-      if (kTree) {
-        // Rank: group s is kept when fewer than topk_group groups beat it (a larger
-        // score, or an equal one at a lower index). All comparisons are independent.
 #pragma unroll
-        for (int s = 0; s < kSlots; ++s) {
-          int better = 0;
+      for (int s = 0; s < kSlots; ++s) {
+        int better = 0;
 #pragma unroll
-          for (int s2 = 0; s2 < kSlots; ++s2) {
-            if (s2 == s) continue;
-            const bool b = s2 < s ? gk[s2] >= gk[s] : gk[s2] > gk[s];
-            better += (s2 < num_groups && b) ? 1 : 0;
-          }
-          if (s < num_groups && better < topk_group) kept |= 1u << s;
+        for (int s2 = 0; s2 < kSlots; ++s2) {
+          if (s2 == s) continue;
+          const bool b = s2 < s ? gk[s2] >= gk[s] : gk[s2] > gk[s];
+          better += (s2 < num_groups && b) ? 1 : 0;
         }
-      }
-      for (int r = 0; r < (kTree ? 0 : topk_group); ++r) {
-        int best = -1;
-        uint32_t bk = 0;
-#pragma unroll
-        for (int s = 0; s < kSlots; ++s) {
-          const uint32_t k = gk[s];
-          if (s < num_groups && !((kept >> s) & 1u) && (best < 0 || k > bk)) {
-            bk = k;
-            best = s;
-          }
-        }
-        kept |= 1u << best;
+        if (s < num_groups && better < topk_group) kept |= 1u << s;
       }
       avail &= kept;
     } else {
@@ -275,95 +242,59 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
   float my_w = 0.f, wsum = 0.f;
   int my_id = -1;
-  if (kTree) {
-    // Unavailable experts (padding lanes, dropped groups) get key 0.
+  // Unavailable experts (padding lanes, dropped groups) get key 0.
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s)
+    if (!((avail >> s) & 1u)) key[s] = 0;
+  // Lane-local best as a balanced tree over the slots (depth log2(kSlots) instead
+  // of a kSlots-long compare chain): the largest key, the lowest slot on ties
+  // (the lower half of every pair wins an equal key).
+  uint32_t bk;
+  int bslot;
+  float bscore;
+  auto lane_best = [&]() {
+    uint32_t tk[kSlots];
+    int ts[kSlots];
+    float tv[kSlots];
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      tk[s] = key[s];
+      ts[s] = s;
+      tv[s] = score[s];
+    }
+#pragma unroll
+    for (int w = 1; w < kSlots; w <<= 1) {
+#pragma unroll
+      for (int s = 0; s + w < kSlots; s += 2 * w) {
+        const bool up = tk[s + w] > tk[s];
+        tk[s] = up ? tk[s + w] : tk[s];
+        ts[s] = up ? ts[s + w] : ts[s];
+        tv[s] = up ? tv[s + w] : tv[s];
+      }
+    }
+    bk = tk[0];
+    bslot = ts[0];
+    bscore = tv[0];
+  };
+  lane_best();
+  for (int k = 0; k < K; ++k) {
+    const uint32_t m = __reduce_max_sync(kFullMask, bk);
+    if (m == 0) break;  // fewer selectable experts than K: excluded by validation
+    const uint32_t id = __reduce_min_sync(
+        kFullMask, bk == m ? static_cast<uint32_t>(bslot * 32 + lane) : 0xffffffffu);
+    const int owner = static_cast<int>(id & 31u);
+    const float w = __shfl_sync(kFullMask, bscore, owner);
+    wsum += w;  // k order
+    if (lane == k) {
+      my_w = w;
+      my_id = static_cast<int>(id);
+    }
+    // The owner drops the pick (no branch: every lane recomputes its best).
+    const int dropped = lane == owner ? static_cast<int>(id >> 5) : -1;
 #pragma unroll
     for (int s = 0; s < kSlots; ++s)
-      if (!((avail >> s) & 1u)) key[s] = 0;
-    // Lane-local best as a balanced tree over the slots (depth log2(kSlots) instead
-    // of a kSlots-long compare chain): the largest key, the lowest slot on ties
-    // (the lower half of every pair wins an equal key).
-    uint32_t bk;
-    int bslot;
-    float bscore;
-    auto lane_best = [&]() {
-      uint32_t tk[kSlots];
-      int ts[kSlots];
-      float tv[kSlots];
-#pragma unroll
-      for (int s = 0; s < kSlots; ++s) {
-        tk[s] = key[s];
-        ts[s] = s;
-        tv[s] = score[s];
-      }
-#pragma unroll
-      for (int w = 1; w < kSlots; w <<= 1) {
-#pragma unroll
-        for (int s = 0; s + w < kSlots; s += 2 * w) {
-          const bool up = tk[s + w] > tk[s];
-          tk[s] = up ? tk[s + w] : tk[s];
-          ts[s] = up ? ts[s + w] : ts[s];
-          tv[s] = up ? tv[s + w] : tv[s];
-        }
-      }
-      bk = tk[0];
-      bslot = ts[0];
-      bscore = tv[0];
-    };
+      if (s == dropped) key[s] = 0;
     lane_best();
-    for (int k = 0; k < K; ++k) {
-      const uint32_t m = __reduce_max_sync(kFullMask, bk);
-      if (m == 0) break;  // fewer selectable experts than K: excluded by validation
-      const uint32_t id = __reduce_min_sync(
-          kFullMask, bk == m ? static_cast<uint32_t>(bslot * 32 + lane) : 0xffffffffu);
-      const int owner = static_cast<int>(id & 31u);
-      const float w = __shfl_sync(kFullMask, bscore, owner);
-      wsum += w;  // k order
-      if (lane == k) {
-        my_w = w;
-        my_id = static_cast<int>(id);
-      }
-      // The owner drops the pick (no branch: every lane recomputes its best).
-      const int dropped = lane == owner ? static_cast<int>(id >> 5) : -1;
-#pragma unroll
-      for (int s = 0; s < kSlots; ++s)
-        if (s == dropped) key[s] = 0;
-      lane_best();
-    }
-  } else {
-    // Lane-local best: the largest key, the lowest slot on ties.
-    uint32_t bk = 0;
-    int bslot = 0;
-    float bscore = 0.f;
-    auto rescan = [&]() {
-      bk = 0;
-#pragma unroll
-      for (int s = 0; s < kSlots; ++s) {
-        if (((avail >> s) & 1u) && key[s] > bk) {
-          bk = key[s];
-          bslot = s;
-          bscore = score[s];
-        }
-      }
-    };
-    rescan();
-    for (int k = 0; k < K; ++k) {
-      const uint32_t m = __reduce_max_sync(kFullMask, bk);
-      if (m == 0) break;  // fewer selectable experts than K: excluded by validation
-      const uint32_t id = __reduce_min_sync(
-          kFullMask, bk == m ? static_cast<uint32_t>(bslot * 32 + lane) : 0xffffffffu);
-      const int owner = static_cast<int>(id & 31u);
-      const float w = __shfl_sync(kFullMask, bscore, owner);
-      wsum += w;  // k order
-      if (lane == k) {
-        my_w = w;
-        my_id = static_cast<int>(id);
-      }
-      if (lane == owner) {
-        avail &= ~(1u << (id >> 5));
-        rescan();
-      }
-    }
   }
   if (lane < K) {
     float w = my_w;
@@ -377,22 +308,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // Grids up to this many blocks trigger early without asking the device (fewer blocks
 // than any Hopper part has SMs).
 constexpr int64_t kTopKSmallGridBlocks = 64;
-
-// The current device's SM count (cached per device).
-int device_sms() {
-  static std::atomic<int> cached[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
-  if (dev >= 0 && dev < 64) {
-    const int c = cached[dev].load(std::memory_order_relaxed);
-    if (c > 0) return c;
-  }
-  int n = 1;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
-    n = 1;
-  if (dev >= 0 && dev < 64) cached[dev].store(n, std::memory_order_relaxed);
-  return n;
-}
 
 // Resident CTAs per SM of `kernel` with `smem` dynamic shared bytes (cached; it
 // depends only on the architecture).
@@ -413,7 +328,7 @@ int blocks_per_sm(const void* kernel, int threads, size_t smem) {
   return n;
 }
 
-template <class T, int kSlots, bool kTree>
+template <class T, int kSlots>
 void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
   const TopKParams& p = l.params;
   const bool grouped = p.num_expert_group > 0 && p.topk_group < p.num_expert_group;
@@ -421,17 +336,12 @@ void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
                                                   static_cast<size_t>(p.num_expert_group) * 9)
                               : 0;
   const int64_t blocks = (l.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  auto kernel = fused_topk_kernel<T, kSlots, kTree, true>;
-  bool early = true;
-  if (kTree && blocks > kTopKSmallGridBlocks) {  // small grids always trigger: no host queries
-    const int mode = fused_topk_trigger_mode_override() >= 0 ? fused_topk_trigger_mode_override()
-                                                             : kTopKTriggerModeDefault;
-    early = fused_topk_early_trigger(
-        mode, blocks, device_sms(),
+  auto kernel = fused_topk_kernel<T, kSlots, true>;
+  if (blocks > kTopKSmallGridBlocks) {  // small grids always trigger: no host queries
+    const bool early = fused_topk_early_trigger(
+        blocks, std::max(device_props().sms, 1),
         blocks_per_sm(reinterpret_cast<const void*>(kernel), kWarpsPerBlock * 32, smem));
-  }
-  if constexpr (kTree) {  // the legacy kernel (a comparison) always triggers early
-    if (!early) kernel = fused_topk_kernel<T, kSlots, kTree, false>;
+    if (!early) kernel = fused_topk_kernel<T, kSlots, false>;
   }
   launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarpsPerBlock * 32), smem, stream,
              static_cast<const T*>(l.gating), l.bias, l.num_tokens, l.num_experts, p.top_k,
@@ -439,60 +349,33 @@ void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
              p.topk_group, p.routed_scaling_factor, l.topk_weights, l.topk_ids);
 }
 
-template <class T, bool kTree>
+template <class T>
 void launch_slots(const FusedTopKLaunch& l, cudaStream_t stream) {
   // Slot counts are bucketed to keep the number of instantiations small.
   if (l.num_experts <= 128) {
-    launch_typed<T, 4, kTree>(l, stream);
+    launch_typed<T, 4>(l, stream);
   } else if (l.num_experts <= 256) {
-    launch_typed<T, 8, kTree>(l, stream);
+    launch_typed<T, 8>(l, stream);
   } else if (l.num_experts <= 384) {
-    launch_typed<T, 12, kTree>(l, stream);
+    launch_typed<T, 12>(l, stream);
   } else {
-    launch_typed<T, 16, kTree>(l, stream);
+    launch_typed<T, 16>(l, stream);
   }
 }
 
 }  // namespace
 
-int& fused_topk_variant_override() {
-  static int v = 0;
-  return v;
-}
-
-int& fused_topk_trigger_mode_override() {
-  static int v = [] {
-    const char* e = std::getenv("MOEKIT_TOPK_TRIGGER_MODE");  // tuning only
-    return e != nullptr ? std::atoi(e) : -1;
-  }();
-  return v;
-}
-
-static bool topk_legacy_select() {
-  // MOEKIT_ROUTING_LEGACY=1 (or the override = 2) selects the previous pick loop
-  // (linear rescan, argmax rounds for the groups, branchy exp / reciprocal): the same
-  // outputs, kept to compare the two on the device.
-  static const bool env_legacy = [] {
-    const char* v = std::getenv("MOEKIT_ROUTING_LEGACY");
-    return v != nullptr && v[0] == '1';
-  }();
-  const int o = fused_topk_variant_override();
-  return o == 0 ? env_legacy : o == 2;
-}
-
 void launch_fused_topk(const FusedTopKLaunch& l, cudaStream_t stream) {
   if (l.num_tokens == 0) return;
-  const bool tree = !topk_legacy_select();
   switch (l.dtype) {
     case DType::kBF16:
-      tree ? launch_slots<__nv_bfloat16, true>(l, stream)
-           : launch_slots<__nv_bfloat16, false>(l, stream);
+      launch_slots<__nv_bfloat16>(l, stream);
       break;
     case DType::kF16:
-      tree ? launch_slots<__half, true>(l, stream) : launch_slots<__half, false>(l, stream);
+      launch_slots<__half>(l, stream);
       break;
     case DType::kF32:
-      tree ? launch_slots<float, true>(l, stream) : launch_slots<float, false>(l, stream);
+      launch_slots<float>(l, stream);
       break;
     default:
       throw Error(std::string("moekit::fused_topk: unsupported dtype ") + dtype_name(l.dtype));

@@ -14,22 +14,16 @@ static_assert(DecodeConfig::BM == kDecodeBM && DecodeConfig::BN == kDecodeBN &&
                   DecodeConfig::BK_BYTES == kDecodeBKBytes &&
                   DecodeConfig::MIN_BLOCKS == kDecodeBlocksPerSm,
               "split_k.h mirrors DecodeConfig");
-// Decode stream (configs 4, 5): 256 bytes of k per stage, so each weight row is read
-// in 256-byte bursts (two 128-byte segments back to back), faster than 128 on long k
+// Decode stream (kDecodeStream, kDecodeStreamDeep): 256 bytes of k per stage, so each weight row is
+// read in 256-byte bursts (two 128-byte segments back to back), faster than 128 on long k
 // (docs/gemm.md, "The mma.sync engine").
 using DecodeStreamConfig = TileConfig<32, 128, 256, 2, 1, 4, 2>;      // 80 KB, 2 blocks/SM
 using DecodeStreamDeepConfig = TileConfig<32, 128, 256, 5, 1, 4, 1>;  // 200 KB, 1 block/SM
-// Narrow stream (config 12): 64 b rows per tile, 3 stages (72 KB), 3 blocks per SM, for
-// small standalone GEMMs (under 4 waves of decode tiles, k <= 2048): twice config 4's
-// tiles, and each CTA keeps two stages of loads in flight where config 4's keeps one.
+// Narrow stream (kDecodeStreamNarrow): 64 b rows per tile, 3 stages (72 KB), 3 blocks per SM, for
+// small standalone GEMMs (under 4 waves of decode tiles, k <= 2048): twice kDecodeStream's
+// tiles, and each CTA keeps two stages of loads in flight where kDecodeStream's keeps one.
 using DecodeStreamNarrowConfig = TileConfig<32, 64, 256, 3, 1, 4, 3>;
-// Prefill: 128x128 tiles, 4 warps of 64x64, 64 k per stage, 3 stages (96 KB), 2 blocks
-// per SM (one block's barriers, prologue and epilogue overlap the other's mainloop).
-// Measured best of five candidates on the ds-v3 shapes (docs/gemm.md).
-using PrefillConfig = TileConfig<128, 128, 128, 3, 2, 2, 2>;
-
 // fp8: one stage = 128 k = one scale block. BN = 128 so a tile sits in one b_scale block.
 using Fp8DecodeConfig = TileConfig<32, 128, 128, 5, 1, 4, 2>;
-using Fp8PrefillConfig = TileConfig<128, 128, 128, 4, 2, 4, 1>;
 
 }  // namespace moekit::detail::gemm

@@ -159,17 +159,8 @@ void launch_fp8(const GroupedGemmFP8Problem& prob, cudaStream_t stream) {
 }  // namespace
 }  // namespace gemm
 
-void launch_grouped_gemm_fp8(const GroupedGemmFP8Problem& problem, int config,
-                             cudaStream_t stream) {
-  // k == 0 (outputs of valid rows are zero): no TMA descriptor of an empty k extent;
-  // the decode config writes the zeros.
-  if (config == kFp8ConfigSm90 && problem.k > 0) {
-    launch_grouped_gemm_sm90_fp8(problem, stream);
-  } else if (config == kFp8ConfigPrefill) {
-    gemm::launch_fp8<gemm::Fp8PrefillConfig>(problem, stream);
-  } else {
-    gemm::launch_fp8<gemm::Fp8DecodeConfig>(problem, stream);
-  }
+void launch_grouped_gemm_fp8(const GroupedGemmFP8Problem& problem, cudaStream_t stream) {
+  gemm::launch_fp8<gemm::Fp8DecodeConfig>(problem, stream);
 }
 
 }  // namespace moekit::detail

@@ -1,4 +1,4 @@
-// Split-K for the decode config (kGemmConfigDecodeSplitK): when the decode tiles are
+// Split-K of the decode tiles (GemmKernel::kDecodeSplitK): when the decode tiles are
 // too few to fill the SMs (a dense MLP at T <= 48, a few experts), each output tile
 // is computed by a thread-block cluster of S CTAs, each over 1/S of k, and reduced in
 // a fixed order through distributed shared memory (deterministic, no workspace, no
@@ -38,12 +38,6 @@ inline int64_t decode_tiles_upper(const GroupedGemmProblem& p) {
   return m_tiles * n_tiles;
 }
 
-// Co-resident clusters of the split-K kernel per cluster size on the current device
-// (cudaOccupancyMaxActiveClusters, queried once per process): table[s] for s = 1..8,
-// or nullptr when unknown (no GPU). Clusters live inside one GPC, so the count for 8
-// can be below slots / 8 (grouped_gemm_bf16.cu).
-const int* splitk_cluster_capacity_table();
-
 // The split (1..8), from the H200 sweep GemmTiming.DISABLED_DecodeSplitSweep (docs/gemm.md
 // "Decode split-K"): the one with the least modelled time, waves x (k slices per CTA +
 // kSplitCtaCost), where a wave is the clusters of that size that are co-resident at
@@ -54,7 +48,7 @@ const int* splitk_cluster_capacity_table();
 // (288 tiles, several waves at any split) pick 3 (137 us; 4: 141, 2: 147). Splits
 // leave >= 6 k slices per CTA; 1 (no split) from two waves of unsplit tiles up.
 // `clusters`: co-resident clusters per split (index 1..8; nullptr: sms x 2 / split,
-// which is what the CPU tests see).
+// which is what the CPU tests see; GemmDevice::splitk_clusters).
 constexpr int64_t kSplitCtaCost = 12;  // in 128-byte k slices
 inline int choose_split_k(int64_t tiles, int64_t k_elems, int elem_bytes, int sms,
                           const int* clusters = nullptr) {
@@ -81,20 +75,12 @@ inline int choose_split_k(int64_t tiles, int64_t k_elems, int elem_bytes, int sm
 }
 
 // Split CTAs with this many 128-byte k slices or more run the 256-byte stream tiles
-// (config 4's stages) instead of the decode tiles: kimi-k2-t1 down (k 18432, split 4:
+// (kDecodeStream's stages) instead of the decode tiles: kimi-k2-t1 down (k 18432, split 4:
 // 72 slices) 68.1 vs 71.1 us; shorter slices measured even or slower.
 constexpr int64_t kSplitStreamMinSlices = 64;
 inline bool split_uses_stream_tiles(int64_t k_elems, int elem_bytes, int split) {
   const int64_t k_tiles = (k_elems * elem_bytes + kDecodeBKBytes - 1) / kDecodeBKBytes;
   return split >= 2 && k_tiles / split >= kSplitStreamMinSlices;
-}
-
-// problem.split_k (clamped to 1..8: any cluster size up to the portable 8 works, the
-// kernel splits k slices evenly over any count) if set, else the heuristic's split.
-// `clusters` as for choose_split_k (the engine passes splitk_cluster_capacity_table()).
-inline int decode_split_k(const GroupedGemmProblem& p, int sms, const int* clusters = nullptr) {
-  if (p.split_k > 0) return p.split_k < kMaxSplitK ? p.split_k : kMaxSplitK;
-  return choose_split_k(decode_tiles_upper(p), p.k, 2, sms, clusters);
 }
 
 }  // namespace moekit::detail

@@ -1,5 +1,5 @@
-// Epilogue of the SM90 bf16/f16 grouped-GEMM kernels (config 2, grouped_gemm.cuh;
-// config 6, pingpong.cuh): one consumer warpgroup's 64 x BN wgmma accumulators ->
+// Epilogue of the SM90 bf16/f16 grouped-GEMM kernels (grouped_gemm.cuh, mlp_chain.cuh):
+// one consumer warpgroup's 64 x BN wgmma accumulators ->
 // (silu(gate) * up) -> one rounding -> predicated global stores straight from registers.
 #pragma once
 

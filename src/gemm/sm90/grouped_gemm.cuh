@@ -369,20 +369,17 @@ void launch(const GroupedGemmProblem& prob, const RowsDesc& rows, cudaStream_t s
   if (tiles <= 0) return;
   static_assert(sizeof(SharedStorage<Cfg, T>) <= 227 * 1024, "SM90 shared memory per block");
   constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<Cfg, T>));
-  // The paired configs (7, 10, 11) share one cluster-count slot: the same block and
-  // shared memory whatever the pair kind, dtype and output.
+  // Every paired kernel (the adaptive pairs, any dtype and output) shares one cluster-count
+  // slot: the same block and shared memory.
   static_assert(
       PAIR == kPairNone ||
           kSmem ==
               sizeof(SharedStorage<Config<cutlass::bfloat16_t, kPairAuto>, cutlass::bfloat16_t>),
       "paired SM90 configs: one shared-memory size");
-  {
-    // One wave at most (by the host's bound; (pair) tiles per cluster): nothing to balance,
-    // no zeroing to pay. Paired: rank 0 claims, rank 1 receives (PairMailbox).
-    unsigned* counter = tiles > device_props().sms / Cfg::CLUSTER ? prob.tile_counter : nullptr;
-    p.tile_counter = sm90_tile_counter(counter, /*pingpong=*/false, rows.mode == kRowsDense, stream,
-                                       op, &p.dynamic_waves);
-  }
+  // The plan's schedule: dynamic claims from the zeroed counter, else the static walk.
+  // Paired: rank 0 claims, rank 1 receives (PairMailbox).
+  unsigned* counter = prob.plan.schedule == GemmSchedule::kDynamic ? prob.tile_counter : nullptr;
+  p.tile_counter = sm90_tile_counter(counter, stream, op, &p.dynamic_waves);
   // Persistent: one block per SM (at most as many as the tile upper bound).
   launch_persistent<Cfg, sm90_grouped_gemm_kernel<Cfg, T, Out>, kSmem>(
       p, tiles, kSlotSm90PairClusters, stream, op);

@@ -1,6 +1,5 @@
-// Mainloop of the SM90 bf16/f16 grouped-GEMM kernels (config 2, grouped_gemm.cuh;
-// config 6, pingpong.cuh): the producer thread's TMA loads and one consumer
-// warpgroup's wgmmas.
+// Mainloop of the SM90 bf16/f16 grouped-GEMM kernels (grouped_gemm.cuh, mlp_chain.cuh):
+// the producer thread's TMA loads and one consumer warpgroup's wgmmas.
 #pragma once
 
 #include <cute/tensor.hpp>

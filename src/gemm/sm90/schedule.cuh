@@ -1,5 +1,5 @@
 // Device-side persistent tile schedule of the SM90 bf16/f16 grouped-GEMM kernels
-// (config 2, grouped_gemm.cuh; config 6, pingpong.cuh): every block builds
+// (grouped_gemm.cuh, mlp_chain.cuh, the FP8 kernel): every block builds
 // tile_start[G + 1] in shared memory from the layout metadata (no host sync), then walks
 // tile ids blockIdx.x, + gridDim.x, ... and maps each to its coordinates.
 #pragma once

@@ -1,4 +1,4 @@
-// Tile-count arithmetic of the SM90 grouped-GEMM config's device-side schedule
+// Tile-count arithmetic of the SM90 grouped-GEMM kernels' device-side schedule
 // (grouped_gemm.cuh), host/device so the CPU tests check it (tests/test_gemm.cpp).
 //
 // The schedule's per-group tile counts and their running sum live in 32-bit shared
@@ -25,7 +25,7 @@ MOEKIT_SM90_HD int tiles_of_group(int64_t count, int bm, int n_tiles, int bound)
   return static_cast<int>(t < bound ? t : bound);
 }
 
-// Pair tiles of one group for the adaptive pairs (config 11, kPairAuto): its m-tiles two
+// Pair tiles of one group for the adaptive pairs (sm90_pairs, kPairAuto): its m-tiles two
 // by two on each n-tile (b shared), and an odd last m-tile's n-tiles two by two (a
 // shared; the last pair's second tile past n when n_tiles is odd); min'd with `bound`.
 MOEKIT_SM90_HD int pair_tiles_of_group(int64_t count, int bm, int n_tiles, int bound) {
@@ -54,7 +54,7 @@ MOEKIT_SM90_HD int tile_prefix(int64_t running, int64_t inclusive, int bound) {
   return static_cast<int>(t < bound ? t : bound);
 }
 
-// Config 2's tile width (b rows per tile: 256, 224 without silu, or 192) for a dense GEMM
+// sm90's tile width (b rows per tile: 256, 224 without silu, or 192) for a dense GEMM
 // of m rows and n_out output columns (silu: a tile's output columns are half its b rows):
 // the width whose tile waves take the least time, a wave's time taken as its tile width,
 // where that is at least 5% less than 256's (smaller tiles also pay more epilogues and

@@ -1,0 +1,82 @@
+#include "plans.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace moekit::bench {
+
+bool choose_plan(Case& c, const Options& opt, RowResult& rr) {
+  try {
+    if (opt.candidate >= 0) {
+      const size_t n = c.plan_candidates().size();
+      if (static_cast<size_t>(opt.candidate) >= n) {
+        rr.status = n == 0 ? std::string("no plan candidates (--candidate)")
+                           : "no candidate " + std::to_string(opt.candidate) + " (the row has " +
+                                 std::to_string(n) + ")";
+        return false;
+      }
+      c.force_candidate(opt.candidate);
+      rr.forced_candidate = opt.candidate;
+      rr.notes.push_back("plan forced: candidate " + std::to_string(opt.candidate) + " of " +
+                         std::to_string(n));
+    }
+    rr.plan = c.plan();
+  } catch (const std::exception& e) {
+    // A planner that refuses the arguments: the op itself will say so when it runs.
+    rr.plan = "-";
+    rr.notes.push_back(std::string("plan: ") + e.what());
+    if (opt.candidate >= 0) {
+      rr.status = std::string("error: plan: ") + e.what();
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<Impl> candidate_impls(Case& c, Env& env, RowResult& rr) {
+  std::vector<Impl> impls;
+  const std::vector<std::string> plans = c.plan_candidates();
+  for (int i = 0; i < static_cast<int>(plans.size()); ++i) {
+    CandidateTime ct;
+    ct.index = i;
+    ct.plan = plans[i];
+    Impl im{"candidate " + std::to_string(i), [&c, i](int copy, cudaStream_t s) {
+              c.force_candidate(i);
+              c.run_ours(copy, s);
+            }};
+    if (env.opt.check) {
+      try {
+        c.force_candidate(i);
+        CheckResult cr = c.check(env);
+        ct.checked = cr.checked;
+        ct.acc_pass = cr.pass;
+        ct.rel_l2 = cr.rel_l2;
+        ct.err_ratio = cr.err_ratio;
+        for (const std::string& n : cr.notes) ct.note += (ct.note.empty() ? "" : "; ") + n;
+      } catch (const std::exception& e) {
+        im.available = false;
+        ct.note = std::string("failed: ") + e.what();
+        cudaError_t sticky = cudaStreamSynchronize(env.stream);
+        if (sticky != cudaSuccess)
+          throw std::runtime_error("CUDA context lost while checking " + im.name + " (" + ct.plan +
+                                   "): " + cudaGetErrorString(sticky));
+      }
+    }
+    rr.candidates.push_back(ct);
+    impls.push_back(std::move(im));
+  }
+  c.force_candidate(-1);
+  return impls;
+}
+
+void record_candidate_times(const std::vector<Impl>& impls, const std::vector<TimingResult>& tr,
+                            size_t first, RowResult& rr) {
+  for (size_t k = 0; k < rr.candidates.size() && first + k < impls.size(); ++k) {
+    CandidateTime& ct = rr.candidates[k];
+    ct.ms = tr[first + k].ms;
+    const std::string& note = tr[first + k].note;
+    if (!note.empty() && note != ct.note) ct.note += (ct.note.empty() ? "" : "; ") + note;
+  }
+}
+
+}  // namespace moekit::bench

@@ -1,0 +1,168 @@
+// The layer planner: the routed path rules of docs/moe.md ("fused_moe", "indexed_expert_mlp").
+#include "moe/layer_planner.h"
+
+#include "gemm/gemm_planner.h"
+#include "mlp/dense_mlp.h"
+#include "moe/moe_validate.h"
+#include "permute/permute_kernels.h"
+
+namespace moekit::detail {
+namespace {
+
+// The layer ops take the direct path for small batches with few routes per expert: beyond
+// ~16 routes per expert its 8-route chunks re-read each weight tile (from L2) while the
+// sorted path's GEMM tiles take 64+ rows at once (docs/moe.md "fused_moe").
+constexpr int64_t kDirectMaxRoutesPerExpert = 16;
+
+bool takes_direct(const LayerProblem& p) {
+  switch (p.op) {
+    case RoutedOp::kSortedOnly:
+      return false;
+    case RoutedOp::kIndexed:
+      return direct_path_eligible(p.s);
+    case RoutedOp::kLayer:
+      return direct_path_eligible(p.s) && p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E;
+  }
+  return false;
+}
+
+// The sorted path's expert-MLP GEMMs for planning: the planners compare the pointers (which
+// buffers alias), never read them; without counters, stand-ins mark them given.
+ExpertMlpGemms planning_gemms(const MoEShapes& s) {
+  static char permuted, meta, act, weights;
+  return sorted_expert_gemms(s, &permuted, reinterpret_cast<const int32_t*>(&meta), &act, &weights,
+                             &weights, nullptr);
+}
+
+std::vector<MlpPlan> shared_candidates(const LayerProblem& p, const GemmDevice& device) {
+  if (p.S == 0) return {MlpPlan()};
+  return dense_mlp_plan_candidates(shared_mlp_problem(p.s, p.S, DType::kF32, device), device);
+}
+
+std::string sorted_rejection(const LayerPlan& plan, const LayerProblem& p,
+                             const GemmDevice& device) {
+  if (p.s.E > kPermuteMaxExperts)
+    return "the sorted path takes at most " + str(kPermuteMaxExperts) + " experts, not " +
+           str(p.s.E);
+  const auto [up, down] = expert_mlp_problems(planning_gemms(p.s));
+  const std::string why = mlp_gemms_plan_rejection(plan.experts, up, down, device);
+  return why.empty() ? why : "the expert MLP: " + why;
+}
+
+std::string direct_rejection(const LayerProblem& p) {
+  if (p.op == RoutedOp::kSortedOnly) return "fused_moe_experts runs only the sorted path";
+  const std::string why = direct_path_rejection(p.s);
+  return why.empty() ? why : "the direct path cannot run " + why;
+}
+
+}  // namespace
+
+std::string direct_path_rejection(const MoEShapes& s) {
+  if (s.T > kDirectMaxTokens) return "T = " + str(s.T) + " > " + str(kDirectMaxTokens);
+  if (s.T * s.K > kDirectMaxRoutes)
+    return "T*top_k = " + str(s.T * s.K) + " > " + str(kDirectMaxRoutes);
+  if (s.E > kDirectMaxExperts) return "E = " + str(s.E) + " > " + str(kDirectMaxExperts);
+  if (2 * s.F * s.H >= (int64_t{1} << 31)) return "2*F*H = " + str(2 * s.F * s.H) + " >= 2^31";
+  return {};
+}
+
+std::string shape_key(const MoEShapes& s, int64_t S) {
+  std::string key = std::string(dtype_name(s.dtype)) + " T=" + str(s.T) + " H=" + str(s.H);
+  if (s.E > 0) key += " E=" + str(s.E) + " F=" + str(s.F) + " K=" + str(s.K);
+  if (S > 0) key += " S=" + str(S);
+  return key;
+}
+
+int64_t sorted_rows(const MoEShapes& s) {
+  return permuted_rows(s.T, static_cast<int>(s.K), static_cast<int>(s.E), kSortedAlignment);
+}
+
+DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtype,
+                                   const GemmDevice& device) {
+  DenseMlpProblem p;
+  p.dtype = s.dtype;
+  p.out_dtype = out_dtype;
+  p.T = s.T;
+  p.H = s.H;
+  p.S = S;
+  p.streamk_scratch = dense_mlp_scratch_bytes(s.dtype, s.T, s.H, S, device.props) > 0;
+  return p;
+}
+
+ExpertMlpGemms sorted_expert_gemms(const MoEShapes& s, void* permuted,
+                                   const int32_t* layout_metadata, void* act, const void* w_gate_up,
+                                   const void* w_down, void* tile_counters) {
+  ExpertMlpGemms g;
+  g.dtype = s.dtype;
+  g.in = permuted;
+  g.P = sorted_rows(s);
+  g.E = s.E;
+  g.H = s.H;
+  g.F = s.F;
+  g.layout_metadata = layout_metadata;
+  g.alignment = kSortedAlignment;
+  g.w_gate_up = w_gate_up;
+  g.w_down = w_down;
+  g.act = act;
+  g.out = permuted;
+  g.routed_counts = true;  // ragged, skewed counts from top-k routing
+  g.counters = tile_counters;
+  return g;
+}
+
+LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
+                     const DirectCapacity& shared_capacity) {
+  LayerPlan plan;
+  if (takes_direct(p)) {
+    plan.routed = RoutedPath::kDirect;
+  } else {
+    plan.routed = RoutedPath::kSorted;
+    plan.experts = plan_expert_mlp_gemms(planning_gemms(p.s), device);
+  }
+  plan.has_shared = p.S > 0;
+  if (plan.has_shared)
+    plan.shared =
+        plan_dense_mlp(shared_mlp_problem(p.s, p.S, DType::kF32, device), device, shared_capacity);
+  return plan;
+}
+
+std::vector<LayerPlan> layer_plan_candidates(const LayerProblem& p, const GemmDevice& device) {
+  std::vector<LayerPlan> routed;
+  if (direct_rejection(p).empty()) {
+    LayerPlan direct;
+    direct.routed = RoutedPath::kDirect;
+    routed.push_back(direct);
+  }
+  if (p.s.E <= kPermuteMaxExperts) {
+    for (const MlpPlan& m : expert_mlp_gemms_plan_candidates(planning_gemms(p.s), device)) {
+      LayerPlan sorted;
+      sorted.experts = m;
+      routed.push_back(sorted);
+    }
+  }
+  std::vector<LayerPlan> out;
+  for (const MlpPlan& shared : shared_candidates(p, device)) {
+    for (LayerPlan plan : routed) {
+      plan.has_shared = p.S > 0;
+      plan.shared = shared;
+      out.push_back(plan);
+    }
+  }
+  return out;
+}
+
+std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
+                                 const GemmDevice& device) {
+  const std::string routed =
+      plan.routed == RoutedPath::kDirect ? direct_rejection(p) : sorted_rejection(plan, p, device);
+  if (!routed.empty()) return routed;
+  if (plan.has_shared != (p.S > 0))
+    return p.S > 0 ? "the layer has a shared expert: the plan needs its MLP"
+                   : "the layer has no shared expert";
+  if (!plan.has_shared) return {};
+  const std::string shared = dense_mlp_plan_rejection(
+      plan.shared, shared_mlp_problem(p.s, p.S, DType::kF32, device), device);
+  return shared.empty() ? shared : "the shared expert: " + shared;
+}
+
+}  // namespace moekit::detail

@@ -1,0 +1,77 @@
+// The layer planner (docs/moe.md): a routed MoE layer's plan, the direct or the sorted
+// path for the routed experts, the sorted path's expert MLP (the GEMM planner's, on the
+// permuted problems) and the shared expert's dense MLP (the dense-MLP planner's). Pure
+// functions of the shapes and the device's properties; unit-tested on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/device.h"
+#include "core/plan_log.h"
+#include "gemm/grouped_gemm.h"
+#include "mlp/mlp_planner.h"
+#include "moe/moe_internal.h"
+#include "moekit/plan.h"
+
+namespace moekit::detail {
+
+// Which routed paths an op takes.
+enum class RoutedOp {
+  kSortedOnly,  // fused_moe_experts: always the sorted path
+  kIndexed,     // indexed_expert_mlp: the direct path wherever it can run (its contract)
+  kLayer,       // fused_moe, fused_moe_shared_expert: direct also needs few routes per expert
+};
+
+struct LayerProblem {
+  MoEShapes s;
+  RoutedOp op = RoutedOp::kLayer;
+  int64_t S = 0;  // the shared expert's width, 0 = none
+};
+
+// The routed path (direct when the op's rule allows), the sorted path's expert MLP
+// (plan_mlp_gemms, routed counts) and the shared expert's dense plan (f32 output).
+LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
+                     const DirectCapacity& shared_capacity = {});
+// Every plan this build can run p with: each routed path the op can take (the sorted one
+// with each expert-MLP candidate) with each of the shared expert's candidates.
+std::vector<LayerPlan> layer_plan_candidates(const LayerProblem& p, const GemmDevice& device);
+// Empty when `plan` can run p on `device`, else why not.
+std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
+                                 const GemmDevice& device);
+
+// The shared expert's dense problem (stream-K scratch: carved wherever it can run).
+DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtype,
+                                   const GemmDevice& device);
+
+// The sorted path's expert MLP GEMMs over the permuted rows [P, H] (P = T*K, alignment 1):
+// gate_up from `permuted` into `act`, down from `act` over `permuted` (dead by then).
+// tile_counters: kExpertMlpCounterBytes of workspace; the chain's scratch follows the two
+// GEMMs' counters.
+ExpertMlpGemms sorted_expert_gemms(const MoEShapes& s, void* permuted,
+                                   const int32_t* layout_metadata, void* act, const void* w_gate_up,
+                                   const void* w_down, void* tile_counters);
+// The permuted rows of the sorted path (alignment 1: the grouped GEMM tiles every expert's
+// rows on its own, so padding would only cost workspace).
+constexpr int kSortedAlignment = 1;
+int64_t sorted_rows(const MoEShapes& s);
+
+// The plan log's key of a layer / dense MLP shape ("bf16 T=32 H=7168 E=256 F=2048 K=8 S=2048";
+// E, F and K left out when 0), and the log line of an op's plan (core/plan_log.h).
+std::string shape_key(const MoEShapes& s, int64_t S);
+template <class Plan>
+void log_op_plan(const char* op, const MoEShapes& s, int64_t S, const Plan& plan) {
+  if (plan_log_enabled()) log_plan(op, shape_key(s, S), to_string(plan));
+}
+
+// Throws moekit::Error naming the op, argument 'plan', the plan and `reason` when `reason`
+// (a *_plan_rejection) is not empty.
+template <class Plan>
+void check_plan(const ArgCheck& c, const Plan& plan, const std::string& reason) {
+  if (!reason.empty())
+    c.fail("plan", "a plan that can run these arguments", to_string(plan) + " (" + reason + ")");
+}
+
+}  // namespace moekit::detail
