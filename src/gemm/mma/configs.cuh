@@ -16,7 +16,7 @@ static_assert(DecodeConfig::BM == kDecodeBM && DecodeConfig::BN == kDecodeBN &&
               "split_k.h mirrors DecodeConfig");
 // Decode stream (kDecodeStream, kDecodeStreamDeep): 256 bytes of k per stage, so each weight row is
 // read in 256-byte bursts (two 128-byte segments back to back), faster than 128 on long k
-// (docs/gemm.md, "The mma.sync engine").
+// (docs/gemm.md, "Decode tiles and stream tiles").
 using DecodeStreamConfig = TileConfig<32, 128, 256, 2, 1, 4, 2>;      // 80 KB, 2 blocks/SM
 using DecodeStreamDeepConfig = TileConfig<32, 128, 256, 5, 1, 4, 1>;  // 200 KB, 1 block/SM
 // Narrow stream (kDecodeStreamNarrow): 64 b rows per tile, 3 stages (72 KB), 3 blocks per SM, for

@@ -10,7 +10,7 @@
 namespace moekit::detail::gemm::sm90 {
 
 // TMA L2 cache policies (createpolicy encodings: CuTe's TMA::CacheHintSm90 values, which
-// grouped_gemm.cuh checks) of the operands (docs/gemm.md, the heuristic's L2 hints row):
+// grouped_gemm.cuh checks) of the operands (docs/gemm.md, "L2 hints of b"):
 // a normal; b EVICT_FIRST on its odd k stages (the second 128 bytes of each 256-byte line
 // the L2 promotion fetched, its last read), which keeps more of a (re-read by the group's
 // n-tiles) in the L2, and on every stage for dense rows (one a reused by every n-tile).

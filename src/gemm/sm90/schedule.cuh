@@ -74,7 +74,7 @@ __host__ __device__ constexpr int sched_n_tiles(int n_tiles) {
 // CTA's rank in its pair (a 2-CTA cluster along x is blocks 2c, 2c + 1; units = blocks,
 // or pairs for the paired configs). Every unit walks: even waves on fewer units lose,
 // since neighbouring blocks then no longer read the same b tile at the same time
-// (docs/gemm.md, "SM90 ping-pong").
+// (docs/gemm.md, "Persistent grid and dynamic schedule").
 struct Walk {
   int first, stride, rank;
 };
