@@ -29,4 +29,13 @@ const DeviceProps& device_props();
 constexpr int kDeviceCacheSlots = 64;
 int device_cached(int slot, int (*query)());
 
+// The device_cached slots, one per measured quantity (49..56: the split-K kernel's
+// co-resident clusters per split, gemm_planner.h kSplitKClusterSlot).
+enum DeviceSlot : int {
+  kSlotSm90PairClusters = 0,   // the paired SM90 GEMM kernels' co-resident 2-CTA clusters
+  kSlotSm90ChainPairClusters,  // the expert-MLP chain's on pair tiles
+  kSlotCount
+};
+static_assert(kSlotCount <= kDeviceCacheSlots, "device_cached slots");
+
 }  // namespace moekit::detail

@@ -28,24 +28,47 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 }  // namespace
 
-CUtensorMap make_tma_2d_b16(const void* base, int64_t rows, int64_t cols, int box_rows) {
+TmaDescArgs tma_rows_args(CUtensorMapDataType dtype, int elem_bytes, const void* base, int64_t rows,
+                          int64_t cols, int64_t layers, int box_rows, int box_cols) {
+  TmaDescArgs a;
+  a.dtype = dtype;
+  a.rank = 3;
+  a.base = base;
+  a.dims[0] = static_cast<cuuint64_t>(cols);
+  a.dims[1] = static_cast<cuuint64_t>(rows);
+  a.dims[2] = static_cast<cuuint64_t>(layers);
+  a.strides[0] = static_cast<cuuint64_t>(cols) * elem_bytes;
+  a.strides[1] = static_cast<cuuint64_t>(rows) * cols * elem_bytes;
+  a.box[0] = static_cast<cuuint32_t>(box_cols);
+  a.box[1] = static_cast<cuuint32_t>(box_rows);
+  a.box[2] = 1;
+  return a;
+}
+
+CUtensorMap encode_tma(const TmaDescArgs& a) {
   CUtensorMap map{};
   PFN_cuTensorMapEncodeTiled_v12000 encode = encoder();
   if (!encode) throw Error("moekit: cuTensorMapEncodeTiled is not available from the driver");
-  cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
-  cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
-  cuuint32_t elem_strides[2] = {1, 1};
+  // The driver takes non-const arrays; it does not write them.
+  TmaDescArgs c = a;
   const CUresult r =
-      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
-             elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      encode(&map, c.dtype, static_cast<cuuint32_t>(c.rank), const_cast<void*>(c.base), c.dims,
+             c.strides, c.box, c.elem_strides, c.interleave, c.swizzle, c.l2_promotion, c.oob_fill);
   if (r != CUDA_SUCCESS) {
+    std::string dims;
+    for (int i = c.rank - 1; i >= 0; --i) dims += std::to_string(c.dims[i]) + (i ? " x " : "");
     throw Error("moekit: cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) +
-                ") for a [" + std::to_string(rows) + ", " + std::to_string(cols) +
-                "] tensor, box " + std::to_string(box_rows) + " x 64");
+                ") for a [" + dims + "] tensor, box " + std::to_string(c.box[1]) + " x " +
+                std::to_string(c.box[0]));
   }
   return map;
+}
+
+CUtensorMap make_tma_2d_b16(const void* base, int64_t rows, int64_t cols, int box_rows) {
+  TmaDescArgs a =
+      tma_rows_args(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, rows, cols, 1, box_rows, 64);
+  a.rank = 2;
+  return encode_tma(a);
 }
 
 }  // namespace moekit::detail

@@ -1,6 +1,7 @@
-// Raw sm_90 PTX for the small hand-written Hopper kernels (the stream-K MLP):
-// mbarriers, 2D TMA tile loads, the async-proxy fence, gpu-scope acquire/release and
-// named barriers. The CuTe-based SM90 GEMMs use CuTe's own wrappers instead.
+// Raw sm_90 PTX for moekit's Hopper kernels: mbarriers, TMA tile loads (2D for the
+// stream-K MLP, 3D with an L2 policy and optional cluster multicast for the SM90 GEMMs),
+// the async-proxy fence, gpu-scope acquire/release and named barriers. The SM90 GEMMs take
+// their pipelines' mbarriers from CUTLASS (PipelineTmaAsync).
 #pragma once
 
 #include <cuda.h>
@@ -72,6 +73,35 @@ __device__ __forceinline__ void tma_load_2d_hint(void* dst, const CUtensorMap* m
           static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
       "l"(reinterpret_cast<uint64_t>(map)),
       "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
+
+// A 3D box of `map` at element coordinates (c0 = inner, c1 = row, c2 = layer) into shared
+// memory with the L2 cache policy `policy`; completion as transaction bytes on `bar`.
+__device__ __forceinline__ void tma_load_3d_hint(void* dst, const CUtensorMap* map, uint64_t* bar,
+                                                 int c0, int c1, int c2, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(
+          static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+      "l"(reinterpret_cast<uint64_t>(map)),
+      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "r"(c0), "r"(c1), "r"(c2),
+      "l"(policy)
+      : "memory");
+}
+
+// The same box written to the same shared-memory offset (and barrier) of every CTA of the
+// cluster in `mask` (bit i: rank i).
+__device__ __forceinline__ void tma_load_3d_multicast_hint(void* dst, const CUtensorMap* map,
+                                                           uint64_t* bar, uint16_t mask, int c0,
+                                                           int c1, int c2, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::"
+      "cluster.L2::cache_hint [%0], [%1, {%4, %5, %6}], [%2], %3, %7;\n" ::"r"(
+          static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+      "l"(reinterpret_cast<uint64_t>(map)),
+      "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar))), "h"(mask), "r"(c0), "r"(c1),
+      "r"(c2), "l"(policy)
       : "memory");
 }
 

@@ -15,9 +15,8 @@ static_assert(DecodeConfig::BM == kDecodeBM && DecodeConfig::BN == kDecodeBN &&
                   DecodeConfig::MIN_BLOCKS == kDecodeBlocksPerSm,
               "split_k.h mirrors DecodeConfig");
 // Decode stream (kDecodeStream, kDecodeStreamDeep): 256 bytes of k per stage, so each weight row is
-// read in 256-byte bursts (two 128-byte segments back to back) instead of 128: on the H200 ds-v3
-// decode up (k 7168) 3.578 -> 3.452 (2 stages, 2 blocks/SM) / 3.400 ms (5 stages, 1 block/SM), down
-// (k 2048) 1.813 -> 1.787 / 1.800 ms (docs/gemm.md).
+// read in 256-byte bursts (two 128-byte segments back to back), faster than 128 on long k
+// (docs/gemm.md, "Decode tiles and stream tiles").
 using DecodeStreamConfig = TileConfig<32, 128, 256, 2, 1, 4, 2>;      // 80 KB, 2 blocks/SM
 using DecodeStreamDeepConfig = TileConfig<32, 128, 256, 5, 1, 4, 1>;  // 200 KB, 1 block/SM
 // Narrow stream (kDecodeStreamNarrow): 64 b rows per tile, 3 stages (72 KB), 3 blocks per SM, for

@@ -40,7 +40,7 @@ constexpr int persistent_smem_bytes() {
 // Block-wide: fills the table for p.rows (tiles per group = ceil(count / BM) * n_tiles)
 // and returns the total tile count, summed in 64 bits and capped at the host's launch
 // bound (max_tiles <= INT_MAX): clamped out-of-range contiguous ends can make groups
-// overlap, and then their tile counts add up past it (as in sm90_schedule.cuh).
+// overlap, and then their tile counts add up past it (as in schedule.cuh).
 template <class Cfg>
 __device__ int build_group_table(const GemmParams& p, PersistentGroupTable& tab) {
   __shared__ int64_t s_warp_sum[Cfg::THREADS / 32];

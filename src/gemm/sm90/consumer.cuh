@@ -1,6 +1,6 @@
 // One cooperative consumer warpgroup's tile (config 2, the paired configs 7 / 10 / 11 and the
-// MLP chain): the mainloop (sm90_mainloop.cuh) and the register epilogue
-// (sm90_epilogue.cuh).
+// MLP chain): the mainloop (mainloop.cuh) and the register epilogue
+// (epilogue.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -23,8 +23,8 @@ __device__ __forceinline__ void check_accumulator_layout(const Coords& tCcC, int
 // Warpgroup wg (0, 1) of the tile t: its wgmmas over k_tiles stages, then its 64 rows
 // stored. With `skip` (no valid row in its half, or a pair's second tile that does not
 // exist) it only keeps the pipeline in step and stores nothing.
-template <int BN, int B_BOX, int VEC_EPI, int CLUSTER, class Mma, class FragA, class FragB,
-          class Acc, class Coords, class Pipeline, class State, class Out>
+template <int BN, int B_BOX, int CLUSTER, class Mma, class FragA, class FragB, class Acc,
+          class Coords, class Pipeline, class State, class Out>
 __device__ __forceinline__ void run_cooperative_tile(Mma& mma, FragA& tCrA, FragB& tCrB, Acc& acc,
                                                      const Coords& tCcC, Pipeline& pipeline,
                                                      State& read, const Tile& t, bool skip,
@@ -35,7 +35,7 @@ __device__ __forceinline__ void run_cooperative_tile(Mma& mma, FragA& tCrA, Frag
   if (k_tiles == 0) __trap();
   if (!consume_tile<CLUSTER>(mma, tCrA, tCrB, acc, pipeline, read, k_tiles, skip, wg)) return;
   // f32 -> (silu(gate) * up) -> one rounding -> predicated stores from the accumulators.
-  store_accumulators<BN, B_BOX, VEC_EPI>(acc, tCcC, t, c, n, silu, q);
+  store_accumulators<BN, B_BOX>(acc, tCcC, t, c, n, silu, q);
 }
 
 }  // namespace moekit::detail::gemm::sm90

@@ -1,5 +1,5 @@
-// Epilogue of the SM90 bf16/f16 grouped-GEMM kernels (config 2, sm90_grouped_gemm.cuh;
-// config 6, sm90_pingpong.cuh): one consumer warpgroup's 64 x BN wgmma accumulators ->
+// Epilogue of the SM90 bf16/f16 grouped-GEMM kernels (grouped_gemm.cuh, mlp_chain.cuh):
+// one consumer warpgroup's 64 x BN wgmma accumulators ->
 // (silu(gate) * up) -> one rounding -> predicated global stores straight from registers.
 #pragma once
 
@@ -85,10 +85,9 @@ __device__ __forceinline__ void store_4_blocks(Out* dst, const float (&vx)[4], c
 
 // Stores one consumer warpgroup's accumulators `acc` of tile t (tCcC: the tile
 // coordinates (row, col) of each element; q = lane & 3). BN: accumulator columns (silu:
-// B_BOX gate | B_BOX up). Rows >= t.rows and columns >= n are not written.
-// VEC_EPI: 1 = 16-byte stores of whole 8-column blocks after a quad transpose
-// (store_4_blocks), 0 = the wgmma pairs stored as they are (4 / 8 bytes).
-template <int BN, int B_BOX, int VEC_EPI, class Out, class Acc, class Coords>
+// B_BOX gate | B_BOX up). Rows >= t.rows and columns >= n are not written. 16-byte stores of
+// whole 8-column blocks after a quad transpose (store_4_blocks): docs/gemm.md says why.
+template <int BN, int B_BOX, class Out, class Acc, class Coords>
 __device__ __forceinline__ void store_accumulators(const Acc& acc, const Coords& tCcC,
                                                    const Tile& t, Out* c, int64_t n, bool silu,
                                                    int q) {
@@ -98,82 +97,54 @@ __device__ __forceinline__ void store_accumulators(const Acc& acc, const Coords&
   // Elements i, i+1 (i even) are adjacent columns; with silu, element i + ACC/2 is
   // column + 128 of the same row (wgmma D layout: index = e + 2*h + 4*(col/8)); the
   // checks below fold to constants and trap if CuTe's layout ever differs.
-  if constexpr (VEC_EPI) {
-    // Groups of 4 8-column blocks (16 accumulator elements) per row half h: element
-    // 16 J + 4 j + 2 h + e is column 32 J + 8 j + 2 q + e of row r(h). The quad's 4
-    // lanes transpose their pairs so each stores one whole block (16 bytes).
-    constexpr int OUT_COLS = BN;  // accumulator columns (silu: gate | up halves)
-    constexpr int GROUPS = OUT_COLS / 32;
-    auto epi = [&](auto value, auto groups) {
+  // Groups of 4 8-column blocks (16 accumulator elements) per row half h: element
+  // 16 J + 4 j + 2 h + e is column 32 J + 8 j + 2 q + e of row r(h). The quad's 4
+  // lanes transpose their pairs so each stores one whole block (16 bytes).
+  constexpr int OUT_COLS = BN;  // accumulator columns (silu: gate | up halves)
+  constexpr int GROUPS = OUT_COLS / 32;
+  auto epi = [&](auto value, auto groups) {
+    CUTE_UNROLL
+    for (int J = 0; J < decltype(groups)::value; ++J) {
       CUTE_UNROLL
-      for (int J = 0; J < decltype(groups)::value; ++J) {
+      for (int h = 0; h < 2; ++h) {
+        const int i0 = 16 * J + 2 * h;
+        const int r = get<0>(tCcC(i0)), col0 = get<1>(tCcC(i0));
+        float vx[4], vy[4];
         CUTE_UNROLL
-        for (int h = 0; h < 2; ++h) {
-          const int i0 = 16 * J + 2 * h;
-          const int r = get<0>(tCcC(i0)), col0 = get<1>(tCcC(i0));
-          float vx[4], vy[4];
-          CUTE_UNROLL
-          for (int j = 0; j < 4; ++j) {
-            const int i = i0 + 4 * j;
-            if (get<0>(tCcC(i)) != r || get<1>(tCcC(i)) != col0 + 8 * j ||
-                get<0>(tCcC(i + 1)) != r || get<1>(tCcC(i + 1)) != col0 + 8 * j + 1) {
-              __trap();
-            }
-            vx[j] = value(i);
-            vy[j] = value(i + 1);
+        for (int j = 0; j < 4; ++j) {
+          const int i = i0 + 4 * j;
+          if (get<0>(tCcC(i)) != r || get<1>(tCcC(i)) != col0 + 8 * j || get<0>(tCcC(i + 1)) != r ||
+              get<1>(tCcC(i + 1)) != col0 + 8 * j + 1) {
+            __trap();
           }
-          // This lane's block after the transpose starts at column 32 J + 8 q.
-          const int64_t out_col = t.n0 + 32 * J + 8 * q;
-          const bool ok = r < t.rows && out_col < n;  // n % 8 == 0: blocks whole
-#ifdef MOEKIT_SM90_DIVERGE_TEST
-          if (r >= t.rows) __nanosleep(2000);  // experiment: a slow divergent path past the rows
-#endif
-          store_4_blocks<Out>(c + (t.c_row + r) * n + t.n0 + 32 * J, vx, vy, q, ok);
+          vx[j] = value(i);
+          vy[j] = value(i + 1);
         }
+        // This lane's block after the transpose starts at column 32 J + 8 q.
+        const int64_t out_col = t.n0 + 32 * J + 8 * q;
+        const bool ok = r < t.rows && out_col < n;  // n % 8 == 0: blocks whole
+        store_4_blocks<Out>(c + (t.c_row + r) * n + t.n0 + 32 * J, vx, vy, q, ok);
       }
-    };
-    if constexpr (B_BOX % 32 != 0) {
-      // Tiles whose half is not whole 4-block groups (224 b rows) take no silu (the host
-      // routes silu GEMMs to 256 / 192).
-      if (silu) __trap();
-      epi([&](int i) { return acc(i); }, Int<GROUPS>{});
-    } else if (silu) {
-      static_assert(ACC / 2 == 16 * (B_BOX / 32), "silu halves");
-      epi(
-          [&](int i) {
-            if (get<1>(tCcC(i + ACC / 2)) != get<1>(tCcC(i)) + B_BOX ||
-                get<0>(tCcC(i + ACC / 2)) != get<0>(tCcC(i))) {
-              __trap();
-            }
-            return detail::silu(acc(i)) * acc(i + ACC / 2);
-          },
-          Int<B_BOX / 32>{});
-    } else {
-      epi([&](int i) { return acc(i); }, Int<GROUPS>{});
     }
+  };
+  if constexpr (B_BOX % 32 != 0) {
+    // Tiles whose half is not whole 4-block groups (224 b rows) take no silu (the host
+    // routes silu GEMMs to 256 / 192).
+    if (silu) __trap();
+    epi([&](int i) { return acc(i); }, Int<GROUPS>{});
   } else if (silu) {
-    CUTE_UNROLL
-    for (int i = 0; i < ACC / 2; i += 2) {
-      const int r = get<0>(tCcC(i)), col = get<1>(tCcC(i));
-      if (get<1>(tCcC(i + 1)) != col + 1 || get<1>(tCcC(i + ACC / 2)) != col + B_BOX ||
-          get<0>(tCcC(i + ACC / 2)) != r || col >= B_BOX) {
-        __trap();
-      }
-      const int64_t out_col = t.n0 + col;
-      if (r >= t.rows || out_col >= n) continue;
-      const float x = detail::silu(acc(i)) * acc(i + ACC / 2);
-      const float y = detail::silu(acc(i + 1)) * acc(i + 1 + ACC / 2);
-      store_pair<Out>(c + (t.c_row + r) * n + out_col, x, y);
-    }
+    static_assert(ACC / 2 == 16 * (B_BOX / 32), "silu halves");
+    epi(
+        [&](int i) {
+          if (get<1>(tCcC(i + ACC / 2)) != get<1>(tCcC(i)) + B_BOX ||
+              get<0>(tCcC(i + ACC / 2)) != get<0>(tCcC(i))) {
+            __trap();
+          }
+          return detail::silu(acc(i)) * acc(i + ACC / 2);
+        },
+        Int<B_BOX / 32>{});
   } else {
-    CUTE_UNROLL
-    for (int i = 0; i < ACC; i += 2) {
-      const int r = get<0>(tCcC(i)), col = get<1>(tCcC(i));
-      if (get<1>(tCcC(i + 1)) != col + 1) __trap();
-      const int64_t out_col = t.n0 + col;
-      if (r >= t.rows || out_col >= n) continue;  // n % 8 == 0: a pair is wholly in or out
-      store_pair<Out>(c + (t.c_row + r) * n + out_col, acc(i), acc(i + 1));
-    }
+    epi([&](int i) { return acc(i); }, Int<GROUPS>{});
   }
 }
 

@@ -1,8 +1,8 @@
 // The SM90 (Hopper) FP8 masked grouped GEMM, config kFp8ConfigSm90 (MoEGroupedGemmFP8Fwd:
 // e4m3 x e4m3, 128 x 128 block scales, bf16 out). DeepGEMM-style design, own code.
 //
-// UNVERIFIED ON GPU (compiled and SASS-checked only, 2026-12-02): the heuristic never
-// picks it; tests/test_gemm_gpu.cpp (Fp8EveryConfigMatchesReference, Fp8Sm90Edges) runs it.
+// Picked wherever it applies (docs/gemm.md, "FP8 SM90"); tests/test_gemm_gpu.cpp
+// (Fp8EveryConfigMatchesReference, Fp8Sm90Edges) checks it against the reference.
 //
 // - Block tile 128 x 128 x 128: BK = 128 k = one scale block per pipeline stage.
 //   a [128 x 128] as two TMA boxes of 64 rows, b [128 x 128] as one box, 128-byte
@@ -24,7 +24,7 @@
 //   wgmma rows are independent). b is (n, k, G): rows past n and k past the end are
 //   zero-filled. Stores: 16-byte bf16 blocks for rows < count and columns < n (n % 8 == 0).
 #include "gemm/grouped_gemm_fp8.h"
-#include "gemm/sm90/grouped_gemm.cuh"  // TMA encoder override, knobs, store_4_blocks
+#include "gemm/sm90/grouped_gemm.cuh"  // make_tma, b_policy, store_4_blocks
 
 namespace moekit::detail::gemm::sm90fp8 {
 
@@ -74,22 +74,17 @@ struct Fp8Storage {
 static_assert(sizeof(Fp8Storage) <= 227 * 1024, "shared memory");
 
 struct Fp8Params {
-  using TmaA = decltype(make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(
-      static_cast<const E4M3*>(nullptr), 1, 16, 1, Cfg::SmemLayoutABoxes{}(cute::_, cute::_, 0)));
-  using TmaB = decltype(make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(
-      static_cast<const E4M3*>(nullptr), 1, 16, 1, Cfg::SmemLayoutB{}(cute::_, cute::_, 0)));
-  TmaA tma_a;
-  TmaB tma_b;
+  CUtensorMap tma_a;     // a as (max_m, k, G), boxes of A_BOX x BK
+  CUtensorMap tma_b;     // b as (n, k, G), boxes of BN x BK
   const float* a_scale;  // [G, max_m, k_blocks]
   const float* b_scale;  // [G, n_blocks, k_blocks]
   __nv_bfloat16* c;      // [G, max_m, n]
   RowsDesc rows;         // masked: the device counts (clamped to [0, max_m] where read)
   int max_m;
   int n, k;
-  static constexpr int silu = 0;        // for locate_tile
-  int k_blocks, n_tiles;                // n_tiles == n_blocks (BN = 128)
-  int tile_bound;                       // the host's upper bound of tiles
-  uint64_t hint_a, hint_b, hint_b_odd;  // hint_b_odd: b's odd k blocks (as config 2)
+  static constexpr int silu = 0;  // for locate_tile
+  int k_blocks, n_tiles;          // n_tiles == n_blocks (BN = 128)
+  int tile_bound;                 // the host's upper bound of tiles
 };
 
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
@@ -104,7 +99,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int warp_group = threadIdx.x / 128;
   const int G = p.rows.num_groups;
 
-  // Tile schedule from the device counts (no host sync): sm90_schedule.cuh.
+  // Tile schedule from the device counts (no host sync): schedule.cuh.
   build_tile_schedule<Cfg::THREADS, BM>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
 
   typename Pipeline::Params pp;
@@ -122,41 +117,28 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.max_m, p.k, G));
-      Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.n, p.k, G));
-      Tensor sA = make_tensor(make_smem_ptr(ss.a), Cfg::SmemLayoutABoxes{});
-      Tensor sB = make_tensor(make_smem_ptr(ss.b), Cfg::SmemLayoutB{});
-      const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
-      const auto hint_b_even = static_cast<TMA::CacheHintSm90>(p.hint_b);
-      const auto hint_b_odd = static_cast<TMA::CacheHintSm90>(p.hint_b_odd);
       PipelineState write = cutlass::make_producer_start_state<Pipeline>();
       for (int id = blockIdx.x; id < total; id += gridDim.x) {
         const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
-        Tensor gA0 = local_tile(domain_offset(make_coord(t.a_row, 0), mA(_, _, t.group)),
-                                make_shape(Int<Cfg::A_BOX>{}, Int<BK>{}), make_coord(0, _));
-        Tensor gA1 =
-            local_tile(domain_offset(make_coord(t.a_row + Cfg::A_BOX, 0), mA(_, _, t.group)),
-                       make_shape(Int<Cfg::A_BOX>{}, Int<BK>{}), make_coord(0, _));
-        Tensor gB = local_tile(domain_offset(make_coord(t.b_row0, 0), mB(_, _, t.group)),
-                               make_shape(Int<BN>{}, Int<BK>{}), make_coord(0, _));
-        auto [tAgA0, tAsA] = tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA),
-                                           group_modes<0, 2>(gA0));
-        auto [tAgA1, tAsA1] = tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA),
-                                            group_modes<0, 2>(gA1));
-        auto [tBgB, tBsB] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB),
-                                          group_modes<0, 2>(gB));
-        (void)tAsA1;
         const bool second_a = t.rows > Cfg::A_BOX;
         for (int kb = 0; kb < k_blocks; ++kb) {
           pipeline.producer_acquire(write);  // expects BASE_TX_BYTES
           // Before any copy of the stage is issued, so its phase cannot complete early.
           if (second_a) pipeline.producer_expect_transaction(write, Cfg::A_BOX_BYTES);
-          auto* bar = pipeline.producer_get_barrier(write);
+          uint64_t* bar = pipeline.producer_get_barrier(write);
           const int s = write.index();
-          const auto hint_b = kb & 1 ? hint_b_odd : hint_b_even;
-          copy(p.tma_b.with(*bar, 0, hint_b), tBgB(_, kb), tBsB(_, s));
-          copy(p.tma_a.with(*bar, 0, hint_a), tAgA0(_, kb), tAsA(_, 2 * s));
-          if (second_a) copy(p.tma_a.with(*bar, 0, hint_a), tAgA1(_, kb), tAsA(_, 2 * s + 1));
+          const int k0 = kb * BK;
+          // Boxes stacked along rows (sm90_fp8_layout_mismatch checks the offsets).
+          E4M3* a_box = ss.a + 2 * s * (Cfg::A_BOX * BK);
+          // Config 2's policies for grouped rows (docs/gemm.md, "FP8 SM90").
+          const uint64_t hint_b = b_policy(kb, /*dense_rows=*/false);
+          ptx90::tma_load_3d_hint(ss.b + s * (BN * BK), &p.tma_b, bar, k0, t.b_row0, t.group,
+                                  hint_b);
+          ptx90::tma_load_3d_hint(a_box, &p.tma_a, bar, k0, t.a_row, t.group, kEvictNormal);
+          if (second_a) {
+            ptx90::tma_load_3d_hint(a_box + Cfg::A_BOX * BK, &p.tma_a, bar, k0,
+                                    t.a_row + Cfg::A_BOX, t.group, kEvictNormal);
+          }
           ++write;
         }
       }
@@ -287,7 +269,8 @@ namespace moekit::detail {
 
 // Host check of the layout facts the kernel relies on (tests/test_gemm.cpp runs it on
 // the CPU): the a stage seen as two 64-row TMA boxes is byte for byte the 128-row
-// wgmma operand, and thread ctid's accumulator element i is row wg_row0 + 16 (warp % 4)
+// wgmma operand, box i starting i A_BOX x BK elements in (as the producer addresses it),
+// and thread ctid's accumulator element i is row wg_row0 + 16 (warp % 4)
 // + lane / 4 + 8 h, column 8 j + 2 q + e (i = e + 2 h + 4 j), as the promotion and the
 // epilogue index it.
 std::string sm90_fp8_layout_mismatch() {
@@ -298,8 +281,9 @@ std::string sm90_fp8_layout_mismatch() {
   for (int s = 0; s < Cfg::STAGES; ++s)
     for (int r = 0; r < Cfg::BM; ++r)
       for (int k = 0; k < Cfg::BK; ++k) {
-        const int x = a(r, k, s), y = boxes(r % Cfg::A_BOX, k, 2 * s + r / Cfg::A_BOX);
-        if (x != y) {
+        const int box = 2 * s + r / Cfg::A_BOX;
+        const int x = a(r, k, s), y = boxes(r % Cfg::A_BOX, k, box);
+        if (x != y || boxes(0, 0, box) != box * Cfg::A_BOX * Cfg::BK) {
           return "a smem: stage " + std::to_string(s) + " row " + std::to_string(r) + " k " +
                  std::to_string(k) + ": wgmma offset " + std::to_string(x) + ", TMA box offset " +
                  std::to_string(y);
@@ -347,20 +331,8 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
     throw Error(std::string("moekit::") + op + ": problem too large for the SM90 FP8 config");
   }
   Fp8Params p;
-  const auto* a = static_cast<const E4M3*>(prob.a);
-  const auto* b = static_cast<const E4M3*>(prob.b);
-  const int encodes = g_encode_calls;
-  g_l2_bytes = l2_bytes(gemm::kRowsMasked);
-  p.tma_a = make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(a, static_cast<int>(prob.max_m),
-                                                     static_cast<int>(prob.k), static_cast<int>(G),
-                                                     Cfg::SmemLayoutABoxes{}(cute::_, cute::_, 0));
-  p.tma_b = make_tma<Cfg, E4M3, cute::SM90_TMA_LOAD>(b, static_cast<int>(prob.n),
-                                                     static_cast<int>(prob.k), static_cast<int>(G),
-                                                     Cfg::SmemLayoutB{}(cute::_, cute::_, 0));
-  if (g_encode_calls != encodes + 2) {
-    throw Error(std::string("moekit::") + op +
-                ": internal: the SM90 TMA descriptors were not built by moekit's encoder");
-  }
+  p.tma_a = make_tma<Cfg>(static_cast<const E4M3*>(prob.a), prob.max_m, prob.k, G, Cfg::A_BOX);
+  p.tma_b = make_tma<Cfg>(static_cast<const E4M3*>(prob.b), prob.n, prob.k, G, Cfg::BN);
   p.a_scale = prob.a_scale;
   p.b_scale = prob.b_scale;
   p.c = static_cast<__nv_bfloat16*>(prob.c);
@@ -374,16 +346,10 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   p.k_blocks = static_cast<int>((prob.k + Cfg::BK - 1) / Cfg::BK);
   p.n_tiles = static_cast<int>(n_tiles);
   p.tile_bound = static_cast<int>(tiles);
-  // MOEKIT_SM90_HINTS as for the bf16 config's masked rows (3: b EVICT_FIRST on odd k
-  // blocks; H200: the 14 FP8 rows equal or up to 3% faster than with no hints).
-  const TmaHints h = tma_hints(cache_hints(gemm::kRowsMasked));
-  p.hint_a = h.a;
-  p.hint_b = h.b_even;
-  p.hint_b_odd = h.b_odd;
   const int smem = static_cast<int>(sizeof(Fp8Storage));
   auto kernel = sm90_fp8_grouped_gemm_kernel;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  const int64_t sms = device_sm_count();
+  const int64_t sms = device_props().sms;
   const int64_t grid = tiles < sms ? tiles : sms;
   kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);
 }

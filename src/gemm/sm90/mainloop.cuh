@@ -1,109 +1,114 @@
-// Mainloop of the SM90 bf16/f16 grouped-GEMM kernels (config 2, sm90_grouped_gemm.cuh;
-// config 6, sm90_pingpong.cuh): the producer thread's TMA loads and one consumer
-// warpgroup's wgmmas.
+// Mainloop of the SM90 bf16/f16 grouped-GEMM kernels (grouped_gemm.cuh, mlp_chain.cuh):
+// the producer thread's TMA loads and one consumer warpgroup's wgmmas.
 #pragma once
 
-// cute/tensor.hpp must come first (the atoms build on it).
-// clang-format off
 #include <cute/tensor.hpp>
-#include <cute/atom/copy_traits_sm90_tma.hpp>
-// clang-format on
 
+#include "gemm/common/tma_ptx.cuh"
 #include "gemm/sm90/schedule.cuh"
 
 namespace moekit::detail::gemm::sm90 {
 
+// TMA L2 cache policies (createpolicy encodings: CuTe's TMA::CacheHintSm90 values, which
+// grouped_gemm.cuh checks) of the operands (docs/gemm.md, "L2 hints of b"):
+// a normal; b EVICT_FIRST on its odd k stages (the second 128 bytes of each 256-byte line
+// the L2 promotion fetched, its last read), which keeps more of a (re-read by the group's
+// n-tiles) in the L2, and on every stage for dense rows (one a reused by every n-tile).
+// Compile-time constants: no producer register holds them.
+constexpr uint64_t kEvictNormal = 0x1000000000000000ull;
+constexpr uint64_t kEvictFirst = 0x12F0000000000000ull;
+__device__ __forceinline__ uint64_t b_policy(int k_stage, bool dense_rows) {
+  return (k_stage & 1) || dense_rows ? kEvictFirst : kEvictNormal;
+}
+
+// One TMA box of `map` (tma_rows_args: coordinates (k, row, layer)) into `dst` on `bar`
+// with the L2 policy `hint`: into this CTA only, or (MULTICAST) into the same offset of
+// each CTA of the cluster in `mask`.
+template <bool MULTICAST>
+__device__ __forceinline__ void load_box(void* dst, const CUtensorMap& map, uint64_t* bar,
+                                         uint16_t mask, int k0, int row, int layer, uint64_t hint) {
+  if constexpr (MULTICAST) {
+    ptx90::tma_load_3d_multicast_hint(dst, &map, bar, mask, k0, row, layer, hint);
+  } else {
+    ptx90::tma_load_3d_hint(dst, &map, bar, k0, row, layer, hint);
+  }
+}
+
 // The producer thread's loads of one tile `t`: k_tiles stages of the a box(es) (BM x BK
 // rows from the tile's first a row) and two b boxes (B_BOX rows each, at the tile's two b
-// row offsets), advancing `write`. Paired configs (Cfg::PAIR, 2-CTA clusters) load the
-// shared operand's half that is theirs (`rank`), multicast to both CTAs: kPairN a rows
-// [64 rank, + 64) of the tile (both CTAs have the same m-tile), kPairM b box `rank` (both
-// have the same n-tile). Each CTA's full barrier still expects STAGE_BYTES: its own loads
-// plus the partner's multicast half. before_stage(kt) runs before stage kt's acquire (the
-// schedule claims its next tile there). Shared by configs 2, 6, 7, 8, 10, 11 and the MLP chain.
+// row offsets), advancing `write`. Box i of a stage area is its i-th A_BOX x BK (B_BOX x BK)
+// block (the SmemLayout*Boxes stack boxes along rows). Paired configs (Cfg::PAIR, 2-CTA
+// clusters) load the shared operand's half that is theirs (`rank`), multicast to both CTAs:
+// kPairN a rows [64 rank, + 64) of the tile (both CTAs have the same m-tile), kPairM b box
+// `rank` (both have the same n-tile). Each CTA's full barrier still expects STAGE_BYTES: its
+// own loads plus the partner's multicast half. before_stage(kt) runs before stage kt's
+// acquire (the schedule claims its next tile there). Shared by configs 2, 6, 7, 8, 10, 11
+// and the MLP chain.
 template <class Cfg, class Params, class Shared, class Pipeline, class State, class BeforeStage>
 __device__ __forceinline__ void load_tile_stages(const Params& p, Shared& ss, Pipeline& pipeline,
                                                  State& write, const Tile& t, int rank, int k_tiles,
                                                  BeforeStage&& before_stage) {
-  using namespace cute;
-  constexpr int BK = Cfg::BK, A_BOX = Cfg::A_BOX;
+  constexpr int BK = Cfg::BK, A_BOX = Cfg::A_BOX, B_BOX = Cfg::B_BOX;
+  constexpr bool kMulticastA = Cfg::PAIR == kPairN || Cfg::PAIR == kPairAuto;
+  constexpr bool kMulticastB = Cfg::PAIR == kPairM || Cfg::PAIR == kPairAuto;
   constexpr uint16_t kBoth = 0b11;  // multicast to both CTAs of the pair
-  Tensor mA = p.tma_a.get_tma_tensor(make_shape(p.a_rows, p.k, p.a_l));
-  Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.b_rows, p.k, p.b_l));
-  Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutABoxes{});
-  Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutBBoxes{});
-  const auto hint_a = static_cast<TMA::CacheHintSm90>(p.hint_a);
-  const auto hint_b_even = static_cast<TMA::CacheHintSm90>(p.hint_b);
-  const auto hint_b_odd = static_cast<TMA::CacheHintSm90>(p.hint_b_odd);
-  // (box rows, BK, k_tiles) views starting at arbitrary rows of the whole-buffer tensors.
+  const uint16_t self = static_cast<uint16_t>(1u << rank);
+  const auto a_box = [&](int i) { return ss.a + i * (A_BOX * BK); };
+  const auto b_box = [&](int i) { return ss.b + i * (B_BOX * BK); };
   // kPairAuto: the tile's own a box(es) or its half of the shared one, per t.share.
   const int a_row = Cfg::PAIR == kPairN || (Cfg::PAIR == kPairAuto && t.share == kPairN)
                         ? t.a_row + rank * A_BOX
                         : t.a_row;
-  Tensor gA = local_tile(domain_offset(make_coord(a_row, 0), mA(_, _, t.a_l)),
-                         make_shape(Int<A_BOX>{}, Int<BK>{}), make_coord(0, _));
   const int b_row0 =
       (Cfg::PAIR == kPairM || (Cfg::PAIR == kPairAuto && t.share == kPairM)) && rank == 1
           ? t.b_row1
           : t.b_row0;
-  Tensor gB0 = local_tile(domain_offset(make_coord(b_row0, 0), mB(_, _, t.group)),
-                          make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
-  Tensor gB1 = local_tile(domain_offset(make_coord(t.b_row1, 0), mB(_, _, t.group)),
-                          make_shape(Int<Cfg::B_BOX>{}, Int<BK>{}), make_coord(0, _));
-  auto [tAgA, tAsA] =
-      tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA));
-  // kPairAuto, b shared: the own a tile's second 64-row box.
-  Tensor gA1 = local_tile(domain_offset(make_coord(t.a_row + A_BOX, 0), mA(_, _, t.a_l)),
-                          make_shape(Int<A_BOX>{}, Int<BK>{}), make_coord(0, _));
-  auto [tAgA1, tAsA1] =
-      tma_partition(p.tma_a, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sA), group_modes<0, 2>(gA1));
-  (void)tAsA1;
-  auto [tBgB0, tBsB] =
-      tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB0));
-  auto [tBgB1, tBsB1] =
-      tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB1));
-  (void)tBsB1;
   for (int kt = 0; kt < k_tiles; ++kt) {
     before_stage(kt);
     pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
-    auto* bar = pipeline.producer_get_barrier(write);
+    uint64_t* bar = pipeline.producer_get_barrier(write);
     const int s = write.index();
-    const auto hint_b = kt & 1 ? hint_b_odd : hint_b_even;
+    const int k0 = kt * BK;
+    const uint64_t hint_b = b_policy(kt, p.rows.mode == kRowsDense);
+    const auto load_a = [&](int box, uint16_t mask, int row) {
+      load_box<kMulticastA>(a_box(box), p.tma_a, bar, mask, k0, row, t.a_l, kEvictNormal);
+    };
+    const auto load_b = [&](int box, uint16_t mask, int row) {
+      load_box<kMulticastB>(b_box(box), p.tma_b, bar, mask, k0, row, t.group, hint_b);
+    };
     // Boxes past the tensor's edges are zero-filled and still count their full bytes.
     if constexpr (Cfg::PAIR == kPairAuto) {
       // Multicast loads throughout: to both CTAs for the shared operand's half, to this CTA
       // only (mask 1 << rank) for its own operand.
-      const uint16_t self = static_cast<uint16_t>(1u << rank);
       if (t.share == kPairN) {
-        copy(p.tma_a.with(*bar, kBoth, hint_a), tAgA(_, kt), tAsA(_, 2 * s + rank));
-        copy(p.tma_b.with(*bar, self, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
-        copy(p.tma_b.with(*bar, self, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+        load_a(2 * s + rank, kBoth, a_row);
+        load_b(2 * s, self, b_row0);
+        load_b(2 * s + 1, self, t.b_row1);
       } else {
-        copy(p.tma_a.with(*bar, self, hint_a), tAgA(_, kt), tAsA(_, 2 * s));
-        copy(p.tma_a.with(*bar, self, hint_a), tAgA1(_, kt), tAsA(_, 2 * s + 1));
-        copy(p.tma_b.with(*bar, kBoth, hint_b), tBgB0(_, kt), tBsB(_, 2 * s + rank));
+        load_a(2 * s, self, a_row);
+        load_a(2 * s + 1, self, t.a_row + A_BOX);
+        load_b(2 * s + rank, kBoth, b_row0);
       }
-      ++write;
-      continue;
-    }
-    if constexpr (Cfg::PAIR == kPairN) {
-      copy(p.tma_a.with(*bar, kBoth, hint_a), tAgA(_, kt), tAsA(_, 2 * s + rank));
     } else {
-      copy(p.tma_a.with(*bar, 0, hint_a), tAgA(_, kt), tAsA(_, s));
-    }
-    if constexpr (Cfg::PAIR == kPairM) {
-      copy(p.tma_b.with(*bar, kBoth, hint_b), tBgB0(_, kt), tBsB(_, 2 * s + rank));
-    } else {
-      copy(p.tma_b.with(*bar, 0, hint_b), tBgB0(_, kt), tBsB(_, 2 * s));
-      copy(p.tma_b.with(*bar, 0, hint_b), tBgB1(_, kt), tBsB(_, 2 * s + 1));
+      if constexpr (Cfg::PAIR == kPairN) {
+        load_a(2 * s + rank, kBoth, a_row);
+      } else {
+        load_a(s, 0, a_row);
+      }
+      if constexpr (Cfg::PAIR == kPairM) {
+        load_b(2 * s + rank, kBoth, b_row0);
+      } else {
+        load_b(2 * s, 0, b_row0);
+        load_b(2 * s + 1, 0, t.b_row1);
+      }
     }
     ++write;
   }
 }
 
 // The next tile is claimed kClaimAhead stages before a tile's last load: the counter's
-// round trip (several us behind a saturated L2: claimed at the tile's end, it cost config
-// 6 20% on the H200) then overlaps the loads still to issue.
+// round trip (several us behind a saturated L2) then overlaps the loads still to issue
+// (docs/gemm.md, "Persistent grid and dynamic schedule").
 constexpr int kClaimAhead = 16;
 __device__ __forceinline__ int claim_stage(int k_tiles) {
   return k_tiles > kClaimAhead ? k_tiles - kClaimAhead : 0;
@@ -167,8 +172,7 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
 // still in the previous tile's epilogue (a slow path on some lanes) lets the others
 // release stages it has not waited for, can fall a whole phase behind on a stage's
 // barrier and then waits forever: configs 7 / 8 hung so when some warps lagged in the
-// epilogue (docs/gemm.md, "Hang on NaN padding rows"; with this sync the
-// MOEKIT_SM90_DIVERGE_TEST build ran clean on the H200, session 10). So the four warps meet (named
+// epilogue (docs/gemm.md, "Paired SM90 configs and adaptive pairs"). So the four warps meet (named
 // barrier `wg`, 128 threads) at each tile's start and, when skipping, before each
 // release. Unpaired configs count every consumer thread's release: nothing to do.
 template <int CLUSTER>

@@ -1,9 +1,9 @@
 // Both GEMMs of an expert MLP (gate_up with silu_and_mul into act, then down) in one
 // persistent launch of config 2's tiles, or of config 11's pair tiles on 2-CTA clusters
-// (sm90_grouped_gemm.cuh; rank 0 claims each pair id and hands it to rank 1 through the
+// (grouped_gemm.cuh; rank 0 claims each pair id and hands it to rank 1 through the
 // mailbox, and waits for the last receipt before it exits): tile ids [0, total0) are
 // gate_up's, [total0, total0 + total1) down's, claimed in increasing order from a counter
-// (config 2's dynamic schedule, sm90_schedule.cuh, from the first tile on). A down tile of
+// (config 2's dynamic schedule, schedule.cuh, from the first tile on). A down tile of
 // group g reads act rows that group g's gate_up tiles write, so its producer waits, before
 // the tile's first load, until a per-group counter says every gate_up tile of g is stored.
 // Down's tiles of the first groups then start while the last gate_up tiles are still
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       pipeline.producer_tail(write);
     }
   } else {
-    // Consumers: as config 2's (sm90_grouped_gemm.cuh), plus the gate_up tiles' publish.
+    // Consumers: as config 2's (grouped_gemm.cuh), plus the gate_up tiles' publish.
     cutlass::arch::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
     const int ctid = threadIdx.x - 128;
     typename Cfg::TiledMma mma;
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // No valid row in this warpgroup's half, or a pair's second n-tile past n: the
       // pipeline kept in step, nothing stored (nor, for gate_up, counted).
       const bool none = kAuto && t.n0 >= g.n;
-      run_cooperative_tile<BN, Cfg::B_BOX, 1, Cfg::CLUSTER>(
+      run_cooperative_tile<BN, Cfg::B_BOX, Cfg::CLUSTER>(
           mma, tCrA, tCrB, acc, tCcC, pipeline, read, t, 64 * wg >= t.rows || none, k_tiles,
           static_cast<Out*>(g.c), g.n, g.silu != 0, q, wg);
       if (!down && !none) {
@@ -249,8 +249,9 @@ void launch_mlp_chain(const GroupedGemmProblem& up, const GroupedGemmProblem& do
   p.tile_counter = static_cast<unsigned*>(scratch);
   p.up_done = reinterpret_cast<unsigned*>(static_cast<char*>(scratch) + 256);
   static_assert(sizeof(ChainSharedStorage<Cfg, T>) <= 227 * 1024, "SM90 shared memory per block");
-  const int smem = static_cast<int>(sizeof(ChainSharedStorage<Cfg, T>));
-  launch_persistent<Cfg>(sm90_mlp_chain_kernel<Cfg, T, Out>, p, p.total_bound, smem, stream, op);
+  constexpr int kSmem = static_cast<int>(sizeof(ChainSharedStorage<Cfg, T>));
+  launch_persistent<Cfg, sm90_mlp_chain_kernel<Cfg, T, Out>, kSmem>(
+      p, p.total_bound, kSlotSm90ChainPairClusters, stream, op);
 }
 
 }  // namespace moekit::detail::gemm::sm90

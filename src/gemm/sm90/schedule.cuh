@@ -1,5 +1,5 @@
 // Device-side persistent tile schedule of the SM90 bf16/f16 grouped-GEMM kernels
-// (config 2, sm90_grouped_gemm.cuh; config 6, sm90_pingpong.cuh): every block builds
+// (grouped_gemm.cuh, mlp_chain.cuh, the FP8 kernel): every block builds
 // tile_start[G + 1] in shared memory from the layout metadata (no host sync), then walks
 // tile ids blockIdx.x, + gridDim.x, ... and maps each to its coordinates.
 #pragma once
@@ -72,10 +72,9 @@ __host__ __device__ constexpr int sched_n_tiles(int n_tiles) {
 
 // A block's walk over (pair) tile ids: ids first, first + stride, ... < total, and the
 // CTA's rank in its pair (a 2-CTA cluster along x is blocks 2c, 2c + 1; units = blocks,
-// or pairs for the paired configs). Measured and dropped (H200, 2026-12-02): walking
-// even waves on fewer units (4096 tiles: 128 blocks x 32, not 4 blocks with a 32nd)
-// lost 3% on config 2 and up to 40% on config 6, whose neighbouring blocks then no
-// longer read the same b tile at the same time (docs/gemm.md).
+// or pairs for the paired configs). Every unit walks: even waves on fewer units lose,
+// since neighbouring blocks then no longer read the same b tile at the same time
+// (docs/gemm.md, "Persistent grid and dynamic schedule").
 struct Walk {
   int first, stride, rank;
 };

@@ -1,5 +1,5 @@
 // Tile-count arithmetic of the SM90 grouped-GEMM kernels' device-side schedule
-// (sm90_grouped_gemm.cuh), host/device so the CPU tests check it (tests/test_gemm.cpp).
+// (grouped_gemm.cuh), host/device so the CPU tests check it (tests/test_gemm.cpp).
 //
 // The schedule's per-group tile counts and their running sum live in 32-bit shared
 // memory. The host bounds the grid by max_tiles() (<= INT_MAX, checked), which bounds the
