@@ -3,9 +3,9 @@
 
 #include "moekit/error.h"
 #include "moekit/gemm.h"
-#include "moekit/plan.h"
 #include "moekit/moe.h"
 #include "moekit/permute.h"
+#include "moekit/plan.h"
 #include "moekit/routing.h"
 #include "moekit/tensor.h"
 #include "moekit/version.h"
