@@ -2,6 +2,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/plan_log.h"
 #include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/grouped_gemm_fp8.h"
@@ -133,12 +134,28 @@ std::vector<GemmPlan> grouped_gemm_plan_candidates(const GroupedGemmArgs& args) 
                                       detail::current_gemm_device());
 }
 
+namespace {
+
+// The plan log's key of a grouped GEMM: what the planner reads.
+std::string problem_key(const detail::GroupedGemmProblem& p) {
+  const char* rows = p.rows == detail::GemmRows::kMasked ? "masked" : "contiguous";
+  return std::string(dtype_name(p.in_dtype)) + " " + rows + " E=" + std::to_string(p.num_groups) +
+         " rows=" + std::to_string(p.rows == detail::GemmRows::kMasked ? p.max_m : p.m) +
+         " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k) +
+         (p.activation == Activation::kSiluAndMul ? " silu" : "");
+}
+
+}  // namespace
+
 void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream) {
   bool launches = false;
   detail::GroupedGemmProblem p = checked_problem(args, &launches);
   if (!launches) return;
   detail::ArgCheck("moe_grouped_gemm").launch_target(stream, "c", args.c);
   p.plan = args.plan ? *args.plan : detail::plan_gemm(p, detail::current_gemm_device());
+  if (detail::plan_log_enabled()) {
+    detail::log_plan("moe_grouped_gemm", problem_key(p), to_string(p.plan));
+  }
   detail::run_grouped_gemm(p, stream);
 }
 
@@ -199,6 +216,12 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream) {
   if (!launches) return;
   detail::ArgCheck("moe_grouped_gemm_fp8").launch_target(stream, "c", args.c);
   p.plan = args.plan ? *args.plan : detail::plan_gemm_fp8(p, detail::current_gemm_device());
+  if (detail::plan_log_enabled()) {
+    detail::log_plan("moe_grouped_gemm_fp8",
+                     "E=" + std::to_string(p.num_groups) + " max_m=" + std::to_string(p.max_m) +
+                         " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k),
+                     to_string(p.plan));
+  }
   detail::run_grouped_gemm_fp8(p, stream);
 }
 

@@ -6,6 +6,7 @@
 
 #include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
+#include "moe/layer_planner.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
 #include "moekit/moe.h"
@@ -151,6 +152,7 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
   g.counters = ws.take(detail::kExpertMlpCounterBytes);
   const MlpPlan plan =
       args.plan ? *args.plan : detail::plan_expert_mlp_gemms(g, detail::current_gemm_device());
+  detail::log_op_plan("moe_expert_mlp", s, 0, plan);
   detail::run_composite("moe_expert_mlp", [&] { detail::run_expert_mlp_gemms(g, plan, stream); });
 }
 
