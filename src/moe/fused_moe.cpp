@@ -176,7 +176,7 @@ LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
     return *given;
   }
   LayerPlan plan;
-  if (tuned != nullptr &&
+  if (tuned != nullptr && detail::tuning_tables_present() &&
       detail::tuned_layer_plan(detail::current_device_name(),
                                detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
                                p.s.T, device, &plan))

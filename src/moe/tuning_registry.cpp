@@ -64,6 +64,10 @@ void add_tuning_table(std::vector<ParsedEntry> entries) {
   r.any_loaded = true;
 }
 
+bool tuning_tables_present() {
+  return registry().any_loaded.load(std::memory_order_acquire) || !builtin_entries().empty();
+}
+
 bool tuned_layer_plan(const std::string& device_name, const TuningShape& shape, int64_t T,
                       const GemmDevice& device, LayerPlan* out) {
   Registry& r = registry();

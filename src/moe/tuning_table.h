@@ -49,6 +49,9 @@ TuningShape layer_tuning_shape(const char* op, const MoEShapes& s, const TopKPar
 // The registry: loaded tables are put first; the built-in ones (compiled in from CMake's
 // list, parsed once on first use) are searched last.
 void add_tuning_table(std::vector<ParsedEntry> entries);
+// False when no table is loaded or built in: the layer ops then skip the lookup (and the
+// shape key's strings) altogether.
+bool tuning_tables_present();
 // The plan of the first entry serving (device, shape, T) whose plan `device` can run for
 // the problem (a stale entry is skipped); false when none.
 bool tuned_layer_plan(const std::string& device_name, const TuningShape& shape, int64_t T,
