@@ -156,7 +156,12 @@ int run(const TuneOptions& o) {
     std::fprintf(stderr, "moekit-tune: cannot write %s\n", o.out.c_str());
     return 1;
   }
-  std::fprintf(stderr, "moekit-tune: %zu entries -> %s\n", entries.size(), o.out.c_str());
+  out.close();
+  // The table as the library will see it: it parses and names this device's candidates.
+  load_tuning_table(o.out);
+  clear_tuning_tables();
+  std::fprintf(stderr, "moekit-tune: %zu entries -> %s (loads: checked)\n", entries.size(),
+               o.out.c_str());
   return 0;
 }
 
