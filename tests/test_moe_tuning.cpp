@@ -240,34 +240,35 @@ TEST(TuningRegistry, LookupBucketEdgesStaleEntriesOrderAndClear) {
   const detail::GemmDevice d(detail::h200_props());
   const std::string pick = other_candidate(shape, 512), pick2 = other_candidate(shape, 512, 1);
   ASSERT_FALSE(pick2.empty());
-  const std::string q = kQwen30;
+  // A device no built-in table names, so that only these entries match.
+  const std::string q = "Test GPU" + std::string(kQwen30).substr(std::string("NVIDIA H200").size());
   // 1-16 direct (stale from T = 50 on? no: direct runs to 64 here), 256-512 a sorted pick, 40
   // direct named where it cannot run at T = 80 (a stale entry: the planner's plan instead).
   detail::add_tuning_table(parse(q + "2-16 | direct | 1 | 2\n" + q + "256-512 | " + pick +
                                      " | 1 | 2\n" + q + "80 | direct | 1 | 2\n",
                                  false));
   LayerPlan plan;
-  EXPECT_FALSE(detail::tuned_layer_plan("NVIDIA H200", shape, 1, d, &plan));
-  EXPECT_TRUE(detail::tuned_layer_plan("NVIDIA H200", shape, 2, d, &plan));
+  EXPECT_FALSE(detail::tuned_layer_plan("Test GPU", shape, 1, d, &plan));
+  EXPECT_TRUE(detail::tuned_layer_plan("Test GPU", shape, 2, d, &plan));
   EXPECT_EQ(to_string(plan), "direct");
-  EXPECT_TRUE(detail::tuned_layer_plan("NVIDIA H200", shape, 16, d, &plan));
-  EXPECT_FALSE(detail::tuned_layer_plan("NVIDIA H200", shape, 17, d, &plan));
-  EXPECT_FALSE(detail::tuned_layer_plan("NVIDIA H200", shape, 255, d, &plan));
-  EXPECT_TRUE(detail::tuned_layer_plan("NVIDIA H200", shape, 256, d, &plan));
+  EXPECT_TRUE(detail::tuned_layer_plan("Test GPU", shape, 16, d, &plan));
+  EXPECT_FALSE(detail::tuned_layer_plan("Test GPU", shape, 17, d, &plan));
+  EXPECT_FALSE(detail::tuned_layer_plan("Test GPU", shape, 255, d, &plan));
+  EXPECT_TRUE(detail::tuned_layer_plan("Test GPU", shape, 256, d, &plan));
   EXPECT_EQ(to_string(plan), pick);
-  EXPECT_TRUE(detail::tuned_layer_plan("NVIDIA H200", shape, 512, d, &plan));
-  EXPECT_FALSE(detail::tuned_layer_plan("NVIDIA H200", shape, 513, d, &plan));
-  EXPECT_FALSE(detail::tuned_layer_plan("NVIDIA H200", shape, 80, d, &plan)) << to_string(plan);
+  EXPECT_TRUE(detail::tuned_layer_plan("Test GPU", shape, 512, d, &plan));
+  EXPECT_FALSE(detail::tuned_layer_plan("Test GPU", shape, 513, d, &plan));
+  EXPECT_FALSE(detail::tuned_layer_plan("Test GPU", shape, 80, d, &plan)) << to_string(plan);
   // Another device, another shape: no match.
-  EXPECT_FALSE(detail::tuned_layer_plan("NVIDIA H100", shape, 2, d, &plan));
+  EXPECT_FALSE(detail::tuned_layer_plan("Other GPU", shape, 2, d, &plan));
   TuningShape grouped = shape;
   grouped.routing = "softmax groups 8/4";
-  EXPECT_FALSE(detail::tuned_layer_plan("NVIDIA H200", grouped, 2, d, &plan));
+  EXPECT_FALSE(detail::tuned_layer_plan("Test GPU", grouped, 2, d, &plan));
   // A later table comes first.
   detail::add_tuning_table(parse(q + "300 | " + pick2 + " | 1 | 2\n", false));
-  EXPECT_TRUE(detail::tuned_layer_plan("NVIDIA H200", shape, 300, d, &plan));
+  EXPECT_TRUE(detail::tuned_layer_plan("Test GPU", shape, 300, d, &plan));
   EXPECT_EQ(to_string(plan), pick2);
-  EXPECT_TRUE(detail::tuned_layer_plan("NVIDIA H200", shape, 301, d, &plan));
+  EXPECT_TRUE(detail::tuned_layer_plan("Test GPU", shape, 301, d, &plan));
   EXPECT_EQ(to_string(plan), pick);
   const std::vector<TuningEntry> listed = tuning_entries();
   ASSERT_GE(listed.size(), 4u);
@@ -275,12 +276,13 @@ TEST(TuningRegistry, LookupBucketEdgesStaleEntriesOrderAndClear) {
   EXPECT_TRUE(detail::tuning_tables_present());
   clear_tuning_tables();
   EXPECT_EQ(detail::tuning_tables_present(), !detail::builtin_tuning_tables().empty());
-  EXPECT_FALSE(detail::tuned_layer_plan("NVIDIA H200", shape, 2, d, &plan));
+  EXPECT_FALSE(detail::tuned_layer_plan("Test GPU", shape, 2, d, &plan));
   EXPECT_EQ(tuning_entries().size(), listed.size() - 4);
 }
 
 TEST(TuningRegistry, PublicLoadNamesTheFile) {
   clear_tuning_tables();
+  const size_t builtin = tuning_entries().size();
   const std::string path = ::testing::TempDir() + "moekit_tuning_test.table";
   {
     std::ofstream out(path);
@@ -293,13 +295,13 @@ TEST(TuningRegistry, PublicLoadNamesTheFile) {
     EXPECT_NE(std::string(e.what()).find(path + ":3: field 'time_us'"), std::string::npos)
         << e.what();
   }
-  EXPECT_EQ(tuning_entries().size(), 0u) << "a refused table added entries";
+  EXPECT_EQ(tuning_entries().size(), builtin) << "a refused table added entries";
   {
     std::ofstream out(path);
     out << kHeader << kQwen30 << "1-4 | direct | 1 | 2\n";
   }
   load_tuning_table(path);
-  ASSERT_EQ(tuning_entries().size(), 1u);
+  ASSERT_EQ(tuning_entries().size(), builtin + 1);
   EXPECT_EQ(tuning_entries()[0].source, path + ":2");
   load_tuning_table_text(std::string(kHeader) + kQwen30 + "1-4 | direct | 1 | 2\n", "mine");
   EXPECT_EQ(tuning_entries()[0].source, "mine:2");
