@@ -118,27 +118,6 @@ class Progress {
   bool tty_;
 };
 
-TimingPlan plan_for(const Case& c, double ideal_ms, const Options& opt, const Device& dev) {
-  TimingPlan p;
-  p.rounds = opt.rounds;
-  p.max_ms = opt.max_ms;
-  const size_t ws = std::max<size_t>(c.working_set_bytes(), 1);
-  const size_t l2x2 = 2 * dev.l2_bytes;
-  if (ideal_ms < 0.020) {
-    // Back-to-back calls in a graph, rotating over enough copies that the inputs are
-    // not served from L2 (capped: tiny inputs would need thousands of copies).
-    p.mode = TimingMode::kGraph;
-    size_t want = (l2x2 + ws - 1) / ws;
-    size_t cap = std::max<size_t>(1, (size_t(2) << 30) / ws);
-    p.copies = static_cast<int>(std::clamp<size_t>(std::min(want, cap), 1, 256));
-  } else if (ws < l2x2) {
-    p.mode = TimingMode::kFlush;
-  } else {
-    p.mode = TimingMode::kPlain;
-  }
-  return p;
-}
-
 int run(const Options& opt, const std::string& cmdline) {
   // Workloads and rows.
   std::string wl_text =
@@ -261,7 +240,7 @@ int run(const Options& opt, const std::string& cmdline) {
           // The timing mode goes by the ideal at the nominal ceilings, not this GPU's: a row
           // near the 20 us line (SharedExpertMLP ds-v3-t32, 19.6 us) otherwise flipped to the
           // flushed mode on GPUs that measured a slower read (0.039 vs 0.031 ms, session 13).
-          TimingPlan plan = plan_for(*c, timing_ideal_ms(rr.cost, fp8), opt, dev);
+          TimingPlan plan = timing_plan_for(*c, timing_ideal_ms(rr.cost, fp8), opt, dev);
           c->set_copies(plan.copies);
           rr.timing = plan.describe();
           std::vector<Impl> impls;

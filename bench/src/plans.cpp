@@ -1,5 +1,6 @@
 #include "plans.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -77,6 +78,27 @@ void record_candidate_times(const std::vector<Impl>& impls, const std::vector<Ti
     const std::string& note = tr[first + k].note;
     if (!note.empty() && note != ct.note) ct.note += (ct.note.empty() ? "" : "; ") + note;
   }
+}
+
+TimingPlan timing_plan_for(const Case& c, double ideal_ms, const Options& opt, const Device& dev) {
+  TimingPlan p;
+  p.rounds = opt.rounds;
+  p.max_ms = opt.max_ms;
+  const size_t ws = std::max<size_t>(c.working_set_bytes(), 1);
+  const size_t l2x2 = 2 * dev.l2_bytes;
+  if (ideal_ms < 0.020) {
+    // Back-to-back calls in a graph, rotating over enough copies that the inputs are
+    // not served from L2 (capped: tiny inputs would need thousands of copies).
+    p.mode = TimingMode::kGraph;
+    size_t want = (l2x2 + ws - 1) / ws;
+    size_t cap = std::max<size_t>(1, (size_t(2) << 30) / ws);
+    p.copies = static_cast<int>(std::clamp<size_t>(std::min(want, cap), 1, 256));
+  } else if (ws < l2x2) {
+    p.mode = TimingMode::kFlush;
+  } else {
+    p.mode = TimingMode::kPlain;
+  }
+  return p;
 }
 
 }  // namespace moekit::bench

@@ -25,4 +25,9 @@ std::vector<Impl> candidate_impls(Case& c, Env& env, RowResult& rr);
 void record_candidate_times(const std::vector<Impl>& impls, const std::vector<TimingResult>& tr,
                             size_t first, RowResult& rr);
 
+// How a row is timed (moekit-bench, moekit-tune): back-to-back graph replays over rotating
+// copies for rows whose ideal time is under 20 us, else one call per replay with the L2
+// flushed when the working set fits twice the L2, else plain.
+TimingPlan timing_plan_for(const Case& c, double ideal_ms, const Options& opt, const Device& dev);
+
 }  // namespace moekit::bench

@@ -8,4 +8,5 @@
 #include "moekit/plan.h"
 #include "moekit/routing.h"
 #include "moekit/tensor.h"
+#include "moekit/tuning.h"
 #include "moekit/version.h"

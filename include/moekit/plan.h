@@ -83,6 +83,14 @@ std::string to_string(const GemmPlan& plan);
 std::string to_string(const MlpPlan& plan);
 std::string to_string(const LayerPlan& plan);
 
+// The inverse of to_string: parses a plan's one-line form into *out. Returns false (and,
+// given error, says what was expected at which character) when `text` is not exactly a
+// plan's form; *out is then unchanged. A parsed plan may still not run a given problem:
+// the ops check it (a *_plan_rejection) as they check any args.plan.
+bool parse_plan(const std::string& text, GemmPlan* out, std::string* error = nullptr);
+bool parse_plan(const std::string& text, MlpPlan* out, std::string* error = nullptr);
+bool parse_plan(const std::string& text, LayerPlan* out, std::string* error = nullptr);
+
 bool operator==(const GemmPlan& a, const GemmPlan& b);
 bool operator==(const MlpPlan& a, const MlpPlan& b);
 bool operator==(const LayerPlan& a, const LayerPlan& b);

@@ -891,6 +891,42 @@ NB_MODULE(_moekit, m) {
   m.def(
       "dtype_name", [](int code) { return std::string(dtype_name(static_cast<DType>(code))); },
       arg("code"));
+  // Tuning tables (docs/tuning.md): plain functions, no tensors.
+  m.def("load_tuning_table", &load_tuning_table, arg("path"),
+        "Loads a tuning table file; raises MoekitError naming the file, line and field.");
+  m.def("load_tuning_table_text", &load_tuning_table_text, arg("text"), arg("name") = "<text>",
+        "Loads a tuning table from its text; `name` stands for the file in errors.");
+  m.def("clear_tuning_tables", &clear_tuning_tables,
+        "Forgets every loaded tuning table (the built-in ones stay).");
+  m.def(
+      "tuning_entries",
+      [] {
+        nb::list out;
+        for (const TuningEntry& e : tuning_entries()) {
+          nb::dict d;
+          d["device"] = e.device;
+          d["op"] = e.shape.op;
+          d["dtype"] = e.shape.dtype;
+          d["E"] = e.shape.E;
+          d["H"] = e.shape.H;
+          d["F"] = e.shape.F;
+          d["top_k"] = e.shape.top_k;
+          d["routing"] = e.shape.routing;
+          d["S"] = e.shape.S;
+          d["experts"] = e.experts;
+          nb::list tokens;
+          for (const TokenRange& r : e.tokens) tokens.append(nb::make_tuple(r.lo, r.hi));
+          d["tokens"] = tokens;
+          d["plan"] = e.plan;
+          d["time_us"] = e.time_us;
+          d["default_us"] = e.default_us;
+          d["source"] = e.source;
+          out.append(d);
+        }
+        return out;
+      },
+      "Every tuning entry in lookup order (loaded tables, last loaded first, then the built-in "
+      "ones), as dicts; tokens: a list of inclusive (lo, hi) ranges.");
   m.def("permuted_rows", &permuted_rows, arg("num_tokens"), arg("top_k"), arg("num_local_experts"),
         arg("alignment"),
         "Rows of a contiguous(alignment) permuted buffer: T*K + E*(alignment-1).");

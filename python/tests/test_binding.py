@@ -387,3 +387,36 @@ def test_valid_layer_call_without_a_gpu_names_the_layer():
             "moekit::fused_moe: argument 'stream': expected a CUDA device to launch on, got "
             "none: cudaGetDevice says")):  # fmt: skip
         _layer()()
+
+
+TUNING_HEADER = (
+    "device | op | dtype | E | H | F | top_k | routing | S | experts | tokens | plan | time_us"
+    " | default_us\n"
+)
+TUNING_ROW = (
+    "NVIDIA H200 | fused_moe | bf16 | 128 | 2048 | 768 | 8 | softmax | 0 | all | 1-16,24 | direct"
+    " | 10.5 | 11\n"
+)
+
+
+def test_tuning_tables(tmp_path):
+    raw.clear_tuning_tables()
+    builtin = len(raw.tuning_entries())
+    raw.load_tuning_table_text(TUNING_HEADER + TUNING_ROW, "mine")
+    entries = raw.tuning_entries()
+    assert len(entries) == builtin + 1
+    e = entries[0]
+    assert (e["device"], e["op"], e["E"], e["routing"]) == ("NVIDIA H200", "fused_moe", 128, "softmax")
+    assert e["tokens"] == [(1, 16), (24, 24)]
+    assert (e["plan"], e["time_us"], e["default_us"], e["source"]) == ("direct", 10.5, 11, "mine:2")
+    bad = tmp_path / "bad.table"
+    bad.write_text(TUNING_HEADER + TUNING_ROW.replace("| direct |", "| direkt |"))
+    with pytest.raises(moekit.MoekitError, match=re.escape(str(bad) + ":2: field 'plan'")):
+        raw.load_tuning_table(str(bad))
+    assert len(raw.tuning_entries()) == builtin + 1  # a refused table adds nothing
+    good = tmp_path / "good.table"
+    good.write_text(TUNING_HEADER + TUNING_ROW.replace("1-16,24", "32"))
+    raw.load_tuning_table(str(good))
+    assert raw.tuning_entries()[0]["tokens"] == [(32, 32)]
+    raw.clear_tuning_tables()
+    assert len(raw.tuning_entries()) == builtin

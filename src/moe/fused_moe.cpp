@@ -8,6 +8,7 @@
 #include "moe/layer_planner.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
+#include "moe/tuning_table.h"
 #include "moekit/moe.h"
 #include "moekit/permute.h"
 #include "moekit/routing.h"
@@ -160,14 +161,26 @@ void check_path_experts(const detail::ArgCheck& c, const detail::MoEShapes& s, b
          w_gate_up.describe());
 }
 
-// The layer plan `given` (args.plan) checked against problem p, else the planner's.
+// The layer plan `given` (args.plan) checked against problem p, else (a layer op: `tuned`
+// names it and its routing) a tuning table's entry for the shape and T that can run it,
+// else the planner's.
+struct TunedOp {
+  const char* op;
+  const TopKParams& routing;
+};
 LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
-                     const detail::LayerProblem& p) {
+                     const detail::LayerProblem& p, const TunedOp* tuned = nullptr) {
   const detail::GemmDevice device = detail::current_gemm_device();
   if (given != nullptr) {
     detail::check_plan(c, *given, detail::layer_plan_rejection(*given, p, device));
     return *given;
   }
+  LayerPlan plan;
+  if (tuned != nullptr && detail::tuning_tables_present() &&
+      detail::tuned_layer_plan(detail::current_device_name(),
+                               detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
+                               p.s.T, device, &plan))
+    return plan;
   detail::DirectCapacity capacity;
   if (p.S > 0) {
     capacity =
@@ -369,7 +382,8 @@ size_t layer_workspace_query(const char* op, const FusedMoEArgs& a,
   return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
     const detail::MoEShapes s = check_layer_shapes(c, a);
     const int64_t S = shared ? check_shared_width(c, s, *shared) : 0;
-    const LayerPlan plan = layer_plan(c, a.plan, {s, detail::RoutedOp::kLayer, S});
+    const TunedOp tuned{op, a.params};
+    const LayerPlan plan = layer_plan(c, a.plan, {s, detail::RoutedOp::kLayer, S}, &tuned);
     return layer_workspace_size(s, S, plan.routed);
   });
 }
@@ -463,7 +477,8 @@ size_t fused_moe_workspace_size(const FusedMoEArgs& args) {
 
 LayerPlan plan_fused_moe(const FusedMoEArgs& args) {
   const detail::ArgCheck c(kLayerOp, detail::ArgCheck::Mode::kShapesOnly);
-  return layer_plan(c, nullptr, layer_problem(kLayerOp, args, nullptr));
+  const TunedOp tuned{kLayerOp, args.params};
+  return layer_plan(c, nullptr, layer_problem(kLayerOp, args, nullptr), &tuned);
 }
 
 std::vector<LayerPlan> fused_moe_plan_candidates(const FusedMoEArgs& args) {
@@ -474,7 +489,8 @@ std::vector<LayerPlan> fused_moe_plan_candidates(const FusedMoEArgs& args) {
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
   detail::ArgCheck c(kLayerOp);
   const detail::MoEShapes s = check_layer_args(c, args);
-  const LayerPlan plan = layer_plan(c, args.plan, {s, detail::RoutedOp::kLayer, 0});
+  const TunedOp tuned{kLayerOp, args.params};
+  const LayerPlan plan = layer_plan(c, args.plan, {s, detail::RoutedOp::kLayer, 0}, &tuned);
   detail::log_op_plan(kLayerOp, s, 0, plan);
   const size_t needed = layer_workspace_size(s, 0, plan.routed);
   c.workspace(args.workspace, needed);
@@ -490,7 +506,8 @@ size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& ar
 
 LayerPlan plan_fused_moe_shared_expert(const FusedMoESharedExpertArgs& args) {
   const detail::ArgCheck c(kSharedLayerOp, detail::ArgCheck::Mode::kShapesOnly);
-  return layer_plan(c, nullptr, layer_problem(kSharedLayerOp, args.moe, &args));
+  const TunedOp tuned{kSharedLayerOp, args.moe.params};
+  return layer_plan(c, nullptr, layer_problem(kSharedLayerOp, args.moe, &args), &tuned);
 }
 
 std::vector<LayerPlan> fused_moe_shared_expert_plan_candidates(
@@ -513,7 +530,8 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
                               /*experts=*/false);
     S = shared.F;
   }
-  const LayerPlan plan = layer_plan(c, args.moe.plan, {s, detail::RoutedOp::kLayer, S});
+  const TunedOp tuned{kSharedLayerOp, args.moe.params};
+  const LayerPlan plan = layer_plan(c, args.moe.plan, {s, detail::RoutedOp::kLayer, S}, &tuned);
   detail::log_op_plan(kSharedLayerOp, s, S, plan);
   const size_t needed = layer_workspace_size(s, S, plan.routed);
   c.workspace(args.moe.workspace, needed);
