@@ -384,12 +384,14 @@ class _Op:
     rule: its output rule (above), or "like:<arg>" for one output that is empty_like
         that tensor argument (a fake: [rows, cols] of it).
     derived: C++ fields that are no public argument, as Python expressions of them.
-    doc: the public function's docstring.
+    doc: the public function's docstring (a paragraph on out= is added).
+    in_place: the input that out= may also be exactly (the C++ op allows it), or None;
+        for the docstring.
     """
 
-    def __init__(self, name, params, outputs, rule, doc, derived=None):
+    def __init__(self, name, params, outputs, rule, doc, derived=None, in_place=None):
         self.name, self.params, self.outputs, self.rule = name, params, outputs, rule
-        self.doc, self.derived = doc, derived or {}
+        self.doc, self.derived, self.in_place = doc, derived or {}, in_place
 
 
 _TOPK_PARAMS = (
@@ -548,7 +550,7 @@ _OPS = [
 
         Returns:
             output [T, H].
-        """),
+        """, in_place="hidden_states"),
     _Op("fused_moe_shared_expert",
         "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
         "Tensor? shared_w_gate_up, Tensor? shared_w_down, " + _TOPK_PARAMS, ("output",),
@@ -561,7 +563,7 @@ _OPS = [
 
         Returns:
             output [T, H].
-        """),
+        """, in_place="hidden_states"),
     _Op("shared_expert_mlp", "Tensor hidden_states, Tensor w_gate_up, Tensor w_down",
         ("output",), "like:hidden_states",
         """SharedExpertMLPFwd: a dense gated MLP.
@@ -626,7 +628,7 @@ def _{name}_into(out, {call}):
         _{name}_out_cuda({call}, {out_kw})
     else:
         _op_{name}_out({call}, {out_kw})
-    return out if {nout} == 1 else ({outs},)
+    return {ret}
 
 
 def _{name}_out_cuda({sig}, *, {outs}):
@@ -756,6 +758,7 @@ def _define(op):
         )
     src = _TEMPLATE.format(
         nout=nout,
+        ret=op.outputs[0] if nout == 1 else f"({', '.join(op.outputs)})",
         out_kw=", ".join(f"{o}={o}" for o in op.outputs),
         out_names=repr(("out",) if nout == 1 else tuple(f"out[{i}]" for i in range(nout))),
         out_dtype=out_dtype,
@@ -773,7 +776,16 @@ def _define(op):
     filename = f"<moekit.ops {op.name}>"
     _linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks
     exec(compile(src, filename, "exec"), globals())
-    globals()[op.name].__doc__ = op.doc
+    in_place = f", or {op.in_place} itself" if op.in_place else ""
+    globals()[op.name].__doc__ = op.doc.rstrip() + (
+        "\n\n        out: a tensor to write the output into (shape, dtype and device as the"
+        f"\n            output would have; contiguous, overlapping no input{in_place}),"
+        "\n            returned as it is."
+        if nout == 1
+        else f"\n\n        out: a tuple of {nout} tensors ({', '.join(op.outputs)}) to write the"
+        "\n            outputs into (each shaped as that output would be; contiguous, overlapping"
+        "\n            no input nor each other), returned as a tuple of them."
+    )
     globals()["_t_" + op.name] = getattr(_raw, "_t_" + op.name)
     outputs = ", ".join("Tensor " + o for o in op.outputs)
     schema = f"({op.params}) -> " + ("Tensor" if nout == 1 else f"({outputs})")

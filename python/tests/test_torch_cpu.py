@@ -676,3 +676,20 @@ def test_wrong_out_buffers_rejected_by_the_cpp_op(stubbed_devices):
         with pytest.raises(moekit.MoekitError, match=r"moekit::shared_expert_mlp: " + msg):
             moekit.shared_expert_mlp(*args, out=bad)
     assert x.shape == (6, 64)
+
+
+@_NO_GPU
+def test_in_place_out_where_the_op_allows_it(stubbed_devices):
+    """out=hidden_states: the layer ops accept it (C++ allows in place: only the launch
+    fails here), shared_expert_mlp does not; the docstrings say which."""
+    name, args = _valid_args()["fused_moe"]
+    with pytest.raises(moekit.MoekitError) as info:
+        moekit.fused_moe(*args, out=args[0])
+    msg = str(info.value)
+    assert ("argument '" not in msg or "argument 'stream'" in msg) and "CUDA" in msg, msg
+    assert "or hidden_states itself" in moekit.fused_moe.__doc__
+    name, args = _valid_args()["shared_expert_mlp"]
+    with pytest.raises(moekit.MoekitError, match=r"moekit::shared_expert_mlp: argument 'out': "
+                                                 r"expected memory disjoint from 'hidden_states'"):
+        moekit.shared_expert_mlp(*args, out=args[0])
+    assert "itself" not in moekit.shared_expert_mlp.__doc__
