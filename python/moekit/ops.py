@@ -684,7 +684,9 @@ def _unpack_out(op, out, n):
                 _fail(op, f"out[{i}]", "a torch.Tensor", type(t).__name__)
         return tuple(out)
     names = ", ".join(f for f, _ in _out_labels[op])
-    got = f"a {type(out).__name__} of {len(out)}" if type(out) in (tuple, list) else type(out).__name__
+    got = type(out).__name__
+    if type(out) in (tuple, list):
+        got = f"a {got} of {len(out)}"
     _fail(op, "out", f"a tuple of {n} tensors ({names})", got)
 
 

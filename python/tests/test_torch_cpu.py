@@ -655,7 +655,8 @@ def test_wrong_out_buffers_rejected_by_the_cpp_op(stubbed_devices):
     lg = args[0]
     topk = moekit.fused_topk
     cases = [
-        ((w, torch.empty(6, 1, dtype=i32)), r"argument 'out\[1\]' \(topk_ids\): expected .*\[6, 2\]"),
+        ((w, torch.empty(6, 1, dtype=i32)),
+         r"argument 'out\[1\]' \(topk_ids\): expected .*\[6, 2\]"),
         ((w.to(bf16), ids), r"argument 'out\[0\]' \(topk_weights\): expected .*f32"),
         ((torch.empty(2, 6).t(), ids), r"argument 'out\[0\]' \(topk_weights\)"),
         ((lg.view(-1)[:12].view(6, 2), ids),
