@@ -707,8 +707,10 @@ def _check_out_fake(op, outs, expected):
     for t, e, (_, label) in zip(outs, expected, _out_labels[op]):
         if t.device != e.device:
             expected, got = f"a tensor on {e.device}", f"a tensor on {t.device}"
-        elif t.dtype != e.dtype or t.shape != e.shape:
-            expected, got = _describe(e), _describe(t)
+        elif t.dtype != e.dtype:  # the C++ op's wording
+            expected, got = f"dtype {_describe(e).split('[')[0]}", _describe(t)
+        elif t.shape != e.shape:
+            expected, got = f"shape {list(e.shape)}", _describe(t)
         elif not t.is_contiguous():
             expected, got = "a contiguous tensor", f"{_describe(t)} with strides {t.stride()}"
         else:
