@@ -3,7 +3,9 @@
 Each op is a ``torch.library`` custom op ``torch.ops.moekit.<name>`` with a CUDA
 kernel (moekit's C++ op, called through the raw binding on the current CUDA
 stream) and a fake (meta) implementation, so ``torch.compile`` traces it and CUDA
-graphs capture it. Outputs and workspaces come from PyTorch's caching allocator.
+graphs capture it. Outputs and workspaces come from PyTorch's caching allocator;
+``out=`` (on every op: a tensor, or a tuple with one per output) writes into the
+caller's buffers instead, through the out variant ``torch.ops.moekit.<name>_out``.
 
 The functions here (also exported as ``moekit.<name>``) call the C++ op directly in
 plain eager mode, skipping the dispatcher's boxing, and go through
