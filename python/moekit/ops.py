@@ -708,16 +708,16 @@ def _check_out_fake(op, outs, expected):
         expected = (expected,)
     for t, e, (_, label) in zip(outs, expected, _out_labels[op]):
         if t.device != e.device:
-            expected, got = f"a tensor on {e.device}", f"a tensor on {t.device}"
+            want, got = f"a tensor on {e.device}", f"a tensor on {t.device}"
         elif t.dtype != e.dtype:  # the C++ op's wording
-            expected, got = f"dtype {_describe(e).split('[')[0]}", _describe(t)
+            want, got = f"dtype {_describe(e).split('[')[0]}", _describe(t)
         elif t.shape != e.shape:
-            expected, got = f"shape {list(e.shape)}", _describe(t)
+            want, got = f"shape {list(e.shape)}", _describe(t)
         elif not t.is_contiguous():
-            expected, got = "a contiguous tensor", f"{_describe(t)} with strides {t.stride()}"
+            want, got = "a contiguous tensor", f"{_describe(t)} with strides {t.stride()}"
         else:
             continue
-        raise MoekitError(f"moekit::{op}: argument {label}: expected {expected}, got {got}")
+        raise MoekitError(f"moekit::{op}: argument {label}: expected {want}, got {got}")
 
 
 def _define(op):
