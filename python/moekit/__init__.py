@@ -10,8 +10,8 @@ Two layers:
   ``moekit.fused_moe``, ... (the same functions live in ``moekit.ops``), each also
   a ``torch.library`` custom op ``torch.ops.moekit.<name>`` with a fake (meta)
   implementation, so ``torch.compile`` and CUDA-graph capture work. Outputs and
-  workspaces come from PyTorch's caching allocator; kernels run on the current
-  CUDA stream.
+  workspaces come from PyTorch's caching allocator (``out=`` takes the caller's
+  output buffers instead); kernels run on the current CUDA stream.
 
 Bad input raises ``moekit.MoekitError`` (a ``ValueError``) carrying the C++ message
 ``moekit::<op>: argument '<name>': expected ..., got ...``.

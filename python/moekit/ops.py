@@ -3,7 +3,9 @@
 Each op is a ``torch.library`` custom op ``torch.ops.moekit.<name>`` with a CUDA
 kernel (moekit's C++ op, called through the raw binding on the current CUDA
 stream) and a fake (meta) implementation, so ``torch.compile`` traces it and CUDA
-graphs capture it. Outputs and workspaces come from PyTorch's caching allocator.
+graphs capture it. Outputs and workspaces come from PyTorch's caching allocator;
+``out=`` (on every op: a tensor, or a tuple with one per output) writes into the
+caller's buffers instead, through the out variant ``torch.ops.moekit.<name>_out``.
 
 The functions here (also exported as ``moekit.<name>``) call the C++ op directly in
 plain eager mode, skipping the dispatcher's boxing, and go through
@@ -384,12 +386,14 @@ class _Op:
     rule: its output rule (above), or "like:<arg>" for one output that is empty_like
         that tensor argument (a fake: [rows, cols] of it).
     derived: C++ fields that are no public argument, as Python expressions of them.
-    doc: the public function's docstring.
+    doc: the public function's docstring (a paragraph on out= is added).
+    in_place: the input that out= may also be exactly (the C++ op allows it), or None;
+        for the docstring.
     """
 
-    def __init__(self, name, params, outputs, rule, doc, derived=None):
+    def __init__(self, name, params, outputs, rule, doc, derived=None, in_place=None):
         self.name, self.params, self.outputs, self.rule = name, params, outputs, rule
-        self.doc, self.derived = doc, derived or {}
+        self.doc, self.derived, self.in_place = doc, derived or {}, in_place
 
 
 _TOPK_PARAMS = (
@@ -548,7 +552,7 @@ _OPS = [
 
         Returns:
             output [T, H].
-        """),
+        """, in_place="hidden_states"),
     _Op("fused_moe_shared_expert",
         "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
         "Tensor? shared_w_gate_up, Tensor? shared_w_down, " + _TOPK_PARAMS, ("output",),
@@ -561,7 +565,7 @@ _OPS = [
 
         Returns:
             output [T, H].
-        """),
+        """, in_place="hidden_states"),
     _Op("shared_expert_mlp", "Tensor hidden_states, Tensor w_gate_up, Tensor w_down",
         ("output",), "like:hidden_states",
         """SharedExpertMLPFwd: a dense gated MLP.
@@ -590,8 +594,18 @@ _OPS = [
 #       otherwise (another GPU, a CPU tensor) _elsewhere checks the devices, naming the
 #       argument at fault, and calls again under that device.
 #   _<name>_fake: the fake (meta) implementation: the op's rule without a launch context.
+#   _<name>_into: the public function with out= given: the buffers unpacked and checked to
+#       be tensors (naming out), then the out variant, directly or through the dispatcher
+#       (_op_<name>_out, torch.ops.moekit.<name>_out.default); returns the given buffers.
+#   _<name>_out_cuda: the out variant's CUDA kernel: as _<name>_cuda with the given
+#       buffers instead of allocated ones (C++ checks them: dtype, shape, contiguity,
+#       device, overlap); an error about an output names the out argument.
+#   _<name>_out_fake: the out variant's fake implementation: the buffers checked against
+#       the op's fake outputs (shape, dtype, device, contiguity); returns nothing.
 _TEMPLATE = """
-def {name}({sig}):
+def {name}({sig}, *, out=None):
+    if out is not None:
+        return _{name}_into(out, {call})
     if _eager({first}):
         return _{name}_cuda({call})
     return _op_{name}({call})
@@ -608,13 +622,102 @@ def _{name}_cuda({sig}):
 
 def _{name}_fake({sig}):
     return {fake}
+
+
+def _{name}_into(out, {call}):
+    {outs}, = _unpack_out("{name}", out, {nout})
+    {out_dtype}if _eager({first}):
+        _{name}_out_cuda({call}, {out_kw})
+    else:
+        _op_{name}_out({call}, {out_kw})
+    return {ret}
+
+
+def _{name}_out_cuda({sig}, *, {outs}):
+    ctx = _launch_ctx({first})
+    if ctx is None:
+        return _elsewhere("{name}", {tensor_names} + {out_names}, ({tensors}, {outs}),
+                          _{name}_out_cuda, {call}, {out_kw})
+    try:
+        _t_{name}({entry}, ctx[1])
+    except MoekitError as e:
+        _out_error("{name}", e)
+
+
+def _{name}_out_fake({sig}, *, {outs}):
+    _check_out_fake("{name}", ({outs},), {fake})
 """
 
 
-def _elsewhere(op, names, tensors, fn, *args):
+def _elsewhere(op, names, tensors, fn, *args, **kwargs):
     dev = _device(op, names, *tensors)  # raises unless all are CUDA tensors on one device
     with torch.cuda.device(dev):
-        return fn(*args)
+        return fn(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- out=
+# With out=, an op writes into the caller's buffers (one tensor, or a tuple with one
+# tensor per output, in the order of the outputs) and returns them: no allocation, no
+# copy. Its out variant is a separate custom op, torch.ops.moekit.<name>_out, whose
+# schema marks the buffers as mutated (keyword-only "Tensor(a!) <output name>", returning
+# nothing: what torch.compile's auto_functionalize handles), so the functional op keeps
+# its schema. The C++ op checks the buffers as it checks the outputs it is given
+# (dtype, shape, contiguity, one device, no overlap with the inputs or each other);
+# _out_labels turns the names of its messages into the out argument's.
+
+_out_labels = {}  # op -> [(C++ output field, the argument holding it, as messages name it)]
+_dtype_names = {code: name for name, code in _raw.DTYPES.items()}
+
+
+def _describe(t):
+    name = _dtype_names.get(TORCH_DTYPES.get(t.dtype), str(t.dtype))
+    return f"{name}{list(t.shape)}"
+
+
+def _unpack_out(op, out, n):
+    """The buffers of out= as a tuple of n tensors; raises naming out otherwise."""
+    if n == 1:
+        if isinstance(out, _Tensor):
+            return (out,)
+        _fail(op, "out", "a torch.Tensor", type(out).__name__)
+    if type(out) in (tuple, list) and len(out) == n:
+        for i, t in enumerate(out):
+            if not isinstance(t, _Tensor):
+                _fail(op, f"out[{i}]", "a torch.Tensor", type(t).__name__)
+        return tuple(out)
+    names = ", ".join(f for f, _ in _out_labels[op])
+    got = type(out).__name__
+    if type(out) in (tuple, list):
+        got = f"a {got} of {len(out)}"
+    _fail(op, "out", f"a tuple of {n} tensors ({names})", got)
+
+
+def _out_error(op, e):
+    """Re-raises the C++ op's error e with each output's name replaced by the out
+    argument that holds it."""
+    msg = str(e)
+    for field, label in _out_labels[op]:
+        msg = msg.replace(f"'{field}'", label)
+    raise MoekitError(msg) from None
+
+
+def _check_out_fake(op, outs, expected):
+    """The fake implementation's checks of out=: what the C++ op checks on the device,
+    except overlap (fake tensors have no memory)."""
+    if not isinstance(expected, tuple):
+        expected = (expected,)
+    for t, e, (_, label) in zip(outs, expected, _out_labels[op]):
+        if t.device != e.device:
+            want, got = f"a tensor on {e.device}", f"a tensor on {t.device}"
+        elif t.dtype != e.dtype:  # the C++ op's wording
+            want, got = f"dtype {_describe(e).split('[')[0]}", _describe(t)
+        elif t.shape != e.shape:
+            want, got = f"shape {list(e.shape)}", _describe(t)
+        elif not t.is_contiguous():
+            want, got = "a contiguous tensor", f"{_describe(t)} with strides {t.stride()}"
+        else:
+            continue
+        raise MoekitError(f"moekit::{op}: argument {label}: expected {want}, got {got}")
 
 
 def _define(op):
@@ -646,7 +749,25 @@ def _define(op):
             entry.append(op.derived[field])
         else:
             raise AssertionError(f"moekit.ops: {op.name}: C++ field {field!r} not in the table")
+    # out=: the buffers go to the out variant as keywords named after the outputs.
+    assert not set(op.outputs) & set(names), f"{op.name}: an output named as an argument"
+    nout = len(op.outputs)
+    _out_labels[op.name] = [
+        (o, "'out'" if nout == 1 else f"'out[{i}]' ({o})") for i, o in enumerate(op.outputs)
+    ]
+    out_dtype = ""
+    if "out_dtype" in names:  # the buffer's dtype decides; a different out_dtype is an error
+        out_dtype = (
+            f"if out_dtype is None:\n        out_dtype = {op.outputs[0]}.dtype\n"
+            f"    elif out_dtype != {op.outputs[0]}.dtype:\n"
+            f'        _fail("{op.name}", "out_dtype", "None or the dtype of out", out_dtype)\n    '
+        )
     src = _TEMPLATE.format(
+        nout=nout,
+        ret=op.outputs[0] if nout == 1 else f"({', '.join(op.outputs)})",
+        out_kw=", ".join(f"{o}={o}" for o in op.outputs),
+        out_names=repr(("out",) if nout == 1 else tuple(f"out[{i}]" for i in range(nout))),
+        out_dtype=out_dtype,
         name=op.name,
         sig=", ".join(n if d is None else f"{n}={d}" for _, n, d in params),
         call=", ".join(names),
@@ -661,22 +782,38 @@ def _define(op):
     filename = f"<moekit.ops {op.name}>"
     _linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks
     exec(compile(src, filename, "exec"), globals())
-    globals()[op.name].__doc__ = op.doc
+    in_place = f", or {op.in_place} itself" if op.in_place else ""
+    globals()[op.name].__doc__ = op.doc.rstrip() + (
+        "\n\n        out: a tensor to write the output into (shape, dtype and device as the"
+        f"\n            output would have; contiguous, overlapping no input{in_place}),"
+        "\n            returned as it is."
+        if nout == 1
+        else f"\n\n        out: a tuple of {nout} tensors ({', '.join(op.outputs)}) to write the"
+        "\n            outputs into (each shaped as that output would be; contiguous, overlapping"
+        "\n            no input nor each other), returned as a tuple of them."
+    )
     globals()["_t_" + op.name] = getattr(_raw, "_t_" + op.name)
     outputs = ", ".join("Tensor " + o for o in op.outputs)
-    return f"({op.params}) -> " + ("Tensor" if len(op.outputs) == 1 else f"({outputs})")
+    schema = f"({op.params}) -> " + ("Tensor" if nout == 1 else f"({outputs})")
+    mutated = ", ".join(f"Tensor({chr(97 + i)}!) {o}" for i, o in enumerate(op.outputs))
+    return schema, f"({op.params}, *, {mutated}) -> ()"
 
 
 # ---------------------------------------------------------------- registration
 
 
-def _cpu_kernel(name):
+def _cpu_kernel(name, op):
+    # name: the registered op (op or op + "_out"); messages name op and out=.
+    labels = {f: label for f, label in _out_labels[op]} if name != op else {}
+
     def kernel(*args, **kwargs):
         schema = getattr(torch.ops.moekit, name).default._schema
         for a, value in zip(schema.arguments, list(args) + list(kwargs.values())):
             if isinstance(value, _Tensor) and value.device.type != "cuda":
-                _fail(name, a.name, "a CUDA tensor", f"a tensor on {value.device}")
-        _fail(name, schema.arguments[0].name, "CUDA tensors", "tensors on the CPU")
+                arg = labels.get(a.name, f"'{a.name}'")
+                raise MoekitError(f"moekit::{op}: argument {arg}: expected a CUDA tensor, "
+                                  f"got a tensor on {value.device}")
+        _fail(op, schema.arguments[0].name, "CUDA tensors", "tensors on the CPU")
 
     return kernel
 
@@ -697,9 +834,11 @@ def _dispatched(fn):
 
 _lib = torch.library.Library("moekit", "DEF")
 for _op in _OPS:
-    _lib.define(_op.name + _define(_op))
-    _lib.impl(_op.name, _dispatched(globals()[f"_{_op.name}_cuda"]), "CUDA")
-    _lib.impl(_op.name, _cpu_kernel(_op.name), "CPU")
-    torch.library.register_fake(f"moekit::{_op.name}", globals()[f"_{_op.name}_fake"], lib=_lib)
-    globals()["_op_" + _op.name] = getattr(torch.ops.moekit, _op.name).default
+    # The functional op <name> and its out variant <name>_out (out=, see _unpack_out).
+    for _name, _schema in zip((_op.name, _op.name + "_out"), _define(_op)):
+        _lib.define(_name + _schema)
+        _lib.impl(_name, _dispatched(globals()[f"_{_name}_cuda"]), "CUDA")
+        _lib.impl(_name, _cpu_kernel(_name, _op.name), "CPU")
+        torch.library.register_fake(f"moekit::{_name}", globals()[f"_{_name}_fake"], lib=_lib)
+        globals()["_op_" + _name] = getattr(torch.ops.moekit, _name).default
 assert [o.name for o in _OPS] == list(_raw.OPS), "the torch layer and the extension disagree"

@@ -744,3 +744,214 @@ def test_raw_binding_takes_dlpack_tensors():
     assert torch.equal(w, w2) and torch.equal(ids, ids2)
     with pytest.raises(moekit.MoekitError, match=r"argument 'gating_output'.*contiguous"):
         moekit.raw.fused_topk(logits.t(), None, w, ids, K, True, "softmax", 0, 0, 1.0, stream)
+
+
+# ---------------------------------------------------------------- out=
+
+
+def _out_cases():
+    """One call of each op whose outputs it writes whole (no padding rows): case ->
+    (op name, args, kwargs, trim), trim(outputs) giving what the op specifies (entries of
+    moe_permute_align past num_tokens_post_padded are not)."""
+    g = gen(41)
+    T, E, K, H, F = 24, 8, 2, 128, 64
+    x, logits = randn((T, H), bf16, g), randn((T, E), f32, g)
+    w13, w2 = weights(E, F, H, bf16, g)
+    s13, s2 = w13[1].contiguous(), w2[1].contiguous()
+    ids, w = topk_ids(T, E, K, g), uniform((T, K), g)  # distinct valid ids: every row used
+    permuted, ends, inv = moekit.moe_pre_permute(x, ids, E)
+    masked_counts = torch.full((E,), 16, dtype=i32, device=DEVICE)
+    fp8 = torch.float8_e4m3fn
+    a8, b8 = randn((E, 16, 256), f32, g).to(fp8), randn((E, 256, 256), f32, g).to(fp8)
+    a8s, b8s = uniform((E, 16, 2), g, 0.25, 1.75), uniform((E, 2, 2), g, 0.25, 1.75) / 16
+
+    def whole(outs):
+        return outs
+
+    def aligned(outs):
+        n = int(outs[2].item())
+        return outs[0][:n], outs[1][: n // 16], outs[2]
+
+    return {
+        "fused_topk": ("fused_topk", (logits, K, True, "sigmoid", 4, 2, 2.5), {}, whole),
+        "moe_permute_align": ("moe_permute_align", (ids, E, 16), {}, aligned),
+        "moe_pre_permute": ("moe_pre_permute", (x, ids, E), {}, whole),
+        "moe_post_permute": ("moe_post_permute", (permuted, w, inv), {}, whole),
+        "moe_post_permute-f32": ("moe_post_permute", (permuted, w, inv, f32), {}, whole),
+        "moe_grouped_gemm": ("moe_grouped_gemm", (permuted, w13, ends), {}, whole),
+        "moe_grouped_gemm-silu-f32": ("moe_grouped_gemm", (permuted, w13, ends),
+                                      dict(activation="silu_and_mul", out_dtype=f32), whole),
+        "moe_grouped_gemm-masked": ("moe_grouped_gemm", (randn((E, 16, H), bf16, g), w13,
+                                                         masked_counts, True), {}, whole),
+        "moe_grouped_gemm_fp8": ("moe_grouped_gemm_fp8", (a8, a8s, b8, b8s, masked_counts), {},
+                                 whole),
+        "moe_expert_mlp": ("moe_expert_mlp", (permuted, ends, w13, w2), {}, whole),
+        "fused_moe_experts": ("fused_moe_experts", (x, w13, w2, w, ids), {}, whole),
+        "indexed_expert_mlp": ("indexed_expert_mlp", (x, w13, w2, w, ids), {}, whole),
+        "fused_moe": ("fused_moe", (x, logits, w13, w2, K, True), {}, whole),
+        "fused_moe_shared_expert": ("fused_moe_shared_expert",
+                                    (x, logits, w13, w2, s13, s2, K, True), {}, whole),
+        "shared_expert_mlp": ("shared_expert_mlp", (x, s13, s2), {}, whole),
+    }  # fmt: skip
+
+
+_OUT_CASES = ["fused_topk", "moe_permute_align", "moe_pre_permute", "moe_post_permute",
+              "moe_post_permute-f32", "moe_grouped_gemm", "moe_grouped_gemm-silu-f32",
+              "moe_grouped_gemm-masked", "moe_grouped_gemm_fp8", "moe_expert_mlp",
+              "fused_moe_experts", "indexed_expert_mlp", "fused_moe", "fused_moe_shared_expert",
+              "shared_expert_mlp"]  # fmt: skip
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _poisoned_like(t):
+    b = torch.empty_like(t)
+    b.view(-1).view(torch.uint8).fill_(0xA5)  # no entry left as the op would write it
+    return b
+
+
+def _same_bits(a, b):
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
+        a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+@requires_real_gpu
+@pytest.mark.parametrize("fast_path", [True, False])
+@pytest.mark.parametrize("case", _OUT_CASES)
+def test_out_equals_the_allocating_call_bit_for_bit(case, fast_path):
+    """out= writes the caller's buffers (the returned tensors are the given ones, at the
+    same addresses) with the allocating call's results, bit for bit; also through the out
+    variant torch.ops.moekit.<name>_out."""
+    name, args, kwargs, trim = _out_cases()[case]
+    fn = getattr(moekit, name)
+    old = moekit.ops.set_eager_fast_path(fast_path)
+    try:
+        expected = _tuple(fn(*args, **kwargs))
+        bufs = tuple(_poisoned_like(e) for e in expected)
+        ptrs = [b.data_ptr() for b in bufs]
+        got = fn(*args, **kwargs, out=bufs[0] if len(bufs) == 1 else bufs)
+        variant = tuple(_poisoned_like(e) for e in expected)
+        outputs = moekit.ops._OPS[moekit.OPS.index(name)].outputs
+        assert getattr(torch.ops.moekit, name + "_out")(*args, **kwargs,
+                                                        **dict(zip(outputs, variant))) is None
+    finally:
+        moekit.ops.set_eager_fast_path(old)
+    torch.cuda.synchronize()
+    got = _tuple(got)
+    assert len(got) == len(bufs) and all(a is b for a, b in zip(got, bufs))
+    assert [t.data_ptr() for t in got] == ptrs
+    for e, b, v in zip(trim(expected), trim(bufs), trim(variant)):
+        assert _same_bits(e, b) and _same_bits(e, v), case
+
+
+@requires_real_gpu
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_out_in_place_layer(fast_path):
+    """fused_moe(..., out=hidden_states) (allowed in place) equals the allocating call."""
+    x, logits, w13, w2, (s13, s2), p = _layer_inputs(40, bf16, "grouped_bias", 42, S=128)
+    old = moekit.ops.set_eager_fast_path(fast_path)
+    try:
+        for name, extra in (("fused_moe", ()), ("fused_moe_shared_expert", (s13, s2))):
+            fn = getattr(moekit, name)
+            xs = x.clone()
+            expected = fn(xs, logits, w13, w2, *extra, **p)
+            assert fn(xs, logits, w13, w2, *extra, **p, out=xs) is xs
+            torch.cuda.synchronize()
+            assert _same_bits(xs, expected), name
+    finally:
+        moekit.ops.set_eager_fast_path(old)
+
+
+@requires_real_gpu
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_out_rejects_bad_buffers_on_the_gpu(fast_path):
+    name, args, kwargs, _ = _out_cases()["fused_topk"]
+    w, ids = moekit.fused_topk(*args)
+    old = moekit.ops.set_eager_fast_path(fast_path)
+    try:
+        with pytest.raises(moekit.MoekitError, match=r"moekit::fused_topk: argument 'out\[1\]' "
+                                                     r"\(topk_ids\): expected .*\[24, 2\]"):
+            moekit.fused_topk(*args, out=(w, ids[:12]))
+        with pytest.raises(moekit.MoekitError, match=r"argument 'out\[0\]' \(topk_weights\): "
+                                                     r"expected a CUDA tensor, got a tensor on "
+                                                     r"cpu"):
+            moekit.fused_topk(*args, out=(w.cpu(), ids))
+        x = _out_cases()["shared_expert_mlp"][1][0]
+        with pytest.raises(moekit.MoekitError, match=r"moekit::shared_expert_mlp: argument "
+                                                     r"'out': expected memory disjoint"):
+            moekit.shared_expert_mlp(x, *_out_cases()["shared_expert_mlp"][1][1:], out=x)
+    finally:
+        moekit.ops.set_eager_fast_path(old)
+
+
+@requires_real_gpu
+@pytest.mark.parametrize("case", ["fused_topk", "moe_pre_permute", "moe_grouped_gemm",
+                                  "fused_moe", "shared_expert_mlp"])  # fmt: skip
+def test_opcheck_out_variants(case):
+    name, args, kwargs, _ = _out_cases()[case]
+    outputs = moekit.ops._OPS[moekit.OPS.index(name)].outputs
+    expected = _tuple(getattr(moekit, name)(*args, **kwargs))
+    bufs = {o: _poisoned_like(e) for o, e in zip(outputs, expected)}
+    torch.library.opcheck(getattr(torch.ops.moekit, name + "_out").default, args,
+                          {**kwargs, **bufs},
+                          test_utils=("test_schema", "test_faketensor",
+                                      "test_aot_dispatch_dynamic"))  # fmt: skip
+
+
+def _layer_into(x, logits, w13, w2, s13, s2, buf):
+    moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, 4, True, "sigmoid", 4, 2, 2.5,
+                                   out=buf)  # fmt: skip
+    return buf * 0.5 + x
+
+
+@requires_real_gpu
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_with_out(backend):
+    """A compiled function writing the layer into a caller's buffer: the buffer holds the
+    eager result bit for bit afterwards, and so does the function's result."""
+    x, logits, w13, w2, (s13, s2), _ = _layer_inputs(64, bf16, "softmax", 43, S=128)
+    eager_buf = torch.empty_like(x)
+    eager = _layer_into(x, logits, w13, w2, s13, s2, eager_buf)
+    torch._dynamo.reset()
+    compiled = torch.compile(_layer_into, fullgraph=True, backend=backend)
+    buf = _poisoned_like(x)
+    got = compiled(x, logits, w13, w2, s13, s2, buf)
+    torch.cuda.synchronize()
+    assert _same_bits(buf, eager_buf)
+    if backend == "aot_eager":
+        assert _same_bits(got, eager)
+    else:  # inductor fuses the epilogue: rounding may differ
+        torch.testing.assert_close(got, eager, rtol=1.6e-2, atol=1e-2)
+
+
+@requires_real_gpu
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_cuda_graph_with_out(fast_path):
+    """A CUDA graph writing the layer into a caller's static buffer (what an engine's
+    graph runner does): replays on new inputs equal the allocating call bit for bit."""
+    x, logits, w13, w2, (s13, s2), p = _layer_inputs(48, bf16, "grouped_bias", 44, S=128)
+    buf = torch.empty_like(x)
+    old = moekit.ops.set_eager_fast_path(fast_path)
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up outside the capture
+            moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p, out=buf)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p, out=buf)
+        assert got is buf
+        g = gen(45)
+        for _ in range(2):
+            x.copy_(randn(x.shape, bf16, g))
+            logits.copy_(randn(logits.shape, f32, g))
+            buf.view(torch.uint8).fill_(0xA5)
+            graph.replay()
+            expected = moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p)
+            torch.cuda.synchronize()
+            assert _same_bits(buf, expected)
+    finally:
+        moekit.ops.set_eager_fast_path(old)

@@ -37,8 +37,10 @@ def test_schema_argument_names_match_the_functions():
 
     for name in moekit.OPS:
         schema = getattr(torch.ops.moekit, name).default._schema
-        params = list(inspect.signature(getattr(moekit, name)).parameters)
-        assert [a.name for a in schema.arguments] == params, name
+        params = inspect.signature(getattr(moekit, name)).parameters
+        assert [a.name for a in schema.arguments] + ["out"] == list(params), name
+        assert params["out"].kind == inspect.Parameter.KEYWORD_ONLY
+        assert params["out"].default is None
 
 
 def _meta_cases():
@@ -151,6 +153,12 @@ def test_fast_path_switch():
 def _valid_calls():
     """One valid call of each op's CUDA implementation (CPU tensors stand in)."""
     o = moekit.ops
+    return {case: (lambda n=name, a=args: getattr(o, f"_{n}_cuda")(*a))
+            for case, (name, args) in _valid_args().items()}  # fmt: skip
+
+
+def _valid_args():
+    """Valid arguments of each op (CPU tensors stand in): case -> (op name, args)."""
     T, E, K, H, F, S = 6, 8, 2, 64, 32, 48
     x, lg = torch.randn(T, H, dtype=bf16), torch.randn(T, E)
     w13, w2 = torch.randn(E, 2 * F, H, dtype=bf16), torch.randn(E, H, F, dtype=bf16)
@@ -159,26 +167,27 @@ def _valid_calls():
     ends = torch.tensor([2, 4, 6, 8, 10, 12, 14, 20], dtype=i32)
     fp8 = torch.float8_e4m3fn
     return {
-        "fused_topk": lambda: o._fused_topk_cuda(lg, K, True, "sigmoid", 4, 2, 2.5, torch.zeros(E)),
-        "moe_permute_align": lambda: o._moe_permute_align_cuda(ids, E, 16),
-        "moe_pre_permute": lambda: o._moe_pre_permute_cuda(x, ids, E, 4),
-        "moe_post_permute": lambda: o._moe_post_permute_cuda(
-            torch.randn(T * K, H, dtype=bf16), w, torch.arange(T * K, dtype=i32), f32),
-        "moe_grouped_gemm": lambda: o._moe_grouped_gemm_cuda(
-            torch.randn(20, H, dtype=bf16), w13, ends, False, 1, "silu_and_mul", f32),
-        "moe_grouped_gemm-masked": lambda: o._moe_grouped_gemm_cuda(
-            torch.randn(E, 16, H, dtype=bf16), w13, torch.full((E,), 3, dtype=i32), True),
-        "moe_grouped_gemm_fp8": lambda: o._moe_grouped_gemm_fp8_cuda(
+        "fused_topk": ("fused_topk", (lg, K, True, "sigmoid", 4, 2, 2.5, torch.zeros(E))),
+        "moe_permute_align": ("moe_permute_align", (ids, E, 16)),
+        "moe_pre_permute": ("moe_pre_permute", (x, ids, E, 4)),
+        "moe_post_permute": ("moe_post_permute", (
+            torch.randn(T * K, H, dtype=bf16), w, torch.arange(T * K, dtype=i32), f32)),
+        "moe_grouped_gemm": ("moe_grouped_gemm", (
+            torch.randn(20, H, dtype=bf16), w13, ends, False, 1, "silu_and_mul", f32)),
+        "moe_grouped_gemm-masked": ("moe_grouped_gemm", (
+            torch.randn(E, 16, H, dtype=bf16), w13, torch.full((E,), 3, dtype=i32), True)),
+        "moe_grouped_gemm_fp8": ("moe_grouped_gemm_fp8", (
             torch.zeros(E, 16, 256, dtype=fp8), torch.ones(E, 16, 2),
-            torch.zeros(E, 384, 256, dtype=fp8), torch.ones(E, 3, 2), torch.full((E,), 3, dtype=i32)),
-        "moe_expert_mlp": lambda: o._moe_expert_mlp_cuda(torch.randn(20, H, dtype=bf16), ends, w13, w2),
-        "fused_moe_experts": lambda: o._fused_moe_experts_cuda(x, w13, w2, w, ids),
-        "indexed_expert_mlp": lambda: o._indexed_expert_mlp_cuda(x, w13, w2, w, ids),
-        "fused_moe": lambda: o._fused_moe_cuda(x, lg, w13, w2, K, True, "sigmoid", 4, 2, 2.5,
-                                               torch.zeros(E)),
-        "fused_moe_shared_expert": lambda: o._fused_moe_shared_expert_cuda(x, lg, w13, w2, s13,
-                                                                           s2, K, True),
-        "shared_expert_mlp": lambda: o._shared_expert_mlp_cuda(x, s13, s2),
+            torch.zeros(E, 384, 256, dtype=fp8), torch.ones(E, 3, 2),
+            torch.full((E,), 3, dtype=i32))),
+        "moe_expert_mlp": ("moe_expert_mlp", (torch.randn(20, H, dtype=bf16), ends, w13, w2)),
+        "fused_moe_experts": ("fused_moe_experts", (x, w13, w2, w, ids)),
+        "indexed_expert_mlp": ("indexed_expert_mlp", (x, w13, w2, w, ids)),
+        "fused_moe": ("fused_moe", (x, lg, w13, w2, K, True, "sigmoid", 4, 2, 2.5,
+                                    torch.zeros(E))),
+        "fused_moe_shared_expert": ("fused_moe_shared_expert",
+                                    (x, lg, w13, w2, s13, s2, K, True)),
+        "shared_expert_mlp": ("shared_expert_mlp", (x, s13, s2)),
     }  # fmt: skip
 
 
@@ -420,3 +429,269 @@ def test_torch_entry_points_read_tensors_exactly(exchange):
         moekit.ops._raw._register_torch(
             torch.Tensor, moekit.ops._grow,
             moekit.ops.os.environ.get("MOEKIT_DLPACK_EXCHANGE", "1") != "0")  # fmt: skip
+
+
+# ---------------------------------------------------------------- out=
+
+_NO_GPU = pytest.mark.skipif(
+    moekit.raw.device_count() > 0 if torch_skip_reason() is None else False,
+    reason="a CUDA device is present: these calls would launch kernels")  # fmt: skip
+
+
+def _as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _buffers(name, args, fill=True):
+    """Output buffers of the right shapes and dtypes for a call of op name (from its fake
+    implementation), filled with random bytes."""
+    outs = _as_tuple(getattr(moekit.ops, f"_{name}_fake")(*args))
+    if fill:
+        for t in outs:
+            t.view(torch.uint8).copy_(torch.randint(0, 256, (t.nbytes,), dtype=torch.uint8)
+                                      .view(t.view(torch.uint8).shape))  # fmt: skip
+    return outs
+
+
+def _out_arg(bufs):
+    return bufs[0] if len(bufs) == 1 else bufs
+
+
+def test_out_variants_registered_as_mutating_ops():
+    """torch.ops.moekit.<name>_out: the functional op's arguments, then one keyword-only
+    mutated tensor per output, named after it; it returns nothing."""
+    for name in moekit.OPS:
+        functional = getattr(torch.ops.moekit, name).default._schema
+        schema = getattr(torch.ops.moekit, name + "_out").default._schema
+        n = len(functional.returns)
+        assert schema.is_mutable and len(schema.returns) == 0, name
+        head, tail = schema.arguments[:-n], schema.arguments[-n:]
+        params = str(functional)[str(functional).index("(") : str(functional).rindex(") ->")]
+        assert str(schema).startswith(f"moekit::{name}_out{params}, *, Tensor(a!) "), name
+        assert [a.name for a in head] == [a.name for a in functional.arguments], name
+        assert all(a.kwarg_only and a.alias_info.is_write for a in tail), name
+        assert not any(a.alias_info and a.alias_info.is_write for a in head), name
+        assert len({a.alias_info.before_set.pop() for a in tail}) == n, name
+    assert [a.name for a in torch.ops.moekit.fused_topk_out.default._schema.arguments[-2:]] == [
+        "topk_weights", "topk_ids"]
+
+
+@pytest.mark.parametrize("case", _META_CASES, ids=[c[0] for c in _META_CASES])
+def test_fake_implementations_with_out(case):
+    """out= on meta tensors: the given buffers come back (one tensor, or a tuple of them),
+    through both the public function and the out variant."""
+    name, args, expected = case
+    bufs = tuple(meta(*shape, dtype=dtype) for shape, dtype in expected)
+    got = getattr(moekit, name)(*args, out=_out_arg(bufs))
+    assert all(a is b for a, b in zip(_as_tuple(got), bufs)) and len(_as_tuple(got)) == len(bufs)
+    if len(bufs) == 1:
+        assert got is bufs[0]
+    kw = dict(zip(moekit.ops._OPS[moekit.OPS.index(name)].outputs, bufs))
+    assert getattr(torch.ops.moekit, name + "_out").default(*args, **kw) is None
+
+
+@pytest.mark.parametrize("use_dispatcher", [False, True])
+def test_fake_out_errors_name_the_argument(use_dispatcher):
+    logits = meta(6, 8, dtype=f32)
+    good = (meta(6, 2, dtype=f32), meta(6, 2, dtype=i32))
+
+    def topk(out):
+        if use_dispatcher:
+            return torch.ops.moekit.fused_topk_out(logits, 2, topk_weights=out[0],
+                                                   topk_ids=out[1])  # fmt: skip
+        return moekit.fused_topk(logits, 2, out=out)
+
+    for bad, msg in [
+        ((good[0], meta(6, 3, dtype=i32)), r"argument 'out\[1\]' \(topk_ids\): expected "
+                                           r"shape \[6, 2\], got i32\[6, 3\]"),
+        ((meta(6, 2, dtype=bf16), good[1]), r"argument 'out\[0\]' \(topk_weights\): expected "
+                                            r"dtype f32, got bf16\[6, 2\]"),
+        ((meta(2, 6, dtype=f32).t(), good[1]), r"argument 'out\[0\]' \(topk_weights\): expected a "
+                                               r"contiguous tensor"),
+    ]:  # fmt: skip
+        with pytest.raises(moekit.MoekitError, match=r"moekit::fused_topk: " + msg):
+            topk(bad)
+    x = meta(6, 64)
+    s13, s2 = meta(96, 64), meta(64, 48)
+    with pytest.raises(moekit.MoekitError, match=r"moekit::shared_expert_mlp: argument 'out': "
+                                                 r"expected dtype bf16, got f16\[6, 64\]"):
+        if use_dispatcher:
+            torch.ops.moekit.shared_expert_mlp_out(x, s13, s2, output=meta(6, 64, dtype=f16))
+        else:
+            moekit.shared_expert_mlp(x, s13, s2, out=meta(6, 64, dtype=f16))
+
+
+def test_out_must_be_tensors():
+    logits, x = meta(6, 8, dtype=f32), meta(6, 64)
+    s13, s2 = meta(96, 64), meta(64, 48)
+    w, ids = meta(6, 2, dtype=f32), meta(6, 2, dtype=i32)
+    for bad, msg in [
+        (w, r"argument 'out': expected a tuple of 2 tensors \(topk_weights, topk_ids\), "
+            r"got Tensor"),
+        ((w,), r"argument 'out': expected a tuple of 2 tensors .*, got a tuple of 1"),
+        ((w, ids, ids), r"argument 'out': .*got a tuple of 3"),
+        ((w, "ids"), r"argument 'out\[1\]': expected a torch.Tensor, got str"),
+    ]:  # fmt: skip
+        with pytest.raises(moekit.MoekitError, match=r"moekit::fused_topk: " + msg):
+            moekit.fused_topk(logits, 2, out=bad)
+    assert moekit.fused_topk(logits, 2, out=[w, ids]) == (w, ids)  # a list is taken too
+    with pytest.raises(moekit.MoekitError, match=r"moekit::shared_expert_mlp: argument 'out': "
+                                                 r"expected a torch.Tensor, got tuple"):
+        moekit.shared_expert_mlp(x, s13, s2, out=(x,))
+
+
+def test_out_dtype_follows_the_buffer():
+    """With out=, out_dtype None takes the buffer's dtype; another out_dtype is an error."""
+    eo, w, inv = meta(12, 64), meta(6, 2, dtype=f32), meta(12, dtype=i32)
+    for dtype in (bf16, f32):
+        buf = meta(6, 64, dtype=dtype)
+        assert moekit.moe_post_permute(eo, w, inv, out=buf) is buf
+        assert moekit.moe_post_permute(eo, w, inv, dtype, out=buf) is buf
+    with pytest.raises(moekit.MoekitError, match=r"moekit::moe_post_permute: argument "
+                                                 r"'out_dtype': expected None or the dtype of "
+                                                 r"out, got torch.bfloat16"):
+        moekit.moe_post_permute(eo, w, inv, bf16, out=meta(6, 64, dtype=f32))
+    a, b, ends = meta(20, 64), meta(8, 64, 64), meta(8, dtype=i32)
+    c = meta(20, 32, dtype=f32)
+    assert moekit.moe_grouped_gemm(a, b, ends, activation="silu_and_mul", out=c) is c
+
+
+def _out_layer(x, logits, w13, w2, s13, s2, buf):
+    moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, 2, True, out=buf)
+    return buf * 0.5 + x
+
+
+def test_make_fx_records_the_out_variant():
+    args = (meta(4, 64), meta(4, 8, dtype=f32), meta(8, 32, 64), meta(8, 64, 16),
+            meta(32, 64), meta(64, 16), meta(4, 64))  # fmt: skip
+    gm = make_fx(_out_layer, tracing_mode="fake")(*args)
+    assert "torch.ops.moekit.fused_moe_shared_expert_out.default" in gm.code
+    assert "torch.ops.moekit.fused_moe_shared_expert.default" not in gm.code
+
+
+def test_torch_compile_fullgraph_with_out():
+    """torch.compile traces out= (the out variant, functionalized) without a graph break,
+    and the buffer is still the one returned."""
+    args = (meta(4, 64), meta(4, 8, dtype=f32), meta(8, 32, 64), meta(8, 64, 16),
+            meta(32, 64), meta(64, 16))  # fmt: skip
+    torch._dynamo.reset()
+
+    def topk_into(logits, w, ids):
+        got = moekit.fused_topk(logits, 2, True, out=(w, ids))
+        return got[0] + 1, got[1]
+
+    compiled = torch.compile(_out_layer, fullgraph=True, backend="aot_eager")
+    assert compiled(*args, meta(4, 64)).shape == (4, 64)
+    out = torch.compile(topk_into, fullgraph=True, backend="aot_eager")(
+        meta(4, 8, dtype=f32), meta(4, 2, dtype=f32), meta(4, 2, dtype=i32))  # fmt: skip
+    assert out[0].shape == (4, 2) and out[1].dtype == i32
+
+
+def test_cpu_out_tensors_are_rejected_naming_the_argument():
+    x = torch.zeros(4, 64, dtype=bf16)
+    s13, s2 = torch.zeros(96, 64, dtype=bf16), torch.zeros(64, 48, dtype=bf16)
+    with pytest.raises(moekit.MoekitError, match=r"moekit::shared_expert_mlp: argument "
+                                                 r"'hidden_states': expected a CUDA tensor"):
+        moekit.shared_expert_mlp(x, s13, s2, out=torch.empty_like(x))
+    lg = torch.zeros(4, 8)
+    with pytest.raises(moekit.MoekitError, match=r"moekit::fused_topk: argument "
+                                                 r"'gating_output': expected a CUDA tensor"):
+        moekit.fused_topk(lg, 2, out=(torch.empty(4, 2), torch.empty(4, 2, dtype=i32)))
+
+
+@pytest.fixture
+def stubbed_devices(monkeypatch):
+    """CPU tensors stand in for CUDA ones on the eager path (as in
+    test_the_torch_layer_passes_valid_arguments)."""
+    o = moekit.ops
+    monkeypatch.setattr(o, "_device", lambda op, names, *ts: 0)
+    monkeypatch.setattr(o, "_launch_ctx", lambda t: (-1, 0))
+    monkeypatch.setattr(o, "_is_capturing", lambda stream: False)
+    monkeypatch.setattr(o, "_eager", lambda first: True)
+    old = moekit.raw._set_device_check(False)
+    yield o
+    moekit.raw._set_device_check(old)
+    o.release_workspaces()
+
+
+@_NO_GPU
+@pytest.mark.parametrize("case", list(_valid_args()) if torch_skip_reason() is None else [])
+def test_out_buffers_reach_the_cpp_op(case, stubbed_devices, monkeypatch):
+    """moekit.<op>(..., out=) hands the given buffers to the C++ entry point (their data
+    pointers where the outputs go, nothing allocated), returns them, and the real C++ op
+    accepts them: every argument check passes, only the launch fails without a GPU."""
+    o = stubbed_devices
+    name, args = _valid_args()[case]
+    bufs = _buffers(name, args)
+    outputs = o._OPS[moekit.OPS.index(name)].outputs
+    fields = moekit.raw._ENTRY_ARGS[name]
+    seen = []
+    monkeypatch.setattr(o, f"_t_{name}", lambda *a: seen.append(a))
+    allocations = []
+    monkeypatch.setattr(o, "_empty_like", lambda *a, **k: allocations.append(a))
+    monkeypatch.setattr(o, "_new_empty", lambda *a, **k: allocations.append(a))
+    got = getattr(moekit, name)(*args, out=_out_arg(bufs))
+    assert _as_tuple(got) == bufs and all(a is b for a, b in zip(_as_tuple(got), bufs))
+    assert len(seen) == 1 and allocations == []
+    for field, buf in zip(outputs, bufs):
+        assert seen[0][fields.index(field)].data_ptr() == buf.data_ptr(), field
+    monkeypatch.undo()  # the real entry point: C++ checks the buffers
+    monkeypatch.setattr(o, "_device", lambda op, names, *ts: 0)
+    monkeypatch.setattr(o, "_launch_ctx", lambda t: (-1, 0))
+    monkeypatch.setattr(o, "_is_capturing", lambda stream: False)
+    monkeypatch.setattr(o, "_eager", lambda first: True)
+    with pytest.raises(moekit.MoekitError) as info:
+        getattr(moekit, name)(*args, out=_out_arg(bufs))
+    msg = str(info.value)
+    assert ("argument '" not in msg or "argument 'stream'" in msg) and "CUDA" in msg, msg
+
+
+@_NO_GPU
+def test_wrong_out_buffers_rejected_by_the_cpp_op(stubbed_devices):
+    """The C++ op's checks of the buffers, their messages naming out (or out[i]):
+    shape, dtype, contiguity, overlap with an input and with each other."""
+    name, args = _valid_args()["fused_topk"]
+    w, ids = _buffers(name, args)
+    lg = args[0]
+    topk = moekit.fused_topk
+    cases = [
+        ((w, torch.empty(6, 1, dtype=i32)),
+         r"argument 'out\[1\]' \(topk_ids\): expected .*\[6, 2\]"),
+        ((w.to(bf16), ids), r"argument 'out\[0\]' \(topk_weights\): expected .*f32"),
+        ((torch.empty(2, 6).t(), ids), r"argument 'out\[0\]' \(topk_weights\)"),
+        ((lg.view(-1)[:12].view(6, 2), ids),
+         r"argument 'out\[0\]' \(topk_weights\): expected memory disjoint from 'gating_output'"),
+        ((w, w.view(i32)), r"argument 'out\[1\]' \(topk_ids\): expected memory "
+                                 r"disjoint from 'out\[0\]' \(topk_weights\)"),
+    ]  # fmt: skip
+    for bad, msg in cases:
+        with pytest.raises(moekit.MoekitError, match=r"moekit::fused_topk: " + msg):
+            topk(*args, out=bad)
+    name, args = _valid_args()["shared_expert_mlp"]
+    x = args[0]
+    for bad, msg in [
+        (torch.empty(6, 32, dtype=bf16), r"argument 'out': expected shape \[6, 64\], got "
+                                         r"bf16\[6, 32\]"),
+        (torch.empty(6, 64, dtype=f16), r"argument 'out': expected dtype bf16.*, got f16"),
+        (args[1][:6], r"argument 'out': expected memory disjoint from 'w_gate_up'"),
+    ]:  # fmt: skip
+        with pytest.raises(moekit.MoekitError, match=r"moekit::shared_expert_mlp: " + msg):
+            moekit.shared_expert_mlp(*args, out=bad)
+    assert x.shape == (6, 64)
+
+
+@_NO_GPU
+def test_in_place_out_where_the_op_allows_it(stubbed_devices):
+    """out=hidden_states: the layer ops accept it (C++ allows in place: only the launch
+    fails here), shared_expert_mlp does not; the docstrings say which."""
+    name, args = _valid_args()["fused_moe"]
+    with pytest.raises(moekit.MoekitError) as info:
+        moekit.fused_moe(*args, out=args[0])
+    msg = str(info.value)
+    assert ("argument '" not in msg or "argument 'stream'" in msg) and "CUDA" in msg, msg
+    assert "or hidden_states itself" in moekit.fused_moe.__doc__
+    name, args = _valid_args()["shared_expert_mlp"]
+    with pytest.raises(moekit.MoekitError, match=r"moekit::shared_expert_mlp: argument 'out': "
+                                                 r"expected memory disjoint from 'hidden_states'"):
+        moekit.shared_expert_mlp(*args, out=args[0])
+    assert "itself" not in moekit.shared_expert_mlp.__doc__
