@@ -1,0 +1,193 @@
+"""vLLM's ``fused_topk`` and ``fused_experts`` run on moekit's ops.
+
+The two functions take the arguments of vLLM's functions of the same names
+(``vllm.model_executor.layers.fused_moe.fused_moe``): the same names, order and
+defaults, the same layouts (``w1`` [E, 2N, K] with the gate rows then the up rows, ``w2``
+[E, K, N], ``topk_ids`` int32 or int64, ``expert_map`` global -> local ids with -1 for an
+expert on another rank), and return what vLLM's return. An engine can swap them in for
+vLLM's own.
+
+What moekit's C++ ops do not do yet is done here explicitly, at a documented cost, and
+what moekit cannot do raises ``NotImplementedError`` naming the argument; no argument is
+ignored. docs/python.md ("vLLM") has the mapping table; in short:
+
+- ``expert_map``: one gather on the ids (``expert_map[topk_ids]``, T*K ints) gives the
+  local ids, -1 for the routes of other ranks, which moekit's op skips;
+- int64 ``topk_ids``: one cast to int32 (T*K ints) unless ``expert_map`` is given (its
+  gather reads the int64 ids directly);
+- ``topk_weights`` in another dtype than float32: one cast to float32;
+- ``apply_router_weight_on_input`` (top-1 only, as vLLM's models use it): one extra pass
+  over the hidden states (x * w, computed in f32 and rounded to x's dtype: one rounding
+  that vLLM, which scales the first GEMM's f32 output, does not have), then weight 1;
+- ``inplace=True``: moekit's op writes into ``hidden_states`` itself (``out=``; the op
+  reads every input row before it writes the output), no copy;
+- ``activation`` other than "silu", quantization (``use_*``, scales, zero points,
+  ``block_shape``, ``per_channel_quant``, a quantized ``quant_config``), biases:
+  ``NotImplementedError``.
+
+Needs PyTorch and moekit's torch layer; importing this module without them raises
+``ImportError``.
+"""
+
+import moekit as _moekit
+
+if not _moekit.HAS_TORCH:
+    raise ImportError(
+        "moekit.integrations.vllm needs PyTorch and moekit's torch layer (torch is not "
+        "importable here, or MOEKIT_NO_TORCH is set)"
+    )
+
+import torch  # noqa: E402
+
+from .. import ops as _ops  # noqa: E402  (looked up per call: tests spy on the ops)
+
+__all__ = ["fused_topk", "fused_experts"]
+
+# vLLM's quantization arguments of fused_experts: flags that must be False, tensors (and
+# block_shape) that must be None.
+_QUANT_FLAGS = ("use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16",
+                "use_mxfp4_w4a4", "per_channel_quant")  # fmt: skip
+_QUANT_VALUES = ("w1_scale", "w2_scale", "w1_zp", "w2_zp", "a1_scale", "a2_scale", "block_shape")
+
+
+def _unsupported(fn, arg, value, why):
+    raise NotImplementedError(
+        f"moekit.integrations.vllm.{fn}: {arg}={value!r} is not supported: {why}"
+    )
+
+
+def fused_topk(hidden_states, gating_output, topk, renormalize, indices_type=None,
+               scoring_func="softmax"):  # fmt: skip
+    """vLLM's ``fused_topk`` on ``moekit.fused_topk``.
+
+    Args:
+        hidden_states: [T, H] (only its token count is used, as in vLLM).
+        gating_output: [T, E] bf16/f16/f32 router logits (read as they are, no f32 copy).
+        topk: experts per token.
+        renormalize: divide the topk weights by their sum.
+        indices_type: dtype of topk_ids: None or torch.int32 (moekit's own ids), or
+            torch.int64 (one cast of the [T, topk] ids).
+        scoring_func: "softmax" (over E) or "sigmoid".
+
+    Returns:
+        (topk_weights [T, topk] f32, topk_ids [T, topk] int32 or indices_type,
+        token_expert_indices [T, topk] int32 with [t, k] = k * T + t, as vLLM's
+        topk_softmax writes them; one arange kernel here).
+    """
+    if hidden_states.shape[0] != gating_output.shape[0]:
+        raise ValueError(
+            "moekit.integrations.vllm.fused_topk: number of tokens mismatch: hidden_states "
+            f"has {hidden_states.shape[0]}, gating_output {gating_output.shape[0]}"
+        )
+    if indices_type not in (None, torch.int32, torch.int64):
+        _unsupported("fused_topk", "indices_type", indices_type,
+                     "moekit's ids are int32 (torch.int64 by a cast)")  # fmt: skip
+    weights, ids = _ops.fused_topk(gating_output, topk, renormalize, scoring_func)
+    if indices_type is torch.int64:
+        ids = ids.to(torch.int64)
+    T = gating_output.shape[0]
+    token_expert_indices = (
+        torch.arange(T * topk, dtype=torch.int32, device=gating_output.device)
+        .view(topk, T)
+        .t()
+        .contiguous()
+    )
+    return weights, ids, token_expert_indices
+
+
+def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False,
+                  activation="silu", apply_router_weight_on_input=False, use_fp8_w8a8=False,
+                  use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
+                  per_channel_quant=False, global_num_experts=-1, expert_map=None,
+                  w1_scale=None, w2_scale=None, w1_zp=None, w2_zp=None, a1_scale=None,
+                  a2_scale=None, block_shape=None, allow_deep_gemm=False, *,
+                  use_mxfp4_w4a4=False, allow_cutlass_block_scaled_grouped_gemm=False,
+                  w1_bias=None, w2_bias=None, quant_config=None):  # fmt: skip
+    """vLLM's ``fused_experts`` on ``moekit.fused_moe_experts``.
+
+    Args (vLLM's; the positional order is vLLM's, the keyword-only ones are the names
+    later vLLM versions added):
+        hidden_states: [T, K] bf16/f16 (vLLM's K is the hidden size).
+        w1: [E, 2N, K], gate rows then up rows; w2: [E, K, N] (E local experts).
+        topk_weights: [T, topk] (f32; another float dtype is cast to f32).
+        topk_ids: [T, topk] int32 or int64 (one cast to int32) expert ids: local ones in
+            [0, E), or global ones in [0, global_num_experts) with expert_map.
+        inplace: write the output into hidden_states and return it (moekit's out=).
+        activation: "silu" (silu(gate) * up); others raise NotImplementedError.
+        apply_router_weight_on_input: scale the input rows by the weights instead of the
+            expert outputs; top-1 only (one extra pass over hidden_states, module doc).
+        global_num_experts: -1 or the number of global experts (E without expert_map,
+            expert_map's length with it).
+        expert_map: [global_num_experts] int32 global -> local id, -1 = another rank's
+            expert (those routes add nothing); one gather on the ids.
+        allow_deep_gemm, allow_cutlass_block_scaled_grouped_gemm: vLLM's choice of an
+            FP8 backend, without effect for unquantized weights (in vLLM too); accepted.
+        use_fp8_w8a8, use_int8_w8a8, use_int8_w8a16, use_int4_w4a16, use_mxfp4_w4a4,
+        per_channel_quant, w1_scale, w2_scale, w1_zp, w2_zp, a1_scale, a2_scale,
+        block_shape, w1_bias, w2_bias, a quantized quant_config: NotImplementedError.
+
+    Returns:
+        [T, K]: sum over the routes of weight * w2[e] . (silu(w1_gate[e] . x) * (w1_up[e] . x));
+        hidden_states itself when inplace.
+    """
+    fn = "fused_experts"
+    if activation != "silu":
+        _unsupported(fn, "activation", activation, 'moekit has only "silu" (silu_and_mul) yet')
+    args = locals()
+    for name in _QUANT_FLAGS:
+        if args[name]:
+            _unsupported(fn, name, args[name], "moekit has no quantized fused_experts path")
+    for name in _QUANT_VALUES:
+        if args[name] is not None:
+            _unsupported(fn, name, "<given>", "moekit has no quantized fused_experts path")
+    for name in ("w1_bias", "w2_bias"):
+        if args[name] is not None:
+            _unsupported(fn, name, "<given>", "moekit's expert MLPs have no biases yet")
+    if quant_config is not None and _is_quantized(quant_config):
+        _unsupported(fn, "quant_config", quant_config, "moekit has no quantized path")
+    if topk_weights.shape != topk_ids.shape:
+        raise ValueError(
+            f"moekit.integrations.vllm.{fn}: topk shape mismatch: topk_weights "
+            f"{list(topk_weights.shape)}, topk_ids {list(topk_ids.shape)}"
+        )
+    ids = _local_ids(topk_ids, expert_map, global_num_experts, w1.shape[0])
+    weights = topk_weights if topk_weights.dtype == torch.float32 else topk_weights.float()
+    x = hidden_states
+    if apply_router_weight_on_input:
+        if topk_ids.dim() != 2 or topk_ids.shape[1] != 1:
+            _unsupported(fn, "apply_router_weight_on_input", True,
+                         f"only with top-1 routing (topk_ids {list(topk_ids.shape)})")  # fmt: skip
+        # x * w in f32, rounded once to x's dtype; the experts then take weight 1.
+        x = torch.mul(hidden_states, weights, out=torch.empty_like(hidden_states))
+        weights = torch.ones_like(weights)
+    if inplace:
+        return _ops.fused_moe_experts(x, w1, w2, weights, ids, out=hidden_states)
+    return _ops.fused_moe_experts(x, w1, w2, weights, ids)
+
+
+def _local_ids(topk_ids, expert_map, global_num_experts, num_local):
+    """topk_ids as moekit's int32 local ids (-1 for another rank's expert)."""
+    fn = "moekit.integrations.vllm.fused_experts"
+    if expert_map is None:
+        if global_num_experts not in (-1, num_local):
+            raise ValueError(
+                f"{fn}: global_num_experts={global_num_experts} without an expert_map, "
+                f"but w1 holds {num_local} experts"
+            )
+        return topk_ids.to(torch.int32) if topk_ids.dtype == torch.int64 else topk_ids
+    if expert_map.dim() != 1 or global_num_experts not in (-1, expert_map.shape[0]):
+        raise ValueError(
+            f"{fn}: expert_map must be [global_num_experts] (global_num_experts="
+            f"{global_num_experts}), got {list(expert_map.shape)}"
+        )
+    # One gather of T*K ids (index_select takes int32 and int64 indices alike).
+    local = expert_map.index_select(0, topk_ids.reshape(-1)).view(topk_ids.shape)
+    return local if local.dtype == torch.int32 else local.to(torch.int32)
+
+
+def _is_quantized(quant_config):
+    # vLLM's FusedMoEQuantConfig: unquantized (FUSED_MOE_UNQUANTIZED_CONFIG) has no
+    # quant_dtype and no biases. Anything else, or an object that does not say, is.
+    if getattr(quant_config, "quant_dtype", "unknown") is not None:
+        return True
+    return any(getattr(quant_config, b, None) is not None for b in ("w1_bias", "w2_bias"))

@@ -1,0 +1,510 @@
+"""moekit.integrations.vllm: vLLM's fused_topk / fused_experts on moekit's ops.
+
+On the CPU (torch, no GPU): the signatures are vLLM's (names, order, defaults); each
+argument maps to the right moekit call (the ops replaced by spies that check moekit's
+contract and compute it with the f32 references), every NotImplementedError names its
+argument, and, with the device checks stubbed, the real C++ op accepts what the adapter
+passes. On an sm_90 GPU: the adapter against a plain torch implementation of vLLM's
+semantics on random shapes (expert_map, apply_router_weight_on_input, int64 ids,
+inplace). Without torch only the import test runs (the module says it needs torch).
+"""
+
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+
+import moekit
+from mk_support import SELFCHECK, requires_gpu, requires_torch, torch_skip_reason
+
+if torch_skip_reason() is None:
+    import torch
+
+    import ref_ops
+    import torch_reference as ref
+    from moekit.integrations import vllm as mkv
+
+    bf16, f16, f32, i32, i64 = torch.bfloat16, torch.float16, torch.float32, torch.int32, torch.int64
+
+
+def test_import_without_torch_says_why():
+    """moekit.integrations imports anywhere; its vllm module needs the torch layer and
+    says so (here forced with MOEKIT_NO_TORCH=1, as CI without torch has it)."""
+    env = dict(os.environ, MOEKIT_NO_TORCH="1", PYTHONPATH=os.pathsep.join(sys.path))
+    code = "import moekit.integrations\nimport moekit.integrations.vllm"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "ImportError: moekit.integrations.vllm needs PyTorch" in run.stderr, run.stderr
+
+
+# ---------------------------------------------------------------- vLLM's semantics in torch
+
+_EMPTY = object()  # no default
+
+
+def vllm_fused_topk(gating_output, topk, renormalize, scoring_func="softmax"):
+    """vLLM's fused_topk: scores in f32 over E, the topk largest (descending), optionally
+    renormalized; int32 ids; token_expert_indices[t, k] = k * T + t."""
+    g = gating_output.float()
+    score = torch.softmax(g, dim=-1) if scoring_func == "softmax" else torch.sigmoid(g)
+    w, ids = torch.topk(score, topk, dim=-1)
+    if renormalize:
+        w = w / w.sum(dim=-1, keepdim=True)
+    T = g.shape[0]
+    tei = torch.tensor([[k * T + t for k in range(topk)] for t in range(T)], dtype=torch.int32)
+    return w, ids.int(), tei.reshape(T, topk).to(g.device)
+
+
+def vllm_fused_experts(x, w1, w2, topk_weights, topk_ids, apply_router_weight_on_input=False,
+                       expert_map=None):  # fmt: skip
+    """vLLM's fused_experts in f32: per route, h = x . w1[e]^T (times the weight when
+    apply_router_weight_on_input), silu(gate) * up rounded to x's dtype, . w2[e]^T
+    (times the weight otherwise), summed over the routes; a global id whose expert_map
+    entry is -1 adds nothing."""
+    T, H = x.shape
+    N = w1.shape[1] // 2
+    ids = topk_ids.long()
+    local = expert_map.long()[ids] if expert_map is not None else ids
+    out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
+    for e in range(w1.shape[0]):
+        t, k = torch.nonzero(local == e, as_tuple=True)
+        if t.numel() == 0:
+            continue
+        w = topk_weights[t, k].float().unsqueeze(1)
+        h = x[t].float() @ w1[e].float().t()
+        if apply_router_weight_on_input:
+            h = h * w
+        act = (ref.silu(h[:, :N]) * h[:, N:]).to(x.dtype).float()
+        y = act @ w2[e].float().t()
+        if not apply_router_weight_on_input:
+            y = y * w
+        out.index_add_(0, t, y)
+    return out.to(x.dtype)
+
+
+def _problem(T, E, H, N, K, dtype=None, device="cpu", global_experts=None, seed=0):
+    """Random inputs: x [T, H], w1 [E, 2N, H], w2 [E, H, N], weights [T, K] f32, distinct
+    ids per token in [0, global_experts or E) (int32), and with global_experts an
+    expert_map placing E of them on this rank (the others -1)."""
+    gen = torch.Generator().manual_seed(seed)
+    dtype = dtype or bf16
+
+    def rnd(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to(dtype).to(device)
+
+    G = global_experts or E
+    x = rnd(T, H)
+    w1, w2 = rnd(E, 2 * N, H, scale=H**-0.5), rnd(E, H, N, scale=N**-0.5)
+    ids = torch.stack([torch.randperm(G, generator=gen)[:K] for _ in range(T)]) if T else (
+        torch.zeros(0, K, dtype=i64))
+    weights = torch.rand(T, K, generator=gen).to(device)
+    expert_map = None
+    if global_experts:
+        expert_map = torch.full((G,), -1, dtype=i32)
+        expert_map[torch.randperm(G, generator=gen)[:E]] = torch.arange(E, dtype=i32)
+        expert_map = expert_map.to(device)
+    return x, w1, w2, weights, ids.to(i32).to(device), expert_map
+
+
+# ---------------------------------------------------------------- spies (moekit's contract)
+
+
+def _contract_experts(calls):
+    def fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids, *,
+                          out=None):  # fmt: skip
+        calls.append(dict(op="fused_moe_experts", x=hidden_states, w1=w_gate_up, w2=w_down,
+                          w=topk_weights, ids=topk_ids, out=out))  # fmt: skip
+        # What moekit's C++ op checks: its dtypes and layouts.
+        assert topk_ids.dtype == i32 and topk_weights.dtype == f32
+        assert topk_ids.shape == topk_weights.shape == (hidden_states.shape[0], topk_ids.shape[1])
+        for t in (hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
+            assert t.is_contiguous()
+        assert ((topk_ids >= -1) & (topk_ids < w_gate_up.shape[0])).all()
+        y = ref.fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
+        return y if out is None else out.copy_(y)
+
+    return fused_moe_experts
+
+
+def _contract_topk(calls):
+    def fused_topk(gating_output, top_k, renormalize=False, scoring_func="softmax", *rest,
+                   out=None):  # fmt: skip
+        calls.append(dict(op="fused_topk", args=(gating_output, top_k, renormalize,
+                                                 scoring_func) + rest, out=out))  # fmt: skip
+        return ref_ops.fused_topk(gating_output, top_k, renormalize, scoring_func, *rest)
+
+    return fused_topk
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """moekit.ops.fused_moe_experts / fused_topk replaced by spies: they record each call,
+    check moekit's contract and compute it with the f32 references."""
+    calls = []
+    monkeypatch.setattr(moekit.ops, "fused_moe_experts", _contract_experts(calls))
+    monkeypatch.setattr(moekit.ops, "fused_topk", _contract_topk(calls))
+    return calls
+
+
+# ---------------------------------------------------------------- signatures
+
+_FUSED_EXPERTS_PARAMS = [  # vLLM's fused_experts, in order
+    ("hidden_states", _EMPTY), ("w1", _EMPTY), ("w2", _EMPTY), ("topk_weights", _EMPTY),
+    ("topk_ids", _EMPTY), ("inplace", False), ("activation", "silu"),
+    ("apply_router_weight_on_input", False), ("use_fp8_w8a8", False), ("use_int8_w8a8", False),
+    ("use_int8_w8a16", False), ("use_int4_w4a16", False), ("per_channel_quant", False),
+    ("global_num_experts", -1), ("expert_map", None), ("w1_scale", None), ("w2_scale", None),
+    ("w1_zp", None), ("w2_zp", None), ("a1_scale", None), ("a2_scale", None),
+    ("block_shape", None), ("allow_deep_gemm", False),
+]  # fmt: skip
+_FUSED_EXPERTS_KEYWORDS = [  # names later vLLM versions added
+    ("use_mxfp4_w4a4", False), ("allow_cutlass_block_scaled_grouped_gemm", False),
+    ("w1_bias", None), ("w2_bias", None), ("quant_config", None),
+]  # fmt: skip
+_FUSED_TOPK_PARAMS = [
+    ("hidden_states", _EMPTY), ("gating_output", _EMPTY), ("topk", _EMPTY),
+    ("renormalize", _EMPTY), ("indices_type", None), ("scoring_func", "softmax"),
+]  # fmt: skip
+
+
+def _params(fn, kind):
+    import inspect
+
+    empty = inspect.Parameter.empty
+    return [(p.name, _EMPTY if p.default is empty else p.default)
+            for p in inspect.signature(fn).parameters.values() if p.kind == kind]  # fmt: skip
+
+
+@requires_torch
+def test_signatures_are_vllms():
+    import inspect
+
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    assert _params(mkv.fused_experts, positional) == _FUSED_EXPERTS_PARAMS
+    assert _params(mkv.fused_experts, keyword) == _FUSED_EXPERTS_KEYWORDS
+    assert _params(mkv.fused_topk, positional) == _FUSED_TOPK_PARAMS
+    assert _params(mkv.fused_topk, keyword) == []
+    assert mkv.__all__ == ["fused_topk", "fused_experts"]
+
+
+# ---------------------------------------------------------------- the mapping (CPU)
+
+T_, E_, H_, N_, K_ = 7, 4, 32, 16, 2
+
+
+def _check_result(out, x, w1, w2, w, ids, **semantics):
+    ref.assert_close(out, vllm_fused_experts(x, w1, w2, w, ids, **semantics),
+                     ref.ACCURACY[x.dtype], "fused_experts")  # fmt: skip
+
+
+@requires_torch
+def test_fused_experts_passes_its_tensors_unchanged(spy):
+    x, w1, w2, w, ids, _ = _problem(T_, E_, H_, N_, K_)
+    out = mkv.fused_experts(x, w1, w2, w, ids)
+    assert len(spy) == 1
+    c = spy[0]
+    assert c["x"] is x and c["w1"] is w1 and c["w2"] is w2 and c["w"] is w and c["ids"] is ids
+    assert c["out"] is None and out is not x
+    _check_result(out, x, w1, w2, w, ids)
+    # The same call by keywords, with the arguments that change nothing here given.
+    out2 = mkv.fused_experts(hidden_states=x, w1=w1, w2=w2, topk_weights=w, topk_ids=ids,
+                             inplace=False, activation="silu", global_num_experts=E_,
+                             allow_deep_gemm=True, allow_cutlass_block_scaled_grouped_gemm=True,
+                             quant_config=types.SimpleNamespace(quant_dtype=None))  # fmt: skip
+    assert len(spy) == 2 and spy[1]["x"] is x and spy[1]["ids"] is ids
+    assert torch.equal(out, out2)
+
+
+@requires_torch
+def test_int64_ids_cast_once(spy):
+    x, w1, w2, w, ids, _ = _problem(T_, E_, H_, N_, K_, seed=1)
+    out = mkv.fused_experts(x, w1, w2, w, ids.long())
+    got = spy[0]["ids"]
+    assert got.dtype == i32 and torch.equal(got, ids)
+    _check_result(out, x, w1, w2, w, ids)
+
+
+@requires_torch
+def test_non_f32_weights_cast(spy):
+    x, w1, w2, w, ids, _ = _problem(T_, E_, H_, N_, K_, seed=2)
+    out = mkv.fused_experts(x, w1, w2, w.to(bf16), ids)
+    got = spy[0]["w"]
+    assert got.dtype == f32 and torch.equal(got, w.to(bf16).float())
+    _check_result(out, x, w1, w2, w.to(bf16), ids)
+
+
+@requires_torch
+@pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("map_dtype", ["int32", "int64"])
+def test_expert_map_gives_local_ids(spy, ids_dtype, map_dtype):
+    G = 10
+    x, w1, w2, w, ids, emap = _problem(T_, E_, H_, N_, K_, global_experts=G, seed=3)
+    emap = emap.to(getattr(torch, map_dtype))
+    out = mkv.fused_experts(x, w1, w2, w, ids.to(getattr(torch, ids_dtype)),
+                            global_num_experts=G, expert_map=emap)  # fmt: skip
+    got = spy[0]["ids"]
+    want = [[int(emap[g]) for g in row] for row in ids.tolist()]
+    assert got.dtype == i32 and got.tolist() == want
+    assert (got == -1).any() and (got >= 0).any()  # both kinds of route in the case
+    assert spy[0]["w"] is w and spy[0]["x"] is x
+    _check_result(out, x, w1, w2, w, ids, expert_map=emap)
+    # global_num_experts=-1 takes the map's length.
+    mkv.fused_experts(x, w1, w2, w, ids, expert_map=emap)
+    assert spy[1]["ids"].tolist() == want
+
+
+@requires_torch
+def test_apply_router_weight_on_input_scales_the_rows(spy):
+    x, w1, w2, w, ids, _ = _problem(T_, E_, H_, N_, 1, seed=4)
+    out = mkv.fused_experts(x, w1, w2, w, ids, apply_router_weight_on_input=True)
+    c = spy[0]
+    assert c["x"] is not x and c["x"].dtype == x.dtype
+    assert torch.equal(c["x"], (x.float() * w).to(x.dtype))
+    assert c["w"].dtype == f32 and torch.equal(c["w"], torch.ones_like(w))
+    assert c["ids"] is ids and c["out"] is None
+    _check_result(out, x, w1, w2, w, ids, apply_router_weight_on_input=True)
+
+
+@requires_torch
+def test_inplace_writes_hidden_states(spy):
+    x, w1, w2, w, ids, emap = _problem(T_, E_, H_, N_, 1, global_experts=6, seed=5)
+    for kwargs in ({}, {"apply_router_weight_on_input": True, "expert_map": emap}):
+        h = x.clone()
+        routes = ids if kwargs else ids % E_  # local ids without the map
+        want = vllm_fused_experts(x, w1, w2, w, routes, **kwargs)
+        got = mkv.fused_experts(h, w1, w2, w, routes, inplace=True, **kwargs)
+        c = spy[-1]
+        assert got is h and c["out"] is h
+        assert (c["x"] is h) == (not kwargs)  # the scaled copy is read, h written
+        ref.assert_close(h, want, ref.ACCURACY[bf16], f"inplace {kwargs}")
+
+
+_NOT_IMPLEMENTED = [
+    ({"activation": "gelu"}, "activation='gelu'"),
+    ({"activation": "swigluoai"}, "activation='swigluoai'"),
+    ({"use_fp8_w8a8": True}, "use_fp8_w8a8=True"),
+    ({"use_int8_w8a8": True}, "use_int8_w8a8=True"),
+    ({"use_int8_w8a16": True}, "use_int8_w8a16=True"),
+    ({"use_int4_w4a16": True}, "use_int4_w4a16=True"),
+    ({"use_mxfp4_w4a4": True}, "use_mxfp4_w4a4=True"),
+    ({"per_channel_quant": True}, "per_channel_quant=True"),
+    ({"block_shape": [128, 128]}, "block_shape="),
+    ({"w1_bias": "T"}, "w1_bias="),
+    ({"w2_bias": "T"}, "w2_bias="),
+    ({"quant_config": types.SimpleNamespace(quant_dtype="fp8")}, "quant_config="),
+    ({"quant_config": object()}, "quant_config="),
+    ({"quant_config": types.SimpleNamespace(quant_dtype=None, w1_bias="T")}, "quant_config="),
+] + [({name: "T"}, f"{name}=") for name in ("w1_scale", "w2_scale", "w1_zp", "w2_zp",
+                                             "a1_scale", "a2_scale")]  # fmt: skip
+
+
+@requires_torch
+@pytest.mark.parametrize("case", _NOT_IMPLEMENTED, ids=[c[1] for c in _NOT_IMPLEMENTED])
+def test_unsupported_arguments_raise_naming_them(spy, case):
+    kwargs, name = case
+    x, w1, w2, w, ids, _ = _problem(T_, E_, H_, N_, K_)
+    if any(isinstance(v, str) and v == "T" for v in kwargs.values()):
+        kwargs = {k: torch.ones(2) for k in kwargs}
+    with pytest.raises(NotImplementedError, match=r"moekit.integrations.vllm.fused_experts: "
+                                                  + name.replace("[", r"\[")):  # fmt: skip
+        mkv.fused_experts(x, w1, w2, w, ids, **kwargs)
+    assert spy == []
+
+
+@requires_torch
+def test_apply_router_weight_on_input_needs_top1(spy):
+    x, w1, w2, w, ids, _ = _problem(T_, E_, H_, N_, 2)
+    with pytest.raises(NotImplementedError, match=r"apply_router_weight_on_input=True is not "
+                                                  r"supported: only with top-1 routing"):  # fmt: skip
+        mkv.fused_experts(x, w1, w2, w, ids, apply_router_weight_on_input=True)
+    assert spy == []
+
+
+@requires_torch
+def test_inconsistent_arguments_raise(spy):
+    x, w1, w2, w, ids, emap = _problem(T_, E_, H_, N_, K_, global_experts=8)
+    with pytest.raises(ValueError, match=r"global_num_experts=8 without an expert_map, but w1 "
+                                         r"holds 4 experts"):  # fmt: skip
+        mkv.fused_experts(x, w1, w2, w, ids, global_num_experts=8)
+    with pytest.raises(ValueError, match=r"expert_map must be \[global_num_experts\] "
+                                         r"\(global_num_experts=9\), got \[8\]"):  # fmt: skip
+        mkv.fused_experts(x, w1, w2, w, ids, global_num_experts=9, expert_map=emap)
+    with pytest.raises(ValueError, match=r"topk shape mismatch"):
+        mkv.fused_experts(x, w1, w2, w[:, :1], ids)
+    assert spy == []
+
+
+@requires_torch
+@pytest.mark.parametrize("scoring_func", ["softmax", "sigmoid"])
+def test_fused_topk_maps_to_moekit(spy, scoring_func):
+    T, E, K = 9, 12, 3
+    g = torch.randn(T, E, generator=torch.Generator().manual_seed(6))  # f32: no ties
+    x = torch.empty(T, 16, dtype=bf16)
+    w, ids, tei = mkv.fused_topk(x, g, K, True, scoring_func=scoring_func)
+    assert len(spy) == 1 and spy[0]["args"][0] is g
+    assert spy[0]["args"][1:] == (K, True, scoring_func) and spy[0]["out"] is None
+    rw, rids, rtei = vllm_fused_topk(g, K, True, scoring_func)
+    assert ids.dtype == i32 and torch.equal(ids, rids)
+    assert w.dtype == f32 and torch.allclose(w, rw, rtol=1e-6, atol=1e-7)
+    assert tei.dtype == i32 and tei.is_contiguous() and torch.equal(tei, rtei)
+    _, ids64, _ = mkv.fused_topk(x, g, K, False, indices_type=i64)
+    assert ids64.dtype == i64 and torch.equal(ids64, vllm_fused_topk(g, K, False)[1].long())
+    _, ids32, _ = mkv.fused_topk(x, g, K, False, torch.int32)
+    assert ids32.dtype == i32
+
+
+@requires_torch
+def test_fused_topk_errors(spy):
+    g = torch.randn(4, 8)
+    with pytest.raises(NotImplementedError, match=r"fused_topk: indices_type=torch.int16 is not "
+                                                  r"supported"):  # fmt: skip
+        mkv.fused_topk(torch.empty(4, 8), g, 2, False, indices_type=torch.int16)
+    with pytest.raises(ValueError, match=r"number of tokens mismatch: hidden_states has 3, "
+                                         r"gating_output 4"):  # fmt: skip
+        mkv.fused_topk(torch.empty(3, 8), g, 2, False)
+    assert spy == []
+
+
+# ---------------------------------------------------------------- the real C++ op (no GPU)
+
+_NO_GPU = pytest.mark.skipif(
+    moekit.raw.device_count() > 0 if torch_skip_reason() is None else False,
+    reason="a CUDA device is present: these calls would launch kernels",
+)
+
+
+@pytest.fixture
+def stubbed_devices(monkeypatch):
+    """CPU tensors stand in for CUDA ones on the eager path (as in test_torch_cpu.py)."""
+    o = moekit.ops
+    monkeypatch.setattr(o, "_device", lambda op, names, *ts: 0)
+    monkeypatch.setattr(o, "_launch_ctx", lambda t: (-1, 0))
+    monkeypatch.setattr(o, "_is_capturing", lambda stream: False)
+    monkeypatch.setattr(o, "_eager", lambda first: True)
+    old = moekit.raw._set_device_check(False)
+    yield o
+    moekit.raw._set_device_check(old)
+    o.release_workspaces()
+
+
+_CPP_CASES = {
+    "plain": {},
+    "int64 ids": {"ids64": True},
+    "expert_map": {"expert_map": True},
+    "bf16 weights": {"weights": "bf16"},
+    "apply_router_weight_on_input": {"top1": True, "apply_router_weight_on_input": True},
+    "inplace": {"inplace": True, "expert_map": True, "ids64": True},
+    "inplace + on input": {"inplace": True, "top1": True, "apply_router_weight_on_input": True},
+}
+
+
+@requires_torch
+@_NO_GPU
+@pytest.mark.parametrize("case", list(_CPP_CASES))
+def test_cpp_op_accepts_what_the_adapter_passes(stubbed_devices, case):
+    """With the device checks stubbed, moekit's C++ op gets the adapter's arguments and
+    passes every validation (dtypes, shapes, contiguity, in-place aliasing): only the
+    launch fails without a GPU."""
+    opts = dict(_CPP_CASES[case])
+    K = 1 if opts.pop("top1", False) else 2
+    x, w1, w2, w, ids, emap = _problem(6, 4, 64, 32, K, global_experts=8, seed=7)
+    kwargs = {}
+    if opts.pop("expert_map", False):
+        kwargs["expert_map"] = emap
+    else:
+        ids = ids % 4
+    if opts.pop("ids64", False):
+        ids = ids.long()
+    if opts.pop("weights", None) == "bf16":
+        w = w.to(bf16)
+    kwargs.update(opts)
+    with pytest.raises(moekit.MoekitError) as info:
+        mkv.fused_experts(x, w1, w2, w, ids, **kwargs)
+    msg = str(info.value)
+    assert ("argument '" not in msg or "argument 'stream'" in msg) and "CUDA" in msg, msg
+
+
+@requires_torch
+@_NO_GPU
+def test_cpp_topk_accepts_what_the_adapter_passes(stubbed_devices):
+    g = torch.randn(5, 16)
+    with pytest.raises(moekit.MoekitError) as info:
+        mkv.fused_topk(torch.empty(5, 64, dtype=bf16), g, 4, True)
+    msg = str(info.value)
+    assert ("argument '" not in msg or "argument 'stream'" in msg) and "CUDA" in msg, msg
+
+
+# ---------------------------------------------------------------- GPU: against vLLM's semantics
+# MOEKIT_TEST_SELFCHECK=1 runs these on the CPU with the ops replaced by the contract
+# spies (the tests' own logic, not moekit).
+
+_DEVICE = "cpu" if SELFCHECK else "cuda"
+
+_GPU_CASES = [  # (T, E, H, N, K, dtype, options)
+    (1, 8, 128, 64, 2, "bf16", {}),
+    (7, 16, 256, 128, 4, "bf16", {"ids64": True}),
+    (64, 8, 128, 256, 2, "f16", {"expert_map": 24}),
+    (300, 32, 512, 128, 8, "bf16", {"expert_map": 128, "ids64": True}),
+    (33, 16, 256, 64, 1, "bf16", {"apply_router_weight_on_input": True}),
+    (200, 8, 256, 128, 1, "bf16", {"apply_router_weight_on_input": True, "expert_map": 16}),
+    (17, 16, 128, 64, 2, "bf16", {"inplace": True}),
+    (129, 16, 256, 128, 1, "f16", {"inplace": True, "apply_router_weight_on_input": True,
+                                    "expert_map": 40, "ids64": True}),
+    (0, 8, 128, 64, 2, "bf16", {"expert_map": 16}),
+]  # fmt: skip
+
+
+@pytest.fixture
+def gpu_ops(monkeypatch):
+    if SELFCHECK:
+        calls = []
+        monkeypatch.setattr(moekit.ops, "fused_moe_experts", _contract_experts(calls))
+        monkeypatch.setattr(moekit.ops, "fused_topk", _contract_topk(calls))
+
+
+@requires_gpu
+@pytest.mark.parametrize("case", _GPU_CASES, ids=[f"T{c[0]}-E{c[1]}-K{c[4]}-{c[5]}-"
+                                                  + "-".join(sorted(c[6])) for c in _GPU_CASES])
+def test_fused_experts_against_vllm_semantics(gpu_ops, case):  # fmt: skip
+    T, E, H, N, K, dtype, opts = case
+    opts = dict(opts)
+    G = opts.pop("expert_map", None)
+    x, w1, w2, w, ids, emap = _problem(T, E, H, N, K, dtype=getattr(torch, {"bf16": "bfloat16",
+                                       "f16": "float16"}[dtype]), device=_DEVICE,
+                                       global_experts=G, seed=T * 31 + E)  # fmt: skip
+    kwargs = {"expert_map": emap, "global_num_experts": G} if G else {}
+    semantics = {"expert_map": emap,
+                 "apply_router_weight_on_input": opts.get("apply_router_weight_on_input", False)}
+    if opts.pop("ids64", False):
+        ids = ids.long()
+    want = vllm_fused_experts(x, w1, w2, w, ids, **semantics)
+    h = x.clone()
+    out = mkv.fused_experts(h, w1, w2, w, ids, **kwargs, **opts)
+    if opts.get("inplace"):
+        assert out is h
+    else:
+        assert out is not h and torch.equal(h, x)  # the input is left as it was
+    ref.assert_close(out, want, ref.ACCURACY[x.dtype], f"fused_experts {case}")
+    if G and T:  # remote routes add nothing: all routes remote gives zeros
+        remote = (emap < 0).nonzero()[0].item()
+        none_local = torch.full_like(ids, remote)
+        z = mkv.fused_experts(x, w1, w2, w, none_local, expert_map=emap)
+        assert torch.equal(z, torch.zeros_like(x))
+
+
+@requires_gpu
+@pytest.mark.parametrize("T,E,K", [(1, 8, 2), (37, 64, 6), (512, 128, 8), (0, 16, 4)])
+@pytest.mark.parametrize("renormalize", [False, True])
+def test_fused_topk_against_vllm_semantics(gpu_ops, T, E, K, renormalize):
+    g = torch.randn(T, E, generator=torch.Generator().manual_seed(T + E)).to(_DEVICE)
+    x = torch.empty(T, 64, dtype=bf16, device=_DEVICE)
+    for indices_type in (None, i64):
+        w, ids, tei = mkv.fused_topk(x, g, K, renormalize, indices_type=indices_type)
+        rw, rids, rtei = vllm_fused_topk(g, K, renormalize)
+        assert ids.dtype == (indices_type or i32) and ids.device == g.device
+        assert torch.equal(ids.long(), rids.long())
+        ref.assert_close(w, rw, 1e-5, "topk_weights")
+        assert torch.equal(tei, rtei)
