@@ -37,7 +37,8 @@ PYTHONUNBUFFERED=1 "$PY" -m pytest -q -rs -p no:cacheprovider "${timeout[@]}" te
   test_reference.py test_torch_alternatives.py 2>&1 | tee "$out/pytest-cpu.log"
 rc1=${PIPESTATUS[0]}
 count "$out/pytest-cpu.log"
-PYTHONUNBUFFERED=1 "$PY" -m pytest -q -rs -p no:cacheprovider "${timeout[@]}" test_ops_gpu.py 2>&1 |
+PYTHONUNBUFFERED=1 "$PY" -m pytest -q -rs -p no:cacheprovider "${timeout[@]}" test_ops_gpu.py \
+  test_vllm_integration.py 2>&1 |
   tee "$out/pytest-gpu.log"
 rc2=${PIPESTATUS[0]}
 count "$out/pytest-gpu.log"

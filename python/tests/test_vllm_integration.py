@@ -26,7 +26,8 @@ if torch_skip_reason() is None:
     import torch_reference as ref
     from moekit.integrations import vllm as mkv
 
-    bf16, f16, f32, i32, i64 = torch.bfloat16, torch.float16, torch.float32, torch.int32, torch.int64
+    bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
+    i32, i64 = torch.int32, torch.int64
 
 
 def test_import_without_torch_says_why():
@@ -317,8 +318,8 @@ def test_unsupported_arguments_raise_naming_them(spy, case):
 @requires_torch
 def test_apply_router_weight_on_input_needs_top1(spy):
     x, w1, w2, w, ids, _ = _problem(T_, E_, H_, N_, 2)
-    with pytest.raises(NotImplementedError, match=r"apply_router_weight_on_input=True is not "
-                                                  r"supported: only with top-1 routing"):  # fmt: skip
+    msg = r"apply_router_weight_on_input=True is not supported: only with top-1 routing"
+    with pytest.raises(NotImplementedError, match=msg):
         mkv.fused_experts(x, w1, w2, w, ids, apply_router_weight_on_input=True)
     assert spy == []
 
@@ -472,9 +473,8 @@ def test_fused_experts_against_vllm_semantics(gpu_ops, case):  # fmt: skip
     T, E, H, N, K, dtype, opts = case
     opts = dict(opts)
     G = opts.pop("expert_map", None)
-    x, w1, w2, w, ids, emap = _problem(T, E, H, N, K, dtype=getattr(torch, {"bf16": "bfloat16",
-                                       "f16": "float16"}[dtype]), device=_DEVICE,
-                                       global_experts=G, seed=T * 31 + E)  # fmt: skip
+    x, w1, w2, w, ids, emap = _problem(T, E, H, N, K, dtype={"bf16": bf16, "f16": f16}[dtype],
+                                       device=_DEVICE, global_experts=G, seed=T * 31 + E)
     kwargs = {"expert_map": emap, "global_num_experts": G} if G else {}
     semantics = {"expert_map": emap,
                  "apply_router_weight_on_input": opts.get("apply_router_weight_on_input", False)}
@@ -508,3 +508,31 @@ def test_fused_topk_against_vllm_semantics(gpu_ops, T, E, K, renormalize):
         assert torch.equal(ids.long(), rids.long())
         ref.assert_close(w, rw, 1e-5, "topk_weights")
         assert torch.equal(tei, rtei)
+
+
+@requires_torch
+def test_traces_as_moekit_ops_and_torch_ops():
+    """make_fx and torch.compile(fullgraph=True) see moekit's custom ops (the out variant
+    for inplace) and the adapter's torch ops, on meta tensors."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def meta(*shape, dtype=bf16):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    args = (meta(6, 64), meta(4, 64, 64), meta(4, 64, 32), meta(6, 1, dtype=f32),
+            meta(6, 1, dtype=i64), meta(8, dtype=i32))  # fmt: skip
+
+    def layer(x, w1, w2, w, ids, emap):
+        return mkv.fused_experts(x, w1, w2, w, ids, inplace=True, expert_map=emap,
+                                 apply_router_weight_on_input=True)  # fmt: skip
+
+    code = make_fx(layer, tracing_mode="fake")(*args).code
+    for op in ("aten.index_select", "aten.mul.out", "moekit.fused_moe_experts_out"):
+        assert op in code, code
+    torch._dynamo.reset()
+    out = torch.compile(layer, fullgraph=True, backend="aot_eager")(*args)
+    assert out.shape == (6, 64) and out.device.type == "meta"
+    topk = torch.compile(lambda x, g: mkv.fused_topk(x, g, 2, True, indices_type=i64),
+                         fullgraph=True, backend="aot_eager")  # fmt: skip
+    w, ids, tei = topk(args[0], meta(6, 8, dtype=f32))
+    assert (w.dtype, ids.dtype, tei.dtype) == (f32, i64, i32) and ids.shape == (6, 2)
