@@ -47,3 +47,19 @@ requires_real_gpu = pytest.mark.skipif(
 )
 
 DEVICE = "cpu" if SELFCHECK else "cuda"
+
+
+@pytest.fixture
+def stubbed_devices(monkeypatch):
+    """A fixture (needs torch): CPU tensors stand in for CUDA ones on the eager path, the
+    device checks stubbed (test_torch_cpu.py's test_the_torch_layer_passes_valid_arguments
+    says why); yields moekit.ops."""
+    o = moekit.ops
+    monkeypatch.setattr(o, "_device", lambda op, names, *ts: 0)
+    monkeypatch.setattr(o, "_launch_ctx", lambda t: (-1, 0))
+    monkeypatch.setattr(o, "_is_capturing", lambda stream: False)
+    monkeypatch.setattr(o, "_eager", lambda first: True)
+    old = moekit.raw._set_device_check(False)
+    yield o
+    moekit.raw._set_device_check(old)
+    o.release_workspaces()

@@ -4,7 +4,7 @@ so, where PyTorch is not installed."""
 
 import pytest
 
-from mk_support import requires_torch, torch_skip_reason
+from mk_support import requires_torch, stubbed_devices, torch_skip_reason  # noqa: F401
 
 pytestmark = requires_torch
 
@@ -597,21 +597,6 @@ def test_cpu_out_tensors_are_rejected_naming_the_argument():
     with pytest.raises(moekit.MoekitError, match=r"moekit::fused_topk: argument "
                                                  r"'gating_output': expected a CUDA tensor"):
         moekit.fused_topk(lg, 2, out=(torch.empty(4, 2), torch.empty(4, 2, dtype=i32)))
-
-
-@pytest.fixture
-def stubbed_devices(monkeypatch):
-    """CPU tensors stand in for CUDA ones on the eager path (as in
-    test_the_torch_layer_passes_valid_arguments)."""
-    o = moekit.ops
-    monkeypatch.setattr(o, "_device", lambda op, names, *ts: 0)
-    monkeypatch.setattr(o, "_launch_ctx", lambda t: (-1, 0))
-    monkeypatch.setattr(o, "_is_capturing", lambda stream: False)
-    monkeypatch.setattr(o, "_eager", lambda first: True)
-    old = moekit.raw._set_device_check(False)
-    yield o
-    moekit.raw._set_device_check(old)
-    o.release_workspaces()
 
 
 @_NO_GPU

@@ -18,6 +18,7 @@ import pytest
 
 import moekit
 from mk_support import SELFCHECK, requires_gpu, requires_torch, torch_skip_reason
+from mk_support import stubbed_devices  # noqa: F401  (a fixture)
 
 if torch_skip_reason() is None:
     import torch
@@ -377,20 +378,6 @@ _NO_GPU = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def stubbed_devices(monkeypatch):
-    """CPU tensors stand in for CUDA ones on the eager path (as in test_torch_cpu.py)."""
-    o = moekit.ops
-    monkeypatch.setattr(o, "_device", lambda op, names, *ts: 0)
-    monkeypatch.setattr(o, "_launch_ctx", lambda t: (-1, 0))
-    monkeypatch.setattr(o, "_is_capturing", lambda stream: False)
-    monkeypatch.setattr(o, "_eager", lambda first: True)
-    old = moekit.raw._set_device_check(False)
-    yield o
-    moekit.raw._set_device_check(old)
-    o.release_workspaces()
-
-
 _CPP_CASES = {
     "plain": {},
     "int64 ids": {"ids64": True},
@@ -406,7 +393,7 @@ _CPP_CASES = {
 @_NO_GPU
 @pytest.mark.parametrize("case", list(_CPP_CASES))
 def test_cpp_op_accepts_what_the_adapter_passes(stubbed_devices, case):
-    """With the device checks stubbed, moekit's C++ op gets the adapter's arguments and
+    """With the device checks stubbed (mk_support.stubbed_devices), moekit's C++ op gets the adapter's arguments and
     passes every validation (dtypes, shapes, contiguity, in-place aliasing): only the
     launch fails without a GPU."""
     opts = dict(_CPP_CASES[case])
