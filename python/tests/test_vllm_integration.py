@@ -215,7 +215,9 @@ def test_fused_experts_passes_its_tensors_unchanged(spy):
     out2 = mkv.fused_experts(hidden_states=x, w1=w1, w2=w2, topk_weights=w, topk_ids=ids,
                              inplace=False, activation="silu", global_num_experts=E_,
                              allow_deep_gemm=True, allow_cutlass_block_scaled_grouped_gemm=True,
-                             quant_config=types.SimpleNamespace(quant_dtype=None))  # fmt: skip
+                             quant_config=types.SimpleNamespace(
+                                 quant_dtype=None, use_fp8_w8a8=False, w1_scale=None,
+                                 w1_bias=None))  # fmt: skip
     assert len(spy) == 2 and spy[1]["x"] is x and spy[1]["ids"] is ids
     assert torch.equal(out, out2)
 
@@ -299,6 +301,9 @@ _NOT_IMPLEMENTED = [
     ({"quant_config": types.SimpleNamespace(quant_dtype="fp8")}, "quant_config="),
     ({"quant_config": object()}, "quant_config="),
     ({"quant_config": types.SimpleNamespace(quant_dtype=None, w1_bias="T")}, "quant_config="),
+    ({"quant_config": types.SimpleNamespace(quant_dtype=None, w2_scale="T")}, "quant_config="),
+    ({"quant_config": types.SimpleNamespace(quant_dtype=None, use_int4_w4a16=True)},
+     "quant_config="),
 ] + [({name: "T"}, f"{name}=") for name in ("w1_scale", "w2_scale", "w1_zp", "w2_zp",
                                              "a1_scale", "a2_scale")]  # fmt: skip
 

@@ -186,8 +186,13 @@ def _local_ids(topk_ids, expert_map, global_num_experts, num_local):
 
 
 def _is_quantized(quant_config):
-    # vLLM's FusedMoEQuantConfig: unquantized (FUSED_MOE_UNQUANTIZED_CONFIG) has no
-    # quant_dtype and no biases. Anything else, or an object that does not say, is.
+    # vLLM's FusedMoEQuantConfig: the unquantized one (FUSED_MOE_UNQUANTIZED_CONFIG) has no
+    # activation quant_dtype, no use_* flag, no scales, zero points or biases (weight-only
+    # quantization has quant_dtype None but weight scales). An object that does not say
+    # (no quant_dtype attribute) counts as quantized.
     if getattr(quant_config, "quant_dtype", "unknown") is not None:
         return True
-    return any(getattr(quant_config, b, None) is not None for b in ("w1_bias", "w2_bias"))
+    if any(getattr(quant_config, f, False) for f in _QUANT_FLAGS):
+        return True
+    return any(getattr(quant_config, t, None) is not None
+               for t in _QUANT_VALUES + ("w1_bias", "w2_bias"))  # fmt: skip
