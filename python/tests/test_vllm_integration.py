@@ -398,9 +398,9 @@ _CPP_CASES = {
 @_NO_GPU
 @pytest.mark.parametrize("case", list(_CPP_CASES))
 def test_cpp_op_accepts_what_the_adapter_passes(stubbed_devices, case):
-    """With the device checks stubbed (mk_support.stubbed_devices), moekit's C++ op gets the adapter's arguments and
-    passes every validation (dtypes, shapes, contiguity, in-place aliasing): only the
-    launch fails without a GPU."""
+    """With the device checks stubbed (mk_support.stubbed_devices), moekit's C++ op gets
+    the adapter's arguments and passes every validation (dtypes, shapes, contiguity,
+    in-place aliasing): only the launch fails without a GPU."""
     opts = dict(_CPP_CASES[case])
     K = 1 if opts.pop("top1", False) else 2
     x, w1, w2, w, ids, emap = _problem(6, 4, 64, 32, K, global_experts=8, seed=7)
