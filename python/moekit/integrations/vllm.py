@@ -150,13 +150,13 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False,
             f"moekit.integrations.vllm.{fn}: topk shape mismatch: topk_weights "
             f"{list(topk_weights.shape)}, topk_ids {list(topk_ids.shape)}"
         )
+    if apply_router_weight_on_input and (topk_ids.dim() != 2 or topk_ids.shape[1] != 1):
+        _unsupported(fn, "apply_router_weight_on_input", True,
+                     f"only with top-1 routing (topk_ids {list(topk_ids.shape)})")  # fmt: skip
     ids = _local_ids(topk_ids, expert_map, global_num_experts, w1.shape[0])
     weights = topk_weights if topk_weights.dtype == torch.float32 else topk_weights.float()
     x = hidden_states
     if apply_router_weight_on_input:
-        if topk_ids.dim() != 2 or topk_ids.shape[1] != 1:
-            _unsupported(fn, "apply_router_weight_on_input", True,
-                         f"only with top-1 routing (topk_ids {list(topk_ids.shape)})")  # fmt: skip
         # x * w in f32, rounded once to x's dtype; the experts then take weight 1.
         x = torch.mul(hidden_states, weights, out=torch.empty_like(hidden_states))
         weights = torch.ones_like(weights)
