@@ -99,7 +99,6 @@ class ArgCheck {
   void launch_target(cudaStream_t stream, const char* out_name, const TensorView& out) const;
 
   const char* op() const { return op_; }
-  bool shapes_only() const { return mode_ == Mode::kShapesOnly; }
 
  private:
   // Bytes of a validated view (inline: these run for every pair of every call).

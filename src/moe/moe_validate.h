@@ -10,11 +10,6 @@
 
 namespace moekit::detail {
 
-// A dimension of a view, 0 when the view has fewer dims (size functions must not throw).
-inline int64_t dim_or_zero(const TensorView& t, int d) {
-  return t.ndim > d ? t.shape[d] : 0;
-}
-
 inline std::string str(int64_t v) {
   return std::to_string(v);
 }
@@ -85,13 +80,6 @@ inline void check_topk_ids(const ArgCheck& c, MoEShapes& s, const TensorView& to
   MOEKIT_REQUIRE(c, s.K > 0, "topk_ids", "top_k (dim 1) >= 1", topk_ids.describe());
   MOEKIT_REQUIRE(c, s.T * s.K <= INT32_MAX, "topk_ids", "at most 2^31-1 routes (T*K)",
                  topk_ids.describe());
-}
-
-// topk_ids as above, and topk_weights [T, K] f32.
-inline void check_topk(const ArgCheck& c, MoEShapes& s, const TensorView& topk_weights,
-                       const TensorView& topk_ids) {
-  check_topk_ids(c, s, topk_ids);
-  c.tensor("topk_weights", topk_weights, {DType::kF32}, {s.T, s.K});
 }
 
 // A *_workspace_size query of op `op`: `bytes(c)` validates what the size depends on

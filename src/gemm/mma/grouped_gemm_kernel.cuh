@@ -68,9 +68,8 @@ __device__ __forceinline__ void setup_loader(const GemmParams& p, const TileCoor
 }
 
 // One tile's mainloop over k-slices [kt_begin, kt_end) (of BK_BYTES each) into acc
-// (zeroed here). Shared by the plain kernel (all of k) and the split-K kernel. kPdl:
-// the kernel's PDL role (mainloop.cuh run_pipeline_pdl); kPdlNone is today's pipeline.
-template <class Cfg, class In, class Mma, int kPdl = kPdlNone>
+// (zeroed here). Shared by the plain kernel (all of k) and the split-K kernel.
+template <class Cfg, class In, class Mma>
 __device__ __forceinline__ void tile_mainloop(const GemmParams& p, const TileCoord& t,
                                               uint8_t* smem, float (&acc)[Cfg::MF][Cfg::NF][4],
                                               int kt_begin, int kt_end) {
@@ -94,21 +93,13 @@ __device__ __forceinline__ void tile_mainloop(const GemmParams& p, const TileCoo
     warp_mma_tile<Cfg, Mma>(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
                             acc, wm, wn, lane, valid_mf);
   };
-  if constexpr (kPdl == kPdlNone) {
-    run_pipeline<Cfg>(
-        kt_end - kt_begin,
-        [&](int stage, int kt) {
-          loader.load(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
-                      kt_begin + kt);
-        },
-        compute);
-  } else {
-    run_pipeline_pdl<Cfg, kPdl>(
-        kt_end - kt_begin,
-        [&](int stage, int kt) { loader.load_a(s_a0 + stage * Cfg::A_STAGE_BYTES, kt_begin + kt); },
-        [&](int stage, int kt) { loader.load_b(s_b0 + stage * Cfg::B_STAGE_BYTES, kt_begin + kt); },
-        compute);
-  }
+  run_pipeline<Cfg>(
+      kt_end - kt_begin,
+      [&](int stage, int kt) {
+        loader.load(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
+                    kt_begin + kt);
+      },
+      compute);
 }
 
 template <class Cfg, class In>
@@ -117,48 +108,17 @@ __device__ __forceinline__ int k_slices(const GemmParams& p) {
   return static_cast<int>((k_bytes + Cfg::BK_BYTES - 1) / Cfg::BK_BYTES);
 }
 
-// The kernel body; kPdl: its PDL role (docs/gemm.md "PDL chain of an MLP's GEMMs").
-//  * kPdlFirst: griddepcontrol.wait first, before the tile lookup (the layout metadata,
-//    a and c may be produced or read by any earlier kernel), so every CTA has waited
-//    before any of them triggers (in run_pipeline_pdl, once its last loads are issued).
-//  * kPdlSecond: launched right behind a kPdlFirst GEMM (run_grouped_gemm_pair), so it
-//    can start when every CTA of that GEMM has triggered, i.e. after each of them
-//    passed its own wait: every kernel before that GEMM in the stream has then
-//    completed, with its writes visible. What this kernel reads before its own wait is
-//    therefore safe as long as the kPdlFirst GEMM does not write it: the layout
-//    metadata (find_tile) and the weights b (the prologue's b stages), which it never
-//    writes (it writes only its c, this kernel's a). Its a loads and every store come
-//    after the wait, which returns once the kPdlFirst GEMM has completed and its
-//    writes are visible. A CTA without a tile waits before exiting, so the grid never
-//    completes before its predecessor (the ordering stays transitive for what follows).
-template <class Cfg, class In, class Out, class Mma, int kPdl>
-__device__ __forceinline__ void grouped_gemm_body(const GemmParams& p, uint8_t* smem) {
-  if constexpr (kPdl == kPdlFirst) pdl_wait();
-  TileCoord t;
-  if (!find_tile<Cfg::THREADS>(p.rows, Cfg::BM, p.n_tiles, blockIdx.x, t)) {
-    if constexpr (kPdl == kPdlSecond) pdl_wait();
-    return;
-  }
-  float acc[Cfg::MF][Cfg::NF][4];
-  tile_mainloop<Cfg, In, Mma, kPdl>(p, t, smem, acc, 0, k_slices<Cfg, In>(p));
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  store_tile<Cfg, Out>(acc, static_cast<Out*>(p.c), p.n, t.row0, t.rows, t.n_tile, p.silu != 0,
-                       warp / Cfg::WARPS_N, warp % Cfg::WARPS_N, lane);
-}
-
 template <class Cfg, class In, class Out, class Mma>
 __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     grouped_gemm_kernel(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
-  grouped_gemm_body<Cfg, In, Out, Mma, kPdlNone>(p, smem);
-}
-
-// The PDL roles' kernels (separate instantiations: grouped_gemm_kernel stays as it was).
-template <class Cfg, class In, class Out, class Mma, int kPdl>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
-    grouped_gemm_pdl_kernel(const __grid_constant__ GemmParams p) {
-  extern __shared__ __align__(128) uint8_t smem[];
-  grouped_gemm_body<Cfg, In, Out, Mma, kPdl>(p, smem);
+  TileCoord t;
+  if (!find_tile<Cfg::THREADS>(p.rows, Cfg::BM, p.n_tiles, blockIdx.x, t)) return;
+  float acc[Cfg::MF][Cfg::NF][4];
+  tile_mainloop<Cfg, In, Mma>(p, t, smem, acc, 0, k_slices<Cfg, In>(p));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  store_tile<Cfg, Out>(acc, static_cast<Out*>(p.c), p.n, t.row0, t.rows, t.n_tile, p.silu != 0,
+                       warp / Cfg::WARPS_N, warp % Cfg::WARPS_N, lane);
 }
 
 // The host's upper bound of Cfg's tiles for p (no sync on the metadata), with
@@ -179,32 +139,14 @@ int64_t launch_tile_bound(GemmParams& p, const char* op, int split = 1) {
   return tiles;
 }
 
-// Launches the kernel over an upper bound of tiles (no host sync on the metadata);
-// kPdl != kPdlNone: grouped_gemm_pdl_kernel with the programmatic-stream-serialization
-// attribute.
-template <class Cfg, class In, class Out, class Mma, int kPdl = kPdlNone>
+// Launches the kernel over an upper bound of tiles (no host sync on the metadata).
+template <class Cfg, class In, class Out, class Mma>
 void launch_grouped_gemm_kernel(GemmParams p, cudaStream_t stream, const char* op) {
   const int64_t tiles = launch_tile_bound<Cfg>(p, op);
   if (tiles <= 0) return;
-  if constexpr (kPdl == kPdlNone) {
-    auto kernel = grouped_gemm_kernel<Cfg, In, Out, Mma>;
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
-    kernel<<<static_cast<unsigned>(tiles), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
-  } else {
-    auto kernel = grouped_gemm_pdl_kernel<Cfg, In, Out, Mma, kPdl>;
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(tiles));
-    config.blockDim = dim3(Cfg::THREADS);
-    config.dynamicSmemBytes = Cfg::SMEM_BYTES;
-    config.stream = stream;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    cudaLaunchKernelEx(&config, kernel, p);
-  }
+  auto kernel = grouped_gemm_kernel<Cfg, In, Out, Mma>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+  kernel<<<static_cast<unsigned>(tiles), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
 }
 
 }  // namespace moekit::detail::gemm

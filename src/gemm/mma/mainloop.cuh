@@ -4,7 +4,6 @@
 
 #include <cstdint>
 
-#include "core/pdl.cuh"
 #include "gemm/common/ptx.cuh"
 #include "gemm/mma/tile_config.cuh"
 
@@ -76,65 +75,6 @@ __device__ __forceinline__ void run_pipeline(int k_tiles, LoadFn&& load, Compute
     __syncthreads();
     const int next = kt + Cfg::STAGES - 1;
     if (next < k_tiles) load(next % Cfg::STAGES, next);
-    cp_async_commit();
-    compute(kt % Cfg::STAGES, kt);
-  }
-  cp_async_wait<0>();
-}
-
-// PDL roles of a kernel (mirror GemmPdl in grouped_gemm.h; docs/gemm.md "PDL chain").
-constexpr int kPdlNone = 0;
-constexpr int kPdlFirst = 1;   // wait at the kernel's start; trigger here after the last loads
-constexpr int kPdlSecond = 2;  // b stages before the wait, a after it
-
-// run_pipeline for the PDL roles (kPdlNone kernels use run_pipeline). load_a / load_b
-// issue the a / b copies of k-slice kt into a stage.
-//  * kPdlFirst: as run_pipeline, plus pdl_trigger() once the last k-slice's copies are
-//    issued (the kernel itself waited before its first global access).
-//  * kPdlSecond: the prologue's b copies (slices 0..STAGES-2: weights, never written by
-//    the kPdlFirst GEMM before it; see grouped_gemm_kernel.cuh) go out first, then
-//    pdl_wait(), then the prologue's a copies. The b copies are not committed on their
-//    own: they join the first commit group (with a's slice 0), so the groups stay one
-//    per prologue slice, STAGES-1 of them, and every cp_async_wait<STAGES-2> below waits
-//    for exactly what it does in run_pipeline (slice kt's a and b, plus, for kt == 0,
-//    the b of slices 1..STAGES-2, issued before everything else anyway).
-template <class Cfg, int kPdl, class LoadAFn, class LoadBFn, class ComputeFn>
-__device__ __forceinline__ void run_pipeline_pdl(int k_tiles, LoadAFn&& load_a, LoadBFn&& load_b,
-                                                 ComputeFn&& compute) {
-  static_assert(kPdl == kPdlFirst || kPdl == kPdlSecond, "PDL role");
-  if constexpr (kPdl == kPdlSecond) {
-#pragma unroll
-    for (int s = 0; s < Cfg::STAGES - 1; ++s) {
-      if (s < k_tiles) load_b(s, s);
-    }
-    pdl_wait();
-#pragma unroll
-    for (int s = 0; s < Cfg::STAGES - 1; ++s) {
-      if (s < k_tiles) load_a(s, s);
-      cp_async_commit();
-    }
-  } else {
-#pragma unroll
-    for (int s = 0; s < Cfg::STAGES - 1; ++s) {
-      if (s < k_tiles) {
-        load_a(s, s);
-        load_b(s, s);
-      }
-      cp_async_commit();
-    }
-    if (k_tiles <= Cfg::STAGES - 1) pdl_trigger();  // every load is issued
-  }
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<Cfg::STAGES - 2>();
-    __syncthreads();
-    const int next = kt + Cfg::STAGES - 1;
-    if (next < k_tiles) {
-      load_a(next % Cfg::STAGES, next);
-      load_b(next % Cfg::STAGES, next);
-      if constexpr (kPdl == kPdlFirst) {
-        if (next == k_tiles - 1) pdl_trigger();  // the last slice's loads are issued
-      }
-    }
     cp_async_commit();
     compute(kt % Cfg::STAGES, kt);
   }

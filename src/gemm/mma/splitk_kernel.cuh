@@ -21,32 +21,25 @@
 
 namespace moekit::detail::gemm {
 
-// The kernel body; kPdl: its PDL role, with the same rules and safety argument as
-// grouped_gemm_body (grouped_gemm_kernel.cuh): kPdlFirst waits first and triggers once
-// each CTA's last k-slice loads are issued; kPdlSecond loads only b stages (and reads
-// the metadata) before its wait, and a CTA without a tile waits before exiting.
-template <class Cfg, class In, class Out, class Mma, int kPdl>
-__device__ __forceinline__ void grouped_gemm_splitk_body(const GemmParams& p, int split,
-                                                         uint8_t* smem) {
+template <class Cfg, class In, class Out, class Mma>
+__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+    grouped_gemm_splitk_kernel(const __grid_constant__ GemmParams p, int split) {
+  extern __shared__ __align__(128) uint8_t smem[];
   namespace cg = cooperative_groups;
   constexpr int kAccs = Cfg::MF * Cfg::NF * 4;
   static_assert(kAccs * Cfg::THREADS * 4 <= Cfg::SMEM_BYTES, "partials fit the stages");
   cg::cluster_group cluster = cg::this_cluster();
-  if constexpr (kPdl == kPdlFirst) pdl_wait();
   // Every CTA of a cluster has the same tile (clusters are `split` consecutive blocks),
   // so a cluster exits or runs as a whole.
   TileCoord t;
-  if (!find_tile<Cfg::THREADS>(p.rows, Cfg::BM, p.n_tiles, blockIdx.x / split, t)) {
-    if constexpr (kPdl == kPdlSecond) pdl_wait();
-    return;
-  }
+  if (!find_tile<Cfg::THREADS>(p.rows, Cfg::BM, p.n_tiles, blockIdx.x / split, t)) return;
   const int rank = static_cast<int>(cluster.block_rank());
   const int kt_total = k_slices<Cfg, In>(p);
   const int kt_begin = static_cast<int>(static_cast<int64_t>(kt_total) * rank / split);
   const int kt_end = static_cast<int>(static_cast<int64_t>(kt_total) * (rank + 1) / split);
 
   float acc[Cfg::MF][Cfg::NF][4];
-  tile_mainloop<Cfg, In, Mma, kPdl>(p, t, smem, acc, kt_begin, kt_end);
+  tile_mainloop<Cfg, In, Mma>(p, t, smem, acc, kt_begin, kt_end);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
@@ -107,49 +100,26 @@ __device__ __forceinline__ void grouped_gemm_splitk_body(const GemmParams& p, in
   cluster.sync();  // no CTA exits while another still reads its partials
 }
 
+// Launches `split`-CTA clusters over an upper bound of tiles (no host sync), with the
+// cluster-dimension attribute.
 template <class Cfg, class In, class Out, class Mma>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
-    grouped_gemm_splitk_kernel(const __grid_constant__ GemmParams p, int split) {
-  extern __shared__ __align__(128) uint8_t smem[];
-  grouped_gemm_splitk_body<Cfg, In, Out, Mma, kPdlNone>(p, split, smem);
-}
-
-// The PDL roles' kernels (separate instantiations: grouped_gemm_splitk_kernel stays).
-template <class Cfg, class In, class Out, class Mma, int kPdl>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
-    grouped_gemm_splitk_pdl_kernel(const __grid_constant__ GemmParams p, int split) {
-  extern __shared__ __align__(128) uint8_t smem[];
-  grouped_gemm_splitk_body<Cfg, In, Out, Mma, kPdl>(p, split, smem);
-}
-
-// Launches `split`-CTA clusters over an upper bound of tiles (no host sync); kPdl !=
-// kPdlNone: grouped_gemm_splitk_pdl_kernel, with the cluster-dimension and the
-// programmatic-stream-serialization attributes in one cudaLaunchKernelEx.
-template <class Cfg, class In, class Out, class Mma, int kPdl = kPdlNone>
 void launch_grouped_gemm_splitk(GemmParams p, int split, cudaStream_t stream, const char* op) {
   const int64_t tiles = launch_tile_bound<Cfg>(p, op, split);
   if (tiles <= 0) return;
-  void (*kernel)(GemmParams, int) = nullptr;
-  if constexpr (kPdl == kPdlNone) {
-    kernel = grouped_gemm_splitk_kernel<Cfg, In, Out, Mma>;
-  } else {
-    kernel = grouped_gemm_splitk_pdl_kernel<Cfg, In, Out, Mma, kPdl>;
-  }
+  void (*kernel)(GemmParams, int) = grouped_gemm_splitk_kernel<Cfg, In, Out, Mma>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(tiles * split));
   config.blockDim = dim3(Cfg::THREADS);
   config.dynamicSmemBytes = Cfg::SMEM_BYTES;
   config.stream = stream;
-  cudaLaunchAttribute attr[2];
+  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = static_cast<unsigned>(split);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
-  config.numAttrs = kPdl == kPdlNone ? 1 : 2;
+  config.numAttrs = 1;
   cudaLaunchKernelEx(&config, kernel, p, split);
 }
 

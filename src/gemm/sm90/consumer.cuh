@@ -1,5 +1,5 @@
-// One cooperative consumer warpgroup's tile (config 2, the paired configs 7 / 10 / 11 and the
-// MLP chain): the mainloop (mainloop.cuh) and the register epilogue
+// One cooperative consumer warpgroup's tile (the unpaired and paired kernels and the MLP
+// chain): the mainloop (mainloop.cuh) and the register epilogue
 // (epilogue.cuh).
 #pragma once
 

@@ -86,8 +86,8 @@ CUtensorMap make_tma(const T* ptr, int64_t rows, int64_t k, int64_t l, int box_r
 
 // T: the CuTe element type (cutlass::bfloat16_t / cutlass::half_t; the GMMA selector
 // keys on these, not on __nv_bfloat16 / __half).
-// PAIR_ (schedule.cuh): kPairNone = config 2; kPairN = config 7, 2-CTA clusters on
-// n-tile pairs with the a box multicast (each CTA loads 64 of its 128 rows).
+// PAIR_ (schedule.cuh): kPairNone, or kPairAuto (the adaptive pairs: 2-CTA clusters, the
+// shared operand's boxes multicast; a in two boxes of 64 rows).
 // BN_: b rows per tile, 256, 224 or 192 (two boxes of BN_ / 2 rows; silu: BN_ / 2
 // output columns, which the epilogue needs in whole 32-column groups: 224 takes no silu).
 // 224 needs CuTe's extended wgmma shapes (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, defined
@@ -101,7 +101,7 @@ struct Config {
   static constexpr int PAIR = PAIR_;
   static constexpr int CLUSTER = PAIR == kPairNone ? 1 : 2;
   // a rows per TMA box (kPairAuto: two boxes for its own a tile, one for a shared one)
-  static constexpr int A_BOX = PAIR == kPairN || PAIR == kPairAuto ? BM / 2 : BM;
+  static constexpr int A_BOX = PAIR == kPairAuto ? BM / 2 : BM;
   static constexpr int MAX_GROUPS = 1024;
   static constexpr int THREADS = 384;  // warpgroup 0: producer; 1, 2: consumers
   static constexpr int CONSUMER_THREADS = 256;
@@ -173,8 +173,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int G = p.rows.num_groups;
 
   // Tile schedule (schedule.cuh): tile_start[G + 1] in shared memory.
-  build_tile_schedule<Cfg::THREADS, sched_bm<Cfg>(), Cfg::PAIR == kPairAuto>(
-      p.rows, sched_n_tiles<Cfg>(p.n_tiles), p.tile_bound, ss.tile_start);
+  build_tile_schedule<Cfg::THREADS, BM, Cfg::PAIR == kPairAuto>(p.rows, p.n_tiles, p.tile_bound,
+                                                                ss.tile_start);
   // Both consumer warpgroups (8 warps) read every tile id; paired, rank 1's producer
   // receives the pair ids from rank 0's.
   if (threadIdx.x == 0) {
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     // Producer: one thread issues every TMA load.
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      produce_tiles<Cfg, 1, /*PAIR_CHANNEL=*/true>(p, ss, pipeline, total, k_tiles, walk);
+      produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles, walk);
     }
   } else {
     // Consumers: two warpgroups, 64 rows each, of the 128 x 256 tile.
@@ -236,8 +236,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       // Nothing to store: no valid row in this warpgroup's half (a group's last tile with
       // <= 64 rows), or a pair's second n-tile past n.
-      const bool skip =
-          64 * wg >= t.rows || ((Cfg::PAIR == kPairN || Cfg::PAIR == kPairAuto) && t.n0 >= p.n);
+      const bool skip = 64 * wg >= t.rows || (Cfg::PAIR == kPairAuto && t.n0 >= p.n);
       run_cooperative_tile<BN, Cfg::B_BOX, Cfg::CLUSTER>(mma, tCrA, tCrB, acc, tCcC, pipeline, read,
                                                          t, skip, k_tiles, c, p.n, silu, q, wg);
     }
@@ -254,7 +253,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 // In: __nv_bfloat16 / __half (pointer type of the problem); T: the matching CuTe type.
 // Callers route k == 0 elsewhere (a TMA descriptor needs a non-empty k extent).
 // Fills the kernel parameters of config Cfg (BM, BN, B_BOX, MAX_GROUPS, the smem box
-// layouts; shared with the ping-pong config 6) and returns the host's upper bound of
+// layouts) and returns the host's upper bound of
 // tiles (0: nothing to do, p untouched).
 template <class Cfg, class T>
 int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const char* op,
@@ -266,9 +265,8 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   const int64_t b_rows = silu ? 2 * prob.n : prob.n;
   const int64_t out_cols_per_tile = silu ? Cfg::B_BOX : Cfg::BN;
   const int64_t n_tiles = (prob.n + out_cols_per_tile - 1) / out_cols_per_tile;
-  // Paired configs count pair tiles (schedule.cuh).
-  const int64_t tiles =
-      max_tiles(rows, sched_bm<Cfg>(), sched_n_tiles<Cfg>(static_cast<int>(n_tiles)));
+  // An upper bound of the pair tiles too (pair_tiles_of_group <= tiles_of_group).
+  const int64_t tiles = max_tiles(rows, Cfg::BM, static_cast<int>(n_tiles));
   if (tiles <= 0) return 0;
   if (G > Cfg::MAX_GROUPS) {
     throw Error(std::string("moekit::") + op + ": the SM90 GEMM config supports at most " +

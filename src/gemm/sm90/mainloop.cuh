@@ -37,32 +37,27 @@ __device__ __forceinline__ void load_box(void* dst, const CUtensorMap& map, uint
 // The producer thread's loads of one tile `t`: k_tiles stages of the a box(es) (BM x BK
 // rows from the tile's first a row) and two b boxes (B_BOX rows each, at the tile's two b
 // row offsets), advancing `write`. Box i of a stage area is its i-th A_BOX x BK (B_BOX x BK)
-// block (the SmemLayout*Boxes stack boxes along rows). Paired configs (Cfg::PAIR, 2-CTA
+// block (the SmemLayout*Boxes stack boxes along rows). The adaptive pairs (kPairAuto, 2-CTA
 // clusters) load the shared operand's half that is theirs (`rank`), multicast to both CTAs:
-// kPairN a rows [64 rank, + 64) of the tile (both CTAs have the same m-tile), kPairM b box
-// `rank` (both have the same n-tile). Each CTA's full barrier still expects STAGE_BYTES: its
-// own loads plus the partner's multicast half. before_stage(kt) runs before stage kt's
-// acquire (the schedule claims its next tile there). Shared by configs 2, 6, 7, 8, 10, 11
-// and the MLP chain.
+// t.share == kPairN a rows [64 rank, + 64) of the tile (both CTAs have the same m-tile),
+// kPairM b box `rank` (both have the same n-tile). Each CTA's full barrier still expects
+// STAGE_BYTES: its own loads plus the partner's multicast half. before_stage(kt) runs before
+// stage kt's acquire (the schedule claims its next tile there). Shared by the unpaired and
+// paired kernels and the MLP chain.
 template <class Cfg, class Params, class Shared, class Pipeline, class State, class BeforeStage>
 __device__ __forceinline__ void load_tile_stages(const Params& p, Shared& ss, Pipeline& pipeline,
                                                  State& write, const Tile& t, int rank, int k_tiles,
                                                  BeforeStage&& before_stage) {
   constexpr int BK = Cfg::BK, A_BOX = Cfg::A_BOX, B_BOX = Cfg::B_BOX;
-  constexpr bool kMulticastA = Cfg::PAIR == kPairN || Cfg::PAIR == kPairAuto;
-  constexpr bool kMulticastB = Cfg::PAIR == kPairM || Cfg::PAIR == kPairAuto;
+  static_assert(Cfg::PAIR == kPairNone || Cfg::PAIR == kPairAuto, "unpaired or adaptive pairs");
+  constexpr bool kMulticast = Cfg::PAIR == kPairAuto;
   constexpr uint16_t kBoth = 0b11;  // multicast to both CTAs of the pair
   const uint16_t self = static_cast<uint16_t>(1u << rank);
   const auto a_box = [&](int i) { return ss.a + i * (A_BOX * BK); };
   const auto b_box = [&](int i) { return ss.b + i * (B_BOX * BK); };
   // kPairAuto: the tile's own a box(es) or its half of the shared one, per t.share.
-  const int a_row = Cfg::PAIR == kPairN || (Cfg::PAIR == kPairAuto && t.share == kPairN)
-                        ? t.a_row + rank * A_BOX
-                        : t.a_row;
-  const int b_row0 =
-      (Cfg::PAIR == kPairM || (Cfg::PAIR == kPairAuto && t.share == kPairM)) && rank == 1
-          ? t.b_row1
-          : t.b_row0;
+  const int a_row = kMulticast && t.share == kPairN ? t.a_row + rank * A_BOX : t.a_row;
+  const int b_row0 = kMulticast && t.share == kPairM && rank == 1 ? t.b_row1 : t.b_row0;
   for (int kt = 0; kt < k_tiles; ++kt) {
     before_stage(kt);
     pipeline.producer_acquire(write);  // waits for a free stage, expects STAGE_BYTES
@@ -71,13 +66,13 @@ __device__ __forceinline__ void load_tile_stages(const Params& p, Shared& ss, Pi
     const int k0 = kt * BK;
     const uint64_t hint_b = b_policy(kt, p.rows.mode == kRowsDense);
     const auto load_a = [&](int box, uint16_t mask, int row) {
-      load_box<kMulticastA>(a_box(box), p.tma_a, bar, mask, k0, row, t.a_l, kEvictNormal);
+      load_box<kMulticast>(a_box(box), p.tma_a, bar, mask, k0, row, t.a_l, kEvictNormal);
     };
     const auto load_b = [&](int box, uint16_t mask, int row) {
-      load_box<kMulticastB>(b_box(box), p.tma_b, bar, mask, k0, row, t.group, hint_b);
+      load_box<kMulticast>(b_box(box), p.tma_b, bar, mask, k0, row, t.group, hint_b);
     };
     // Boxes past the tensor's edges are zero-filled and still count their full bytes.
-    if constexpr (Cfg::PAIR == kPairAuto) {
+    if constexpr (kMulticast) {
       // Multicast loads throughout: to both CTAs for the shared operand's half, to this CTA
       // only (mask 1 << rank) for its own operand.
       if (t.share == kPairN) {
@@ -90,17 +85,9 @@ __device__ __forceinline__ void load_tile_stages(const Params& p, Shared& ss, Pi
         load_b(2 * s + rank, kBoth, b_row0);
       }
     } else {
-      if constexpr (Cfg::PAIR == kPairN) {
-        load_a(2 * s + rank, kBoth, a_row);
-      } else {
-        load_a(s, 0, a_row);
-      }
-      if constexpr (Cfg::PAIR == kPairM) {
-        load_b(2 * s + rank, kBoth, b_row0);
-      } else {
-        load_b(2 * s, 0, b_row0);
-        load_b(2 * s + 1, 0, t.b_row1);
-      }
+      load_a(s, 0, a_row);
+      load_b(2 * s, 0, b_row0);
+      load_b(2 * s + 1, 0, t.b_row1);
     }
     ++write;
   }
@@ -117,20 +104,15 @@ __device__ __forceinline__ int claim_stage(int k_tiles) {
 // The producer thread: for each of the block's tiles load_tile_stages, then waits until
 // the consumers released every stage. The tile ids: the static walk (walk.first, +
 // walk.stride, ...), or from the global counter when p.tile_counter is set
-// (next_tile_id, claimed kClaimAhead stages before a tile's end). With the tile channel
-// (unpaired configs 2 and 6, and the cooperative paired configs 7, 10, 11: PAIR_CHANNEL)
-// each id is published to the block's consumers before its loads, and after the last tile
-// `ENDERS` ids >= total end their loops (one per consumer that reads distinct tiles).
-// Paired configs on the channel take their ids from the cluster's rank 0, which claims
-// them and sends each to rank 1 (PairMailbox), so both CTAs load the same pair tiles.
-// Config 8 (the paired ping-pong kernel) walks statically, as its consumers do.
-template <class Cfg, int ENDERS, bool PAIR_CHANNEL = false, class Params, class Shared,
-          class Pipeline>
+// (next_tile_id, claimed kClaimAhead stages before a tile's end). Each id is published to
+// the block's consumers (the tile channel) before its loads, and after the last tile an id
+// >= total ends their loop. Paired configs take their ids from the cluster's rank 0, which
+// claims them and sends each to rank 1 (PairMailbox), so both CTAs load the same pair tiles.
+template <class Cfg, class Params, class Shared, class Pipeline>
 __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipeline& pipeline,
                                               int total, int k_tiles, Walk walk) {
   auto write = cutlass::make_producer_start_state<Pipeline>();
-  constexpr bool kChannel = Cfg::PAIR == kPairNone || PAIR_CHANNEL;
-  constexpr bool kMailbox = Cfg::PAIR != kPairNone && PAIR_CHANNEL;
+  constexpr bool kMailbox = Cfg::PAIR != kPairNone;
   int j = 0;  // the block's tile count so far (channel slot order)
   int m = 0;  // pair ids sent / received so far
   const int base = dynamic_base(total, walk.stride, p.tile_counter, p.dynamic_waves);
@@ -148,18 +130,16 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
   };
   int id = walk.first;
   while (id < total) {
-    if constexpr (kChannel) channel_put(ss.channel, j++, id);
+    channel_put(ss.channel, j++, id);
     const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
     int next = id + walk.stride;
     load_tile_stages<Cfg>(p, ss, pipeline, write, t, walk.rank, k_tiles, [&](int kt) {
-      if (kChannel && kt == claim_kt) next = claim(id);
+      if (kt == claim_kt) next = claim(id);
     });
-    if (kChannel && k_tiles == 0) next = claim(id);
+    if (k_tiles == 0) next = claim(id);
     id = next;
   }
-  if constexpr (kChannel) {
-    for (int e = 0; e < ENDERS; ++e) channel_put(ss.channel, j++, total);
-  }
+  channel_put(ss.channel, j, total);
   pipeline.producer_tail(write);  // do not exit while consumers still read smem
 }
 
@@ -171,7 +151,7 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
 // with nothing (no wgmma's warpgroup-wide arrive) keeping its four warps in step: one
 // still in the previous tile's epilogue (a slow path on some lanes) lets the others
 // release stages it has not waited for, can fall a whole phase behind on a stage's
-// barrier and then waits forever: configs 7 / 8 hung so when some warps lagged in the
+// barrier and then waits forever: paired kernels hung so when some warps lagged in the
 // epilogue (docs/gemm.md, "Paired SM90 configs and adaptive pairs"). So the four warps meet (named
 // barrier `wg`, 128 threads) at each tile's start and, when skipping, before each
 // release. Unpaired configs count every consumer thread's release: nothing to do.

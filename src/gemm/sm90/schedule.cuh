@@ -50,25 +50,14 @@ __device__ __forceinline__ void build_tile_schedule(const RowsDesc& rows, int n_
   }
 }
 
-// Cluster pairs (configs 7, 8, 10, 11): the two CTAs of a 2-CTA cluster take the two tiles of
-// one "pair tile" in lockstep and load the operand they share once, multicast to both.
-// kPairN: n-tiles 2j and 2j + 1 of one m-tile (they share a rows); kPairM: m-tiles 2i and
-// 2i + 1 of one n-tile (they share b rows); kPairAuto (config 11): per group, kPairM pairs
-// of its m-tiles and, for an odd last m-tile, kPairN pairs of its n-tiles (each pair tile
-// says which: Tile::share), so ragged groups waste no half pair. The schedule then counts
-// pair tiles.
+// Cluster pairs (the adaptive pairs, kPairAuto): the two CTAs of a 2-CTA cluster take the
+// two tiles of one "pair tile" in lockstep and load the operand they share once, multicast
+// to both. Per group, kPairM pairs of its m-tiles (m-tiles 2i and 2i + 1 of one n-tile share
+// b rows) and, for an odd last m-tile, kPairN pairs of its n-tiles (n-tiles 2j and 2j + 1 of
+// one m-tile share a rows); each pair tile says which (Tile::share), so ragged groups waste
+// no half pair. The schedule then counts pair tiles (pair_tiles_of_group). kPairN and kPairM
+// name only a pair tile's shared operand: no kernel config pairs one way only.
 enum TilePair : int { kPairNone = 0, kPairN = 1, kPairM = 2, kPairAuto = 3 };
-
-// The schedule's unit: rows per m-unit and n-tiles per n-unit (pair tiles for 7 / 8 / 10;
-// config 11 counts its own per group: pair_tiles_of_group).
-template <class Cfg>
-constexpr int sched_bm() {
-  return Cfg::PAIR == kPairM ? 2 * Cfg::BM : Cfg::BM;
-}
-template <class Cfg>
-__host__ __device__ constexpr int sched_n_tiles(int n_tiles) {
-  return Cfg::PAIR == kPairN ? (n_tiles + 1) / 2 : n_tiles;
-}
 
 // A block's walk over (pair) tile ids: ids first, first + stride, ... < total, and the
 // CTA's rank in its pair (a 2-CTA cluster along x is blocks 2c, 2c + 1; units = blocks,
@@ -86,7 +75,7 @@ __device__ __forceinline__ Walk tile_walk() {
           pair ? static_cast<int>(blockIdx.x & 1) : 0};
 }
 
-// Tile ids from the producer thread to the consumer warpgroups (configs 2 and 6): a
+// Tile ids from the producer thread to the consumer warpgroups: a
 // ring of kChannelSlots ids, each with a full barrier (the producer's arrive) and an
 // empty one (one arrive per consumer warp that reads the slot). The producer writes
 // tile j's id into slot j % kChannelSlots before it loads the tile's stages, so the
@@ -102,7 +91,7 @@ struct TileChannel {
 };
 
 // Thread 0, before the block's first __syncthreads: `readers` = consumer warps that read
-// each slot (config 2: both warpgroups read every tile's id, 8 warps; config 6: 4).
+// each slot (both warpgroups read every tile's id: 8 warps).
 __device__ __forceinline__ void channel_init(TileChannel& ch, int readers) {
   for (int i = 0; i < kChannelSlots; ++i) {
     cutlass::arch::ClusterBarrier::init(&ch.full[i], 1);
@@ -143,8 +132,8 @@ __device__ __forceinline__ int channel_get(TileChannel& ch, int j) {
   return __shfl_sync(0xffffffffu, id, 0);
 }
 
-// Pair ids from a 2-CTA cluster's rank 0 to rank 1 (the cooperative paired configs 7, 10
-// and 11 under the dynamic schedule): both CTAs of a pair must take the same pair tiles, so
+// Pair ids from a 2-CTA cluster's rank 0 to rank 1 (the paired configs under the dynamic
+// schedule): both CTAs of a pair must take the same pair tiles, so
 // rank 0's producer claims each id and writes it into rank 1's ring through distributed
 // shared memory (st.shared::cluster, then a remote arrive with cluster-scope release on
 // rank 1's full barrier); rank 1's producer reads it (acquire at cluster scope) and frees
@@ -252,7 +241,7 @@ struct Tile {
 
 // Tile `id` (< total) -> coordinates. Order: group-major, then n-tile, m-tile fastest
 // (the m-tiles sharing one b tile are processed side by side by neighbouring blocks).
-// Paired configs (Cfg::PAIR): `id` is a pair tile and `rank` (0, 1) the CTA's half; a
+// Paired configs (Cfg::PAIR == kPairAuto): `id` is a pair tile and `rank` (0, 1) the CTA's half; a
 // pair's second tile may lie past the group (rows <= 0) or past n (n0 >= n): the CTA then
 // loads and waits in step with its partner but stores nothing.
 // Cfg: BM (tile rows), BN (b rows per tile = output columns without silu), B_BOX (b rows
@@ -290,15 +279,8 @@ __device__ __forceinline__ Tile locate_tile(const P& p, const int* tile_start, i
       n_tile = (local - m_pairs * p.n_tiles) * 2 + rank;
       t.share = kPairN;
     }
-  } else if constexpr (Cfg::PAIR == kPairM) {
-    const int m_pairs = static_cast<int>((count + 2 * Cfg::BM - 1) / (2 * Cfg::BM));
-    m_tile = local % m_pairs * 2 + rank;
-    n_tile = local / m_pairs;
-  } else if constexpr (Cfg::PAIR == kPairN) {
-    const int m_tiles = static_cast<int>((count + Cfg::BM - 1) / Cfg::BM);
-    m_tile = local % m_tiles;
-    n_tile = local / m_tiles * 2 + rank;
   } else {
+    static_assert(Cfg::PAIR == kPairNone, "unpaired or adaptive pairs");
     const int m_tiles = static_cast<int>((count + Cfg::BM - 1) / Cfg::BM);
     m_tile = local % m_tiles;
     n_tile = local / m_tiles;
