@@ -1,10 +1,10 @@
 // MoEPrePermuteFwd kernels.
-// Up to kPrePermuteFusedMaxRoutes routes: ONE kernel. Each block owns <= 32 routes;
-// it issues the loads of its source rows first, then recounts all ids (cheap at
-// this size) to get the expert starts, ranks its routes with __match_any_sync,
-// writes inverse_indices and stores the rows (16-byte vectors).
-// Above: chunk counts + scan (route_sort.cu), a scatter kernel that writes
-// inverse_indices per chunk, and a copy kernel driven by inverse_indices.
+// Up to kPrePermuteFusedMaxRoutes routes and kPermuteFusedMaxExperts experts: ONE kernel. Each
+// block owns <= 32 routes; it issues the loads of its source rows first, then recounts all ids
+// (cheap at this size) to get the expert starts, ranks its routes with __match_any_sync, writes
+// inverse_indices and stores the rows (16-byte vectors). Above either: chunk counts + scan
+// (route_sort.cu), a scatter kernel that writes inverse_indices per chunk, and a copy kernel driven
+// by inverse_indices.
 #include <algorithm>
 
 #include "core/check.h"
@@ -60,9 +60,9 @@ __global__ void __launch_bounds__(kCopyThreads)
                              int num_experts, int alignment, int rows_per_block,
                              uint4* __restrict__ permuted, int32_t* __restrict__ layout_metadata,
                              int32_t* __restrict__ inverse) {
-  __shared__ int hist[kPermuteMaxExperts];
-  __shared__ int before[kPermuteMaxExperts];
-  __shared__ int start[kPermuteMaxExperts];
+  __shared__ int hist[kPermuteFusedMaxExperts];
+  __shared__ int before[kPermuteFusedMaxExperts];
+  __shared__ int start[kPermuteFusedMaxExperts];
   __shared__ int dest[kMaxFusedRows];
   pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   const int tid = threadIdx.x;
@@ -201,7 +201,7 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
   const int V = static_cast<int>(l.row_bytes / 16);  // validated: 64 * V < 2^31
   const uint4* hidden = static_cast<const uint4*>(l.hidden);
   uint4* permuted = static_cast<uint4*>(l.permuted);
-  if (N <= kPrePermuteFusedMaxRoutes) {
+  if (pre_permute_one_launch(N, E)) {
     // Enough blocks to fill the GPU, at least ~128 vectors per block, at most 32 rows
     // (the best of a rows sweep on the seed shapes, docs/routing-permute.md).
     // N == 0 still runs one block: it writes the (all-zero) layout_metadata.
@@ -219,8 +219,8 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
     const int32_t* offsets = static_cast<const int32_t*>(l.workspace);
     const int32_t* start = offsets + static_cast<int64_t>(chunks) * E;
     const int smem = (kRouteChunk + (kScatterWarps + 1) * E) * 4;
-    constexpr int kMaxSmem = (kRouteChunk + (kScatterWarps + 1) * kPermuteMaxExperts) * 4;
-    allow_large_smem(reinterpret_cast<const void*>(pre_permute_scatter_kernel), kMaxSmem, 2);
+    const int max_smem = (kRouteChunk + (kScatterWarps + 1) * chunk_experts_cap(E)) * 4;
+    allow_large_smem(reinterpret_cast<const void*>(pre_permute_scatter_kernel), max_smem, 2);
     launch_pdl(pre_permute_scatter_kernel, dim3(chunks), dim3(kScatterThreads), smem, stream, l.ids,
                N, E, offsets, start, l.inverse_indices);
     const int64_t rows = std::min<int64_t>(kMaxCopyRows, std::max<int64_t>(1, 2048 / V));

@@ -1,4 +1,4 @@
-// FusedTopKFwd kernel: one warp per token, the whole row (E <= 512) in registers.
+// FusedTopKFwd kernel: one warp per token, the whole row (E <= 1024) in registers.
 //
 // Expert e lives in lane e % 32, slot e / 32, so the row loads are coalesced.
 // sel values become order-preserving 32-bit keys (>= 1; 0 means "none"). Each of
@@ -358,8 +358,10 @@ void launch_slots(const FusedTopKLaunch& l, cudaStream_t stream) {
     launch_typed<T, 8>(l, stream);
   } else if (l.num_experts <= 384) {
     launch_typed<T, 12>(l, stream);
-  } else {
+  } else if (l.num_experts <= 512) {
     launch_typed<T, 16>(l, stream);
+  } else {
+    launch_typed<T, 32>(l, stream);  // E > 512 only: 32 slots fill the u32 `avail` mask
   }
 }
 
