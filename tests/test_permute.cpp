@@ -178,8 +178,8 @@ TEST(PostPermuteDivisor, ExactBelow2To31) {
 
 // The launch decisions: up to 512 experts both ops run the kernels they ran before E > 512
 // was taken (the one-launch kernel up to their route limits, no workspace; the 512-expert
-// count / scan instance above); past 512 the chunked kernels at every route count, with
-// the 1024-expert count / scan instance and a workspace.
+// instances). Past 512: PermuteAlign takes the chunked kernels at every route count (a
+// workspace); PrePermute keeps its route limit (its 1024-expert one-launch instance).
 TEST(PermuteLimits, OneLaunchKernelsOnlyUpTo512Experts) {
   EXPECT_EQ(detail::kPermuteMaxExperts, 1024);
   for (int E : {1, 129, 257, 384, 512}) {
@@ -194,11 +194,13 @@ TEST(PermuteLimits, OneLaunchKernelsOnlyUpTo512Experts) {
   for (int E : {513, 777, 1023, 1024}) {
     EXPECT_FALSE(detail::align_one_launch(0, E));
     EXPECT_FALSE(detail::align_one_launch(1, E));
-    EXPECT_FALSE(detail::pre_permute_one_launch(0, E));
-    EXPECT_FALSE(detail::pre_permute_one_launch(1, E));
+    EXPECT_TRUE(detail::pre_permute_one_launch(1, E));
+    EXPECT_TRUE(detail::pre_permute_one_launch(detail::kPrePermuteFusedMaxRoutes, E));
+    EXPECT_FALSE(detail::pre_permute_one_launch(detail::kPrePermuteFusedMaxRoutes + 1, E));
     EXPECT_EQ(detail::chunk_experts_cap(E), 1024);
   }
-  // The workspace queries follow: none at E = 512 and T*K = 8, the chunked scratch at 513.
+  // The workspace queries follow: none at E = 512 and T*K = 8; PermuteAlign's chunked
+  // scratch at 513; none for PrePermute up to 4096 routes.
   std::vector<int32_t> ids(8);
   for (int E : {512, 513, 1024}) {
     SCOPED_TRACE(E);
@@ -211,7 +213,7 @@ TEST(PermuteLimits, OneLaunchKernelsOnlyUpTo512Experts) {
     PrePermuteArgs p;
     p.local_expert_ids = a.topk_ids;
     p.num_local_experts = E;
-    EXPECT_EQ(pre_permute_workspace_size(p), want);
+    EXPECT_EQ(pre_permute_workspace_size(p), 0u);
   }
 }
 
@@ -805,8 +807,9 @@ TEST(PermuteAlignGpu, FusedPathEdges) {
   for (const AlignCase& c : cases) check_align_case(c, seed++);
 }
 
-// Odd expert counts and counts past 512 (E > 512 takes the chunked kernels at every route
-// count, with the 1024-expert count / scan instance; E <= 512 the kernels chosen by T*K):
+// Odd expert counts and counts past 512 (PermuteAlign: the chunked kernels at every route
+// count past 512 experts; PrePermute: the 1024-expert instances of its one-launch kernel
+// up to 4096 routes and of the chunked count / scan above; E <= 512 as before):
 // T = 1, 7, 64, 4096 with every id pattern (-1 and out-of-range ids, duplicates, empty
 // experts, every route on one expert, no local route), and multi-chunk sizes.
 std::vector<AlignCase> many_experts_align_cases() {

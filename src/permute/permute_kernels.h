@@ -13,10 +13,12 @@ namespace moekit::detail {
 
 // The expert count the permute ops take (the grouped GEMMs' group limit).
 constexpr int kPermuteMaxExperts = 1024;
-// The one-launch kernels keep per-expert arrays of this size in static shared memory;
-// above it every route count takes the chunked kernels, whose per-expert state is
-// sized by E (dynamic shared memory, templated arrays). Both ops choose their one-launch
-// kernel exactly as before for E <= kPermuteFusedMaxExperts.
+// The expert count every kernel's shared arrays were sized for before E > 512 was taken.
+// Up to it both ops launch the kernels, grids and blocks they always did. Above it:
+// PermuteAlign's one-launch kernel (whose u16 warp-count table would need 64 KiB at
+// 1024 experts) gives way to the chunked kernels at every route count; PrePermute's
+// one-launch kernel and the chunked count / scan run their 1024-expert instances; the
+// scatter kernels size their dynamic shared memory by E.
 constexpr int kPermuteFusedMaxExperts = 512;
 // PermuteAlign runs as one launch (every block recounts all ids) up to this many
 // routes; above it, three kernels over chunks of kRouteChunk routes.
@@ -31,11 +33,11 @@ constexpr int kRouteChunk = 8192;
 inline bool align_one_launch(int64_t num_routes, int num_experts) {
   return num_routes <= kAlignFusedMaxRoutes && num_experts <= kPermuteFusedMaxExperts;
 }
-inline bool pre_permute_one_launch(int64_t num_routes, int num_experts) {
-  return num_routes <= kPrePermuteFusedMaxRoutes && num_experts <= kPermuteFusedMaxExperts;
+inline bool pre_permute_one_launch(int64_t num_routes, int /*num_experts*/) {
+  return num_routes <= kPrePermuteFusedMaxRoutes;
 }
-// The expert count a chunked kernel's shared memory (and the scan's block) is sized
-// for: kPermuteFusedMaxExperts up to it (the launches E <= 512 always had), else
+// The expert count a templated kernel's shared arrays (and the chunk scan's block) are
+// sized for: kPermuteFusedMaxExperts up to it (the launches E <= 512 always had), else
 // kPermuteMaxExperts.
 inline int chunk_experts_cap(int num_experts) {
   return num_experts <= kPermuteFusedMaxExperts ? kPermuteFusedMaxExperts : kPermuteMaxExperts;

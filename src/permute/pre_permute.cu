@@ -1,10 +1,10 @@
 // MoEPrePermuteFwd kernels.
-// Up to kPrePermuteFusedMaxRoutes routes and kPermuteFusedMaxExperts experts: ONE kernel. Each
-// block owns <= 32 routes; it issues the loads of its source rows first, then recounts all ids
-// (cheap at this size) to get the expert starts, ranks its routes with __match_any_sync, writes
-// inverse_indices and stores the rows (16-byte vectors). Above either: chunk counts + scan
-// (route_sort.cu), a scatter kernel that writes inverse_indices per chunk, and a copy kernel driven
-// by inverse_indices.
+// Up to kPrePermuteFusedMaxRoutes routes: ONE kernel. Each block owns <= 32 routes;
+// it issues the loads of its source rows first, then recounts all ids (cheap at
+// this size) to get the expert starts, ranks its routes with __match_any_sync,
+// writes inverse_indices and stores the rows (16-byte vectors).
+// Above: chunk counts + scan (route_sort.cu), a scatter kernel that writes
+// inverse_indices per chunk, and a copy kernel driven by inverse_indices.
 #include <algorithm>
 
 #include "core/check.h"
@@ -52,17 +52,19 @@ __device__ __forceinline__ void copy_items(const uint4* __restrict__ hidden, int
 
 // The fused kernel (T*K <= kPrePermuteFusedMaxRoutes): block b owns routes
 // [b*rows, b*rows + rows). Three block barriers: after zeroing, after the counts,
-// and after warp 0 has scanned the expert starts (<= 16 experts per lane) and
-// ranked the block's routes.
+// and after warp 0 has scanned the expert starts (<= kMaxE / 32 experts per lane) and
+// ranked the block's routes. kMaxE (chunk_experts_cap): the per-expert arrays; 512 is the
+// instance every E <= 512 ran before E > 512 was taken, 1024 serves only E > 512.
+template <int kMaxE>
 __global__ void __launch_bounds__(kCopyThreads)
     pre_permute_fused_kernel(const uint4* __restrict__ hidden, int V,
                              const int32_t* __restrict__ ids, int num_routes, int top_k,
                              int num_experts, int alignment, int rows_per_block,
                              uint4* __restrict__ permuted, int32_t* __restrict__ layout_metadata,
                              int32_t* __restrict__ inverse) {
-  __shared__ int hist[kPermuteFusedMaxExperts];
-  __shared__ int before[kPermuteFusedMaxExperts];
-  __shared__ int start[kPermuteFusedMaxExperts];
+  __shared__ int hist[kMaxE];
+  __shared__ int before[kMaxE];
+  __shared__ int start[kMaxE];
   __shared__ int dest[kMaxFusedRows];
   pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   const int tid = threadIdx.x;
@@ -209,9 +211,11 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
     rows = std::max<int64_t>(rows, (128 + V - 1) / V);
     rows = std::min<int64_t>(std::max<int64_t>(rows, 1), kMaxFusedRows);
     const int blocks = std::max(1, static_cast<int>((N + rows - 1) / rows));
-    launch_pdl(pre_permute_fused_kernel, dim3(blocks), dim3(kCopyThreads), 0, stream, hidden, V,
-               l.ids, N, l.top_k, E, l.alignment, static_cast<int>(rows), permuted,
-               l.layout_metadata, l.inverse_indices);
+    auto kernel = chunk_experts_cap(E) == kPermuteFusedMaxExperts
+                      ? pre_permute_fused_kernel<kPermuteFusedMaxExperts>
+                      : pre_permute_fused_kernel<kPermuteMaxExperts>;
+    launch_pdl(kernel, dim3(blocks), dim3(kCopyThreads), 0, stream, hidden, V, l.ids, N, l.top_k, E,
+               l.alignment, static_cast<int>(rows), permuted, l.layout_metadata, l.inverse_indices);
   } else {
     launch_route_chunk_count_scan(l.ids, N, E, l.alignment, l.workspace, l.layout_metadata, nullptr,
                                   stream);
