@@ -391,48 +391,60 @@ HostTensor run_layer(const LayerCase& c, uint64_t seed, cudaStream_t stream, boo
   return got;
 }
 
-TEST(MoEGpu, FusedMoELayersMatchReference) {
-  MOEKIT_REQUIRE_GPU();
-  const DType b = DType::kBF16, h = DType::kF16, f = DType::kF32;
-  const LayerCase cases[] = {
-      {b, f, 0, 256, 64, 128, 8, 0, false},    {b, f, 1, 256, 64, 128, 8, 0, false},
-      {h, f, 37, 256, 64, 128, 8, 0, true},    {b, b, 64, 256, 64, 128, 6, 0, false},
-      {b, f, 100, 256, 64, 128, 8, 0, true},   {h, h, 65, 136, 32, 72, 4, 0, false},
-      {b, f, 0, 256, 64, 128, 8, 128, true},   {b, f, 1, 256, 64, 128, 8, 128, true},
-      {h, f, 37, 256, 64, 128, 8, 256, false}, {b, f, 100, 256, 64, 128, 8, 128, true},
-      {h, f, 200, 136, 32, 72, 4, 72, false},  {b, f, 16, 64, 256, 32, 8, 64, true},
-      {h, f, 40, 256, 8, 128, 4, 0, false},    {b, f, 40, 256, 8, 128, 4, 128, false},
-      {b, f, 37, 256, 64, 128, 8, -1, false},  {b, f, 100, 256, 64, 128, 8, -1, true},
-  };
-  uint64_t seed = 3000;
+void expect_layers_match(const std::vector<LayerCase>& cases, uint64_t seed) {
   for (const LayerCase& c : cases) {
     SCOPED_TRACE(layer_name(c));
     run_layer(c, ++seed, nullptr, /*check=*/true);
   }
 }
 
-// The layer ops at odd expert counts and past 512 (the routing's 32-slot rows, the
-// chunked route sort): T = 1 and 7 (direct), 64 and 4096 (sorted), plain and grouped
-// routing (8 groups: E = 1024 only, as E must divide), with and without a shared expert.
+TEST(MoEGpu, FusedMoELayersMatchReference) {
+  MOEKIT_REQUIRE_GPU();
+  const DType b = DType::kBF16, h = DType::kF16, f = DType::kF32;
+  expect_layers_match(
+      {
+          {b, f, 0, 256, 64, 128, 8, 0, false},
+          {b, f, 1, 256, 64, 128, 8, 0, false},
+          {h, f, 37, 256, 64, 128, 8, 0, true},
+          {b, b, 64, 256, 64, 128, 6, 0, false},
+          {b, f, 100, 256, 64, 128, 8, 0, true},
+          {h, h, 65, 136, 32, 72, 4, 0, false},
+          {b, f, 0, 256, 64, 128, 8, 128, true},
+          {b, f, 1, 256, 64, 128, 8, 128, true},
+          {h, f, 37, 256, 64, 128, 8, 256, false},
+          {b, f, 100, 256, 64, 128, 8, 128, true},
+          {h, f, 200, 136, 32, 72, 4, 72, false},
+          {b, f, 16, 64, 256, 32, 8, 64, true},
+          {h, f, 40, 256, 8, 128, 4, 0, false},
+          {b, f, 40, 256, 8, 128, 4, 128, false},
+          {b, f, 37, 256, 64, 128, 8, -1, false},
+          {b, f, 100, 256, 64, 128, 8, -1, true},
+      },
+      3000);
+}
+
+// The layer ops at odd expert counts and past 512 (the routing's 32-slot rows; the sorted
+// path's 1024-expert PrePermute instances): T = 1, 7 and 64 (direct), 65 (the sorted
+// path's one-launch PrePermute) and 4096 (its chunked kernels), plain and grouped routing
+// (8 groups: E = 1024 only, as E must divide), with and without a shared expert.
 TEST(MoEGpu, FusedMoELayersManyAndOddExperts) {
   MOEKIT_REQUIRE_GPU();
   const DType b = DType::kBF16, h = DType::kF16, f = DType::kF32;
-  const LayerCase cases[] = {
-      {b, f, 1, 64, 129, 32, 8, 0, false},     {h, f, 7, 64, 129, 32, 8, 64, false},
-      {b, b, 64, 64, 129, 32, 8, 0, false},    {b, f, 4096, 64, 129, 32, 8, 0, false},
-      {b, f, 1, 64, 257, 32, 8, 64, false},    {h, h, 7, 64, 257, 32, 8, 0, false},
-      {b, f, 64, 64, 257, 32, 8, 0, false},    {h, f, 4096, 64, 257, 32, 8, 64, false},
-      {b, f, 1, 64, 513, 32, 8, 0, false},     {h, f, 7, 64, 513, 32, 8, 0, false},
-      {b, f, 64, 64, 513, 32, 8, 64, false},   {b, f, 4096, 64, 513, 32, 8, 0, false},
-      {b, f, 1, 64, 1024, 32, 8, 0, true},     {h, f, 7, 64, 1024, 32, 8, 64, false},
-      {b, f, 64, 64, 1024, 32, 8, 0, true},    {b, f, 4096, 64, 1024, 32, 8, 0, false},
-      {h, f, 4096, 64, 1024, 32, 8, 64, true},
-  };
-  uint64_t seed = 3500;
-  for (const LayerCase& c : cases) {
-    SCOPED_TRACE(layer_name(c));
-    run_layer(c, ++seed, nullptr, /*check=*/true);
-  }
+  expect_layers_match(
+      {
+          {b, f, 1, 64, 129, 32, 8, 0, false},     {h, f, 7, 64, 129, 32, 8, 64, false},
+          {b, b, 64, 64, 129, 32, 8, 0, false},    {h, f, 65, 64, 129, 32, 8, 0, false},
+          {b, f, 4096, 64, 129, 32, 8, 0, false},  {b, f, 1, 64, 257, 32, 8, 64, false},
+          {h, h, 7, 64, 257, 32, 8, 0, false},     {b, f, 64, 64, 257, 32, 8, 0, false},
+          {b, f, 65, 64, 257, 32, 8, 64, false},   {h, f, 4096, 64, 257, 32, 8, 64, false},
+          {b, f, 1, 64, 513, 32, 8, 0, false},     {h, f, 7, 64, 513, 32, 8, 0, false},
+          {b, f, 64, 64, 513, 32, 8, 64, false},   {b, f, 65, 64, 513, 32, 8, 0, false},
+          {b, f, 4096, 64, 513, 32, 8, 0, false},  {b, f, 1, 64, 1024, 32, 8, 0, true},
+          {h, f, 7, 64, 1024, 32, 8, 64, false},   {b, f, 64, 64, 1024, 32, 8, 0, true},
+          {h, f, 65, 64, 1024, 32, 8, 64, true},   {b, f, 4096, 64, 1024, 32, 8, 0, false},
+          {h, f, 4096, 64, 1024, 32, 8, 64, true},
+      },
+      3500);
 }
 
 TEST(MoEGpu, LayersCaptureInCudaGraphs) {

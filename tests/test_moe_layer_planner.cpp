@@ -365,17 +365,23 @@ TEST(LayerPlannerGpu, EveryCandidateMatchesReference) {
   expect_every_layer_candidate_matches(DType::kF16, 7, 256, 64, 128, 8, 0, 5400);
 }
 
-// E = 513 (odd, past 512: the routing's 32-slot rows, the chunked route sort) and
-// E = 1024 at a small hidden size: every candidate plan at T = 1 and 7 (direct and
-// sorted), 64 and 4096 (sorted), with and without a shared expert.
+// E = 513 (odd, past 512: the routing's 32-slot rows, the sorted path's 1024-expert
+// PrePermute instances) and E = 1024, at a small hidden size: every candidate plan at
+// T = 1, 7 and 64 (direct and sorted candidates) and 4096 (sorted), with and without a
+// shared expert.
 TEST(LayerPlannerGpu, EveryCandidateMatchesReferenceManyExperts) {
   MOEKIT_REQUIRE_GPU();
-  expect_every_layer_candidate_matches(DType::kBF16, 1, 128, 513, 64, 8, 0, 5500);
-  expect_every_layer_candidate_matches(DType::kF16, 7, 128, 513, 64, 8, 72, 5600);
-  expect_every_layer_candidate_matches(DType::kBF16, 64, 128, 513, 64, 8, 0, 5700);
-  expect_every_layer_candidate_matches(DType::kBF16, 4096, 128, 513, 64, 8, 136, 5800);
-  expect_every_layer_candidate_matches(DType::kBF16, 7, 128, 1024, 64, 8, 0, 5900);
-  expect_every_layer_candidate_matches(DType::kF16, 64, 128, 1024, 64, 8, 0, 6000);
+  struct Shape {
+    DType dt;
+    int64_t T, E, S;
+  };
+  const Shape shapes[] = {{DType::kBF16, 1, 513, 0},   {DType::kF16, 7, 513, 72},
+                          {DType::kBF16, 64, 513, 0},  {DType::kBF16, 4096, 513, 136},
+                          {DType::kBF16, 7, 1024, 0},  {DType::kF16, 64, 1024, 0},
+                          {DType::kF16, 4096, 1024, 0}};
+  uint64_t seed = 5500;
+  for (const Shape& x : shapes)
+    expect_every_layer_candidate_matches(x.dt, x.T, 128, x.E, 64, 8, x.S, seed += 100);
 }
 
 }  // namespace

@@ -13,8 +13,8 @@ namespace moekit::detail {
 
 // The expert count the permute ops take (the grouped GEMMs' group limit).
 constexpr int kPermuteMaxExperts = 1024;
-// The expert count every kernel's shared arrays were sized for before E > 512 was taken.
-// Up to it both ops launch the kernels, grids and blocks they always did. Above it:
+// The expert count of the 512-expert kernels and instances. Up to it both ops launch
+// only those (the seed shapes' kernels, grids and blocks, untouched). Above it:
 // PermuteAlign's one-launch kernel (whose u16 warp-count table would need 64 KiB at
 // 1024 experts) gives way to the chunked kernels at every route count; PrePermute's
 // one-launch kernel and the chunked count / scan run their 1024-expert instances; the

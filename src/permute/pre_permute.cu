@@ -53,8 +53,8 @@ __device__ __forceinline__ void copy_items(const uint4* __restrict__ hidden, int
 // The fused kernel (T*K <= kPrePermuteFusedMaxRoutes): block b owns routes
 // [b*rows, b*rows + rows). Three block barriers: after zeroing, after the counts,
 // and after warp 0 has scanned the expert starts (<= kMaxE / 32 experts per lane) and
-// ranked the block's routes. kMaxE (chunk_experts_cap): the per-expert arrays; 512 is the
-// instance every E <= 512 ran before E > 512 was taken, 1024 serves only E > 512.
+// ranked the block's routes. kMaxE (chunk_experts_cap): the per-expert arrays' size. Every
+// E <= 512 runs the 512 instance (its shared memory and occupancy); 1024 only E > 512.
 template <int kMaxE>
 __global__ void __launch_bounds__(kCopyThreads)
     pre_permute_fused_kernel(const uint4* __restrict__ hidden, int V,

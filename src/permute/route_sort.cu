@@ -13,8 +13,8 @@ namespace {
 
 constexpr int kCountThreads = 1024;
 
-// kMaxE (chunk_experts_cap): the histogram's size; 512 is the instance every E <= 512
-// ran before E > 512 was taken, 1024 serves only E > 512.
+// kMaxE (chunk_experts_cap): the histogram's size. Every E <= 512 runs the 512 instance
+// (so those launches keep their shared memory and occupancy); 1024 serves only E > 512.
 template <int kMaxE>
 __global__ void __launch_bounds__(kCountThreads)
     chunk_count_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
