@@ -325,16 +325,16 @@ TEST(MoEValidation, FusedMoEExperts) {
     expect_arg_error([&] { fused_moe_experts(a, nullptr); }, c.arg);
     expect_arg_error([&] { indexed_expert_mlp(a, nullptr); }, c.arg);
   }
-  // The sorted path takes at most 512 experts (the direct path of indexed_expert_mlp more).
+  // The sorted path takes at most 1024 experts (the direct path of indexed_expert_mlp more).
   FusedMoEExpertsArgs many = valid_experts();
-  many.w_gate_up = v(kBF, {600, 2 * F, H});
-  many.w_down = v(kBF, {600, H, F});
-  expect_arg_error([&] { fused_moe_experts(many, nullptr); }, "w_gate_up", "at most 512 experts");
+  many.w_gate_up = v(kBF, {1025, 2 * F, H});
+  many.w_down = v(kBF, {1025, H, F});
+  expect_arg_error([&] { fused_moe_experts(many, nullptr); }, "w_gate_up", "at most 1024 experts");
   many.hidden_states = v(kBF, {65, H});
   many.output = v(kBF, {65, H});
   many.topk_ids = v(DType::kI32, {65, K});
   many.topk_weights = v(DType::kF32, {65, K});
-  expect_arg_error([&] { indexed_expert_mlp(many, nullptr); }, "w_gate_up", "at most 512 experts");
+  expect_arg_error([&] { indexed_expert_mlp(many, nullptr); }, "w_gate_up", "at most 1024 experts");
   // The error names the op too.
   FusedMoEExpertsArgs a = valid_experts();
   a.topk_ids = v(DType::kF32, {T, K});

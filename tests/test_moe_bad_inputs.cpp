@@ -134,9 +134,9 @@ std::vector<Row<FusedTopKArgs>> topk_rows() {
   return {
       {"experts",
        [](auto& a) {
-         a.gating_output = fake(kF32, {4, 513});
+         a.gating_output = fake(kF32, {4, 1025});
        },
-       "gating_output", "1 to 512 experts (dim 1)", "f32[4, 513]"},
+       "gating_output", "1 to 1024 experts (dim 1)", "f32[4, 1025]"},
       {"dtype", [](auto& a) { a.gating_output.dtype = kI32; }, "gating_output",
        "dtype bf16 or f16 or f32", "i32[4, 8]"},
       {"rank", [](auto& a) { a.gating_output = fake(kF32, {32}); }, "gating_output", "shape [*, *]",
@@ -251,8 +251,8 @@ std::vector<Row<PermuteAlignArgs>> align_rows() {
          a.topk_ids = fake(kI32, {4, 0});
        },
        "topk_ids", "at least one route per token", "i32[4, 0]"},
-      {"experts", [](auto& a) { a.num_experts = 0; }, "num_experts", "1 to 512", "0"},
-      {"experts", [](auto& a) { a.num_experts = 513; }, "num_experts", "1 to 512", "513"},
+      {"experts", [](auto& a) { a.num_experts = 0; }, "num_experts", "1 to 1024", "0"},
+      {"experts", [](auto& a) { a.num_experts = 1025; }, "num_experts", "1 to 1024", "1025"},
       {"scalar", [](auto& a) { a.block_size = 48; }, "block_size", "a power of two from 16 to 256",
        "48"},
       {"32-bit",
@@ -329,7 +329,9 @@ std::vector<Row<PrePermuteArgs>> pre_rows() {
          a.hidden_states = fake(kBF, {4, 12});
        },
        "hidden_states", "a hidden size that is a multiple of 8", "bf16[4, 12]"},
-      {"experts", [](auto& a) { a.num_local_experts = 0; }, "num_local_experts", "1 to 512", "0"},
+      {"experts", [](auto& a) { a.num_local_experts = 0; }, "num_local_experts", "1 to 1024", "0"},
+      {"experts", [](auto& a) { a.num_local_experts = 1025; }, "num_local_experts", "1 to 1024",
+       "1025"},
       {"layout", [](auto& a) { a.layout = PermutedLayout::masked(4); }, "layout",
        "a contiguous(alignment) layout", "a masked layout"},
       {"layout", [](auto& a) { a.layout = PermutedLayout::contiguous(0); }, "layout.alignment",
@@ -770,8 +772,8 @@ std::vector<Row<FusedMoEExpertsArgs>> experts_rows() {
 
 TEST(BadInputs, FusedMoeExperts) {
   auto rows = experts_rows();
-  rows.push_back({"experts", [](auto& a) { experts_with(a, 4, 600); }, "w_gate_up",
-                  "at most 512 experts (dim 0)", "bf16[600, 64, 64]"});
+  rows.push_back({"experts", [](auto& a) { experts_with(a, 4, 1025); }, "w_gate_up",
+                  "at most 1024 experts (dim 0)", "bf16[1025, 64, 64]"});
   run_table<FusedMoEExpertsArgs>(
       "fused_moe_experts", experts_valid,
       [](const FusedMoEExpertsArgs& a) { fused_moe_experts(a, nullptr); }, rows);
@@ -782,10 +784,10 @@ TEST(BadInputs, IndexedExpertMlp) {
   // E = 1000 takes the direct path at T = 4 (no error there); E = 5000 no path takes.
   rows.push_back({"experts", [](auto& a) { experts_with(a, 4, 5000); }, "w_gate_up",
                   "at most 4096 experts (dim 0)", "bf16[5000, 64, 64]"});
-  rows.push_back({"experts", [](auto& a) { experts_with(a, 65, 1000); }, "w_gate_up",
-                  "at most 512 experts (dim 0) on the sorted path, which this call takes because "
+  rows.push_back({"experts", [](auto& a) { experts_with(a, 65, 1025); }, "w_gate_up",
+                  "at most 1024 experts (dim 0) on the sorted path, which this call takes because "
                   "T = 65 > 64 (the direct path takes up to 4096 experts",
-                  "bf16[1000, 64, 64]"});
+                  "bf16[1025, 64, 64]"});
   run_table<FusedMoEExpertsArgs>(
       "indexed_expert_mlp", experts_valid,
       [](const IndexedExpertMLPArgs& a) { indexed_expert_mlp(a, nullptr); }, rows);
@@ -844,11 +846,11 @@ std::vector<Row<FusedMoEArgs>> layer_rows() {
        "topk_group", "1 to num_expert_group=2", "0"},
       {"experts",
        [](auto& a) {
-         a.w_gate_up = fake(kBF, {513, 64, 64});
-         a.w_down = fake(kBF, {513, 64, 32});
-         a.gating_output = fake(kF32, {4, 513});
+         a.w_gate_up = fake(kBF, {1025, 64, 64});
+         a.w_down = fake(kBF, {1025, 64, 32});
+         a.gating_output = fake(kF32, {4, 1025});
        },
-       "w_gate_up", "at most 512 experts (dim 0; the routing's limit)", "bf16[513, 64, 64]"},
+       "w_gate_up", "at most 1024 experts (dim 0; the routing's limit)", "bf16[1025, 64, 64]"},
       {"32-bit",
        [](auto& a) {
          a.hidden_states = fake(kBF, {kBig, 64});
@@ -1055,9 +1057,9 @@ TEST(BadInputs, WorkspaceSizeQueriesValidateShapes) {
 
   // Each query names its op and refuses what the op refuses.
   EXPECT_NE(query_error<E>(
-                experts_valid(), [](E& a) { experts_with(a, 65, 1000); },
+                experts_valid(), [](E& a) { experts_with(a, 65, 1025); },
                 [](const E& a) { return indexed_expert_mlp_workspace_size(a); })
-                .find("moekit::indexed_expert_mlp: argument 'w_gate_up': expected at most 512"),
+                .find("moekit::indexed_expert_mlp: argument 'w_gate_up': expected at most 1024"),
             std::string::npos);
   using L = FusedMoEArgs;
   EXPECT_EQ(query_error<L>(
@@ -1092,7 +1094,7 @@ TEST(BadInputs, WorkspaceSizeQueriesValidateShapes) {
   EXPECT_EQ(query_error<A>(
                 align_valid(), [](A& a) { a.num_experts = -3; },
                 [](const A& a) { return permute_align_workspace_size(a); }),
-            "moekit::moe_permute_align: argument 'num_experts': expected 1 to 512, got -3");
+            "moekit::moe_permute_align: argument 'num_experts': expected 1 to 1024, got -3");
   using P = PrePermuteArgs;
   EXPECT_EQ(query_error<P>(
                 pre_valid(), [](P& a) { a.local_expert_ids = with_dim(a.local_expert_ids, 1, -2); },

@@ -146,6 +146,32 @@ TEST(MoEGpu, RoutedExpertsMatchReference) {
   }
 }
 
+// Odd expert counts and counts past 512 (the sorted path's chunked route sort, E > 512;
+// the grouped GEMMs' 1024 groups), at T = 1, 7, 64 (both routed paths of indexed_expert_mlp)
+// and 4096 (sorted only), with every id pattern: -1 ids, duplicates, out-of-range ids,
+// empty experts (few experts; most experts of E = 1024 at T = 1) and every route on one.
+TEST(MoEGpu, RoutedExpertsManyAndOddExperts) {
+  MOEKIT_REQUIRE_GPU();
+  const Ids patterns[] = {Ids::kDistinct,  Ids::kMinusOne,   Ids::kDuplicates, Ids::kOutOfRange,
+                          Ids::kOneExpert, Ids::kFewExperts, Ids::kMixed};
+  uint64_t seed = 1500;
+  size_t i = 0;
+  for (int64_t E : {129, 257, 513, 1024}) {
+    for (int64_t T : {1, 7, 64, 4096}) {
+      // Two id patterns per shape, every pattern at every E over the four T.
+      for (int j = 0; j < 2; ++j) {
+        const ExpertsCase c{i % 2 ? DType::kF16 : DType::kBF16, T, 64, E, 32, 8, patterns[i % 7]};
+        ++i;
+        SCOPED_TRACE(case_name(c));
+        ExpertsInputs in(c, ++seed);
+        const HostTensor ref = reference_experts(c, in);
+        run_experts(c, in, /*indexed=*/false, &ref);
+        run_experts(c, in, /*indexed=*/true, &ref);
+      }
+    }
+  }
+}
+
 TEST(MoEGpu, RoutedExpertsAreDeterministic) {
   MOEKIT_REQUIRE_GPU();
   for (int64_t T : {37, 150}) {
@@ -365,24 +391,60 @@ HostTensor run_layer(const LayerCase& c, uint64_t seed, cudaStream_t stream, boo
   return got;
 }
 
-TEST(MoEGpu, FusedMoELayersMatchReference) {
-  MOEKIT_REQUIRE_GPU();
-  const DType b = DType::kBF16, h = DType::kF16, f = DType::kF32;
-  const LayerCase cases[] = {
-      {b, f, 0, 256, 64, 128, 8, 0, false},    {b, f, 1, 256, 64, 128, 8, 0, false},
-      {h, f, 37, 256, 64, 128, 8, 0, true},    {b, b, 64, 256, 64, 128, 6, 0, false},
-      {b, f, 100, 256, 64, 128, 8, 0, true},   {h, h, 65, 136, 32, 72, 4, 0, false},
-      {b, f, 0, 256, 64, 128, 8, 128, true},   {b, f, 1, 256, 64, 128, 8, 128, true},
-      {h, f, 37, 256, 64, 128, 8, 256, false}, {b, f, 100, 256, 64, 128, 8, 128, true},
-      {h, f, 200, 136, 32, 72, 4, 72, false},  {b, f, 16, 64, 256, 32, 8, 64, true},
-      {h, f, 40, 256, 8, 128, 4, 0, false},    {b, f, 40, 256, 8, 128, 4, 128, false},
-      {b, f, 37, 256, 64, 128, 8, -1, false},  {b, f, 100, 256, 64, 128, 8, -1, true},
-  };
-  uint64_t seed = 3000;
+void expect_layers_match(const std::vector<LayerCase>& cases, uint64_t seed) {
   for (const LayerCase& c : cases) {
     SCOPED_TRACE(layer_name(c));
     run_layer(c, ++seed, nullptr, /*check=*/true);
   }
+}
+
+TEST(MoEGpu, FusedMoELayersMatchReference) {
+  MOEKIT_REQUIRE_GPU();
+  const DType b = DType::kBF16, h = DType::kF16, f = DType::kF32;
+  expect_layers_match(
+      {
+          {b, f, 0, 256, 64, 128, 8, 0, false},
+          {b, f, 1, 256, 64, 128, 8, 0, false},
+          {h, f, 37, 256, 64, 128, 8, 0, true},
+          {b, b, 64, 256, 64, 128, 6, 0, false},
+          {b, f, 100, 256, 64, 128, 8, 0, true},
+          {h, h, 65, 136, 32, 72, 4, 0, false},
+          {b, f, 0, 256, 64, 128, 8, 128, true},
+          {b, f, 1, 256, 64, 128, 8, 128, true},
+          {h, f, 37, 256, 64, 128, 8, 256, false},
+          {b, f, 100, 256, 64, 128, 8, 128, true},
+          {h, f, 200, 136, 32, 72, 4, 72, false},
+          {b, f, 16, 64, 256, 32, 8, 64, true},
+          {h, f, 40, 256, 8, 128, 4, 0, false},
+          {b, f, 40, 256, 8, 128, 4, 128, false},
+          {b, f, 37, 256, 64, 128, 8, -1, false},
+          {b, f, 100, 256, 64, 128, 8, -1, true},
+      },
+      3000);
+}
+
+// The layer ops at odd expert counts and past 512 (the routing's 32-slot rows; the sorted
+// path's 1024-expert PrePermute instances): T = 1, 7 and 64 (direct), 65 (the sorted
+// path's one-launch PrePermute) and 4096 (its chunked kernels), plain and grouped routing
+// (8 groups: E = 1024 only, as E must divide), with and without a shared expert.
+TEST(MoEGpu, FusedMoELayersManyAndOddExperts) {
+  MOEKIT_REQUIRE_GPU();
+  const DType b = DType::kBF16, h = DType::kF16, f = DType::kF32;
+  expect_layers_match(
+      {
+          {b, f, 1, 64, 129, 32, 8, 0, false},     {h, f, 7, 64, 129, 32, 8, 64, false},
+          {b, b, 64, 64, 129, 32, 8, 0, false},    {h, f, 65, 64, 129, 32, 8, 0, false},
+          {b, f, 4096, 64, 129, 32, 8, 0, false},  {b, f, 1, 64, 257, 32, 8, 64, false},
+          {h, h, 7, 64, 257, 32, 8, 0, false},     {b, f, 64, 64, 257, 32, 8, 0, false},
+          {b, f, 65, 64, 257, 32, 8, 64, false},   {h, f, 4096, 64, 257, 32, 8, 64, false},
+          {b, f, 1, 64, 513, 32, 8, 0, false},     {h, f, 7, 64, 513, 32, 8, 0, false},
+          {b, f, 64, 64, 513, 32, 8, 64, false},   {b, f, 65, 64, 513, 32, 8, 0, false},
+          {b, f, 4096, 64, 513, 32, 8, 0, false},  {b, f, 1, 64, 1024, 32, 8, 0, true},
+          {h, f, 7, 64, 1024, 32, 8, 64, false},   {b, f, 64, 64, 1024, 32, 8, 0, true},
+          {h, f, 65, 64, 1024, 32, 8, 64, true},   {b, f, 4096, 64, 1024, 32, 8, 0, false},
+          {h, f, 4096, 64, 1024, 32, 8, 64, true},
+      },
+      3500);
 }
 
 TEST(MoEGpu, LayersCaptureInCudaGraphs) {

@@ -195,11 +195,22 @@ TEST(LayerPlanner, BadPlansAreRefusedWithAReason) {
   with_shared.shared.path = MlpPath::kGemv;
   EXPECT_NE(detail::layer_plan_rejection(with_shared, problem(kRows[7]), h200).find("shared"),
             std::string::npos);
-  // The sorted path past moe_pre_permute's 512 experts (indexed_expert_mlp at one token).
-  Row many = {"E 1024", RoutedOp::kIndexed, 1, 256, 1024, 64, 8, 0, RoutedPath::kDirect};
+  // The sorted path past moe_pre_permute's 1024 experts (indexed_expert_mlp at one token).
+  Row many = {"E 1025", RoutedOp::kIndexed, 1, 256, 1025, 64, 8, 0, RoutedPath::kDirect};
   LayerPlan sorted = detail::plan_layer(problem(kRows[0]), h200);
-  EXPECT_NE(detail::layer_plan_rejection(sorted, problem(many), h200).find("512"),
+  EXPECT_NE(detail::layer_plan_rejection(sorted, problem(many), h200)
+                .find("the sorted path takes at most 1024 experts, not 1025"),
             std::string::npos);
+  // E = 513 and 1024: the sorted path is among the candidates (E <= 512 only before).
+  for (int64_t E : {513, 1024}) {
+    Row odd = {"E > 512", RoutedOp::kIndexed, 1, 256, E, 64, 8, 0, RoutedPath::kDirect};
+    bool has_sorted = false;
+    for (const LayerPlan& c : detail::layer_plan_candidates(problem(odd), h200)) {
+      EXPECT_EQ(detail::layer_plan_rejection(c, problem(odd), h200), "") << to_string(c);
+      has_sorted |= c.routed == RoutedPath::kSorted;
+    }
+    EXPECT_TRUE(has_sorted) << E;
+  }
 }
 
 // arch 0 (no usable device): every plan is one that runs anywhere (no sm_90 kernels).
@@ -352,6 +363,25 @@ TEST(LayerPlannerGpu, EveryCandidateMatchesReference) {
   expect_every_layer_candidate_matches(DType::kF16, 19, 264, 32, 72, 6, 520, 5200);
   expect_every_layer_candidate_matches(DType::kBF16, 100, 136, 8, 64, 2, 72, 5300);
   expect_every_layer_candidate_matches(DType::kF16, 7, 256, 64, 128, 8, 0, 5400);
+}
+
+// E = 513 (odd, past 512: the routing's 32-slot rows, the sorted path's 1024-expert
+// PrePermute instances) and E = 1024, at a small hidden size: every candidate plan at
+// T = 1, 7 and 64 (direct and sorted candidates) and 4096 (sorted), with and without a
+// shared expert.
+TEST(LayerPlannerGpu, EveryCandidateMatchesReferenceManyExperts) {
+  MOEKIT_REQUIRE_GPU();
+  struct Shape {
+    DType dt;
+    int64_t T, E, S;
+  };
+  const Shape shapes[] = {{DType::kBF16, 1, 513, 0},   {DType::kF16, 7, 513, 72},
+                          {DType::kBF16, 64, 513, 0},  {DType::kBF16, 4096, 513, 136},
+                          {DType::kBF16, 7, 1024, 0},  {DType::kF16, 64, 1024, 0},
+                          {DType::kF16, 4096, 1024, 0}};
+  uint64_t seed = 5500;
+  for (const Shape& x : shapes)
+    expect_every_layer_candidate_matches(x.dt, x.T, 128, x.E, 64, 8, x.S, seed += 100);
 }
 
 }  // namespace

@@ -352,6 +352,10 @@ TEST(MoENonFiniteGpu, FusedLayersWithNonFiniteLogitsAndWeights) {
       {16, 256, 64, 128, 8, 128, true},    // the direct path
       {100, 256, 64, 128, 8, 128, false},  // the permuted path
       {1200, 264, 32, 200, 4, 0, false},   // ~150 routed rows per expert: the SM90 chain
+      // Odd E past 512 (32-slot routing rows, the chunked route sort) and E = 1024.
+      {16, 64, 513, 32, 8, 64, false},   // the direct path
+      {100, 64, 513, 32, 8, 0, false},   // the permuted path
+      {300, 128, 1024, 64, 8, 0, true},  // the permuted path, 8 groups of 128
   };
   const DType dt = DType::kBF16;
   uint64_t seed = 2870;

@@ -176,6 +176,47 @@ TEST(PostPermuteDivisor, ExactBelow2To31) {
   EXPECT_FALSE(detail::post_permute_small_ok(l));
 }
 
+// The launch decisions: up to 512 experts both ops run the kernels they ran before E > 512
+// was taken (the one-launch kernel up to their route limits, no workspace; the 512-expert
+// instances). Past 512: PermuteAlign takes the chunked kernels at every route count (a
+// workspace); PrePermute keeps its route limit (its 1024-expert one-launch instance).
+TEST(PermuteLimits, OneLaunchKernelsOnlyUpTo512Experts) {
+  EXPECT_EQ(detail::kPermuteMaxExperts, 1024);
+  for (int E : {1, 129, 257, 384, 512}) {
+    EXPECT_TRUE(detail::align_one_launch(1, E));
+    EXPECT_TRUE(detail::align_one_launch(detail::kAlignFusedMaxRoutes, E));
+    EXPECT_FALSE(detail::align_one_launch(detail::kAlignFusedMaxRoutes + 1, E));
+    EXPECT_TRUE(detail::pre_permute_one_launch(1, E));
+    EXPECT_TRUE(detail::pre_permute_one_launch(detail::kPrePermuteFusedMaxRoutes, E));
+    EXPECT_FALSE(detail::pre_permute_one_launch(detail::kPrePermuteFusedMaxRoutes + 1, E));
+    EXPECT_EQ(detail::chunk_experts_cap(E), 512);
+  }
+  for (int E : {513, 777, 1023, 1024}) {
+    EXPECT_FALSE(detail::align_one_launch(0, E));
+    EXPECT_FALSE(detail::align_one_launch(1, E));
+    EXPECT_TRUE(detail::pre_permute_one_launch(1, E));
+    EXPECT_TRUE(detail::pre_permute_one_launch(detail::kPrePermuteFusedMaxRoutes, E));
+    EXPECT_FALSE(detail::pre_permute_one_launch(detail::kPrePermuteFusedMaxRoutes + 1, E));
+    EXPECT_EQ(detail::chunk_experts_cap(E), 1024);
+  }
+  // The workspace queries follow: none at E = 512 and T*K = 8; PermuteAlign's chunked
+  // scratch at 513; none for PrePermute up to 4096 routes.
+  std::vector<int32_t> ids(8);
+  for (int E : {512, 513, 1024}) {
+    SCOPED_TRACE(E);
+    PermuteAlignArgs a;
+    a.topk_ids = make_view(ids.data(), DType::kI32, {1, 8});
+    a.num_experts = E;
+    a.block_size = 16;
+    const size_t want = E <= 512 ? 0 : detail::route_chunk_workspace_bytes(8, E);
+    EXPECT_EQ(permute_align_workspace_size(a), want);
+    PrePermuteArgs p;
+    p.local_expert_ids = a.topk_ids;
+    p.num_local_experts = E;
+    EXPECT_EQ(pre_permute_workspace_size(p), 0u);
+  }
+}
+
 TEST(PermuteAlignValidation, RejectsBadInput) {
   const int64_t T = 4, K = 2;
   const int E = 8, bs = 16;
@@ -205,7 +246,7 @@ TEST(PermuteAlignValidation, RejectsBadInput) {
     a.block_size = b;
     bad(a, "block_size");
   }
-  for (int e : {0, -1, 513}) {
+  for (int e : {0, -1, 1025}) {
     a = args();
     a.num_experts = e;
     bad(a, "num_experts");
@@ -290,7 +331,7 @@ TEST(PrePermuteValidation, RejectsBadInput) {
   a = args();
   a.local_expert_ids.dtype = DType::kF32;
   bad(a, "local_expert_ids");
-  for (int e : {0, 600}) {
+  for (int e : {0, 1025}) {
     a = args();
     a.num_local_experts = e;
     bad(a, "num_local_experts");
@@ -764,6 +805,46 @@ TEST(PermuteAlignGpu, FusedPathEdges) {
   };
   uint64_t seed = 600;
   for (const AlignCase& c : cases) check_align_case(c, seed++);
+}
+
+// Odd expert counts and counts past 512 (PermuteAlign: the chunked kernels at every route
+// count past 512 experts; PrePermute: the 1024-expert instances of its one-launch kernel
+// up to 4096 routes and of the chunked count / scan above; E <= 512 as before):
+// T = 1, 7, 64, 4096 with every id pattern (-1 and out-of-range ids, duplicates, empty
+// experts, every route on one expert, no local route), and multi-chunk sizes.
+std::vector<AlignCase> many_experts_align_cases() {
+  const IdMode modes[] = {IdMode::kUniform, IdMode::kMixed, IdMode::kDuplicates, IdMode::kOneExpert,
+                          IdMode::kNoneLocal};
+  std::vector<AlignCase> cases;
+  int i = 0;
+  for (int E : {129, 257, 513, 1024}) {
+    for (int64_t T : {1, 7, 64, 4096}) {
+      for (IdMode m : modes) cases.push_back({T, 8, E, 16 << (i++ % 5), m});
+    }
+  }
+  cases.push_back({40000, 1, 1024, 16, IdMode::kMixed});  // 5 chunks
+  cases.push_back({65536, 8, 513, 64, IdMode::kUniform});
+  cases.push_back({32769, 1, 1023, 256, IdMode::kDuplicates});
+  return cases;
+}
+
+TEST(PermuteAlignGpu, ManyAndOddExperts) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 700;
+  for (const AlignCase& c : many_experts_align_cases()) check_align_case(c, seed++);
+}
+
+TEST(PrePermuteGpu, ManyAndOddExperts) {
+  MOEKIT_REQUIRE_GPU();
+  const DType dts[] = {DType::kBF16, DType::kF16, DType::kF32};
+  const int aligns[] = {1, 8, 16, 128, 3};
+  uint64_t seed = 900;
+  int i = 0;
+  for (const AlignCase& a : many_experts_align_cases()) {
+    const PreCase c{dts[i % 3], a.T, a.K, a.E, aligns[i % 5], 64, a.mode};
+    ++i;
+    check_pre_case(c, seed++);
+  }
 }
 
 TEST(PrePermuteGpu, MatchesReference) {

@@ -175,9 +175,9 @@ TEST_F(FusedTopKValidation, RejectsBadShapes) {
   a = args();
   a.gating_output.stride[0] = E + 1;  // not contiguous
   expect_error(a, "gating_output");
-  std::vector<float> big(2 * 513);
+  std::vector<float> big(2 * 1025);
   a = args();
-  a.gating_output = make_view(big.data(), DType::kF32, {2, 513});
+  a.gating_output = make_view(big.data(), DType::kF32, {2, 1025});
   expect_error(a, "gating_output");
 }
 
@@ -410,6 +410,44 @@ TEST(FusedTopKGpu, LimitShapes) {
   check_topk_case({DType::kBF16, 1, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true}, 44);
   check_topk_case({DType::kBF16, 4097, 384, params(16, kSigmoid, true), true}, 45);
   check_topk_case({DType::kF32, 333, 200, params(16, kSoftmax, false, 8, 5), false}, 46);
+}
+
+// Odd expert counts and counts past 512 (the 32-slot instance, E > 512), at T = 1, 7, 64
+// and 4096 (a grid past 64 blocks: both PDL trigger instances), softmax and sigmoid, with
+// a bias, grouped on both group paths (groups of one 32-expert slot: E = 1024 in 32 groups;
+// staged in shared memory: 3 groups of 43 / 171, 8 of 128, 1024 groups of one), ties,
+// top_k = 16, and huge sigmoid logits (the exact reciprocal).
+TEST(FusedTopKGpu, ManyAndOddExperts) {
+  MOEKIT_REQUIRE_GPU();
+  std::vector<TopKCase> cases;
+  const DType dts[] = {DType::kBF16, DType::kF16, DType::kF32};
+  int i = 0;
+  for (int E : {129, 257, 513, 1024}) {
+    for (int64_t T : {1, 7, 64, 4096}) {
+      const DType dt = dts[i++ % 3];
+      cases.push_back({dt, T, E, params(8, kSoftmax, true)});
+      cases.push_back({dt, T, E, params(16, kSigmoid, true, 0, 0, 2.5f), true});
+    }
+  }
+  const std::vector<TopKCase> extra = {
+      {DType::kBF16, 300, 129, params(8, kSigmoid, true, 3, 2, 2.5f), true},
+      {DType::kF32, 300, 513, params(8, kSoftmax, false, 3, 1), false},
+      {DType::kBF16, 300, 513, params(16, kSigmoid, true, 3, 2, 1.5f), true},
+      {DType::kBF16, 4096, 1024, params(8, kSigmoid, true, 32, 4, 2.5f), true},  // slot groups
+      {DType::kF16, 300, 1024, params(8, kSigmoid, true, 32, 4, 2.5f), false},
+      {DType::kF32, 300, 1024, params(16, kSigmoid, true, 8, 3, 2.5f), true},
+      {DType::kBF16, 64, 1024, params(16, kSigmoid, true, 1024, 20), true},  // groups of one
+      {DType::kF32, 7, 1024, params(16, kSoftmax, false), false},
+      {DType::kBF16, 200, 1024, params(8, kSoftmax, true), false, 1.0, 3},  // ties
+      {DType::kF16, 200, 513, params(16, kSoftmax, false, 3, 2), false, 1.0, 2},
+      {DType::kBF16, 300, 1024, params(16, kSigmoid, false, 16, 3, 1.5f), true, 60.0},
+      {DType::kF16, 300, 513, params(8, kSigmoid, true), true, 60.0},
+      {DType::kF32, 17, 1024, params(16, kSigmoid, false), true},
+      {DType::kBF16, 65536, 1024, params(8, kSoftmax, true)},
+  };
+  cases.insert(cases.end(), extra.begin(), extra.end());
+  uint64_t seed = 800;
+  for (const TopKCase& c : cases) check_topk_case(c, seed++);
 }
 
 // Huge logits: sigmoid scores below the normal range take the exact reciprocal

@@ -279,6 +279,22 @@ TEST(FusedTopKNonFiniteGpu, PoisonedRowsFollowTheReferenceOthersAreUntouched) {
   for (const NonFiniteCase& c : cases) check_nonfinite_case(c, seed++);
 }
 
+// The same at odd expert counts and past 512 (the 32-slot rows): plain, shared-memory
+// groups (3 of 171) and one-slot groups (32 of 32).
+TEST(FusedTopKNonFiniteGpu, PoisonedRowsManyAndOddExperts) {
+  MOEKIT_REQUIRE_GPU();
+  const std::vector<NonFiniteCase> cases = {
+      {DType::kF32, 33, 129, params(8, kSigmoid, true), true},
+      {DType::kF32, 48, 513, params(8, kSoftmax, true), false},
+      {DType::kF16, 48, 513, params(8, kSigmoid, true, 3, 2, 2.5f), true},
+      {DType::kF32, 48, 513, params(16, kSoftmax, false, 3, 1), false},
+      {DType::kF32, 48, 1024, params(16, kSigmoid, false, 32, 4), true},
+      {DType::kF32, 48, 1024, params(8, kSoftmax, true), false},
+  };
+  uint64_t seed = 2850;
+  for (const NonFiniteCase& c : cases) check_nonfinite_case(c, seed++);
+}
+
 // A NaN or an Inf in the bias: every row's selection moves (NaN: that expert first), the
 // weights stay the unbiased scores; ids valid, as the reference.
 TEST(FusedTopKNonFiniteGpu, NonFiniteBiasMovesOnlyTheSelection) {

@@ -79,7 +79,7 @@ bool parse_dtype(const std::string& s, DType* d) {
 // check_path_experts); src/gemm/moe_grouped_gemm.cpp kMaxExperts; src/moe/moe_internal.h
 // kDirectMax* (the direct path). MoEExpertMLPFwd has no expert limit of its own: the sweep
 // stays at the GEMMs' 1024.
-constexpr int64_t kTopKMaxExperts = 512, kMaxTopK = 16, kPermuteMaxExperts = 512;
+constexpr int64_t kTopKMaxExperts = 1024, kMaxTopK = 16, kPermuteMaxExperts = 1024;
 constexpr int64_t kGemmMaxExperts = 1024, kDirectMaxExperts = 4096;
 constexpr int64_t kDirectMaxTokens = 64, kDirectMaxRoutes = 1024;
 constexpr int64_t kMaxTokens = 65536, kMaxWidthUnits = 1024;  // widths up to 8 * 1024
@@ -195,7 +195,11 @@ int64_t draw_experts(Rng& rng, int64_t max_e) {
   if (r < 0.08) return 1;
   if (r < 0.16) return max_e;
   if (r < 0.32) {
-    const int64_t e = rng.pick<int64_t>({2, 3, 7, 8, 16, 32, 60, 64, 128, 160, 256, 384, 512});
+    // Model counts, the decoding PR's odd ones (a shared expert folded in: 129, 257, 513),
+    // and the edges of the kernels' instances (512 / 513: FusedTopK's 32-slot rows and the
+    // permute ops' chunked kernels start past 512).
+    const int64_t e = rng.pick<int64_t>({2,   3,   7,   8,   16,  32,  60,  64,  128,  129, 160,
+                                         192, 256, 257, 384, 512, 513, 640, 768, 1000, 1023});
     return std::min(e, max_e);
   }
   return rng.log_uniform(1, max_e);
@@ -595,7 +599,7 @@ std::string invalid_reason(const SweepCase& c) {
         return "gating dtype";
       if ((c.op == Op::kFusedMoe || c.op == Op::kFusedMoeSharedExpert) && !layer_direct(c) &&
           c.E > kPermuteMaxExperts)
-        return "sorted path beyond 512 experts";
+        return "sorted path beyond " + std::to_string(kPermuteMaxExperts) + " experts";
       break;
   }
   if (c.scale_milli <= 0 || c.levels < 0) return "topk parameters";

@@ -296,9 +296,9 @@ TABLE = [
     ("fused_topk", _topk(gating_output=_g, topk_ids=at(d("i32", 4, 2), _g)),
      "argument 'topk_ids': expected memory disjoint from 'gating_output', got i32[4, 2] at "),
     ("moe_permute_align",
-     lambda: raw.moe_permute_align(d("i32", 4, 2), 513, 16, d("i32", 8 + 513 * 15), d("i32", 8),
-                                   d("i32", 1), WSP, 1 << 30),
-     "argument 'num_experts': expected 1 to 512, got 513"),
+     lambda: raw.moe_permute_align(d("i32", 4, 2), 1025, 16, d("i32", 8 + 1025 * 15),
+                                   d("i32", 8), d("i32", 1), WSP, 1 << 30),
+     "argument 'num_experts': expected 1 to 1024, got 1025"),
     ("moe_permute_align",
      lambda: raw.moe_permute_align(d("i32", 32768, 2), 8, 16, d("i32", 65536 + 8 * 15),
                                    d("i32", (65536 + 8 * 15 + 15) // 16), d("i32", 1), WSP, 16),
@@ -333,14 +333,14 @@ TABLE = [
                                 at(d("bf16", 32, 64), _pin, 128), WSP, 1 << 40),
      "argument 'expert_output': expected memory disjoint from 'expert_input' or 'expert_input' "
      "itself (in place), got bf16[32, 64] at "),
-    ("fused_moe_experts", _experts("fused_moe_experts", E=600),
-     "argument 'w_gate_up': expected at most 512 experts (dim 0), got bf16[600, 64, 64]"),
+    ("fused_moe_experts", _experts("fused_moe_experts", E=1025),
+     "argument 'w_gate_up': expected at most 1024 experts (dim 0), got bf16[1025, 64, 64]"),
     ("indexed_expert_mlp", _experts("indexed_expert_mlp", E=5000),
      "argument 'w_gate_up': expected at most 4096 experts (dim 0), got bf16[5000, 64, 64]"),
-    ("indexed_expert_mlp", _experts("indexed_expert_mlp", T=65, E=1000),
-     "argument 'w_gate_up': expected at most 512 experts (dim 0) on the sorted path, which this "
+    ("indexed_expert_mlp", _experts("indexed_expert_mlp", T=65, E=1025),
+     "argument 'w_gate_up': expected at most 1024 experts (dim 0) on the sorted path, which this "
      "call takes because T = 65 > 64 (the direct path takes up to 4096 experts at T <= 64, "
-     "T*top_k <= 1024 and 2*F*H < 2^31), got bf16[1000, 64, 64]"),
+     "T*top_k <= 1024 and 2*F*H < 2^31), got bf16[1025, 64, 64]"),
     ("fused_moe", _layer(top_k=9),
      "argument 'top_k': expected 1 to min(16, num_experts=8), got 9"),
     ("fused_moe", _layer(gating_output=_lg, output=at(d("bf16", 4, 64), _lg)),

@@ -1,5 +1,6 @@
-// MoEPermuteAlignFwd kernels. Up to kAlignFusedMaxRoutes routes: ONE launch of
-// 1024-thread blocks (align_fused_kernel). Above: chunk counts + scan
+// MoEPermuteAlignFwd kernels. Up to kAlignFusedMaxRoutes routes and
+// kPermuteFusedMaxExperts experts: ONE launch of 1024-thread blocks
+// (align_fused_kernel). Above either: chunk counts + scan
 // (route_sort.cu), then a scatter kernel per chunk of kRouteChunk routes. Padding
 // and tail slots get the sentinel T*K and expert_ids is filled one warp per block
 // of block_size slots, so every output element is written exactly once.
@@ -138,11 +139,11 @@ __global__ void __launch_bounds__(kThreads)
                        int block_size, int32_t* __restrict__ sorted, int sorted_size,
                        int32_t* __restrict__ expert_ids, int num_blocks,
                        int32_t* __restrict__ num_post) {
-  __shared__ int before[kPermuteMaxExperts];     // routes of e in earlier chunks
-  __shared__ int cnt[kPermuteMaxExperts];        // routes of e from this chunk on
-  __shared__ int tot[kPermuteMaxExperts];        // routes of e
-  __shared__ int start[kPermuteMaxExperts + 1];  // padded starts; start[E] = total
-  __shared__ __align__(16) uint16_t wc[kPermuteMaxExperts * kWcRow];
+  __shared__ int before[kPermuteFusedMaxExperts];     // routes of e in earlier chunks
+  __shared__ int cnt[kPermuteFusedMaxExperts];        // routes of e from this chunk on
+  __shared__ int tot[kPermuteFusedMaxExperts];        // routes of e
+  __shared__ int start[kPermuteFusedMaxExperts + 1];  // padded starts; start[E] = total
+  __shared__ __align__(16) uint16_t wc[kPermuteFusedMaxExperts * kWcRow];
   pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int c0 = blockIdx.x * kFusedChunk;
@@ -240,7 +241,7 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
   const int E = l.num_experts;
-  if (l.num_routes <= kAlignFusedMaxRoutes) {
+  if (align_one_launch(l.num_routes, E)) {
     // Enough blocks for the routes (1024 each) and for the fill (32 blocks of slots each).
     const int blocks = std::max(
         {(l.num_routes + kFusedChunk - 1) / kFusedChunk, (l.num_blocks + kWarps - 1) / kWarps, 1});
@@ -254,8 +255,8 @@ void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
     const int32_t* offsets = static_cast<const int32_t*>(l.workspace);
     const int32_t* start = offsets + static_cast<int64_t>(chunks) * E;
     const int smem = (kRouteChunk + (kWarps + 2) * E) * 4;
-    constexpr int kMaxSmem = (kRouteChunk + (kWarps + 2) * kPermuteMaxExperts) * 4;
-    allow_large_smem(reinterpret_cast<const void*>(align_scatter_kernel), kMaxSmem, 0);
+    const int max_smem = (kRouteChunk + (kWarps + 2) * chunk_experts_cap(E)) * 4;
+    allow_large_smem(reinterpret_cast<const void*>(align_scatter_kernel), max_smem, 0);
     launch_pdl(align_scatter_kernel, dim3(chunks), dim3(kThreads), smem, stream, l.topk_ids,
                l.num_routes, E, l.block_size, offsets, start, start + E, l.sorted_token_ids,
                l.sorted_size, l.expert_ids, l.num_blocks);

@@ -11,7 +11,15 @@
 
 namespace moekit::detail {
 
-constexpr int kPermuteMaxExperts = 512;
+// The expert count the permute ops take (the grouped GEMMs' group limit).
+constexpr int kPermuteMaxExperts = 1024;
+// The expert count of the 512-expert kernels and instances. Up to it both ops launch
+// only those (the seed shapes' kernels, grids and blocks, untouched). Above it:
+// PermuteAlign's one-launch kernel (whose u16 warp-count table would need 64 KiB at
+// 1024 experts) gives way to the chunked kernels at every route count; PrePermute's
+// one-launch kernel and the chunked count / scan run their 1024-expert instances; the
+// scatter kernels size their dynamic shared memory by E.
+constexpr int kPermuteFusedMaxExperts = 512;
 // PermuteAlign runs as one launch (every block recounts all ids) up to this many
 // routes; above it, three kernels over chunks of kRouteChunk routes.
 constexpr int64_t kAlignFusedMaxRoutes = 32768;
@@ -19,6 +27,21 @@ constexpr int64_t kAlignFusedMaxRoutes = 32768;
 // many routes; above it, count / scan / scatter / copy kernels.
 constexpr int64_t kPrePermuteFusedMaxRoutes = 4096;
 constexpr int kRouteChunk = 8192;
+
+// Whether each op runs its one-launch kernel (else the chunked kernels, which need
+// route_chunk_workspace_bytes of workspace).
+inline bool align_one_launch(int64_t num_routes, int num_experts) {
+  return num_routes <= kAlignFusedMaxRoutes && num_experts <= kPermuteFusedMaxExperts;
+}
+inline bool pre_permute_one_launch(int64_t num_routes, int /*num_experts*/) {
+  return num_routes <= kPrePermuteFusedMaxRoutes;
+}
+// The expert count a templated kernel's shared arrays (and the chunk scan's block) are
+// sized for: kPermuteFusedMaxExperts up to it (the launches E <= 512 always had), else
+// kPermuteMaxExperts.
+inline int chunk_experts_cap(int num_experts) {
+  return num_experts <= kPermuteFusedMaxExperts ? kPermuteFusedMaxExperts : kPermuteMaxExperts;
+}
 
 // Scratch of the multi-kernel paths: per-chunk expert counts [chunks, E], then
 // expert starts [E] and counts [E] (i32), rounded up to 256 bytes.

@@ -17,7 +17,7 @@ int64_t check_routes(const detail::ArgCheck& check, const PrePermuteArgs& args, 
 }
 
 size_t workspace_bytes(int64_t routes, int num_experts) {
-  if (routes <= detail::kPrePermuteFusedMaxRoutes) return 0;
+  if (detail::pre_permute_one_launch(routes, num_experts)) return 0;
   return detail::route_chunk_workspace_bytes(routes, num_experts);
 }
 

@@ -52,17 +52,19 @@ __device__ __forceinline__ void copy_items(const uint4* __restrict__ hidden, int
 
 // The fused kernel (T*K <= kPrePermuteFusedMaxRoutes): block b owns routes
 // [b*rows, b*rows + rows). Three block barriers: after zeroing, after the counts,
-// and after warp 0 has scanned the expert starts (<= 16 experts per lane) and
-// ranked the block's routes.
+// and after warp 0 has scanned the expert starts (<= kMaxE / 32 experts per lane) and
+// ranked the block's routes. kMaxE (chunk_experts_cap): the per-expert arrays' size. Every
+// E <= 512 runs the 512 instance (its shared memory and occupancy); 1024 only E > 512.
+template <int kMaxE>
 __global__ void __launch_bounds__(kCopyThreads)
     pre_permute_fused_kernel(const uint4* __restrict__ hidden, int V,
                              const int32_t* __restrict__ ids, int num_routes, int top_k,
                              int num_experts, int alignment, int rows_per_block,
                              uint4* __restrict__ permuted, int32_t* __restrict__ layout_metadata,
                              int32_t* __restrict__ inverse) {
-  __shared__ int hist[kPermuteMaxExperts];
-  __shared__ int before[kPermuteMaxExperts];
-  __shared__ int start[kPermuteMaxExperts];
+  __shared__ int hist[kMaxE];
+  __shared__ int before[kMaxE];
+  __shared__ int start[kMaxE];
   __shared__ int dest[kMaxFusedRows];
   pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   const int tid = threadIdx.x;
@@ -201,7 +203,7 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
   const int V = static_cast<int>(l.row_bytes / 16);  // validated: 64 * V < 2^31
   const uint4* hidden = static_cast<const uint4*>(l.hidden);
   uint4* permuted = static_cast<uint4*>(l.permuted);
-  if (N <= kPrePermuteFusedMaxRoutes) {
+  if (pre_permute_one_launch(N, E)) {
     // Enough blocks to fill the GPU, at least ~128 vectors per block, at most 32 rows
     // (the best of a rows sweep on the seed shapes, docs/routing-permute.md).
     // N == 0 still runs one block: it writes the (all-zero) layout_metadata.
@@ -209,9 +211,11 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
     rows = std::max<int64_t>(rows, (128 + V - 1) / V);
     rows = std::min<int64_t>(std::max<int64_t>(rows, 1), kMaxFusedRows);
     const int blocks = std::max(1, static_cast<int>((N + rows - 1) / rows));
-    launch_pdl(pre_permute_fused_kernel, dim3(blocks), dim3(kCopyThreads), 0, stream, hidden, V,
-               l.ids, N, l.top_k, E, l.alignment, static_cast<int>(rows), permuted,
-               l.layout_metadata, l.inverse_indices);
+    auto kernel = chunk_experts_cap(E) == kPermuteFusedMaxExperts
+                      ? pre_permute_fused_kernel<kPermuteFusedMaxExperts>
+                      : pre_permute_fused_kernel<kPermuteMaxExperts>;
+    launch_pdl(kernel, dim3(blocks), dim3(kCopyThreads), 0, stream, hidden, V, l.ids, N, l.top_k, E,
+               l.alignment, static_cast<int>(rows), permuted, l.layout_metadata, l.inverse_indices);
   } else {
     launch_route_chunk_count_scan(l.ids, N, E, l.alignment, l.workspace, l.layout_metadata, nullptr,
                                   stream);
@@ -219,8 +223,8 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
     const int32_t* offsets = static_cast<const int32_t*>(l.workspace);
     const int32_t* start = offsets + static_cast<int64_t>(chunks) * E;
     const int smem = (kRouteChunk + (kScatterWarps + 1) * E) * 4;
-    constexpr int kMaxSmem = (kRouteChunk + (kScatterWarps + 1) * kPermuteMaxExperts) * 4;
-    allow_large_smem(reinterpret_cast<const void*>(pre_permute_scatter_kernel), kMaxSmem, 2);
+    const int max_smem = (kRouteChunk + (kScatterWarps + 1) * chunk_experts_cap(E)) * 4;
+    allow_large_smem(reinterpret_cast<const void*>(pre_permute_scatter_kernel), max_smem, 2);
     launch_pdl(pre_permute_scatter_kernel, dim3(chunks), dim3(kScatterThreads), smem, stream, l.ids,
                N, E, offsets, start, l.inverse_indices);
     const int64_t rows = std::min<int64_t>(kMaxCopyRows, std::max<int64_t>(1, 2048 / V));

@@ -12,12 +12,14 @@ namespace moekit::detail {
 namespace {
 
 constexpr int kCountThreads = 1024;
-constexpr int kScanThreads = 512;  // >= kPermuteMaxExperts: one thread per expert
 
+// kMaxE (chunk_experts_cap): the histogram's size. Every E <= 512 runs the 512 instance
+// (so those launches keep their shared memory and occupancy); 1024 serves only E > 512.
+template <int kMaxE>
 __global__ void __launch_bounds__(kCountThreads)
     chunk_count_kernel(const int32_t* __restrict__ ids, int num_routes, int num_experts,
                        int32_t* __restrict__ counts) {
-  __shared__ int hist[kPermuteMaxExperts];
+  __shared__ int hist[kMaxE];
   pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) hist[e] = 0;
   __syncthreads();
@@ -34,12 +36,14 @@ __global__ void __launch_bounds__(kCountThreads)
     counts[static_cast<int64_t>(blockIdx.x) * num_experts + e] = hist[e];
 }
 
-__global__ void __launch_bounds__(kScanThreads)
+// One block of kMaxE threads: one thread per expert (kMaxE as in chunk_count_kernel).
+template <int kMaxE>
+__global__ void __launch_bounds__(kMaxE)
     chunk_scan_kernel(int32_t* __restrict__ counts, int chunks, int num_experts, int alignment,
                       int32_t* __restrict__ start_out, int32_t* __restrict__ cnt_out,
                       int32_t* __restrict__ layout_metadata, int32_t* __restrict__ num_post) {
-  __shared__ int s_start[kPermuteMaxExperts];
-  __shared__ int s_cnt[kPermuteMaxExperts];
+  __shared__ int s_start[kMaxE];
+  __shared__ int s_cnt[kMaxE];
   pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
     // Column scan over chunks, 16 loads in flight at a time.
@@ -69,6 +73,17 @@ __global__ void __launch_bounds__(kScanThreads)
   if (threadIdx.x == 0 && num_post != nullptr) *num_post = total;
 }
 
+template <int kMaxE>
+void launch_count_scan(const int32_t* ids, int num_routes, int num_experts, int alignment,
+                       int32_t* counts, int32_t* start, int32_t* cnt, int32_t* layout_metadata,
+                       int32_t* num_post_padded, cudaStream_t stream) {
+  const int chunks = (num_routes + kRouteChunk - 1) / kRouteChunk;
+  launch_pdl(chunk_count_kernel<kMaxE>, dim3(chunks), dim3(kCountThreads), 0, stream, ids,
+             num_routes, num_experts, counts);
+  launch_pdl(chunk_scan_kernel<kMaxE>, dim3(1), dim3(kMaxE), 0, stream, counts, chunks, num_experts,
+             alignment, start, cnt, layout_metadata, num_post_padded);
+}
+
 }  // namespace
 
 void launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_experts,
@@ -78,10 +93,14 @@ void launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_e
   int32_t* counts = static_cast<int32_t*>(workspace);
   int32_t* start = counts + static_cast<int64_t>(chunks) * num_experts;
   int32_t* cnt = start + num_experts;
-  launch_pdl(chunk_count_kernel, dim3(chunks), dim3(kCountThreads), 0, stream, ids, num_routes,
-             num_experts, counts);
-  launch_pdl(chunk_scan_kernel, dim3(1), dim3(kScanThreads), 0, stream, counts, chunks, num_experts,
-             alignment, start, cnt, layout_metadata, num_post_padded);
+  if (chunk_experts_cap(num_experts) == kPermuteFusedMaxExperts) {
+    launch_count_scan<kPermuteFusedMaxExperts>(ids, num_routes, num_experts, alignment, counts,
+                                               start, cnt, layout_metadata, num_post_padded,
+                                               stream);
+  } else {
+    launch_count_scan<kPermuteMaxExperts>(ids, num_routes, num_experts, alignment, counts, start,
+                                          cnt, layout_metadata, num_post_padded, stream);
+  }
 }
 
 void allow_large_smem(const void* kernel, int bytes, int slot) {

@@ -86,6 +86,9 @@ struct Carver {
 
 // ---- routing ----------------------------------------------------------------------------
 
+// The expert groups topk_kernel keeps a bit for: fused_topk's expert limit (groups of one).
+constexpr int kTopKRefMaxGroups = 1024;
+
 template <class T>
 __global__ void topk_kernel(const T* logits, int64_t num_tokens, int E, const float* bias, int K,
                             bool renormalize, bool use_sigmoid, int num_groups, int topk_group,
@@ -103,13 +106,13 @@ __global__ void topk_kernel(const T* logits, int64_t num_tokens, int E, const fl
     return use_sigmoid ? 1.0f / (1.0f + expf(-x)) : expf(x - mx) / sum;
   };
   auto sel = [&](int e) { return score(e) + (bias ? bias[e] : 0.0f); };
-  // Grouping as the CPU reference does it: any number of groups (up to E, 512 at most),
-  // a group's score the sum of its two largest sel with a bias (its largest when it has
-  // one expert), else its largest; ties to the lower group index.
-  constexpr int kMaxGroups = 512;
-  const bool grouped = num_groups > 1 && num_groups <= kMaxGroups && topk_group < num_groups;
+  // Grouping as the CPU reference does it: any number of groups (up to E, at most
+  // kTopKRefMaxGroups: fused_topk refuses more), a group's score the sum of its two largest
+  // sel with a bias (its largest when it has one expert), else its largest; ties to the
+  // lower group index.
+  const bool grouped = num_groups > 1 && topk_group < num_groups;
   const int gsize = grouped ? E / num_groups : E;
-  uint64_t kept[kMaxGroups / 64] = {};
+  uint64_t kept[kTopKRefMaxGroups / 64] = {};
   const auto is_kept = [&](int g) { return (kept[g / 64] >> (g % 64)) & 1; };
   if (grouped) {
     for (int s = 0; s < topk_group; ++s) {
@@ -606,6 +609,9 @@ void fused_topk(const FusedTopKArgs& args, cudaStream_t stream) {
   if (T == 0) return;
   const float* bias = args.correction_bias.defined() ? args.correction_bias.ptr<float>() : nullptr;
   const bool sig = p.scoring_func == ScoringFunc::kSigmoid;
+  if (p.num_expert_group > kTopKRefMaxGroups)
+    throw Error("moekit::gpu_reference::fused_topk: at most " + std::to_string(kTopKRefMaxGroups) +
+                " expert groups, got " + std::to_string(p.num_expert_group));
   const unsigned blocks = static_cast<unsigned>(ceil_div(T, 128));
   auto go = [&](auto tag) {
     using T_ = decltype(tag);

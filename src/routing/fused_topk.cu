@@ -1,4 +1,4 @@
-// FusedTopKFwd kernel: one warp per token, the whole row (E <= 512) in registers.
+// FusedTopKFwd kernel: one warp per token, the whole row (E <= 1024) in registers.
 //
 // Expert e lives in lane e % 32, slot e / 32, so the row loads are coalesced.
 // sel values become order-preserving 32-bit keys (>= 1; 0 means "none"). Each of
@@ -336,6 +336,17 @@ void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
                                                   static_cast<size_t>(p.num_expert_group) * 9)
                               : 0;
   const int64_t blocks = (l.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  // Staged grouping past 512 experts can pass 48 KiB (E = 1024 in 1024 groups: 52 KiB);
+  // up to 512 experts it stays below 27 KiB, so those launches set nothing. Before the
+  // occupancy query, which counts the same bytes.
+  if constexpr (kSlots > 16) {
+    if (smem > 48 * 1024) {
+      for (const void* k : {reinterpret_cast<const void*>(fused_topk_kernel<T, kSlots, true>),
+                            reinterpret_cast<const void*>(fused_topk_kernel<T, kSlots, false>)})
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
+    }
+  }
   auto kernel = fused_topk_kernel<T, kSlots, true>;
   if (blocks > kTopKSmallGridBlocks) {  // small grids always trigger: no host queries
     const bool early = fused_topk_early_trigger(
@@ -358,8 +369,10 @@ void launch_slots(const FusedTopKLaunch& l, cudaStream_t stream) {
     launch_typed<T, 8>(l, stream);
   } else if (l.num_experts <= 384) {
     launch_typed<T, 12>(l, stream);
-  } else {
+  } else if (l.num_experts <= 512) {
     launch_typed<T, 16>(l, stream);
+  } else {
+    launch_typed<T, 32>(l, stream);  // E > 512 only: 32 slots fill the u32 `avail` mask
   }
 }
 

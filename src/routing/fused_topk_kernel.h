@@ -10,7 +10,9 @@
 
 namespace moekit::detail {
 
-constexpr int kTopKMaxExperts = 512;  // one warp holds a row in registers: 16 slots per lane
+// One warp holds a row in registers: up to 32 slots per lane (E <= 512 uses at most 16;
+// the 32-slot instance serves only E > 512).
+constexpr int kTopKMaxExperts = 1024;
 constexpr int kTopKMaxK = 16;
 
 struct FusedTopKLaunch {

@@ -90,6 +90,12 @@ TEST(SweepCases, CoversTheEdges) {
     seen["E=512 permute"] += c.E == 512 && c.op == Op::kPrePermute;
     seen["E=1024 gemm"] += c.E == 1024 && c.op == Op::kGroupedGemm;
     seen["E>512 indexed"] += c.E > 512 && c.op == Op::kIndexedExpertMlp;
+    seen["E=1024 topk"] += c.E == 1024 && c.op == Op::kFusedTopK;
+    seen["E=1024 permute"] += c.E == 1024 && c.op == Op::kPermuteAlign;
+    seen["E odd >512 topk"] += c.E > 512 && c.E % 2 == 1 && c.op == Op::kFusedTopK;
+    seen["E odd >512 pre-permute"] += c.E > 512 && c.E % 2 == 1 && c.op == Op::kPrePermute;
+    seen["E>512 fused_moe_experts"] += c.E > 512 && c.op == Op::kFusedMoeExperts;
+    seen["E>512 sorted layer"] += c.E > 512 && c.op == Op::kFusedMoe && c.T * c.K > 16 * c.E;
     seen["K=16"] += c.K == 16;
     seen["K>E"] += c.K > c.E && c.op == Op::kFusedMoeExperts;
     seen["H%16=8"] += c.H % 16 == 8;
@@ -159,8 +165,12 @@ TEST(SweepCases, InvalidCasesAreNamed) {
   c.block_size = 48;
   EXPECT_NE(invalid_reason(c), "");
   c.block_size = 64;
-  c.E = 513;
+  c.E = 1025;
   EXPECT_NE(invalid_reason(c), "");
+  c.E = 1024;  // past the one-launch kernels' 512: valid
+  EXPECT_EQ(invalid_reason(c), "");
+  c.E = 513;
+  EXPECT_EQ(invalid_reason(c), "");
   c = drawn()[static_cast<int>(Op::kGroupedGemm)];
   c.N = 12;
   EXPECT_NE(invalid_reason(c), "");
