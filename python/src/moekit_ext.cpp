@@ -99,16 +99,16 @@ RegisteredDType g_registered[kMaxRegistered];
 int g_num_registered = 0;
 
 DType dtype_from_code(PyObject* o, const char* op, const char* arg) {
-  constexpr const char* kExpected = "a dtype code 1..5 (bf16, f16, f32, i32, fp8e4m3)";
+  constexpr const char* kExpected = "a dtype code 1..6 (bf16, f16, f32, i32, fp8e4m3, i64)";
   if (!PyLong_Check(o)) {
     for (int i = 0; i < g_num_registered; ++i) {
       if (g_registered[i].obj == o) return g_registered[i].code;
     }
     // An unregistered dtype object (torch.int64, ...) or its name: say what came.
-    fail(op, arg, "dtype bf16, f16, f32, i32 or fp8e4m3", repr_of(o));
+    fail(op, arg, "dtype bf16, f16, f32, i32, fp8e4m3 or i64", repr_of(o));
   }
   long code = PyLong_AsLong(o);
-  if (code < static_cast<long>(DType::kBF16) || code > static_cast<long>(DType::kFP8E4M3)) {
+  if (code < static_cast<long>(DType::kBF16) || code > static_cast<long>(DType::kI64)) {
     if (PyErr_Occurred()) PyErr_Clear();
     fail(op, arg, kExpected, repr_of(o));
   }
@@ -123,8 +123,9 @@ DType dtype_from_dlpack(nb::dlpack::dtype dt, const char* op, const char* arg) {
     if (dt.code == uint8_t(C::Float) && dt.bits == 32) return DType::kF32;
     if (dt.code == uint8_t(C::Int) && dt.bits == 32) return DType::kI32;
     if (dt.code == uint8_t(C::Float8_E4M3FN) && dt.bits == 8) return DType::kFP8E4M3;
+    if (dt.code == uint8_t(C::Int) && dt.bits == 64) return DType::kI64;
   }
-  fail(op, arg, "dtype bf16, f16, f32, i32 or fp8e4m3",
+  fail(op, arg, "dtype bf16, f16, f32, i32, fp8e4m3 or i64",
        "DLPack dtype (code " + std::to_string(dt.code) + ", bits " + std::to_string(dt.bits) +
            ", lanes " + std::to_string(dt.lanes) + ")");
 }
@@ -333,6 +334,7 @@ class Converter {
       if (code == 2 && bits == 32) dtype = DType::kF32;      // kDLFloat
       if (code == 0 && bits == 32) dtype = DType::kI32;      // kDLInt
       if (code == 10 && bits == 8) dtype = DType::kFP8E4M3;  // kDLFloat8_e4m3fn
+      if (code == 0 && bits == 64) dtype = DType::kI64;      // kDLInt
     }
     if (dtype == DType::kUndefined || dl.ndim < 0 || dl.ndim > kMaxDims) return false;
     const int type = dl.device.device_type;
@@ -861,14 +863,15 @@ NB_MODULE(_moekit, m) {
   codes["f32"] = static_cast<int>(DType::kF32);
   codes["i32"] = static_cast<int>(DType::kI32);
   codes["fp8e4m3"] = static_cast<int>(DType::kFP8E4M3);
+  codes["i64"] = static_cast<int>(DType::kI64);
   m.attr("DTYPES") = codes;
   m.attr("__version__") = MOEKIT_VERSION_STRING;
 
   m.def(
       "register_dtype",
       [](nb::handle obj, int code) {
-        if (code < static_cast<int>(DType::kBF16) || code > static_cast<int>(DType::kFP8E4M3)) {
-          throw Error("moekit.raw.register_dtype: code: expected 1..5, got " +
+        if (code < static_cast<int>(DType::kBF16) || code > static_cast<int>(DType::kI64)) {
+          throw Error("moekit.raw.register_dtype: code: expected 1..6, got " +
                       std::to_string(code));
         }
         for (int i = 0; i < g_num_registered; ++i) {
