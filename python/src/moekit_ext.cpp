@@ -591,10 +591,21 @@ auto topk_param_fields() {
           [](auto& a, float v, const char*) { params_of(a).routed_scaling_factor = v; }, 1.0f));
 }
 
+// The engine inputs of the routed ops (docs/moe.md, "Engine inputs"), after their fields.
+auto engine_fields() {
+  return std::make_tuple(
+      MK_MOE_TENSOR(expert_map),
+      scalar<bool>("apply_router_weight_on_input", [](auto& a, bool v, const char*) {
+        moe_part(a).apply_router_weight_on_input = v;
+      }));
+}
+
 // The routed-experts ops' arguments (FusedMoEExpertsFwd, IndexedExpertMLPFwd).
 auto experts_fields() {
-  return std::make_tuple(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
-                         MK_TENSOR(topk_weights), MK_TENSOR(topk_ids), MK_TENSOR(output));
+  return std::tuple_cat(
+      std::make_tuple(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
+                      MK_TENSOR(topk_weights), MK_TENSOR(topk_ids), MK_TENSOR(output)),
+      engine_fields());
 }
 
 // ---- ops: one entry per op; register_op generates its Python functions ----
@@ -651,16 +662,17 @@ const auto kOps = std::make_tuple(
         .with_raw_defaults(),
     op("moe_permute_align", &moe_permute_align,
        fields(MK_TENSOR(topk_ids), MK_INT(num_experts), MK_INT(block_size),
-              MK_TENSOR(sorted_token_ids), MK_TENSOR(expert_ids),
-              MK_TENSOR(num_tokens_post_padded)),
-       "MoEPermuteAlignFwd: topk_ids [T, K] i32 -> sorted_token_ids [T*K + E*(bs-1)] i32, "
-       "expert_ids [ceil(len/bs)] i32, num_tokens_post_padded [1] i32.")
+              MK_TENSOR(sorted_token_ids), MK_TENSOR(expert_ids), MK_TENSOR(num_tokens_post_padded),
+              MK_TENSOR(expert_map)),
+       "MoEPermuteAlignFwd: topk_ids [T, K] i32/i64 -> sorted_token_ids [T*K + E*(bs-1)] i32, "
+       "expert_ids [ceil(len/bs)] i32, num_tokens_post_padded [1] i32; expert_map [E_global] "
+       "i32 or None.")
         .with_workspace(&permute_align_workspace_size, "permute_align_workspace_size"),
     op("moe_pre_permute", &moe_pre_permute,
        fields(MK_TENSOR(hidden_states), MK_TENSOR(local_expert_ids), MK_INT(num_local_experts),
               MK_CONTIGUOUS_LAYOUT, MK_TENSOR(permuted), MK_TENSOR(layout_metadata),
               MK_TENSOR(inverse_indices)),
-       "MoEPrePermuteFwd: hidden_states [T, H], local_expert_ids [T, K] i32 -> permuted [P, H] "
+       "MoEPrePermuteFwd: hidden_states [T, H], local_expert_ids [T, K] i32/i64 -> permuted [P, H] "
        "(P = T*K + E*(alignment-1)), layout_metadata [E] i32, inverse_indices [T*K] i32.")
         .with_workspace(&pre_permute_workspace_size, "pre_permute_workspace_size"),
     op("moe_post_permute", &moe_post_permute,
@@ -712,7 +724,8 @@ const auto kOps = std::make_tuple(
         .with_workspace(&expert_mlp_workspace_size, "expert_mlp_workspace_size"),
     op("fused_moe_experts", &fused_moe_experts, experts_fields(),
        "FusedMoEExpertsFwd: hidden_states [T, H], w_gate_up [E, 2F, H], w_down [E, H, F], "
-       "topk_weights [T, K] f32, topk_ids [T, K] i32 -> output [T, H].")
+       "topk_weights [T, K] f32, topk_ids [T, K] i32/i64 -> output [T, H]; expert_map "
+       "[E_global] i32 or None, apply_router_weight_on_input.")
         .with_workspace(&fused_moe_experts_workspace_size, "fused_moe_experts_workspace_size"),
     op("indexed_expert_mlp", &indexed_expert_mlp, experts_fields(),
        "IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64.")
@@ -721,7 +734,7 @@ const auto kOps = std::make_tuple(
        std::tuple_cat(fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
                              MK_MOE_TENSOR(correction_bias), MK_MOE_TENSOR(w_gate_up),
                              MK_MOE_TENSOR(w_down), MK_MOE_TENSOR(output)),
-                      topk_param_fields()),
+                      topk_param_fields(), engine_fields()),
        "FusedMoEFwd: fused_topk then fused_moe_experts -> output [T, H].")
         .with_workspace(&fused_moe_workspace_size, "fused_moe_workspace_size"),
     op("fused_moe_shared_expert", &fused_moe_shared_expert,
@@ -729,7 +742,7 @@ const auto kOps = std::make_tuple(
            fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
                   MK_MOE_TENSOR(correction_bias), MK_MOE_TENSOR(w_gate_up), MK_MOE_TENSOR(w_down),
                   MK_TENSOR(shared_w_gate_up), MK_TENSOR(shared_w_down), MK_MOE_TENSOR(output)),
-           topk_param_fields()),
+           topk_param_fields(), engine_fields()),
        "FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) -> output [T, H].")
         .with_workspace(&fused_moe_shared_expert_workspace_size,
                         "fused_moe_shared_expert_workspace_size"),

@@ -225,8 +225,8 @@ def test_raw_binding_dlpack_rejects_host_torch_tensors():
     # The tuple form the torch layer builds: t.dtype is registered with the binding.
     t = torch.zeros(4, 6, dtype=bf16)
     assert moekit.raw.describe(moekit.ops._v(t)) == "bf16[4, 6]"
-    with pytest.raises(moekit.MoekitError, match=r"got torch.int64"):
-        moekit.raw.describe(moekit.ops._v(torch.zeros(2, dtype=torch.int64)))
+    with pytest.raises(moekit.MoekitError, match=r"got torch.int16"):
+        moekit.raw.describe(moekit.ops._v(torch.zeros(2, dtype=torch.int16)))
     with pytest.raises(moekit.MoekitError, match=r"non-contiguous"):
         moekit.raw.describe(moekit.ops._v(t.t()))
 
@@ -253,7 +253,8 @@ def test_workspace_cached_per_stream_grown_on_demand(monkeypatch):
         out = torch.empty_like(x)
         v = o._v
         return moekit.raw.fused_moe_workspace_size(v(x), v(lg), None, v(w13), v(w2), v(out), K,
-                                                   True, "softmax", 0, 0, 1.0)  # fmt: skip
+                                                   True, "softmax", 0, 0, 1.0, None,
+                                                   False)  # fmt: skip
 
     try:
         o.release_workspaces()
@@ -414,14 +415,15 @@ def test_torch_entry_points_read_tensors_exactly(exchange):
             torch.zeros(5, 1, 7, dtype=f16).transpose(0, 1).contiguous(),
             torch.zeros(3, 1, 8)[:, 0], torch.zeros(0, 16, dtype=i32),
             torch.zeros(2, 3, 32).to(torch.float8_e4m3fn), base.view(-1)[5:17].view(3, 4),
+            torch.zeros(4, 2, dtype=torch.int64),
         ]
         for t in cases:
             code = moekit.ops.TORCH_DTYPES[t.dtype]
             assert raw._t_view(t) == (t.data_ptr(), code, tuple(t.shape)), (t.shape, t.dtype)
         with pytest.raises(moekit.MoekitError, match="non-contiguous"):
             raw._t_view(base.t())
-        with pytest.raises(moekit.MoekitError, match="torch.int64"):
-            raw._t_view(torch.zeros(3, dtype=torch.int64))
+        with pytest.raises(moekit.MoekitError, match="torch.int16"):
+            raw._t_view(torch.zeros(3, dtype=torch.int16))
         with pytest.raises(moekit.MoekitError, match="a torch.Tensor, got int"):
             raw._t_view(3)
     finally:
