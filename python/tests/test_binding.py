@@ -109,7 +109,7 @@ def test_registered_dtype_objects_and_contiguity_flags():
     with pytest.raises(moekit.MoekitError,
                        match=r"expected a contiguous row-major tensor, got a non-contiguous one"):
         raw.describe((PTR, f32_obj, (2, 3), False))
-    with pytest.raises(moekit.MoekitError, match=r"code: expected 1\.\.5"):
+    with pytest.raises(moekit.MoekitError, match=r"code: expected 1\.\.6"):
         raw.register_dtype(other, 7)
 
 
@@ -272,7 +272,8 @@ def _topk(**kw):
 def _experts(op, T=4, E=8, **kw):
     a = dict(hidden_states=d("bf16", T, 64), w_gate_up=d("bf16", E, 64, 64),
              w_down=d("bf16", E, 64, 32), topk_weights=d("f32", T, 2), topk_ids=d("i32", T, 2),
-             output=d("bf16", T, 64), workspace=WSP, workspace_bytes=1 << 40)
+             output=d("bf16", T, 64), expert_map=None, apply_router_weight_on_input=False,
+             workspace=WSP, workspace_bytes=1 << 40)
     a.update(kw)
     return lambda: getattr(raw, op)(**a)
 
@@ -281,8 +282,8 @@ def _layer(op="fused_moe", **kw):
     a = dict(hidden_states=d("bf16", 4, 64), gating_output=d("f32", 4, 8), correction_bias=None,
              w_gate_up=d("bf16", 8, 64, 64), w_down=d("bf16", 8, 64, 32),
              output=d("bf16", 4, 64), top_k=2, renormalize=True, scoring_func="softmax",
-             num_expert_group=0, topk_group=0, routed_scaling_factor=1.0, workspace=WSP,
-             workspace_bytes=1 << 40)
+             num_expert_group=0, topk_group=0, routed_scaling_factor=1.0, expert_map=None,
+             apply_router_weight_on_input=False, workspace=WSP, workspace_bytes=1 << 40)
     if op == "fused_moe_shared_expert":
         a.update(shared_w_gate_up=d("bf16", 64, 64), shared_w_down=d("bf16", 64, 32))
     a.update(kw)
@@ -354,6 +355,16 @@ TABLE = [
      "argument 'w_gate_up': expected at most 1024 experts (dim 0) on the sorted path, which this "
      "call takes because T = 65 > 64 (the direct path takes up to 4096 experts at T <= 64, "
      "T*top_k <= 1024 and 2*F*H < 2^31), got bf16[1025, 64, 64]"),
+    ("fused_moe_experts", _experts("fused_moe_experts", expert_map=d("i64", 16)),
+     "argument 'expert_map': expected dtype i32, got i64[16]"),
+    ("indexed_expert_mlp", _experts("indexed_expert_mlp", topk_ids=d("f32", 4, 2)),
+     "argument 'topk_ids': expected dtype i32 or i64, got f32[4, 2]"),
+    ("fused_moe", _layer(expert_map=d("i32", 16)),
+     "argument 'gating_output': expected one column per global expert (expert_map has 16 "
+     "entries), got f32[4, 8]"),
+    ("fused_moe", _layer(apply_router_weight_on_input=True),
+     "argument 'apply_router_weight_on_input': expected top_k 1 (the input row is scaled by its "
+     "one route's weight), got true with top_k 2"),
     ("fused_moe", _layer(top_k=9),
      "argument 'top_k': expected 1 to min(16, num_experts=8), got 9"),
     ("fused_moe", _layer(gating_output=_lg, output=at(d("bf16", 4, 64), _lg)),
