@@ -87,39 +87,43 @@ struct Inputs {
   }
 };
 
-// The op on the device. With `engine`, the case's arguments (map, ids dtype, apply);
-// else what an engine would pass without them (local i32 ids, scaled rows, unit weights).
-HostTensor run(const Case& c, const Inputs& in, bool indexed, bool engine) {
-  HostTensor ids = in.ids, x = in.x, w = in.w;
-  if (!engine) {
-    ids = enginetest::gather_local(in.ids, in.map, c.E_local);
-    if (c.apply) enginetest::scale_by_hand(in.x, in.w, &x, &w);
-  } else if (c.i64) {
-    ids = enginetest::widen(in.ids);
-  }
-  DeviceTensor dx(x), dwgu(in.wgu), dwd(in.wd), dw(w), dids(ids), dmap(in.map);
-  DeviceTensor out(c.dt, {c.T, c.H}, kPoison);
+// fused_moe_experts (or indexed_expert_mlp) on the device, on host inputs; `map` optional;
+// `in_place`: the output written over the hidden states.
+HostTensor run_op(bool indexed, const HostTensor& x, const HostTensor& wgu, const HostTensor& wd,
+                  const HostTensor& w, const HostTensor& ids, const HostTensor* map, bool apply,
+                  bool in_place = false) {
+  const int64_t T = x.shape()[0], H = x.shape()[1];
+  DeviceTensor dx(x), dwgu(wgu), dwd(wd), dw(w), dids(ids), out(x.dtype(), {T, H}, kPoison);
+  DeviceTensor dmap;
+  if (map) dmap = DeviceTensor(*map);
   FusedMoEExpertsArgs a;
   a.hidden_states = dx.view();
   a.w_gate_up = dwgu.view();
   a.w_down = dwd.view();
   a.topk_weights = dw.view();
   a.topk_ids = dids.view();
-  a.output = out.view();
-  if (engine) {
-    a.expert_map = dmap.view();
-    a.apply_router_weight_on_input = c.apply;
-  }
+  a.output = in_place ? dx.view() : out.view();
+  if (map) a.expert_map = dmap.view();
+  a.apply_router_weight_on_input = apply;
   DeviceWorkspace ws(indexed ? indexed_expert_mlp_workspace_size(a)
                              : fused_moe_experts_workspace_size(a));
   a.workspace = ws.get();
-  if (indexed) {
-    indexed_expert_mlp(a, nullptr);
-  } else {
-    fused_moe_experts(a, nullptr);
-  }
+  indexed ? indexed_expert_mlp(a, nullptr) : fused_moe_experts(a, nullptr);
   sync_ok();
-  return out.download();
+  return in_place ? dx.download() : out.download();
+}
+
+// The op on the case. With `engine`, the case's arguments (map, ids dtype, apply); else
+// what an engine would pass without them (local i32 ids, scaled rows, unit weights).
+HostTensor run(const Case& c, const Inputs& in, bool indexed, bool engine) {
+  if (engine) {
+    return run_op(indexed, in.x, in.wgu, in.wd, in.w, c.i64 ? enginetest::widen(in.ids) : in.ids,
+                  &in.map, c.apply);
+  }
+  HostTensor x = in.x, w = in.w;
+  if (c.apply) enginetest::scale_by_hand(in.x, in.w, &x, &w);
+  return run_op(indexed, x, in.wgu, in.wd, w, enginetest::gather_local(in.ids, in.map, c.E_local),
+                nullptr, false);
 }
 
 HostTensor reference(const Case& c, const Inputs& in) {
@@ -198,24 +202,9 @@ TEST(EngineArgsGpu, Int64IdsMatchInt32Ids) {
     wide.as<int64_t>()[1] = (int64_t{1} << 32) + 2;
     in.ids.as<int32_t>()[1] = -1;
     for (bool indexed : {false, true}) {
-      DeviceTensor dx(in.x), dwgu(in.wgu), dwd(in.wd), dw(in.w), d64(wide), d32(in.ids);
-      auto call = [&](const DeviceTensor& ids) {
-        DeviceTensor out(c.dt, {c.T, c.H}, kPoison);
-        FusedMoEExpertsArgs a;
-        a.hidden_states = dx.view();
-        a.w_gate_up = dwgu.view();
-        a.w_down = dwd.view();
-        a.topk_weights = dw.view();
-        a.topk_ids = ids.view();
-        a.output = out.view();
-        DeviceWorkspace ws(indexed ? indexed_expert_mlp_workspace_size(a)
-                                   : fused_moe_experts_workspace_size(a));
-        a.workspace = ws.get();
-        indexed ? indexed_expert_mlp(a, nullptr) : fused_moe_experts(a, nullptr);
-        sync_ok();
-        return out.download();
-      };
-      EXPECT_TRUE(same_bytes(call(d64), call(d32))) << "T=" << T << " indexed=" << indexed;
+      EXPECT_TRUE(same_bytes(run_op(indexed, in.x, in.wgu, in.wd, in.w, wide, nullptr, false),
+                             run_op(indexed, in.x, in.wgu, in.wd, in.w, in.ids, nullptr, false)))
+          << "T=" << T << " indexed=" << indexed;
     }
   }
 }
@@ -244,23 +233,12 @@ TEST(EngineArgsGpu, InPlaceWithEngineInputs) {
   for (int64_t T : {int64_t{9}, int64_t{120}}) {
     const Case c{DType::kBF16, T, 256, 16, 128, 1, 64, Map::kBlocked, Ids::kMixed, true, true};
     const Inputs in(c, 7400 + T);
-    const HostTensor want = run(c, in, /*indexed=*/true, /*engine=*/true);
-    DeviceTensor dx(in.x), dwgu(in.wgu), dwd(in.wd), dw(in.w), dmap(in.map);
-    DeviceTensor dids(enginetest::widen(in.ids));
-    FusedMoEExpertsArgs a;
-    a.hidden_states = dx.view();
-    a.w_gate_up = dwgu.view();
-    a.w_down = dwd.view();
-    a.topk_weights = dw.view();
-    a.topk_ids = dids.view();
-    a.output = dx.view();
-    a.expert_map = dmap.view();
-    a.apply_router_weight_on_input = true;
-    DeviceWorkspace ws(indexed_expert_mlp_workspace_size(a));
-    a.workspace = ws.get();
-    indexed_expert_mlp(a, nullptr);
-    sync_ok();
-    EXPECT_TRUE(same_bytes(dx.download(), want)) << "T=" << T;
+    for (bool indexed : {false, true}) {
+      const HostTensor want = run(c, in, indexed, /*engine=*/true);
+      const HostTensor got = run_op(indexed, in.x, in.wgu, in.wd, in.w, enginetest::widen(in.ids),
+                                    &in.map, true, /*in_place=*/true);
+      EXPECT_TRUE(same_bytes(got, want)) << "T=" << T << " indexed=" << indexed;
+    }
   }
 }
 
@@ -373,17 +351,23 @@ TEST(EngineArgsGpu, PermuteAlignWithMapAndInt64IdsMatchesGatheredIds) {
     const int64_t S = permute_align_sorted_size(N, static_cast<int>(c.E_local), bs);
     const int64_t NB = permute_align_num_blocks(N, static_cast<int>(c.E_local), bs);
     DeviceTensor dmap(map);
+    auto args = [&](const TensorView& topk_ids, const TensorView& sorted, const TensorView& experts,
+                    const TensorView& post, const TensorView& expert_map) {
+      PermuteAlignArgs a;
+      a.topk_ids = topk_ids;
+      a.num_experts = static_cast<int>(c.E_local);
+      a.block_size = bs;
+      a.sorted_token_ids = sorted;
+      a.expert_ids = experts;
+      a.num_tokens_post_padded = post;
+      a.expert_map = expert_map;
+      return a;
+    };
     auto align = [&](const HostTensor& given, bool with_map) {
       DeviceTensor dids(given);
       DeviceTensor sorted(DType::kI32, {S}), experts(DType::kI32, {NB}), post(DType::kI32, {1});
-      PermuteAlignArgs a;
-      a.topk_ids = dids.view();
-      a.num_experts = static_cast<int>(c.E_local);
-      a.block_size = bs;
-      a.sorted_token_ids = sorted.view();
-      a.expert_ids = experts.view();
-      a.num_tokens_post_padded = post.view();
-      if (with_map) a.expert_map = dmap.view();
+      PermuteAlignArgs a = args(dids.view(), sorted.view(), experts.view(), post.view(),
+                                with_map ? dmap.view() : TensorView{});
       DeviceWorkspace ws(permute_align_workspace_size(a));
       a.workspace = ws.get();
       moe_permute_align(a, nullptr);
@@ -393,15 +377,7 @@ TEST(EngineArgsGpu, PermuteAlignWithMapAndInt64IdsMatchesGatheredIds) {
     const auto want = align(local, false);
     // The CPU reference agrees on the used part.
     HostTensor rs(DType::kI32, {S}), re(DType::kI32, {NB}), rp(DType::kI32, {1});
-    PermuteAlignArgs r;
-    r.topk_ids = ids.view();
-    r.num_experts = static_cast<int>(c.E_local);
-    r.block_size = bs;
-    r.sorted_token_ids = rs.view();
-    r.expert_ids = re.view();
-    r.num_tokens_post_padded = rp.view();
-    r.expert_map = map.view();
-    reference::moe_permute_align(r);
+    reference::moe_permute_align(args(ids.view(), rs.view(), re.view(), rp.view(), map.view()));
     EXPECT_TRUE(same_bytes(want[2], rp));
     const int64_t used = rp.as<int32_t>()[0];
     EXPECT_EQ(std::memcmp(want[0].data(), rs.data(), static_cast<size_t>(used) * 4), 0);

@@ -190,11 +190,11 @@ TEST(SweepCases, InvalidCasesAreNamed) {
 
 TEST(SweepCases, ExpertMapHoldsThisRanksExperts) {
   SweepCase c;
-  c.op = Op::kFusedMoeExperts;
-  c.T = 300;
-  c.K = 4;
-  c.E = 16;
+  c.op = Op::kIndexedExpertMlp;
   c.ep_ranks = 4;
+  c.E = 16;
+  c.K = 4;
+  c.T = 300;
   for (uint64_t seed = 1; seed < 20; ++seed) {
     c.data_seed = seed;
     const std::vector<int32_t> map = draw_expert_map(c);
