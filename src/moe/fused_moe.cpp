@@ -84,8 +84,7 @@ size_t routed_experts_workspace_size(const MoEShapes& s, RoutedPath routed) {
   return ws.bytes();
 }
 
-// Carves the routed buffers from the carver's current position.
-static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_t stream) {
+void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_t stream) {
   const MoEShapes& s = p.s;
   if (s.T == 0) return;
   RoutedBuffers b = carve_routed(s, p.routed, ws);
@@ -130,11 +129,6 @@ static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaS
     comb.inverse = b.inverse;
     launch_combine(comb, stream);
   }
-}
-
-void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t stream) {
-  WorkspaceCarver ws(workspace);
-  run_routed_carved(p, ws, stream);
 }
 
 }  // namespace detail
@@ -359,7 +353,7 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
     const EngineBuffers eb = carve_engine(s, needs, ws);
     if (needs.ids) translate_ids(s, a.topk_ids, a.expert_map, eb.ids, p, stream);
     if (needs.scale) scale_input_rows(s, eb, p, stream);
-    detail::run_routed_carved(p, ws, stream);
+    detail::run_routed_experts(p, ws, stream);
   });
 }
 
@@ -578,7 +572,7 @@ void run_layer(const FusedMoEArgs& a, const LayerPlan& plan, const detail::MoESh
     translate_ids(s, make_view(b.topk_ids, DType::kI32, {s.T, s.K}), a.expert_map, b.topk_ids, p,
                   stream);
   if (needs.scale) scale_input_rows(s, engine, p, stream);
-  detail::run_routed_carved(p, ws, stream);
+  detail::run_routed_experts(p, ws, stream);
 }
 
 }  // namespace
