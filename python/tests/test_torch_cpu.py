@@ -15,7 +15,8 @@ if torch_skip_reason() is None:
 
     import moekit
 
-    bf16, f16, f32, i32 = torch.bfloat16, torch.float16, torch.float32, torch.int32
+    bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
+    i32, i64 = torch.int32, torch.int64
 
 
 def meta(*shape, dtype=None):
@@ -71,6 +72,15 @@ def _meta_cases():
         ("fused_moe_shared_expert", (x, logits, w13, w2, meta(2 * S, H), meta(H, S), K),
          [((T, H), bf16)]),
         ("shared_expert_mlp", (x, meta(2 * S, H), meta(H, S)), [((T, H), bf16)]),
+        # The engine arguments: int64 global ids, an expert map, the input-side weight.
+        ("moe_permute_align", (meta(T, K, dtype=i64), E, 16, meta(4 * E, dtype=i32)),
+         [((T * K + E * 15,), i32), ((-(-(T * K + E * 15) // 16),), i32), ((1,), i32)]),
+        ("moe_pre_permute", (x, meta(T, K, dtype=i64), E, 4),
+         [((T * K + E * 3, H), bf16), ((E,), i32), ((T * K,), i32)]),
+        ("fused_moe_experts", (x, w13, w2, meta(T, 1, dtype=f32), meta(T, 1, dtype=i64),
+                               meta(4 * E, dtype=i32), True), [((T, H), bf16)]),
+        ("fused_moe", (x, meta(T, 4 * E, dtype=f32), w13, w2, 1, False, "softmax", 0, 0, 1.0,
+                       None, meta(4 * E, dtype=i32), True), [((T, H), bf16)]),
     ]  # fmt: skip
 
 
@@ -166,6 +176,9 @@ def _valid_args():
     s13, s2 = torch.randn(2 * S, H, dtype=bf16), torch.randn(H, S, dtype=bf16)
     ends = torch.tensor([2, 4, 6, 8, 10, 12, 14, 20], dtype=i32)
     fp8 = torch.float8_e4m3fn
+    ids64 = torch.randint(0, 4 * E, (T, K), dtype=torch.int64)  # global ids of 4 ranks
+    emap = torch.full((4 * E,), -1, dtype=i32)
+    emap[E : 2 * E] = torch.arange(E, dtype=i32)
     return {
         "fused_topk": ("fused_topk", (lg, K, True, "sigmoid", 4, 2, 2.5, torch.zeros(E))),
         "moe_permute_align": ("moe_permute_align", (ids, E, 16)),
@@ -188,6 +201,16 @@ def _valid_args():
         "fused_moe_shared_expert": ("fused_moe_shared_expert",
                                     (x, lg, w13, w2, s13, s2, K, True)),
         "shared_expert_mlp": ("shared_expert_mlp", (x, s13, s2)),
+        # The engine arguments: int64 global ids, an expert map, the input-side weight.
+        "moe_permute_align-engine": ("moe_permute_align", (ids64, E, 16, emap)),
+        "moe_pre_permute-int64": ("moe_pre_permute", (x, ids.long(), E, 4)),
+        "fused_moe_experts-engine": ("fused_moe_experts",
+                                     (x, w13, w2, w[:, :1].contiguous(), ids64[:, :1].contiguous(),
+                                      emap, True)),
+        "indexed_expert_mlp-engine": ("indexed_expert_mlp", (x, w13, w2, w, ids64, emap)),
+        "fused_moe_shared_expert-engine": ("fused_moe_shared_expert",
+                                           (x, torch.randn(T, 4 * E), w13, w2, s13, s2, 1, False,
+                                            "softmax", 0, 0, 1.0, None, emap, True)),
     }  # fmt: skip
 
 
