@@ -190,7 +190,7 @@ LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
 // The passes a call's engine inputs need before the routed path; none on the default
 // path (i32 local ids, no map, weights on the output), whose launches stay as they were.
 //   ids: an expert map or i64 ids, translated into i32 local ids in workspace (the layer
-//        ops translate their own routing output in place and never need this buffer);
+//        ops never need it: their routing kernel writes local ids, FusedTopKLaunch);
 //   scale: apply_router_weight_on_input, the scaled rows and unit weights in workspace.
 struct EngineNeeds {
   bool ids = false;
@@ -219,8 +219,7 @@ size_t engine_bytes(const detail::MoEShapes& s, EngineNeeds n) {
   return ws.bytes();
 }
 
-// ids into `local` (map: global to local; i64 read as i64; may be in place), which p
-// then reads.
+// ids into `local` (map: global to local; i64 read as i64), which p then reads.
 void translate_ids(const detail::MoEShapes& s, const TensorView& ids, const TensorView& expert_map,
                    int32_t* local, detail::RoutedExperts& p, cudaStream_t stream) {
   detail::IdTranslation t;
@@ -408,7 +407,7 @@ struct LayerBuffers {
 
 // Topk buffers, then (apply_router_weight_on_input) the scaled rows, then (shared expert)
 // its activation and f32 output, then the routed-experts buffers. An expert map needs
-// no buffer: the routing's ids are translated in place.
+// no buffer: the routing kernel writes local ids.
 LayerBuffers carve_layer(const detail::MoEShapes& s, int64_t S, EngineNeeds needs,
                          EngineBuffers& engine, detail::WorkspaceCarver& ws) {
   LayerBuffers b;
@@ -545,6 +544,10 @@ void run_layer(const FusedMoEArgs& a, const LayerPlan& plan, const detail::MoESh
   topk.params = a.params;
   topk.topk_weights = b.topk_weights;
   topk.topk_ids = b.topk_ids;
+  if (a.expert_map.defined()) {  // the map applied where the ids are produced
+    topk.expert_map = a.expert_map.ptr<const int32_t>();
+    topk.num_local = static_cast<int>(s.E);
+  }
   detail::launch_fused_topk(topk, stream);
   if (S > 0) {
     // The shared expert's output stays f32 and is added in the routed combine, so
@@ -565,12 +568,8 @@ void run_layer(const FusedMoEArgs& a, const LayerPlan& plan, const detail::MoESh
   p.topk_ids = b.topk_ids;
   p.addend = b.shared_out;
   p.output = a.output.data;
-  // The engine passes read the routing's output: global ids to local ones in place (the
-  // map applied where the ids are produced, before any kernel consumes them), and the
-  // input rows scaled by the top-1 weights. The shared expert above read the unscaled x.
-  if (a.expert_map.defined())
-    translate_ids(s, make_view(b.topk_ids, DType::kI32, {s.T, s.K}), a.expert_map, b.topk_ids, p,
-                  stream);
+  // apply_router_weight_on_input: the input rows scaled by the top-1 weights (the shared
+  // expert above read the unscaled x).
   if (needs.scale) scale_input_rows(s, engine, p, stream);
   detail::run_routed_experts(p, ws, stream);
 }

@@ -9,12 +9,11 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// No __restrict__ on ids / local: the op may translate in place (each element is read
-// and then written by the same thread).
 template <class Id>
 __global__ void __launch_bounds__(kThreads)
-    translate_ids_kernel(const Id* ids, int64_t num_routes, const int32_t* __restrict__ map,
-                         int64_t map_size, int num_local, int32_t* local) {
+    translate_ids_kernel(const Id* __restrict__ ids, int64_t num_routes,
+                         const int32_t* __restrict__ map, int64_t map_size, int num_local,
+                         int32_t* __restrict__ local) {
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; r < num_routes;
        r += static_cast<int64_t>(gridDim.x) * kThreads) {
     const int64_t id = static_cast<int64_t>(ids[r]);

@@ -1,8 +1,9 @@
 // Route ids as engines hold them: i64 ids, or global ids with an expert map (expert
 // parallelism). The routed kernels read i32 local ids only, so such ids are translated
-// by ONE small pass into workspace (or in place, where the op owns the ids) that runs
-// only when a call has a map or i64 ids: the default path (i32 local ids, no map)
-// launches exactly the kernels it always did (docs/routing-permute.md, "Engine ids").
+// by ONE small pass into workspace that runs only when a call has a map or i64 ids: the
+// default path (i32 local ids, no map) launches exactly the kernels it always did
+// (docs/routing-permute.md, "Engine ids"). The layer ops, which produce their own ids,
+// map them in the routing kernel instead (FusedTopKLaunch::expert_map).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -49,7 +50,7 @@ struct IdTranslation {
   const int32_t* expert_map = nullptr;  // optional [map_size]
   int64_t map_size = 0;
   int num_local = 0;
-  int32_t* local_ids = nullptr;      // out [num_routes]; may be `ids` itself (i32: in place)
+  int32_t* local_ids = nullptr;      // out [num_routes]
   const char* op = "translate_ids";  // named by a launch error
 };
 void launch_translate_ids(const IdTranslation& t, cudaStream_t stream);
