@@ -315,6 +315,8 @@ TEST(EngineArgsGpu, LayersWithAMapAndRouterWeightOnInput) {
       {b, 20, 256, 16, 128, 8, 64, 0, Map::kAllRemote},
       {b, 100, 256, 16, 128, 8, 64, 128, Map::kAllRemote},  // the shared expert alone
       {b, 16, 256, 16, 128, 8, 1024, 0, Map::kShuffled},    // 1024 global experts
+      {h, 50, 256, 16, 128, 8, 64, 0, Map::kBadLocal},      // map entries past E_local
+      {b, 90, 256, 16, 128, 4, 600, 64, Map::kBadLocal},
       {b, 40, 256, 16, 128, 1, 64, 0, Map::kBlocked, true},
       {h, 250, 256, 16, 128, 1, 64, 128, Map::kShuffled, true},
       {b, 33, 256, 16, 128, 1, 16, 0, Map::kAllLocal, true},
