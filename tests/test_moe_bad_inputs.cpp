@@ -62,7 +62,7 @@ TensorView at(TensorView t, const void* data) {
 }
 
 constexpr DType kBF = DType::kBF16, kF16 = DType::kF16, kF32 = DType::kF32, kI32 = DType::kI32;
-constexpr DType kFP8 = DType::kFP8E4M3;
+constexpr DType kFP8 = DType::kFP8E4M3, kI64 = DType::kI64;
 constexpr int64_t kBig = int64_t{1} << 31;  // one past INT32_MAX
 
 // ---- the table runner ----
@@ -240,8 +240,30 @@ std::vector<Row<PermuteAlignArgs>> align_rows() {
        },
        "topk_ids", "T*K + num_experts*(block_size-1) below 2^31 (i32 positions)",
        "i32[1, 2147475455]"},
-      {"dtype", [](auto& a) { a.topk_ids.dtype = kF32; }, "topk_ids", "dtype i32", "f32[4, 2]"},
+      {"dtype", [](auto& a) { a.topk_ids.dtype = kF32; }, "topk_ids", "dtype i32 or i64",
+       "f32[4, 2]"},
       {"rank", [](auto& a) { a.topk_ids = fake(kI32, {8}); }, "topk_ids", "shape [*, *]", "i32[8]"},
+      {"engine", [](auto& a) { a.expert_map = fake(kI64, {16}); }, "expert_map", "dtype i32",
+       "i64[16]"},
+      {"engine",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {2, 8});
+       },
+       "expert_map", "shape [*]", "i32[2, 8]"},
+      {"engine", [](auto& a) { a.expert_map = fake(kI32, {0}); }, "expert_map",
+       "1 to 2^31-1 entries (one per global expert)", "i32[0]"},
+      {"engine",
+       [](auto& a) {
+         a.topk_ids = fake(kI64, {4, 2});
+         a.workspace = fake_ws(16);  // the translated ids need 32 bytes (rounded to 256)
+       },
+       "workspace", "at least 256 bytes", "16 bytes"},
+      {"overlap",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {16});
+         a.sorted_token_ids = at(a.sorted_token_ids, a.expert_map.data);
+       },
+       "sorted_token_ids", "memory disjoint from 'expert_map'", "sharing 64 bytes"},
       {"shape", [](auto& a) { a.sorted_token_ids = fake(kI32, {127}); }, "sorted_token_ids",
        "shape [128]", "i32[127]"},
       {"shape", [](auto& a) { a.num_tokens_post_padded = fake(kI32, {2}); },
@@ -319,6 +341,14 @@ std::vector<Row<PrePermuteArgs>> pre_rows() {
       {"dtype", [](auto& a) { a.permuted.dtype = kF16; }, "permuted", "dtype bf16", "f16[8, 64]"},
       {"rank", [](auto& a) { a.local_expert_ids = fake(kI32, {8}); }, "local_expert_ids",
        "shape [4, *]", "i32[8]"},
+      {"engine", [](auto& a) { a.local_expert_ids.dtype = kF32; }, "local_expert_ids",
+       "dtype i32 or i64", "f32[4, 2]"},
+      {"engine",
+       [](auto& a) {
+         a.local_expert_ids = fake(kI64, {4, 2});
+         a.workspace = fake_ws(8);
+       },
+       "workspace", "at least 256 bytes", "8 bytes"},
       {"shape",
        [](auto& a) {
          a.permuted = fake(kBF, {9, 64});
@@ -743,6 +773,25 @@ std::vector<Row<FusedMoEExpertsArgs>> experts_rows() {
          a.topk_ids = fake(kI32, {4, 0});
        },
        "topk_ids", "top_k (dim 1) >= 1", "i32[4, 0]"},
+      {"engine", [](auto& a) { a.topk_ids.dtype = kF32; }, "topk_ids", "dtype i32 or i64",
+       "f32[4, 2]"},
+      {"engine", [](auto& a) { a.expert_map = fake(kF32, {16}); }, "expert_map", "dtype i32",
+       "f32[16]"},
+      {"engine",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {4, 4});
+       },
+       "expert_map", "shape [*]", "i32[4, 4]"},
+      {"engine", [](auto& a) { a.expert_map = fake(kI32, {0}); }, "expert_map",
+       "1 to 2^31-1 entries (one per global expert)", "i32[0]"},
+      {"engine", [](auto& a) { a.apply_router_weight_on_input = true; },
+       "apply_router_weight_on_input", "top_k 1", "true with top_k 2"},
+      {"overlap",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {16});
+         a.output = at(a.output, a.expert_map.data);
+       },
+       "output", "memory disjoint from 'expert_map'", "sharing 64 bytes"},
       {"32-bit",
        [](auto& a) {
          a.hidden_states = fake(kBF, {int64_t{1} << 20, 64});
@@ -832,6 +881,32 @@ std::vector<Row<FusedMoEArgs>> layer_rows() {
        "output", "shape [4, 64]", "bf16[3, 64]"},
       {"top_k", [](auto& a) { a.params.top_k = 0; }, "top_k", "1 to min(16, num_experts=8)", "0"},
       {"top_k", [](auto& a) { a.params.top_k = 9; }, "top_k", "1 to min(16, num_experts=8)", "9"},
+      {"engine", [](auto& a) { a.expert_map = fake(kI64, {8}); }, "expert_map", "dtype i32",
+       "i64[8]"},
+      {"engine", [](auto& a) { a.expert_map = fake(kI32, {16}); }, "gating_output",
+       "one column per global expert (expert_map has 16 entries)", "f32[4, 8]"},
+      {"engine",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {16});
+         a.gating_output = fake(kF32, {4, 16});
+         a.params.top_k = 17;
+       },
+       "top_k", "1 to min(16, num_experts=16)", "17"},
+      {"engine",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {16});
+         a.gating_output = fake(kF32, {4, 16});
+         a.correction_bias = fake(kF32, {8});
+       },
+       "correction_bias", "shape [16]", "f32[8]"},
+      {"engine", [](auto& a) { a.apply_router_weight_on_input = true; },
+       "apply_router_weight_on_input", "top_k 1", "true with top_k 2"},
+      {"overlap",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {8});
+         a.output = at(a.output, a.expert_map.data);
+       },
+       "output", "memory disjoint from 'expert_map'", "sharing 32 bytes"},
       {"groups",
        [](auto& a) {
          a.params.num_expert_group = 3;
@@ -989,15 +1064,16 @@ TEST(BadInputs, EveryOpCoversItsCategories) {
     for (const char* k : more) EXPECT_TRUE(has(c, k)) << op << " lacks " << k;
   };
   check("fused_topk", categories(topk_rows()), {"top_k", "groups", "32-bit"});
-  check("moe_permute_align", categories(align_rows()), {"top_k", "32-bit", "workspace"});
-  check("moe_pre_permute", categories(pre_rows()), {"32-bit", "workspace"});
+  check("moe_permute_align", categories(align_rows()), {"top_k", "32-bit", "workspace", "engine"});
+  check("moe_pre_permute", categories(pre_rows()), {"32-bit", "workspace", "engine"});
   check("moe_post_permute", categories(post_rows()), {"top_k"});
   check("moe_grouped_gemm", categories(gemm_rows()), {"experts", "32-bit", "workspace"});
   check("moe_grouped_gemm_fp8", categories(fp8_rows()), {"experts"});
   check("moe_expert_mlp", categories(mlp_rows()), {"experts", "32-bit", "workspace"});
-  check("fused_moe_experts", categories(experts_rows()), {"top_k", "32-bit", "workspace"});
+  check("fused_moe_experts", categories(experts_rows()),
+        {"top_k", "32-bit", "workspace", "engine"});
   check("fused_moe", categories(layer_rows()),
-        {"top_k", "groups", "experts", "32-bit", "workspace"});
+        {"top_k", "groups", "experts", "32-bit", "workspace", "engine"});
   check("shared_expert_mlp", categories(shared_rows()), {"32-bit", "workspace"});
 }
 

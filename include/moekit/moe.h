@@ -40,10 +40,13 @@ struct FusedMoEExpertsArgs {
   TensorView w_gate_up;      // [E, 2F, H]
   TensorView w_down;         // [E, H, F]
   TensorView topk_weights;   // [T, K] f32
-  TensorView topk_ids;       // [T, K] i32 in [0, E) or -1
+  TensorView topk_ids;       // [T, K] i32 / i64 in [0, E) or -1 (global ids with expert_map)
   TensorView output;         // out [T, H], fully overwritten; may be hidden_states
   Workspace workspace;
   const LayerPlan* plan = nullptr;  // nullptr: the planner's
+  // Engine inputs (docs/moe.md, "Engine inputs"): expert parallelism and top-1 models.
+  TensorView expert_map;  // optional [E_global] i32: global id -> local id, -1 = other rank
+  bool apply_router_weight_on_input = false;  // x scaled by w before the MLP; top_k 1 only
 };
 size_t fused_moe_experts_workspace_size(const FusedMoEExpertsArgs& args);
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream);
@@ -61,14 +64,18 @@ std::vector<LayerPlan> indexed_expert_mlp_plan_candidates(const IndexedExpertMLP
 // FusedMoEFwd: fused_topk followed by fused_moe_experts.
 struct FusedMoEArgs {
   TensorView hidden_states;    // [T, H] bf16 / f16
-  TensorView gating_output;    // [T, E] bf16 / f16 / f32
-  TensorView correction_bias;  // optional [E] f32
+  TensorView gating_output;    // [T, E] bf16 / f16 / f32 ([T, E_global] with expert_map)
+  TensorView correction_bias;  // optional [E] f32 ([E_global] with expert_map)
   TopKParams params;
   TensorView w_gate_up;  // [E, 2F, H]
   TensorView w_down;     // [E, H, F]
   TensorView output;     // out [T, H]; may be hidden_states
   Workspace workspace;
   const LayerPlan* plan = nullptr;  // nullptr: the planner's
+  // Engine inputs (docs/moe.md, "Engine inputs"); with expert_map, gating_output is
+  // [T, E_global] and the routing picks global ids.
+  TensorView expert_map;  // optional [E_global] i32: global id -> local id, -1 = other rank
+  bool apply_router_weight_on_input = false;  // x scaled by w before the MLP; top_k 1 only
 };
 size_t fused_moe_workspace_size(const FusedMoEArgs& args);
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream);
@@ -77,7 +84,8 @@ std::vector<LayerPlan> fused_moe_plan_candidates(const FusedMoEArgs& args);
 
 // FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared expert weight 1).
 struct FusedMoESharedExpertArgs {
-  FusedMoEArgs moe;             // moe.output receives the sum; moe.plan: the layer's plan
+  FusedMoEArgs moe;  // moe.output receives the sum; moe.plan: the layer's plan. The shared
+                     // expert reads the unscaled x and is added once per token (per rank).
   TensorView shared_w_gate_up;  // [2S, H]; both shared weights undefined = no shared expert
   TensorView shared_w_down;     // [H, S]
 };

@@ -48,6 +48,7 @@ TORCH_DTYPES = {
     torch.float32: _raw.DTYPES["f32"],
     torch.int32: _raw.DTYPES["i32"],
     torch.float8_e4m3fn: _raw.DTYPES["fp8e4m3"],
+    torch.int64: _raw.DTYPES["i64"],  # expert ids only (the ops that take ids)
 }
 for _dt, _code in TORCH_DTYPES.items():
     _raw.register_dtype(_dt, _code)  # tuples carry t.dtype itself
@@ -400,9 +401,20 @@ _TOPK_PARAMS = (
     'int top_k, bool renormalize=False, str scoring_func="softmax", int num_expert_group=0, '
     "int topk_group=0, float routed_scaling_factor=1.0, Tensor? correction_bias=None"
 )
+# The engine inputs of the routed ops (docs/moe.md, "Engine inputs").
+_ENGINE_PARAMS = "Tensor? expert_map=None, bool apply_router_weight_on_input=False"
 _EXPERTS_PARAMS = (
-    "Tensor hidden_states, Tensor w_gate_up, Tensor w_down, Tensor topk_weights, Tensor topk_ids"
+    "Tensor hidden_states, Tensor w_gate_up, Tensor w_down, Tensor topk_weights, Tensor topk_ids, "
+    + _ENGINE_PARAMS
 )
+_ENGINE_DOC = """expert_map: optional [E_global] int32: topk_ids are global expert ids and
+                expert_map[id] the local one (the index into w_gate_up), -1 for an expert
+                on another rank: such routes (and ids or local ids out of range) add
+                nothing, so the output is this rank's partial sum. One translation pass
+                of the T*K ids runs only when a map or int64 ids are given.
+            apply_router_weight_on_input: top_k must be 1; the input row is scaled by
+                its route weight, x' = round(round(w) * x) (vLLM's x * w.to(x.dtype)),
+                and the expert output is not weighted."""
 
 _OPS = [
     _Op("fused_topk", "Tensor gating_output, " + _TOPK_PARAMS, ("topk_weights", "topk_ids"),
@@ -422,14 +434,17 @@ _OPS = [
             (topk_weights [T, K] f32, topk_ids [T, K] i32), ids by descending score,
             ties to the lower id; weights are the unbiased scores.
         """),
-    _Op("moe_permute_align", "Tensor topk_ids, int num_experts, int block_size=64",
+    _Op("moe_permute_align",
+        "Tensor topk_ids, int num_experts, int block_size=64, Tensor? expert_map=None",
         ("sorted_token_ids", "expert_ids", "num_tokens_post_padded"), _permute_align_rule,
         """MoEPermuteAlignFwd (vLLM's moe_align_block_size).
 
         Args:
-            topk_ids: [T, K] i32, ids in [0, num_experts) or -1 (dropped).
-            num_experts: E.
+            topk_ids: [T, K] int32 or int64, ids in [0, num_experts) or -1 (dropped).
+            num_experts: E (with expert_map: the local experts, E_local).
             block_size: a power of two in [16, 256].
+            expert_map: optional [E_global] int32: topk_ids are global ids, sorted by
+                expert_map[id]; routes whose local id is -1 (or out of range) are dropped.
 
         Returns:
             (sorted_token_ids [T*K + E*(block_size-1)] i32: per expert in id order, the
@@ -446,7 +461,7 @@ _OPS = [
 
         Args:
             hidden_states: [T, H] bf16 or f16.
-            local_expert_ids: [T, K] i32, ids in [0, num_local_experts) or -1.
+            local_expert_ids: [T, K] int32 or int64, ids in [0, num_local_experts) or -1.
             num_local_experts: E.
             alignment: each expert's block starts at a multiple of this many rows.
 
@@ -529,39 +544,44 @@ _OPS = [
         Args:
             hidden_states: [T, H] bf16/f16.
             w_gate_up: [E, 2F, H]; w_down: [E, H, F] (same dtype).
-            topk_weights: [T, K] f32; topk_ids: [T, K] i32 in [0, E) or -1.
+            topk_weights: [T, K] f32; topk_ids: [T, K] int32 or int64 in [0, E) or -1.
+            {engine}
 
         Returns:
             output [T, H] = sum over k with id >= 0 of w[t,k] * MLP_id(x_t).
-        """),
+        """.format(engine=_ENGINE_DOC)),
     _Op("indexed_expert_mlp", _EXPERTS_PARAMS, ("output",), "like:hidden_states",
         """IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64 (routes
         read straight from topk_ids, no sort); correct for every T. Same shapes as
         fused_moe_experts."""),
     _Op("fused_moe",
         "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
-        + _TOPK_PARAMS, ("output",), "like:hidden_states",
+        + _TOPK_PARAMS + ", " + _ENGINE_PARAMS, ("output",), "like:hidden_states",
         """FusedMoEFwd: a whole routed MoE layer (fused_topk then fused_moe_experts).
 
         Args:
             hidden_states: [T, H] bf16/f16.
-            gating_output: [T, E] bf16/f16/f32 router logits.
+            gating_output: [T, E] bf16/f16/f32 router logits ([T, E_global] with
+                expert_map: the routing picks global experts).
             w_gate_up: [E, 2F, H]; w_down: [E, H, F].
             top_k, renormalize, scoring_func, num_expert_group, topk_group,
             routed_scaling_factor, correction_bias ([E] f32 or None): as in fused_topk.
+            {engine}
 
         Returns:
             output [T, H].
-        """, in_place="hidden_states"),
+        """.format(engine=_ENGINE_DOC), in_place="hidden_states"),
     _Op("fused_moe_shared_expert",
         "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
-        "Tensor? shared_w_gate_up, Tensor? shared_w_down, " + _TOPK_PARAMS, ("output",),
-        "like:hidden_states",
+        "Tensor? shared_w_gate_up, Tensor? shared_w_down, " + _TOPK_PARAMS + ", "
+        + _ENGINE_PARAMS, ("output",), "like:hidden_states",
         """FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared weight 1).
 
         Args:
             as fused_moe, plus shared_w_gate_up [2S, H] and shared_w_down [H, S]; both None
-            = no shared expert (the routed layer alone, as fused_moe).
+            = no shared expert (the routed layer alone, as fused_moe). The shared expert
+            reads the unscaled x and is added once (with expert_map: on every rank that
+            calls the layer).
 
         Returns:
             output [T, H].

@@ -99,16 +99,16 @@ RegisteredDType g_registered[kMaxRegistered];
 int g_num_registered = 0;
 
 DType dtype_from_code(PyObject* o, const char* op, const char* arg) {
-  constexpr const char* kExpected = "a dtype code 1..5 (bf16, f16, f32, i32, fp8e4m3)";
+  constexpr const char* kExpected = "a dtype code 1..6 (bf16, f16, f32, i32, fp8e4m3, i64)";
   if (!PyLong_Check(o)) {
     for (int i = 0; i < g_num_registered; ++i) {
       if (g_registered[i].obj == o) return g_registered[i].code;
     }
     // An unregistered dtype object (torch.int64, ...) or its name: say what came.
-    fail(op, arg, "dtype bf16, f16, f32, i32 or fp8e4m3", repr_of(o));
+    fail(op, arg, "dtype bf16, f16, f32, i32, fp8e4m3 or i64", repr_of(o));
   }
   long code = PyLong_AsLong(o);
-  if (code < static_cast<long>(DType::kBF16) || code > static_cast<long>(DType::kFP8E4M3)) {
+  if (code < static_cast<long>(DType::kBF16) || code > static_cast<long>(DType::kI64)) {
     if (PyErr_Occurred()) PyErr_Clear();
     fail(op, arg, kExpected, repr_of(o));
   }
@@ -123,8 +123,9 @@ DType dtype_from_dlpack(nb::dlpack::dtype dt, const char* op, const char* arg) {
     if (dt.code == uint8_t(C::Float) && dt.bits == 32) return DType::kF32;
     if (dt.code == uint8_t(C::Int) && dt.bits == 32) return DType::kI32;
     if (dt.code == uint8_t(C::Float8_E4M3FN) && dt.bits == 8) return DType::kFP8E4M3;
+    if (dt.code == uint8_t(C::Int) && dt.bits == 64) return DType::kI64;
   }
-  fail(op, arg, "dtype bf16, f16, f32, i32 or fp8e4m3",
+  fail(op, arg, "dtype bf16, f16, f32, i32, fp8e4m3 or i64",
        "DLPack dtype (code " + std::to_string(dt.code) + ", bits " + std::to_string(dt.bits) +
            ", lanes " + std::to_string(dt.lanes) + ")");
 }
@@ -333,6 +334,7 @@ class Converter {
       if (code == 2 && bits == 32) dtype = DType::kF32;      // kDLFloat
       if (code == 0 && bits == 32) dtype = DType::kI32;      // kDLInt
       if (code == 10 && bits == 8) dtype = DType::kFP8E4M3;  // kDLFloat8_e4m3fn
+      if (code == 0 && bits == 64) dtype = DType::kI64;      // kDLInt
     }
     if (dtype == DType::kUndefined || dl.ndim < 0 || dl.ndim > kMaxDims) return false;
     const int type = dl.device.device_type;
@@ -589,10 +591,21 @@ auto topk_param_fields() {
           [](auto& a, float v, const char*) { params_of(a).routed_scaling_factor = v; }, 1.0f));
 }
 
+// The engine inputs of the routed ops (docs/moe.md, "Engine inputs"), after their fields.
+auto engine_fields() {
+  return std::make_tuple(
+      MK_MOE_TENSOR(expert_map),
+      scalar<bool>("apply_router_weight_on_input", [](auto& a, bool v, const char*) {
+        moe_part(a).apply_router_weight_on_input = v;
+      }));
+}
+
 // The routed-experts ops' arguments (FusedMoEExpertsFwd, IndexedExpertMLPFwd).
 auto experts_fields() {
-  return std::make_tuple(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
-                         MK_TENSOR(topk_weights), MK_TENSOR(topk_ids), MK_TENSOR(output));
+  return std::tuple_cat(
+      std::make_tuple(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
+                      MK_TENSOR(topk_weights), MK_TENSOR(topk_ids), MK_TENSOR(output)),
+      engine_fields());
 }
 
 // ---- ops: one entry per op; register_op generates its Python functions ----
@@ -649,16 +662,17 @@ const auto kOps = std::make_tuple(
         .with_raw_defaults(),
     op("moe_permute_align", &moe_permute_align,
        fields(MK_TENSOR(topk_ids), MK_INT(num_experts), MK_INT(block_size),
-              MK_TENSOR(sorted_token_ids), MK_TENSOR(expert_ids),
-              MK_TENSOR(num_tokens_post_padded)),
-       "MoEPermuteAlignFwd: topk_ids [T, K] i32 -> sorted_token_ids [T*K + E*(bs-1)] i32, "
-       "expert_ids [ceil(len/bs)] i32, num_tokens_post_padded [1] i32.")
+              MK_TENSOR(sorted_token_ids), MK_TENSOR(expert_ids), MK_TENSOR(num_tokens_post_padded),
+              MK_TENSOR(expert_map)),
+       "MoEPermuteAlignFwd: topk_ids [T, K] i32/i64 -> sorted_token_ids [T*K + E*(bs-1)] i32, "
+       "expert_ids [ceil(len/bs)] i32, num_tokens_post_padded [1] i32; expert_map [E_global] "
+       "i32 or None.")
         .with_workspace(&permute_align_workspace_size, "permute_align_workspace_size"),
     op("moe_pre_permute", &moe_pre_permute,
        fields(MK_TENSOR(hidden_states), MK_TENSOR(local_expert_ids), MK_INT(num_local_experts),
               MK_CONTIGUOUS_LAYOUT, MK_TENSOR(permuted), MK_TENSOR(layout_metadata),
               MK_TENSOR(inverse_indices)),
-       "MoEPrePermuteFwd: hidden_states [T, H], local_expert_ids [T, K] i32 -> permuted [P, H] "
+       "MoEPrePermuteFwd: hidden_states [T, H], local_expert_ids [T, K] i32/i64 -> permuted [P, H] "
        "(P = T*K + E*(alignment-1)), layout_metadata [E] i32, inverse_indices [T*K] i32.")
         .with_workspace(&pre_permute_workspace_size, "pre_permute_workspace_size"),
     op("moe_post_permute", &moe_post_permute,
@@ -710,7 +724,8 @@ const auto kOps = std::make_tuple(
         .with_workspace(&expert_mlp_workspace_size, "expert_mlp_workspace_size"),
     op("fused_moe_experts", &fused_moe_experts, experts_fields(),
        "FusedMoEExpertsFwd: hidden_states [T, H], w_gate_up [E, 2F, H], w_down [E, H, F], "
-       "topk_weights [T, K] f32, topk_ids [T, K] i32 -> output [T, H].")
+       "topk_weights [T, K] f32, topk_ids [T, K] i32/i64 -> output [T, H]; expert_map "
+       "[E_global] i32 or None, apply_router_weight_on_input.")
         .with_workspace(&fused_moe_experts_workspace_size, "fused_moe_experts_workspace_size"),
     op("indexed_expert_mlp", &indexed_expert_mlp, experts_fields(),
        "IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64.")
@@ -719,7 +734,7 @@ const auto kOps = std::make_tuple(
        std::tuple_cat(fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
                              MK_MOE_TENSOR(correction_bias), MK_MOE_TENSOR(w_gate_up),
                              MK_MOE_TENSOR(w_down), MK_MOE_TENSOR(output)),
-                      topk_param_fields()),
+                      topk_param_fields(), engine_fields()),
        "FusedMoEFwd: fused_topk then fused_moe_experts -> output [T, H].")
         .with_workspace(&fused_moe_workspace_size, "fused_moe_workspace_size"),
     op("fused_moe_shared_expert", &fused_moe_shared_expert,
@@ -727,7 +742,7 @@ const auto kOps = std::make_tuple(
            fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
                   MK_MOE_TENSOR(correction_bias), MK_MOE_TENSOR(w_gate_up), MK_MOE_TENSOR(w_down),
                   MK_TENSOR(shared_w_gate_up), MK_TENSOR(shared_w_down), MK_MOE_TENSOR(output)),
-           topk_param_fields()),
+           topk_param_fields(), engine_fields()),
        "FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) -> output [T, H].")
         .with_workspace(&fused_moe_shared_expert_workspace_size,
                         "fused_moe_shared_expert_workspace_size"),
@@ -861,14 +876,15 @@ NB_MODULE(_moekit, m) {
   codes["f32"] = static_cast<int>(DType::kF32);
   codes["i32"] = static_cast<int>(DType::kI32);
   codes["fp8e4m3"] = static_cast<int>(DType::kFP8E4M3);
+  codes["i64"] = static_cast<int>(DType::kI64);
   m.attr("DTYPES") = codes;
   m.attr("__version__") = MOEKIT_VERSION_STRING;
 
   m.def(
       "register_dtype",
       [](nb::handle obj, int code) {
-        if (code < static_cast<int>(DType::kBF16) || code > static_cast<int>(DType::kFP8E4M3)) {
-          throw Error("moekit.raw.register_dtype: code: expected 1..5, got " +
+        if (code < static_cast<int>(DType::kBF16) || code > static_cast<int>(DType::kI64)) {
+          throw Error("moekit.raw.register_dtype: code: expected 1..6, got " +
                       std::to_string(code));
         }
         for (int i = 0; i < g_num_registered; ++i) {

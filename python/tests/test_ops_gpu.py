@@ -332,6 +332,124 @@ def test_routed_experts(op, dtype, T, E, K, H, F, kind):
         ref.assert_close(out, expected, ACC[dtype], op)
 
 
+# ---------------------------------------------------------------- engine arguments
+# expert_map, int64 ids and apply_router_weight_on_input (docs/moe.md, "Engine inputs"):
+# against the references, and bit for bit against the same op on the inputs an engine
+# would prepare by hand (gathered local int32 ids; scaled rows and unit weights).
+
+
+def expert_map(G, E, g, kind="shuffled"):
+    """[G] int32: E of the G global experts on this rank (local ids 0..E-1), the others -1;
+    "remote": none here."""
+    m = torch.full((G,), -1, dtype=i32, device=DEVICE)
+    if kind == "shuffled":
+        m[uniform((G,), g).argsort()[:E]] = torch.arange(E, dtype=i32, device=DEVICE)
+    return m
+
+
+@pytest.mark.parametrize("op", ["fused_moe_experts", "indexed_expert_mlp"])
+@pytest.mark.parametrize(
+    "T,E,G,K,kind,ids64,map_kind",
+    [
+        (1, 8, 32, 4, "distinct", False, "shuffled"),
+        (37, 16, 64, 8, "neg", True, "shuffled"),
+        (64, 8, 32, 2, "dups", False, "remote"),
+        (200, 16, 64, 8, "distinct", True, "shuffled"),
+        (300, 16, 64, 4, "neg", False, "remote"),
+        (0, 8, 32, 2, "distinct", True, "shuffled"),
+    ],
+)
+def test_routed_experts_expert_map_and_int64_ids(op, T, E, G, K, kind, ids64, map_kind):
+    g = gen(8500 + T + G)
+    x = randn((T, 256), bf16, g)
+    w13, w2 = weights(E, 96, 256, bf16, g)
+    ids = topk_ids(T, G, K, g, kind)  # global ids
+    emap = expert_map(G, E, g, map_kind)
+    w = uniform((T, K), g)
+    given = ids.long() if ids64 else ids
+    out = getattr(ops, op)(x, w13, w2, w, given, expert_map=emap)
+    assert out.shape == (T, 256) and out.dtype == bf16
+    if not T:
+        return
+    ref.assert_close(out, ref.fused_moe_experts(x, w13, w2, w, ids, emap), ACC[bf16], op)
+    local = ref.local_ids(ids, emap, E).to(i32)
+    assert torch.equal(out, getattr(ops, op)(x, w13, w2, w, local))
+    if map_kind == "remote":
+        assert torch.equal(out, torch.zeros_like(out))
+
+
+@pytest.mark.parametrize("op", ["fused_moe_experts", "indexed_expert_mlp"])
+@pytest.mark.parametrize("T", [1, 40, 250])
+@pytest.mark.parametrize("dtype", [bf16, f16])
+def test_routed_experts_router_weight_on_input(op, T, dtype):
+    g = gen(8600 + T)
+    x = randn((T, 256), dtype, g)
+    w13, w2 = weights(16, 96, 256, dtype, g)
+    ids = topk_ids(T, 16, 1, g, "neg")
+    w = uniform((T, 1), g)
+    out = getattr(ops, op)(x, w13, w2, w, ids, apply_router_weight_on_input=True)
+    want = ref.fused_moe_experts(x, w13, w2, w, ids, apply_router_weight_on_input=True)
+    ref.assert_close(out, want, ACC[dtype], op)
+    xs = x * w.to(dtype)  # vLLM's scaling, bit for bit
+    assert torch.equal(out, getattr(ops, op)(xs, w13, w2, torch.ones_like(w), ids))
+    if SELFCHECK:  # the references validate nothing
+        return
+    with pytest.raises(moekit.MoekitError, match=r"argument 'apply_router_weight_on_input'"):
+        getattr(ops, op)(x, w13, w2, w.expand(T, 2).contiguous(), ids.expand(T, 2).contiguous(),
+                         apply_router_weight_on_input=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("T", [1, 37, 200])
+@pytest.mark.parametrize("shared", [False, True])
+def test_layers_with_expert_map(T, shared):
+    G, E = 64, 16
+    x, _, w13, w2, sh, p = _layer_inputs(T, bf16, "softmax", 9100 + T, E=E, S=128)
+    g = gen(9150 + T)
+    logits = randn((T, G), f32, g)
+    emap = expert_map(G, E, g)
+    if shared:
+        out = ops.fused_moe_shared_expert(x, logits, w13, w2, *sh, **p, expert_map=emap)
+        want = ref.fused_moe_shared_expert(x, logits, w13, w2, *sh, **p, expert_map=emap)
+    else:
+        out = ops.fused_moe(x, logits, w13, w2, **p, expert_map=emap)
+        want = ref.fused_moe(x, logits, w13, w2, **p, expert_map=emap)
+    ref.assert_close(out, want, ACC[bf16], "layer with expert_map")
+    p1 = dict(top_k=1)
+    out = ops.fused_moe(x, logits, w13, w2, **p1, expert_map=emap,
+                        apply_router_weight_on_input=True)  # fmt: skip
+    want = ref.fused_moe(x, logits, w13, w2, **p1, expert_map=emap,
+                         apply_router_weight_on_input=True)  # fmt: skip
+    ref.assert_close(out, want, ACC[bf16], "layer with apply_router_weight_on_input")
+
+
+@pytest.mark.parametrize("T,K,E,G,bs", [(40, 4, 8, 32, 16), (9000, 8, 32, 256, 64)])
+def test_moe_permute_align_expert_map(T, K, E, G, bs):
+    g = gen(9200 + T)
+    ids = topk_ids(T, G, K, g, "neg")
+    emap = expert_map(G, E, g)
+    local = ref.local_ids(ids, emap, E).to(i32)
+    want = ops.moe_permute_align(local, E, bs)
+    for given in (ids, ids.long()):
+        got = ops.moe_permute_align(given, E, bs, expert_map=emap)
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+    ref_sorted, ref_blocks = ref.moe_permute_align(local.cpu(), E, bs)
+    n = int(want[2].item())
+    assert n == len(ref_sorted) and want[0][:n].tolist() == ref_sorted
+
+
+@pytest.mark.parametrize("T", [50, 3000])
+def test_moe_pre_permute_int64_ids(T):
+    g = gen(9300 + T)
+    x = randn((T, 128), bf16, g)
+    ids = topk_ids(T, 32, 4, g, "neg")
+    a = ops.moe_pre_permute(x, ids, 32, 8)
+    b = ops.moe_pre_permute(x, ids.long(), 32, 8)
+    assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
+    rows = a[2][a[2] >= 0].long()
+    assert torch.equal(a[0][rows], b[0][rows])
+
+
 # ---------------------------------------------------------------- whole layers
 
 ROUTING = {
@@ -718,9 +836,9 @@ def test_bad_input_raises_moekit_error(fast_path):
             moekit.fused_moe(x, logits[:5], w13, w2, 2)
         with pytest.raises(ValueError, match=r"argument 'w_down'.*contiguous"):
             moekit.fused_moe(x, logits, w13, w2.transpose(1, 2).contiguous().transpose(1, 2), 2)
-        with pytest.raises(moekit.MoekitError, match=r"argument 'topk_ids'.*torch.int64"):
+        with pytest.raises(moekit.MoekitError, match=r"argument 'topk_ids'.*torch.int16"):
             moekit.fused_moe_experts(x, w13, w2, torch.ones(T, 2, device=DEVICE),
-                                     torch.zeros(T, 2, dtype=torch.int64, device=DEVICE))
+                                     torch.zeros(T, 2, dtype=torch.int16, device=DEVICE))
         with pytest.raises(moekit.MoekitError, match=r"argument 'w_down'.*CUDA tensor"):
             moekit.fused_moe(x, logits, w13, w2.cpu(), 2)
         with pytest.raises(moekit.MoekitError, match=r"argument 'scoring_func'"):

@@ -61,14 +61,16 @@ def vllm_fused_topk(gating_output, topk, renormalize, scoring_func="softmax"):
 
 def vllm_fused_experts(x, w1, w2, topk_weights, topk_ids, apply_router_weight_on_input=False,
                        expert_map=None):  # fmt: skip
-    """vLLM's fused_experts in f32: per route, h = x . w1[e]^T (times the weight when
-    apply_router_weight_on_input), silu(gate) * up rounded to x's dtype, . w2[e]^T
-    (times the weight otherwise), summed over the routes; a global id whose expert_map
-    entry is -1 adds nothing."""
+    """vLLM's fused_experts in f32: per route, h = x . w1[e]^T, with x first scaled as
+    vLLM's prepare step does when apply_router_weight_on_input (top-1: x * w.to(x.dtype)),
+    silu(gate) * up rounded to x's dtype, . w2[e]^T (times the weight otherwise), summed
+    over the routes; a global id whose expert_map entry is -1 adds nothing."""
     T, H = x.shape
     N = w1.shape[1] // 2
     ids = topk_ids.long()
     local = expert_map.long()[ids] if expert_map is not None else ids
+    if apply_router_weight_on_input:
+        x = x * topk_weights.to(x.dtype)
     out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
     for e in range(w1.shape[0]):
         t, k = torch.nonzero(local == e, as_tuple=True)
@@ -76,8 +78,6 @@ def vllm_fused_experts(x, w1, w2, topk_weights, topk_ids, apply_router_weight_on
             continue
         w = topk_weights[t, k].float().unsqueeze(1)
         h = x[t].float() @ w1[e].float().t()
-        if apply_router_weight_on_input:
-            h = h * w
         act = (ref.silu(h[:, :N]) * h[:, N:]).to(x.dtype).float()
         y = act @ w2[e].float().t()
         if not apply_router_weight_on_input:
@@ -114,17 +114,21 @@ def _problem(T, E, H, N, K, dtype=None, device="cpu", global_experts=None, seed=
 
 
 def _contract_experts(calls):
-    def fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids, *,
+    def fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+                          expert_map=None, apply_router_weight_on_input=False, *,
                           out=None):  # fmt: skip
         calls.append(dict(op="fused_moe_experts", x=hidden_states, w1=w_gate_up, w2=w_down,
-                          w=topk_weights, ids=topk_ids, out=out))  # fmt: skip
+                          w=topk_weights, ids=topk_ids, map=expert_map,
+                          on_input=apply_router_weight_on_input, out=out))  # fmt: skip
         # What moekit's C++ op checks: its dtypes and layouts.
-        assert topk_ids.dtype == i32 and topk_weights.dtype == f32
+        assert topk_ids.dtype in (i32, i64) and topk_weights.dtype == f32
         assert topk_ids.shape == topk_weights.shape == (hidden_states.shape[0], topk_ids.shape[1])
-        for t in (hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-            assert t.is_contiguous()
-        assert ((topk_ids >= -1) & (topk_ids < w_gate_up.shape[0])).all()
-        y = ref.fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
+        assert expert_map is None or (expert_map.dtype == i32 and expert_map.dim() == 1)
+        assert not apply_router_weight_on_input or topk_ids.shape[1] == 1
+        for t in (hidden_states, w_gate_up, w_down, topk_weights, topk_ids, expert_map):
+            assert t is None or t.is_contiguous()
+        y = ref.fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+                                  expert_map, apply_router_weight_on_input)  # fmt: skip
         return y if out is None else out.copy_(y)
 
     return fused_moe_experts
@@ -209,6 +213,7 @@ def test_fused_experts_passes_its_tensors_unchanged(spy):
     assert len(spy) == 1
     c = spy[0]
     assert c["x"] is x and c["w1"] is w1 and c["w2"] is w2 and c["w"] is w and c["ids"] is ids
+    assert c["map"] is None and c["on_input"] is False
     assert c["out"] is None and out is not x
     _check_result(out, x, w1, w2, w, ids)
     # The same call by keywords, with the arguments that change nothing here given.
@@ -223,11 +228,11 @@ def test_fused_experts_passes_its_tensors_unchanged(spy):
 
 
 @requires_torch
-def test_int64_ids_cast_once(spy):
+def test_int64_ids_pass_unchanged(spy):
     x, w1, w2, w, ids, _ = _problem(T_, E_, H_, N_, K_, seed=1)
-    out = mkv.fused_experts(x, w1, w2, w, ids.long())
-    got = spy[0]["ids"]
-    assert got.dtype == i32 and torch.equal(got, ids)
+    ids64 = ids.long()
+    out = mkv.fused_experts(x, w1, w2, w, ids64)
+    assert spy[0]["ids"] is ids64  # moekit's op reads int64 ids: no cast, no copy
     _check_result(out, x, w1, w2, w, ids)
 
 
@@ -243,33 +248,38 @@ def test_non_f32_weights_cast(spy):
 @requires_torch
 @pytest.mark.parametrize("ids_dtype", ["int32", "int64"])
 @pytest.mark.parametrize("map_dtype", ["int32", "int64"])
-def test_expert_map_gives_local_ids(spy, ids_dtype, map_dtype):
+def test_expert_map_goes_to_the_op(spy, ids_dtype, map_dtype):
     G = 10
     x, w1, w2, w, ids, emap = _problem(T_, E_, H_, N_, K_, global_experts=G, seed=3)
     emap = emap.to(getattr(torch, map_dtype))
-    out = mkv.fused_experts(x, w1, w2, w, ids.to(getattr(torch, ids_dtype)),
-                            global_num_experts=G, expert_map=emap)  # fmt: skip
-    got = spy[0]["ids"]
-    want = [[int(emap[g]) for g in row] for row in ids.tolist()]
-    assert got.dtype == i32 and got.tolist() == want
-    assert (got == -1).any() and (got >= 0).any()  # both kinds of route in the case
-    assert spy[0]["w"] is w and spy[0]["x"] is x
+    given = ids.to(getattr(torch, ids_dtype))
+    out = mkv.fused_experts(x, w1, w2, w, given, global_num_experts=G,
+                            expert_map=emap)  # fmt: skip
+    c = spy[0]
+    assert c["ids"] is given and c["w"] is w and c["x"] is x  # the global ids, no gather
+    if map_dtype == "int32":
+        assert c["map"] is emap
+    else:  # vLLM's maps are int32; an int64 one is cast once (E_global ints)
+        assert c["map"].dtype == i32 and torch.equal(c["map"], emap.int())
+    local = emap.long()[ids.long()]
+    assert (local == -1).any() and (local >= 0).any()  # both kinds of route in the case
     _check_result(out, x, w1, w2, w, ids, expert_map=emap)
     # global_num_experts=-1 takes the map's length.
     mkv.fused_experts(x, w1, w2, w, ids, expert_map=emap)
-    assert spy[1]["ids"].tolist() == want
+    assert spy[1]["ids"] is ids and torch.equal(spy[1]["map"], emap.int())
 
 
 @requires_torch
-def test_apply_router_weight_on_input_scales_the_rows(spy):
+def test_apply_router_weight_on_input_goes_to_the_op(spy):
     x, w1, w2, w, ids, _ = _problem(T_, E_, H_, N_, 1, seed=4)
     out = mkv.fused_experts(x, w1, w2, w, ids, apply_router_weight_on_input=True)
     c = spy[0]
-    assert c["x"] is not x and c["x"].dtype == x.dtype
-    assert torch.equal(c["x"], (x.float() * w).to(x.dtype))
-    assert c["w"].dtype == f32 and torch.equal(c["w"], torch.ones_like(w))
-    assert c["ids"] is ids and c["out"] is None
+    assert c["x"] is x and c["w"] is w and c["ids"] is ids and c["on_input"] is True
+    assert c["out"] is None
     _check_result(out, x, w1, w2, w, ids, apply_router_weight_on_input=True)
+    # moekit's scaling is vLLM's x * w.to(x.dtype), bit for bit.
+    xs, ones, _ = ref.engine_inputs(x, w, ids, None, True, E_)
+    assert torch.equal(xs, x * w.to(x.dtype)) and torch.equal(ones, torch.ones_like(w))
 
 
 @requires_torch
@@ -281,8 +291,7 @@ def test_inplace_writes_hidden_states(spy):
         want = vllm_fused_experts(x, w1, w2, w, routes, **kwargs)
         got = mkv.fused_experts(h, w1, w2, w, routes, inplace=True, **kwargs)
         c = spy[-1]
-        assert got is h and c["out"] is h
-        assert (c["x"] is h) == (not kwargs)  # the scaled copy is read, h written
+        assert got is h and c["out"] is h and c["x"] is h  # moekit's op reads, then writes h
         ref.assert_close(h, want, ref.ACCURACY[bf16], f"inplace {kwargs}")
 
 
@@ -503,9 +512,9 @@ def test_fused_topk_against_vllm_semantics(gpu_ops, T, E, K, renormalize):
 
 
 @requires_torch
-def test_traces_as_moekit_ops_and_torch_ops():
-    """make_fx and torch.compile(fullgraph=True) see moekit's custom ops (the out variant
-    for inplace) and the adapter's torch ops, on meta tensors."""
+def test_traces_as_moekit_ops():
+    """make_fx and torch.compile(fullgraph=True) see moekit's custom op (the out variant
+    for inplace) with the engine arguments, and no torch op around it, on meta tensors."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     def meta(*shape, dtype=bf16):
@@ -519,8 +528,9 @@ def test_traces_as_moekit_ops_and_torch_ops():
                                  apply_router_weight_on_input=True)  # fmt: skip
 
     code = make_fx(layer, tracing_mode="fake")(*args).code
-    for op in ("aten.index_select", "aten.mul.out", "moekit.fused_moe_experts_out"):
-        assert op in code, code
+    assert "moekit.fused_moe_experts_out" in code, code
+    for op in ("aten.index_select", "aten.mul", "aten._to_copy"):  # no shim around the op
+        assert op not in code, code
     torch._dynamo.reset()
     out = torch.compile(layer, fullgraph=True, backend="aot_eager")(*args)
     assert out.shape == (6, 64) and out.device.type == "meta"

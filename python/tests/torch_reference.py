@@ -232,26 +232,56 @@ def fused_moe_experts_f32(hidden_states, w_gate_up, w_down, topk_weights, topk_i
     return out
 
 
-def fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    out = fused_moe_experts_f32(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
+def local_ids(topk_ids, expert_map, num_local):
+    """moekit's engine ids (docs/routing-permute.md, "Engine ids"): int32 or int64 ids,
+    global ones read through expert_map when given (-1 outside it), then -1 outside
+    [0, num_local)."""
+    ids = topk_ids.long()
+    if expert_map is not None:
+        n = expert_map.numel()
+        inside = (ids >= 0) & (ids < n)
+        ids = torch.where(inside, expert_map.long()[ids.clamp(0, n - 1)], -1)
+    return torch.where((ids >= 0) & (ids < num_local), ids, -1)
+
+
+def engine_inputs(hidden_states, topk_weights, topk_ids, expert_map, apply_on_input, num_local):
+    """(x, weights, local ids) the routed sum runs on: apply_router_weight_on_input (top-1)
+    scales x by the weight, round(round(w) * x), and weighs the outputs by 1."""
+    ids = local_ids(topk_ids, expert_map, num_local)
+    if not apply_on_input:
+        return hidden_states, topk_weights, ids
+    x = (hidden_states.float() * topk_weights.to(hidden_states.dtype).float())
+    return x.to(hidden_states.dtype), torch.ones_like(topk_weights), ids
+
+
+def fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids, expert_map=None,
+                      apply_router_weight_on_input=False):  # fmt: skip
+    x, w, ids = engine_inputs(hidden_states, topk_weights, topk_ids, expert_map,
+                              apply_router_weight_on_input, w_gate_up.shape[0])  # fmt: skip
+    out = fused_moe_experts_f32(x, w_gate_up, w_down, w, ids)
     return out.to(hidden_states.dtype)
 
 
 def fused_moe(hidden_states, gating_output, w_gate_up, w_down, top_k, renormalize=False,
               scoring_func="softmax", num_expert_group=0, topk_group=0,
-              routed_scaling_factor=1.0, correction_bias=None):  # fmt: skip
+              routed_scaling_factor=1.0, correction_bias=None, expert_map=None,
+              apply_router_weight_on_input=False):  # fmt: skip
     w, ids, _, _ = fused_topk(gating_output, top_k, renormalize, scoring_func, num_expert_group,
                               topk_group, routed_scaling_factor, correction_bias)  # fmt: skip
-    return fused_moe_experts(hidden_states, w_gate_up, w_down, w, ids)
+    return fused_moe_experts(hidden_states, w_gate_up, w_down, w, ids, expert_map,
+                             apply_router_weight_on_input)  # fmt: skip
 
 
 def fused_moe_shared_expert(hidden_states, gating_output, w_gate_up, w_down, shared_w_gate_up,
                             shared_w_down, top_k, renormalize=False, scoring_func="softmax",
                             num_expert_group=0, topk_group=0, routed_scaling_factor=1.0,
-                            correction_bias=None):  # fmt: skip
+                            correction_bias=None, expert_map=None,
+                            apply_router_weight_on_input=False):  # fmt: skip
     w, ids, _, _ = fused_topk(gating_output, top_k, renormalize, scoring_func, num_expert_group,
                               topk_group, routed_scaling_factor, correction_bias)  # fmt: skip
-    routed = fused_moe_experts_f32(hidden_states, w_gate_up, w_down, w, ids)
+    x, w, ids = engine_inputs(hidden_states, w, ids, expert_map, apply_router_weight_on_input,
+                              w_gate_up.shape[0])  # fmt: skip
+    routed = fused_moe_experts_f32(x, w_gate_up, w_down, w, ids)
     shared = mlp(hidden_states, shared_w_gate_up, shared_w_down)
     return (routed + shared).to(hidden_states.dtype)
 

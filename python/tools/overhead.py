@@ -197,13 +197,14 @@ def cases():
     )  # fmt: skip
     # fused_moe: 1 output + workspace.
     fo = torch.empty(T, H, dtype=bf16, device=dev)
-    fargs = (v(x), v(logits), None, v(w13), v(w2), v(fo), K, True, "softmax", 0, 0, 1.0)
+    fargs = (v(x), v(logits), None, v(w13), v(w2), v(fo), K, True, "softmax", 0, 0, 1.0, None,
+             False)  # fmt: skip
     n = raw.fused_moe_workspace_size(*fargs)
     fws = ws(n)
     out["fused_moe"] = dict(
         raw=lambda: raw.fused_moe(*fargs, fws.data_ptr(), n, stream),
         entry=lambda: raw._t_fused_moe(x, logits, None, w13, w2, fo, K, True, "softmax", 0, 0,
-                                       1.0, ws_entry, stream),
+                                       1.0, None, False, ws_entry, stream),
         eager=lambda: moekit.fused_moe(x, logits, w13, w2, K, True),
         py=(lambda: moekit.fused_moe(x, logits, w13, w2, K, True), *swapped("_t_fused_moe", _noop)),
         dispatch=lambda: torch.ops.moekit.fused_moe.default(x, logits, w13, w2, K, True),
@@ -213,14 +214,14 @@ def cases():
     # fused_moe_shared_expert: the largest argument list.
     so = torch.empty(T, H, dtype=bf16, device=dev)
     sargs = (v(x), v(logits), None, v(w13), v(w2), v(s13), v(s2), v(so), K, True, "softmax", 0,
-             0, 1.0)  # fmt: skip
+             0, 1.0, None, False)  # fmt: skip
     ns = raw.fused_moe_shared_expert_workspace_size(*sargs)
     sws = ws(ns)
     out["fused_moe_shared_expert"] = dict(
         raw=lambda: raw.fused_moe_shared_expert(*sargs, sws.data_ptr(), ns, stream),
         entry=lambda: raw._t_fused_moe_shared_expert(x, logits, None, w13, w2, s13, s2, so, K,
-                                                     True, "softmax", 0, 0, 1.0, ws_entry,
-                                                     stream),
+                                                     True, "softmax", 0, 0, 1.0, None, False,
+                                                     ws_entry, stream),
         eager=lambda: moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, K, True),
         py=(lambda: moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, K, True),
             *swapped("_t_fused_moe_shared_expert", _noop)),

@@ -54,7 +54,8 @@ struct RoutedExperts {
   void* output = nullptr;         // [T, H]
 };
 size_t routed_experts_workspace_size(const MoEShapes& s, RoutedPath routed);
-void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t stream);
+// Carves its buffers (routed_experts_workspace_size bytes) from ws's current position.
+void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_t stream);
 
 // Expert MLP on a contiguous permuted buffer: gate/up grouped GEMM with silu_and_mul into
 // act [P, F], then the down grouped GEMM into out [P, H].

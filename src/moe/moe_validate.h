@@ -73,13 +73,21 @@ inline void check_mlp_weights(const ArgCheck& c, MoEShapes& s, const char* gu_na
   check_down(c, s, down_name, w_down, dtype_ref_name, dtype_ref, experts);
 }
 
-// topk_ids [T, K] i32 (K >= 1, T*K routes within 32 bits); fills s.K.
+// topk_ids [T, K] i32 or i64 (K >= 1, T*K routes within 32 bits); fills s.K.
 inline void check_topk_ids(const ArgCheck& c, MoEShapes& s, const TensorView& topk_ids) {
-  c.tensor("topk_ids", topk_ids, {DType::kI32}, {s.T, kAnyDim});
+  c.tensor("topk_ids", topk_ids, {DType::kI32, DType::kI64}, {s.T, kAnyDim});
   s.K = topk_ids.size(1);
   MOEKIT_REQUIRE(c, s.K > 0, "topk_ids", "top_k (dim 1) >= 1", topk_ids.describe());
   MOEKIT_REQUIRE(c, s.T * s.K <= INT32_MAX, "topk_ids", "at most 2^31-1 routes (T*K)",
                  topk_ids.describe());
+}
+
+// apply_router_weight_on_input needs top-1 routing (vLLM's definition: the one route's
+// weight scales the input row).
+inline void check_router_weight_on_input(const ArgCheck& c, bool apply, int64_t K) {
+  MOEKIT_REQUIRE(c, !apply || K == 1, "apply_router_weight_on_input",
+                 "top_k 1 (the input row is scaled by its one route's weight)",
+                 "true with top_k " + str(K));
 }
 
 // A *_workspace_size query of op `op`: `bytes(c)` validates what the size depends on

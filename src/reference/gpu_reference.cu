@@ -84,6 +84,45 @@ struct Carver {
   }
 };
 
+// ---- route ids ---------------------------------------------------------------------------
+
+// Route ids as the ops take them: i32 or i64, global ids read through an optional expert
+// map (docs/routing-permute.md, "Engine ids"). local(r, E): the route's expert in [0, E),
+// or -1 (no route, an out-of-range id, another rank's expert).
+struct RouteIds {
+  const void* ids = nullptr;
+  bool i64 = false;
+  const int32_t* map = nullptr;
+  int64_t map_size = 0;
+
+  __device__ int local(int64_t r, int E) const {
+    int64_t id = i64 ? static_cast<const int64_t*>(ids)[r]
+                     : static_cast<int64_t>(static_cast<const int32_t*>(ids)[r]);
+    if (map != nullptr) id = id >= 0 && id < map_size ? map[id] : -1;
+    return id >= 0 && id < E ? static_cast<int>(id) : -1;
+  }
+};
+
+RouteIds route_ids(const TensorView& ids, const TensorView& expert_map = TensorView{}) {
+  RouteIds r;
+  r.ids = ids.data;
+  r.i64 = ids.dtype == DType::kI64;
+  r.map = expert_map.defined() ? expert_map.ptr<int32_t>() : nullptr;
+  r.map_size = expert_map.defined() ? expert_map.numel() : 0;
+  return r;
+}
+
+// apply_router_weight_on_input (top-1): y[t, h] = round(round(w[t]) * x[t, h]).
+template <class T>
+__global__ void scale_rows_kernel(const T* x, const float* w, int64_t H, T* y) {
+  const int64_t t = blockIdx.x;
+  const T w_rounded = cvt<T>(w[t]);
+  const float wt = ld(&w_rounded, 0);
+  for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
+       h += static_cast<int64_t>(gridDim.y) * blockDim.x)
+    y[t * H + h] = cvt<T>(wt * ld(x, t * H + h));
+}
+
 // ---- routing ----------------------------------------------------------------------------
 
 // The expert groups topk_kernel keeps a bit for: fused_topk's expert limit (groups of one).
@@ -173,11 +212,11 @@ __global__ void topk_kernel(const T* logits, int64_t num_tokens, int E, const fl
 }
 
 // Stable counting sort of routes by expert, in one thread block. Route r (= t*K + k)
-// is valid when 0 <= ids[r] < E and its token passes the mask. Each expert's routes
-// start at a multiple of `bs`; optional outputs: sorted[pos] = r (the rest `sentinel`),
-// block_expert[b] (-1 past the last used block), total (padded length), inverse[r]
+// is valid when its local expert ids.local(r, E) is not -1 and its token passes the mask. Each
+// expert's routes start at a multiple of `bs`; optional outputs: sorted[pos] = r (the rest
+// `sentinel`), block_expert[b] (-1 past the last used block), total (padded length), inverse[r]
 // (pos or -1) and ends[e] (start + count).
-__global__ void sort_routes_kernel(const int32_t* ids, int64_t num_routes, int K, int E, int bs,
+__global__ void sort_routes_kernel(RouteIds ids, int64_t num_routes, int K, int E, int bs,
                                    const uint8_t* token_mask, int32_t* sorted, int64_t sorted_len,
                                    int32_t sentinel, int32_t* block_expert, int64_t num_blocks,
                                    int32_t* total, int32_t* inverse, int32_t* ends) {
@@ -185,8 +224,8 @@ __global__ void sort_routes_kernel(const int32_t* ids, int64_t num_routes, int K
   __shared__ int32_t cursor[kMaxExperts];
   const int tid = threadIdx.x;
   auto expert_of = [&](int64_t r) -> int {
-    int e = ids[r];
-    if (e < 0 || e >= E) return -1;
+    const int e = ids.local(r, E);
+    if (e < 0) return -1;
     if (token_mask && !token_mask[r / K]) return -1;
     return e;
   };
@@ -398,24 +437,24 @@ __global__ void round_rows_kernel(const float* y, int64_t H, const int32_t* rows
 
 // out[t] = sum_k valid w[t,k] * y[t*K+k] (+ shared[t]), in f32, k order; rounded once
 // (round_routes: each y rounded to TOut first, as the library's sorted path stores them).
+// w == nullptr: weight 1 (apply_router_weight_on_input weighted the input instead).
 template <class TOut>
-__global__ void combine_kernel(const int32_t* ids, const float* w, const float* y,
-                               const float* shared, int64_t H, int K, int E,
-                               const uint8_t* token_mask, bool round_routes, TOut* out) {
+__global__ void combine_kernel(RouteIds ids, const float* w, const float* y, const float* shared,
+                               int64_t H, int K, int E, const uint8_t* token_mask,
+                               bool round_routes, TOut* out) {
   const int64_t t = blockIdx.x;
   if (token_mask && !token_mask[t]) return;
   for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
        h += static_cast<int64_t>(gridDim.y) * blockDim.x) {
     float acc = 0.f;
     for (int k = 0; k < K; ++k) {
-      int id = ids[t * K + k];
-      if (id < 0 || id >= E) continue;
+      if (ids.local(t * K + k, E) < 0) continue;
       float v = y[(t * K + k) * H + h];
       if (round_routes) {
         const TOut r = cvt<TOut>(v);
         v = ld(&r, 0);
       }
-      acc += w[t * K + k] * v;
+      acc += (w != nullptr ? w[t * K + k] : 1.0f) * v;
     }
     if (shared) acc += shared[t * H + h];
     out[t * H + h] = cvt<TOut>(acc);
@@ -506,10 +545,11 @@ struct RoutedScratch {
   void* act;
   float* y;
   int64_t num_blocks;
+  void* scaled = nullptr;  // [T, H] (apply_router_weight_on_input only)
 };
 
-RoutedScratch carve_routed(Carver& cv, int64_t T, int K, int64_t E, int64_t F, int64_t H,
-                           DType dt) {
+RoutedScratch carve_routed(Carver& cv, int64_t T, int K, int64_t E, int64_t F, int64_t H, DType dt,
+                           bool apply_on_input) {
   RoutedScratch s;
   int64_t routes = T * K;
   int64_t sorted_len = routes + E * (kRowsPerBlock - 1);
@@ -519,6 +559,7 @@ RoutedScratch carve_routed(Carver& cv, int64_t T, int K, int64_t E, int64_t F, i
   s.h = cv.take<float>(routes * 2 * F);
   s.act = cv.take<uint8_t>(routes * F * static_cast<int64_t>(dtype_size(dt)));
   s.y = cv.take<float>(routes * H);
+  if (apply_on_input) s.scaled = cv.take<uint8_t>(T * H * static_cast<int64_t>(dtype_size(dt)));
   return s;
 }
 
@@ -560,23 +601,33 @@ void mlp_rows(const scalar_t* x, int a_div, const scalar_t* w_gate_up, const sca
                                                 block_expert, num_blocks, y, H, stream);
 }
 
+// s.scaled given: apply_router_weight_on_input (K = 1), the MLP reads the scaled rows
+// and the combine weighs nothing.
 template <class scalar_t>
 void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
-                const int32_t* ids, const float* weights, int K, const uint8_t* token_mask,
+                RouteIds ids, const float* weights, int K, const uint8_t* token_mask,
                 const RoutedScratch& s, const float* shared_y, const TensorView& out,
                 bool round_routes, cudaStream_t stream) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
   const int64_t E = w_gate_up.shape[0], F = w_gate_up.shape[1] / 2;
   check_experts("routed_mlp", E);
+  const scalar_t* x = hidden.ptr<scalar_t>();
+  if (s.scaled != nullptr && T > 0 && H > 0) {
+    scale_rows_kernel<scalar_t><<<dim3(static_cast<unsigned>(T), grid_y(H, 256)), 256, 0, stream>>>(
+        x, weights, H, static_cast<scalar_t*>(s.scaled));
+    check_launch("apply_router_weight_on_input");
+    x = static_cast<const scalar_t*>(s.scaled);
+    weights = nullptr;
+  }
   if (T > 0 && K > 0) {
     const int64_t routes = T * K;
     sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
         ids, routes, K, static_cast<int>(E), kRowsPerBlock, token_mask, s.sorted,
         s.num_blocks * kRowsPerBlock, -1, s.block_expert, s.num_blocks, nullptr, nullptr, nullptr);
     check_launch("sort_routes");
-    mlp_rows<scalar_t>(hidden.ptr<scalar_t>(), K, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(),
-                       F, H, s.sorted, s.block_expert, s.num_blocks, s.h,
-                       static_cast<scalar_t*>(s.act), s.y, stream);
+    mlp_rows<scalar_t>(x, K, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(), F, H, s.sorted,
+                       s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y,
+                       stream);
   }
   if (T > 0 && H > 0) {
     combine_kernel<scalar_t><<<dim3(static_cast<unsigned>(T), grid_y(H, 256)), 256, 0, stream>>>(
@@ -632,8 +683,8 @@ void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
   const int K = args.topk_ids.ndim == 2 ? static_cast<int>(args.topk_ids.shape[1]) : 1;
   check_experts("moe_permute_align", args.num_experts);
   sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
-      args.topk_ids.ptr<int32_t>(), routes, std::max(K, 1), args.num_experts, args.block_size,
-      nullptr, args.sorted_token_ids.ptr<int32_t>(), args.sorted_token_ids.numel(),
+      route_ids(args.topk_ids, args.expert_map), routes, std::max(K, 1), args.num_experts,
+      args.block_size, nullptr, args.sorted_token_ids.ptr<int32_t>(), args.sorted_token_ids.numel(),
       static_cast<int32_t>(routes), args.expert_ids.ptr<int32_t>(), args.expert_ids.numel(),
       args.num_tokens_post_padded.ptr<int32_t>(), nullptr, nullptr);
   check_launch("moe_permute_align");
@@ -646,7 +697,7 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
   check_experts("moe_pre_permute", args.num_local_experts);
   require(is_half(args.hidden_states.dtype), "moe_pre_permute", "hidden_states must be bf16/f16");
   sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
-      args.local_expert_ids.ptr<int32_t>(), routes, std::max(K, 1), args.num_local_experts,
+      route_ids(args.local_expert_ids), routes, std::max(K, 1), args.num_local_experts,
       std::max(args.layout.alignment, 1), nullptr, nullptr, 0, 0, nullptr, 0, nullptr,
       args.inverse_indices.ptr<int32_t>(), args.layout_metadata.ptr<int32_t>());
   check_launch("moe_pre_permute.sort");
@@ -816,7 +867,7 @@ size_t fused_moe_experts_scratch_bytes(const FusedMoEExpertsArgs& args) {
   Carver cv{nullptr};
   carve_routed(cv, args.hidden_states.shape[0], static_cast<int>(args.topk_ids.shape[1]),
                args.w_gate_up.shape[0], args.w_gate_up.shape[1] / 2, args.hidden_states.shape[1],
-               args.hidden_states.dtype);
+               args.hidden_states.dtype, args.apply_router_weight_on_input);
   return cv.off;
 }
 
@@ -828,12 +879,12 @@ void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
   const int K = static_cast<int>(args.topk_ids.shape[1]);
   RoutedScratch s = carve_routed(cv, args.hidden_states.shape[0], K, args.w_gate_up.shape[0],
                                  args.w_gate_up.shape[1] / 2, args.hidden_states.shape[1],
-                                 args.hidden_states.dtype);
+                                 args.hidden_states.dtype, args.apply_router_weight_on_input);
   dispatch_half(args.hidden_states.dtype, "fused_moe_experts", [&](auto tag) {
     using T = decltype(tag);
-    routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down, args.topk_ids.ptr<int32_t>(),
-                  args.topk_weights.ptr<float>(), K, row_mask, s, nullptr, args.output,
-                  round_routes, stream);
+    routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down,
+                  route_ids(args.topk_ids, args.expert_map), args.topk_weights.ptr<float>(), K,
+                  row_mask, s, nullptr, args.output, round_routes, stream);
   });
 }
 
@@ -869,8 +920,9 @@ size_t carve_fused(Carver& cv, const FusedMoEArgs& a, int32_t** ids, float** w, 
   const int K = a.params.top_k;
   int32_t* i = cv.take<int32_t>(T * K);
   float* ww = cv.take<float>(T * K);
-  RoutedScratch s = carve_routed(cv, T, K, a.w_gate_up.shape[0], a.w_gate_up.shape[1] / 2,
-                                 a.hidden_states.shape[1], a.hidden_states.dtype);
+  RoutedScratch s =
+      carve_routed(cv, T, K, a.w_gate_up.shape[0], a.w_gate_up.shape[1] / 2,
+                   a.hidden_states.shape[1], a.hidden_states.dtype, a.apply_router_weight_on_input);
   if (ids) *ids = i;
   if (w) *w = ww;
   if (rs) *rs = s;
@@ -880,7 +932,7 @@ size_t carve_fused(Carver& cv, const FusedMoEArgs& a, int32_t** ids, float** w, 
 void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
                const TensorView* shared_gu, const TensorView* shared_down, bool round_routes,
                Carver& cv) {
-  const int64_t T = a.hidden_states.shape[0], E = a.gating_output.shape[1];
+  const int64_t T = a.hidden_states.shape[0];
   const int K = a.params.top_k;
   int32_t* ids;
   float* w;
@@ -904,9 +956,10 @@ void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
       dense_mlp<T_>(a.hidden_states, *shared_gu, *shared_down, mask, ds, stream);
       shared_y = ds.y;
     }
-    (void)E;
-    routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down, ids, w, K, mask, rs, shared_y, a.output,
-                   round_routes, stream);
+    // The routing's ids are global ones when an expert map is given.
+    routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down,
+                   route_ids(make_view(ids, DType::kI32, {T, K}), a.expert_map), w, K, mask, rs,
+                   shared_y, a.output, round_routes, stream);
   });
 }
 

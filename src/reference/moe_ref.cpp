@@ -7,6 +7,7 @@
 
 #include "core/host_dtype.h"
 #include "moekit/reference.h"
+#include "reference/route_ids_ref.h"
 
 namespace moekit::reference {
 namespace {
@@ -44,7 +45,9 @@ void gated_mlp(const double* x, const double* w_gate_up, const double* w_down, i
   }
 }
 
-// acc[t, h] (f64, not rounded) = sum over valid routes of w * MLP_id(x_t).
+// acc[t, h] (f64, not rounded) = sum over valid routes of w * MLP_id(x_t), the id read
+// through the expert map when given; apply_router_weight_on_input (K = 1): MLP_id(x'_t)
+// with x'_t = round(round(w) * x_t) (docs/moe.md, "Engine inputs").
 std::vector<double> routed_sum(const FusedMoEExpertsArgs& args) {
   const int64_t T = args.hidden_states.size(0), H = args.hidden_states.size(1);
   const int64_t E = args.w_gate_up.size(0), F = args.w_gate_up.size(1) / 2;
@@ -53,15 +56,23 @@ std::vector<double> routed_sum(const FusedMoEExpertsArgs& args) {
   std::vector<double> x = to_doubles(args.hidden_states);
   std::vector<double> wgu = to_doubles(args.w_gate_up);
   std::vector<double> wd = to_doubles(args.w_down);
-  const int32_t* ids = static_cast<const int32_t*>(args.topk_ids.data);
   const float* w = static_cast<const float*>(args.topk_weights.data);
   std::vector<double> acc(static_cast<size_t>(T * H), 0.0), y(static_cast<size_t>(H));
+  std::vector<double> scaled(static_cast<size_t>(H));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t k = 0; k < K; ++k) {
-      const int64_t id = ids[t * K + k];
-      if (id < 0 || id >= E) continue;  // -1 (and out-of-range ids) mean "no route"
-      gated_mlp(&x[t * H], &wgu[id * 2 * F * H], &wd[id * H * F], H, F, dt, y.data());
-      const double wt = w[t * K + k];
+      // -1, out-of-range ids and other ranks' experts mean "no route".
+      const int64_t id = local_expert(args.topk_ids, t * K + k, args.expert_map, E);
+      if (id < 0) continue;
+      const double* xt = &x[t * H];
+      double wt = w[t * K + k];
+      if (args.apply_router_weight_on_input) {
+        const double w_rounded = host::round_to(dt, wt);
+        for (int64_t h = 0; h < H; ++h) scaled[h] = host::round_to(dt, w_rounded * xt[h]);
+        xt = scaled.data();
+        wt = 1.0;
+      }
+      gated_mlp(xt, &wgu[id * 2 * F * H], &wd[id * H * F], H, F, dt, y.data());
       for (int64_t h = 0; h < H; ++h) acc[t * H + h] += wt * y[h];
     }
   }
@@ -146,6 +157,8 @@ HostRouting route(const FusedMoEArgs& args) {
   r.experts.topk_weights = topk.topk_weights;
   r.experts.topk_ids = topk.topk_ids;
   r.experts.output = args.output;
+  r.experts.expert_map = args.expert_map;
+  r.experts.apply_router_weight_on_input = args.apply_router_weight_on_input;
   return r;
 }
 
