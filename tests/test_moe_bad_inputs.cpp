@@ -261,6 +261,7 @@ std::vector<Row<PermuteAlignArgs>> align_rows() {
       {"overlap",
        [](auto& a) {
          a.expert_map = fake(kI32, {16});
+         a.workspace = fake_ws(256);  // the translated ids' (a map needs them)
          a.sorted_token_ids = at(a.sorted_token_ids, a.expert_map.data);
        },
        "sorted_token_ids", "memory disjoint from 'expert_map'", "sharing 64 bytes"},
