@@ -98,7 +98,7 @@ LayerProblem problem(const Row& r) {
 
 detail::DirectCapacity shared_capacity(const LayerProblem& p) {
   return planner_test::h200_capacity(
-      detail::shared_mlp_problem(p.s, p.S, DType::kF32, detail::h200_props()));
+      detail::shared_mlp_problem(p.s, p.S, DType::kF32, detail::h200_props(), {}));
 }
 
 MlpPlan sorted_experts(const LayerProblem& p, const detail::DeviceProps& device) {
@@ -121,7 +121,8 @@ TEST(LayerPlanner, SeedRowsTakeTodaysPaths) {
     if (r.routed == RoutedPath::kSorted) EXPECT_EQ(plan.experts, sorted_experts(p, h200));
     EXPECT_EQ(plan.has_shared, r.S > 0);
     if (r.S > 0) {
-      const detail::DenseMlpProblem sp = detail::shared_mlp_problem(p.s, r.S, DType::kF32, h200);
+      const detail::DenseMlpProblem sp =
+          detail::shared_mlp_problem(p.s, r.S, DType::kF32, h200, {});
       EXPECT_EQ(sp.out_dtype, DType::kF32);
       EXPECT_EQ(plan.shared, detail::plan_dense_mlp(sp, h200, shared_capacity(p)));
     }

@@ -173,31 +173,32 @@ BAD_CALLS = [
                                       t("bf16", 2, 64, 128))),
     ("moe_expert_mlp", "expert_output",
      lambda: raw.moe_expert_mlp(t("bf16", 32, 128), t("i32", 4), 1, t("bf16", 4, 128, 128),
-                                t("bf16", 4, 128, 64), t("bf16", 31, 128), PTR + WS, WS)),
+                                t("bf16", 4, 128, 64), t("bf16", 31, 128), "silu", None, None,
+                                PTR + WS, WS)),
     ("fused_moe_experts", "topk_weights",
      lambda: raw.fused_moe_experts(t("bf16", 4, 128), t("bf16", 8, 128, 128),
                                    t("bf16", 8, 128, 64), t("bf16", 4, 2), t("i32", 4, 2),
-                                   t("bf16", 4, 128), PTR + WS, WS)),
+                                   t("bf16", 4, 128), "silu", None, None, PTR + WS, WS)),
     ("indexed_expert_mlp", "w_down",
      lambda: raw.indexed_expert_mlp(t("bf16", 4, 128), t("bf16", 8, 128, 128),
                                     t("bf16", 8, 128, 32), t("f32", 4, 2), t("i32", 4, 2),
-                                    t("bf16", 4, 128), PTR + WS, WS)),
+                                    t("bf16", 4, 128), "silu", None, None, PTR + WS, WS)),
     ("fused_moe", "gating_output",
      lambda: raw.fused_moe(t("bf16", 4, 128), t("f32", 5, 8), None, t("bf16", 8, 128, 128),
                            t("bf16", 8, 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-                           1.0, PTR + WS, WS)),
+                           1.0, "silu", None, None, PTR + WS, WS)),
     ("fused_moe", "w_gate_up",
      lambda: raw.fused_moe(t("bf16", 4, 128), t("f32", 4, 8), None, t("f16", 8, 128, 128),
                            t("bf16", 8, 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-                           1.0, PTR + WS, WS)),
+                           1.0, "silu", None, None, PTR + WS, WS)),
     ("fused_moe_shared_expert", "shared_w_down",
      lambda: raw.fused_moe_shared_expert(
          t("bf16", 4, 128), t("f32", 4, 8), None, t("bf16", 8, 128, 128), t("bf16", 8, 128, 64),
          t("bf16", 256, 128), t("bf16", 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-         1.0, PTR + WS, WS)),
+         1.0, "silu", None, None, None, None, PTR + WS, WS)),
     ("shared_expert_mlp", "w_gate_up",
      lambda: raw.shared_expert_mlp(t("bf16", 4, 128), t("bf16", 256, 64), t("bf16", 128, 128),
-                                   t("bf16", 4, 128), PTR + WS, WS)),
+                                   t("bf16", 4, 128), "silu", None, None, PTR + WS, WS)),
 ]  # fmt: skip
 
 
@@ -215,7 +216,8 @@ def test_workspace_size_queries_take_shapes_only():
     # Null pointers are fine: the size depends on shapes and dtypes only.
     args = (t("bf16", 64, 128, ptr=0), t("f32", 64, 16, ptr=0), None,
             t("bf16", 16, 256, 128, ptr=0), t("bf16", 16, 128, 128, ptr=0),
-            t("bf16", 64, 128, ptr=0), 4, True, "softmax", 0, 0, 1.0)  # fmt: skip
+            t("bf16", 64, 128, ptr=0), 4, True, "softmax", 0, 0, 1.0, "silu", None,
+            None)  # fmt: skip
     n = raw.fused_moe_workspace_size(*args)
     assert isinstance(n, int) and n >= 0
     assert raw.fused_moe_workspace_size(*args) == n
@@ -260,7 +262,8 @@ def _topk(**kw):
 def _experts(op, T=4, E=8, **kw):
     a = dict(hidden_states=d("bf16", T, 64), w_gate_up=d("bf16", E, 64, 64),
              w_down=d("bf16", E, 64, 32), topk_weights=d("f32", T, 2), topk_ids=d("i32", T, 2),
-             output=d("bf16", T, 64), workspace=WSP, workspace_bytes=1 << 40)
+             output=d("bf16", T, 64), activation="silu", gate_up_bias=None, down_bias=None,
+             workspace=WSP, workspace_bytes=1 << 40)
     a.update(kw)
     return lambda: getattr(raw, op)(**a)
 
@@ -269,10 +272,11 @@ def _layer(op="fused_moe", **kw):
     a = dict(hidden_states=d("bf16", 4, 64), gating_output=d("f32", 4, 8), correction_bias=None,
              w_gate_up=d("bf16", 8, 64, 64), w_down=d("bf16", 8, 64, 32),
              output=d("bf16", 4, 64), top_k=2, renormalize=True, scoring_func="softmax",
-             num_expert_group=0, topk_group=0, routed_scaling_factor=1.0, workspace=WSP,
-             workspace_bytes=1 << 40)
+             num_expert_group=0, topk_group=0, routed_scaling_factor=1.0, activation="silu",
+             gate_up_bias=None, down_bias=None, workspace=WSP, workspace_bytes=1 << 40)
     if op == "fused_moe_shared_expert":
-        a.update(shared_w_gate_up=d("bf16", 64, 64), shared_w_down=d("bf16", 64, 32))
+        a.update(shared_w_gate_up=d("bf16", 64, 64), shared_w_down=d("bf16", 64, 32),
+                 shared_gate_up_bias=None, shared_down_bias=None)
     a.update(kw)
     return lambda: getattr(raw, op)(**a)
 
@@ -330,7 +334,8 @@ TABLE = [
      "argument 'a': expected at most 1024 experts (dim 0), got fp8e4m3[1025, 64, 256]"),
     ("moe_expert_mlp",
      lambda: raw.moe_expert_mlp(_pin, d("i32", 8), 1, d("bf16", 8, 64, 64), d("bf16", 8, 64, 32),
-                                at(d("bf16", 32, 64), _pin, 128), WSP, 1 << 40),
+                                at(d("bf16", 32, 64), _pin, 128), "silu", None, None, WSP,
+                                1 << 40),
      "argument 'expert_output': expected memory disjoint from 'expert_input' or 'expert_input' "
      "itself (in place), got bf16[32, 64] at "),
     ("fused_moe_experts", _experts("fused_moe_experts", E=1025),
@@ -349,7 +354,8 @@ TABLE = [
      "argument 'shared_w_down': expected bf16 or f16 tensor of shape [64, 32], got an "
      "undefined tensor"),
     ("shared_expert_mlp",
-     lambda: raw.shared_expert_mlp(_sx, d("bf16", 64, 64), d("bf16", 64, 32), _sx, WSP, 1 << 40),
+     lambda: raw.shared_expert_mlp(_sx, d("bf16", 64, 64), d("bf16", 64, 32), _sx, "silu", None,
+                                   None, WSP, 1 << 40),
      "argument 'output': expected memory disjoint from 'hidden_states', got bf16[4, 64] at "),
 ]  # fmt: skip
 
@@ -367,7 +373,7 @@ def test_workspace_size_queries_refuse_bad_shapes():
     def q(T):
         return raw.fused_moe_experts_workspace_size(
             t("bf16", T, 64, ptr=0), t("bf16", 8, 64, 64, ptr=0), None, None,
-            t("i32", 4, 2, ptr=0), None)  # fmt: skip
+            t("i32", 4, 2, ptr=0), None, "silu", None, None)  # fmt: skip
 
     with pytest.raises(moekit.MoekitError, match=re.escape(
             "moekit::fused_moe_experts: argument 'hidden_states': expected non-negative sizes, "

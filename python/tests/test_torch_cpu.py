@@ -253,7 +253,8 @@ def test_workspace_cached_per_stream_grown_on_demand(monkeypatch):
         out = torch.empty_like(x)
         v = o._v
         return moekit.raw.fused_moe_workspace_size(v(x), v(lg), None, v(w13), v(w2), v(out), K,
-                                                   True, "softmax", 0, 0, 1.0)  # fmt: skip
+                                                   True, "softmax", 0, 0, 1.0, "silu", None,
+                                                   None)  # fmt: skip
 
     try:
         o.release_workspaces()
