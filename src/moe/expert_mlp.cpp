@@ -88,8 +88,12 @@ void run_expert_mlp_gemms(const ExpertMlpGemms& g, const MlpPlan& plan, cudaStre
                   op);
     return;
   }
-  const std::string why = expert_mlp_general_rejection(plan, g.mlp);
-  if (!why.empty()) throw Error(std::string("moekit::") + op + ": plan cannot run: " + why);
+  std::string why = expert_mlp_general_rejection(plan, g.mlp);
+  if (why.empty()) why = mlp_gemms_plan_rejection(plan, up, down, current_gemm_device());
+  if (!why.empty()) {
+    throw Error(std::string("moekit::") + op + ": plan \"" + to_string(plan) +
+                "\" cannot run these arguments: " + why);
+  }
   up.plan = plan.gate_up;
   down.plan = plan.down;
   run_grouped_gemm(up, stream, op);

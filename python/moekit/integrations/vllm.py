@@ -204,11 +204,10 @@ def _local_ids(topk_ids, expert_map, global_num_experts, num_local):
 
 def _is_quantized(quant_config):
     # vLLM's FusedMoEQuantConfig: the unquantized one (FUSED_MOE_UNQUANTIZED_CONFIG) has no
-    # activation quant_dtype, no use_* flag, no scales, zero points or biases (weight-only
-    # quantization has quant_dtype None but weight scales; biases are no quantization:
-    # vLLM's quant_config carries them, fused_experts takes them as w1_bias / w2_bias). An
-    # object that does not say
-    # (no quant_dtype attribute) counts as quantized.
+    # activation quant_dtype, no use_* flag, no scales or zero points (weight-only
+    # quantization has quant_dtype None but weight scales). Biases are no quantization:
+    # fused_experts takes them from the config (w1_bias / w2_bias). An object that does
+    # not say (no quant_dtype attribute) counts as quantized.
     if getattr(quant_config, "quant_dtype", "unknown") is not None:
         return True
     if any(getattr(quant_config, f, False) for f in _QUANT_FLAGS):
