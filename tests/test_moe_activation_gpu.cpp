@@ -11,41 +11,28 @@
 #include <string>
 #include <vector>
 
+#include "mlp/activation.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
-#include "reference/accuracy.h"
 #include "support/gpu.h"
 #include "test_moe_common.h"
+#include "test_moe_gpu_common.h"
 
 namespace moekit {
 namespace {
 
+using detail::activation_name;
+using detail::gate_up_rows;
+using moetest::expect_close;
 using moetest::Ids;
+using moetest::kPoison;
+using moetest::sync_ok;
 using testing::DeviceTensor;
 using testing::DeviceWorkspace;
-
-constexpr uint8_t kPoison = 0xFF;  // 0xFFFF is a NaN in bf16 and f16
 
 const Activation kActivations[] = {Activation::kSiluAndMul, Activation::kGeluTanhAndMul,
                                    Activation::kGeluAndMul, Activation::kRelu2,
                                    Activation::kSwigluOai};
-
-const char* act_name(Activation a) {
-  switch (a) {
-    case Activation::kSiluAndMul:
-      return "silu_and_mul";
-    case Activation::kGeluTanhAndMul:
-      return "gelu_tanh_and_mul";
-    case Activation::kGeluAndMul:
-      return "gelu_and_mul";
-    case Activation::kRelu2:
-      return "relu2";
-    case Activation::kSwigluOai:
-      return "swiglu_oai";
-    default:
-      return "?";
-  }
-}
 
 // Which biases a case adds: none, f32 ones, or ones in the op's dtype.
 enum class Bias { kNone, kF32, kDtype };
@@ -53,22 +40,6 @@ const Bias kBiases[] = {Bias::kNone, Bias::kF32, Bias::kDtype};
 
 const char* bias_name(Bias b) {
   return b == Bias::kNone ? "no bias" : b == Bias::kF32 ? "f32 biases" : "dtype biases";
-}
-
-int64_t gate_up_rows(Activation a, int64_t F) {
-  return a == Activation::kRelu2 ? F : 2 * F;
-}
-
-void sync_ok() {
-  cudaError_t err = cudaDeviceSynchronize();
-  ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
-}
-
-void expect_close(const HostTensor& out, const HostTensor& ref, DType dt, const std::string& what,
-                  const uint8_t* row_mask = nullptr) {
-  const Tolerance tol = tolerance_for(dt);
-  const Accuracy acc = compare(out.view(), ref.view(), tol, row_mask);
-  EXPECT_TRUE(acc.pass(tol)) << what << ": " << acc.str() << " over " << acc.count;
 }
 
 // One MLP's weights and biases on the host and the device; E = 0: dense (no expert axis).
@@ -136,7 +107,7 @@ TEST(MoEActivationGpu, RoutedExpertsMatchReference) {
   for (Activation act : kActivations) {
     for (Bias bias : kBiases) {
       for (const RoutedCase& c : cases) {
-        const std::string name = std::string(act_name(act)) + ", " + bias_name(bias) + ", " +
+        const std::string name = std::string(activation_name(act)) + ", " + bias_name(bias) + ", " +
                                  dtype_name(c.dt) + " T=" + std::to_string(c.T) +
                                  " H=" + std::to_string(c.H) + " E=" + std::to_string(c.E) +
                                  " F=" + std::to_string(c.F) + " K=" + std::to_string(c.K) +
@@ -197,7 +168,8 @@ TEST(MoEActivationGpu, ExpertMLPMatchesReferenceAndLeavesPaddingUntouched) {
       for (DType dt : {DType::kBF16, DType::kF16}) {
         const int64_t E = 9, H = 136, F = 72;
         const int alignment = dt == DType::kBF16 ? 8 : 1;
-        SCOPED_TRACE(std::string(act_name(act)) + ", " + bias_name(bias) + ", " + dtype_name(dt));
+        SCOPED_TRACE(std::string(activation_name(act)) + ", " + bias_name(bias) + ", " +
+                     dtype_name(dt));
         std::mt19937_64 rng(++seed);
         std::uniform_int_distribution<int64_t> count(0, 30);
         moetest::RaggedRows rows = moetest::ragged_rows(
@@ -259,7 +231,7 @@ TEST(MoEActivationGpu, SharedExpertMLPMatchesReference) {
       for (int64_t T : {0, 1, 37, 200}) {
         const DType dt = T % 2 ? DType::kF16 : DType::kBF16;
         const int64_t H = 136, S = 72;
-        SCOPED_TRACE(std::string(act_name(act)) + ", " + bias_name(bias) +
+        SCOPED_TRACE(std::string(activation_name(act)) + ", " + bias_name(bias) +
                      ", T=" + std::to_string(T));
         std::mt19937_64 rng(++seed);
         HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
@@ -310,7 +282,7 @@ TEST(MoEActivationGpu, LayersMatchReference) {
   for (const Case& c : cases) {
     const DType dt = DType::kBF16;
     const std::string name = std::string(c.S ? "fused_moe_shared_expert " : "fused_moe ") +
-                             act_name(c.act) + ", " + bias_name(c.bias) +
+                             activation_name(c.act) + ", " + bias_name(c.bias) +
                              " T=" + std::to_string(c.T) + " E=" + std::to_string(c.E);
     SCOPED_TRACE(name);
     std::mt19937_64 rng(++seed);

@@ -35,4 +35,23 @@ bool is_mlp_activation(Activation act) {
   return false;
 }
 
+void run_general_mlp(const GroupedGemmProblem& up, const GroupedGemmProblem& down,
+                     ActivationLaunch act, const MlpBiases& biases, int64_t H, void* out,
+                     DType out_dtype, cudaStream_t stream, const char* op) {
+  run_grouped_gemm(up, stream, op);
+  act.bias = biases.gate_up;
+  act.bias_dtype = biases.gate_up_dtype;
+  launch_activation(act, stream, op);
+  run_grouped_gemm(down, stream, op);
+  if (biases.down == nullptr) return;
+  act.act = Activation::kNone;
+  act.in = static_cast<const float*>(down.c);
+  act.cols = H;
+  act.bias = biases.down;
+  act.bias_dtype = biases.down_dtype;
+  act.out = out;
+  act.out_dtype = out_dtype;
+  launch_activation(act, stream, op);
+}
+
 }  // namespace moekit::detail

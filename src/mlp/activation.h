@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "core/workspace.h"
+#include "gemm/grouped_gemm.h"
 #include "moekit/gemm.h"
 #include "moekit/tensor.h"
 
@@ -52,6 +54,13 @@ inline int64_t general_pre_cols(const MlpActivation& m, int64_t F, int64_t H, bo
   const int64_t up = gate_up_rows(m.act, F);
   return m.down_bias && !out_f32 && H > up ? H : up;
 }
+// Carves that buffer for `rows` rows (nullptr on the fused path).
+inline float* take_general_pre(WorkspaceCarver& ws, const MlpActivation& m, int64_t rows, int64_t F,
+                               int64_t H, bool out_f32) {
+  const int64_t cols = general_pre_cols(m, F, H, out_f32);
+  if (cols == 0) return nullptr;
+  return static_cast<float*>(ws.take(static_cast<size_t>(rows * cols) * sizeof(float)));
+}
 
 // out[r, c] = round(act(in[r, cols of c] + bias[e(r), cols of c])) for c < cols, over the
 // rows of `rows`: with `ends`, a contiguous(alignment) permuted buffer (e(r) from the ends;
@@ -71,5 +80,13 @@ struct ActivationLaunch {
   DType out_dtype = DType::kBF16;  // dtype or f32
 };
 void launch_activation(const ActivationLaunch& p, cudaStream_t stream, const char* op);
+
+// The general path of an MLP whose plans `up` and `down` carry (validated by the caller):
+// up (kNone, f32 into act.in), the activation kernel with the gate/up bias (act: its rows,
+// layout and output), down, and with a down bias the bias pass from down.c (f32, H
+// columns) into `out` (out_dtype; may be down.c itself when f32).
+void run_general_mlp(const GroupedGemmProblem& up, const GroupedGemmProblem& down,
+                     ActivationLaunch act, const MlpBiases& biases, int64_t H, void* out,
+                     DType out_dtype, cudaStream_t stream, const char* op);
 
 }  // namespace moekit::detail

@@ -38,28 +38,15 @@ void run_general_dense_mlp(const MlpPlan& plan, const DenseMlpProblem& p, const 
   dense_mlp_gemms(p, x, w_gate_up, w_down, act, out, &up, &down, pre);
   up.plan = plan.gate_up;
   down.plan = plan.down;
-  run_grouped_gemm(up, stream, op);
-  ActivationLaunch a;
+  ActivationLaunch a;  // dense rows: one bias row
   a.dtype = p.dtype;
   a.act = p.mlp.act;
   a.in = pre;
   a.rows = p.T;
   a.cols = p.S;
-  a.bias = biases.gate_up;
-  a.bias_dtype = biases.gate_up_dtype;
   a.out = act;
   a.out_dtype = p.dtype;
-  launch_activation(a, stream, op);
-  run_grouped_gemm(down, stream, op);
-  if (!p.mlp.down_bias) return;
-  a.act = Activation::kNone;
-  a.in = static_cast<const float*>(down.c);
-  a.cols = p.H;
-  a.bias = biases.down;
-  a.bias_dtype = biases.down_dtype;
-  a.out = out;
-  a.out_dtype = p.out_dtype;
-  launch_activation(a, stream, op);
+  run_general_mlp(up, down, a, biases, p.H, out, p.out_dtype, stream, op);
 }
 
 }  // namespace

@@ -96,30 +96,18 @@ void run_expert_mlp_gemms(const ExpertMlpGemms& g, const MlpPlan& plan, cudaStre
   }
   up.plan = plan.gate_up;
   down.plan = plan.down;
-  run_grouped_gemm(up, stream, op);
-  ActivationLaunch act;
+  ActivationLaunch act;  // each row's expert from the layout's ends
   act.dtype = g.dtype;
   act.act = g.mlp.act;
   act.in = g.pre;
   act.rows = g.P;
   act.cols = g.F;
-  act.bias = g.biases.gate_up;
-  act.bias_dtype = g.biases.gate_up_dtype;
   act.ends = g.layout_metadata;
   act.E = static_cast<int>(g.E);
   act.alignment = g.alignment;
   act.out = g.act;
   act.out_dtype = g.dtype;
-  launch_activation(act, stream, op);
-  run_grouped_gemm(down, stream, op);
-  if (!g.mlp.down_bias) return;
-  // The down bias pass: out = round(pre + down_bias[e]) on the experts' rows.
-  act.act = Activation::kNone;
-  act.cols = g.H;
-  act.bias = g.biases.down;
-  act.bias_dtype = g.biases.down_dtype;
-  act.out = g.out;
-  launch_activation(act, stream, op);
+  run_general_mlp(up, down, act, g.biases, g.H, g.out, g.dtype, stream, op);
 }
 
 }  // namespace detail
@@ -154,8 +142,7 @@ ExpertMlpBuffers carve_expert_mlp(const detail::MoEShapes& s, detail::WorkspaceC
   ExpertMlpBuffers b;
   b.act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
   b.counters = ws.take(detail::kExpertMlpCounterBytes);
-  const int64_t pre_cols = detail::general_pre_cols(s.mlp, s.F, s.H, /*out_f32=*/false);
-  if (pre_cols > 0) b.pre = static_cast<float*>(ws.take(static_cast<size_t>(s.T * pre_cols) * 4));
+  b.pre = detail::take_general_pre(ws, s.mlp, s.T, s.F, s.H, /*out_f32=*/false);
   return b;
 }
 

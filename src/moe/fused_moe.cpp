@@ -71,8 +71,7 @@ RoutedBuffers carve_routed(const MoEShapes& s, RoutedPath routed, WorkspaceCarve
   b.pre_ws.data = pre_bytes ? ws.take(pre_bytes) : nullptr;
   b.pre_ws.bytes = pre_bytes;
   b.tile_counters = ws.take(kExpertMlpCounterBytes);
-  const int64_t pre_cols = general_pre_cols(s.mlp, s.F, s.H, /*out_f32=*/false);
-  if (pre_cols > 0) b.pre = static_cast<float*>(ws.take(elems_bytes(P * pre_cols, DType::kF32)));
+  b.pre = take_general_pre(ws, s.mlp, P, s.F, s.H, /*out_f32=*/false);
   return b;
 }
 
@@ -356,9 +355,7 @@ LayerBuffers carve_layer(const detail::MoEShapes& s, const SharedShape& sh,
     b.shared_act = ws.take(static_cast<size_t>(s.T * S) * dtype_size(s.dtype));
     b.shared_out = static_cast<float*>(ws.take(static_cast<size_t>(s.T * s.H) * 4));
     b.shared_scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, S);
-    const int64_t pre_cols = detail::general_pre_cols(sh.mlp, S, s.H, /*out_f32=*/true);
-    if (pre_cols > 0)
-      b.shared_pre = static_cast<float*>(ws.take(static_cast<size_t>(s.T * pre_cols) * 4));
+    b.shared_pre = detail::take_general_pre(ws, sh.mlp, s.T, S, s.H, /*out_f32=*/true);
   }
   return b;
 }

@@ -36,8 +36,7 @@ SharedMlpBuffers carve_shared_mlp(const detail::MoEShapes& s, detail::WorkspaceC
   SharedMlpBuffers b;
   b.act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
   b.scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
-  const int64_t pre_cols = detail::general_pre_cols(s.mlp, s.F, s.H, /*out_f32=*/false);
-  if (pre_cols > 0) b.pre = static_cast<float*>(ws.take(static_cast<size_t>(s.T * pre_cols) * 4));
+  b.pre = detail::take_general_pre(ws, s.mlp, s.T, s.F, s.H, /*out_f32=*/false);
   return b;
 }
 
