@@ -199,6 +199,14 @@ BAD_CALLS = [
     ("shared_expert_mlp", "w_gate_up",
      lambda: raw.shared_expert_mlp(t("bf16", 4, 128), t("bf16", 256, 64), t("bf16", 128, 128),
                                    t("bf16", 4, 128), "silu", None, None, PTR + WS, WS)),
+    ("fused_moe_experts", "activation",
+     lambda: raw.fused_moe_experts(t("bf16", 4, 128), t("bf16", 8, 128, 128),
+                                   t("bf16", 8, 128, 64), t("f32", 4, 2), t("i32", 4, 2),
+                                   t("bf16", 4, 128), "swiglu", None, None, PTR + WS, WS)),
+    ("shared_expert_mlp", "down_bias",
+     lambda: raw.shared_expert_mlp(t("bf16", 4, 128), t("bf16", 128, 128), t("bf16", 128, 64),
+                                   t("bf16", 4, 128), "swigluoai", None, t("f16", 128), PTR + WS,
+                                   WS)),
 ]  # fmt: skip
 
 
@@ -221,6 +229,31 @@ def test_workspace_size_queries_take_shapes_only():
     n = raw.fused_moe_workspace_size(*args)
     assert isinstance(n, int) and n >= 0
     assert raw.fused_moe_workspace_size(*args) == n
+
+
+def test_activations_by_name_and_their_workspace():
+    """The MLP ops take vLLM's activation names; other activations and biases run the
+    general path, whose workspace holds the f32 pre-activations (docs/moe.md)."""
+    def size(activation, gate_up_bias=None, rows=256):
+        return raw.fused_moe_workspace_size(
+            t("bf16", 64, 128, ptr=0), t("f32", 64, 16, ptr=0), None,
+            t("bf16", 16, rows, 128, ptr=0), t("bf16", 16, 128, 128, ptr=0),
+            t("bf16", 64, 128, ptr=0), 4, True, "softmax", 0, 0, 1.0, activation, gate_up_bias,
+            None)  # fmt: skip
+
+    silu = size("silu")
+    for name in ("gelu", "gelu_tanh", "swigluoai"):
+        assert size(name) > silu, name
+    assert size("relu2", rows=128) > 0
+    assert size("silu", t("f32", 16, 256, ptr=0)) > silu  # a bias: the general path too
+    with pytest.raises(moekit.MoekitError, match=re.escape(
+            "moekit::fused_moe: argument 'activation': expected 'silu', 'gelu', 'gelu_tanh', "
+            "'relu2' or 'swigluoai', got 'silu_and_mul'")):  # fmt: skip
+        size("silu_and_mul")
+    with pytest.raises(moekit.MoekitError, match=re.escape(
+            "moekit::fused_moe: argument 'gate_up_bias': expected shape [16, 128], got "
+            "f32[16, 256]")):  # fmt: skip
+        size("relu2", t("f32", 16, 256, ptr=0), rows=128)
 
 
 @pytest.mark.skipif(raw.device_count() > 0, reason="a CUDA device is present (would launch)")
