@@ -23,7 +23,9 @@ ignored. docs/python.md ("vLLM") has the mapping table; in short:
   reads every input row before it writes the output), no copy;
 - ``activation``: "silu", "gelu" (exact), "swigluoai" (gpt-oss: w1's gate and up rows
   interleaved) and "relu2_no_mul" (w1 [E, N, K]) map to moekit's activations;
-  ``w1_bias`` [E, 2N] ([E, N]) and ``w2_bias`` [E, K] to its biases (no copy);
+  ``w1_bias`` [E, 2N] ([E, N]) and ``w2_bias`` [E, K] to its biases (no copy); ``w1_bias``
+  with ``apply_router_weight_on_input`` raises ``NotImplementedError`` (vLLM scales the
+  biased projection, moekit's adapter the input);
 - other activations (the other ``*_no_mul``), quantization (``use_*``, scales, zero
   points, ``block_shape``, ``per_channel_quant``, a quantized ``quant_config``):
   ``NotImplementedError``.
@@ -176,6 +178,12 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False,
     if quant_config is not None:
         w1_bias = w1_bias if w1_bias is not None else getattr(quant_config, "w1_bias", None)
         w2_bias = w2_bias if w2_bias is not None else getattr(quant_config, "w2_bias", None)
+    if apply_router_weight_on_input and w1_bias is not None:
+        # vLLM scales the biased first projection; scaling the input would leave the bias
+        # unscaled: a different result.
+        _unsupported(fn, "w1_bias", "<given>",
+                     "not with apply_router_weight_on_input (vLLM scales x . w1 + w1_bias; "
+                     "moekit scales the input)")  # fmt: skip
     if inplace:
         return _ops.fused_moe_experts(x, w1, w2, weights, ids, act, w1_bias, w2_bias,
                                       out=hidden_states)  # fmt: skip
