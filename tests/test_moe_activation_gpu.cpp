@@ -64,7 +64,7 @@ struct MlpWeights {
     dbgu = DeviceTensor(bgu);
     dbd = DeviceTensor(bd);
   }
-  bool biased() const { return bgu.numel() > 0; }
+  bool biased() const { return bgu.dtype() != DType::kUndefined; }
   // The device (or host) views into args with these fields.
   template <class Args>
   void device(Args& a) const {
