@@ -1,6 +1,7 @@
 // MoEExpertMLPFwd: two grouped GEMMs (gate/up with the silu_and_mul epilogue into a
 // workspace activation buffer, then down), as two launches or one chained SM90 launch
-// (plan_mlp_gemms decides).
+// (plan_mlp_gemms decides); other activations and biases: plain GEMMs around the
+// activation kernel (docs/moe.md "Activations").
 #include <string>
 #include <utility>
 
