@@ -401,12 +401,23 @@ _TOPK_PARAMS = (
     'int top_k, bool renormalize=False, str scoring_func="softmax", int num_expert_group=0, '
     "int topk_group=0, float routed_scaling_factor=1.0, Tensor? correction_bias=None"
 )
+# The MLP ops' activation (vLLM's names) and optional biases (docs/python.md).
+_ACT_PARAMS = 'str activation="silu", Tensor? gate_up_bias=None, Tensor? down_bias=None'
 # The engine inputs of the routed ops (docs/moe.md, "Engine inputs").
 _ENGINE_PARAMS = "Tensor? expert_map=None, bool apply_router_weight_on_input=False"
 _EXPERTS_PARAMS = (
     "Tensor hidden_states, Tensor w_gate_up, Tensor w_down, Tensor topk_weights, Tensor topk_ids, "
-    + _ENGINE_PARAMS
+    + _ACT_PARAMS + ", " + _ENGINE_PARAMS
 )
+_ACT_DOC = """activation: "silu" (silu_and_mul, the default), "gelu" (gelu_and_mul, erf),
+                "gelu_tanh" (gelu_and_mul, tanh approximation), "relu2" (relu(x)^2, not
+                gated: w_gate_up holds F rows) or "swigluoai" (gpt-oss: gate and up rows
+                interleaved, 2j gate j, 2j+1 up j; min(g, 7) * sigmoid(1.702 min(g, 7)) *
+                (clamp(u, -7, 7) + 1)).
+            gate_up_bias: optional [E, 2F] ([E, F] for relu2), f32 or the weights' dtype,
+                added to the gate/up projections before the activation.
+            down_bias: optional [E, H], f32 or the weights' dtype, added to the down
+                projection (before the routing weight)."""
 _ENGINE_DOC = """expert_map: optional [E_global] int32: topk_ids are global expert ids and
                 expert_map[id] the local one (the index into w_gate_up), -1 for an expert
                 on another rank: such routes (and ids or local ids out of range) add
@@ -524,7 +535,7 @@ _OPS = [
         """),
     _Op("moe_expert_mlp",
         "Tensor expert_input, Tensor layout_metadata, Tensor w_gate_up, Tensor w_down, "
-        "int alignment=1", ("expert_output",), "like:expert_input",
+        "int alignment=1, " + _ACT_PARAMS, ("expert_output",), "like:expert_input",
         """MoEExpertMLPFwd: each expert's gated MLP on its rows of a permuted buffer.
 
         Args:
@@ -533,10 +544,11 @@ _OPS = [
             w_gate_up: [E, 2F, H] (gate rows then up rows).
             w_down: [E, H, F].
             alignment: block alignment of the layout.
+            """ + _ACT_DOC + """
 
         Returns:
-            expert_output [P, H]: row r of expert e = w_down[e] . (silu(gate . x) * (up . x));
-            padding rows are left uninitialized.
+            expert_output [P, H]: row r of expert e = w_down[e] . act(w_gate_up[e] . x)
+            (+ biases); padding rows are left uninitialized.
         """),
     _Op("fused_moe_experts", _EXPERTS_PARAMS, ("output",), "like:hidden_states",
         """FusedMoEExpertsFwd: the experts half of a MoE layer.
@@ -545,18 +557,19 @@ _OPS = [
             hidden_states: [T, H] bf16/f16.
             w_gate_up: [E, 2F, H]; w_down: [E, H, F] (same dtype).
             topk_weights: [T, K] f32; topk_ids: [T, K] int32 or int64 in [0, E) or -1.
+            {act}
             {engine}
 
         Returns:
             output [T, H] = sum over k with id >= 0 of w[t,k] * MLP_id(x_t).
-        """.format(engine=_ENGINE_DOC)),
+        """.format(act=_ACT_DOC, engine=_ENGINE_DOC)),
     _Op("indexed_expert_mlp", _EXPERTS_PARAMS, ("output",), "like:hidden_states",
         """IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64 (routes
         read straight from topk_ids, no sort); correct for every T. Same shapes as
         fused_moe_experts."""),
     _Op("fused_moe",
         "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
-        + _TOPK_PARAMS + ", " + _ENGINE_PARAMS, ("output",), "like:hidden_states",
+        + _TOPK_PARAMS + ", " + _ACT_PARAMS + ", " + _ENGINE_PARAMS, ("output",), "like:hidden_states",
         """FusedMoEFwd: a whole routed MoE layer (fused_topk then fused_moe_experts).
 
         Args:
@@ -566,33 +579,39 @@ _OPS = [
             w_gate_up: [E, 2F, H]; w_down: [E, H, F].
             top_k, renormalize, scoring_func, num_expert_group, topk_group,
             routed_scaling_factor, correction_bias ([E] f32 or None): as in fused_topk.
+            {act}
             {engine}
 
         Returns:
             output [T, H].
-        """.format(engine=_ENGINE_DOC), in_place="hidden_states"),
+        """.format(act=_ACT_DOC, engine=_ENGINE_DOC), in_place="hidden_states"),
     _Op("fused_moe_shared_expert",
         "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
-        "Tensor? shared_w_gate_up, Tensor? shared_w_down, " + _TOPK_PARAMS + ", "
-        + _ENGINE_PARAMS, ("output",), "like:hidden_states",
+        "Tensor? shared_w_gate_up, Tensor? shared_w_down, " + _TOPK_PARAMS + ", " + _ACT_PARAMS
+        + ", Tensor? shared_gate_up_bias=None, Tensor? shared_down_bias=None, " + _ENGINE_PARAMS,
+        ("output",), "like:hidden_states",
         """FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared weight 1).
 
         Args:
-            as fused_moe, plus shared_w_gate_up [2S, H] and shared_w_down [H, S]; both None
-            = no shared expert (the routed layer alone, as fused_moe). The shared expert
+            as fused_moe, plus shared_w_gate_up [2S, H] ([S, H] for relu2) and
+            shared_w_down [H, S]; both None = no shared expert (the routed layer alone, as
+            fused_moe). The shared expert runs the routed activation, with optional
+            shared_gate_up_bias [2S] ([S]) and shared_down_bias [H] (f32 or the dtype); it
             reads the unscaled x and is added once (with expert_map: on every rank that
             calls the layer).
 
         Returns:
             output [T, H].
         """, in_place="hidden_states"),
-    _Op("shared_expert_mlp", "Tensor hidden_states, Tensor w_gate_up, Tensor w_down",
-        ("output",), "like:hidden_states",
+    _Op("shared_expert_mlp", "Tensor hidden_states, Tensor w_gate_up, Tensor w_down, "
+        + _ACT_PARAMS, ("output",), "like:hidden_states",
         """SharedExpertMLPFwd: a dense gated MLP.
 
         Args:
             hidden_states: [T, H] bf16/f16.
             w_gate_up: [2S, H] (gate rows then up rows); w_down: [H, S].
+            activation, gate_up_bias ([2S]), down_bias ([H]): as in fused_moe_experts,
+                without the expert axis.
 
         Returns:
             output [T, H] = w_down . (silu(gate . x) * (up . x)).

@@ -495,6 +495,22 @@ Activation parse_activation(const char* s, const char* op) {
   fail(op, "activation", "'none' or 'silu_and_mul'", std::string("'") + s + "'");
 }
 
+// The MLP ops' activation, by vLLM's names (docs/python.md).
+Activation parse_mlp_activation(const char* s, const char* op) {
+  static const struct {
+    const char* name;
+    Activation act;
+  } kNames[] = {{"silu", Activation::kSiluAndMul},
+                {"gelu", Activation::kGeluAndMul},
+                {"gelu_tanh", Activation::kGeluTanhAndMul},
+                {"relu2", Activation::kRelu2},
+                {"swigluoai", Activation::kSwigluOai}};
+  for (const auto& n : kNames)
+    if (std::strcmp(s, n.name) == 0) return n.act;
+  fail(op, "activation", "'silu', 'gelu', 'gelu_tanh', 'relu2' or 'swigluoai'",
+       std::string("'") + s + "'");
+}
+
 // ---- fields: one Python argument of an op and where it lands in the C++ args struct ----
 
 // A tensor argument: a TensorView of the args struct (reached through `at`), passed as
@@ -591,6 +607,20 @@ auto topk_param_fields() {
           [](auto& a, float v, const char*) { params_of(a).routed_scaling_factor = v; }, 1.0f));
 }
 
+template <class... F>
+auto fields(F... f) {
+  return std::make_tuple(f...);
+}
+
+// An MLP op's activation (vLLM's name) and optional biases, after its other arguments.
+auto activation_fields() {
+  return std::make_tuple(scalar<const char*>("activation",
+                                             [](auto& a, const char* s, const char* op) {
+                                               moe_part(a).activation = parse_mlp_activation(s, op);
+                                             }),
+                         MK_MOE_TENSOR(gate_up_bias), MK_MOE_TENSOR(down_bias));
+}
+
 // The engine inputs of the routed ops (docs/moe.md, "Engine inputs"), after their fields.
 auto engine_fields() {
   return std::make_tuple(
@@ -602,10 +632,9 @@ auto engine_fields() {
 
 // The routed-experts ops' arguments (FusedMoEExpertsFwd, IndexedExpertMLPFwd).
 auto experts_fields() {
-  return std::tuple_cat(
-      std::make_tuple(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
-                      MK_TENSOR(topk_weights), MK_TENSOR(topk_ids), MK_TENSOR(output)),
-      engine_fields());
+  return std::tuple_cat(fields(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
+                               MK_TENSOR(topk_weights), MK_TENSOR(topk_ids), MK_TENSOR(output)),
+                        activation_fields(), engine_fields());
 }
 
 // ---- ops: one entry per op; register_op generates its Python functions ----
@@ -644,10 +673,6 @@ template <class Args, class Fields>
 Op<Args, Fields> op(const char* name, void (*run)(const Args&, cudaStream_t), Fields fields,
                     const char* doc) {
   return {name, run, doc, fields};
-}
-template <class... F>
-auto fields(F... f) {
-  return std::make_tuple(f...);
 }
 
 // The op table. Field order is the Python argument order of moekit.raw.<op> (the C++
@@ -717,8 +742,10 @@ const auto kOps = std::make_tuple(
        "[E, N, Kd] fp8e4m3, b_scale [E, N/128, Kd/128] f32, layout_metadata [E] i32 -> c "
        "[E, max_m, N] bf16."),
     op("moe_expert_mlp", &moe_expert_mlp,
-       fields(MK_TENSOR(expert_input), MK_TENSOR(layout_metadata), MK_CONTIGUOUS_LAYOUT,
-              MK_TENSOR(w_gate_up), MK_TENSOR(w_down), MK_TENSOR(expert_output)),
+       std::tuple_cat(
+           fields(MK_TENSOR(expert_input), MK_TENSOR(layout_metadata), MK_CONTIGUOUS_LAYOUT,
+                  MK_TENSOR(w_gate_up), MK_TENSOR(w_down), MK_TENSOR(expert_output)),
+           activation_fields()),
        "MoEExpertMLPFwd: expert_input [P, H], layout_metadata [E] i32, w_gate_up [E, 2F, H], "
        "w_down [E, H, F] -> expert_output [P, H].")
         .with_workspace(&expert_mlp_workspace_size, "expert_mlp_workspace_size"),
@@ -734,7 +761,7 @@ const auto kOps = std::make_tuple(
        std::tuple_cat(fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
                              MK_MOE_TENSOR(correction_bias), MK_MOE_TENSOR(w_gate_up),
                              MK_MOE_TENSOR(w_down), MK_MOE_TENSOR(output)),
-                      topk_param_fields(), engine_fields()),
+                      topk_param_fields(), activation_fields(), engine_fields()),
        "FusedMoEFwd: fused_topk then fused_moe_experts -> output [T, H].")
         .with_workspace(&fused_moe_workspace_size, "fused_moe_workspace_size"),
     op("fused_moe_shared_expert", &fused_moe_shared_expert,
@@ -742,12 +769,15 @@ const auto kOps = std::make_tuple(
            fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
                   MK_MOE_TENSOR(correction_bias), MK_MOE_TENSOR(w_gate_up), MK_MOE_TENSOR(w_down),
                   MK_TENSOR(shared_w_gate_up), MK_TENSOR(shared_w_down), MK_MOE_TENSOR(output)),
-           topk_param_fields(), engine_fields()),
+           topk_param_fields(), activation_fields(),
+           fields(MK_TENSOR(shared_gate_up_bias), MK_TENSOR(shared_down_bias)), engine_fields()),
        "FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) -> output [T, H].")
         .with_workspace(&fused_moe_shared_expert_workspace_size,
                         "fused_moe_shared_expert_workspace_size"),
     op("shared_expert_mlp", &shared_expert_mlp,
-       fields(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down), MK_TENSOR(output)),
+       std::tuple_cat(fields(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
+                             MK_TENSOR(output)),
+                      activation_fields()),
        "SharedExpertMLPFwd: hidden_states [T, H], w_gate_up [2S, H], w_down [H, S] -> "
        "output [T, H].")
         .with_workspace(&shared_expert_mlp_workspace_size, "shared_expert_mlp_workspace_size"));

@@ -53,8 +53,9 @@ def moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata):
     return ref.moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata)[0]
 
 
-def moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment=1):
-    return ref.moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment)[0]
+def moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment=1, *act):
+    return ref.moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment,
+                              *act)[0]  # fmt: skip
 
 
 fused_moe_experts = ref.fused_moe_experts

@@ -177,39 +177,48 @@ BAD_CALLS = [
                                       t("bf16", 2, 64, 128))),
     ("moe_expert_mlp", "expert_output",
      lambda: raw.moe_expert_mlp(t("bf16", 32, 128), t("i32", 4), 1, t("bf16", 4, 128, 128),
-                                t("bf16", 4, 128, 64), t("bf16", 31, 128), PTR + WS, WS)),
+                                t("bf16", 4, 128, 64), t("bf16", 31, 128), "silu", None, None,
+                                PTR + WS, WS)),
     ("fused_moe_experts", "topk_weights",
      lambda: raw.fused_moe_experts(t("bf16", 4, 128), t("bf16", 8, 128, 128),
                                    t("bf16", 8, 128, 64), t("bf16", 4, 2), t("i32", 4, 2),
-                                   t("bf16", 4, 128), None, False, PTR + WS, WS)),
+                                   t("bf16", 4, 128), "silu", None, None, None, False, PTR + WS, WS)),
     ("fused_moe_experts", "apply_router_weight_on_input",
      lambda: raw.fused_moe_experts(t("bf16", 4, 128), t("bf16", 8, 128, 128),
                                    t("bf16", 8, 128, 64), t("f32", 4, 2), t("i64", 4, 2),
-                                   t("bf16", 4, 128), t("i32", 32), True, PTR + WS, WS)),
+                                   t("bf16", 4, 128), "silu", None, None, t("i32", 32), True, PTR + WS, WS)),
     ("indexed_expert_mlp", "w_down",
      lambda: raw.indexed_expert_mlp(t("bf16", 4, 128), t("bf16", 8, 128, 128),
                                     t("bf16", 8, 128, 32), t("f32", 4, 2), t("i32", 4, 2),
-                                    t("bf16", 4, 128), None, False, PTR + WS, WS)),
+                                    t("bf16", 4, 128), "silu", None, None, None, False, PTR + WS, WS)),
     ("fused_moe", "gating_output",
      lambda: raw.fused_moe(t("bf16", 4, 128), t("f32", 5, 8), None, t("bf16", 8, 128, 128),
                            t("bf16", 8, 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-                           1.0, None, False, PTR + WS, WS)),
+                           1.0, "silu", None, None, None, False, PTR + WS, WS)),
     ("fused_moe", "w_gate_up",
      lambda: raw.fused_moe(t("bf16", 4, 128), t("f32", 4, 8), None, t("f16", 8, 128, 128),
                            t("bf16", 8, 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-                           1.0, None, False, PTR + WS, WS)),
+                           1.0, "silu", None, None, None, False, PTR + WS, WS)),
     ("fused_moe_shared_expert", "shared_w_down",
      lambda: raw.fused_moe_shared_expert(
          t("bf16", 4, 128), t("f32", 4, 8), None, t("bf16", 8, 128, 128), t("bf16", 8, 128, 64),
          t("bf16", 256, 128), t("bf16", 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-         1.0, None, False, PTR + WS, WS)),
+         1.0, "silu", None, None, None, None, None, False, PTR + WS, WS)),
     ("fused_moe", "gating_output",
      lambda: raw.fused_moe(t("bf16", 4, 128), t("f32", 4, 8), None, t("bf16", 8, 128, 128),
                            t("bf16", 8, 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-                           1.0, t("i32", 16), False, PTR + WS, WS)),
+                           1.0, "silu", None, None, t("i32", 16), False, PTR + WS, WS)),
     ("shared_expert_mlp", "w_gate_up",
      lambda: raw.shared_expert_mlp(t("bf16", 4, 128), t("bf16", 256, 64), t("bf16", 128, 128),
-                                   t("bf16", 4, 128), PTR + WS, WS)),
+                                   t("bf16", 4, 128), "silu", None, None, PTR + WS, WS)),
+    ("fused_moe_experts", "activation",
+     lambda: raw.fused_moe_experts(t("bf16", 4, 128), t("bf16", 8, 128, 128),
+                                   t("bf16", 8, 128, 64), t("f32", 4, 2), t("i32", 4, 2),
+                                   t("bf16", 4, 128), "swiglu", None, None, None, False, PTR + WS, WS)),
+    ("shared_expert_mlp", "down_bias",
+     lambda: raw.shared_expert_mlp(t("bf16", 4, 128), t("bf16", 128, 128), t("bf16", 128, 64),
+                                   t("bf16", 4, 128), "swigluoai", None, t("f16", 128), PTR + WS,
+                                   WS)),
 ]  # fmt: skip
 
 
@@ -227,10 +236,36 @@ def test_workspace_size_queries_take_shapes_only():
     # Null pointers are fine: the size depends on shapes and dtypes only.
     args = (t("bf16", 64, 128, ptr=0), t("f32", 64, 16, ptr=0), None,
             t("bf16", 16, 256, 128, ptr=0), t("bf16", 16, 128, 128, ptr=0),
-            t("bf16", 64, 128, ptr=0), 4, True, "softmax", 0, 0, 1.0, None, False)  # fmt: skip
+            t("bf16", 64, 128, ptr=0), 4, True, "softmax", 0, 0, 1.0, "silu", None, None, None,
+            False)  # fmt: skip
     n = raw.fused_moe_workspace_size(*args)
     assert isinstance(n, int) and n >= 0
     assert raw.fused_moe_workspace_size(*args) == n
+
+
+def test_activations_by_name_and_their_workspace():
+    """The MLP ops take vLLM's activation names; other activations and biases run the
+    general path, whose workspace holds the f32 pre-activations (docs/moe.md)."""
+    def size(activation, gate_up_bias=None, rows=256):
+        return raw.fused_moe_workspace_size(
+            t("bf16", 64, 128, ptr=0), t("f32", 64, 16, ptr=0), None,
+            t("bf16", 16, rows, 128, ptr=0), t("bf16", 16, 128, 128, ptr=0),
+            t("bf16", 64, 128, ptr=0), 4, True, "softmax", 0, 0, 1.0, activation, gate_up_bias,
+            None, None, False)  # fmt: skip
+
+    silu = size("silu")
+    for name in ("gelu", "gelu_tanh", "swigluoai"):
+        assert size(name) > silu, name
+    assert size("relu2", rows=128) > 0
+    assert size("silu", t("f32", 16, 256, ptr=0)) > silu  # a bias: the general path too
+    with pytest.raises(moekit.MoekitError, match=re.escape(
+            "moekit::fused_moe: argument 'activation': expected 'silu', 'gelu', 'gelu_tanh', "
+            "'relu2' or 'swigluoai', got 'silu_and_mul'")):  # fmt: skip
+        size("silu_and_mul")
+    with pytest.raises(moekit.MoekitError, match=re.escape(
+            "moekit::fused_moe: argument 'gate_up_bias': expected shape [16, 128], got "
+            "f32[16, 256]")):  # fmt: skip
+        size("relu2", t("f32", 16, 256, ptr=0), rows=128)
 
 
 @pytest.mark.skipif(raw.device_count() > 0, reason="a CUDA device is present (would launch)")
@@ -272,8 +307,8 @@ def _topk(**kw):
 def _experts(op, T=4, E=8, **kw):
     a = dict(hidden_states=d("bf16", T, 64), w_gate_up=d("bf16", E, 64, 64),
              w_down=d("bf16", E, 64, 32), topk_weights=d("f32", T, 2), topk_ids=d("i32", T, 2),
-             output=d("bf16", T, 64), expert_map=None, apply_router_weight_on_input=False,
-             workspace=WSP, workspace_bytes=1 << 40)
+             output=d("bf16", T, 64), activation="silu", gate_up_bias=None, down_bias=None,
+             expert_map=None, apply_router_weight_on_input=False, workspace=WSP, workspace_bytes=1 << 40)
     a.update(kw)
     return lambda: getattr(raw, op)(**a)
 
@@ -282,10 +317,12 @@ def _layer(op="fused_moe", **kw):
     a = dict(hidden_states=d("bf16", 4, 64), gating_output=d("f32", 4, 8), correction_bias=None,
              w_gate_up=d("bf16", 8, 64, 64), w_down=d("bf16", 8, 64, 32),
              output=d("bf16", 4, 64), top_k=2, renormalize=True, scoring_func="softmax",
-             num_expert_group=0, topk_group=0, routed_scaling_factor=1.0, expert_map=None,
+             num_expert_group=0, topk_group=0, routed_scaling_factor=1.0, activation="silu",
+             gate_up_bias=None, down_bias=None, expert_map=None,
              apply_router_weight_on_input=False, workspace=WSP, workspace_bytes=1 << 40)
     if op == "fused_moe_shared_expert":
-        a.update(shared_w_gate_up=d("bf16", 64, 64), shared_w_down=d("bf16", 64, 32))
+        a.update(shared_w_gate_up=d("bf16", 64, 64), shared_w_down=d("bf16", 64, 32),
+                 shared_gate_up_bias=None, shared_down_bias=None)
     a.update(kw)
     return lambda: getattr(raw, op)(**a)
 
@@ -344,7 +381,8 @@ TABLE = [
      "argument 'a': expected at most 1024 experts (dim 0), got fp8e4m3[1025, 64, 256]"),
     ("moe_expert_mlp",
      lambda: raw.moe_expert_mlp(_pin, d("i32", 8), 1, d("bf16", 8, 64, 64), d("bf16", 8, 64, 32),
-                                at(d("bf16", 32, 64), _pin, 128), WSP, 1 << 40),
+                                at(d("bf16", 32, 64), _pin, 128), "silu", None, None, WSP,
+                                1 << 40),
      "argument 'expert_output': expected memory disjoint from 'expert_input' or 'expert_input' "
      "itself (in place), got bf16[32, 64] at "),
     ("fused_moe_experts", _experts("fused_moe_experts", E=1025),
@@ -373,7 +411,8 @@ TABLE = [
      "argument 'shared_w_down': expected bf16 or f16 tensor of shape [64, 32], got an "
      "undefined tensor"),
     ("shared_expert_mlp",
-     lambda: raw.shared_expert_mlp(_sx, d("bf16", 64, 64), d("bf16", 64, 32), _sx, WSP, 1 << 40),
+     lambda: raw.shared_expert_mlp(_sx, d("bf16", 64, 64), d("bf16", 64, 32), _sx, "silu", None,
+                                   None, WSP, 1 << 40),
      "argument 'output': expected memory disjoint from 'hidden_states', got bf16[4, 64] at "),
 ]  # fmt: skip
 
@@ -391,7 +430,7 @@ def test_workspace_size_queries_refuse_bad_shapes():
     def q(T):
         return raw.fused_moe_experts_workspace_size(
             t("bf16", T, 64, ptr=0), t("bf16", 8, 64, 64, ptr=0), None, None,
-            t("i32", 4, 2, ptr=0), None, None, False)  # fmt: skip
+            t("i32", 4, 2, ptr=0), None, "silu", None, None, None, False)  # fmt: skip
 
     with pytest.raises(moekit.MoekitError, match=re.escape(
             "moekit::fused_moe_experts: argument 'hidden_states': expected non-negative sizes, "

@@ -371,7 +371,7 @@ def test_routed_experts_expert_map_and_int64_ids(op, T, E, G, K, kind, ids64, ma
     assert out.shape == (T, 256) and out.dtype == bf16
     if not T:
         return
-    ref.assert_close(out, ref.fused_moe_experts(x, w13, w2, w, ids, emap), ACC[bf16], op)
+    ref.assert_close(out, ref.fused_moe_experts(x, w13, w2, w, ids, expert_map=emap), ACC[bf16], op)
     local = ref.local_ids(ids, emap, E).to(i32)
     assert torch.equal(out, getattr(ops, op)(x, w13, w2, w, local))
     if map_kind == "remote":
@@ -506,6 +506,86 @@ def test_shared_expert_mlp(dtype, T):
     assert out.shape == (T, H) and out.dtype == dtype
     if T:
         ref.assert_close(out, ref.shared_expert_mlp(x, w13, w2), ACC[dtype], "shared_expert_mlp")
+
+
+# ---------------------------------------------------------------- activations and biases
+
+ACTIVATIONS = ["silu", "gelu", "gelu_tanh", "relu2", "swigluoai"]
+
+
+def act_weights(E, F, H, dtype, g, activation, biases):
+    """w_gate_up [E, 2F, H] ([E, F, H] for relu2), w_down [E, H, F] and, with biases,
+    gate_up_bias [E, rows] f32 and down_bias [E, H] in the dtype (both accepted)."""
+    w13, w2 = weights(E, F, H, dtype, g)
+    if activation == "relu2":
+        w13 = w13[:, :F].contiguous()
+    if not biases:
+        return w13, w2, None, None
+    return w13, w2, randn(w13.shape[:2], f32, g, 0.5), randn((E, H), dtype, g, 0.5)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("biases", [False, True])
+@pytest.mark.parametrize("op", ["fused_moe_experts", "indexed_expert_mlp"])
+@pytest.mark.parametrize("T,E,K,H,F,kind", [(1, 16, 4, 256, 96, "distinct"),
+                                            (130, 16, 4, 264, 104, "neg"),
+                                            (33, 8, 2, 128, 64, "one_expert"),
+                                            (0, 8, 2, 128, 64, "distinct")])  # fmt: skip
+def test_routed_experts_activations(activation, biases, op, T, E, K, H, F, kind):
+    dtype = bf16
+    g = gen(8500 + T + E + K + H)
+    x = randn((T, H), dtype, g)
+    w13, w2, b13, b2 = act_weights(E, F, H, dtype, g, activation, biases)
+    ids = topk_ids(T, E, K, g, kind)
+    w = uniform((T, K), g)
+    out = getattr(ops, op)(x, w13, w2, w, ids, activation, b13, b2)
+    assert out.shape == (T, H) and out.dtype == dtype
+    if T:
+        expected = ref.fused_moe_experts(x, w13, w2, w, ids, activation, b13, b2)
+        ref.assert_close(out, expected, ACC[dtype], f"{op} {activation}")
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("dtype", [bf16, f16])
+def test_moe_expert_mlp_activations(activation, dtype):
+    E, H, F, A, total = 6, 136, 72, 8, 150
+    g = gen(7100 + len(activation))
+    counts = random_counts(E, total, g)
+    _, ends = ref.layout_ends(counts, A)
+    P = total + E * (A - 1)
+    x = randn((P, H), dtype, g)
+    w13, w2, b13, b2 = act_weights(E, F, H, dtype, g, activation, True)
+    meta = torch.tensor(ends, dtype=i32, device=DEVICE)
+    out = ops.moe_expert_mlp(x, meta, w13, w2, A, activation, b13, b2)
+    expected, valid = ref.moe_expert_mlp(x, meta, w13, w2, A, activation, b13, b2)
+    ref.assert_close(out[valid], expected[valid], ACC[dtype], f"moe_expert_mlp {activation}")
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu2", "swigluoai"])
+@pytest.mark.parametrize("T", [1, 64])
+def test_layers_with_activations(activation, T):
+    dtype, S = bf16, 128
+    x, logits, _, _, _, p = _layer_inputs(T, dtype, "softmax", 9700 + T)
+    g = gen(9701 + T)
+    w13, w2, b13, b2 = act_weights(16, 96, 256, dtype, g, activation, True)
+    s13, s2, sb13, sb2 = act_weights(1, S, 256, dtype, g, activation, True)
+    s13, s2, sb13, sb2 = s13[0], s2[0], sb13[0], sb2[0]
+    out = ops.fused_moe(x, logits, w13, w2, **p, activation=activation, gate_up_bias=b13,
+                        down_bias=b2)  # fmt: skip
+    expected = ref.fused_moe(x, logits, w13, w2, **p, activation=activation, gate_up_bias=b13,
+                             down_bias=b2)  # fmt: skip
+    ref.assert_close(out, expected, ACC[dtype], f"fused_moe {activation}")
+    out = ops.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p, activation=activation,
+                                      gate_up_bias=b13, down_bias=b2, shared_gate_up_bias=sb13,
+                                      shared_down_bias=sb2)  # fmt: skip
+    expected = ref.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p,
+                                           activation=activation, gate_up_bias=b13,
+                                           down_bias=b2, shared_gate_up_bias=sb13,
+                                           shared_down_bias=sb2)  # fmt: skip
+    ref.assert_close(out, expected, ACC[dtype], f"fused_moe_shared_expert {activation}")
+    dense = ops.shared_expert_mlp(x, s13, s2, activation, sb13, sb2)
+    ref.assert_close(dense, ref.shared_expert_mlp(x, s13, s2, activation, sb13, sb2), ACC[dtype],
+                     f"shared_expert_mlp {activation}")  # fmt: skip
 
 
 # ---------------------------------------------------------------- graphs, compile, paths

@@ -78,9 +78,9 @@ def _meta_cases():
         ("moe_pre_permute", (x, meta(T, K, dtype=i64), E, 4),
          [((T * K + E * 3, H), bf16), ((E,), i32), ((T * K,), i32)]),
         ("fused_moe_experts", (x, w13, w2, meta(T, 1, dtype=f32), meta(T, 1, dtype=i64),
-                               meta(4 * E, dtype=i32), True), [((T, H), bf16)]),
+                               "silu", None, None, meta(4 * E, dtype=i32), True), [((T, H), bf16)]),
         ("fused_moe", (x, meta(T, 4 * E, dtype=f32), w13, w2, 1, False, "softmax", 0, 0, 1.0,
-                       None, meta(4 * E, dtype=i32), True), [((T, H), bf16)]),
+                       None, "silu", None, None, meta(4 * E, dtype=i32), True), [((T, H), bf16)]),
     ]  # fmt: skip
 
 
@@ -206,11 +206,12 @@ def _valid_args():
         "moe_pre_permute-int64": ("moe_pre_permute", (x, ids.long(), E, 4)),
         "fused_moe_experts-engine": ("fused_moe_experts",
                                      (x, w13, w2, w[:, :1].contiguous(), ids64[:, :1].contiguous(),
-                                      emap, True)),
-        "indexed_expert_mlp-engine": ("indexed_expert_mlp", (x, w13, w2, w, ids64, emap)),
+                                      "silu", None, None, emap, True)),
+        "indexed_expert_mlp-engine": ("indexed_expert_mlp", (x, w13, w2, w, ids64, "silu", None, None, emap)),
         "fused_moe_shared_expert-engine": ("fused_moe_shared_expert",
                                            (x, torch.randn(T, 4 * E), w13, w2, s13, s2, 1, False,
-                                            "softmax", 0, 0, 1.0, None, emap, True)),
+                                            "softmax", 0, 0, 1.0, None, "silu", None, None, None,
+                                            None, emap, True)),
     }  # fmt: skip
 
 
@@ -276,8 +277,8 @@ def test_workspace_cached_per_stream_grown_on_demand(monkeypatch):
         out = torch.empty_like(x)
         v = o._v
         return moekit.raw.fused_moe_workspace_size(v(x), v(lg), None, v(w13), v(w2), v(out), K,
-                                                   True, "softmax", 0, 0, 1.0, None,
-                                                   False)  # fmt: skip
+                                                   True, "softmax", 0, 0, 1.0, "silu", None,
+                                                   None, None, False)  # fmt: skip
 
     try:
         o.release_workspaces()
