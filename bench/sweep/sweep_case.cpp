@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -73,6 +74,33 @@ const char* const kRouteNames[] = {"uniform", "skewed", "one_expert", "few_exper
 const char* const kActivationKeys[] = {"none",         "silu_and_mul", "gelu_tanh_and_mul",
                                        "gelu_and_mul", "relu2",        "swiglu_oai"};
 constexpr int kActivationCount = sizeof(kActivationKeys) / sizeof(kActivationKeys[0]);
+
+// The enum value whose name (names[value]) is s, at or after `first`.
+template <class Enum, size_t kCount>
+bool parse_name(const std::string& s, const char* const (&names)[kCount], int first, Enum* out) {
+  for (int i = first; i < static_cast<int>(kCount); ++i) {
+    if (s == names[i]) {
+      *out = static_cast<Enum>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+// The spec's dtype fields.
+struct DtypeKey {
+  const char* key;
+  DType SweepCase::*field;
+};
+const DtypeKey kDtypeKeys[] = {
+    {"dtype", &SweepCase::dtype},
+    {"out", &SweepCase::out},
+    {"gating", &SweepCase::gating},
+    {"gate_up_bias", &SweepCase::gate_up_bias},
+    {"down_bias", &SweepCase::down_bias},
+    {"shared_gate_up_bias", &SweepCase::shared_gate_up_bias},
+    {"shared_down_bias", &SweepCase::shared_down_bias},
+};
 
 bool parse_dtype(const std::string& s, DType* d) {
   for (DType x : {DType::kBF16, DType::kF16, DType::kF32, DType::kI32, DType::kFP8E4M3}) {
@@ -878,10 +906,8 @@ std::string format_spec(const SweepCase& c) {
   num("ids64", c.ids64, d.ids64);
   num("on_input", c.on_input, d.on_input);
   if (c.act != d.act) s << " act=" << activation_key(c.act);
-  type("gate_up_bias", c.gate_up_bias, d.gate_up_bias);
-  type("down_bias", c.down_bias, d.down_bias);
-  type("shared_gate_up_bias", c.shared_gate_up_bias, d.shared_gate_up_bias);
-  type("shared_down_bias", c.shared_down_bias, d.shared_down_bias);
+  for (size_t i = 3; i < std::size(kDtypeKeys); ++i)  // the biases
+    type(kDtypeKeys[i].key, c.*(kDtypeKeys[i].field), d.*(kDtypeKeys[i].field));
   s << knobs_string(c.knobs);
   return s.str();
 }
@@ -918,20 +944,12 @@ bool parse_spec(const std::string& spec, SweepCase* out, std::string* error) {
       char* end = nullptr;
       c.data_seed = std::strtoull(v.c_str(), &end, 10);
       ok = !v.empty() && *end == 0;
-    } else if (k == "dtype") {
-      ok = parse_dtype(v, &c.dtype);
-    } else if (k == "out") {
-      ok = parse_dtype(v, &c.out);
-    } else if (k == "gating") {
-      ok = parse_dtype(v, &c.gating);
+    } else if (const auto d = std::find_if(std::begin(kDtypeKeys), std::end(kDtypeKeys),
+                                           [&](const DtypeKey& x) { return k == x.key; });
+               d != std::end(kDtypeKeys)) {
+      ok = parse_dtype(v, &(c.*(d->field)));
     } else if (k == "route") {
-      ok = false;
-      for (int r = 0; r < 5; ++r) {
-        if (v == kRouteNames[r]) {
-          c.route = static_cast<Route>(r);
-          ok = true;
-        }
-      }
+      ok = parse_name(v, kRouteNames, 0, &c.route);
     } else if (k == "T") {
       ok = need_num(&c.T);
     } else if (k == "H") {
@@ -987,21 +1005,7 @@ bool parse_spec(const std::string& spec, SweepCase* out, std::string* error) {
     } else if (k == "on_input") {
       ok = need_num(&c.on_input);
     } else if (k == "act") {
-      ok = false;
-      for (int a = 1; a < kActivationCount; ++a) {
-        if (v == kActivationKeys[a]) {
-          c.act = static_cast<Activation>(a);
-          ok = true;
-        }
-      }
-    } else if (k == "gate_up_bias") {
-      ok = parse_dtype(v, &c.gate_up_bias);
-    } else if (k == "down_bias") {
-      ok = parse_dtype(v, &c.down_bias);
-    } else if (k == "shared_gate_up_bias") {
-      ok = parse_dtype(v, &c.shared_gate_up_bias);
-    } else if (k == "shared_down_bias") {
-      ok = parse_dtype(v, &c.shared_down_bias);
+      ok = parse_name(v, kActivationKeys, 1, &c.act);  // not "none"
     } else {
       const auto& fields = knob_fields();
       const auto f = std::find_if(fields.begin(), fields.end(),
