@@ -523,8 +523,8 @@ void draw_biases(const SweepCase& c, Rng& rng, bool at_least_one, DType* gate_up
 }
 
 // The MLP ops' activation and biases (and sometimes a gpt-oss-like shape), from their own
-// stream after everything else: a seed's cases keep every other field, but for those the
-// gpt-oss shapes replace and those the general path's extra bytes push past the caps.
+// stream after everything else: a seed's cases keep their other fields, but the shapes of
+// those taking a gpt-oss shape and of those the general path's bytes push past the caps.
 void draw_activation(SweepCase& c, const Limits& lim) {
   if (!mlp_op(c.op)) return;
   Rng rng = stream(c, kActivationStream);
