@@ -71,6 +71,19 @@ std::string describe(const GemmCase& c, const GemmPlan* plan) {
          ", k=" + std::to_string(c.k) + "]";
 }
 
+// Bytes of `out` (rows of row_bytes) that no longer hold the 0xFF poison in rows whose
+// row_valid byte is 0 (rows outside every group: must stay untouched).
+int64_t poison_bytes_touched(const HostTensor& out, const std::vector<uint8_t>& row_valid,
+                             size_t row_bytes) {
+  int64_t touched = 0;
+  for (size_t r = 0; r < row_valid.size(); ++r) {
+    if (row_valid[r]) continue;
+    const uint8_t* p = static_cast<const uint8_t*>(out.data()) + r * row_bytes;
+    for (size_t i = 0; i < row_bytes; ++i) touched += p[i] != 0xFF;
+  }
+  return touched;
+}
+
 std::string counts_str(const std::vector<int>& counts) {
   std::string s;
   for (int x : counts) s += (s.empty() ? "" : ",") + std::to_string(x);
@@ -254,14 +267,9 @@ void run_case(const GemmCase& cs, const GemmPlan* plan, bool dynamic_second = fa
     Accuracy acc = compare(out.view(), ref.view(), tol, row_valid.data());
     EXPECT_TRUE(acc.pass(tol)) << acc.str() << " over " << acc.count << " elements";
     // ... and every other row still holds the poison.
-    const size_t row_bytes = static_cast<size_t>(cs.n) * dtype_size(cs.out);
-    int64_t touched = 0;
-    for (int64_t r = 0; r < total_rows; ++r) {
-      if (row_valid[r]) continue;
-      const uint8_t* p = static_cast<const uint8_t*>(out.data()) + r * row_bytes;
-      for (size_t i = 0; i < row_bytes; ++i) touched += p[i] != 0xFF;
-    }
-    EXPECT_EQ(touched, 0) << "bytes written outside every group's rows";
+    EXPECT_EQ(poison_bytes_touched(out, row_valid, static_cast<size_t>(cs.n) * dtype_size(cs.out)),
+              0)
+        << "bytes written outside every group's rows";
     first = std::move(out);
   }
 }
@@ -920,14 +928,8 @@ void run_fp8_case(const Fp8Case& cs, const GemmPlan* plan) {
     const Tolerance tol = tolerance_for(DType::kBF16);
     Accuracy acc = compare(out.view(), ref.view(), tol, row_valid.data());
     EXPECT_TRUE(acc.pass(tol)) << acc.str() << " over " << acc.count << " elements";
-    const size_t row_bytes = static_cast<size_t>(cs.n) * 2;
-    int64_t touched = 0;
-    for (int64_t r = 0; r < E * cs.max_m; ++r) {
-      if (row_valid[r]) continue;
-      const uint8_t* p = static_cast<const uint8_t*>(out.data()) + r * row_bytes;
-      for (size_t i = 0; i < row_bytes; ++i) touched += p[i] != 0xFF;
-    }
-    EXPECT_EQ(touched, 0) << "bytes written past the masked counts";
+    EXPECT_EQ(poison_bytes_touched(out, row_valid, static_cast<size_t>(cs.n) * 2), 0)
+        << "bytes written past the masked counts";
     first = std::move(out);
   }
 }
@@ -969,6 +971,212 @@ TEST(GemmGpu, Fp8EveryCandidateMatchesReference) {
     }
     run_fp8_case(c, nullptr);
   }
+}
+
+// ---------------------------------------------------------------------------
+// FP8: every layout, scale mode and activation (gemm.h Fp8Scales)
+
+struct Fp8ModeCase {
+  std::string name;
+  bool contiguous = true;
+  int alignment = 1;        // contiguous
+  std::vector<int> counts;  // rows per expert (masked: clamped to max_m by the kernels)
+  int64_t max_m = 0;        // masked
+  int64_t tail = 0;         // contiguous: padding rows past the last expert's end
+  int64_t n = 0, k = 0;
+  double a_mag = 1.0, b_mag = 1.0;  // scale magnitudes (extreme-scale cases)
+};
+
+const char* scales_name(Fp8Scales s) {
+  return s == Fp8Scales::kBlock ? "block" : s == Fp8Scales::kPerChannel ? "channel" : "tensor";
+}
+
+// One case in one scale mode and activation: fresh inputs, the CPU reference on the same
+// (dequantized-exact) operands, then the planner's plan and every candidate, twice each
+// (determinism). Rows outside every expert hold NaN data and NaN scales and keep c's poison.
+void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act) {
+  const bool silu = act == Activation::kSiluAndMul;
+  // Block scales with silu_and_mul take N % 64 == 0 (gemm.h): the case's n rounded up.
+  const int64_t n = silu && scales == Fp8Scales::kBlock ? (cs.n + 63) / 64 * 64 : cs.n;
+  SCOPED_TRACE(cs.name + " [" + scales_name(scales) + (silu ? ", silu" : "") +
+               ", n=" + std::to_string(n) + ", k=" + std::to_string(cs.k) + "]");
+  const int64_t E = static_cast<int64_t>(cs.counts.size());
+  const int64_t b_rows = silu ? 2 * n : n, KB = (cs.k + 127) / 128;
+  std::vector<int32_t> meta, meta_ref;
+  std::vector<uint8_t> row_valid;
+  int64_t rows = 0;  // rows of a and c in all
+  if (cs.contiguous) {
+    int64_t end = 0;
+    for (int c : cs.counts) {
+      const int64_t start = (end + cs.alignment - 1) / cs.alignment * cs.alignment;
+      end = start + c;
+      meta.push_back(static_cast<int32_t>(end));
+    }
+    meta_ref = meta;
+    rows = end + cs.tail;
+    row_valid.assign(rows, 0);
+    int64_t prev = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t start = (prev + cs.alignment - 1) / cs.alignment * cs.alignment;
+      for (int64_t r = start; r < meta[e]; ++r) row_valid[r] = 1;
+      prev = meta[e];
+    }
+  } else {
+    rows = E * cs.max_m;
+    row_valid.assign(rows, 0);
+    for (int64_t e = 0; e < E; ++e) {
+      const int valid = static_cast<int>(std::clamp<int64_t>(cs.counts[e], 0, cs.max_m));
+      meta.push_back(cs.counts[e]);
+      meta_ref.push_back(valid);
+      for (int r = 0; r < valid; ++r) row_valid[e * cs.max_m + r] = 1;
+    }
+  }
+  const auto rows_shape = [&](std::vector<int64_t> last) {
+    std::vector<int64_t> sh =
+        cs.contiguous ? std::vector<int64_t>{rows} : std::vector<int64_t>{E, cs.max_m};
+    sh.insert(sh.end(), last.begin(), last.end());
+    return sh;
+  };
+  HostTensor a(DType::kFP8E4M3, rows_shape({cs.k})), b(DType::kFP8E4M3, {E, b_rows, cs.k});
+  HostTensor as, bs;
+  switch (scales) {
+    case Fp8Scales::kBlock:
+      as = HostTensor(DType::kF32, rows_shape({KB}));
+      bs = HostTensor(DType::kF32, {E, (b_rows + 127) / 128, KB});
+      break;
+    case Fp8Scales::kPerChannel:
+      as = HostTensor(DType::kF32, rows_shape({}));
+      bs = HostTensor(DType::kF32, {E, b_rows});
+      break;
+    case Fp8Scales::kPerTensor:
+      as = HostTensor(DType::kF32, {1});
+      bs = HostTensor(DType::kF32, {E});
+      break;
+  }
+  fill_fp8_normal(a);
+  fill_fp8_normal(b);
+  std::uniform_real_distribution<double> u(0.25, 2.0);
+  for (int64_t i = 0; i < as.numel(); ++i) as.set(i, cs.a_mag * u(rng()) / std::sqrt(double(cs.k)));
+  for (int64_t i = 0; i < bs.numel(); ++i) bs.set(i, cs.b_mag * u(rng()));
+  // Rows outside every expert: NaN data and (per-row modes) NaN scales, never read.
+  const int64_t as_per_row =
+      scales == Fp8Scales::kPerTensor ? 0 : (scales == Fp8Scales::kBlock ? KB : 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (row_valid[r]) continue;
+    std::memset(a.as<uint8_t>() + r * cs.k, 0x7f, static_cast<size_t>(cs.k));
+    for (int64_t j = 0; j < as_per_row; ++j) as.set(r * as_per_row + j, NAN);
+  }
+  HostTensor meta_h = i32_tensor(meta), meta_r = i32_tensor(meta_ref);
+  const std::vector<int64_t> c_shape = rows_shape({n});
+  HostTensor ref(DType::kBF16, c_shape);
+  ref.fill_bytes(0xFF);
+  GroupedGemmFP8Args ha;
+  ha.a = a.view();
+  ha.a_scale = as.view();
+  ha.b = b.view();
+  ha.b_scale = bs.view();
+  ha.layout_metadata = meta_r.view();
+  ha.layout = cs.contiguous ? PermutedLayout::contiguous(cs.alignment) : PermutedLayout::masked(0);
+  ha.scales = scales;
+  ha.activation = act;
+  ha.c = ref.view();
+  reference::moe_grouped_gemm_fp8(ha);
+
+  DeviceTensor a_d(a), b_d(b), as_d(as), bs_d(bs), meta_d(meta_h);
+  GroupedGemmFP8Args da = ha;
+  da.a = a_d.view();
+  da.a_scale = as_d.view();
+  da.b = b_d.view();
+  da.b_scale = bs_d.view();
+  da.layout_metadata = meta_d.view();
+  std::vector<GemmPlan> plans = grouped_gemm_fp8_plan_candidates(da);
+  EXPECT_FALSE(plans.empty());
+  EXPECT_EQ(plan_grouped_gemm_fp8(da).kernel, GemmKernel::kFp8Sm90);
+  plans.push_back(GemmPlan{});  // marker: the planner's (args.plan = nullptr)
+  for (size_t pi = 0; pi < plans.size(); ++pi) {
+    const bool planner = pi + 1 == plans.size();
+    SCOPED_TRACE(planner ? std::string("planner") : to_string(plans[pi]));
+    HostTensor first;
+    for (int rep = 0; rep < 2; ++rep) {
+      DeviceTensor c_d(DType::kBF16, c_shape, 0xFF);
+      da.c = c_d.view();
+      da.plan = planner ? nullptr : &plans[pi];
+      moe_grouped_gemm_fp8(da, nullptr);
+      ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
+      HostTensor out = c_d.download();
+      if (rep == 1) {
+        EXPECT_EQ(std::memcmp(out.data(), first.data(), out.nbytes()), 0) << "not deterministic";
+        break;
+      }
+      // Same rounded inputs: f32 vs f64 accumulation and the bf16 rounding (the bf16 limit,
+      // stricter than the SPEC's fp8 3e-2). compare() fails any NaN / Inf in a valid row.
+      const Tolerance tol = tolerance_for(DType::kBF16);
+      if (rows > 0) {
+        Accuracy acc = compare(out.view(), ref.view(), tol, row_valid.data());
+        EXPECT_TRUE(acc.pass(tol)) << acc.str() << " over " << acc.count << " elements";
+        EXPECT_EQ(acc.nonfinite, 0);
+      }
+      EXPECT_EQ(poison_bytes_touched(out, row_valid, static_cast<size_t>(n) * 2), 0)
+          << "bytes written outside every expert's rows";
+      first = std::move(out);
+    }
+  }
+}
+
+std::vector<Fp8ModeCase> fp8_mode_cases() {
+  std::vector<Fp8ModeCase> v;
+  const auto contig = [&](std::string name, int alignment, std::vector<int> counts, int64_t tail,
+                          int64_t n, int64_t k) {
+    Fp8ModeCase c;
+    c.name = std::move(name);
+    c.alignment = alignment;
+    c.counts = std::move(counts);
+    c.tail = tail;
+    c.n = n;
+    c.k = k;
+    v.push_back(c);
+    return &v.back();
+  };
+  // Alignment padding between experts and after the last (poisoned, untouched), empty
+  // experts, groups of <= 64 and > 64 rows, groups that start mid-tile.
+  contig("contig_a16_mixed", 16, {0, 70, 1, 200, 0, 33}, 15, 256, 512);
+  // n and k off the tiles (n % 128 = 8, k = 128 + 16).
+  contig("contig_odd_nk", 1, {5, 130, 9}, 0, 136, 144);
+  contig("contig_p0", 1, {0, 0, 0}, 0, 128, 256);
+  contig("contig_p1", 1, {0, 1, 0}, 0, 64, 128);
+  contig("contig_p1_padding", 8, {0, 0, 1}, 7, 8, 16);
+  // One expert with every row, more k blocks than pipeline stages.
+  contig("contig_one_expert_all_rows", 4, {0, 300, 0}, 3, 256, 1024);
+  // Many experts, more tiles than SMs (the persistent walk across tiles).
+  contig("contig_many_experts", 8, random_counts(40, 0, 100), 0, 512, 256);
+  // Long k (56 k blocks, DeepSeek-V3's hidden size).
+  contig("contig_long_k7168", 1, {3, 70}, 0, 256, 7168);
+  // Scales of extreme magnitude.
+  contig("contig_scales_tiny", 4, {17, 90}, 2, 128, 256)->a_mag = 1e-6;
+  v.back().b_mag = 1e-6;
+  contig("contig_scales_huge", 4, {17, 90}, 2, 128, 256)->a_mag = 1e4;
+  v.back().b_mag = 1e4;
+  contig("contig_scales_mixed", 4, {17, 90}, 2, 128, 256)->a_mag = 1e-6;
+  v.back().b_mag = 1e4;
+  // The masked layout in every mode (counts past max_m and negative are clamped).
+  Fp8ModeCase m;
+  m.name = "masked_edges";
+  m.contiguous = false;
+  m.counts = {0, 70, 1, 33, 100, -3};
+  m.max_m = 72;
+  m.n = 200;
+  m.k = 400;
+  v.push_back(m);
+  return v;
+}
+
+TEST(GemmGpu, Fp8EveryLayoutScaleModeAndActivationMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (const Fp8ModeCase& c : fp8_mode_cases())
+    for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor})
+      for (Activation act : {Activation::kNone, Activation::kSiluAndMul}) {
+        run_fp8_mode_case(c, s, act);
+      }
 }
 
 }  // namespace
