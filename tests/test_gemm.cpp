@@ -185,6 +185,30 @@ TEST(GemmReference, Fp8ContiguousEveryScaleMode) {
     EXPECT_DOUBLE_EQ(c.at(4 * N + 2), 1.25 * 1.5 * 80);  // row 4, expert 1, column 2
     EXPECT_DOUBLE_EQ(c.at(5 * N + 7), 1.5 * 4.0 * 160);  // row 5, expert 1, column 7
   }
+  {  // per-tensor into an e4m3 c with its scale: e4m3(80 / 0.5) = 160, e4m3(240 / 0.5) = 448
+    // (480 saturated)
+    HostTensor as(DType::kF32, {1}), bs(DType::kF32, {2}), cs(DType::kF32, {1});
+    as.set(0, 0.5);
+    bs.set(0, 2.0);
+    bs.set(1, 3.0);
+    cs.set(0, 0.5);
+    HostTensor c(DType::kFP8E4M3, {P, N});
+    c.fill_bytes(0xEE);
+    GroupedGemmFP8Args args;
+    args.a = a.view();
+    args.a_scale = as.view();
+    args.b = make_view(b.data(), DType::kFP8E4M3, {2, N, Kd});
+    args.b_scale = bs.view();
+    args.layout_metadata = meta.view();
+    args.layout = PermutedLayout::contiguous(4);
+    args.scales = Fp8Scales::kPerTensor;
+    args.c = c.view();
+    args.c_scale = cs.view();
+    reference::moe_grouped_gemm_fp8(args);
+    EXPECT_DOUBLE_EQ(c.at(0), 160.0);
+    EXPECT_DOUBLE_EQ(c.at(5 * N + 7), 448.0);
+    EXPECT_EQ(c.as<uint8_t>()[2 * N], 0xEE);  // padding row untouched
+  }
   {  // block scales with silu_and_mul: b rows 0..7 gate, 8..15 up, one 128-row block
     HostTensor as(DType::kF32, {P, 2}), bs(DType::kF32, {2, 1, 2});
     for (int64_t i = 0; i < P * 2; ++i) as.set(i, i % 2 ? 0.5 : 1.0);  // kb 0: 1, kb 1: 0.5
@@ -601,6 +625,29 @@ TEST(GemmValidation, Fp8ContiguousRejectsEachBadInput) {
         x.c = view(DType::kBF16, {40, 16}, 25088);
       },
       "b");
+  // An fp8e4m3 c takes its scale c_scale [1] f32; a bf16 c none.
+  for (Fp8Scales s : {B, C, T}) {
+    bad(
+        s, [](auto& x) { x.c.dtype = DType::kFP8E4M3; }, "c_scale");
+    bad(
+        s,
+        [](auto& x) {
+          x.c.dtype = DType::kFP8E4M3;
+          x.c_scale = view(DType::kF32, {2}, 30720);
+        },
+        "c_scale");
+    bad(
+        s,
+        [](auto& x) {
+          x.c.dtype = DType::kFP8E4M3;
+          x.c_scale = view(DType::kBF16, {1}, 30720);
+        },
+        "c_scale");
+    bad(
+        s, [](auto& x) { x.c_scale = view(DType::kF32, {1}, 30720); }, "c_scale");
+    bad(
+        s, [](auto& x) { x.c.dtype = DType::kF16; }, "c");
+  }
   // The masked layout's max_m: 0 or a's dim 1.
   GroupedGemmFP8Args masked = good_fp8();
   masked.layout = PermutedLayout::masked(5);
@@ -622,6 +669,9 @@ TEST(GemmValidation, Fp8AcceptsEveryModeAndLayout) {
     if (s == Fp8Scales::kPerChannel) args.b_scale = view(DType::kF32, {2, b_rows}, 10240);
     if (s == Fp8Scales::kBlock) args.b_scale = view(DType::kF32, {2, 1, 2}, 10240);
     EXPECT_NO_THROW(moe_grouped_gemm_fp8(args, nullptr)) << static_cast<int>(s) << " silu";
+    args.c.dtype = DType::kFP8E4M3;  // with its scale
+    args.c_scale = view(DType::kF32, {1}, 30720);
+    EXPECT_NO_THROW(moe_grouped_gemm_fp8(args, nullptr)) << static_cast<int>(s) << " fp8 c";
   }
   GroupedGemmFP8Args masked = good_fp8();
   masked.layout = PermutedLayout::masked(4);  // = a's dim 1
@@ -875,6 +925,11 @@ TEST(GemmPlannerRules, Fp8CoversEveryLayoutAndScaleMode) {
         EXPECT_EQ(detail::gemm_fp8_plan_rejection(dec, f, h200).empty(), decode) << what;
         EXPECT_EQ(detail::gemm_fp8_plan_candidates(f, a100).size(), decode ? 1u : 0u) << what;
         EXPECT_EQ(detail::plan_gemm_fp8(f, a100).kernel, GemmKernel::kFp8Decode) << what;
+        // An e4m3 c: the SM90 kernel only.
+        f.c_scale = reinterpret_cast<const float*>(&f);
+        EXPECT_EQ(detail::gemm_fp8_plan_candidates(f, h200).size(), 1u) << what;
+        EXPECT_FALSE(detail::gemm_fp8_plan_rejection(dec, f, h200).empty()) << what;
+        f.c_scale = nullptr;
         // A contiguous problem past 2^31 rows is the SM90 kernel's limit.
         if (contiguous) {
           f.m = int64_t{1} << 31;

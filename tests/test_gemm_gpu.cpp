@@ -864,12 +864,14 @@ const char* scales_name(Fp8Scales s) {
 // One case in one scale mode and activation: fresh inputs, the CPU reference on the same
 // (dequantized-exact) operands, then the planner's plan and every candidate, twice each
 // (determinism). Rows outside every expert hold NaN data and NaN scales and keep c's poison.
-void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act) {
+void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act,
+                       bool fp8_out = false) {
   const bool silu = act == Activation::kSiluAndMul;
   // Block scales with silu_and_mul take N % 64 == 0 (gemm.h): the case's n rounded up.
   const int64_t n = silu && scales == Fp8Scales::kBlock ? (cs.n + 63) / 64 * 64 : cs.n;
   SCOPED_TRACE(cs.name + " [" + scales_name(scales) + (silu ? ", silu" : "") +
-               ", n=" + std::to_string(n) + ", k=" + std::to_string(cs.k) + "]");
+               (fp8_out ? ", fp8 out" : "") + ", n=" + std::to_string(n) +
+               ", k=" + std::to_string(cs.k) + "]");
   const int64_t E = static_cast<int64_t>(cs.counts.size());
   const int64_t b_rows = silu ? 2 * n : n, KB = (cs.k + 127) / 128;
   std::vector<int32_t> meta, meta_ref;
@@ -938,8 +940,11 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act) 
   }
   HostTensor meta_h = i32_tensor(meta), meta_r = i32_tensor(meta_ref);
   const std::vector<int64_t> c_shape = rows_shape({n});
-  HostTensor ref(DType::kBF16, c_shape);
+  const DType c_dtype = fp8_out ? DType::kFP8E4M3 : DType::kBF16;
+  HostTensor ref(c_dtype, c_shape), c_scale(DType::kF32, {1});
   ref.fill_bytes(0xFF);
+  // Outputs are O(a_mag * b_mag): a scale that maps them to e4m3's normal range.
+  c_scale.set(0, cs.a_mag * cs.b_mag / 64.0);
   GroupedGemmFP8Args ha;
   ha.a = a.view();
   ha.a_scale = as.view();
@@ -950,10 +955,12 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act) 
   ha.scales = scales;
   ha.activation = act;
   ha.c = ref.view();
+  if (fp8_out) ha.c_scale = c_scale.view();
   reference::moe_grouped_gemm_fp8(ha);
 
-  DeviceTensor a_d(a), b_d(b), as_d(as), bs_d(bs), meta_d(meta_h);
+  DeviceTensor a_d(a), b_d(b), as_d(as), bs_d(bs), meta_d(meta_h), cs_d(c_scale);
   GroupedGemmFP8Args da = ha;
+  if (fp8_out) da.c_scale = cs_d.view();
   da.a = a_d.view();
   da.a_scale = as_d.view();
   da.b = b_d.view();
@@ -968,7 +975,7 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act) 
     SCOPED_TRACE(planner ? std::string("planner") : to_string(plans[pi]));
     HostTensor first;
     for (int rep = 0; rep < 2; ++rep) {
-      DeviceTensor c_d(DType::kBF16, c_shape, 0xFF);
+      DeviceTensor c_d(c_dtype, c_shape, 0xFF);
       da.c = c_d.view();
       da.plan = planner ? nullptr : &plans[pi];
       moe_grouped_gemm_fp8(da, nullptr);
@@ -980,13 +987,15 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act) 
       }
       // Same rounded inputs: f32 vs f64 accumulation and the bf16 rounding (the bf16 limit,
       // stricter than the SPEC's fp8 3e-2). compare() fails any NaN / Inf in a valid row.
-      const Tolerance tol = tolerance_for(DType::kBF16);
+      // An e4m3 c: the SPEC's fp8 limit (one e4m3 rounding of the same value).
+      const Tolerance tol = tolerance_for(c_dtype);
       if (rows > 0) {
         Accuracy acc = compare(out.view(), ref.view(), tol, row_valid.data());
         EXPECT_TRUE(acc.pass(tol)) << acc.str() << " over " << acc.count << " elements";
         EXPECT_EQ(acc.nonfinite, 0);
       }
-      EXPECT_EQ(poison_bytes_touched(out, row_valid, static_cast<size_t>(n) * 2), 0)
+      EXPECT_EQ(poison_bytes_touched(out, row_valid, static_cast<size_t>(n) * dtype_size(c_dtype)),
+                0)
           << "bytes written outside every expert's rows";
       first = std::move(out);
     }
@@ -1095,6 +1104,21 @@ TEST(GemmGpu, Fp8EveryLayoutScaleModeAndActivationMatchesReference) {
       for (Activation act : {Activation::kNone, Activation::kSiluAndMul}) {
         run_fp8_mode_case(c, s, act);
       }
+}
+
+// An e4m3 c with its given scale (the down GEMM's FP8 input written by gate_up directly).
+TEST(GemmGpu, Fp8OutputWithAGivenScaleMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (const Fp8ModeCase& c : fp8_mode_cases()) {
+    if (c.name != "contig_a16_mixed" && c.name != "contig_odd_nk" && c.name != "contig_p1" &&
+        c.name != "contig_scales_mixed" && c.name != "masked_edges") {
+      continue;
+    }
+    for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor})
+      for (Activation act : {Activation::kNone, Activation::kSiluAndMul}) {
+        run_fp8_mode_case(c, s, act, /*fp8_out=*/true);
+      }
+  }
 }
 
 }  // namespace

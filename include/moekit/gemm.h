@@ -51,7 +51,7 @@ enum class Fp8Scales : uint8_t {
   kPerTensor,   // a_scale [1]; b_scale [E], one per expert
 };
 
-// MoEGroupedGemmFP8Fwd: e4m3 x e4m3 -> bf16, f32 accumulation.
+// MoEGroupedGemmFP8Fwd: e4m3 x e4m3 -> bf16 (or e4m3 with c_scale), f32 accumulation.
 //   masked (the default; DeepGEMM-style): a [E, max_m, Kd], c [E, max_m, N],
 //     layout_metadata[e] = row count (clamped to max_m); max_m is a's dim 1 (layout.max_m
 //     0, or equal to it).
@@ -70,7 +70,11 @@ struct GroupedGemmFP8Args {
   TensorView b;                // [E, N or 2N, Kd] fp8e4m3
   TensorView b_scale;          // f32, per `scales`
   TensorView layout_metadata;  // [E] i32 masked counts or contiguous inclusive ends
-  TensorView c;                // out bf16, masked [E, max_m, N] or contiguous [P, N]
+  TensorView c;  // out bf16 (or fp8e4m3, below), masked [E, max_m, N] or contiguous [P, N]
+  // With an fp8e4m3 c (e.g. the down GEMM's a operand, per-tensor scale): its given scale,
+  // [1] f32: c = e4m3(value / c_scale), rounded to nearest even, saturated at +-448 (the value
+  // rounded once). Undefined with a bf16 c.
+  TensorView c_scale;
   PermutedLayout layout = PermutedLayout::masked(0);
   Fp8Scales scales = Fp8Scales::kBlock;
   Activation activation = Activation::kNone;

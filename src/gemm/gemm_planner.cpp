@@ -266,6 +266,7 @@ std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Pr
     case GemmKernel::kFp8Decode:
       if (p.scales != Fp8Scales::kBlock) return "fp8_decode runs block scales only";
       if (p.activation != Activation::kNone) return "fp8_decode runs no activation";
+      if (p.c_scale) return "fp8_decode writes bf16 only";
       return expect_tiles(plan, 32, 128);
     case GemmKernel::kFp8Sm90:
       if (!d.props.sm90()) return "fp8_sm90 needs an sm_90 device";

@@ -27,8 +27,8 @@ struct Fp8ScaleIndex {
 };
 Fp8ScaleIndex fp8_scale_index(Fp8Scales scales, int64_t b_rows, int64_t k);
 
-// c[row, :] (bf16) = act(sum over k blocks of scale * (a[row] . b[g]^T over the block)) for
-// every row of every group g; other rows untouched. Rows:
+// c[row, :] (bf16; or e4m3 of the value / *c_scale) = act(sum over k blocks of scale * (a[row] .
+// b[g]^T over the block)) for every row of every group g; other rows untouched. Rows:
 //   contiguous: a [m, k], c [m, n], layout_metadata = inclusive ends (alignment);
 //   masked:     a [G, max_m, k], c [G, max_m, n], layout_metadata = counts (clamped to max_m).
 // b [G, n, k] ([G, 2n, k], gate rows then up rows, with kSiluAndMul); scales per `scales`
@@ -39,7 +39,8 @@ struct GroupedGemmFP8Problem {
   const float* a_scale = nullptr;
   const void* b = nullptr;
   const float* b_scale = nullptr;
-  void* c = nullptr;
+  void* c = nullptr;                         // bf16, or e4m3 with c_scale
+  const float* c_scale = nullptr;            // e4m3 c: device [1], c = e4m3(value / c_scale)
   const int32_t* layout_metadata = nullptr;  // device [G]: masked counts or contiguous ends
   bool contiguous = false;                   // else masked
   int alignment = 1;                         // contiguous

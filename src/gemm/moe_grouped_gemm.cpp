@@ -248,15 +248,23 @@ detail::GroupedGemmFP8Problem checked_fp8_problem(const GroupedGemmFP8Args& args
   check_fp8_scales(check, args, masked, E, rows, b_rows, KB);
   check.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {E});
   if (masked) {
-    check.tensor("c", args.c, {DType::kBF16}, {E, rows, N}, 16);
+    check.tensor("c", args.c, {DType::kBF16, DType::kFP8E4M3}, {E, rows, N}, 16);
   } else {
-    check.tensor("c", args.c, {DType::kBF16}, {rows, N}, 16);
+    check.tensor("c", args.c, {DType::kBF16, DType::kFP8E4M3}, {rows, N}, 16);
+  }
+  const bool fp8_out = args.c.dtype == DType::kFP8E4M3;
+  if (fp8_out) {
+    check.tensor("c_scale", args.c_scale, {DType::kF32}, {1});
+  } else {
+    MOEKIT_REQUIRE(check, !args.c_scale.defined(), "c_scale",
+                   "undefined with a bf16 c (the scale of an fp8e4m3 c)", args.c_scale.describe());
   }
   check.outputs_disjoint({{"c", args.c}}, {{"a", args.a},
                                            {"a_scale", args.a_scale},
                                            {"b", args.b},
                                            {"b_scale", args.b_scale},
-                                           {"layout_metadata", args.layout_metadata}});
+                                           {"layout_metadata", args.layout_metadata},
+                                           {"c_scale", args.c_scale}});
   *launches = !(rows == 0 || N == 0 || E == 0);
 
   detail::GroupedGemmFP8Problem p;
@@ -265,6 +273,7 @@ detail::GroupedGemmFP8Problem checked_fp8_problem(const GroupedGemmFP8Args& args
   p.b = args.b.data;
   p.b_scale = static_cast<const float*>(args.b_scale.data);
   p.c = args.c.data;
+  p.c_scale = fp8_out ? static_cast<const float*>(args.c_scale.data) : nullptr;
   p.layout_metadata = static_cast<const int32_t*>(args.layout_metadata.data);
   p.contiguous = !masked;
   p.alignment = masked ? 1 : args.layout.alignment;
@@ -285,7 +294,7 @@ std::string fp8_problem_key(const detail::GroupedGemmFP8Problem& p) {
          kScales[static_cast<int>(p.scales)] + " E=" + std::to_string(p.num_groups) +
          (p.contiguous ? " P=" + std::to_string(p.m) : " max_m=" + std::to_string(p.max_m)) +
          " N=" + std::to_string(p.n) + " K=" + std::to_string(p.k) +
-         (p.activation == Activation::kSiluAndMul ? " silu" : "");
+         (p.activation == Activation::kSiluAndMul ? " silu" : "") + (p.c_scale ? " fp8_out" : "");
 }
 
 }  // namespace

@@ -81,6 +81,10 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args) {
   const float* a_scale = static_cast<const float*>(args.a_scale.data);
   const float* b_scale = static_cast<const float*>(args.b_scale.data);
   const int32_t* meta = static_cast<const int32_t*>(args.layout_metadata.data);
+  // An e4m3 c holds value / c_scale (rounded once, saturated).
+  const double c_scale = args.c.dtype == DType::kFP8E4M3
+                             ? static_cast<double>(static_cast<const float*>(args.c_scale.data)[0])
+                             : 1.0;
   // The scales of a's row `row` and of expert e's b row j over k block kb (gemm.h Fp8Scales).
   const auto a_s = [&](int64_t row, int64_t kb) -> double {
     switch (args.scales) {
@@ -121,7 +125,7 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args) {
       for (int64_t j = 0; j < N; ++j) {
         double v = scaled_dot(row, e, j);
         if (silu_and_mul) v = silu(v) * scaled_dot(row, e, N + j);
-        host::store(args.c, row * N + j, v);
+        host::store(args.c, row * N + j, v / c_scale);
       }
     }
   }

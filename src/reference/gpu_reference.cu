@@ -392,6 +392,23 @@ __global__ void act_rows_kernel(const float* h, int64_t F, const int32_t* rows, 
   }
 }
 
+// out[r, f] = e4m3((silu(h[r, f]) * h[r, F + f], or h[r, f]) / scale[0]) for the listed rows.
+__global__ void fp8_out_rows_kernel(const float* h, int64_t F, bool act, const int32_t* rows,
+                                    const float* scale, __nv_fp8_e4m3* out) {
+  const float s = scale[0];
+#pragma unroll 1
+  for (int i = 0; i < kRowsPerBlock; ++i) {
+    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
+    if (r < 0) continue;
+    for (int64_t f = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; f < F;
+         f += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+      const float* hr = h + static_cast<int64_t>(r) * (act ? 2 * F : F);
+      const float v = act ? silu_ref(hr[f]) * hr[F + f] : hr[f];
+      out[static_cast<int64_t>(r) * F + f] = __nv_fp8_e4m3(v / s);
+    }
+  }
+}
+
 template <class TOut>
 __global__ void round_rows_kernel(const float* y, int64_t H, const int32_t* rows, TOut* out) {
 #pragma unroll 1
@@ -789,7 +806,9 @@ size_t grouped_gemm_fp8_scratch_bytes(const GroupedGemmFP8Args& args) {
   Carver cv{nullptr};
   cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
   cv.take<int32_t>(g.num_blocks);
-  if (args.activation == Activation::kSiluAndMul) cv.take<float>(g.rows_total * args.b.shape[1]);
+  if (args.activation == Activation::kSiluAndMul || args.c.dtype == DType::kFP8E4M3) {
+    cv.take<float>(g.rows_total * args.b.shape[1]);
+  }
   return cv.off;
 }
 
@@ -804,19 +823,25 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, Workspace scratch, cud
   int32_t* rows = cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
   int32_t* be = cv.take<int32_t>(g.num_blocks);
   const bool act = args.activation == Activation::kSiluAndMul;
-  float* h = act ? cv.take<float>(g.rows_total * args.b.shape[1]) : nullptr;
+  const bool fp8_out = args.c.dtype == DType::kFP8E4M3;
+  float* h = act || fp8_out ? cv.take<float>(g.rows_total * args.b.shape[1]) : nullptr;
   const int64_t kd = args.b.shape[2], nb = args.b.shape[1], n = act ? nb / 2 : nb;
   launch_layout_blocks(args.layout_metadata.ptr<int32_t>(), static_cast<int>(g.E), g.alignment,
                        g.max_m, g.rows_total, -1, row_mask, rows, be, g.num_blocks, stream);
   const auto* a = args.a.ptr<__nv_fp8_e4m3>();
   const auto* b = args.b.ptr<__nv_fp8_e4m3>();
-  if (act) {
+  if (act || fp8_out) {
     launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, float, true>(a, kd, 1, b, nb, kd, fp8_strides(args),
                                                            rows, be, g.num_blocks, h, nb, stream);
     dim3 grid(static_cast<unsigned>(g.num_blocks), grid_y(n, 256));
-    act_rows_kernel<__nv_bfloat16>
-        <<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<__nv_bfloat16>());
-    check_launch("moe_grouped_gemm_fp8.act");
+    if (fp8_out) {
+      fp8_out_rows_kernel<<<grid, 256, 0, stream>>>(h, n, act, rows, args.c_scale.ptr<float>(),
+                                                    args.c.ptr<__nv_fp8_e4m3>());
+    } else {
+      act_rows_kernel<__nv_bfloat16>
+          <<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<__nv_bfloat16>());
+    }
+    check_launch("moe_grouped_gemm_fp8.out");
   } else {
     launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, __nv_bfloat16, true>(
         a, kd, 1, b, n, kd, fp8_strides(args), rows, be, g.num_blocks, args.c.ptr<__nv_bfloat16>(),

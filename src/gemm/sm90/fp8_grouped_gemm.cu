@@ -3,7 +3,8 @@
 // silu_and_mul). DeepGEMM-style design, own code.
 //
 // Picked wherever it applies (docs/gemm.md, "FP8 SM90"); tests/test_gemm_gpu.cpp
-// (Fp8EveryCandidateMatchesReference, Fp8Contiguous*) checks it against the reference.
+// (Fp8EveryCandidateMatchesReference, Fp8EveryLayoutScaleModeAndActivationMatchesReference)
+// checks it against the reference.
 //
 // - Block tile 128 x 128 x 128: BK = 128 k = one scale block per pipeline stage.
 //   a [128 x 128] as two TMA boxes of 64 rows, b [128 x 128] as two boxes of 64 rows
@@ -30,7 +31,8 @@
 //   zero-filled by TMA, rows past the group's count are loaded (their output rows are never
 //   stored: wgmma rows are independent). b is (b rows, k, G): rows past the end and k past
 //   the end are zero-filled. Stores (epilogue.cuh store_accumulators): 16-byte bf16 blocks
-//   for rows < count and columns < n (n % 8 == 0).
+//   (8-byte e4m3 blocks for an FP8 c with its given scale, which the scales fold in) for
+//   rows < count and columns < n (n % 8 == 0).
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90/grouped_gemm.cuh"  // make_tma, b_policy, consume_tile, store_accumulators
 
@@ -88,8 +90,9 @@ struct Fp8Params {
   const float* a_scale;  // Fp8ScaleIndex si
   const float* b_scale;
   Fp8ScaleIndex si;
-  __nv_bfloat16* c;  // [rows, n]
-  RowsDesc rows;     // masked counts (clamped to [0, max_m]) or contiguous ends
+  void* c;               // [rows, n] bf16, or e4m3 with c_scale
+  const float* c_scale;  // e4m3 c: its given scale ([1]); nullptr: bf16 c
+  RowsDesc rows;         // masked counts (clamped to [0, max_m]) or contiguous ends
   int n, k;
   int silu;               // for locate_tile: b_row1 = n + n0, 64 output columns per tile
   int k_blocks, n_tiles;  // n_tiles: ceil(n / 128), silu ceil(n / 64)
@@ -101,6 +104,28 @@ struct Fp8Params {
 // and up rows of output column n0 + col % 64 with it.
 __device__ __forceinline__ int b_row_of(const Tile& t, int col) {
   return col < Cfg::B_BOX ? t.b_row0 + col : t.b_row1 + col - Cfg::B_BOX;
+}
+
+// The output's factor of accumulator columns 0..63 ([0]) and 64..127 ([1]): 1 for a bf16 c;
+// 1 / c_scale for an e4m3 c (c = e4m3(value / c_scale)), on the up half alone with silu
+// (silu(gate) * up / c_scale). Folded into the scales, so the epilogue stays one rounding.
+__device__ __forceinline__ void output_factors(const Fp8Params& p, float (&f)[2]) {
+  const float inv = p.c_scale ? __frcp_rn(__ldg(p.c_scale)) : 1.f;
+  f[0] = p.silu ? 1.f : inv;
+  f[1] = inv;
+}
+
+// Stores the tile's accumulators (scaled) as bf16 or e4m3 (epilogue.cuh).
+template <class Acc, class Coords>
+__device__ __forceinline__ void store_fp8_tile(const Fp8Params& p, const Acc& acc,
+                                               const Coords& tCcC, const Tile& t, int q) {
+  if (p.c_scale) {
+    store_accumulators<Cfg::BN, Cfg::B_BOX>(acc, tCcC, t, static_cast<__nv_fp8_e4m3*>(p.c), p.n,
+                                            p.silu != 0, q);
+  } else {
+    store_accumulators<Cfg::BN, Cfg::B_BOX>(acc, tCcC, t, static_cast<__nv_bfloat16*>(p.c), p.n,
+                                            p.silu != 0, q);
+  }
 }
 
 // Whether accumulator column col of tile t is an output column < n (else its b row may lie
@@ -202,6 +227,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       }
     }
     const Fp8ScaleIndex& si = p.si;
+    float out_f[2];  // output factors of accumulator columns 0..63, 64..127
+    output_factors(p, out_f);
 
     PipelineState read;
     for (int id = blockIdx.x; id < total; id += gridDim.x) {
@@ -244,8 +271,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         CUTE_NO_UNROLL
         for (int kb = 0; kb < k_blocks; ++kb) {
           // s[h][x]: a_scale[row h, kb] * b_scale[box x's block, kb]
-          const float s[2][2] = {{next[2] * next[0], next[2] * next[1]},
-                                 {next[3] * next[0], next[3] * next[1]}};
+          // (and the output's factor of the box's columns)
+          const float s[2][2] = {{next[2] * next[0] * out_f[0], next[2] * next[1] * out_f[1]},
+                                 {next[3] * next[0] * out_f[0], next[3] * next[1] * out_f[1]}};
           if (kb + 1 < k_blocks) load_scales(kb + 1, next);
 
           pipeline.consumer_wait(read);
@@ -269,7 +297,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
             acc(i) = fmaf(blk(i), s[(i >> 1) & 1][i >= ACC / 2], acc(i));
           }
         }
-        store_accumulators<BN, Cfg::B_BOX>(acc, tCcC, t, p.c, p.n, p.silu != 0, q);
+        store_fp8_tile(p, acc, tCcC, t, q);
       } else {
         if (!consume_tile<1>(mma, tCrA, tCrB, acc, pipeline, read, k_blocks, skip, wg)) continue;
         // One scale per (row, b row) after the whole k, into a copy (acc stays defined by
@@ -285,14 +313,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
             const int col = 8 * j + 2 * q + e;
             const float sb =
                 column_in_range(p, t, col)
-                    ? __ldg(sb_group + static_cast<int64_t>(b_row_of(t, col)) * si.b_row)
+                    ? __ldg(sb_group + static_cast<int64_t>(b_row_of(t, col)) * si.b_row) *
+                          out_f[col >= Cfg::B_BOX]
                     : 0.f;
             CUTE_UNROLL
             for (int h = 0; h < 2; ++h)
               scaled(4 * j + 2 * h + e) = acc(4 * j + 2 * h + e) * (sa[h] * sb);
           }
         }
-        store_accumulators<BN, Cfg::B_BOX>(scaled, tCcC, t, p.c, p.n, p.silu != 0, q);
+        store_fp8_tile(p, scaled, tCcC, t, q);
       }
     }
   }
@@ -386,7 +415,8 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   p.a_scale = prob.a_scale;
   p.b_scale = prob.b_scale;
   p.si = fp8_scale_index(prob.scales, b_rows, prob.k);
-  p.c = static_cast<__nv_bfloat16*>(prob.c);
+  p.c = prob.c;
+  p.c_scale = prob.c_scale;
   p.n = static_cast<int>(prob.n);
   p.k = static_cast<int>(prob.k);
   p.silu = silu ? 1 : 0;
