@@ -46,6 +46,10 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 cvt<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 cvt<__nv_fp8_e4m3>(float v) {
+  return __nv_fp8_e4m3(v);  // nearest even, saturated at +-448
+}
 
 __device__ __forceinline__ float silu_ref(float z) {
   return z / (1.0f + expf(-z));
@@ -377,25 +381,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// out[r, f] = silu(h[r, f]) * h[r, F + f], rounded to TOut, for the listed rows.
+// out[r, f] = (silu(h[r, f]) * h[r, F + f] with act, else h[r, f]; h rows of 2F or F) divided
+// by scale[0] when a scale is given, rounded to TOut, for the listed rows.
 template <class TOut>
-__global__ void act_rows_kernel(const float* h, int64_t F, const int32_t* rows, TOut* out) {
-#pragma unroll 1
-  for (int i = 0; i < kRowsPerBlock; ++i) {
-    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
-    if (r < 0) continue;
-    for (int64_t f = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; f < F;
-         f += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-      const float* hr = h + static_cast<int64_t>(r) * 2 * F;
-      out[static_cast<int64_t>(r) * F + f] = cvt<TOut>(silu_ref(hr[f]) * hr[F + f]);
-    }
-  }
-}
-
-// out[r, f] = e4m3((silu(h[r, f]) * h[r, F + f], or h[r, f]) / scale[0]) for the listed rows.
-__global__ void fp8_out_rows_kernel(const float* h, int64_t F, bool act, const int32_t* rows,
-                                    const float* scale, __nv_fp8_e4m3* out) {
-  const float s = scale[0];
+__global__ void act_rows_kernel(const float* h, int64_t F, const int32_t* rows, TOut* out,
+                                bool act = true, const float* scale = nullptr) {
+  const float s = scale ? scale[0] : 1.f;
 #pragma unroll 1
   for (int i = 0; i < kRowsPerBlock; ++i) {
     int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
@@ -404,7 +395,7 @@ __global__ void fp8_out_rows_kernel(const float* h, int64_t F, bool act, const i
          f += static_cast<int64_t>(gridDim.y) * blockDim.x) {
       const float* hr = h + static_cast<int64_t>(r) * (act ? 2 * F : F);
       const float v = act ? silu_ref(hr[f]) * hr[F + f] : hr[f];
-      out[static_cast<int64_t>(r) * F + f] = __nv_fp8_e4m3(v / s);
+      out[static_cast<int64_t>(r) * F + f] = cvt<TOut>(scale ? v / s : v);
     }
   }
 }
@@ -835,8 +826,8 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, Workspace scratch, cud
                                                            rows, be, g.num_blocks, h, nb, stream);
     dim3 grid(static_cast<unsigned>(g.num_blocks), grid_y(n, 256));
     if (fp8_out) {
-      fp8_out_rows_kernel<<<grid, 256, 0, stream>>>(h, n, act, rows, args.c_scale.ptr<float>(),
-                                                    args.c.ptr<__nv_fp8_e4m3>());
+      act_rows_kernel<__nv_fp8_e4m3><<<grid, 256, 0, stream>>>(
+          h, n, rows, args.c.ptr<__nv_fp8_e4m3>(), act, args.c_scale.ptr<float>());
     } else {
       act_rows_kernel<__nv_bfloat16>
           <<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<__nv_bfloat16>());
