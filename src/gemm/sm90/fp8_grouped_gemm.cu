@@ -245,12 +245,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       const float* sb_group = p.b_scale + static_cast<int64_t>(t.group) * si.b_group;
       if constexpr (kBlockScales) {
         if (skip) {
-          CUTE_NO_UNROLL
-          for (int kb = 0; kb < k_blocks; ++kb) {
-            pipeline.consumer_wait(read);
-            pipeline.consumer_release(read);
-            ++read;
-          }
+          skip_tile_stages<1>(pipeline, read, k_blocks, wg);
           continue;
         }
         // The two b boxes' scale rows (each box lies in one 128-row block).
