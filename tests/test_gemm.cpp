@@ -856,6 +856,31 @@ TEST(GemmPlannerRules, DecodeForFewRowsPerGroupSm90ForMany) {
   EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Decode);
 }
 
+// Where the kernels read each mode's scales (gemm.h Fp8Scales as strides): b_rows 272
+// (3 blocks of 128), k 400 (4 blocks of 128).
+TEST(GemmSm90Fp8, ScaleIndexOfEachMode) {
+  const detail::Fp8ScaleIndex blk = detail::fp8_scale_index(Fp8Scales::kBlock, 272, 400);
+  EXPECT_EQ(blk.a_row, 4);
+  EXPECT_EQ(blk.a_kb, 1);
+  EXPECT_EQ(blk.b_group, 3 * 4);
+  EXPECT_EQ(blk.b_row_div, 128);
+  EXPECT_EQ(blk.b_row, 4);
+  EXPECT_EQ(blk.b_kb, 1);
+  const detail::Fp8ScaleIndex ch = detail::fp8_scale_index(Fp8Scales::kPerChannel, 272, 400);
+  EXPECT_EQ(ch.a_row, 1);
+  EXPECT_EQ(ch.a_kb, 0);
+  EXPECT_EQ(ch.b_group, 272);
+  EXPECT_EQ(ch.b_row_div, 1);
+  EXPECT_EQ(ch.b_row, 1);
+  EXPECT_EQ(ch.b_kb, 0);
+  const detail::Fp8ScaleIndex te = detail::fp8_scale_index(Fp8Scales::kPerTensor, 272, 400);
+  EXPECT_EQ(te.a_row, 0);
+  EXPECT_EQ(te.a_kb, 0);
+  EXPECT_EQ(te.b_group, 1);
+  EXPECT_EQ(te.b_row, 0);
+  EXPECT_EQ(te.b_kb, 0);
+}
+
 // The SM90 FP8 kernel's layout assumptions, checked on the CPU with CuTe's layouts: the
 // a stage as two 64-row TMA boxes is the 128-row wgmma operand byte for byte, and the
 // wgmma accumulator element -> (row, column) map the scale promotion and the epilogue use.
