@@ -11,9 +11,10 @@
 //   (kNone: b rows n0 .. n0+127; kSiluAndMul: 64 gate rows and the 64 up rows of the same
 //   64 output columns, so the accumulator holds gate column j and up column j + 64 in one
 //   thread, as the bf16 kernels pair them), 128-byte swizzled (128 fp8 = one SW128 atom
-//   wide), 6 stages (32 KB each) on a cutlass::PipelineTmaAsync. The second a box is loaded
-//   only when the tile has more than 64 valid rows (the stage then expects its 8 KB more):
-//   decode tiles of a few rows fetch b + 64 a rows per stage.
+//   wide), 6 stages (32 KB each) on a cutlass::PipelineTmaAsync. A stage expects b's 16 KB
+//   plus the a boxes its tile loads: 16-row boxes for tiles of up to 48 valid rows (a decode
+//   tile of a few rows fetches b + 16 a rows per stage), else one 64-row box, or two for
+//   more than 64 rows.
 // - Warpgroup 0: one producer thread (TMA). Warpgroups 1, 2: consumers, 64 tile rows
 //   each (wgmma m64n128k32 e4m3, both operands from shared memory). A consumer with
 //   no valid row in its half only waits / releases the stages.
@@ -43,16 +44,18 @@ using E4M3 = cutlass::float_e4m3_t;
 
 struct Cfg {
   static constexpr int BM = 128, BN = 128, BK = 128, STAGES = 6;
-  static constexpr int A_BOX = 64;  // a rows per TMA box (one per consumer warpgroup)
-  static constexpr int B_BOX = 64;  // b rows per TMA box (locate_tile; silu: output columns)
+  static constexpr int A_BOX = 64;    // a rows per TMA box (one per consumer warpgroup)
+  static constexpr int A_SMALL = 16;  // a rows per small box (tiles of <= 3 x 16 rows)
+  static constexpr int B_BOX = 64;    // b rows per TMA box (locate_tile; silu: output columns)
   static constexpr int PAIR = kPairNone;
   static constexpr int MAX_GROUPS = 1024;
   static constexpr int THREADS = 384;  // warpgroup 0: producer; 1, 2: consumers
   static constexpr int CONSUMER_THREADS = 256;
   static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-  static constexpr uint32_t A_BOX_BYTES = A_BOX * BK;                 // 8 KB
-  static constexpr uint32_t B_BYTES = BN * BK;                        // 16 KB
-  static constexpr uint32_t BASE_TX_BYTES = B_BYTES + A_BOX_BYTES;    // b + first a box
+  static constexpr uint32_t A_BOX_BYTES = A_BOX * BK;      // 8 KB
+  static constexpr uint32_t B_BYTES = BN * BK;             // 16 KB
+  static constexpr uint32_t A_SMALL_BYTES = A_SMALL * BK;  // 2 KB
+  static constexpr uint32_t BASE_TX_BYTES = B_BYTES;       // b; each stage adds its a boxes' bytes
   static constexpr uint32_t STAGE_BYTES = B_BYTES + 2 * A_BOX_BYTES;  // 32 KB
 
   using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<E4M3>;  // 8 rows x 128 bytes
@@ -64,6 +67,10 @@ struct Cfg {
   // a and b stages have one layout (BM == BN, A_BOX == B_BOX): one check covers both.
   using SmemLayoutABoxes = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::make_shape(cute::Int<A_BOX>{}, cute::Int<BK>{}, cute::Int<2 * STAGES>{})));
+  // ... and as 8*STAGES small boxes of 16 rows (2 KB each, also a multiple of the period).
+  using SmemLayoutASmall = decltype(cute::tile_to_shape(
+      SmemAtom{},
+      cute::make_shape(cute::Int<A_SMALL>{}, cute::Int<BK>{}, cute::Int<BM / A_SMALL * STAGES>{})));
   using SmemLayoutB = SmemLayoutA;
   static_assert(BM == BN && A_BOX == B_BOX, "a and b stages share one box layout");
   // Two consumer warpgroups stacked along M, each 64 x 128 (wgmma 64x128x32 e4m3).
@@ -86,6 +93,7 @@ static_assert(sizeof(Fp8Storage) <= 227 * 1024, "shared memory");
 
 struct Fp8Params {
   CUtensorMap tma_a;     // a as (a_rows, k, a_l), boxes of A_BOX x BK
+  CUtensorMap tma_a16;   // the same, boxes of A_SMALL x BK
   CUtensorMap tma_b;     // b as (b_rows, k, G), boxes of B_BOX x BK
   const float* a_scale;  // Fp8ScaleIndex si
   const float* b_scale;
@@ -168,11 +176,17 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       PipelineState write = cutlass::make_producer_start_state<Pipeline>();
       for (int id = blockIdx.x; id < total; id += gridDim.x) {
         const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
-        const bool second_a = t.rows > Cfg::A_BOX;
+        // a rows of the tile: up to 48 valid rows in 16-row boxes, else one or two 64-row
+        // boxes (a decode tile of a few rows loads 16 a rows per stage, not 128). Rows of the
+        // stage no box writes hold an earlier stage's bytes: their outputs are never stored.
+        const int a_small =
+            t.rows <= 3 * Cfg::A_SMALL ? (t.rows + Cfg::A_SMALL - 1) / Cfg::A_SMALL : 0;
+        const int a_big = a_small ? 0 : (t.rows > Cfg::A_BOX ? 2 : 1);
+        const uint32_t a_bytes = a_small ? a_small * Cfg::A_SMALL_BYTES : a_big * Cfg::A_BOX_BYTES;
         for (int kb = 0; kb < k_blocks; ++kb) {
           pipeline.producer_acquire(write);  // expects BASE_TX_BYTES
           // Before any copy of the stage is issued, so its phase cannot complete early.
-          if (second_a) pipeline.producer_expect_transaction(write, Cfg::A_BOX_BYTES);
+          pipeline.producer_expect_transaction(write, a_bytes);
           uint64_t* bar = pipeline.producer_get_barrier(write);
           const int s = write.index();
           const int k0 = kb * BK;
@@ -184,10 +198,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           ptx90::tma_load_3d_hint(b_box, &p.tma_b, bar, k0, t.b_row0, t.group, hint_b);
           ptx90::tma_load_3d_hint(b_box + Cfg::B_BOX * BK, &p.tma_b, bar, k0, t.b_row1, t.group,
                                   hint_b);
-          ptx90::tma_load_3d_hint(a_box, &p.tma_a, bar, k0, t.a_row, t.a_l, kEvictNormal);
-          if (second_a) {
-            ptx90::tma_load_3d_hint(a_box + Cfg::A_BOX * BK, &p.tma_a, bar, k0,
-                                    t.a_row + Cfg::A_BOX, t.a_l, kEvictNormal);
+          for (int i = 0; i < a_small; ++i) {
+            ptx90::tma_load_3d_hint(a_box + i * (Cfg::A_SMALL * BK), &p.tma_a16, bar, k0,
+                                    t.a_row + i * Cfg::A_SMALL, t.a_l, kEvictNormal);
+          }
+          for (int i = 0; i < a_big; ++i) {
+            ptx90::tma_load_3d_hint(a_box + i * (Cfg::A_BOX * BK), &p.tma_a, bar, k0,
+                                    t.a_row + i * Cfg::A_BOX, t.a_l, kEvictNormal);
           }
           ++write;
         }
@@ -338,15 +355,20 @@ std::string sm90_fp8_layout_mismatch() {
   using gemm::sm90fp8::Cfg;
   const Cfg::SmemLayoutA a{};
   const Cfg::SmemLayoutABoxes boxes{};
+  const Cfg::SmemLayoutASmall small{};
+  constexpr int kSmallPerStage = Cfg::BM / Cfg::A_SMALL;
   for (int s = 0; s < Cfg::STAGES; ++s)
     for (int r = 0; r < Cfg::BM; ++r)
       for (int k = 0; k < Cfg::BK; ++k) {
         const int box = 2 * s + r / Cfg::A_BOX;
+        const int sbox = kSmallPerStage * s + r / Cfg::A_SMALL;
         const int x = a(r, k, s), y = boxes(r % Cfg::A_BOX, k, box);
-        if (x != y || boxes(0, 0, box) != box * Cfg::A_BOX * Cfg::BK) {
+        const int z = small(r % Cfg::A_SMALL, k, sbox);
+        if (x != y || boxes(0, 0, box) != box * Cfg::A_BOX * Cfg::BK || x != z ||
+            small(0, 0, sbox) != sbox * Cfg::A_SMALL * Cfg::BK) {
           return "a smem: stage " + std::to_string(s) + " row " + std::to_string(r) + " k " +
-                 std::to_string(k) + ": wgmma offset " + std::to_string(x) + ", TMA box offset " +
-                 std::to_string(y);
+                 std::to_string(k) + ": wgmma offset " + std::to_string(x) + ", TMA box offsets " +
+                 std::to_string(y) + " (64 rows), " + std::to_string(z) + " (16 rows)";
         }
       }
   Cfg::TiledMma mma;
@@ -406,6 +428,7 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   const int64_t a_rows = prob.contiguous ? prob.m : prob.max_m;
   const int64_t a_l = prob.contiguous ? 1 : G;
   p.tma_a = make_tma<Cfg>(static_cast<const E4M3*>(prob.a), a_rows, prob.k, a_l, Cfg::A_BOX);
+  p.tma_a16 = make_tma<Cfg>(static_cast<const E4M3*>(prob.a), a_rows, prob.k, a_l, Cfg::A_SMALL);
   p.tma_b = make_tma<Cfg>(static_cast<const E4M3*>(prob.b), b_rows, prob.k, G, Cfg::B_BOX);
   p.a_scale = prob.a_scale;
   p.b_scale = prob.b_scale;
