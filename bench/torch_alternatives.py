@@ -277,13 +277,42 @@ def silu_mul(h, n):
     return F.silu(h[..., :n]) * h[..., n:]
 
 
-def grouped_mlp(x, w13, w2, offs):
-    F_ = w13.shape[1] // 2
+class Mlp:
+    """A row's MLP activation (docs/python.md names) and optional per-expert biases
+    (b13 [E, rows of w13], b2 [E, H]); the default is moekit's silu_and_mul."""
+
+    def __init__(self, activation="silu", b13=None, b2=None):
+        self.activation, self.b13, self.b2 = activation, b13, b2
+
+    def width(self, w13):
+        """F of w_gate_up [.., rows, H] (relu2 is not gated)."""
+        return w13.shape[-2] if self.activation == "relu2" else w13.shape[-2] // 2
+
+    def act(self, h):
+        a = self.activation
+        if a == "silu":
+            return silu_mul(h, h.shape[-1] // 2)
+        if a == "relu2":
+            return torch.relu(h).square()
+        if a == "swigluoai":  # gate and up interleaved
+            g, u = h[..., ::2].clamp(max=7.0), h[..., 1::2].clamp(-7.0, 7.0)
+            return g * torch.sigmoid(1.702 * g) * (u + 1)
+        n = h.shape[-1] // 2
+        return F.gelu(h[..., :n], approximate="tanh" if a == "gelu_tanh" else "none") * h[..., n:]
+
+
+SILU = Mlp()
+
+
+def grouped_mlp(x, w13, w2, offs, mlp=SILU, row_expert=None):
     h = _grouped_mm(x, w13.transpose(-2, -1), offs=offs)
-    return _grouped_mm(silu_mul(h, F_), w2.transpose(-2, -1), offs=offs)
+    if mlp.b13 is not None:
+        h = h + mlp.b13[row_expert]
+    y = _grouped_mm(mlp.act(h), w2.transpose(-2, -1), offs=offs)
+    return y if mlp.b2 is None else y + mlp.b2[row_expert]
 
 
-def grouped_experts(x, w13, w2, w, ids):
+def grouped_experts(x, w13, w2, w, ids, mlp=SILU):
     """Sort routes by expert, two grouped GEMMs, weighted scatter back (f32)."""
     T, K = ids.shape
     E = w13.shape[0]
@@ -295,31 +324,35 @@ def grouped_experts(x, w13, w2, w, ids):
         0, key, torch.ones_like(key))
     offs = torch.cumsum(counts[:E], 0).to(torch.int32)
     tok = order // K
-    y = grouped_mlp(x[tok], w13, w2, offs).float()
+    row_expert = key[order].clamp(max=E - 1) if mlp.b13 is not None or mlp.b2 is not None else None
+    y = grouped_mlp(x[tok], w13, w2, offs, mlp, row_expert).float()
     ww = torch.where(valid, w.flatten(), torch.zeros_like(w.flatten()))[order]
     out = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
     out.index_add_(0, tok, y * ww.unsqueeze(1))
     return out
 
 
-def loop_experts(x, w13, w2, w, ids):
+def loop_experts(x, w13, w2, w, ids, mlp=SILU):
     """Eager per-expert loop (the naive MoE): gather each expert's tokens, MLP, weighted add."""
     T, K = ids.shape
-    F_ = w13.shape[1] // 2
     out = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
     flat = ids.flatten().long()
     for e in torch.unique(flat[(flat >= 0) & (flat < w13.shape[0])]).tolist():
         idx = torch.nonzero(flat == e).squeeze(1)
         tok = idx // K
         h = x[tok] @ w13[e].t()
-        y = silu_mul(h, F_) @ w2[e].t()
+        if mlp.b13 is not None:
+            h = h + mlp.b13[e]
+        y = mlp.act(h) @ w2[e].t()
+        if mlp.b2 is not None:
+            y = y + mlp.b2[e]
         out.index_add_(0, tok, y.float() * w.flatten()[idx].unsqueeze(1))
     return out
 
 
-def dense_mlp(x, w13, w2):
-    S = w13.shape[0] // 2
-    return silu_mul(x @ w13.t(), S) @ w2.t()
+def dense_mlp(x, w13, w2, mlp=SILU):
+    """The shared expert: the routed activation, no biases (the workloads give none)."""
+    return mlp.act(x @ w13.t()) @ w2.t()
 
 
 # ---------------------------------------------------------------- per-op setup
@@ -481,7 +514,16 @@ def setup_case(row, gen, mk):
         E, F2, _ = S["w_gate_up"]
         x = gen.randn((T, H), dt)
         w13 = gen.randn((E, F2, H), dt, 1 / math.sqrt(H))
-        w2 = gen.randn((E, H, F2 // 2), dt, 1 / math.sqrt(F2 // 2))
+        # The row's activation and biases (moekit-bench's conventions: biases ~ N(0, 0.5^2)).
+        mlp = Mlp(row.params.get("activation", "silu"))
+        Fw = mlp.width(w13)
+        w2 = gen.randn((E, H, Fw), dt, 1 / math.sqrt(Fw))
+        if "gate_up_bias" in S:
+            mlp.b13 = gen.randn((E, F2), dt, 0.5)
+        if "down_bias" in S:
+            mlp.b2 = gen.randn((E, H), dt, 0.5)
+        act_kw = {} if mlp.activation == "silu" and mlp.b13 is None and mlp.b2 is None else {
+            "activation": mlp.activation, "gate_up_bias": mlp.b13, "down_bias": mlp.b2}
         shared = None
         # A FusedMoESharedExpertFwd row without shared weights (the page's
         # qwen3-235b-t512) is the routed layer alone, as moekit's op computes it.
@@ -494,12 +536,13 @@ def setup_case(row, gen, mk):
             w, ids = torch_topk(gen.randn((T, E), torch.float32), K, renormalize=True)
             c.make_inputs = lambda: {"x": x.clone(), "w": w.clone(), "ids": ids.clone()}
             c.impls["torch-grouped-mm"] = lambda i: grouped_experts(
-                i["x"], w13, w2, i["w"], i["ids"]).to(dt)
-            c.impls["torch-ref"] = lambda i: loop_experts(i["x"], w13, w2, i["w"], i["ids"]).to(dt)
+                i["x"], w13, w2, i["w"], i["ids"], mlp).to(dt)
+            c.impls["torch-ref"] = lambda i: loop_experts(i["x"], w13, w2, i["w"], i["ids"],
+                                                          mlp).to(dt)  # fmt: skip
             if mk:
                 fn = getattr(mk, "fused_moe_experts" if op == "FusedMoEExpertsFwd"
                              else "indexed_expert_mlp")  # fmt: skip
-                c.impls["moekit"] = lambda i: fn(i["x"], w13, w2, i["w"], i["ids"])
+                c.impls["moekit"] = lambda i: fn(i["x"], w13, w2, i["w"], i["ids"], **act_kw)
             route_ids = ids
         else:
             p = routing_params(row)
@@ -510,9 +553,9 @@ def setup_case(row, gen, mk):
 
             def composed(i, experts):
                 w_, ids_ = torch_topk(i["logits"], correction_bias=bias, **p)
-                out = experts(i["x"], w13, w2, w_, ids_)
+                out = experts(i["x"], w13, w2, w_, ids_, mlp)
                 if shared is not None:
-                    out = out + dense_mlp(i["x"], *shared).float()
+                    out = out + dense_mlp(i["x"], *shared, Mlp(mlp.activation)).float()
                 return out.to(dt)
 
             c.impls["torch-grouped-mm"] = lambda i: composed(i, grouped_experts)
@@ -520,11 +563,13 @@ def setup_case(row, gen, mk):
             if mk:
                 if op == "FusedMoEFwd":
                     c.impls["moekit"] = lambda i: mk.fused_moe(i["x"], i["logits"], w13, w2,
-                                                               correction_bias=bias, **p)
+                                                               correction_bias=bias, **p,
+                                                               **act_kw)  # fmt: skip
                 else:
                     s13, s2 = shared if shared is not None else (None, None)
                     c.impls["moekit"] = lambda i: mk.fused_moe_shared_expert(
-                        i["x"], i["logits"], w13, w2, s13, s2, correction_bias=bias, **p)  # fmt: skip
+                        i["x"], i["logits"], w13, w2, s13, s2, correction_bias=bias, **p,
+                        **act_kw)  # fmt: skip
                     if shared is None:
                         c.notes["moekit"] = "no shared expert in this row: the routed layer alone"
             route_ids = torch_topk(logits, correction_bias=bias, **p)[1]
@@ -533,8 +578,8 @@ def setup_case(row, gen, mk):
         active = int(torch.unique(flat[(flat >= 0) & (flat < E)]).numel())
         c.active_experts = active
         routes = T * K
-        c.flops = 2.0 * routes * (F2 * H + H * F2 // 2)
-        per_expert = (F2 * H + H * F2 // 2) * x.element_size()
+        c.flops = 2.0 * routes * (F2 * H + H * Fw)
+        per_expert = (F2 * H + H * Fw) * x.element_size()
         c.bytes = active * per_expert + 2 * nbytes(x) + nbytes(route_ids) * 2
         if shared is not None:
             c.flops += 2.0 * T * 1.5 * shared[0].shape[0] * H

@@ -62,7 +62,7 @@ TensorView at(TensorView t, const void* data) {
 }
 
 constexpr DType kBF = DType::kBF16, kF16 = DType::kF16, kF32 = DType::kF32, kI32 = DType::kI32;
-constexpr DType kFP8 = DType::kFP8E4M3;
+constexpr DType kFP8 = DType::kFP8E4M3, kI64 = DType::kI64;
 constexpr int64_t kBig = int64_t{1} << 31;  // one past INT32_MAX
 
 // ---- the table runner ----
@@ -240,8 +240,31 @@ std::vector<Row<PermuteAlignArgs>> align_rows() {
        },
        "topk_ids", "T*K + num_experts*(block_size-1) below 2^31 (i32 positions)",
        "i32[1, 2147475455]"},
-      {"dtype", [](auto& a) { a.topk_ids.dtype = kF32; }, "topk_ids", "dtype i32", "f32[4, 2]"},
+      {"dtype", [](auto& a) { a.topk_ids.dtype = kF32; }, "topk_ids", "dtype i32 or i64",
+       "f32[4, 2]"},
       {"rank", [](auto& a) { a.topk_ids = fake(kI32, {8}); }, "topk_ids", "shape [*, *]", "i32[8]"},
+      {"engine", [](auto& a) { a.expert_map = fake(kI64, {16}); }, "expert_map", "dtype i32",
+       "i64[16]"},
+      {"engine",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {2, 8});
+       },
+       "expert_map", "shape [*]", "i32[2, 8]"},
+      {"engine", [](auto& a) { a.expert_map = fake(kI32, {0}); }, "expert_map",
+       "1 to 2^31-1 entries (one per global expert)", "i32[0]"},
+      {"engine",
+       [](auto& a) {
+         a.topk_ids = fake(kI64, {4, 2});
+         a.workspace = fake_ws(16);  // the translated ids need 32 bytes (rounded to 256)
+       },
+       "workspace", "at least 256 bytes", "16 bytes"},
+      {"overlap",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {16});
+         a.workspace = fake_ws(256);  // the translated ids' (a map needs them)
+         a.sorted_token_ids = at(a.sorted_token_ids, a.expert_map.data);
+       },
+       "sorted_token_ids", "memory disjoint from 'expert_map'", "sharing 64 bytes"},
       {"shape", [](auto& a) { a.sorted_token_ids = fake(kI32, {127}); }, "sorted_token_ids",
        "shape [128]", "i32[127]"},
       {"shape", [](auto& a) { a.num_tokens_post_padded = fake(kI32, {2}); },
@@ -319,6 +342,14 @@ std::vector<Row<PrePermuteArgs>> pre_rows() {
       {"dtype", [](auto& a) { a.permuted.dtype = kF16; }, "permuted", "dtype bf16", "f16[8, 64]"},
       {"rank", [](auto& a) { a.local_expert_ids = fake(kI32, {8}); }, "local_expert_ids",
        "shape [4, *]", "i32[8]"},
+      {"engine", [](auto& a) { a.local_expert_ids.dtype = kF32; }, "local_expert_ids",
+       "dtype i32 or i64", "f32[4, 2]"},
+      {"engine",
+       [](auto& a) {
+         a.local_expert_ids = fake(kI64, {4, 2});
+         a.workspace = fake_ws(8);
+       },
+       "workspace", "at least 256 bytes", "8 bytes"},
       {"shape",
        [](auto& a) {
          a.permuted = fake(kBF, {9, 64});
@@ -743,6 +774,25 @@ std::vector<Row<FusedMoEExpertsArgs>> experts_rows() {
          a.topk_ids = fake(kI32, {4, 0});
        },
        "topk_ids", "top_k (dim 1) >= 1", "i32[4, 0]"},
+      {"engine", [](auto& a) { a.topk_ids.dtype = kF32; }, "topk_ids", "dtype i32 or i64",
+       "f32[4, 2]"},
+      {"engine", [](auto& a) { a.expert_map = fake(kF32, {16}); }, "expert_map", "dtype i32",
+       "f32[16]"},
+      {"engine",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {4, 4});
+       },
+       "expert_map", "shape [*]", "i32[4, 4]"},
+      {"engine", [](auto& a) { a.expert_map = fake(kI32, {0}); }, "expert_map",
+       "1 to 2^31-1 entries (one per global expert)", "i32[0]"},
+      {"engine", [](auto& a) { a.apply_router_weight_on_input = true; },
+       "apply_router_weight_on_input", "top_k 1", "true with top_k 2"},
+      {"overlap",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {16});
+         a.output = at(a.output, a.expert_map.data);
+       },
+       "output", "memory disjoint from 'expert_map'", "sharing 64 bytes"},
       {"32-bit",
        [](auto& a) {
          a.hidden_states = fake(kBF, {int64_t{1} << 20, 64});
@@ -832,6 +882,32 @@ std::vector<Row<FusedMoEArgs>> layer_rows() {
        "output", "shape [4, 64]", "bf16[3, 64]"},
       {"top_k", [](auto& a) { a.params.top_k = 0; }, "top_k", "1 to min(16, num_experts=8)", "0"},
       {"top_k", [](auto& a) { a.params.top_k = 9; }, "top_k", "1 to min(16, num_experts=8)", "9"},
+      {"engine", [](auto& a) { a.expert_map = fake(kI64, {8}); }, "expert_map", "dtype i32",
+       "i64[8]"},
+      {"engine", [](auto& a) { a.expert_map = fake(kI32, {16}); }, "gating_output",
+       "one column per global expert (expert_map has 16 entries)", "f32[4, 8]"},
+      {"engine",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {16});
+         a.gating_output = fake(kF32, {4, 16});
+         a.params.top_k = 17;
+       },
+       "top_k", "1 to min(16, num_experts=16)", "17"},
+      {"engine",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {16});
+         a.gating_output = fake(kF32, {4, 16});
+         a.correction_bias = fake(kF32, {8});
+       },
+       "correction_bias", "shape [16]", "f32[8]"},
+      {"engine", [](auto& a) { a.apply_router_weight_on_input = true; },
+       "apply_router_weight_on_input", "top_k 1", "true with top_k 2"},
+      {"overlap",
+       [](auto& a) {
+         a.expert_map = fake(kI32, {8});
+         a.output = at(a.output, a.expert_map.data);
+       },
+       "output", "memory disjoint from 'expert_map'", "sharing 32 bytes"},
       {"groups",
        [](auto& a) {
          a.params.num_expert_group = 3;
@@ -989,16 +1065,263 @@ TEST(BadInputs, EveryOpCoversItsCategories) {
     for (const char* k : more) EXPECT_TRUE(has(c, k)) << op << " lacks " << k;
   };
   check("fused_topk", categories(topk_rows()), {"top_k", "groups", "32-bit"});
-  check("moe_permute_align", categories(align_rows()), {"top_k", "32-bit", "workspace"});
-  check("moe_pre_permute", categories(pre_rows()), {"32-bit", "workspace"});
+  check("moe_permute_align", categories(align_rows()), {"top_k", "32-bit", "workspace", "engine"});
+  check("moe_pre_permute", categories(pre_rows()), {"32-bit", "workspace", "engine"});
   check("moe_post_permute", categories(post_rows()), {"top_k"});
   check("moe_grouped_gemm", categories(gemm_rows()), {"experts", "32-bit", "workspace"});
   check("moe_grouped_gemm_fp8", categories(fp8_rows()), {"experts"});
   check("moe_expert_mlp", categories(mlp_rows()), {"experts", "32-bit", "workspace"});
-  check("fused_moe_experts", categories(experts_rows()), {"top_k", "32-bit", "workspace"});
+  check("fused_moe_experts", categories(experts_rows()),
+        {"top_k", "32-bit", "workspace", "engine"});
   check("fused_moe", categories(layer_rows()),
-        {"top_k", "groups", "experts", "32-bit", "workspace"});
+        {"top_k", "groups", "experts", "32-bit", "workspace", "engine"});
   check("shared_expert_mlp", categories(shared_rows()), {"32-bit", "workspace"});
+}
+
+// ---- activations and biases (docs/moe.md "Activations") ----
+
+// The rows every MLP op shares for its activation and biases: `acts`, `bias`, `dbias` and
+// `gu` name the op's fields; w_gate_up [8, 64, 64] (F = 32) and H = 64 as in mlp_valid,
+// experts_valid and layer_valid.
+template <class Args>
+std::vector<Row<Args>> activation_rows(Activation Args::*act, TensorView Args::*bias,
+                                       TensorView Args::*dbias, TensorView Args::*gu) {
+  return {
+      {"scalar", [=](Args& a) { a.*act = Activation::kNone; }, "activation",
+       "an MLP activation: kSiluAndMul, kGeluTanhAndMul, kGeluAndMul, kRelu2 or kSwigluOai",
+       "none (value 0)"},
+      {"scalar", [=](Args& a) { a.*act = static_cast<Activation>(42); }, "activation",
+       "an MLP activation", "unknown (value 42)"},
+      {"shape",
+       [=](Args& a) {
+         a.*act = Activation::kRelu2;
+         a.*gu = fake(kBF, {8, 12, 64});
+       },
+       "w_gate_up", "F rows (relu2 is not gated) with F a positive multiple of 8",
+       "bf16[8, 12, 64]"},
+      // relu2 reads F = 64 rows of [8, 64, 64]: w_down [8, 64, 32] no longer matches.
+      {"shape", [=](Args& a) { a.*act = Activation::kRelu2; }, "w_down", "shape [8, 64, 64]",
+       "bf16[8, 64, 32]"},
+      {"shape",
+       [=](Args& a) {
+         a.*bias = fake(kF32, {8, 32});
+       },
+       "gate_up_bias", "shape [8, 64]", "f32[8, 32]"},
+      {"shape",
+       [=](Args& a) {
+         a.*act = Activation::kRelu2;
+         a.*gu = fake(kBF, {8, 32, 64});
+         a.*bias = fake(kF32, {8, 64});
+       },
+       "gate_up_bias", "shape [8, 32]", "f32[8, 64]"},
+      {"shape", [=](Args& a) { a.*dbias = fake(kBF, {64}); }, "down_bias", "shape [8, 64]",
+       "bf16[64]"},
+      {"dtype",
+       [=](Args& a) {
+         a.*bias = fake(kF16, {8, 64});
+       },
+       "gate_up_bias", "dtype f32 or bf16", "f16[8, 64]"},
+      {"dtype",
+       [=](Args& a) {
+         a.*dbias = fake(kI32, {8, 64});
+       },
+       "down_bias", "dtype f32 or bf16", "i32[8, 64]"},
+      {"misaligned",
+       [=](Args& a) {
+         a.*bias = shifted(fake(kF32, {8, 64}), 4);
+       },
+       "gate_up_bias", "data aligned to 16 bytes", "pointer 0x"},
+      {"null",
+       [=](Args& a) {
+         a.*dbias = make_view(nullptr, kF32, {8, 64});
+       },
+       "down_bias", "a non-null data pointer", "nullptr"},
+  };
+}
+
+TEST(BadInputs, ActivationsAndBiasesMoeExpertMlp) {
+  using A = ExpertMLPArgs;
+  auto rows = activation_rows<A>(&A::activation, &A::gate_up_bias, &A::down_bias, &A::w_gate_up);
+  rows.push_back({"overlap", [](A& a) { a.expert_output = at(a.expert_output, a.down_bias.data); },
+                  "expert_output", "memory disjoint from 'down_bias'", "sharing"});
+  run_table<A>(
+      "moe_expert_mlp",
+      [] {
+        A a = mlp_valid();
+        a.activation = Activation::kSwigluOai;
+        a.down_bias = fake(kF32, {8, 64});
+        return a;
+      },
+      [](const A& a) { moe_expert_mlp(a, nullptr); }, rows);
+}
+
+TEST(BadInputs, ActivationsAndBiasesFusedMoeExperts) {
+  using A = FusedMoEExpertsArgs;
+  const auto rows =
+      activation_rows<A>(&A::activation, &A::gate_up_bias, &A::down_bias, &A::w_gate_up);
+  for (const char* op : {"fused_moe_experts", "indexed_expert_mlp"}) {
+    run_table<A>(
+        op, experts_valid,
+        [op](const A& a) {
+          if (std::string(op) == "fused_moe_experts") {
+            fused_moe_experts(a, nullptr);
+          } else {
+            indexed_expert_mlp(a, nullptr);
+          }
+        },
+        rows);
+  }
+}
+
+TEST(BadInputs, ActivationsAndBiasesFusedMoe) {
+  using A = FusedMoEArgs;
+  run_table<A>(
+      "fused_moe", layer_valid, [](const A& a) { fused_moe(a, nullptr); },
+      activation_rows<A>(&A::activation, &A::gate_up_bias, &A::down_bias, &A::w_gate_up));
+  // The shared expert: its biases' shapes follow the routed activation; biases without its
+  // weights are refused.
+  using LS = FusedMoESharedExpertArgs;
+  const std::vector<Row<LS>> shared = {
+      {"shape", [](LS& a) { a.shared_gate_up_bias = fake(kF32, {32}); }, "shared_gate_up_bias",
+       "shape [64]", "f32[32]"},
+      {"shape",
+       [](LS& a) {
+         a.moe.activation = Activation::kRelu2;
+         a.shared_w_down = fake(kBF, {64, 64});
+         a.moe.w_down = fake(kBF, {8, 64, 64});
+         a.shared_gate_up_bias = fake(kF32, {32});
+       },
+       "shared_gate_up_bias", "shape [64]", "f32[32]"},
+      {"dtype", [](LS& a) { a.shared_down_bias = fake(kF16, {64}); }, "shared_down_bias",
+       "dtype f32 or bf16", "f16[64]"},
+      {"undefined",
+       [](LS& a) {
+         a.shared_w_gate_up = TensorView{};
+         a.shared_w_down = TensorView{};
+         a.shared_down_bias = fake(kF32, {64});
+       },
+       "shared_down_bias", "no shared-expert bias without the shared expert's weights", "a bias"},
+      {"overlap",
+       [](LS& a) {
+         a.shared_down_bias = fake(kF32, {64});
+         a.moe.output = at(a.moe.output, a.shared_down_bias.data);
+       },
+       "output", "memory disjoint from 'shared_down_bias'", "sharing"},
+  };
+  run_table<LS>(
+      "fused_moe_shared_expert", shared_layer_valid,
+      [](const LS& a) { fused_moe_shared_expert(a, nullptr); }, shared);
+}
+
+TEST(BadInputs, ActivationsAndBiasesSharedExpertMlp) {
+  using A = SharedExpertMLPArgs;
+  const std::vector<Row<A>> rows = {
+      {"scalar", [](A& a) { a.activation = Activation::kNone; }, "activation", "an MLP activation",
+       "none (value 0)"},
+      {"shape",
+       [](A& a) {
+         a.activation = Activation::kRelu2;
+         a.w_gate_up = fake(kBF, {36, 64});
+       },
+       "w_gate_up", "S rows (relu2 is not gated) with S a positive multiple of 8", "bf16[36, 64]"},
+      {"shape",
+       [](A& a) {
+         a.gate_up_bias = fake(kF32, {8, 64});
+       },
+       "gate_up_bias", "shape [64]", "f32[8, 64]"},
+      {"shape", [](A& a) { a.down_bias = fake(kF32, {32}); }, "down_bias", "shape [64]", "f32[32]"},
+      {"overlap",
+       [](A& a) {
+         a.down_bias = fake(kF32, {64});
+         a.output = at(a.output, a.down_bias.data);
+       },
+       "output", "memory disjoint from 'down_bias'", "sharing"},
+  };
+  run_table<A>(
+      "shared_expert_mlp", shared_valid, [](const A& a) { shared_expert_mlp(a, nullptr); }, rows);
+}
+
+// A plan that cannot run the activation is refused with the reason, before any launch.
+TEST(BadInputs, ForcedPlansRefuseActivationsTheyCannotRun) {
+  LayerPlan direct;
+  direct.routed = RoutedPath::kDirect;
+  FusedMoEExpertsArgs e = experts_valid();
+  e.activation = Activation::kGeluAndMul;
+  e.plan = &direct;
+  run_table<FusedMoEExpertsArgs>(
+      "indexed_expert_mlp", [&] { return e; },
+      [](const FusedMoEExpertsArgs& a) { indexed_expert_mlp(a, nullptr); },
+      {{"plan", [](auto&) {}, "plan", "a plan that can run these arguments",
+        "the direct path cannot run activation gelu_and_mul (the direct kernels run "
+        "silu_and_mul without biases)"}});
+  FusedMoEArgs l = layer_valid();
+  l.down_bias = fake(kF32, {8, 64});  // silu_and_mul with a bias: the general path too
+  l.plan = &direct;
+  run_table<FusedMoEArgs>(
+      "fused_moe", [&] { return l; }, [](const FusedMoEArgs& a) { fused_moe(a, nullptr); },
+      {{"plan", [](auto&) {}, "plan", "a plan that can run these arguments",
+        "activation silu_and_mul with biases"}});
+
+  MlpPlan chain;
+  chain.path = MlpPath::kChain;
+  ExpertMLPArgs m = mlp_valid();
+  m.activation = Activation::kSwigluOai;
+  m.plan = &chain;
+  run_table<ExpertMLPArgs>(
+      "moe_expert_mlp", [&] { return m; },
+      [](const ExpertMLPArgs& a) { moe_expert_mlp(a, nullptr); },
+      {{"plan", [](auto&) {}, "plan", "a plan that can run these arguments",
+        "the chain runs silu_and_mul without biases, not swiglu_oai"}});
+
+  MlpPlan gemv;
+  gemv.path = MlpPath::kGemv;
+  SharedExpertMLPArgs d = shared_valid();
+  d.activation = Activation::kGeluTanhAndMul;
+  d.plan = &gemv;
+  run_table<SharedExpertMLPArgs>(
+      "shared_expert_mlp", [&] { return d; },
+      [](const SharedExpertMLPArgs& a) { shared_expert_mlp(a, nullptr); },
+      {{"plan", [](auto&) {}, "plan", "a plan that can run these arguments",
+        "the dense MLP kernels run silu_and_mul without biases, not gelu_tanh_and_mul"}});
+
+  // The grouped GEMM's epilogue runs kNone and kSiluAndMul only.
+  GroupedGemmArgs g = gemm_valid();
+  g.activation = Activation::kRelu2;
+  run_table<GroupedGemmArgs>(
+      "moe_grouped_gemm", [&] { return g; },
+      [](const GroupedGemmArgs& a) { moe_grouped_gemm(a, nullptr); },
+      {{"scalar", [](auto&) {}, "activation", "Activation::kNone or Activation::kSiluAndMul",
+        "value 4"}});
+}
+
+// The general path's workspace holds the f32 pre-activations on top of the silu path's, and
+// the planners send every general layer down the sorted path, chain-free.
+TEST(BadInputs, GeneralPathWorkspaceAndPlans) {
+  FusedMoEExpertsArgs e = experts_valid();
+  const size_t silu = fused_moe_experts_workspace_size(e);
+  e.activation = Activation::kSwigluOai;
+  const size_t oai = fused_moe_experts_workspace_size(e);
+  // T*K = 8 rows of 2F = 64 f32 pre-activations.
+  EXPECT_EQ(oai, silu + 8 * 64 * 4);
+  e.down_bias = fake(kF32, {8, 64});  // H = 64 = 2F: the pre buffer keeps its width
+  EXPECT_EQ(fused_moe_experts_workspace_size(e), oai);
+  e.activation = Activation::kRelu2;  // F = 64 rows, w_down [8, 64, 64]: 64 columns still
+  EXPECT_EQ(fused_moe_experts_workspace_size(e), oai + 8 * 32 * 2);  // act [8, 64] bf16
+  FusedMoEArgs l = layer_valid();
+  l.activation = Activation::kGeluAndMul;
+  const LayerPlan plan = plan_fused_moe(l);
+  EXPECT_EQ(plan.routed, RoutedPath::kSorted);
+  EXPECT_NE(plan.experts.path, MlpPath::kChain);
+  for (const LayerPlan& c : fused_moe_plan_candidates(l)) {
+    EXPECT_EQ(c.routed, RoutedPath::kSorted) << to_string(c);
+    EXPECT_NE(c.experts.path, MlpPath::kChain) << to_string(c);
+  }
+  SharedExpertMLPArgs d = shared_valid();
+  d.activation = Activation::kRelu2;
+  d.w_down = fake(kBF, {64, 64});
+  for (const MlpPlan& c : shared_expert_mlp_plan_candidates(d))
+    EXPECT_EQ(c.path, MlpPath::kTwoGemms) << to_string(c);
+  EXPECT_GT(shared_expert_mlp_workspace_size(d), 0u);
 }
 
 // ---- workspace-size queries ----

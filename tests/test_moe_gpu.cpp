@@ -14,27 +14,17 @@
 #include "reference/accuracy.h"
 #include "support/gpu.h"
 #include "test_moe_common.h"
+#include "test_moe_gpu_common.h"
 
 namespace moekit {
 namespace {
 
+using moetest::expect_close;
 using moetest::Ids;
+using moetest::kPoison;
+using moetest::sync_ok;
 using testing::DeviceTensor;
 using testing::DeviceWorkspace;
-
-constexpr uint8_t kPoison = 0xFF;  // 0xFFFF is a NaN in bf16 and f16
-
-void sync_ok() {
-  cudaError_t err = cudaDeviceSynchronize();
-  ASSERT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
-}
-
-void expect_close(const HostTensor& out, const HostTensor& ref, DType dt, const std::string& what,
-                  const uint8_t* row_mask = nullptr) {
-  const Tolerance tol = tolerance_for(dt);
-  const Accuracy acc = compare(out.view(), ref.view(), tol, row_mask);
-  EXPECT_TRUE(acc.pass(tol)) << what << ": " << acc.str() << " over " << acc.count;
-}
 
 // ---- routed experts: fused_moe_experts and indexed_expert_mlp ----
 

@@ -98,7 +98,7 @@ LayerProblem problem(const Row& r) {
 
 detail::DirectCapacity shared_capacity(const LayerProblem& p) {
   return planner_test::h200_capacity(
-      detail::shared_mlp_problem(p.s, p.S, DType::kF32, detail::h200_props()));
+      detail::shared_mlp_problem(p.s, p.S, DType::kF32, detail::h200_props(), {}));
 }
 
 MlpPlan sorted_experts(const LayerProblem& p, const detail::DeviceProps& device) {
@@ -121,7 +121,8 @@ TEST(LayerPlanner, SeedRowsTakeTodaysPaths) {
     if (r.routed == RoutedPath::kSorted) EXPECT_EQ(plan.experts, sorted_experts(p, h200));
     EXPECT_EQ(plan.has_shared, r.S > 0);
     if (r.S > 0) {
-      const detail::DenseMlpProblem sp = detail::shared_mlp_problem(p.s, r.S, DType::kF32, h200);
+      const detail::DenseMlpProblem sp =
+          detail::shared_mlp_problem(p.s, r.S, DType::kF32, h200, {});
       EXPECT_EQ(sp.out_dtype, DType::kF32);
       EXPECT_EQ(plan.shared, detail::plan_dense_mlp(sp, h200, shared_capacity(p)));
     }
@@ -211,6 +212,52 @@ TEST(LayerPlanner, BadPlansAreRefusedWithAReason) {
     }
     EXPECT_TRUE(has_sorted) << E;
   }
+}
+
+// Another activation or a bias: the general path (docs/moe.md "Activations"): sorted at
+// every T, no chain, the shared expert on two dense GEMMs; every candidate passes, and a
+// silu plan's chain, the direct path and a dense kernel are refused with the reason.
+TEST(LayerPlanner, GeneralActivationsTakeTheGeneralPath) {
+  const detail::DeviceProps h200 = detail::h200_props();
+  for (const Row& r : kRows) {
+    SCOPED_TRACE(r.name);
+    for (int variant = 0; variant < 3; ++variant) {
+      LayerProblem p = problem(r);
+      const LayerPlan silu = detail::plan_layer(p, h200, shared_capacity(p));
+      if (variant == 0) p.s.mlp.act = Activation::kSwigluOai;
+      if (variant == 1) p.s.mlp.down_bias = true;  // silu_and_mul with a bias
+      if (variant == 2) p.s.mlp.act = Activation::kRelu2;
+      p.shared_mlp = p.s.mlp;
+      const LayerPlan plan = detail::plan_layer(p, h200);
+      EXPECT_EQ(plan.routed, RoutedPath::kSorted) << to_string(plan);
+      EXPECT_EQ(plan.experts.path, MlpPath::kTwoGemms) << to_string(plan);
+      if (r.S > 0) EXPECT_EQ(plan.shared.path, MlpPath::kTwoGemms) << to_string(plan);
+      for (const LayerPlan& c : detail::layer_plan_candidates(p, h200)) {
+        EXPECT_EQ(detail::layer_plan_rejection(c, p, h200), "") << to_string(c);
+        EXPECT_EQ(c.routed, RoutedPath::kSorted) << to_string(c);
+        EXPECT_NE(c.experts.path, MlpPath::kChain) << to_string(c);
+      }
+      const std::string why = detail::layer_plan_rejection(silu, p, h200);
+      if (silu.routed == RoutedPath::kDirect) {
+        EXPECT_NE(why.find("the direct kernels run silu_and_mul without biases"), std::string::npos)
+            << why;
+      } else if (silu.experts.path == MlpPath::kChain) {
+        EXPECT_NE(why.find("the chain runs silu_and_mul without biases"), std::string::npos) << why;
+      }
+      if (r.S > 0 && silu.shared.path != MlpPath::kTwoGemms) {
+        LayerPlan shared = plan;
+        shared.shared = silu.shared;
+        EXPECT_NE(detail::layer_plan_rejection(shared, p, h200)
+                      .find("the dense MLP kernels run silu_and_mul without biases"),
+                  std::string::npos);
+      }
+    }
+  }
+  LayerProblem p = problem(kRows[11]);  // ds-v3-grouped-t32
+  p.s.mlp.act = Activation::kGeluAndMul;
+  p.s.mlp.gate_up_bias = true;
+  EXPECT_EQ(detail::shape_key(p.s, p.S),
+            "bf16 T=32 H=7168 E=256 F=2048 K=8 S=2048 act=gelu_and_mul bias");
 }
 
 // arch 0 (no usable device): every plan is one that runs anywhere (no sm_90 kernels).

@@ -13,6 +13,18 @@
 namespace moekit::bench {
 namespace {
 
+// A row's "activation" param, by the Python names (docs/python.md): silu (the default),
+// gelu, gelu_tanh, relu2, swigluoai.
+Activation row_activation(const Workload& w) {
+  const std::string a = w.param("activation");
+  if (a.empty() || a == "silu") return Activation::kSiluAndMul;
+  if (a == "gelu") return Activation::kGeluAndMul;
+  if (a == "gelu_tanh") return Activation::kGeluTanhAndMul;
+  if (a == "relu2") return Activation::kRelu2;
+  if (a == "swigluoai") return Activation::kSwigluOai;
+  throw std::runtime_error("workload " + w.name + ": unknown activation '" + a + "'");
+}
+
 // ---- MoEExpertMLPFwd ---------------------------------------------------------------------------
 
 class ExpertMLPCase : public PlannedCase<MlpPlan> {
@@ -156,13 +168,23 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     T_ = x->shape[0];
     H_ = x->shape[1];
     E_ = row_.w.tensor("w_gate_up")->shape[0];
-    F_ = row_.w.tensor("w_gate_up")->shape[1] / 2;
+    act_ = row_activation(row_.w);
+    const int64_t rows = row_.w.tensor("w_gate_up")->shape[1];
+    F_ = act_ == Activation::kRelu2 ? rows : rows / 2;
     fill_normal(tensor("hidden_states", dt_, {T_, H_}), seed("hidden_states"), 1.f, 0.f,
                 env.stream);
-    fill_normal(tensor("w_gate_up", dt_, {E_, 2 * F_, H_}), seed("w_gate_up"),
+    fill_normal(tensor("w_gate_up", dt_, {E_, rows, H_}), seed("w_gate_up"),
                 1.f / std::sqrt(float(H_)), 0.f, env.stream);
     fill_normal(tensor("w_down", dt_, {E_, H_, F_}), seed("w_down"), 1.f / std::sqrt(float(F_)),
                 0.f, env.stream);
+    // Biases ~ N(0, 0.5^2), in the row's dtype unless the tensor names one.
+    for (const char* b : {"gate_up_bias", "down_bias"}) {
+      const TensorSpec* spec = row_.w.tensor(b);
+      if (spec == nullptr) continue;
+      const DType bdt = spec->dtype.empty() ? dt_ : parse_dtype(spec->dtype);
+      fill_normal(tensor(b, bdt, {E_, std::string(b) == "down_bias" ? H_ : rows}), seed(b), 0.5f,
+                  0.f, env.stream);
+    }
     if (shared()) {
       S_ = row_.w.tensor("shared_w_gate_up")->shape[0] / 2;
       fill_normal(tensor("shared_w_gate_up", dt_, {2 * S_, H_}), seed("shared_w_gate_up"),
@@ -253,9 +275,21 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     a.topk_weights = find("topk_weights").view(c);
     a.topk_ids = find("topk_ids").view(c);
     a.output = find("output").view(c);
+    set_activation(a, c);
     a.workspace = ws;
     a.plan = forced_plan();
     return a;
+  }
+
+  // The row's activation and biases (copy c) into MLP args.
+  template <class Args>
+  void set_activation(Args& a, int c) {
+    a.activation = act_;
+    if (has("gate_up_bias")) a.gate_up_bias = find("gate_up_bias").view(c);
+    if (has("down_bias")) a.down_bias = find("down_bias").view(c);
+  }
+  bool plain_silu() const {
+    return act_ == Activation::kSiluAndMul && !has("gate_up_bias") && !has("down_bias");
   }
 
   FusedMoEArgs fused_args(int c, Workspace ws) {
@@ -267,6 +301,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     a.w_gate_up = find("w_gate_up").view(c);
     a.w_down = find("w_down").view(c);
     a.output = find("output").view(c);
+    set_activation(a, c);
     a.workspace = ws;
     a.plan = forced_plan();
     return a;
@@ -424,7 +459,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
         keep.push_back(find(n).download());
         return keep.back().view();
       };
-      keep.reserve(8);
+      keep.reserve(10);
       if (fused()) {
         FusedMoEArgs a = fused_args(0, {});
         a.hidden_states = host("hidden_states");
@@ -432,6 +467,8 @@ class RoutedCase : public PlannedCase<LayerPlan> {
         if (has("correction_bias")) a.correction_bias = host("correction_bias");
         a.w_gate_up = host("w_gate_up");
         a.w_down = host("w_down");
+        if (has("gate_up_bias")) a.gate_up_bias = host("gate_up_bias");
+        if (has("down_bias")) a.down_bias = host("down_bias");
         a.output = ref.view();
         if (shared()) {
           FusedMoESharedExpertArgs sa;
@@ -449,6 +486,8 @@ class RoutedCase : public PlannedCase<LayerPlan> {
         a.w_down = host("w_down");
         a.topk_weights = host("topk_weights");
         a.topk_ids = host("topk_ids");
+        if (has("gate_up_bias")) a.gate_up_bias = host("gate_up_bias");
+        if (has("down_bias")) a.down_bias = host("down_bias");
         a.output = ref.view();
         if (kind_ == Kind::kIndexed)
           moekit::reference::indexed_expert_mlp(a);
@@ -467,7 +506,13 @@ class RoutedCase : public PlannedCase<LayerPlan> {
 
   std::vector<AltFactory> alternatives() override {
     std::vector<AltFactory> f;
-    f.push_back({"cublas-mlp", [this](Env& env) { return make_cublas(env); }});
+    f.push_back({"cublas-mlp", [this](Env& env) {
+                   if (plain_silu()) return make_cublas(env);
+                   Impl im{"cublas-mlp", nullptr};
+                   im.available = false;
+                   im.note = "the cuBLAS composition runs silu_and_mul without biases";
+                   return im;
+                 }});
     f.push_back({"ref-cuda", [this](Env&) {
                    DBuffer* ws = &scratch("ref_ws", reference_scratch());
                    Impl im{"ref-cuda", [this, ws](int c, cudaStream_t s) {
@@ -565,6 +610,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
 
   Kind kind_;
   int64_t T_ = 0, H_ = 0, E_ = 0, F_ = 0, K_ = 0, S_ = 0;
+  Activation act_ = Activation::kSiluAndMul;
   TopKParams p_;
   DTensor ref_ids_, ref_w_;
   std::vector<int64_t> start_, count_;

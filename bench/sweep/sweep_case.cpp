@@ -47,7 +47,14 @@ class Rng {
 };
 
 // Streams of one case's input draws.
-enum Stream : uint64_t { kIdsStream = 1, kCountsStream, kInverseStream, kSkewStream };
+enum Stream : uint64_t {
+  kIdsStream = 1,
+  kCountsStream,
+  kInverseStream,
+  kSkewStream,
+  kMapStream,
+  kEngineStream,
+};
 Rng stream(const SweepCase& c, Stream s) {
   return Rng(mix(c.data_seed ^ mix(s)));
 }
@@ -372,6 +379,18 @@ void draw_shapes(SweepCase& c, Rng& rng) {
   }
 }
 
+// The engine inputs, from their own stream after everything else: the other fields of a
+// seed's cases stay what they were before these existed.
+void draw_engine_inputs(SweepCase& c) {
+  Rng rng = stream(c, kEngineStream);
+  const bool experts = c.op == Op::kFusedMoeExperts || c.op == Op::kIndexedExpertMlp;
+  if (experts && rng.chance(0.25)) c.ep_ranks = static_cast<int>(rng.pick({2, 4, 8, 16}));
+  if (experts && rng.chance(0.2)) c.ids64 = true;
+  if ((experts || c.op == Op::kFusedMoe || c.op == Op::kFusedMoeSharedExpert) && c.K == 1 &&
+      rng.chance(0.5))
+    c.on_input = true;
+}
+
 // Halves a width (a multiple of `unit`, at least `unit`); false when at its minimum.
 bool halve(int64_t* w, int64_t unit) {
   if (*w <= unit) return false;
@@ -603,6 +622,13 @@ std::string invalid_reason(const SweepCase& c) {
       break;
   }
   if (c.scale_milli <= 0 || c.levels < 0) return "topk parameters";
+  const bool experts = c.op == Op::kFusedMoeExperts || c.op == Op::kIndexedExpertMlp;
+  if (c.ep_ranks < 0 || (c.ep_ranks > 0 && !experts) || c.E * c.ep_ranks > INT32_MAX)
+    return "ep_ranks";
+  if (c.ids64 && !experts) return "ids64";
+  if (c.on_input &&
+      (c.K != 1 || !(experts || c.op == Op::kFusedMoe || c.op == Op::kFusedMoeSharedExpert)))
+    return "on_input without top_k 1";
   if (c.drop_pm < 0 || c.dup_pm < 0 || c.oor_pm < 0 || c.drop_pm + c.dup_pm + c.oor_pm > 1000)
     return "route rates";
   return "";
@@ -633,6 +659,7 @@ SweepCase draw_case(uint64_t seed, int64_t index, const Limits& limits) {
     if (rng.chance(0.5)) c.max_m += rng.uniform(1, 64);
     shrink_to(c, limits);  // E only shrinks: the counts stay within max_m
   }
+  draw_engine_inputs(c);
   return c;
 }
 
@@ -680,6 +707,9 @@ std::string format_spec(const SweepCase& c) {
   num("levels", c.levels, d.levels);
   num("silu", c.silu, d.silu);
   num("workspace", c.workspace, d.workspace);
+  num("ep_ranks", c.ep_ranks, d.ep_ranks);
+  num("ids64", c.ids64, d.ids64);
+  num("on_input", c.on_input, d.on_input);
   s << knobs_string(c.knobs);
   return s.str();
 }
@@ -778,6 +808,12 @@ bool parse_spec(const std::string& spec, SweepCase* out, std::string* error) {
       ok = need_num(&c.silu);
     } else if (k == "workspace") {
       ok = need_num(&c.workspace);
+    } else if (k == "ep_ranks") {
+      ok = need_num(&c.ep_ranks);
+    } else if (k == "ids64") {
+      ok = need_num(&c.ids64);
+    } else if (k == "on_input") {
+      ok = need_num(&c.on_input);
     } else {
       const auto& fields = knob_fields();
       const auto f = std::find_if(fields.begin(), fields.end(),
@@ -882,6 +918,12 @@ std::vector<int64_t> expert_counts(const SweepCase& c) {
 }
 
 std::vector<int32_t> draw_topk_ids(const SweepCase& c) {
+  if (c.ep_ranks > 1) {  // global ids: the same draw over every rank's experts
+    SweepCase global = c;
+    global.E = c.E * c.ep_ranks;
+    global.ep_ranks = 0;
+    return draw_topk_ids(global);
+  }
   std::vector<int32_t> ids(static_cast<size_t>(c.T * c.K));
   Rng rng = stream(c, kIdsStream);
   const std::vector<int32_t> few = c.route == Route::kOneExpert || c.route == Route::kFewExperts
@@ -913,6 +955,24 @@ std::vector<int32_t> draw_topk_ids(const SweepCase& c) {
     damage_row(row, c.K, c, c.E, rng);
   }
   return ids;
+}
+
+std::vector<int32_t> draw_expert_map(const SweepCase& c) {
+  if (c.ep_ranks < 2) return {};
+  const int64_t G = c.E * c.ep_ranks;
+  std::vector<int32_t> map(static_cast<size_t>(G), -1);
+  Rng rng = stream(c, kMapStream);
+  if (rng.chance(0.5)) {  // a block: rank r holds [r*E, (r+1)*E)
+    const int64_t r = static_cast<int64_t>(c.data_seed % static_cast<uint64_t>(c.ep_ranks));
+    for (int64_t l = 0; l < c.E; ++l) map[r * c.E + l] = static_cast<int32_t>(l);
+  } else {  // scattered: E random globals, in random local order
+    std::vector<int32_t> perm(static_cast<size_t>(G));
+    std::iota(perm.begin(), perm.end(), 0);
+    for (int64_t i = G - 1; i > 0; --i) std::swap(perm[i], perm[rng.uniform(0, i)]);
+    for (int64_t l = 0; l < c.E; ++l) map[perm[l]] = static_cast<int32_t>(l);
+  }
+  if (rng.chance(0.2)) map[rng.uniform(0, G - 1)] = static_cast<int32_t>(c.E);  // skipped
+  return map;
 }
 
 std::vector<int32_t> draw_inverse(const SweepCase& c) {

@@ -94,6 +94,12 @@ struct SweepCase {
   // GEMMs.
   bool silu = false;
   bool workspace = true;  // moe_grouped_gemm: pass the optional workspace
+  // Engine inputs (docs/moe.md, "Engine inputs"). ep_ranks >= 2 (fused_moe_experts,
+  // indexed_expert_mlp): ids over E * ep_ranks global experts and an expert_map holding
+  // this rank's E; ids64: the ids as i64; on_input (top_k 1, the routed ops):
+  // apply_router_weight_on_input.
+  int ep_ranks = 0;
+  bool ids64 = false, on_input = false;
   Knobs knobs;
 };
 
@@ -131,8 +137,11 @@ const std::vector<std::string>& op_families(Op op);
 // Per-expert row counts of a permuted buffer (the GEMMs, MoEExpertMLPFwd): T rows over E
 // experts as `route` says, each at most max_m when masked.
 std::vector<int64_t> expert_counts(const SweepCase& c);
-// topk ids [T, K] of the ops that take them.
+// topk ids [T, K] of the ops that take them (global ids in [0, E * ep_ranks) with ep_ranks).
 std::vector<int32_t> draw_topk_ids(const SweepCase& c);
+// The expert map [E * ep_ranks] of an ep_ranks case (empty otherwise): this rank's E experts
+// as a block (rank data_seed % ep_ranks) or scattered, some entries past E (skipped).
+std::vector<int32_t> draw_expert_map(const SweepCase& c);
 // inverse indices [T*K] of MoEPostPermuteFwd over P = T*K + tail rows: distinct rows, with
 // -1, repeats and out-of-range values at the case's rates.
 std::vector<int32_t> draw_inverse(const SweepCase& c);

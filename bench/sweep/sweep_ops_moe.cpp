@@ -58,7 +58,13 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
   const DevTensor w = ctx.tensor(DType::kF32, {c.T, c.K});
   fill_uniform(static_cast<float*>(w.data), w.numel(), input_seed(c, 3), 0.05f, 1.0f, ctx.stream());
   const std::vector<int32_t> ids_h = draw_topk_ids(c);
-  const DevTensor ids = ctx.upload(DType::kI32, {c.T, c.K}, ids_h.data());
+  const std::vector<int64_t> ids64_h(ids_h.begin(), ids_h.end());
+  const DevTensor ids = c.ids64 ? ctx.upload(DType::kI64, {c.T, c.K}, ids64_h.data())
+                                : ctx.upload(DType::kI32, {c.T, c.K}, ids_h.data());
+  const std::vector<int32_t> map_h = draw_expert_map(c);
+  const DevTensor map =
+      map_h.empty() ? DevTensor{}
+                    : ctx.upload(DType::kI32, {static_cast<int64_t>(map_h.size())}, map_h.data());
   const DevTensor out = ctx.tensor(c.dtype, {c.T, c.H});
   const bool indexed = c.op == Op::kIndexedExpertMlp;
   FusedMoEExpertsArgs args;
@@ -68,6 +74,8 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
   args.topk_weights = w.view();
   args.topk_ids = ids.view();
   args.output = out.view();
+  args.expert_map = map.view();
+  args.apply_router_weight_on_input = c.on_input;
   const LayerPlan planned = indexed ? plan_indexed_expert_mlp(args) : plan_fused_moe_experts(args);
   LayerPlan forced;
   if (forced_layer_plan(c.knobs, planned,
@@ -94,6 +102,7 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
         r.w_down = m.in(args.w_down);
         r.topk_weights = m.in(args.topk_weights);
         r.topk_ids = m.in(args.topk_ids);
+        r.expert_map = m.in(args.expert_map);
         HostTensor* ref = nullptr;
         r.output = m.out(args.output, &ref);
         reference::fused_moe_experts(r);
@@ -147,6 +156,7 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
   m.w_gate_up = x.w_gate_up.view();
   m.w_down = x.w_down.view();
   m.output = out.view();
+  m.apply_router_weight_on_input = c.on_input;
   args.shared_w_gate_up = sgu.view();
   args.shared_w_down = sd.view();
   const bool layer = c.op == Op::kFusedMoe;

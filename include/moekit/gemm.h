@@ -10,9 +10,17 @@
 
 namespace moekit {
 
+// The grouped GEMM's epilogue runs kNone and kSiluAndMul; the expert-MLP and layer ops
+// (moe.h) run every activation but kNone (docs/moe.md "Activations"). With F the MLP's
+// intermediate size, g / u the gate / up pre-activations:
 enum class Activation {
   kNone,
-  kSiluAndMul,  // b holds 2N rows (gate then up); c = silu(a.gate^T) * (a.up^T)
+  kSiluAndMul,      // b holds 2N rows (gate then up); c = silu(a.gate^T) * (a.up^T)
+  kGeluTanhAndMul,  // gelu(g) * u, gelu's tanh approximation; gate rows then up rows
+  kGeluAndMul,      // gelu(g) * u, exact gelu (erf); gate rows then up rows
+  kRelu2,           // relu(x)^2, not gated: w_gate_up holds F rows
+  kSwigluOai,       // gpt-oss: rows interleaved (2j gate j, 2j+1 up j); g' = min(g, 7),
+                    // u' = clamp(u, -7, 7), out = g' * sigmoid(1.702 g') * (u' + 1)
 };
 
 // MoEGroupedGemmFwd.

@@ -1,6 +1,9 @@
 // Expert MLPs and whole MoE layers.
 //   MLP_e(x) = w_down[e] . (silu(w_gate[e] . x) * (w_up[e] . x)), f32 accumulation,
 //   the F-wide activation rounded to the op's dtype before the down projection.
+//   Other activations (gemm.h Activation) and per-expert biases: docs/moe.md "Activations";
+//   a bias is added to the GEMM's f32 accumulators (before the activation, before the
+//   routing weight). Biases are f32 or the op's dtype.
 // Ops that need scratch take a Workspace of at least *_workspace_size(args) bytes
 // (the size depends only on shapes and dtypes, so it may be queried with null pointers;
 // the query validates the arguments the size depends on and throws what the op would).
@@ -12,6 +15,7 @@
 
 #include <vector>
 
+#include "moekit/gemm.h"
 #include "moekit/plan.h"
 #include "moekit/routing.h"
 #include "moekit/tensor.h"
@@ -26,6 +30,11 @@ struct ExpertMLPArgs {
   TensorView w_gate_up;        // [E, 2F, H]
   TensorView w_down;           // [E, H, F]
   TensorView expert_output;    // out [P, H]; padding rows untouched; may be expert_input
+  // Activation and optional biases (docs/moe.md "Activations"); w_gate_up holds F rows
+  // for kRelu2, else 2F.
+  Activation activation = Activation::kSiluAndMul;
+  TensorView gate_up_bias;  // optional [E, 2F] ([E, F] for kRelu2), f32 or the dtype
+  TensorView down_bias;     // optional [E, H], f32 or the dtype
   Workspace workspace;
   const MlpPlan* plan = nullptr;  // nullptr: the planner's
 };
@@ -40,10 +49,18 @@ struct FusedMoEExpertsArgs {
   TensorView w_gate_up;      // [E, 2F, H]
   TensorView w_down;         // [E, H, F]
   TensorView topk_weights;   // [T, K] f32
-  TensorView topk_ids;       // [T, K] i32 in [0, E) or -1
+  TensorView topk_ids;       // [T, K] i32 / i64 in [0, E) or -1 (global ids with expert_map)
   TensorView output;         // out [T, H], fully overwritten; may be hidden_states
+  // Activation and optional biases (docs/moe.md "Activations"); w_gate_up holds F rows
+  // for kRelu2, else 2F.
+  Activation activation = Activation::kSiluAndMul;
+  TensorView gate_up_bias;  // optional [E, 2F] ([E, F] for kRelu2), f32 or the dtype
+  TensorView down_bias;     // optional [E, H], f32 or the dtype
   Workspace workspace;
   const LayerPlan* plan = nullptr;  // nullptr: the planner's
+  // Engine inputs (docs/moe.md, "Engine inputs"): expert parallelism and top-1 models.
+  TensorView expert_map;  // optional [E_global] i32: global id -> local id, -1 = other rank
+  bool apply_router_weight_on_input = false;  // x scaled by w before the MLP; top_k 1 only
 };
 size_t fused_moe_experts_workspace_size(const FusedMoEExpertsArgs& args);
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream);
@@ -61,14 +78,23 @@ std::vector<LayerPlan> indexed_expert_mlp_plan_candidates(const IndexedExpertMLP
 // FusedMoEFwd: fused_topk followed by fused_moe_experts.
 struct FusedMoEArgs {
   TensorView hidden_states;    // [T, H] bf16 / f16
-  TensorView gating_output;    // [T, E] bf16 / f16 / f32
-  TensorView correction_bias;  // optional [E] f32
+  TensorView gating_output;    // [T, E] bf16 / f16 / f32 ([T, E_global] with expert_map)
+  TensorView correction_bias;  // optional [E] f32 ([E_global] with expert_map)
   TopKParams params;
   TensorView w_gate_up;  // [E, 2F, H]
   TensorView w_down;     // [E, H, F]
   TensorView output;     // out [T, H]; may be hidden_states
+  // Activation and optional biases (docs/moe.md "Activations"); w_gate_up holds F rows
+  // for kRelu2, else 2F.
+  Activation activation = Activation::kSiluAndMul;
+  TensorView gate_up_bias;  // optional [E, 2F] ([E, F] for kRelu2), f32 or the dtype
+  TensorView down_bias;     // optional [E, H], f32 or the dtype
   Workspace workspace;
   const LayerPlan* plan = nullptr;  // nullptr: the planner's
+  // Engine inputs (docs/moe.md, "Engine inputs"); with expert_map, gating_output is
+  // [T, E_global] and the routing picks global ids.
+  TensorView expert_map;  // optional [E_global] i32: global id -> local id, -1 = other rank
+  bool apply_router_weight_on_input = false;  // x scaled by w before the MLP; top_k 1 only
 };
 size_t fused_moe_workspace_size(const FusedMoEArgs& args);
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream);
@@ -77,9 +103,13 @@ std::vector<LayerPlan> fused_moe_plan_candidates(const FusedMoEArgs& args);
 
 // FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared expert weight 1).
 struct FusedMoESharedExpertArgs {
-  FusedMoEArgs moe;             // moe.output receives the sum; moe.plan: the layer's plan
+  FusedMoEArgs moe;  // moe.output receives the sum; moe.plan: the layer's plan. The shared
+                     // expert reads the unscaled x and is added once per token (per rank).
   TensorView shared_w_gate_up;  // [2S, H]; both shared weights undefined = no shared expert
   TensorView shared_w_down;     // [H, S]
+  // The shared expert runs moe.activation ([S, H] gate rows for kRelu2); optional biases.
+  TensorView shared_gate_up_bias;  // optional [2S] ([S] for kRelu2), f32 or the dtype
+  TensorView shared_down_bias;     // optional [H], f32 or the dtype
 };
 size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args);
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream);
@@ -93,6 +123,11 @@ struct SharedExpertMLPArgs {
   TensorView w_gate_up;      // [2S, H]
   TensorView w_down;         // [H, S]
   TensorView output;         // out [T, H]; not hidden_states (no in place)
+  // Activation and optional biases (docs/moe.md "Activations"); w_gate_up holds S rows
+  // for kRelu2, else 2S.
+  Activation activation = Activation::kSiluAndMul;
+  TensorView gate_up_bias;  // optional [2S] ([S] for kRelu2), f32 or the dtype
+  TensorView down_bias;     // optional [H], f32 or the dtype
   Workspace workspace;
   const MlpPlan* plan = nullptr;  // nullptr: the planner's
 };

@@ -10,13 +10,16 @@ namespace moekit {
 
 // MoEPermuteAlignFwd (vLLM's moe_align_block_size).
 struct PermuteAlignArgs {
-  TensorView topk_ids;  // [T, K] i32, ids in [0, num_experts) or -1
-  int num_experts = 0;
-  int block_size = 64;                // power of two, 16..256
-  TensorView sorted_token_ids;        // out [permute_align_sorted_size(...)] i32
-  TensorView expert_ids;              // out [permute_align_num_blocks(...)] i32
+  TensorView topk_ids;          // [T, K] i32 / i64, ids in [0, num_experts) or -1 (global with map)
+  int num_experts = 0;          // the (local) experts of the blocks
+  int block_size = 64;          // power of two, 16..256
+  TensorView sorted_token_ids;  // out [permute_align_sorted_size(...)] i32
+  TensorView expert_ids;        // out [permute_align_num_blocks(...)] i32
   TensorView num_tokens_post_padded;  // out [1] i32
   Workspace workspace;                // permute_align_workspace_size(args) bytes
+  // Expert parallelism: topk_ids hold global ids, sorted by their local id; routes to
+  // other ranks' experts (map -1) are dropped like -1 (docs/routing-permute.md).
+  TensorView expert_map;  // optional [E_global] i32: global id -> local id in [0, num_experts)
 };
 
 // T*K + E*(block_size-1)
@@ -29,7 +32,7 @@ void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream);
 // MoEPrePermuteFwd: gather token rows into a contiguous(alignment) expert-grouped buffer.
 struct PrePermuteArgs {
   TensorView hidden_states;     // [T, H] bf16 / f16
-  TensorView local_expert_ids;  // [T, K] i32 in [0, num_local_experts) or -1
+  TensorView local_expert_ids;  // [T, K] i32 / i64 in [0, num_local_experts) or -1
   int num_local_experts = 0;
   PermutedLayout layout;       // contiguous only
   TensorView permuted;         // out [P, H], P = permuted_rows(T, K, E, alignment)

@@ -15,9 +15,10 @@ enum class DType : int {
   kF32,
   kI32,
   kFP8E4M3,  // OCP E4M3FN
+  kI64,      // expert ids as engines hold them (topk_ids only)
 };
 
-const char* dtype_name(DType dtype);  // "bf16", "f16", "f32", "i32", "fp8e4m3"
+const char* dtype_name(DType dtype);  // "bf16", "f16", "f32", "i32", "fp8e4m3", "i64"
 size_t dtype_size(DType dtype);       // bytes per element (0 for kUndefined)
 
 constexpr int kMaxDims = 4;

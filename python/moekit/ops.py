@@ -48,6 +48,7 @@ TORCH_DTYPES = {
     torch.float32: _raw.DTYPES["f32"],
     torch.int32: _raw.DTYPES["i32"],
     torch.float8_e4m3fn: _raw.DTYPES["fp8e4m3"],
+    torch.int64: _raw.DTYPES["i64"],  # expert ids only (the ops that take ids)
 }
 for _dt, _code in TORCH_DTYPES.items():
     _raw.register_dtype(_dt, _code)  # tuples carry t.dtype itself
@@ -400,9 +401,31 @@ _TOPK_PARAMS = (
     'int top_k, bool renormalize=False, str scoring_func="softmax", int num_expert_group=0, '
     "int topk_group=0, float routed_scaling_factor=1.0, Tensor? correction_bias=None"
 )
+# The MLP ops' activation (vLLM's names) and optional biases (docs/python.md).
+_ACT_PARAMS = 'str activation="silu", Tensor? gate_up_bias=None, Tensor? down_bias=None'
+# The engine inputs of the routed ops (docs/moe.md, "Engine inputs").
+_ENGINE_PARAMS = "Tensor? expert_map=None, bool apply_router_weight_on_input=False"
 _EXPERTS_PARAMS = (
-    "Tensor hidden_states, Tensor w_gate_up, Tensor w_down, Tensor topk_weights, Tensor topk_ids"
+    "Tensor hidden_states, Tensor w_gate_up, Tensor w_down, Tensor topk_weights, Tensor topk_ids, "
+    + _ACT_PARAMS + ", " + _ENGINE_PARAMS
 )
+_ACT_DOC = """activation: "silu" (silu_and_mul, the default), "gelu" (gelu_and_mul, erf),
+                "gelu_tanh" (gelu_and_mul, tanh approximation), "relu2" (relu(x)^2, not
+                gated: w_gate_up holds F rows) or "swigluoai" (gpt-oss: gate and up rows
+                interleaved, 2j gate j, 2j+1 up j; min(g, 7) * sigmoid(1.702 min(g, 7)) *
+                (clamp(u, -7, 7) + 1)).
+            gate_up_bias: optional [E, 2F] ([E, F] for relu2), f32 or the weights' dtype,
+                added to the gate/up projections before the activation.
+            down_bias: optional [E, H], f32 or the weights' dtype, added to the down
+                projection (before the routing weight)."""
+_ENGINE_DOC = """expert_map: optional [E_global] int32: topk_ids are global expert ids and
+                expert_map[id] the local one (the index into w_gate_up), -1 for an expert
+                on another rank: such routes (and ids or local ids out of range) add
+                nothing, so the output is this rank's partial sum. One translation pass
+                of the T*K ids runs only when a map or int64 ids are given.
+            apply_router_weight_on_input: top_k must be 1; the input row is scaled by
+                its route weight, x' = round(round(w) * x) (vLLM's x * w.to(x.dtype)),
+                and the expert output is not weighted."""
 
 _OPS = [
     _Op("fused_topk", "Tensor gating_output, " + _TOPK_PARAMS, ("topk_weights", "topk_ids"),
@@ -422,14 +445,17 @@ _OPS = [
             (topk_weights [T, K] f32, topk_ids [T, K] i32), ids by descending score,
             ties to the lower id; weights are the unbiased scores.
         """),
-    _Op("moe_permute_align", "Tensor topk_ids, int num_experts, int block_size=64",
+    _Op("moe_permute_align",
+        "Tensor topk_ids, int num_experts, int block_size=64, Tensor? expert_map=None",
         ("sorted_token_ids", "expert_ids", "num_tokens_post_padded"), _permute_align_rule,
         """MoEPermuteAlignFwd (vLLM's moe_align_block_size).
 
         Args:
-            topk_ids: [T, K] i32, ids in [0, num_experts) or -1 (dropped).
-            num_experts: E.
+            topk_ids: [T, K] int32 or int64, ids in [0, num_experts) or -1 (dropped).
+            num_experts: E (with expert_map: the local experts, E_local).
             block_size: a power of two in [16, 256].
+            expert_map: optional [E_global] int32: topk_ids are global ids, sorted by
+                expert_map[id]; routes whose local id is -1 (or out of range) are dropped.
 
         Returns:
             (sorted_token_ids [T*K + E*(block_size-1)] i32: per expert in id order, the
@@ -446,7 +472,7 @@ _OPS = [
 
         Args:
             hidden_states: [T, H] bf16 or f16.
-            local_expert_ids: [T, K] i32, ids in [0, num_local_experts) or -1.
+            local_expert_ids: [T, K] int32 or int64, ids in [0, num_local_experts) or -1.
             num_local_experts: E.
             alignment: each expert's block starts at a multiple of this many rows.
 
@@ -509,7 +535,7 @@ _OPS = [
         """),
     _Op("moe_expert_mlp",
         "Tensor expert_input, Tensor layout_metadata, Tensor w_gate_up, Tensor w_down, "
-        "int alignment=1", ("expert_output",), "like:expert_input",
+        "int alignment=1, " + _ACT_PARAMS, ("expert_output",), "like:expert_input",
         """MoEExpertMLPFwd: each expert's gated MLP on its rows of a permuted buffer.
 
         Args:
@@ -518,10 +544,11 @@ _OPS = [
             w_gate_up: [E, 2F, H] (gate rows then up rows).
             w_down: [E, H, F].
             alignment: block alignment of the layout.
+            """ + _ACT_DOC + """
 
         Returns:
-            expert_output [P, H]: row r of expert e = w_down[e] . (silu(gate . x) * (up . x));
-            padding rows are left uninitialized.
+            expert_output [P, H]: row r of expert e = w_down[e] . act(w_gate_up[e] . x)
+            (+ biases); padding rows are left uninitialized.
         """),
     _Op("fused_moe_experts", _EXPERTS_PARAMS, ("output",), "like:hidden_states",
         """FusedMoEExpertsFwd: the experts half of a MoE layer.
@@ -529,50 +556,62 @@ _OPS = [
         Args:
             hidden_states: [T, H] bf16/f16.
             w_gate_up: [E, 2F, H]; w_down: [E, H, F] (same dtype).
-            topk_weights: [T, K] f32; topk_ids: [T, K] i32 in [0, E) or -1.
+            topk_weights: [T, K] f32; topk_ids: [T, K] int32 or int64 in [0, E) or -1.
+            {act}
+            {engine}
 
         Returns:
             output [T, H] = sum over k with id >= 0 of w[t,k] * MLP_id(x_t).
-        """),
+        """.format(act=_ACT_DOC, engine=_ENGINE_DOC)),
     _Op("indexed_expert_mlp", _EXPERTS_PARAMS, ("output",), "like:hidden_states",
         """IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64 (routes
         read straight from topk_ids, no sort); correct for every T. Same shapes as
         fused_moe_experts."""),
     _Op("fused_moe",
         "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
-        + _TOPK_PARAMS, ("output",), "like:hidden_states",
+        + _TOPK_PARAMS + ", " + _ACT_PARAMS + ", " + _ENGINE_PARAMS, ("output",), "like:hidden_states",
         """FusedMoEFwd: a whole routed MoE layer (fused_topk then fused_moe_experts).
 
         Args:
             hidden_states: [T, H] bf16/f16.
-            gating_output: [T, E] bf16/f16/f32 router logits.
+            gating_output: [T, E] bf16/f16/f32 router logits ([T, E_global] with
+                expert_map: the routing picks global experts).
             w_gate_up: [E, 2F, H]; w_down: [E, H, F].
             top_k, renormalize, scoring_func, num_expert_group, topk_group,
             routed_scaling_factor, correction_bias ([E] f32 or None): as in fused_topk.
+            {act}
+            {engine}
 
         Returns:
             output [T, H].
-        """, in_place="hidden_states"),
+        """.format(act=_ACT_DOC, engine=_ENGINE_DOC), in_place="hidden_states"),
     _Op("fused_moe_shared_expert",
         "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
-        "Tensor? shared_w_gate_up, Tensor? shared_w_down, " + _TOPK_PARAMS, ("output",),
-        "like:hidden_states",
+        "Tensor? shared_w_gate_up, Tensor? shared_w_down, " + _TOPK_PARAMS + ", " + _ACT_PARAMS
+        + ", Tensor? shared_gate_up_bias=None, Tensor? shared_down_bias=None, " + _ENGINE_PARAMS,
+        ("output",), "like:hidden_states",
         """FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared weight 1).
 
         Args:
-            as fused_moe, plus shared_w_gate_up [2S, H] and shared_w_down [H, S]; both None
-            = no shared expert (the routed layer alone, as fused_moe).
+            as fused_moe, plus shared_w_gate_up [2S, H] ([S, H] for relu2) and
+            shared_w_down [H, S]; both None = no shared expert (the routed layer alone, as
+            fused_moe). The shared expert runs the routed activation, with optional
+            shared_gate_up_bias [2S] ([S]) and shared_down_bias [H] (f32 or the dtype); it
+            reads the unscaled x and is added once (with expert_map: on every rank that
+            calls the layer).
 
         Returns:
             output [T, H].
         """, in_place="hidden_states"),
-    _Op("shared_expert_mlp", "Tensor hidden_states, Tensor w_gate_up, Tensor w_down",
-        ("output",), "like:hidden_states",
+    _Op("shared_expert_mlp", "Tensor hidden_states, Tensor w_gate_up, Tensor w_down, "
+        + _ACT_PARAMS, ("output",), "like:hidden_states",
         """SharedExpertMLPFwd: a dense gated MLP.
 
         Args:
             hidden_states: [T, H] bf16/f16.
             w_gate_up: [2S, H] (gate rows then up rows); w_down: [H, S].
+            activation, gate_up_bias ([2S]), down_bias ([H]): as in fused_moe_experts,
+                without the expert axis.
 
         Returns:
             output [T, H] = w_down . (silu(gate . x) * (up . x)).

@@ -99,16 +99,16 @@ RegisteredDType g_registered[kMaxRegistered];
 int g_num_registered = 0;
 
 DType dtype_from_code(PyObject* o, const char* op, const char* arg) {
-  constexpr const char* kExpected = "a dtype code 1..5 (bf16, f16, f32, i32, fp8e4m3)";
+  constexpr const char* kExpected = "a dtype code 1..6 (bf16, f16, f32, i32, fp8e4m3, i64)";
   if (!PyLong_Check(o)) {
     for (int i = 0; i < g_num_registered; ++i) {
       if (g_registered[i].obj == o) return g_registered[i].code;
     }
     // An unregistered dtype object (torch.int64, ...) or its name: say what came.
-    fail(op, arg, "dtype bf16, f16, f32, i32 or fp8e4m3", repr_of(o));
+    fail(op, arg, "dtype bf16, f16, f32, i32, fp8e4m3 or i64", repr_of(o));
   }
   long code = PyLong_AsLong(o);
-  if (code < static_cast<long>(DType::kBF16) || code > static_cast<long>(DType::kFP8E4M3)) {
+  if (code < static_cast<long>(DType::kBF16) || code > static_cast<long>(DType::kI64)) {
     if (PyErr_Occurred()) PyErr_Clear();
     fail(op, arg, kExpected, repr_of(o));
   }
@@ -123,8 +123,9 @@ DType dtype_from_dlpack(nb::dlpack::dtype dt, const char* op, const char* arg) {
     if (dt.code == uint8_t(C::Float) && dt.bits == 32) return DType::kF32;
     if (dt.code == uint8_t(C::Int) && dt.bits == 32) return DType::kI32;
     if (dt.code == uint8_t(C::Float8_E4M3FN) && dt.bits == 8) return DType::kFP8E4M3;
+    if (dt.code == uint8_t(C::Int) && dt.bits == 64) return DType::kI64;
   }
-  fail(op, arg, "dtype bf16, f16, f32, i32 or fp8e4m3",
+  fail(op, arg, "dtype bf16, f16, f32, i32, fp8e4m3 or i64",
        "DLPack dtype (code " + std::to_string(dt.code) + ", bits " + std::to_string(dt.bits) +
            ", lanes " + std::to_string(dt.lanes) + ")");
 }
@@ -333,6 +334,7 @@ class Converter {
       if (code == 2 && bits == 32) dtype = DType::kF32;      // kDLFloat
       if (code == 0 && bits == 32) dtype = DType::kI32;      // kDLInt
       if (code == 10 && bits == 8) dtype = DType::kFP8E4M3;  // kDLFloat8_e4m3fn
+      if (code == 0 && bits == 64) dtype = DType::kI64;      // kDLInt
     }
     if (dtype == DType::kUndefined || dl.ndim < 0 || dl.ndim > kMaxDims) return false;
     const int type = dl.device.device_type;
@@ -493,6 +495,22 @@ Activation parse_activation(const char* s, const char* op) {
   fail(op, "activation", "'none' or 'silu_and_mul'", std::string("'") + s + "'");
 }
 
+// The MLP ops' activation, by vLLM's names (docs/python.md).
+Activation parse_mlp_activation(const char* s, const char* op) {
+  static const struct {
+    const char* name;
+    Activation act;
+  } kNames[] = {{"silu", Activation::kSiluAndMul},
+                {"gelu", Activation::kGeluAndMul},
+                {"gelu_tanh", Activation::kGeluTanhAndMul},
+                {"relu2", Activation::kRelu2},
+                {"swigluoai", Activation::kSwigluOai}};
+  for (const auto& n : kNames)
+    if (std::strcmp(s, n.name) == 0) return n.act;
+  fail(op, "activation", "'silu', 'gelu', 'gelu_tanh', 'relu2' or 'swigluoai'",
+       std::string("'") + s + "'");
+}
+
 // ---- fields: one Python argument of an op and where it lands in the C++ args struct ----
 
 // A tensor argument: a TensorView of the args struct (reached through `at`), passed as
@@ -589,10 +607,34 @@ auto topk_param_fields() {
           [](auto& a, float v, const char*) { params_of(a).routed_scaling_factor = v; }, 1.0f));
 }
 
+template <class... F>
+auto fields(F... f) {
+  return std::make_tuple(f...);
+}
+
+// An MLP op's activation (vLLM's name) and optional biases, after its other arguments.
+auto activation_fields() {
+  return std::make_tuple(scalar<const char*>("activation",
+                                             [](auto& a, const char* s, const char* op) {
+                                               moe_part(a).activation = parse_mlp_activation(s, op);
+                                             }),
+                         MK_MOE_TENSOR(gate_up_bias), MK_MOE_TENSOR(down_bias));
+}
+
+// The engine inputs of the routed ops (docs/moe.md, "Engine inputs"), after their fields.
+auto engine_fields() {
+  return std::make_tuple(
+      MK_MOE_TENSOR(expert_map),
+      scalar<bool>("apply_router_weight_on_input", [](auto& a, bool v, const char*) {
+        moe_part(a).apply_router_weight_on_input = v;
+      }));
+}
+
 // The routed-experts ops' arguments (FusedMoEExpertsFwd, IndexedExpertMLPFwd).
 auto experts_fields() {
-  return std::make_tuple(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
-                         MK_TENSOR(topk_weights), MK_TENSOR(topk_ids), MK_TENSOR(output));
+  return std::tuple_cat(fields(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
+                               MK_TENSOR(topk_weights), MK_TENSOR(topk_ids), MK_TENSOR(output)),
+                        activation_fields(), engine_fields());
 }
 
 // ---- ops: one entry per op; register_op generates its Python functions ----
@@ -632,10 +674,6 @@ Op<Args, Fields> op(const char* name, void (*run)(const Args&, cudaStream_t), Fi
                     const char* doc) {
   return {name, run, doc, fields};
 }
-template <class... F>
-auto fields(F... f) {
-  return std::make_tuple(f...);
-}
 
 // The op table. Field order is the Python argument order of moekit.raw.<op> (the C++
 // struct's order); the torch layer (moekit/ops.py) passes its arguments in that order.
@@ -649,16 +687,17 @@ const auto kOps = std::make_tuple(
         .with_raw_defaults(),
     op("moe_permute_align", &moe_permute_align,
        fields(MK_TENSOR(topk_ids), MK_INT(num_experts), MK_INT(block_size),
-              MK_TENSOR(sorted_token_ids), MK_TENSOR(expert_ids),
-              MK_TENSOR(num_tokens_post_padded)),
-       "MoEPermuteAlignFwd: topk_ids [T, K] i32 -> sorted_token_ids [T*K + E*(bs-1)] i32, "
-       "expert_ids [ceil(len/bs)] i32, num_tokens_post_padded [1] i32.")
+              MK_TENSOR(sorted_token_ids), MK_TENSOR(expert_ids), MK_TENSOR(num_tokens_post_padded),
+              MK_TENSOR(expert_map)),
+       "MoEPermuteAlignFwd: topk_ids [T, K] i32/i64 -> sorted_token_ids [T*K + E*(bs-1)] i32, "
+       "expert_ids [ceil(len/bs)] i32, num_tokens_post_padded [1] i32; expert_map [E_global] "
+       "i32 or None.")
         .with_workspace(&permute_align_workspace_size, "permute_align_workspace_size"),
     op("moe_pre_permute", &moe_pre_permute,
        fields(MK_TENSOR(hidden_states), MK_TENSOR(local_expert_ids), MK_INT(num_local_experts),
               MK_CONTIGUOUS_LAYOUT, MK_TENSOR(permuted), MK_TENSOR(layout_metadata),
               MK_TENSOR(inverse_indices)),
-       "MoEPrePermuteFwd: hidden_states [T, H], local_expert_ids [T, K] i32 -> permuted [P, H] "
+       "MoEPrePermuteFwd: hidden_states [T, H], local_expert_ids [T, K] i32/i64 -> permuted [P, H] "
        "(P = T*K + E*(alignment-1)), layout_metadata [E] i32, inverse_indices [T*K] i32.")
         .with_workspace(&pre_permute_workspace_size, "pre_permute_workspace_size"),
     op("moe_post_permute", &moe_post_permute,
@@ -703,14 +742,17 @@ const auto kOps = std::make_tuple(
        "[E, N, Kd] fp8e4m3, b_scale [E, N/128, Kd/128] f32, layout_metadata [E] i32 -> c "
        "[E, max_m, N] bf16."),
     op("moe_expert_mlp", &moe_expert_mlp,
-       fields(MK_TENSOR(expert_input), MK_TENSOR(layout_metadata), MK_CONTIGUOUS_LAYOUT,
-              MK_TENSOR(w_gate_up), MK_TENSOR(w_down), MK_TENSOR(expert_output)),
+       std::tuple_cat(
+           fields(MK_TENSOR(expert_input), MK_TENSOR(layout_metadata), MK_CONTIGUOUS_LAYOUT,
+                  MK_TENSOR(w_gate_up), MK_TENSOR(w_down), MK_TENSOR(expert_output)),
+           activation_fields()),
        "MoEExpertMLPFwd: expert_input [P, H], layout_metadata [E] i32, w_gate_up [E, 2F, H], "
        "w_down [E, H, F] -> expert_output [P, H].")
         .with_workspace(&expert_mlp_workspace_size, "expert_mlp_workspace_size"),
     op("fused_moe_experts", &fused_moe_experts, experts_fields(),
        "FusedMoEExpertsFwd: hidden_states [T, H], w_gate_up [E, 2F, H], w_down [E, H, F], "
-       "topk_weights [T, K] f32, topk_ids [T, K] i32 -> output [T, H].")
+       "topk_weights [T, K] f32, topk_ids [T, K] i32/i64 -> output [T, H]; expert_map "
+       "[E_global] i32 or None, apply_router_weight_on_input.")
         .with_workspace(&fused_moe_experts_workspace_size, "fused_moe_experts_workspace_size"),
     op("indexed_expert_mlp", &indexed_expert_mlp, experts_fields(),
        "IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64.")
@@ -719,7 +761,7 @@ const auto kOps = std::make_tuple(
        std::tuple_cat(fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
                              MK_MOE_TENSOR(correction_bias), MK_MOE_TENSOR(w_gate_up),
                              MK_MOE_TENSOR(w_down), MK_MOE_TENSOR(output)),
-                      topk_param_fields()),
+                      topk_param_fields(), activation_fields(), engine_fields()),
        "FusedMoEFwd: fused_topk then fused_moe_experts -> output [T, H].")
         .with_workspace(&fused_moe_workspace_size, "fused_moe_workspace_size"),
     op("fused_moe_shared_expert", &fused_moe_shared_expert,
@@ -727,12 +769,15 @@ const auto kOps = std::make_tuple(
            fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
                   MK_MOE_TENSOR(correction_bias), MK_MOE_TENSOR(w_gate_up), MK_MOE_TENSOR(w_down),
                   MK_TENSOR(shared_w_gate_up), MK_TENSOR(shared_w_down), MK_MOE_TENSOR(output)),
-           topk_param_fields()),
+           topk_param_fields(), activation_fields(),
+           fields(MK_TENSOR(shared_gate_up_bias), MK_TENSOR(shared_down_bias)), engine_fields()),
        "FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) -> output [T, H].")
         .with_workspace(&fused_moe_shared_expert_workspace_size,
                         "fused_moe_shared_expert_workspace_size"),
     op("shared_expert_mlp", &shared_expert_mlp,
-       fields(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down), MK_TENSOR(output)),
+       std::tuple_cat(fields(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
+                             MK_TENSOR(output)),
+                      activation_fields()),
        "SharedExpertMLPFwd: hidden_states [T, H], w_gate_up [2S, H], w_down [H, S] -> "
        "output [T, H].")
         .with_workspace(&shared_expert_mlp_workspace_size, "shared_expert_mlp_workspace_size"));
@@ -861,14 +906,15 @@ NB_MODULE(_moekit, m) {
   codes["f32"] = static_cast<int>(DType::kF32);
   codes["i32"] = static_cast<int>(DType::kI32);
   codes["fp8e4m3"] = static_cast<int>(DType::kFP8E4M3);
+  codes["i64"] = static_cast<int>(DType::kI64);
   m.attr("DTYPES") = codes;
   m.attr("__version__") = MOEKIT_VERSION_STRING;
 
   m.def(
       "register_dtype",
       [](nb::handle obj, int code) {
-        if (code < static_cast<int>(DType::kBF16) || code > static_cast<int>(DType::kFP8E4M3)) {
-          throw Error("moekit.raw.register_dtype: code: expected 1..5, got " +
+        if (code < static_cast<int>(DType::kBF16) || code > static_cast<int>(DType::kI64)) {
+          throw Error("moekit.raw.register_dtype: code: expected 1..6, got " +
                       std::to_string(code));
         }
         for (int i = 0; i < g_num_registered; ++i) {

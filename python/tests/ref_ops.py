@@ -15,8 +15,9 @@ def fused_topk(gating_output, top_k, renormalize=False, scoring_func="softmax",
     return w, ids.int()
 
 
-def moe_permute_align(topk_ids, num_experts, block_size=64):
-    sorted_ids, blocks = ref.moe_permute_align(topk_ids, num_experts, block_size)
+def moe_permute_align(topk_ids, num_experts, block_size=64, expert_map=None):
+    local = ref.local_ids(topk_ids, expert_map, num_experts) if expert_map is not None else topk_ids
+    sorted_ids, blocks = ref.moe_permute_align(local, num_experts, block_size)
     routes = topk_ids.numel()
     size = routes + num_experts * (block_size - 1)
     out = torch.full((size,), routes, dtype=torch.int32)
@@ -52,8 +53,9 @@ def moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata):
     return ref.moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata)[0]
 
 
-def moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment=1):
-    return ref.moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment)[0]
+def moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment=1, *act):
+    return ref.moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment,
+                              *act)[0]  # fmt: skip
 
 
 fused_moe_experts = ref.fused_moe_experts

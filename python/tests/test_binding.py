@@ -39,7 +39,7 @@ def test_import_and_op_list():
                  "shared_expert_mlp"):  # fmt: skip
         assert callable(getattr(raw, name + "_workspace_size")), name
     assert issubclass(moekit.MoekitError, ValueError)
-    assert moekit.DTYPES == {"bf16": 1, "f16": 2, "f32": 3, "i32": 4, "fp8e4m3": 5}
+    assert moekit.DTYPES == {"bf16": 1, "f16": 2, "f32": 3, "i32": 4, "fp8e4m3": 5, "i64": 6}
     assert [raw.dtype_size(c) for c in range(1, 6)] == [2, 2, 4, 4, 1]
     assert raw.dtype_name(5) == "fp8e4m3"
 
@@ -76,9 +76,10 @@ def test_describe_tensor_forms():
     [
         ((PTR, 1), r"\(data_ptr, dtype, shape\[, strides\]\) tuple.*2 items"),
         (("x", 1, (2,)), r"an int data pointer, got str"),
-        ((PTR, 0, (2,)), r"dtype code 1\.\.5"),
-        ((PTR, 9, (2,)), r"dtype code 1\.\.5.*got 9"),
-        ((PTR, "torch.float64", (2,)), r"dtype bf16, f16, f32, i32 or fp8e4m3, got torch.float64"),
+        ((PTR, 0, (2,)), r"dtype code 1\.\.6"),
+        ((PTR, 9, (2,)), r"dtype code 1\.\.6.*got 9"),
+        ((PTR, "torch.float64", (2,)),
+         r"dtype bf16, f16, f32, i32, fp8e4m3 or i64, got torch.float64"),
         ((PTR, 1, 5), r"a tuple of ints as shape, got int"),
         ((PTR, 1, (1, 2, 3, 4, 5)), r"at most 4 dimensions"),
         ((PTR, 1, (2, "a")), r"an int shape, got str"),
@@ -108,7 +109,7 @@ def test_registered_dtype_objects_and_contiguity_flags():
     with pytest.raises(moekit.MoekitError,
                        match=r"expected a contiguous row-major tensor, got a non-contiguous one"):
         raw.describe((PTR, f32_obj, (2, 3), False))
-    with pytest.raises(moekit.MoekitError, match=r"code: expected 1\.\.5"):
+    with pytest.raises(moekit.MoekitError, match=r"code: expected 1\.\.6"):
         raw.register_dtype(other, 7)
 
 
@@ -138,10 +139,13 @@ BAD_CALLS = [
      lambda: raw.fused_topk(t("f32", 4, 8), None, t("f32", 4, 2), t("i32", 4, 2), 2, True, "tanh")),
     ("moe_permute_align", "block_size",
      lambda: raw.moe_permute_align(t("i32", 4, 2), 8, 48, t("i32", 8 + 8 * 47), t("i32", 9),
-                                   t("i32", 1), PTR + WS, WS)),
+                                   t("i32", 1), None, PTR + WS, WS)),
     ("moe_permute_align", "sorted_token_ids",
      lambda: raw.moe_permute_align(t("i32", 4, 2), 8, 16, t("i32", 8), t("i32", 8),
-                                   t("i32", 1), PTR + WS, WS)),
+                                   t("i32", 1), None, PTR + WS, WS)),
+    ("moe_permute_align", "expert_map",
+     lambda: raw.moe_permute_align(t("i64", 4, 2), 8, 16, t("i32", 8 + 8 * 15), t("i32", 8),
+                                   t("i32", 1), t("i64", 32), PTR + WS, WS)),
     ("moe_pre_permute", "permuted",
      lambda: raw.moe_pre_permute(t("bf16", 4, 64), t("i32", 4, 2), 4, 8, t("bf16", 8, 64),
                                  t("i32", 4), t("i32", 8), PTR + WS, WS)),
@@ -173,31 +177,48 @@ BAD_CALLS = [
                                       t("bf16", 2, 64, 128))),
     ("moe_expert_mlp", "expert_output",
      lambda: raw.moe_expert_mlp(t("bf16", 32, 128), t("i32", 4), 1, t("bf16", 4, 128, 128),
-                                t("bf16", 4, 128, 64), t("bf16", 31, 128), PTR + WS, WS)),
+                                t("bf16", 4, 128, 64), t("bf16", 31, 128), "silu", None, None,
+                                PTR + WS, WS)),
     ("fused_moe_experts", "topk_weights",
      lambda: raw.fused_moe_experts(t("bf16", 4, 128), t("bf16", 8, 128, 128),
                                    t("bf16", 8, 128, 64), t("bf16", 4, 2), t("i32", 4, 2),
-                                   t("bf16", 4, 128), PTR + WS, WS)),
+                                   t("bf16", 4, 128), "silu", None, None, None, False, PTR + WS, WS)),
+    ("fused_moe_experts", "apply_router_weight_on_input",
+     lambda: raw.fused_moe_experts(t("bf16", 4, 128), t("bf16", 8, 128, 128),
+                                   t("bf16", 8, 128, 64), t("f32", 4, 2), t("i64", 4, 2),
+                                   t("bf16", 4, 128), "silu", None, None, t("i32", 32), True, PTR + WS, WS)),
     ("indexed_expert_mlp", "w_down",
      lambda: raw.indexed_expert_mlp(t("bf16", 4, 128), t("bf16", 8, 128, 128),
                                     t("bf16", 8, 128, 32), t("f32", 4, 2), t("i32", 4, 2),
-                                    t("bf16", 4, 128), PTR + WS, WS)),
+                                    t("bf16", 4, 128), "silu", None, None, None, False, PTR + WS, WS)),
     ("fused_moe", "gating_output",
      lambda: raw.fused_moe(t("bf16", 4, 128), t("f32", 5, 8), None, t("bf16", 8, 128, 128),
                            t("bf16", 8, 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-                           1.0, PTR + WS, WS)),
+                           1.0, "silu", None, None, None, False, PTR + WS, WS)),
     ("fused_moe", "w_gate_up",
      lambda: raw.fused_moe(t("bf16", 4, 128), t("f32", 4, 8), None, t("f16", 8, 128, 128),
                            t("bf16", 8, 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-                           1.0, PTR + WS, WS)),
+                           1.0, "silu", None, None, None, False, PTR + WS, WS)),
     ("fused_moe_shared_expert", "shared_w_down",
      lambda: raw.fused_moe_shared_expert(
          t("bf16", 4, 128), t("f32", 4, 8), None, t("bf16", 8, 128, 128), t("bf16", 8, 128, 64),
          t("bf16", 256, 128), t("bf16", 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-         1.0, PTR + WS, WS)),
+         1.0, "silu", None, None, None, None, None, False, PTR + WS, WS)),
+    ("fused_moe", "gating_output",
+     lambda: raw.fused_moe(t("bf16", 4, 128), t("f32", 4, 8), None, t("bf16", 8, 128, 128),
+                           t("bf16", 8, 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
+                           1.0, "silu", None, None, t("i32", 16), False, PTR + WS, WS)),
     ("shared_expert_mlp", "w_gate_up",
      lambda: raw.shared_expert_mlp(t("bf16", 4, 128), t("bf16", 256, 64), t("bf16", 128, 128),
-                                   t("bf16", 4, 128), PTR + WS, WS)),
+                                   t("bf16", 4, 128), "silu", None, None, PTR + WS, WS)),
+    ("fused_moe_experts", "activation",
+     lambda: raw.fused_moe_experts(t("bf16", 4, 128), t("bf16", 8, 128, 128),
+                                   t("bf16", 8, 128, 64), t("f32", 4, 2), t("i32", 4, 2),
+                                   t("bf16", 4, 128), "swiglu", None, None, None, False, PTR + WS, WS)),
+    ("shared_expert_mlp", "down_bias",
+     lambda: raw.shared_expert_mlp(t("bf16", 4, 128), t("bf16", 128, 128), t("bf16", 128, 64),
+                                   t("bf16", 4, 128), "swigluoai", None, t("f16", 128), PTR + WS,
+                                   WS)),
 ]  # fmt: skip
 
 
@@ -215,10 +236,36 @@ def test_workspace_size_queries_take_shapes_only():
     # Null pointers are fine: the size depends on shapes and dtypes only.
     args = (t("bf16", 64, 128, ptr=0), t("f32", 64, 16, ptr=0), None,
             t("bf16", 16, 256, 128, ptr=0), t("bf16", 16, 128, 128, ptr=0),
-            t("bf16", 64, 128, ptr=0), 4, True, "softmax", 0, 0, 1.0)  # fmt: skip
+            t("bf16", 64, 128, ptr=0), 4, True, "softmax", 0, 0, 1.0, "silu", None, None, None,
+            False)  # fmt: skip
     n = raw.fused_moe_workspace_size(*args)
     assert isinstance(n, int) and n >= 0
     assert raw.fused_moe_workspace_size(*args) == n
+
+
+def test_activations_by_name_and_their_workspace():
+    """The MLP ops take vLLM's activation names; other activations and biases run the
+    general path, whose workspace holds the f32 pre-activations (docs/moe.md)."""
+    def size(activation, gate_up_bias=None, rows=256):
+        return raw.fused_moe_workspace_size(
+            t("bf16", 64, 128, ptr=0), t("f32", 64, 16, ptr=0), None,
+            t("bf16", 16, rows, 128, ptr=0), t("bf16", 16, 128, 128, ptr=0),
+            t("bf16", 64, 128, ptr=0), 4, True, "softmax", 0, 0, 1.0, activation, gate_up_bias,
+            None, None, False)  # fmt: skip
+
+    silu = size("silu")
+    for name in ("gelu", "gelu_tanh", "swigluoai"):
+        assert size(name) > silu, name
+    assert size("relu2", rows=128) > 0
+    assert size("silu", t("f32", 16, 256, ptr=0)) > silu  # a bias: the general path too
+    with pytest.raises(moekit.MoekitError, match=re.escape(
+            "moekit::fused_moe: argument 'activation': expected 'silu', 'gelu', 'gelu_tanh', "
+            "'relu2' or 'swigluoai', got 'silu_and_mul'")):  # fmt: skip
+        size("silu_and_mul")
+    with pytest.raises(moekit.MoekitError, match=re.escape(
+            "moekit::fused_moe: argument 'gate_up_bias': expected shape [16, 128], got "
+            "f32[16, 256]")):  # fmt: skip
+        size("relu2", t("f32", 16, 256, ptr=0), rows=128)
 
 
 @pytest.mark.skipif(raw.device_count() > 0, reason="a CUDA device is present (would launch)")
@@ -260,7 +307,8 @@ def _topk(**kw):
 def _experts(op, T=4, E=8, **kw):
     a = dict(hidden_states=d("bf16", T, 64), w_gate_up=d("bf16", E, 64, 64),
              w_down=d("bf16", E, 64, 32), topk_weights=d("f32", T, 2), topk_ids=d("i32", T, 2),
-             output=d("bf16", T, 64), workspace=WSP, workspace_bytes=1 << 40)
+             output=d("bf16", T, 64), activation="silu", gate_up_bias=None, down_bias=None,
+             expert_map=None, apply_router_weight_on_input=False, workspace=WSP, workspace_bytes=1 << 40)
     a.update(kw)
     return lambda: getattr(raw, op)(**a)
 
@@ -269,10 +317,12 @@ def _layer(op="fused_moe", **kw):
     a = dict(hidden_states=d("bf16", 4, 64), gating_output=d("f32", 4, 8), correction_bias=None,
              w_gate_up=d("bf16", 8, 64, 64), w_down=d("bf16", 8, 64, 32),
              output=d("bf16", 4, 64), top_k=2, renormalize=True, scoring_func="softmax",
-             num_expert_group=0, topk_group=0, routed_scaling_factor=1.0, workspace=WSP,
-             workspace_bytes=1 << 40)
+             num_expert_group=0, topk_group=0, routed_scaling_factor=1.0, activation="silu",
+             gate_up_bias=None, down_bias=None, expert_map=None,
+             apply_router_weight_on_input=False, workspace=WSP, workspace_bytes=1 << 40)
     if op == "fused_moe_shared_expert":
-        a.update(shared_w_gate_up=d("bf16", 64, 64), shared_w_down=d("bf16", 64, 32))
+        a.update(shared_w_gate_up=d("bf16", 64, 64), shared_w_down=d("bf16", 64, 32),
+                 shared_gate_up_bias=None, shared_down_bias=None)
     a.update(kw)
     return lambda: getattr(raw, op)(**a)
 
@@ -297,11 +347,12 @@ TABLE = [
      "argument 'topk_ids': expected memory disjoint from 'gating_output', got i32[4, 2] at "),
     ("moe_permute_align",
      lambda: raw.moe_permute_align(d("i32", 4, 2), 1025, 16, d("i32", 8 + 1025 * 15),
-                                   d("i32", 8), d("i32", 1), WSP, 1 << 30),
+                                   d("i32", 8), d("i32", 1), None, WSP, 1 << 30),
      "argument 'num_experts': expected 1 to 1024, got 1025"),
     ("moe_permute_align",
      lambda: raw.moe_permute_align(d("i32", 32768, 2), 8, 16, d("i32", 65536 + 8 * 15),
-                                   d("i32", (65536 + 8 * 15 + 15) // 16), d("i32", 1), WSP, 16),
+                                   d("i32", (65536 + 8 * 15 + 15) // 16), d("i32", 1), None, WSP,
+                                   16),
      "argument 'workspace': expected at least "),
     ("moe_pre_permute",
      lambda: raw.moe_pre_permute(d("bf16", 4, 64), d("i32", 4, 2), 8, 0, d("bf16", 8, 64),
@@ -330,7 +381,8 @@ TABLE = [
      "argument 'a': expected at most 1024 experts (dim 0), got fp8e4m3[1025, 64, 256]"),
     ("moe_expert_mlp",
      lambda: raw.moe_expert_mlp(_pin, d("i32", 8), 1, d("bf16", 8, 64, 64), d("bf16", 8, 64, 32),
-                                at(d("bf16", 32, 64), _pin, 128), WSP, 1 << 40),
+                                at(d("bf16", 32, 64), _pin, 128), "silu", None, None, WSP,
+                                1 << 40),
      "argument 'expert_output': expected memory disjoint from 'expert_input' or 'expert_input' "
      "itself (in place), got bf16[32, 64] at "),
     ("fused_moe_experts", _experts("fused_moe_experts", E=1025),
@@ -341,6 +393,16 @@ TABLE = [
      "argument 'w_gate_up': expected at most 1024 experts (dim 0) on the sorted path, which this "
      "call takes because T = 65 > 64 (the direct path takes up to 4096 experts at T <= 64, "
      "T*top_k <= 1024 and 2*F*H < 2^31), got bf16[1025, 64, 64]"),
+    ("fused_moe_experts", _experts("fused_moe_experts", expert_map=d("i64", 16)),
+     "argument 'expert_map': expected dtype i32, got i64[16]"),
+    ("indexed_expert_mlp", _experts("indexed_expert_mlp", topk_ids=d("f32", 4, 2)),
+     "argument 'topk_ids': expected dtype i32 or i64, got f32[4, 2]"),
+    ("fused_moe", _layer(expert_map=d("i32", 16)),
+     "argument 'gating_output': expected one column per global expert (expert_map has 16 "
+     "entries), got f32[4, 8]"),
+    ("fused_moe", _layer(apply_router_weight_on_input=True),
+     "argument 'apply_router_weight_on_input': expected top_k 1 (the input row is scaled by its "
+     "one route's weight), got true with top_k 2"),
     ("fused_moe", _layer(top_k=9),
      "argument 'top_k': expected 1 to min(16, num_experts=8), got 9"),
     ("fused_moe", _layer(gating_output=_lg, output=at(d("bf16", 4, 64), _lg)),
@@ -349,7 +411,8 @@ TABLE = [
      "argument 'shared_w_down': expected bf16 or f16 tensor of shape [64, 32], got an "
      "undefined tensor"),
     ("shared_expert_mlp",
-     lambda: raw.shared_expert_mlp(_sx, d("bf16", 64, 64), d("bf16", 64, 32), _sx, WSP, 1 << 40),
+     lambda: raw.shared_expert_mlp(_sx, d("bf16", 64, 64), d("bf16", 64, 32), _sx, "silu", None,
+                                   None, WSP, 1 << 40),
      "argument 'output': expected memory disjoint from 'hidden_states', got bf16[4, 64] at "),
 ]  # fmt: skip
 
@@ -367,7 +430,7 @@ def test_workspace_size_queries_refuse_bad_shapes():
     def q(T):
         return raw.fused_moe_experts_workspace_size(
             t("bf16", T, 64, ptr=0), t("bf16", 8, 64, 64, ptr=0), None, None,
-            t("i32", 4, 2, ptr=0), None)  # fmt: skip
+            t("i32", 4, 2, ptr=0), None, "silu", None, None, None, False)  # fmt: skip
 
     with pytest.raises(moekit.MoekitError, match=re.escape(
             "moekit::fused_moe_experts: argument 'hidden_states': expected non-negative sizes, "

@@ -332,6 +332,124 @@ def test_routed_experts(op, dtype, T, E, K, H, F, kind):
         ref.assert_close(out, expected, ACC[dtype], op)
 
 
+# ---------------------------------------------------------------- engine arguments
+# expert_map, int64 ids and apply_router_weight_on_input (docs/moe.md, "Engine inputs"):
+# against the references, and bit for bit against the same op on the inputs an engine
+# would prepare by hand (gathered local int32 ids; scaled rows and unit weights).
+
+
+def expert_map(G, E, g, kind="shuffled"):
+    """[G] int32: E of the G global experts on this rank (local ids 0..E-1), the others -1;
+    "remote": none here."""
+    m = torch.full((G,), -1, dtype=i32, device=DEVICE)
+    if kind == "shuffled":
+        m[uniform((G,), g).argsort()[:E]] = torch.arange(E, dtype=i32, device=DEVICE)
+    return m
+
+
+@pytest.mark.parametrize("op", ["fused_moe_experts", "indexed_expert_mlp"])
+@pytest.mark.parametrize(
+    "T,E,G,K,kind,ids64,map_kind",
+    [
+        (1, 8, 32, 4, "distinct", False, "shuffled"),
+        (37, 16, 64, 8, "neg", True, "shuffled"),
+        (64, 8, 32, 2, "dups", False, "remote"),
+        (200, 16, 64, 8, "distinct", True, "shuffled"),
+        (300, 16, 64, 4, "neg", False, "remote"),
+        (0, 8, 32, 2, "distinct", True, "shuffled"),
+    ],
+)
+def test_routed_experts_expert_map_and_int64_ids(op, T, E, G, K, kind, ids64, map_kind):
+    g = gen(8500 + T + G)
+    x = randn((T, 256), bf16, g)
+    w13, w2 = weights(E, 96, 256, bf16, g)
+    ids = topk_ids(T, G, K, g, kind)  # global ids
+    emap = expert_map(G, E, g, map_kind)
+    w = uniform((T, K), g)
+    given = ids.long() if ids64 else ids
+    out = getattr(ops, op)(x, w13, w2, w, given, expert_map=emap)
+    assert out.shape == (T, 256) and out.dtype == bf16
+    if not T:
+        return
+    ref.assert_close(out, ref.fused_moe_experts(x, w13, w2, w, ids, expert_map=emap), ACC[bf16], op)
+    local = ref.local_ids(ids, emap, E).to(i32)
+    assert torch.equal(out, getattr(ops, op)(x, w13, w2, w, local))
+    if map_kind == "remote":
+        assert torch.equal(out, torch.zeros_like(out))
+
+
+@pytest.mark.parametrize("op", ["fused_moe_experts", "indexed_expert_mlp"])
+@pytest.mark.parametrize("T", [1, 40, 250])
+@pytest.mark.parametrize("dtype", [bf16, f16])
+def test_routed_experts_router_weight_on_input(op, T, dtype):
+    g = gen(8600 + T)
+    x = randn((T, 256), dtype, g)
+    w13, w2 = weights(16, 96, 256, dtype, g)
+    ids = topk_ids(T, 16, 1, g, "neg")
+    w = uniform((T, 1), g)
+    out = getattr(ops, op)(x, w13, w2, w, ids, apply_router_weight_on_input=True)
+    want = ref.fused_moe_experts(x, w13, w2, w, ids, apply_router_weight_on_input=True)
+    ref.assert_close(out, want, ACC[dtype], op)
+    xs = x * w.to(dtype)  # vLLM's scaling, bit for bit
+    assert torch.equal(out, getattr(ops, op)(xs, w13, w2, torch.ones_like(w), ids))
+    if SELFCHECK:  # the references validate nothing
+        return
+    with pytest.raises(moekit.MoekitError, match=r"argument 'apply_router_weight_on_input'"):
+        getattr(ops, op)(x, w13, w2, w.expand(T, 2).contiguous(), ids.expand(T, 2).contiguous(),
+                         apply_router_weight_on_input=True)  # fmt: skip
+
+
+@pytest.mark.parametrize("T", [1, 37, 200])
+@pytest.mark.parametrize("shared", [False, True])
+def test_layers_with_expert_map(T, shared):
+    G, E = 64, 16
+    x, _, w13, w2, sh, p = _layer_inputs(T, bf16, "softmax", 9100 + T, E=E, S=128)
+    g = gen(9150 + T)
+    logits = randn((T, G), f32, g)
+    emap = expert_map(G, E, g)
+    if shared:
+        out = ops.fused_moe_shared_expert(x, logits, w13, w2, *sh, **p, expert_map=emap)
+        want = ref.fused_moe_shared_expert(x, logits, w13, w2, *sh, **p, expert_map=emap)
+    else:
+        out = ops.fused_moe(x, logits, w13, w2, **p, expert_map=emap)
+        want = ref.fused_moe(x, logits, w13, w2, **p, expert_map=emap)
+    ref.assert_close(out, want, ACC[bf16], "layer with expert_map")
+    p1 = dict(top_k=1)
+    out = ops.fused_moe(x, logits, w13, w2, **p1, expert_map=emap,
+                        apply_router_weight_on_input=True)  # fmt: skip
+    want = ref.fused_moe(x, logits, w13, w2, **p1, expert_map=emap,
+                         apply_router_weight_on_input=True)  # fmt: skip
+    ref.assert_close(out, want, ACC[bf16], "layer with apply_router_weight_on_input")
+
+
+@pytest.mark.parametrize("T,K,E,G,bs", [(40, 4, 8, 32, 16), (9000, 8, 32, 256, 64)])
+def test_moe_permute_align_expert_map(T, K, E, G, bs):
+    g = gen(9200 + T)
+    ids = topk_ids(T, G, K, g, "neg")
+    emap = expert_map(G, E, g)
+    local = ref.local_ids(ids, emap, E).to(i32)
+    want = ops.moe_permute_align(local, E, bs)
+    for given in (ids, ids.long()):
+        got = ops.moe_permute_align(given, E, bs, expert_map=emap)
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+    ref_sorted, ref_blocks = ref.moe_permute_align(local.cpu(), E, bs)
+    n = int(want[2].item())
+    assert n == len(ref_sorted) and want[0][:n].tolist() == ref_sorted
+
+
+@pytest.mark.parametrize("T", [50, 3000])
+def test_moe_pre_permute_int64_ids(T):
+    g = gen(9300 + T)
+    x = randn((T, 128), bf16, g)
+    ids = topk_ids(T, 32, 4, g, "neg")
+    a = ops.moe_pre_permute(x, ids, 32, 8)
+    b = ops.moe_pre_permute(x, ids.long(), 32, 8)
+    assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
+    rows = a[2][a[2] >= 0].long()
+    assert torch.equal(a[0][rows], b[0][rows])
+
+
 # ---------------------------------------------------------------- whole layers
 
 ROUTING = {
@@ -388,6 +506,86 @@ def test_shared_expert_mlp(dtype, T):
     assert out.shape == (T, H) and out.dtype == dtype
     if T:
         ref.assert_close(out, ref.shared_expert_mlp(x, w13, w2), ACC[dtype], "shared_expert_mlp")
+
+
+# ---------------------------------------------------------------- activations and biases
+
+ACTIVATIONS = ["silu", "gelu", "gelu_tanh", "relu2", "swigluoai"]
+
+
+def act_weights(E, F, H, dtype, g, activation, biases):
+    """w_gate_up [E, 2F, H] ([E, F, H] for relu2), w_down [E, H, F] and, with biases,
+    gate_up_bias [E, rows] f32 and down_bias [E, H] in the dtype (both accepted)."""
+    w13, w2 = weights(E, F, H, dtype, g)
+    if activation == "relu2":
+        w13 = w13[:, :F].contiguous()
+    if not biases:
+        return w13, w2, None, None
+    return w13, w2, randn(w13.shape[:2], f32, g, 0.5), randn((E, H), dtype, g, 0.5)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("biases", [False, True])
+@pytest.mark.parametrize("op", ["fused_moe_experts", "indexed_expert_mlp"])
+@pytest.mark.parametrize("T,E,K,H,F,kind", [(1, 16, 4, 256, 96, "distinct"),
+                                            (130, 16, 4, 264, 104, "neg"),
+                                            (33, 8, 2, 128, 64, "one_expert"),
+                                            (0, 8, 2, 128, 64, "distinct")])  # fmt: skip
+def test_routed_experts_activations(activation, biases, op, T, E, K, H, F, kind):
+    dtype = bf16
+    g = gen(8500 + T + E + K + H)
+    x = randn((T, H), dtype, g)
+    w13, w2, b13, b2 = act_weights(E, F, H, dtype, g, activation, biases)
+    ids = topk_ids(T, E, K, g, kind)
+    w = uniform((T, K), g)
+    out = getattr(ops, op)(x, w13, w2, w, ids, activation, b13, b2)
+    assert out.shape == (T, H) and out.dtype == dtype
+    if T:
+        expected = ref.fused_moe_experts(x, w13, w2, w, ids, activation, b13, b2)
+        ref.assert_close(out, expected, ACC[dtype], f"{op} {activation}")
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("dtype", [bf16, f16])
+def test_moe_expert_mlp_activations(activation, dtype):
+    E, H, F, A, total = 6, 136, 72, 8, 150
+    g = gen(7100 + len(activation))
+    counts = random_counts(E, total, g)
+    _, ends = ref.layout_ends(counts, A)
+    P = total + E * (A - 1)
+    x = randn((P, H), dtype, g)
+    w13, w2, b13, b2 = act_weights(E, F, H, dtype, g, activation, True)
+    meta = torch.tensor(ends, dtype=i32, device=DEVICE)
+    out = ops.moe_expert_mlp(x, meta, w13, w2, A, activation, b13, b2)
+    expected, valid = ref.moe_expert_mlp(x, meta, w13, w2, A, activation, b13, b2)
+    ref.assert_close(out[valid], expected[valid], ACC[dtype], f"moe_expert_mlp {activation}")
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu2", "swigluoai"])
+@pytest.mark.parametrize("T", [1, 64])
+def test_layers_with_activations(activation, T):
+    dtype, S = bf16, 128
+    x, logits, _, _, _, p = _layer_inputs(T, dtype, "softmax", 9700 + T)
+    g = gen(9701 + T)
+    w13, w2, b13, b2 = act_weights(16, 96, 256, dtype, g, activation, True)
+    s13, s2, sb13, sb2 = act_weights(1, S, 256, dtype, g, activation, True)
+    s13, s2, sb13, sb2 = s13[0], s2[0], sb13[0], sb2[0]
+    out = ops.fused_moe(x, logits, w13, w2, **p, activation=activation, gate_up_bias=b13,
+                        down_bias=b2)  # fmt: skip
+    expected = ref.fused_moe(x, logits, w13, w2, **p, activation=activation, gate_up_bias=b13,
+                             down_bias=b2)  # fmt: skip
+    ref.assert_close(out, expected, ACC[dtype], f"fused_moe {activation}")
+    out = ops.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p, activation=activation,
+                                      gate_up_bias=b13, down_bias=b2, shared_gate_up_bias=sb13,
+                                      shared_down_bias=sb2)  # fmt: skip
+    expected = ref.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, **p,
+                                           activation=activation, gate_up_bias=b13,
+                                           down_bias=b2, shared_gate_up_bias=sb13,
+                                           shared_down_bias=sb2)  # fmt: skip
+    ref.assert_close(out, expected, ACC[dtype], f"fused_moe_shared_expert {activation}")
+    dense = ops.shared_expert_mlp(x, s13, s2, activation, sb13, sb2)
+    ref.assert_close(dense, ref.shared_expert_mlp(x, s13, s2, activation, sb13, sb2), ACC[dtype],
+                     f"shared_expert_mlp {activation}")  # fmt: skip
 
 
 # ---------------------------------------------------------------- graphs, compile, paths
@@ -718,9 +916,9 @@ def test_bad_input_raises_moekit_error(fast_path):
             moekit.fused_moe(x, logits[:5], w13, w2, 2)
         with pytest.raises(ValueError, match=r"argument 'w_down'.*contiguous"):
             moekit.fused_moe(x, logits, w13, w2.transpose(1, 2).contiguous().transpose(1, 2), 2)
-        with pytest.raises(moekit.MoekitError, match=r"argument 'topk_ids'.*torch.int64"):
+        with pytest.raises(moekit.MoekitError, match=r"argument 'topk_ids'.*torch.int16"):
             moekit.fused_moe_experts(x, w13, w2, torch.ones(T, 2, device=DEVICE),
-                                     torch.zeros(T, 2, dtype=torch.int64, device=DEVICE))
+                                     torch.zeros(T, 2, dtype=torch.int16, device=DEVICE))
         with pytest.raises(moekit.MoekitError, match=r"argument 'w_down'.*CUDA tensor"):
             moekit.fused_moe(x, logits, w13, w2.cpu(), 2)
         with pytest.raises(moekit.MoekitError, match=r"argument 'scoring_func'"):

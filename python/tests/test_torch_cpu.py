@@ -15,7 +15,8 @@ if torch_skip_reason() is None:
 
     import moekit
 
-    bf16, f16, f32, i32 = torch.bfloat16, torch.float16, torch.float32, torch.int32
+    bf16, f16, f32 = torch.bfloat16, torch.float16, torch.float32
+    i32, i64 = torch.int32, torch.int64
 
 
 def meta(*shape, dtype=None):
@@ -71,6 +72,15 @@ def _meta_cases():
         ("fused_moe_shared_expert", (x, logits, w13, w2, meta(2 * S, H), meta(H, S), K),
          [((T, H), bf16)]),
         ("shared_expert_mlp", (x, meta(2 * S, H), meta(H, S)), [((T, H), bf16)]),
+        # The engine arguments: int64 global ids, an expert map, the input-side weight.
+        ("moe_permute_align", (meta(T, K, dtype=i64), E, 16, meta(4 * E, dtype=i32)),
+         [((T * K + E * 15,), i32), ((-(-(T * K + E * 15) // 16),), i32), ((1,), i32)]),
+        ("moe_pre_permute", (x, meta(T, K, dtype=i64), E, 4),
+         [((T * K + E * 3, H), bf16), ((E,), i32), ((T * K,), i32)]),
+        ("fused_moe_experts", (x, w13, w2, meta(T, 1, dtype=f32), meta(T, 1, dtype=i64),
+                               "silu", None, None, meta(4 * E, dtype=i32), True), [((T, H), bf16)]),
+        ("fused_moe", (x, meta(T, 4 * E, dtype=f32), w13, w2, 1, False, "softmax", 0, 0, 1.0,
+                       None, "silu", None, None, meta(4 * E, dtype=i32), True), [((T, H), bf16)]),
     ]  # fmt: skip
 
 
@@ -166,6 +176,9 @@ def _valid_args():
     s13, s2 = torch.randn(2 * S, H, dtype=bf16), torch.randn(H, S, dtype=bf16)
     ends = torch.tensor([2, 4, 6, 8, 10, 12, 14, 20], dtype=i32)
     fp8 = torch.float8_e4m3fn
+    ids64 = torch.randint(0, 4 * E, (T, K), dtype=torch.int64)  # global ids of 4 ranks
+    emap = torch.full((4 * E,), -1, dtype=i32)
+    emap[E : 2 * E] = torch.arange(E, dtype=i32)
     return {
         "fused_topk": ("fused_topk", (lg, K, True, "sigmoid", 4, 2, 2.5, torch.zeros(E))),
         "moe_permute_align": ("moe_permute_align", (ids, E, 16)),
@@ -188,6 +201,17 @@ def _valid_args():
         "fused_moe_shared_expert": ("fused_moe_shared_expert",
                                     (x, lg, w13, w2, s13, s2, K, True)),
         "shared_expert_mlp": ("shared_expert_mlp", (x, s13, s2)),
+        # The engine arguments: int64 global ids, an expert map, the input-side weight.
+        "moe_permute_align-engine": ("moe_permute_align", (ids64, E, 16, emap)),
+        "moe_pre_permute-int64": ("moe_pre_permute", (x, ids.long(), E, 4)),
+        "fused_moe_experts-engine": ("fused_moe_experts",
+                                     (x, w13, w2, w[:, :1].contiguous(), ids64[:, :1].contiguous(),
+                                      "silu", None, None, emap, True)),
+        "indexed_expert_mlp-engine": ("indexed_expert_mlp", (x, w13, w2, w, ids64, "silu", None, None, emap)),
+        "fused_moe_shared_expert-engine": ("fused_moe_shared_expert",
+                                           (x, torch.randn(T, 4 * E), w13, w2, s13, s2, 1, False,
+                                            "softmax", 0, 0, 1.0, None, "silu", None, None, None,
+                                            None, emap, True)),
     }  # fmt: skip
 
 
@@ -225,8 +249,8 @@ def test_raw_binding_dlpack_rejects_host_torch_tensors():
     # The tuple form the torch layer builds: t.dtype is registered with the binding.
     t = torch.zeros(4, 6, dtype=bf16)
     assert moekit.raw.describe(moekit.ops._v(t)) == "bf16[4, 6]"
-    with pytest.raises(moekit.MoekitError, match=r"got torch.int64"):
-        moekit.raw.describe(moekit.ops._v(torch.zeros(2, dtype=torch.int64)))
+    with pytest.raises(moekit.MoekitError, match=r"got torch.int16"):
+        moekit.raw.describe(moekit.ops._v(torch.zeros(2, dtype=torch.int16)))
     with pytest.raises(moekit.MoekitError, match=r"non-contiguous"):
         moekit.raw.describe(moekit.ops._v(t.t()))
 
@@ -253,7 +277,8 @@ def test_workspace_cached_per_stream_grown_on_demand(monkeypatch):
         out = torch.empty_like(x)
         v = o._v
         return moekit.raw.fused_moe_workspace_size(v(x), v(lg), None, v(w13), v(w2), v(out), K,
-                                                   True, "softmax", 0, 0, 1.0)  # fmt: skip
+                                                   True, "softmax", 0, 0, 1.0, "silu", None,
+                                                   None, None, False)  # fmt: skip
 
     try:
         o.release_workspaces()
@@ -414,14 +439,15 @@ def test_torch_entry_points_read_tensors_exactly(exchange):
             torch.zeros(5, 1, 7, dtype=f16).transpose(0, 1).contiguous(),
             torch.zeros(3, 1, 8)[:, 0], torch.zeros(0, 16, dtype=i32),
             torch.zeros(2, 3, 32).to(torch.float8_e4m3fn), base.view(-1)[5:17].view(3, 4),
+            torch.zeros(4, 2, dtype=torch.int64),
         ]
         for t in cases:
             code = moekit.ops.TORCH_DTYPES[t.dtype]
             assert raw._t_view(t) == (t.data_ptr(), code, tuple(t.shape)), (t.shape, t.dtype)
         with pytest.raises(moekit.MoekitError, match="non-contiguous"):
             raw._t_view(base.t())
-        with pytest.raises(moekit.MoekitError, match="torch.int64"):
-            raw._t_view(torch.zeros(3, dtype=torch.int64))
+        with pytest.raises(moekit.MoekitError, match="torch.int16"):
+            raw._t_view(torch.zeros(3, dtype=torch.int16))
         with pytest.raises(moekit.MoekitError, match="a torch.Tensor, got int"):
             raw._t_view(3)
     finally:

@@ -196,15 +196,41 @@ def moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata):
     return c.to(torch.bfloat16), valid
 
 
-def mlp(x, w_gate_up, w_down):
-    """Gated MLP in f32 with the F-wide activation rounded to x's dtype; f32 result."""
-    F = w_gate_up.shape[-2] // 2
+def activate(h, activation):
+    """The MLP activations (docs/moe.md "Activations") of the f32 pre-activations h
+    [rows, 2F] ([rows, F] for relu2), by moekit's Python names."""
+    if activation == "relu2":
+        return torch.relu(h) ** 2
+    if activation == "swigluoai":  # gate and up interleaved
+        g, u = h[:, 0::2].clamp(max=7.0), h[:, 1::2].clamp(-7.0, 7.0)
+        return g * torch.sigmoid(1.702 * g) * (u + 1)
+    F = h.shape[-1] // 2
+    g, u = h[:, :F], h[:, F:]
+    if activation == "gelu":
+        return torch.nn.functional.gelu(g) * u
+    if activation == "gelu_tanh":
+        return torch.nn.functional.gelu(g, approximate="tanh") * u
+    assert activation == "silu", activation
+    return silu(g) * u
+
+
+def mlp(x, w_gate_up, w_down, activation="silu", gate_up_bias=None, down_bias=None):
+    """An MLP in f32 with the F-wide activation rounded to x's dtype; f32 result. The
+    biases (one expert's rows) are added to the f32 projections."""
     h = x.float() @ w_gate_up.float().t()
-    act = _act(h, F).to(x.dtype).float()
-    return act @ w_down.float().t()
+    if gate_up_bias is not None:
+        h = h + gate_up_bias.float()
+    act = activate(h, activation).to(x.dtype).float()
+    y = act @ w_down.float().t()
+    return y if down_bias is None else y + down_bias.float()
 
 
-def moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment=1):
+def _row(bias, e):
+    return None if bias is None else bias[e]
+
+
+def moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment=1,
+                   activation="silu", gate_up_bias=None, down_bias=None):  # fmt: skip
     """Returns (output rounded to the input dtype, bool mask of the valid rows)."""
     out = torch.zeros(expert_input.shape, dtype=torch.float32, device=expert_input.device)
     valid = torch.zeros(expert_input.shape[0], dtype=torch.bool, device=expert_input.device)
@@ -213,12 +239,14 @@ def moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment=1
         start = -(-end // alignment) * alignment
         end = e_end
         if end > start:
-            out[start:end] = mlp(expert_input[start:end], w_gate_up[e], w_down[e])
+            out[start:end] = mlp(expert_input[start:end], w_gate_up[e], w_down[e], activation,
+                                 _row(gate_up_bias, e), _row(down_bias, e))
             valid[start:end] = True
     return out.to(expert_input.dtype), valid
 
 
-def fused_moe_experts_f32(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
+def fused_moe_experts_f32(hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+                          activation="silu", gate_up_bias=None, down_bias=None):  # fmt: skip
     T, H = hidden_states.shape
     E = w_gate_up.shape[0]
     out = torch.zeros(T, H, dtype=torch.float32, device=hidden_states.device)
@@ -227,34 +255,75 @@ def fused_moe_experts_f32(hidden_states, w_gate_up, w_down, topk_weights, topk_i
         t, k = torch.nonzero(ids == e, as_tuple=True)
         if t.numel() == 0:
             continue
-        y = mlp(hidden_states[t], w_gate_up[e], w_down[e])
+        y = mlp(hidden_states[t], w_gate_up[e], w_down[e], activation, _row(gate_up_bias, e),
+                _row(down_bias, e))
         out.index_add_(0, t, y * topk_weights[t, k].float().unsqueeze(1))
     return out
 
 
-def fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids):
-    out = fused_moe_experts_f32(hidden_states, w_gate_up, w_down, topk_weights, topk_ids)
+def local_ids(topk_ids, expert_map, num_local):
+    """moekit's engine ids (docs/routing-permute.md, "Engine ids"): int32 or int64 ids,
+    global ones read through expert_map when given (-1 outside it), then -1 outside
+    [0, num_local)."""
+    ids = topk_ids.long()
+    if expert_map is not None:
+        n = expert_map.numel()
+        inside = (ids >= 0) & (ids < n)
+        ids = torch.where(inside, expert_map.long()[ids.clamp(0, n - 1)], -1)
+    return torch.where((ids >= 0) & (ids < num_local), ids, -1)
+
+
+def engine_inputs(hidden_states, topk_weights, topk_ids, expert_map, apply_on_input, num_local):
+    """(x, weights, local ids) the routed sum runs on: apply_router_weight_on_input (top-1)
+    scales x by the weight, round(round(w) * x), and weighs the outputs by 1."""
+    ids = local_ids(topk_ids, expert_map, num_local)
+    if not apply_on_input:
+        return hidden_states, topk_weights, ids
+    x = (hidden_states.float() * topk_weights.to(hidden_states.dtype).float())
+    return x.to(hidden_states.dtype), torch.ones_like(topk_weights), ids
+
+
+def fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+                      activation="silu", gate_up_bias=None, down_bias=None, expert_map=None,
+                      apply_router_weight_on_input=False):  # fmt: skip
+    x, w, ids = engine_inputs(hidden_states, topk_weights, topk_ids, expert_map,
+                              apply_router_weight_on_input, w_gate_up.shape[0])  # fmt: skip
+    out = fused_moe_experts_f32(x, w_gate_up, w_down, w, ids, activation, gate_up_bias,
+                                down_bias)  # fmt: skip
     return out.to(hidden_states.dtype)
 
 
 def fused_moe(hidden_states, gating_output, w_gate_up, w_down, top_k, renormalize=False,
               scoring_func="softmax", num_expert_group=0, topk_group=0,
-              routed_scaling_factor=1.0, correction_bias=None):  # fmt: skip
+              routed_scaling_factor=1.0, correction_bias=None, activation="silu",
+              gate_up_bias=None, down_bias=None, expert_map=None,
+              apply_router_weight_on_input=False):  # fmt: skip
     w, ids, _, _ = fused_topk(gating_output, top_k, renormalize, scoring_func, num_expert_group,
                               topk_group, routed_scaling_factor, correction_bias)  # fmt: skip
-    return fused_moe_experts(hidden_states, w_gate_up, w_down, w, ids)
+    return fused_moe_experts(hidden_states, w_gate_up, w_down, w, ids, activation, gate_up_bias,
+                             down_bias, expert_map, apply_router_weight_on_input)  # fmt: skip
 
 
 def fused_moe_shared_expert(hidden_states, gating_output, w_gate_up, w_down, shared_w_gate_up,
                             shared_w_down, top_k, renormalize=False, scoring_func="softmax",
                             num_expert_group=0, topk_group=0, routed_scaling_factor=1.0,
-                            correction_bias=None):  # fmt: skip
+                            correction_bias=None, activation="silu", gate_up_bias=None,
+                            down_bias=None, shared_gate_up_bias=None, shared_down_bias=None,
+                            expert_map=None, apply_router_weight_on_input=False):  # fmt: skip
     w, ids, _, _ = fused_topk(gating_output, top_k, renormalize, scoring_func, num_expert_group,
                               topk_group, routed_scaling_factor, correction_bias)  # fmt: skip
-    routed = fused_moe_experts_f32(hidden_states, w_gate_up, w_down, w, ids)
-    shared = mlp(hidden_states, shared_w_gate_up, shared_w_down)
+    x, w, ids = engine_inputs(hidden_states, w, ids, expert_map, apply_router_weight_on_input,
+                              w_gate_up.shape[0])  # fmt: skip
+    routed = fused_moe_experts_f32(x, w_gate_up, w_down, w, ids, activation, gate_up_bias,
+                                   down_bias)  # fmt: skip
+    if shared_w_gate_up is None:
+        return routed.to(hidden_states.dtype)
+    shared = mlp(hidden_states, shared_w_gate_up, shared_w_down, activation, shared_gate_up_bias,
+                 shared_down_bias)  # fmt: skip
     return (routed + shared).to(hidden_states.dtype)
 
 
-def shared_expert_mlp(hidden_states, w_gate_up, w_down):
-    return mlp(hidden_states, w_gate_up, w_down).to(hidden_states.dtype)
+def shared_expert_mlp(hidden_states, w_gate_up, w_down, activation="silu", gate_up_bias=None,
+                      down_bias=None):  # fmt: skip
+    return mlp(hidden_states, w_gate_up, w_down, activation, gate_up_bias,
+               down_bias).to(hidden_states.dtype)  # fmt: skip

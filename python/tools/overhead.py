@@ -197,13 +197,15 @@ def cases():
     )  # fmt: skip
     # fused_moe: 1 output + workspace.
     fo = torch.empty(T, H, dtype=bf16, device=dev)
-    fargs = (v(x), v(logits), None, v(w13), v(w2), v(fo), K, True, "softmax", 0, 0, 1.0)
+    fargs = (v(x), v(logits), None, v(w13), v(w2), v(fo), K, True, "softmax", 0, 0, 1.0, "silu",
+             None, None, None, False)  # fmt: skip
     n = raw.fused_moe_workspace_size(*fargs)
     fws = ws(n)
     out["fused_moe"] = dict(
         raw=lambda: raw.fused_moe(*fargs, fws.data_ptr(), n, stream),
         entry=lambda: raw._t_fused_moe(x, logits, None, w13, w2, fo, K, True, "softmax", 0, 0,
-                                       1.0, ws_entry, stream),
+                                       1.0, "silu", None, None, None, False, ws_entry,
+                                       stream),
         eager=lambda: moekit.fused_moe(x, logits, w13, w2, K, True),
         py=(lambda: moekit.fused_moe(x, logits, w13, w2, K, True), *swapped("_t_fused_moe", _noop)),
         dispatch=lambda: torch.ops.moekit.fused_moe.default(x, logits, w13, w2, K, True),
@@ -213,14 +215,15 @@ def cases():
     # fused_moe_shared_expert: the largest argument list.
     so = torch.empty(T, H, dtype=bf16, device=dev)
     sargs = (v(x), v(logits), None, v(w13), v(w2), v(s13), v(s2), v(so), K, True, "softmax", 0,
-             0, 1.0)  # fmt: skip
+             0, 1.0, "silu", None, None, None, None, None, False)  # fmt: skip
     ns = raw.fused_moe_shared_expert_workspace_size(*sargs)
     sws = ws(ns)
     out["fused_moe_shared_expert"] = dict(
         raw=lambda: raw.fused_moe_shared_expert(*sargs, sws.data_ptr(), ns, stream),
         entry=lambda: raw._t_fused_moe_shared_expert(x, logits, None, w13, w2, s13, s2, so, K,
-                                                     True, "softmax", 0, 0, 1.0, ws_entry,
-                                                     stream),
+                                                     True, "softmax", 0, 0, 1.0, "silu", None,
+                                                     None, None, None, None, False,
+                                                     ws_entry, stream),
         eager=lambda: moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, K, True),
         py=(lambda: moekit.fused_moe_shared_expert(x, logits, w13, w2, s13, s2, K, True),
             *swapped("_t_fused_moe_shared_expert", _noop)),
@@ -233,12 +236,13 @@ def cases():
     )  # fmt: skip
     # shared_expert_mlp.
     mo = torch.empty(T, H, dtype=bf16, device=dev)
-    margs = (v(x), v(s13), v(s2), v(mo))
+    margs = (v(x), v(s13), v(s2), v(mo), "silu", None, None)
     nm = raw.shared_expert_mlp_workspace_size(*margs)
     mws = ws(nm)
     out["shared_expert_mlp"] = dict(
         raw=lambda: raw.shared_expert_mlp(*margs, mws.data_ptr(), nm, stream),
-        entry=lambda: raw._t_shared_expert_mlp(x, s13, s2, mo, ws_entry, stream),
+        entry=lambda: raw._t_shared_expert_mlp(x, s13, s2, mo, "silu", None, None, ws_entry,
+                                               stream),
         eager=lambda: moekit.shared_expert_mlp(x, s13, s2),
         py=(lambda: moekit.shared_expert_mlp(x, s13, s2), *swapped("_t_shared_expert_mlp", _noop)),
         dispatch=lambda: torch.ops.moekit.shared_expert_mlp.default(x, s13, s2),

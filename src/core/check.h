@@ -103,7 +103,7 @@ class ArgCheck {
  private:
   // Bytes of a validated view (inline: these run for every pair of every call).
   static uint64_t view_bytes(const TensorView& t) {
-    static constexpr uint8_t kSize[] = {0, 2, 2, 4, 4, 1};  // by DType
+    static constexpr uint8_t kSize[] = {0, 2, 2, 4, 4, 1, 8};  // by DType
     const auto code = static_cast<unsigned>(t.dtype);
     uint64_t n = code < sizeof kSize ? kSize[code] : 0;
     for (int i = 0; i < t.ndim && i < kMaxDims; ++i) n *= static_cast<uint64_t>(t.shape[i]);

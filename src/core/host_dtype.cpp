@@ -106,6 +106,8 @@ double load(const TensorView& t, int64_t i) {
       return static_cast<const int32_t*>(t.data)[i];
     case DType::kFP8E4M3:
       return fp8e4m3_to_float(static_cast<const uint8_t*>(t.data)[i]);
+    case DType::kI64:
+      return static_cast<double>(static_cast<const int64_t*>(t.data)[i]);
     case DType::kUndefined:
       break;
   }
@@ -128,6 +130,9 @@ void store(const TensorView& t, int64_t i, double value) {
       break;
     case DType::kFP8E4M3:
       static_cast<uint8_t*>(t.data)[i] = float_to_fp8e4m3(static_cast<float>(value));
+      break;
+    case DType::kI64:
+      static_cast<int64_t*>(t.data)[i] = static_cast<int64_t>(value);
       break;
     case DType::kUndefined:
       break;

@@ -18,6 +18,8 @@ const char* dtype_name(DType dtype) {
       return "i32";
     case DType::kFP8E4M3:
       return "fp8e4m3";
+    case DType::kI64:
+      return "i64";
     case DType::kUndefined:
       break;
   }
@@ -34,6 +36,8 @@ size_t dtype_size(DType dtype) {
       return 4;
     case DType::kFP8E4M3:
       return 1;
+    case DType::kI64:
+      return 8;
     case DType::kUndefined:
       break;
   }

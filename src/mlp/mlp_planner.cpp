@@ -56,7 +56,7 @@ DirectCapacity device_direct_capacity(const DenseMlpProblem& p) {
 
 void dense_mlp_gemms(const DenseMlpProblem& p, const void* x, const void* w_gate_up,
                      const void* w_down, void* act, void* out, GroupedGemmProblem* up,
-                     GroupedGemmProblem* down) {
+                     GroupedGemmProblem* down, float* pre) {
   *up = GroupedGemmProblem();
   up->in_dtype = p.dtype;
   up->out_dtype = p.dtype;
@@ -77,10 +77,33 @@ void dense_mlp_gemms(const DenseMlpProblem& p, const void* x, const void* w_gate
   down->n = p.H;
   down->k = p.S;
   down->activation = Activation::kNone;
+  if (!p.mlp.general()) return;
+  up->activation = Activation::kNone;
+  up->out_dtype = DType::kF32;
+  up->c = pre;
+  up->n = gate_up_rows(p.mlp.act, p.S);
+  if (p.mlp.down_bias && p.out_dtype != DType::kF32) {
+    down->out_dtype = DType::kF32;
+    down->c = pre;
+  }
 }
+
+namespace {
+
+// Why the single-kernel dense paths cannot run p's activation (empty: they can).
+std::string general_rejection(const DenseMlpProblem& p) {
+  if (!p.mlp.general()) return {};
+  return std::string("the dense MLP kernels run silu_and_mul without biases, not ") +
+         activation_name(p.mlp.act) +
+         (p.mlp.gate_up_bias || p.mlp.down_bias ? " with biases" : "") +
+         " (two GEMMs around the activation kernel)";
+}
+
+}  // namespace
 
 MlpPlan plan_dense_mlp(const DenseMlpProblem& p, const GemmDevice& device,
                        const DirectCapacity& capacity) {
+  if (p.mlp.general()) return gemms_plan(p, device);
   const bool large = weight_bytes(p) >= kStreamkMlpMinWeightBytes;
   if (p.T == 1 && large && gemv_mlp_supported(p.dtype, p.T, p.H, p.S, device.props))
     return kernel_plan(MlpPath::kGemv, 0, 0);
@@ -99,9 +122,10 @@ MlpPlan plan_dense_mlp(const DenseMlpProblem& p, const GemmDevice& device,
 
 std::vector<MlpPlan> dense_mlp_plan_candidates(const DenseMlpProblem& p, const GemmDevice& device) {
   std::vector<MlpPlan> out;
-  if (gemv_mlp_supported(p.dtype, p.T, p.H, p.S, device.props))
+  const bool kernels = !p.mlp.general();
+  if (kernels && gemv_mlp_supported(p.dtype, p.T, p.H, p.S, device.props))
     out.push_back(kernel_plan(MlpPath::kGemv, 0, 0));
-  if (direct_mlp_supported(p.dtype, p.T, p.H, p.S, device.props)) {
+  if (kernels && direct_mlp_supported(p.dtype, p.T, p.H, p.S, device.props)) {
     for (int su = 1; su <= kDirectMlpMaxSplit; ++su) {
       if (!direct_split_rejection("", su, p.T, p.S, p.H, true).empty()) continue;
       for (int sd = 1; sd <= kDirectMlpMaxSplit; ++sd) {
@@ -110,7 +134,7 @@ std::vector<MlpPlan> dense_mlp_plan_candidates(const DenseMlpProblem& p, const G
       }
     }
   }
-  if (streamk_runs(p, device))
+  if (kernels && streamk_runs(p, device))
     out.push_back(kernel_plan(MlpPath::kStreamK, device.props.sms, device.props.sms));
   GroupedGemmProblem up, down;
   dense_mlp_gemms(p, nullptr, nullptr, nullptr, nullptr, nullptr, &up, &down);
@@ -120,6 +144,10 @@ std::vector<MlpPlan> dense_mlp_plan_candidates(const DenseMlpProblem& p, const G
 
 std::string dense_mlp_plan_rejection(const MlpPlan& plan, const DenseMlpProblem& p,
                                      const GemmDevice& device) {
+  if (plan.path != MlpPath::kTwoGemms) {
+    const std::string why = general_rejection(p);
+    if (!why.empty()) return why;
+  }
   switch (plan.path) {
     case MlpPath::kGemv:
       if (!gemv_mlp_supported(p.dtype, p.T, p.H, p.S, device.props))

@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
+#include "mlp/activation.h"
 #include "mlp/direct_mlp.h"
 #include "moekit/plan.h"
 #include "moekit/tensor.h"
@@ -19,11 +20,14 @@ namespace moekit::detail {
 
 // act [T, S] = silu_and_mul(x [T, H] . w_gate_up [2S, H]^T) in dtype, then
 // out [T, H] = act . w_down [H, S]^T in out_dtype (dtype, or f32 for a later sum).
+// mlp.general(): another activation or biases, on the two GEMMs (kNone) around the
+// activation kernel only (activation.h).
 struct DenseMlpProblem {
   DType dtype = DType::kBF16;
   DType out_dtype = DType::kBF16;
   int64_t T = 0, H = 0, S = 0;
   bool streamk_scratch = false;  // the workspace holds dense_mlp_scratch_bytes(...) bytes
+  MlpActivation mlp;
 };
 
 // The direct kernels' cluster capacity (direct_mlp.h): co-resident clusters of each GEMM's
@@ -46,9 +50,11 @@ std::vector<MlpPlan> dense_mlp_plan_candidates(const DenseMlpProblem& p, const G
 std::string dense_mlp_plan_rejection(const MlpPlan& plan, const DenseMlpProblem& p,
                                      const GemmDevice& device);
 
-// The two GEMM problems of the kTwoGemms path (pointers as given; null to plan).
+// The two GEMM problems of the kTwoGemms path (pointers as given; null to plan). The
+// general path's up writes f32 into `pre` [T, gate_up_rows], its down into `pre` too
+// (f32, [T, H]) when a down bias follows and out_dtype is not f32.
 void dense_mlp_gemms(const DenseMlpProblem& p, const void* x, const void* w_gate_up,
                      const void* w_down, void* act, void* out, GroupedGemmProblem* up,
-                     GroupedGemmProblem* down);
+                     GroupedGemmProblem* down, float* pre = nullptr);
 
 }  // namespace moekit::detail

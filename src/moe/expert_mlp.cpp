@@ -1,6 +1,7 @@
 // MoEExpertMLPFwd: two grouped GEMMs (gate/up with the silu_and_mul epilogue into a
 // workspace activation buffer, then down), as two launches or one chained SM90 launch
-// (plan_mlp_gemms decides).
+// (plan_mlp_gemms decides); other activations and biases: plain GEMMs around the
+// activation kernel (docs/moe.md "Activations").
 #include <string>
 #include <utility>
 
@@ -46,7 +47,26 @@ std::pair<GroupedGemmProblem, GroupedGemmProblem> expert_mlp_problems(const Expe
   down.activation = Activation::kNone;
   down.tile_counter =
       counters ? reinterpret_cast<unsigned*>(counters + kTileCounterBytes) : &stand_in[1];
+  if (g.mlp.general()) {
+    // Plain GEMMs around the activation kernel: f32 pre-activations, then down (f32 when
+    // its bias follows).
+    up.activation = Activation::kNone;
+    up.out_dtype = DType::kF32;
+    up.c = g.pre;
+    up.n = gate_up_rows(g.mlp.act, g.F);
+    if (g.mlp.down_bias) {
+      down.out_dtype = DType::kF32;
+      down.c = g.pre;
+    }
+  }
   return {up, down};
+}
+
+std::string expert_mlp_general_rejection(const MlpPlan& plan, const MlpActivation& mlp) {
+  if (!mlp.general() || plan.path != MlpPath::kChain) return {};
+  return std::string("the chain runs silu_and_mul without biases, not ") +
+         activation_name(mlp.act) + (mlp.gate_up_bias || mlp.down_bias ? " with biases" : "") +
+         " (two GEMMs around the activation kernel)";
 }
 
 MlpPlan plan_expert_mlp_gemms(const ExpertMlpGemms& g, const GemmDevice& device) {
@@ -60,10 +80,35 @@ std::vector<MlpPlan> expert_mlp_gemms_plan_candidates(const ExpertMlpGemms& g,
   return mlp_gemms_plan_candidates(up, down, device);
 }
 
-void run_expert_mlp_gemms(const ExpertMlpGemms& g, const MlpPlan& plan, cudaStream_t stream) {
+void run_expert_mlp_gemms(const ExpertMlpGemms& g, const MlpPlan& plan, cudaStream_t stream,
+                          const char* op) {
   if (!g.counters) throw Error("moekit::moe_expert_mlp: internal: no counters carved");
-  const auto [up, down] = expert_mlp_problems(g);
-  run_mlp_gemms(plan, up, down, static_cast<char*>(g.counters) + 2 * kTileCounterBytes, stream);
+  auto [up, down] = expert_mlp_problems(g);
+  if (!g.mlp.general()) {
+    run_mlp_gemms(plan, up, down, static_cast<char*>(g.counters) + 2 * kTileCounterBytes, stream,
+                  op);
+    return;
+  }
+  std::string why = expert_mlp_general_rejection(plan, g.mlp);
+  if (why.empty()) why = mlp_gemms_plan_rejection(plan, up, down, current_gemm_device());
+  if (!why.empty()) {
+    throw Error(std::string("moekit::") + op + ": plan \"" + to_string(plan) +
+                "\" cannot run these arguments: " + why);
+  }
+  up.plan = plan.gate_up;
+  down.plan = plan.down;
+  ActivationLaunch act;  // each row's expert from the layout's ends
+  act.dtype = g.dtype;
+  act.act = g.mlp.act;
+  act.in = g.pre;
+  act.rows = g.P;
+  act.cols = g.F;
+  act.ends = g.layout_metadata;
+  act.E = static_cast<int>(g.E);
+  act.alignment = g.alignment;
+  act.out = g.act;
+  act.out_dtype = g.dtype;
+  run_general_mlp(up, down, act, g.biases, g.H, g.out, g.dtype, stream, op);
 }
 
 }  // namespace detail
@@ -76,20 +121,36 @@ constexpr int64_t kExpertMlpMaxExperts = 1024;
 // expert_input [P, H] and w_gate_up [E, 2F, H]: what the workspace size depends on.
 detail::MoEShapes check_expert_mlp_shapes(const detail::ArgCheck& c, const ExpertMLPArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "expert_input", a.expert_input);
+  detail::check_activation(c, s, a.activation);
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "expert_input", a.expert_input,
                         /*experts=*/true);
   MOEKIT_REQUIRE(c, s.E <= kExpertMlpMaxExperts, "w_gate_up",
                  "at most " + detail::str(kExpertMlpMaxExperts) + " experts (dim 0)",
                  a.w_gate_up.describe());
+  detail::check_biases(c, s, "gate_up_bias", a.gate_up_bias, "down_bias", a.down_bias,
+                       /*experts=*/true);
   return s;
 }
 
-// act [P, F] in the dtype (P = s.T), then the GEMMs' tile counters.
+// The workspace's buffers, in carving order: act [P, F] in the dtype (P = s.T), the GEMMs'
+// tile counters, then (general path) the f32 pre-activations.
+struct ExpertMlpBuffers {
+  void* act = nullptr;
+  void* counters = nullptr;
+  float* pre = nullptr;
+};
+ExpertMlpBuffers carve_expert_mlp(const detail::MoEShapes& s, detail::WorkspaceCarver& ws) {
+  ExpertMlpBuffers b;
+  b.act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
+  b.counters = ws.take(detail::kExpertMlpCounterBytes);
+  b.pre = detail::take_general_pre(ws, s.mlp, s.T, s.F, s.H, /*out_f32=*/false);
+  return b;
+}
+
 size_t expert_mlp_bytes(const detail::MoEShapes& s) {
   if (s.T == 0) return 0;
   detail::WorkspaceCarver ws(nullptr);
-  ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
-  ws.take(detail::kExpertMlpCounterBytes);
+  carve_expert_mlp(s, ws);
   return ws.bytes();
 }
 
@@ -107,6 +168,8 @@ detail::ExpertMlpGemms expert_mlp_gemms(const ExpertMLPArgs& args, const detail:
   g.w_gate_up = args.w_gate_up.data;
   g.w_down = args.w_down.data;
   g.out = args.expert_output.data;
+  g.mlp = s.mlp;
+  g.biases = detail::mlp_biases(args.gate_up_bias, args.down_bias);
   return g;
 }
 
@@ -141,15 +204,21 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
                      {in,
                       {"layout_metadata", args.layout_metadata},
                       {"w_gate_up", args.w_gate_up},
-                      {"w_down", args.w_down}},
+                      {"w_down", args.w_down},
+                      {"gate_up_bias", args.gate_up_bias},
+                      {"down_bias", args.down_bias}},
                      args.workspace, &out, &in);
+  if (args.plan != nullptr)
+    detail::check_plan(c, *args.plan, detail::expert_mlp_general_rejection(*args.plan, s.mlp));
   if (P == 0) return;
   c.launch_target(stream, "expert_output", args.expert_output);
 
   detail::WorkspaceCarver ws(args.workspace.data);
   detail::ExpertMlpGemms g = expert_mlp_gemms(args, s);
-  g.act = ws.take(static_cast<size_t>(P * s.F) * dtype_size(s.dtype));
-  g.counters = ws.take(detail::kExpertMlpCounterBytes);
+  const ExpertMlpBuffers b = carve_expert_mlp(s, ws);
+  g.act = b.act;
+  g.counters = b.counters;
+  g.pre = b.pre;
   const MlpPlan plan =
       args.plan ? *args.plan : detail::plan_expert_mlp_gemms(g, detail::current_gemm_device());
   detail::log_op_plan("moe_expert_mlp", s, 0, plan);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gemm/gemm_planner.h"
+#include "moe/engine_inputs.h"
 #include "moe/layer_planner.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
@@ -12,6 +13,7 @@
 #include "moekit/moe.h"
 #include "moekit/permute.h"
 #include "moekit/routing.h"
+#include "permute/engine_ids.h"
 #include "permute/permute_kernels.h"
 #include "routing/fused_topk_kernel.h"
 #include "routing/topk_params_check.h"
@@ -36,6 +38,7 @@ struct RoutedBuffers {
   int32_t* inverse = nullptr;  // [T*K]
   Workspace pre_ws;
   void* tile_counters = nullptr;  // kExpertMlpCounterBytes
+  float* pre = nullptr;           // general path: [P, general_pre_cols] f32
 };
 
 PrePermuteArgs pre_permute_args(const MoEShapes& s, const void* hidden, const int32_t* ids,
@@ -70,6 +73,7 @@ RoutedBuffers carve_routed(const MoEShapes& s, RoutedPath routed, WorkspaceCarve
   b.pre_ws.data = pre_bytes ? ws.take(pre_bytes) : nullptr;
   b.pre_ws.bytes = pre_bytes;
   b.tile_counters = ws.take(kExpertMlpCounterBytes);
+  b.pre = take_general_pre(ws, s.mlp, P, s.F, s.H, /*out_f32=*/false);
   return b;
 }
 
@@ -82,8 +86,7 @@ size_t routed_experts_workspace_size(const MoEShapes& s, RoutedPath routed) {
   return ws.bytes();
 }
 
-// Carves the routed buffers from the carver's current position.
-static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_t stream) {
+void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_t stream) {
   const MoEShapes& s = p.s;
   if (s.T == 0) return;
   RoutedBuffers b = carve_routed(s, p.routed, ws);
@@ -111,9 +114,11 @@ static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaS
   moe_pre_permute(pre, stream);
   const int64_t P = pre.permuted.size(0);
   // The expert output overwrites the permuted input (dead after the first GEMM).
-  run_expert_mlp_gemms(sorted_expert_gemms(s, b.permuted, b.layout_metadata, b.perm_act,
-                                           p.w_gate_up, p.w_down, b.tile_counters),
-                       p.experts, stream);
+  ExpertMlpGemms g = sorted_expert_gemms(s, b.permuted, b.layout_metadata, b.perm_act, p.w_gate_up,
+                                         p.w_down, b.tile_counters);
+  g.pre = b.pre;
+  g.biases = p.biases;
+  run_expert_mlp_gemms(g, p.experts, stream);
   if (p.addend == nullptr) {
     PostPermuteArgs post;
     post.expert_output = make_view(b.permuted, s.dtype, {P, s.H});
@@ -128,11 +133,6 @@ static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaS
     comb.inverse = b.inverse;
     launch_combine(comb, stream);
   }
-}
-
-void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t stream) {
-  WorkspaceCarver ws(workspace);
-  run_routed_carved(p, ws, stream);
 }
 
 }  // namespace detail
@@ -176,17 +176,84 @@ LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
     return *given;
   }
   LayerPlan plan;
-  if (tuned != nullptr && detail::tuning_tables_present() &&
+  // The tuning tables hold silu_and_mul layers' plans.
+  if (tuned != nullptr && !p.s.mlp.general() && !p.shared_mlp.general() &&
+      detail::tuning_tables_present() &&
       detail::tuned_layer_plan(detail::current_device_name(),
                                detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
                                p.s.T, device, &plan))
     return plan;
   detail::DirectCapacity capacity;
   if (p.S > 0) {
-    capacity =
-        detail::device_direct_capacity(detail::shared_mlp_problem(p.s, p.S, DType::kF32, device));
+    capacity = detail::device_direct_capacity(
+        detail::shared_mlp_problem(p.s, p.S, DType::kF32, device, p.shared_mlp));
   }
   return detail::plan_layer(p, device, capacity);
+}
+
+// ---- engine inputs (docs/moe.md, "Engine inputs") ----
+
+// The passes a call's engine inputs need before the routed path; none on the default
+// path (i32 local ids, no map, weights on the output), whose launches stay as they were.
+//   ids: an expert map or i64 ids, translated into i32 local ids in workspace (the layer
+//        ops never need it: their routing kernel writes local ids, FusedTopKLaunch);
+//   scale: apply_router_weight_on_input, the scaled rows and unit weights in workspace.
+struct EngineNeeds {
+  bool ids = false;
+  bool scale = false;
+};
+struct EngineBuffers {
+  int32_t* ids = nullptr;         // [T*K] i32 local ids
+  void* scaled = nullptr;         // [T, H] dtype
+  float* unit_weights = nullptr;  // [T] f32 (K = 1)
+};
+
+EngineBuffers carve_engine(const detail::MoEShapes& s, EngineNeeds n, detail::WorkspaceCarver& ws) {
+  EngineBuffers b;
+  if (n.ids) b.ids = static_cast<int32_t*>(ws.take(detail::translated_ids_bytes(s.T * s.K)));
+  if (n.scale) {
+    b.scaled = ws.take(static_cast<size_t>(s.T * s.H) * dtype_size(s.dtype));
+    b.unit_weights = static_cast<float*>(ws.take(static_cast<size_t>(s.T) * sizeof(float)));
+  }
+  return b;
+}
+
+size_t engine_bytes(const detail::MoEShapes& s, EngineNeeds n) {
+  if (s.T == 0) return 0;
+  detail::WorkspaceCarver ws(nullptr);
+  carve_engine(s, n, ws);
+  return ws.bytes();
+}
+
+// ids into `local` (map: global to local; i64 read as i64), which p then reads.
+void translate_ids(const detail::MoEShapes& s, const TensorView& ids, const TensorView& expert_map,
+                   int32_t* local, detail::RoutedExperts& p, cudaStream_t stream) {
+  detail::IdTranslation t;
+  t.ids = ids.data;
+  t.ids_dtype = ids.dtype;
+  t.num_routes = s.T * s.K;
+  t.expert_map = expert_map.defined() ? expert_map.ptr<const int32_t>() : nullptr;
+  t.map_size = expert_map.defined() ? expert_map.size(0) : 0;
+  t.num_local = static_cast<int>(s.E);
+  t.local_ids = local;
+  detail::launch_translate_ids(t, stream);
+  p.topk_ids = local;
+}
+
+// apply_router_weight_on_input: p runs on the scaled rows with unit weights.
+void scale_input_rows(const detail::MoEShapes& s, const EngineBuffers& b, detail::RoutedExperts& p,
+                      cudaStream_t stream) {
+  detail::RouterWeightOnInput r;
+  r.dtype = s.dtype;
+  r.x = p.hidden;
+  r.weights = p.topk_weights;
+  r.T = s.T;
+  r.H = s.H;
+  r.x_scaled = b.scaled;
+  r.unit_weights = b.unit_weights;
+  detail::launch_router_weight_on_input(r, stream);
+  p.hidden = b.scaled;
+  p.topk_weights = b.unit_weights;
 }
 
 // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
@@ -198,10 +265,24 @@ detail::RoutedOp experts_op(bool allow_direct) {
 // hidden_states, w_gate_up and topk_ids: what the workspace size and the plan depend on.
 detail::MoEShapes check_experts_shapes(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
+  detail::check_activation(c, s, a.activation);
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
                         /*experts=*/true);
   detail::check_topk_ids(c, s, a.topk_ids);
+  detail::check_expert_map(c, a.expert_map);
+  detail::check_router_weight_on_input(c, a.apply_router_weight_on_input, s.K);
+  detail::check_biases(c, s, "gate_up_bias", a.gate_up_bias, "down_bias", a.down_bias,
+                       /*experts=*/true);
   return s;
+}
+
+EngineNeeds experts_needs(const FusedMoEExpertsArgs& a) {
+  return {detail::ids_need_translation(a.topk_ids, a.expert_map), a.apply_router_weight_on_input};
+}
+
+size_t experts_bytes(const detail::MoEShapes& s, EngineNeeds needs, RoutedPath routed) {
+  if (s.T == 0) return 0;
+  return engine_bytes(s, needs) + detail::routed_experts_workspace_size(s, routed);
 }
 
 // The shapes, then the plan: args.plan (checked) or the planner's, whose path's expert
@@ -219,7 +300,7 @@ size_t experts_workspace_size(const char* op, const FusedMoEExpertsArgs& a, bool
   return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
     detail::MoEShapes s;
     const LayerPlan plan = experts_plan(c, a, allow_direct, s);
-    return detail::routed_experts_workspace_size(s, plan.routed);
+    return experts_bytes(s, experts_needs(a), plan.routed);
   });
 }
 
@@ -247,10 +328,12 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
                      /*experts=*/true);
   c.tensor("topk_weights", a.topk_weights, {DType::kF32}, {s.T, s.K});
   detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
-  const size_t needed = detail::routed_experts_workspace_size(s, plan.routed);
+  const EngineNeeds needs = experts_needs(a);
+  const size_t needed = experts_bytes(s, needs, plan.routed);
   c.workspace(a.workspace, needed);
   // In place (output == hidden_states) works: the hidden states are read by the first
-  // kernel (the gather or the direct gate/up stage), the output written by the last.
+  // kernel (the gather, the direct gate/up stage or the input scaling), the output
+  // written by the last.
   const detail::ArgCheck::Arg out{"output", a.output};
   const detail::ArgCheck::Arg in{"hidden_states", a.hidden_states};
   c.outputs_disjoint({out},
@@ -258,7 +341,10 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
                       {"w_gate_up", a.w_gate_up},
                       {"w_down", a.w_down},
                       {"topk_weights", a.topk_weights},
-                      {"topk_ids", a.topk_ids}},
+                      {"topk_ids", a.topk_ids},
+                      {"gate_up_bias", a.gate_up_bias},
+                      {"down_bias", a.down_bias},
+                      {"expert_map", a.expert_map}},
                      a.workspace, &out, &in);
   if (s.T == 0) return;
   c.launch_target(stream, "output", a.output);
@@ -271,8 +357,15 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   p.w_down = a.w_down.data;
   p.topk_weights = static_cast<const float*>(a.topk_weights.data);
   p.topk_ids = static_cast<const int32_t*>(a.topk_ids.data);
+  p.biases = detail::mlp_biases(a.gate_up_bias, a.down_bias);
   p.output = a.output.data;
-  detail::run_composite(op, [&] { detail::run_routed_experts(p, a.workspace.data, stream); });
+  detail::run_composite(op, [&] {
+    detail::WorkspaceCarver ws(a.workspace.data);
+    const EngineBuffers eb = carve_engine(s, needs, ws);
+    if (needs.ids) translate_ids(s, a.topk_ids, a.expert_map, eb.ids, p, stream);
+    if (needs.scale) scale_input_rows(s, eb, p, stream);
+    detail::run_routed_experts(p, ws, stream);
+  });
 }
 
 constexpr const char* kExpertsOp = "fused_moe_experts";
@@ -322,41 +415,71 @@ struct LayerBuffers {
   void* shared_act = nullptr;      // [T, S] dtype (shared expert only)
   float* shared_out = nullptr;     // [T, H] f32 (shared expert only)
   void* shared_scratch = nullptr;  // the shared MLP's stream-K scratch, if it takes that path
+  float* shared_pre = nullptr;     // its general path's f32 pre-activations
 };
 
-// Topk buffers, then (shared expert) its activation and f32 output, then the
-// routed-experts buffers.
-LayerBuffers carve_layer(const detail::MoEShapes& s, int64_t S, detail::WorkspaceCarver& ws) {
+// The shared expert: its width S (0: none) and its activation and biases.
+struct SharedShape {
+  int64_t S = 0;
+  detail::MlpActivation mlp;
+};
+
+// Topk buffers, then (apply_router_weight_on_input) the scaled rows, then (shared expert)
+// its activation and f32 output, then the routed-experts buffers. An expert map needs
+// no buffer: the routing kernel writes local ids.
+LayerBuffers carve_layer(const detail::MoEShapes& s, const SharedShape& sh, EngineNeeds needs,
+                         EngineBuffers& engine, detail::WorkspaceCarver& ws) {
+  const int64_t S = sh.S;
   LayerBuffers b;
   b.topk_weights = static_cast<float*>(ws.take(static_cast<size_t>(s.T * s.K) * 4));
   b.topk_ids = static_cast<int32_t*>(ws.take(static_cast<size_t>(s.T * s.K) * 4));
+  engine = carve_engine(s, needs, ws);
   if (S > 0) {
     b.shared_act = ws.take(static_cast<size_t>(s.T * S) * dtype_size(s.dtype));
     b.shared_out = static_cast<float*>(ws.take(static_cast<size_t>(s.T * s.H) * 4));
     b.shared_scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, S);
+    b.shared_pre = detail::take_general_pre(ws, sh.mlp, s.T, S, s.H, /*out_f32=*/true);
   }
   return b;
 }
 
-size_t layer_workspace_size(const detail::MoEShapes& s, int64_t S, RoutedPath routed) {
+EngineNeeds layer_needs(const FusedMoEArgs& a) {
+  return {false, a.apply_router_weight_on_input};
+}
+
+size_t layer_workspace_size(const detail::MoEShapes& s, const SharedShape& sh, EngineNeeds needs,
+                            RoutedPath routed) {
   if (s.T == 0) return 0;
   detail::WorkspaceCarver ws(nullptr);
-  carve_layer(s, S, ws);
+  EngineBuffers engine;
+  carve_layer(s, sh, needs, engine, ws);
   ws.take(detail::routed_experts_workspace_size(s, routed));
   return ws.bytes();
 }
 
-// hidden_states, w_gate_up and top_k: what the routed layer's workspace size depends on.
+// The experts the routing picks from: the global ones with an expert map, else the local.
+int64_t routing_experts(const FusedMoEArgs& a, const detail::MoEShapes& s) {
+  return a.expert_map.defined() ? a.expert_map.size(0) : s.E;
+}
+
+// hidden_states, w_gate_up, top_k and the engine inputs: what the routed layer's
+// workspace size depends on.
 detail::MoEShapes check_layer_shapes(const detail::ArgCheck& c, const FusedMoEArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
+  detail::check_activation(c, s, a.activation);
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
                         /*experts=*/true);
+  detail::check_expert_map(c, a.expert_map);
+  detail::check_biases(c, s, "gate_up_bias", a.gate_up_bias, "down_bias", a.down_bias,
+                       /*experts=*/true);
   const int K = a.params.top_k;
+  const int64_t E = routing_experts(a, s);
   MOEKIT_REQUIRE(
-      c, K >= 1 && K <= detail::kTopKMaxK && K <= s.E, "top_k",
-      "1 to min(" + detail::str(detail::kTopKMaxK) + ", num_experts=" + detail::str(s.E) + ")",
+      c, K >= 1 && K <= detail::kTopKMaxK && K <= E, "top_k",
+      "1 to min(" + detail::str(detail::kTopKMaxK) + ", num_experts=" + detail::str(E) + ")",
       detail::str(K));
   s.K = K;
+  detail::check_router_weight_on_input(c, a.apply_router_weight_on_input, s.K);
   MOEKIT_REQUIRE(c, s.T * s.K <= INT32_MAX, "hidden_states", "at most 2^31-1 routes (T*top_k)",
                  a.hidden_states.describe());
   // The routing's limit, below both paths' (so no path check).
@@ -367,31 +490,66 @@ detail::MoEShapes check_layer_shapes(const detail::ArgCheck& c, const FusedMoEAr
   return s;
 }
 
-// The shared expert's width S (0: none) from shared_w_gate_up [2S, H], when given.
-int64_t check_shared_width(const detail::ArgCheck& c, const detail::MoEShapes& s,
-                           const FusedMoESharedExpertArgs& a) {
-  if (!a.shared_w_gate_up.defined()) return 0;
+// The shared expert (S = 0: none) from shared_w_gate_up [2S, H] ([S, H] for relu2) and its
+// optional biases, when given (with_down: shared_w_down checked too).
+SharedShape check_shared(const detail::ArgCheck& c, const detail::MoEShapes& s,
+                         const FusedMoESharedExpertArgs& a, bool with_down = false) {
+  SharedShape sh;
+  if (!a.shared_w_gate_up.defined() && !(with_down && a.shared_w_down.defined())) {
+    MOEKIT_REQUIRE(c, !a.shared_gate_up_bias.defined() && !a.shared_down_bias.defined(),
+                   a.shared_gate_up_bias.defined() ? "shared_gate_up_bias" : "shared_down_bias",
+                   "no shared-expert bias without the shared expert's weights", "a bias");
+    return sh;
+  }
   detail::MoEShapes shared = s;
+  shared.mlp = detail::MlpActivation();
+  shared.mlp.act = s.mlp.act;
   detail::check_gate_up(c, shared, "shared_w_gate_up", a.shared_w_gate_up, "hidden_states",
                         a.moe.hidden_states, /*experts=*/false);
-  return shared.F;
+  if (with_down)
+    detail::check_down(c, shared, "shared_w_down", a.shared_w_down, "hidden_states",
+                       a.moe.hidden_states, /*experts=*/false);
+  detail::check_biases(c, shared, "shared_gate_up_bias", a.shared_gate_up_bias, "shared_down_bias",
+                       a.shared_down_bias, /*experts=*/false);
+  sh.S = shared.F;
+  sh.mlp = shared.mlp;
+  return sh;
+}
+
+detail::LayerProblem layer_problem_of(const detail::MoEShapes& s, const SharedShape& sh) {
+  detail::LayerProblem p;
+  p.s = s;
+  p.op = detail::RoutedOp::kLayer;
+  p.S = sh.S;
+  p.shared_mlp = sh.mlp;
+  return p;
 }
 
 size_t layer_workspace_query(const char* op, const FusedMoEArgs& a,
                              const FusedMoESharedExpertArgs* shared) {
   return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
     const detail::MoEShapes s = check_layer_shapes(c, a);
-    const int64_t S = shared ? check_shared_width(c, s, *shared) : 0;
+    const SharedShape sh = shared ? check_shared(c, s, *shared) : SharedShape();
     const TunedOp tuned{op, a.params};
-    const LayerPlan plan = layer_plan(c, a.plan, {s, detail::RoutedOp::kLayer, S}, &tuned);
-    return layer_workspace_size(s, S, plan.routed);
+    const LayerPlan plan = layer_plan(c, a.plan, layer_problem_of(s, sh), &tuned);
+    return layer_workspace_size(s, sh, layer_needs(a), plan.routed);
   });
 }
 
 detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs& a) {
   detail::MoEShapes s = check_layer_shapes(c, a);
   detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states, /*experts=*/true);
-  c.tensor("gating_output", a.gating_output, {DType::kBF16, DType::kF16, DType::kF32}, {s.T, s.E});
+  if (a.expert_map.defined()) {
+    c.tensor("gating_output", a.gating_output, {DType::kBF16, DType::kF16, DType::kF32},
+             {s.T, detail::kAnyDim});
+    MOEKIT_REQUIRE(c, a.gating_output.size(1) == a.expert_map.size(0), "gating_output",
+                   "one column per global expert (expert_map has " +
+                       detail::str(a.expert_map.size(0)) + " entries)",
+                   a.gating_output.describe());
+  } else {
+    c.tensor("gating_output", a.gating_output, {DType::kBF16, DType::kF16, DType::kF32},
+             {s.T, s.E});
+  }
   // The routing checks of fused_topk, reported under this op's name.
   detail::check_routing_inputs(c, a.gating_output, a.correction_bias, a.params);
   detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
@@ -401,8 +559,10 @@ detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs
 // The layer's memory rule: output may be hidden_states itself (every kernel that reads
 // the hidden states runs before the last one, which writes the output), else disjoint
 // from every input and the workspace.
-void check_layer_memory(const detail::ArgCheck& c, const FusedMoEArgs& a, const TensorView& s_gu,
-                        const TensorView& s_down) {
+void check_layer_memory(const detail::ArgCheck& c, const FusedMoEArgs& a,
+                        const FusedMoESharedExpertArgs* shared) {
+  const FusedMoESharedExpertArgs none;
+  const FusedMoESharedExpertArgs& sh = shared ? *shared : none;
   const detail::ArgCheck::Arg out{"output", a.output};
   const detail::ArgCheck::Arg in{"hidden_states", a.hidden_states};
   c.outputs_disjoint({out},
@@ -411,35 +571,49 @@ void check_layer_memory(const detail::ArgCheck& c, const FusedMoEArgs& a, const 
                       {"correction_bias", a.correction_bias},
                       {"w_gate_up", a.w_gate_up},
                       {"w_down", a.w_down},
-                      {"shared_w_gate_up", s_gu},
-                      {"shared_w_down", s_down}},
+                      {"gate_up_bias", a.gate_up_bias},
+                      {"down_bias", a.down_bias},
+                      {"shared_w_gate_up", sh.shared_w_gate_up},
+                      {"shared_w_down", sh.shared_w_down},
+                      {"shared_gate_up_bias", sh.shared_gate_up_bias},
+                      {"shared_down_bias", sh.shared_down_bias},
+                      {"expert_map", a.expert_map}},
                      a.workspace, &out, &in);
 }
 
 // Routing (the FusedTopK kernel into the workspace), optional shared MLP, routed experts.
-void run_layer(const FusedMoEArgs& a, const LayerPlan& plan, const detail::MoEShapes& s,
-               const TensorView* shared_gu, const TensorView* shared_down, int64_t S,
-               cudaStream_t stream) {
+void run_layer(const char* op, const FusedMoEArgs& a, const LayerPlan& plan,
+               const detail::MoEShapes& s, const FusedMoESharedExpertArgs* shared,
+               const SharedShape& sh, cudaStream_t stream) {
   detail::WorkspaceCarver ws(a.workspace.data);
-  LayerBuffers b = carve_layer(s, S, ws);
+  const EngineNeeds needs = layer_needs(a);
+  EngineBuffers engine;
+  LayerBuffers b = carve_layer(s, sh, needs, engine, ws);
   // The routing inputs were validated under the layer op's name (check_layer_args).
   detail::FusedTopKLaunch topk;
   topk.gating = a.gating_output.data;
   topk.dtype = a.gating_output.dtype;
   topk.bias = a.correction_bias.defined() ? a.correction_bias.ptr<const float>() : nullptr;
   topk.num_tokens = s.T;
-  topk.num_experts = static_cast<int>(s.E);
+  topk.num_experts = static_cast<int>(routing_experts(a, s));
   topk.params = a.params;
   topk.topk_weights = b.topk_weights;
   topk.topk_ids = b.topk_ids;
+  if (a.expert_map.defined()) {  // the map applied where the ids are produced
+    topk.expert_map = a.expert_map.ptr<const int32_t>();
+    topk.num_local = static_cast<int>(s.E);
+  }
   detail::launch_fused_topk(topk, stream);
-  if (S > 0) {
+  if (sh.S > 0) {
     // The shared expert's output stays f32 and is added in the routed combine, so
     // the layer output is rounded once.
     detail::run_dense_mlp(
-        plan.shared, detail::shared_mlp_problem(s, S, DType::kF32, detail::current_gemm_device()),
-        a.hidden_states.data, shared_gu->data, shared_down->data, b.shared_act, b.shared_out,
-        b.shared_scratch, stream);
+        plan.shared,
+        detail::shared_mlp_problem(s, sh.S, DType::kF32, detail::current_gemm_device(), sh.mlp),
+        a.hidden_states.data, shared->shared_w_gate_up.data, shared->shared_w_down.data,
+        b.shared_act, b.shared_out, b.shared_scratch, stream,
+        detail::mlp_biases(shared->shared_gate_up_bias, shared->shared_down_bias), b.shared_pre,
+        op);
   }
   detail::RoutedExperts p;
   p.s = s;
@@ -451,8 +625,12 @@ void run_layer(const FusedMoEArgs& a, const LayerPlan& plan, const detail::MoESh
   p.topk_weights = b.topk_weights;
   p.topk_ids = b.topk_ids;
   p.addend = b.shared_out;
+  p.biases = detail::mlp_biases(a.gate_up_bias, a.down_bias);
   p.output = a.output.data;
-  detail::run_routed_carved(p, ws, stream);
+  // apply_router_weight_on_input: the input rows scaled by the top-1 weights (the shared
+  // expert above read the unscaled x).
+  if (needs.scale) scale_input_rows(s, engine, p, stream);
+  detail::run_routed_experts(p, ws, stream);
 }
 
 }  // namespace
@@ -466,7 +644,7 @@ detail::LayerProblem layer_problem(const char* op, const FusedMoEArgs& a,
                                    const FusedMoESharedExpertArgs* shared) {
   const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_layer_shapes(c, a);
-  return {s, detail::RoutedOp::kLayer, shared ? check_shared_width(c, s, *shared) : 0};
+  return layer_problem_of(s, shared ? check_shared(c, s, *shared) : SharedShape());
 }
 
 }  // namespace
@@ -490,14 +668,14 @@ void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
   detail::ArgCheck c(kLayerOp);
   const detail::MoEShapes s = check_layer_args(c, args);
   const TunedOp tuned{kLayerOp, args.params};
-  const LayerPlan plan = layer_plan(c, args.plan, {s, detail::RoutedOp::kLayer, 0}, &tuned);
+  const LayerPlan plan = layer_plan(c, args.plan, layer_problem_of(s, {}), &tuned);
   detail::log_op_plan(kLayerOp, s, 0, plan);
-  const size_t needed = layer_workspace_size(s, 0, plan.routed);
+  const size_t needed = layer_workspace_size(s, {}, layer_needs(args), plan.routed);
   c.workspace(args.workspace, needed);
-  check_layer_memory(c, args, TensorView{}, TensorView{});
+  check_layer_memory(c, args, nullptr);
   if (s.T == 0) return;
   c.launch_target(stream, "output", args.output);
-  detail::run_composite(kLayerOp, [&] { run_layer(args, plan, s, nullptr, nullptr, 0, stream); });
+  detail::run_composite(kLayerOp, [&] { run_layer(kLayerOp, args, plan, s, nullptr, {}, stream); });
 }
 
 size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args) {
@@ -521,30 +699,17 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
   const detail::MoEShapes s = check_layer_args(c, args.moe);
   // Both shared weights absent: no shared expert, the routed layer alone (a model whose
   // layer has none can call one entry point). One of the two alone is an error.
-  const bool has_shared = args.shared_w_gate_up.defined() || args.shared_w_down.defined();
-  int64_t S = 0;
-  if (has_shared) {
-    detail::MoEShapes shared = s;
-    detail::check_mlp_weights(c, shared, "shared_w_gate_up", args.shared_w_gate_up, "shared_w_down",
-                              args.shared_w_down, "hidden_states", args.moe.hidden_states,
-                              /*experts=*/false);
-    S = shared.F;
-  }
+  const SharedShape sh = check_shared(c, s, args, /*with_down=*/true);
   const TunedOp tuned{kSharedLayerOp, args.moe.params};
-  const LayerPlan plan = layer_plan(c, args.moe.plan, {s, detail::RoutedOp::kLayer, S}, &tuned);
-  detail::log_op_plan(kSharedLayerOp, s, S, plan);
-  const size_t needed = layer_workspace_size(s, S, plan.routed);
+  const LayerPlan plan = layer_plan(c, args.moe.plan, layer_problem_of(s, sh), &tuned);
+  detail::log_op_plan(kSharedLayerOp, s, sh.S, plan);
+  const size_t needed = layer_workspace_size(s, sh, layer_needs(args.moe), plan.routed);
   c.workspace(args.moe.workspace, needed);
-  check_layer_memory(c, args.moe, args.shared_w_gate_up, args.shared_w_down);
+  check_layer_memory(c, args.moe, &args);
   if (s.T == 0) return;
   c.launch_target(stream, "output", args.moe.output);
-  detail::run_composite(kSharedLayerOp, [&] {
-    if (has_shared) {
-      run_layer(args.moe, plan, s, &args.shared_w_gate_up, &args.shared_w_down, S, stream);
-    } else {
-      run_layer(args.moe, plan, s, nullptr, nullptr, 0, stream);
-    }
-  });
+  detail::run_composite(kSharedLayerOp,
+                        [&] { run_layer(kSharedLayerOp, args.moe, plan, s, &args, sh, stream); });
 }
 
 }  // namespace moekit

@@ -34,9 +34,13 @@ ExpertMlpGemms planning_gemms(const MoEShapes& s) {
                              &weights, nullptr);
 }
 
+DenseMlpProblem shared_problem(const LayerProblem& p, const GemmDevice& device) {
+  return shared_mlp_problem(p.s, p.S, DType::kF32, device, p.shared_mlp);
+}
+
 std::vector<MlpPlan> shared_candidates(const LayerProblem& p, const GemmDevice& device) {
   if (p.S == 0) return {MlpPlan()};
-  return dense_mlp_plan_candidates(shared_mlp_problem(p.s, p.S, DType::kF32, device), device);
+  return dense_mlp_plan_candidates(shared_problem(p, device), device);
 }
 
 std::string sorted_rejection(const LayerPlan& plan, const LayerProblem& p,
@@ -45,7 +49,8 @@ std::string sorted_rejection(const LayerPlan& plan, const LayerProblem& p,
     return "the sorted path takes at most " + str(kPermuteMaxExperts) + " experts, not " +
            str(p.s.E);
   const auto [up, down] = expert_mlp_problems(planning_gemms(p.s));
-  const std::string why = mlp_gemms_plan_rejection(plan.experts, up, down, device);
+  std::string why = expert_mlp_general_rejection(plan.experts, p.s.mlp);
+  if (why.empty()) why = mlp_gemms_plan_rejection(plan.experts, up, down, device);
   return why.empty() ? why : "the expert MLP: " + why;
 }
 
@@ -58,6 +63,10 @@ std::string direct_rejection(const LayerProblem& p) {
 }  // namespace
 
 std::string direct_path_rejection(const MoEShapes& s) {
+  if (s.mlp.general())
+    return std::string("activation ") + activation_name(s.mlp.act) +
+           (s.mlp.gate_up_bias || s.mlp.down_bias ? " with biases" : "") +
+           " (the direct kernels run silu_and_mul without biases)";
   if (s.T > kDirectMaxTokens) return "T = " + str(s.T) + " > " + str(kDirectMaxTokens);
   if (s.T * s.K > kDirectMaxRoutes)
     return "T*top_k = " + str(s.T * s.K) + " > " + str(kDirectMaxRoutes);
@@ -70,6 +79,10 @@ std::string shape_key(const MoEShapes& s, int64_t S) {
   std::string key = std::string(dtype_name(s.dtype)) + " T=" + str(s.T) + " H=" + str(s.H);
   if (s.E > 0) key += " E=" + str(s.E) + " F=" + str(s.F) + " K=" + str(s.K);
   if (S > 0) key += " S=" + str(S);
+  if (s.mlp.general()) {
+    key += std::string(" act=") + activation_name(s.mlp.act);
+    if (s.mlp.gate_up_bias || s.mlp.down_bias) key += " bias";
+  }
   return key;
 }
 
@@ -78,8 +91,9 @@ int64_t sorted_rows(const MoEShapes& s) {
 }
 
 DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtype,
-                                   const GemmDevice& device) {
+                                   const GemmDevice& device, const MlpActivation& mlp) {
   DenseMlpProblem p;
+  p.mlp = mlp;
   p.dtype = s.dtype;
   p.out_dtype = out_dtype;
   p.T = s.T;
@@ -107,6 +121,7 @@ ExpertMlpGemms sorted_expert_gemms(const MoEShapes& s, void* permuted,
   g.out = permuted;
   g.routed_counts = true;  // ragged, skewed counts from top-k routing
   g.counters = tile_counters;
+  g.mlp = s.mlp;  // the caller sets the general path's pre buffer and biases
   return g;
 }
 
@@ -121,8 +136,7 @@ LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
   }
   plan.has_shared = p.S > 0;
   if (plan.has_shared)
-    plan.shared =
-        plan_dense_mlp(shared_mlp_problem(p.s, p.S, DType::kF32, device), device, shared_capacity);
+    plan.shared = plan_dense_mlp(shared_problem(p, device), device, shared_capacity);
   return plan;
 }
 
@@ -171,8 +185,8 @@ std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
     return p.S > 0 ? "the layer has a shared expert: the plan needs its MLP"
                    : "the layer has no shared expert";
   if (!plan.has_shared) return {};
-  const std::string shared = dense_mlp_plan_rejection(
-      plan.shared, shared_mlp_problem(p.s, p.S, DType::kF32, device), device);
+  const std::string shared =
+      dense_mlp_plan_rejection(plan.shared, shared_problem(p, device), device);
   return shared.empty() ? shared : "the shared expert: " + shared;
 }
 

@@ -28,7 +28,8 @@ enum class RoutedOp {
 struct LayerProblem {
   MoEShapes s;
   RoutedOp op = RoutedOp::kLayer;
-  int64_t S = 0;  // the shared expert's width, 0 = none
+  int64_t S = 0;             // the shared expert's width, 0 = none
+  MlpActivation shared_mlp;  // the shared expert's: s.mlp.act, its own biases
 };
 
 // The routed path (direct when the op's rule allows), the sorted path's expert MLP
@@ -44,7 +45,7 @@ std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
 
 // The shared expert's dense problem (stream-K scratch: carved wherever it can run).
 DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtype,
-                                   const GemmDevice& device);
+                                   const GemmDevice& device, const MlpActivation& mlp);
 
 // The sorted path's expert MLP GEMMs over the permuted rows [P, H] (P = T*K, alignment 1):
 // gate_up from `permuted` into `act`, down from `act` over `permuted` (dead by then).

@@ -11,6 +11,7 @@
 
 #include "core/workspace.h"
 #include "gemm/gemm_planner.h"  // GemmDevice, MlpPlan, kSm90MlpChainScratchBytes
+#include "mlp/activation.h"
 #include "mlp/dense_mlp.h"
 #include "moekit/plan.h"
 #include "moekit/tensor.h"
@@ -21,6 +22,7 @@ namespace moekit::detail {
 struct MoEShapes {
   DType dtype = DType::kBF16;  // hidden states, weights and output
   int64_t T = 0, H = 0, E = 0, F = 0, K = 0;
+  MlpActivation mlp;  // the experts' activation and biases (general(): the general path)
 };
 
 // Limits of the direct path: routes are decoded per block from topk_ids in shared
@@ -30,8 +32,8 @@ constexpr int64_t kDirectMaxRoutes = 1024;
 constexpr int64_t kDirectMaxExperts = 4096;
 
 inline bool direct_path_eligible(const MoEShapes& s) {
-  return s.T <= kDirectMaxTokens && s.T * s.K <= kDirectMaxRoutes && s.E <= kDirectMaxExperts &&
-         2 * s.F * s.H < (int64_t{1} << 31);
+  return !s.mlp.general() && s.T <= kDirectMaxTokens && s.T * s.K <= kDirectMaxRoutes &&
+         s.E <= kDirectMaxExperts && 2 * s.F * s.H < (int64_t{1} << 31);
 }
 
 // Empty when the direct path can run s, else the limit s is past ("T = 65 > 64").
@@ -51,13 +53,17 @@ struct RoutedExperts {
   const float* topk_weights = nullptr;
   const int32_t* topk_ids = nullptr;
   const float* addend = nullptr;  // optional [T, H] f32
+  MlpBiases biases;               // s.mlp says which are given
   void* output = nullptr;         // [T, H]
 };
 size_t routed_experts_workspace_size(const MoEShapes& s, RoutedPath routed);
-void run_routed_experts(const RoutedExperts& p, void* workspace, cudaStream_t stream);
+// Carves its buffers (routed_experts_workspace_size bytes) from ws's current position.
+void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_t stream);
 
 // Expert MLP on a contiguous permuted buffer: gate/up grouped GEMM with silu_and_mul into
-// act [P, F], then the down grouped GEMM into out [P, H].
+// act [P, F], then the down grouped GEMM into out [P, H]. The general path (mlp.general()):
+// gate/up GEMM (kNone) into pre [P, gate_up_rows] f32, the activation kernel (gate/up bias)
+// into act, the down GEMM (kNone) into out, or into pre (f32) then the down-bias pass.
 constexpr size_t kExpertMlpCounterBytes = 512 + kSm90MlpChainScratchBytes;
 struct ExpertMlpGemms {
   DType dtype = DType::kBF16;
@@ -69,6 +75,9 @@ struct ExpertMlpGemms {
   const void* w_down = nullptr;     // [E, H, F]
   void* act = nullptr;              // [P, F]
   void* out = nullptr;              // [P, H]; may alias `in` (dead once the first GEMM has run)
+  MlpActivation mlp;                // general(): the general path, with:
+  MlpBiases biases;
+  float* pre = nullptr;  // [P, general_pre_cols(mlp, F, H, false)] f32
   // The counts come from top-k routing (the fused layers), GroupedGemmProblem::routed_counts.
   bool routed_counts = false;
   // kExpertMlpCounterBytes of workspace: the GEMMs' tile counters, then the chain's scratch.
@@ -81,8 +90,12 @@ std::pair<GroupedGemmProblem, GroupedGemmProblem> expert_mlp_problems(const Expe
 MlpPlan plan_expert_mlp_gemms(const ExpertMlpGemms& g, const GemmDevice& device);
 std::vector<MlpPlan> expert_mlp_gemms_plan_candidates(const ExpertMlpGemms& g,
                                                       const GemmDevice& device);
-// Runs `plan` (throws moekit::Error naming moe_expert_mlp when it cannot run g).
-void run_expert_mlp_gemms(const ExpertMlpGemms& g, const MlpPlan& plan, cudaStream_t stream);
+// Why `plan` cannot run the general path of `mlp` beyond its GEMMs' own limits (empty: it
+// can, or mlp is not general).
+std::string expert_mlp_general_rejection(const MlpPlan& plan, const MlpActivation& mlp);
+// Runs `plan` (throws moekit::Error naming `op` when it cannot run g).
+void run_expert_mlp_gemms(const ExpertMlpGemms& g, const MlpPlan& plan, cudaStream_t stream,
+                          const char* op = "moe_expert_mlp");
 
 // ---- kernels (moe_kernels.cu) ----
 

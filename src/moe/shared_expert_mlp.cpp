@@ -17,22 +17,38 @@ constexpr const char* kOp = "shared_expert_mlp";
 // hidden_states [T, H] and w_gate_up [2S, H]: what the workspace size and the plan depend on.
 detail::MoEShapes check_shared_mlp_shapes(const detail::ArgCheck& c, const SharedExpertMLPArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
+  detail::check_activation(c, s, a.activation);
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
                         /*experts=*/false);
+  detail::check_biases(c, s, "gate_up_bias", a.gate_up_bias, "down_bias", a.down_bias,
+                       /*experts=*/false);
   return s;
 }
 
-// act [T, S] in the dtype, then the dense MLP's stream-K scratch (s.F = S).
+// The workspace: act [T, S] in the dtype, the dense MLP's stream-K scratch (s.F = S), then
+// (general path) the f32 pre-activations.
+struct SharedMlpBuffers {
+  void* act = nullptr;
+  void* scratch = nullptr;
+  float* pre = nullptr;
+};
+SharedMlpBuffers carve_shared_mlp(const detail::MoEShapes& s, detail::WorkspaceCarver& ws) {
+  SharedMlpBuffers b;
+  b.act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
+  b.scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
+  b.pre = detail::take_general_pre(ws, s.mlp, s.T, s.F, s.H, /*out_f32=*/false);
+  return b;
+}
+
 size_t shared_mlp_bytes(const detail::MoEShapes& s) {
   if (s.T == 0) return 0;
   detail::WorkspaceCarver ws(nullptr);
-  ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
-  detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
+  carve_shared_mlp(s, ws);
   return ws.bytes();
 }
 
 detail::DenseMlpProblem shared_problem(const detail::MoEShapes& s) {
-  return detail::shared_mlp_problem(s, s.F, s.dtype, detail::current_gemm_device());
+  return detail::shared_mlp_problem(s, s.F, s.dtype, detail::current_gemm_device(), s.mlp);
 }
 
 // args.plan checked against the shapes, else the planner's.
@@ -87,16 +103,18 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
   c.outputs_disjoint({{"output", args.output}},
                      {{"hidden_states", args.hidden_states},
                       {"w_gate_up", args.w_gate_up},
-                      {"w_down", args.w_down}},
+                      {"w_down", args.w_down},
+                      {"gate_up_bias", args.gate_up_bias},
+                      {"down_bias", args.down_bias}},
                      args.workspace);
   if (s.T == 0) return;
   c.launch_target(stream, "output", args.output);
   detail::WorkspaceCarver ws(args.workspace.data);
-  void* act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
-  void* scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
+  const SharedMlpBuffers b = carve_shared_mlp(s, ws);
   detail::run_composite(kOp, [&] {
     detail::run_dense_mlp(plan, shared_problem(s), args.hidden_states.data, args.w_gate_up.data,
-                          args.w_down.data, act, args.output.data, scratch, stream);
+                          args.w_down.data, b.act, args.output.data, b.scratch, stream,
+                          detail::mlp_biases(args.gate_up_bias, args.down_bias), b.pre, kOp);
   });
 }
 

@@ -20,20 +20,26 @@ int64_t permute_align_num_blocks(int64_t num_routes, int num_experts, int block_
 namespace {
 
 int64_t check_routes(const detail::ArgCheck& check, const PermuteAlignArgs& args) {
-  return detail::check_route_ids(check, "topk_ids", args.topk_ids, detail::kAnyDim, "num_experts",
-                                 args.num_experts);
+  const int64_t N = detail::check_route_ids(check, "topk_ids", args.topk_ids, detail::kAnyDim,
+                                            "num_experts", args.num_experts);
+  detail::check_expert_map(check, args.expert_map);
+  return N;
 }
 
-size_t workspace_bytes(int64_t routes, int num_experts) {
-  if (detail::align_one_launch(routes, num_experts)) return 0;
-  return detail::route_chunk_workspace_bytes(routes, num_experts);
+// The chunked kernels' scratch, after the translated ids when the call has engine ids.
+size_t workspace_bytes(const PermuteAlignArgs& args, int64_t routes) {
+  const int E = args.num_experts;
+  const size_t own =
+      detail::align_one_launch(routes, E) ? 0 : detail::route_chunk_workspace_bytes(routes, E);
+  return detail::with_translated_ids(detail::ids_need_translation(args.topk_ids, args.expert_map),
+                                     routes, own);
 }
 
 }  // namespace
 
 size_t permute_align_workspace_size(const PermuteAlignArgs& args) {
   detail::ArgCheck check("moe_permute_align", detail::ArgCheck::Mode::kShapesOnly);
-  return workspace_bytes(check_routes(check, args), args.num_experts);
+  return workspace_bytes(args, check_routes(check, args));
 }
 
 void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
@@ -50,15 +56,23 @@ void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
   check.tensor("sorted_token_ids", args.sorted_token_ids, {DType::kI32}, {S});
   check.tensor("expert_ids", args.expert_ids, {DType::kI32}, {NB});
   check.tensor("num_tokens_post_padded", args.num_tokens_post_padded, {DType::kI32}, {1});
-  check.workspace(args.workspace, workspace_bytes(N, args.num_experts));
+  check.workspace(args.workspace, workspace_bytes(args, N));
   check.outputs_disjoint({{"sorted_token_ids", args.sorted_token_ids},
                           {"expert_ids", args.expert_ids},
                           {"num_tokens_post_padded", args.num_tokens_post_padded}},
-                         {{"topk_ids", args.topk_ids}}, args.workspace);
+                         {{"topk_ids", args.topk_ids}, {"expert_map", args.expert_map}},
+                         args.workspace);
   check.launch_target(stream, "sorted_token_ids", args.sorted_token_ids);
 
   detail::AlignLaunch l;
   l.topk_ids = args.topk_ids.ptr<const int32_t>();
+  l.workspace = args.workspace.data;
+  if (detail::ids_need_translation(args.topk_ids, args.expert_map)) {
+    // Engine ids: the local i32 ids into the workspace's head, the kernels' scratch after.
+    l.topk_ids = detail::translate_into_workspace(args.topk_ids, args.expert_map, args.num_experts,
+                                                  args.workspace, stream);
+    l.workspace = static_cast<char*>(args.workspace.data) + detail::with_translated_ids(true, N, 0);
+  }
   l.num_routes = static_cast<int>(N);
   l.num_experts = args.num_experts;
   l.block_size = bs;
@@ -67,7 +81,6 @@ void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
   l.expert_ids = args.expert_ids.ptr<int32_t>();
   l.num_blocks = static_cast<int>(NB);
   l.num_tokens_post_padded = args.num_tokens_post_padded.ptr<int32_t>();
-  l.workspace = args.workspace.data;
   detail::launch_permute_align(l, stream);
 }
 

@@ -16,16 +16,21 @@ int64_t check_routes(const detail::ArgCheck& check, const PrePermuteArgs& args, 
                                  "num_local_experts", args.num_local_experts);
 }
 
-size_t workspace_bytes(int64_t routes, int num_experts) {
-  if (detail::pre_permute_one_launch(routes, num_experts)) return 0;
-  return detail::route_chunk_workspace_bytes(routes, num_experts);
+// The chunked kernels' scratch, after the translated ids when the ids are i64.
+size_t workspace_bytes(const PrePermuteArgs& args, int64_t routes) {
+  const int E = args.num_local_experts;
+  const size_t own = detail::pre_permute_one_launch(routes, E)
+                         ? 0
+                         : detail::route_chunk_workspace_bytes(routes, E);
+  return detail::with_translated_ids(
+      detail::ids_need_translation(args.local_expert_ids, TensorView{}), routes, own);
 }
 
 }  // namespace
 
 size_t pre_permute_workspace_size(const PrePermuteArgs& args) {
   detail::ArgCheck check("moe_pre_permute", detail::ArgCheck::Mode::kShapesOnly);
-  return workspace_bytes(check_routes(check, args, detail::kAnyDim), args.num_local_experts);
+  return workspace_bytes(args, check_routes(check, args, detail::kAnyDim));
 }
 
 void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
@@ -53,7 +58,7 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
   check.tensor("permuted", args.permuted, {args.hidden_states.dtype}, {P, H}, 16);
   check.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {E});
   check.tensor("inverse_indices", args.inverse_indices, {DType::kI32}, {N});
-  check.workspace(args.workspace, workspace_bytes(N, E));
+  check.workspace(args.workspace, workspace_bytes(args, N));
   check.outputs_disjoint(
       {{"permuted", args.permuted},
        {"layout_metadata", args.layout_metadata},
@@ -67,6 +72,14 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
   l.hidden = args.hidden_states.data;
   l.row_bytes = row_bytes;
   l.ids = args.local_expert_ids.ptr<const int32_t>();
+  l.workspace = args.workspace.data;
+  if (detail::ids_need_translation(args.local_expert_ids, TensorView{})) {
+    // i64 ids: as i32 ids into the workspace's head (out-of-range ones as -1), the
+    // kernels' scratch after.
+    l.ids = detail::translate_into_workspace(args.local_expert_ids, TensorView{}, E, args.workspace,
+                                             stream);
+    l.workspace = static_cast<char*>(args.workspace.data) + detail::with_translated_ids(true, N, 0);
+  }
   l.num_routes = static_cast<int>(N);
   l.top_k = static_cast<int>(K);
   l.num_experts = E;
@@ -74,7 +87,6 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
   l.permuted = args.permuted.data;
   l.layout_metadata = args.layout_metadata.ptr<int32_t>();
   l.inverse_indices = args.inverse_indices.ptr<int32_t>();
-  l.workspace = args.workspace.data;
   detail::launch_pre_permute(l, stream);
 }
 

@@ -6,15 +6,17 @@
 #include <string>
 
 #include "core/check.h"
+#include "permute/engine_ids.h"
 #include "permute/permute_kernels.h"
 
 namespace moekit::detail {
 
-// ids [T, K] i32 (`T` may be kAnyDim) with K >= 1 and a route count the multi-kernel
-// path can count in i32 chunks, and the expert count (1..kPermuteMaxExperts). Returns T*K.
+// ids [T, K] i32 or i64 (`T` may be kAnyDim) with K >= 1 and a route count the
+// multi-kernel path can count in i32 chunks, and the expert count (1..kPermuteMaxExperts).
+// Returns T*K.
 inline int64_t check_route_ids(const ArgCheck& check, const char* ids_name, const TensorView& ids,
                                int64_t T, const char* experts_name, int num_experts) {
-  check.tensor(ids_name, ids, {DType::kI32}, {T, kAnyDim});
+  check.tensor(ids_name, ids, {DType::kI32, DType::kI64}, {T, kAnyDim});
   const int64_t K = ids.size(1);
   MOEKIT_REQUIRE(check, K >= 1, ids_name, "at least one route per token (dim 1 >= 1)",
                  ids.describe());
@@ -24,6 +26,13 @@ inline int64_t check_route_ids(const ArgCheck& check, const char* ids_name, cons
   MOEKIT_REQUIRE(check, N <= INT32_MAX - kRouteChunk, ids_name,
                  "at most 2^31-1-" + std::to_string(kRouteChunk) + " routes (T*K)", ids.describe());
   return N;
+}
+
+// The workspace of an op that sorts routes: the translated ids first (engine ids,
+// engine_ids.h; 256-byte aligned), then the op's own scratch of `own` bytes.
+inline size_t with_translated_ids(bool translate, int64_t routes, size_t own) {
+  if (!translate) return own;
+  return (translated_ids_bytes(routes) + 255) / 256 * 256 + own;
 }
 
 }  // namespace moekit::detail

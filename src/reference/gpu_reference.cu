@@ -88,6 +88,45 @@ struct Carver {
   }
 };
 
+// ---- route ids ---------------------------------------------------------------------------
+
+// Route ids as the ops take them: i32 or i64, global ids read through an optional expert
+// map (docs/routing-permute.md, "Engine ids"). local(r, E): the route's expert in [0, E),
+// or -1 (no route, an out-of-range id, another rank's expert).
+struct RouteIds {
+  const void* ids = nullptr;
+  bool i64 = false;
+  const int32_t* map = nullptr;
+  int64_t map_size = 0;
+
+  __device__ int local(int64_t r, int E) const {
+    int64_t id = i64 ? static_cast<const int64_t*>(ids)[r]
+                     : static_cast<int64_t>(static_cast<const int32_t*>(ids)[r]);
+    if (map != nullptr) id = id >= 0 && id < map_size ? map[id] : -1;
+    return id >= 0 && id < E ? static_cast<int>(id) : -1;
+  }
+};
+
+RouteIds route_ids(const TensorView& ids, const TensorView& expert_map = TensorView{}) {
+  RouteIds r;
+  r.ids = ids.data;
+  r.i64 = ids.dtype == DType::kI64;
+  r.map = expert_map.defined() ? expert_map.ptr<int32_t>() : nullptr;
+  r.map_size = expert_map.defined() ? expert_map.numel() : 0;
+  return r;
+}
+
+// apply_router_weight_on_input (top-1): y[t, h] = round(round(w[t]) * x[t, h]).
+template <class T>
+__global__ void scale_rows_kernel(const T* x, const float* w, int64_t H, T* y) {
+  const int64_t t = blockIdx.x;
+  const T w_rounded = cvt<T>(w[t]);
+  const float wt = ld(&w_rounded, 0);
+  for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
+       h += static_cast<int64_t>(gridDim.y) * blockDim.x)
+    y[t * H + h] = cvt<T>(wt * ld(x, t * H + h));
+}
+
 // ---- routing ----------------------------------------------------------------------------
 
 // The expert groups topk_kernel keeps a bit for: fused_topk's expert limit (groups of one).
@@ -177,11 +216,11 @@ __global__ void topk_kernel(const T* logits, int64_t num_tokens, int E, const fl
 }
 
 // Stable counting sort of routes by expert, in one thread block. Route r (= t*K + k)
-// is valid when 0 <= ids[r] < E and its token passes the mask. Each expert's routes
-// start at a multiple of `bs`; optional outputs: sorted[pos] = r (the rest `sentinel`),
-// block_expert[b] (-1 past the last used block), total (padded length), inverse[r]
+// is valid when its local expert ids.local(r, E) is not -1 and its token passes the mask. Each
+// expert's routes start at a multiple of `bs`; optional outputs: sorted[pos] = r (the rest
+// `sentinel`), block_expert[b] (-1 past the last used block), total (padded length), inverse[r]
 // (pos or -1) and ends[e] (start + count).
-__global__ void sort_routes_kernel(const int32_t* ids, int64_t num_routes, int K, int E, int bs,
+__global__ void sort_routes_kernel(RouteIds ids, int64_t num_routes, int K, int E, int bs,
                                    const uint8_t* token_mask, int32_t* sorted, int64_t sorted_len,
                                    int32_t sentinel, int32_t* block_expert, int64_t num_blocks,
                                    int32_t* total, int32_t* inverse, int32_t* ends) {
@@ -189,8 +228,8 @@ __global__ void sort_routes_kernel(const int32_t* ids, int64_t num_routes, int K
   __shared__ int32_t cursor[kMaxExperts];
   const int tid = threadIdx.x;
   auto expert_of = [&](int64_t r) -> int {
-    int e = ids[r];
-    if (e < 0 || e >= E) return -1;
+    const int e = ids.local(r, E);
+    if (e < 0) return -1;
     if (token_mask && !token_mask[r / K]) return -1;
     return e;
   };
@@ -400,6 +439,84 @@ __global__ void act_rows_kernel(const float* h, int64_t F, const int32_t* rows, 
   }
 }
 
+// An MLP's activation and optional biases (f32 or the op's dtype T; null: none).
+struct MlpSpec {
+  Activation act = Activation::kSiluAndMul;
+  const void* gate_up_bias = nullptr;
+  bool gate_up_bias_f32 = true;
+  const void* down_bias = nullptr;
+  bool down_bias_f32 = true;
+};
+
+template <class T>
+__device__ __forceinline__ float ld_bias(const void* b, bool f32, int64_t i) {
+  return f32 ? static_cast<const float*>(b)[i] : ld(static_cast<const T*>(b), i);
+}
+
+// The activation of one column from its f32 gate g and up u (kRelu2: g alone), written
+// from docs/moe.md "Activations" with precise math.
+__device__ float act_ref(Activation act, float g, float u) {
+  switch (act) {
+    case Activation::kGeluTanhAndMul:
+      return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+    case Activation::kGeluAndMul:
+      return 0.5f * g * (1.0f + erff(g / 1.4142135623730951f)) * u;
+    case Activation::kRelu2:
+      return g > 0.0f ? g * g : (g != g ? g : 0.0f);
+    case Activation::kSwigluOai: {
+      const float gc = g != g ? g : fminf(g, 7.0f);
+      const float uc = u != u ? u : fminf(fmaxf(u, -7.0f), 7.0f);
+      return gc / (1.0f + expf(-1.702f * gc)) * (uc + 1.0f);
+    }
+    default:
+      return silu_ref(g) * u;
+  }
+}
+
+// out[r, f] = act(h[r, gate cols] + bias, h[r, up cols] + bias) rounded to T, for the listed
+// rows (bias row: the block's expert). Gate/up columns: f and F + f (concatenated), 2f and
+// 2f + 1 (kSwigluOai), f (kRelu2).
+template <class T>
+__global__ void mlp_act_rows_kernel(const float* h, int64_t F, const int32_t* rows,
+                                    const int32_t* block_expert, MlpSpec spec, T* out) {
+  const bool single = spec.act == Activation::kRelu2;
+  const bool inter = spec.act == Activation::kSwigluOai;
+  const int64_t cols = single ? F : 2 * F;
+  const int64_t e = block_expert ? block_expert[blockIdx.x] : 0;
+#pragma unroll 1
+  for (int i = 0; i < kRowsPerBlock; ++i) {
+    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
+    if (r < 0) continue;
+    for (int64_t f = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; f < F;
+         f += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+      const float* hr = h + static_cast<int64_t>(r) * cols;
+      const int64_t gi = single ? f : (inter ? 2 * f : f), ui = inter ? 2 * f + 1 : F + f;
+      float g = hr[gi], u = single ? 0.0f : hr[ui];
+      if (spec.gate_up_bias) {
+        g += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + gi);
+        if (!single) u += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + ui);
+      }
+      out[static_cast<int64_t>(r) * F + f] = cvt<T>(act_ref(spec.act, g, u));
+    }
+  }
+}
+
+// y[r, :] += down_bias[e] for the listed rows (e: the block's expert).
+template <class T>
+__global__ void down_bias_rows_kernel(float* y, int64_t H, const int32_t* rows,
+                                      const int32_t* block_expert, MlpSpec spec) {
+  const int64_t e = block_expert ? block_expert[blockIdx.x] : 0;
+#pragma unroll 1
+  for (int i = 0; i < kRowsPerBlock; ++i) {
+    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
+    if (r < 0) continue;
+    for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
+         h += static_cast<int64_t>(gridDim.y) * blockDim.x)
+      y[static_cast<int64_t>(r) * H + h] +=
+          ld_bias<T>(spec.down_bias, spec.down_bias_f32, e * H + h);
+  }
+}
+
 template <class TOut>
 __global__ void round_rows_kernel(const float* y, int64_t H, const int32_t* rows, TOut* out) {
 #pragma unroll 1
@@ -414,24 +531,24 @@ __global__ void round_rows_kernel(const float* y, int64_t H, const int32_t* rows
 
 // out[t] = sum_k valid w[t,k] * y[t*K+k] (+ shared[t]), in f32, k order; rounded once
 // (round_routes: each y rounded to TOut first, as the library's sorted path stores them).
+// w == nullptr: weight 1 (apply_router_weight_on_input weighted the input instead).
 template <class TOut>
-__global__ void combine_kernel(const int32_t* ids, const float* w, const float* y,
-                               const float* shared, int64_t H, int K, int E,
-                               const uint8_t* token_mask, bool round_routes, TOut* out) {
+__global__ void combine_kernel(RouteIds ids, const float* w, const float* y, const float* shared,
+                               int64_t H, int K, int E, const uint8_t* token_mask,
+                               bool round_routes, TOut* out) {
   const int64_t t = blockIdx.x;
   if (token_mask && !token_mask[t]) return;
   for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
        h += static_cast<int64_t>(gridDim.y) * blockDim.x) {
     float acc = 0.f;
     for (int k = 0; k < K; ++k) {
-      int id = ids[t * K + k];
-      if (id < 0 || id >= E) continue;
+      if (ids.local(t * K + k, E) < 0) continue;
       float v = y[(t * K + k) * H + h];
       if (round_routes) {
         const TOut r = cvt<TOut>(v);
         v = ld(&r, 0);
       }
-      acc += w[t * K + k] * v;
+      acc += (w != nullptr ? w[t * K + k] : 1.0f) * v;
     }
     if (shared) acc += shared[t * H + h];
     out[t * H + h] = cvt<TOut>(acc);
@@ -521,19 +638,22 @@ struct RoutedScratch {
   void* act;
   float* y;
   int64_t num_blocks;
+  void* scaled = nullptr;  // [T, H] (apply_router_weight_on_input only)
 };
 
-RoutedScratch carve_routed(Carver& cv, int64_t T, int K, int64_t E, int64_t F, int64_t H,
-                           DType dt) {
+// gu_rows: w_gate_up's rows per expert (the pre-activation columns; F <= gu_rows).
+RoutedScratch carve_routed(Carver& cv, int64_t T, int K, int64_t E, int64_t gu_rows, int64_t H,
+                           DType dt, bool apply_on_input) {
   RoutedScratch s;
   int64_t routes = T * K;
   int64_t sorted_len = routes + E * (kRowsPerBlock - 1);
   s.num_blocks = ceil_div(sorted_len, kRowsPerBlock);
   s.sorted = cv.take<int32_t>(s.num_blocks * kRowsPerBlock);
   s.block_expert = cv.take<int32_t>(s.num_blocks);
-  s.h = cv.take<float>(routes * 2 * F);
-  s.act = cv.take<uint8_t>(routes * F * static_cast<int64_t>(dtype_size(dt)));
+  s.h = cv.take<float>(routes * gu_rows);
+  s.act = cv.take<uint8_t>(routes * gu_rows * static_cast<int64_t>(dtype_size(dt)));
   s.y = cv.take<float>(routes * H);
+  if (apply_on_input) s.scaled = cv.take<uint8_t>(T * H * static_cast<int64_t>(dtype_size(dt)));
   return s;
 }
 
@@ -546,52 +666,86 @@ struct DenseScratch {
   int64_t num_blocks;
 };
 
-DenseScratch carve_dense(Carver& cv, int64_t T, int64_t S, int64_t H, DType dt) {
+DenseScratch carve_dense(Carver& cv, int64_t T, int64_t gu_rows, int64_t H, DType dt) {
   DenseScratch s;
   s.num_blocks = layout_num_blocks(T, 1);
   s.rows = cv.take<int32_t>(s.num_blocks * kRowsPerBlock);
   s.block_expert = cv.take<int32_t>(s.num_blocks);
-  s.h = cv.take<float>(T * 2 * S);
-  s.act = cv.take<uint8_t>(T * S * static_cast<int64_t>(dtype_size(dt)));
+  s.h = cv.take<float>(T * gu_rows);
+  s.act = cv.take<uint8_t>(T * gu_rows * static_cast<int64_t>(dtype_size(dt)));
   s.y = cv.take<float>(T * H);
   return s;
 }
 
-// y[r] = MLP(x[r / a_div]) in f32 for the rows of the blocks (f32 gate/up, activation
-// rounded to scalar_t).
+// y[r] = MLP(x[r / a_div]) in f32 for the rows of the blocks (f32 gate/up plus bias, the
+// activation rounded to scalar_t, f32 down plus bias). `dense`: one expert (bias row 0).
 template <class scalar_t>
 void mlp_rows(const scalar_t* x, int a_div, const scalar_t* w_gate_up, const scalar_t* w_down,
               int64_t F, int64_t H, const int32_t* rows, const int32_t* block_expert,
-              int64_t num_blocks, float* h, scalar_t* act, float* y, cudaStream_t stream) {
-  launch_gemm<scalar_t, scalar_t, float, false>(x, H, a_div, w_gate_up, 2 * F, H, ScaleStrides{},
-                                                rows, block_expert, num_blocks, h, 2 * F, stream);
+              int64_t num_blocks, float* h, scalar_t* act, float* y, const MlpSpec& spec,
+              bool dense, cudaStream_t stream) {
+  const int64_t up_cols = spec.act == Activation::kRelu2 ? F : 2 * F;
+  launch_gemm<scalar_t, scalar_t, float, false>(x, H, a_div, w_gate_up, up_cols, H, ScaleStrides{},
+                                                rows, block_expert, num_blocks, h, up_cols, stream);
+  const int32_t* bias_expert = dense ? nullptr : block_expert;
   if (num_blocks > 0) {
-    act_rows_kernel<scalar_t>
-        <<<dim3(static_cast<unsigned>(num_blocks), grid_y(F, 256)), 256, 0, stream>>>(h, F, rows,
-                                                                                      act);
+    mlp_act_rows_kernel<scalar_t>
+        <<<dim3(static_cast<unsigned>(num_blocks), grid_y(F, 256)), 256, 0, stream>>>(
+            h, F, rows, bias_expert, spec, act);
     check_launch("act");
   }
   launch_gemm<scalar_t, scalar_t, float, false>(act, F, 1, w_down, H, F, ScaleStrides{}, rows,
                                                 block_expert, num_blocks, y, H, stream);
+  if (num_blocks > 0 && spec.down_bias) {
+    down_bias_rows_kernel<scalar_t>
+        <<<dim3(static_cast<unsigned>(num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
+            y, H, rows, bias_expert, spec);
+    check_launch("down_bias");
+  }
 }
 
+MlpSpec mlp_spec(Activation act, const TensorView& gate_up_bias, const TensorView& down_bias) {
+  MlpSpec s;
+  s.act = act;
+  s.gate_up_bias = gate_up_bias.defined() ? gate_up_bias.data : nullptr;
+  s.gate_up_bias_f32 = gate_up_bias.dtype == DType::kF32;
+  s.down_bias = down_bias.defined() ? down_bias.data : nullptr;
+  s.down_bias_f32 = down_bias.dtype == DType::kF32;
+  return s;
+}
+
+// The intermediate size of an MLP whose w_gate_up has `rows` rows (per expert).
+int64_t mlp_width(Activation act, int64_t rows) {
+  return act == Activation::kRelu2 ? rows : rows / 2;
+}
+
+// s.scaled given: apply_router_weight_on_input (K = 1), the MLP reads the scaled rows
+// and the combine weighs nothing.
 template <class scalar_t>
 void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
-                const int32_t* ids, const float* weights, int K, const uint8_t* token_mask,
+                RouteIds ids, const float* weights, int K, const uint8_t* token_mask,
                 const RoutedScratch& s, const float* shared_y, const TensorView& out,
-                bool round_routes, cudaStream_t stream) {
+                bool round_routes, const MlpSpec& spec, cudaStream_t stream) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
-  const int64_t E = w_gate_up.shape[0], F = w_gate_up.shape[1] / 2;
+  const int64_t E = w_gate_up.shape[0], F = mlp_width(spec.act, w_gate_up.shape[1]);
   check_experts("routed_mlp", E);
+  const scalar_t* x = hidden.ptr<scalar_t>();
+  if (s.scaled != nullptr && T > 0 && H > 0) {
+    scale_rows_kernel<scalar_t><<<dim3(static_cast<unsigned>(T), grid_y(H, 256)), 256, 0, stream>>>(
+        x, weights, H, static_cast<scalar_t*>(s.scaled));
+    check_launch("apply_router_weight_on_input");
+    x = static_cast<const scalar_t*>(s.scaled);
+    weights = nullptr;
+  }
   if (T > 0 && K > 0) {
     const int64_t routes = T * K;
     sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
         ids, routes, K, static_cast<int>(E), kRowsPerBlock, token_mask, s.sorted,
         s.num_blocks * kRowsPerBlock, -1, s.block_expert, s.num_blocks, nullptr, nullptr, nullptr);
     check_launch("sort_routes");
-    mlp_rows<scalar_t>(hidden.ptr<scalar_t>(), K, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(),
-                       F, H, s.sorted, s.block_expert, s.num_blocks, s.h,
-                       static_cast<scalar_t*>(s.act), s.y, stream);
+    mlp_rows<scalar_t>(x, K, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(), F, H, s.sorted,
+                       s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y, spec,
+                       false, stream);
   }
   if (T > 0 && H > 0) {
     combine_kernel<scalar_t><<<dim3(static_cast<unsigned>(T), grid_y(H, 256)), 256, 0, stream>>>(
@@ -603,14 +757,16 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
 
 template <class scalar_t>
 void dense_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
-               const uint8_t* token_mask, const DenseScratch& s, cudaStream_t stream) {
-  const int64_t T = hidden.shape[0], H = hidden.shape[1], S = w_gate_up.shape[0] / 2;
+               const uint8_t* token_mask, const DenseScratch& s, const MlpSpec& spec,
+               cudaStream_t stream) {
+  const int64_t T = hidden.shape[0], H = hidden.shape[1];
+  const int64_t S = mlp_width(spec.act, w_gate_up.shape[0]);
   if (T == 0) return;
   launch_layout_blocks(nullptr, 1, 1, 0, T, T, token_mask, s.rows, s.block_expert, s.num_blocks,
                        stream);
   mlp_rows<scalar_t>(hidden.ptr<scalar_t>(), 1, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(),
                      S, H, s.rows, s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act),
-                     s.y, stream);
+                     s.y, spec, true, stream);
 }
 
 }  // namespace
@@ -647,8 +803,8 @@ void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
   const int K = args.topk_ids.ndim == 2 ? static_cast<int>(args.topk_ids.shape[1]) : 1;
   check_experts("moe_permute_align", args.num_experts);
   sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
-      args.topk_ids.ptr<int32_t>(), routes, std::max(K, 1), args.num_experts, args.block_size,
-      nullptr, args.sorted_token_ids.ptr<int32_t>(), args.sorted_token_ids.numel(),
+      route_ids(args.topk_ids, args.expert_map), routes, std::max(K, 1), args.num_experts,
+      args.block_size, nullptr, args.sorted_token_ids.ptr<int32_t>(), args.sorted_token_ids.numel(),
       static_cast<int32_t>(routes), args.expert_ids.ptr<int32_t>(), args.expert_ids.numel(),
       args.num_tokens_post_padded.ptr<int32_t>(), nullptr, nullptr);
   check_launch("moe_permute_align");
@@ -661,7 +817,7 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
   check_experts("moe_pre_permute", args.num_local_experts);
   require(is_half(args.hidden_states.dtype), "moe_pre_permute", "hidden_states must be bf16/f16");
   sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
-      args.local_expert_ids.ptr<int32_t>(), routes, std::max(K, 1), args.num_local_experts,
+      route_ids(args.local_expert_ids), routes, std::max(K, 1), args.num_local_experts,
       std::max(args.layout.alignment, 1), nullptr, nullptr, 0, 0, nullptr, 0, nullptr,
       args.inverse_indices.ptr<int32_t>(), args.layout_metadata.ptr<int32_t>());
   check_launch("moe_pre_permute.sort");
@@ -842,7 +998,8 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, Workspace scratch, cud
 
 size_t expert_mlp_scratch_bytes(const ExpertMLPArgs& args) {
   const int64_t P = args.expert_input.shape[0], H = args.expert_input.shape[1];
-  const int64_t E = args.w_gate_up.shape[0], F = args.w_gate_up.shape[1] / 2;
+  const int64_t E = args.w_gate_up.shape[0],
+                F = mlp_width(args.activation, args.w_gate_up.shape[1]);
   const int64_t nb = layout_num_blocks(P, E);
   Carver cv{nullptr};
   cv.take<int32_t>(nb * kRowsPerBlock);
@@ -855,7 +1012,8 @@ size_t expert_mlp_scratch_bytes(const ExpertMLPArgs& args) {
 
 void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_t* row_mask) {
   const int64_t P = args.expert_input.shape[0], H = args.expert_input.shape[1];
-  const int64_t E = args.w_gate_up.shape[0], F = args.w_gate_up.shape[1] / 2;
+  const int64_t E = args.w_gate_up.shape[0],
+                F = mlp_width(args.activation, args.w_gate_up.shape[1]);
   check_experts("moe_expert_mlp", E);
   require(args.workspace.bytes >= expert_mlp_scratch_bytes(args), "moe_expert_mlp",
           "scratch too small");
@@ -873,7 +1031,8 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_
   dispatch_half(args.expert_input.dtype, "moe_expert_mlp", [&](auto tag) {
     using T = decltype(tag);
     mlp_rows<T>(args.expert_input.ptr<T>(), 1, args.w_gate_up.ptr<T>(), args.w_down.ptr<T>(), F, H,
-                rows, be, nb, h, static_cast<T*>(act), y, stream);
+                rows, be, nb, h, static_cast<T*>(act), y,
+                mlp_spec(args.activation, args.gate_up_bias, args.down_bias), false, stream);
     round_rows_kernel<T><<<dim3(static_cast<unsigned>(nb), grid_y(H, 256)), 256, 0, stream>>>(
         y, H, rows, args.expert_output.ptr<T>());
     check_launch("moe_expert_mlp.round");
@@ -883,8 +1042,8 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_
 size_t fused_moe_experts_scratch_bytes(const FusedMoEExpertsArgs& args) {
   Carver cv{nullptr};
   carve_routed(cv, args.hidden_states.shape[0], static_cast<int>(args.topk_ids.shape[1]),
-               args.w_gate_up.shape[0], args.w_gate_up.shape[1] / 2, args.hidden_states.shape[1],
-               args.hidden_states.dtype);
+               args.w_gate_up.shape[0], args.w_gate_up.shape[1], args.hidden_states.shape[1],
+               args.hidden_states.dtype, args.apply_router_weight_on_input);
   return cv.off;
 }
 
@@ -895,20 +1054,21 @@ void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
   Carver cv{static_cast<char*>(args.workspace.data)};
   const int K = static_cast<int>(args.topk_ids.shape[1]);
   RoutedScratch s = carve_routed(cv, args.hidden_states.shape[0], K, args.w_gate_up.shape[0],
-                                 args.w_gate_up.shape[1] / 2, args.hidden_states.shape[1],
-                                 args.hidden_states.dtype);
+                                 args.w_gate_up.shape[1], args.hidden_states.shape[1],
+                                 args.hidden_states.dtype, args.apply_router_weight_on_input);
   dispatch_half(args.hidden_states.dtype, "fused_moe_experts", [&](auto tag) {
     using T = decltype(tag);
-    routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down, args.topk_ids.ptr<int32_t>(),
-                  args.topk_weights.ptr<float>(), K, row_mask, s, nullptr, args.output,
-                  round_routes, stream);
+    routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down,
+                  route_ids(args.topk_ids, args.expert_map), args.topk_weights.ptr<float>(), K,
+                  row_mask, s, nullptr, args.output, round_routes,
+                  mlp_spec(args.activation, args.gate_up_bias, args.down_bias), stream);
   });
 }
 
 size_t shared_expert_mlp_scratch_bytes(const SharedExpertMLPArgs& args) {
   Carver cv{nullptr};
-  carve_dense(cv, args.hidden_states.shape[0], args.w_gate_up.shape[0] / 2,
-              args.hidden_states.shape[1], args.hidden_states.dtype);
+  carve_dense(cv, args.hidden_states.shape[0], args.w_gate_up.shape[0], args.hidden_states.shape[1],
+              args.hidden_states.dtype);
   return cv.off;
 }
 
@@ -918,11 +1078,12 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream,
           "scratch too small");
   const int64_t T = args.hidden_states.shape[0], H = args.hidden_states.shape[1];
   Carver cv{static_cast<char*>(args.workspace.data)};
-  DenseScratch s = carve_dense(cv, T, args.w_gate_up.shape[0] / 2, H, args.hidden_states.dtype);
+  DenseScratch s = carve_dense(cv, T, args.w_gate_up.shape[0], H, args.hidden_states.dtype);
   if (T == 0) return;
   dispatch_half(args.hidden_states.dtype, "shared_expert_mlp", [&](auto tag) {
     using T_ = decltype(tag);
-    dense_mlp<T_>(args.hidden_states, args.w_gate_up, args.w_down, row_mask, s, stream);
+    dense_mlp<T_>(args.hidden_states, args.w_gate_up, args.w_down, row_mask, s,
+                  mlp_spec(args.activation, args.gate_up_bias, args.down_bias), stream);
     round_rows_kernel<T_>
         <<<dim3(static_cast<unsigned>(s.num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
             s.y, H, s.rows, args.output.ptr<T_>());
@@ -937,8 +1098,9 @@ size_t carve_fused(Carver& cv, const FusedMoEArgs& a, int32_t** ids, float** w, 
   const int K = a.params.top_k;
   int32_t* i = cv.take<int32_t>(T * K);
   float* ww = cv.take<float>(T * K);
-  RoutedScratch s = carve_routed(cv, T, K, a.w_gate_up.shape[0], a.w_gate_up.shape[1] / 2,
-                                 a.hidden_states.shape[1], a.hidden_states.dtype);
+  RoutedScratch s =
+      carve_routed(cv, T, K, a.w_gate_up.shape[0], a.w_gate_up.shape[1], a.hidden_states.shape[1],
+                   a.hidden_states.dtype, a.apply_router_weight_on_input);
   if (ids) *ids = i;
   if (w) *w = ww;
   if (rs) *rs = s;
@@ -946,17 +1108,17 @@ size_t carve_fused(Carver& cv, const FusedMoEArgs& a, int32_t** ids, float** w, 
 }
 
 void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
-               const TensorView* shared_gu, const TensorView* shared_down, bool round_routes,
-               Carver& cv) {
-  const int64_t T = a.hidden_states.shape[0], E = a.gating_output.shape[1];
+               const FusedMoESharedExpertArgs* shared, bool round_routes, Carver& cv) {
+  const int64_t T = a.hidden_states.shape[0];
   const int K = a.params.top_k;
   int32_t* ids;
   float* w;
   RoutedScratch rs;
   carve_fused(cv, a, &ids, &w, &rs);
   DenseScratch ds{};
-  if (shared_gu)
-    ds = carve_dense(cv, T, shared_gu->shape[0] / 2, a.hidden_states.shape[1],
+  const bool has_shared = shared && shared->shared_w_gate_up.defined();
+  if (has_shared)
+    ds = carve_dense(cv, T, shared->shared_w_gate_up.shape[0], a.hidden_states.shape[1],
                      a.hidden_states.dtype);
   FusedTopKArgs tk;
   tk.gating_output = a.gating_output;
@@ -968,13 +1130,17 @@ void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
   dispatch_half(a.hidden_states.dtype, "fused_moe", [&](auto tag) {
     using T_ = decltype(tag);
     const float* shared_y = nullptr;
-    if (shared_gu) {
-      dense_mlp<T_>(a.hidden_states, *shared_gu, *shared_down, mask, ds, stream);
+    if (has_shared) {
+      dense_mlp<T_>(a.hidden_states, shared->shared_w_gate_up, shared->shared_w_down, mask, ds,
+                    mlp_spec(a.activation, shared->shared_gate_up_bias, shared->shared_down_bias),
+                    stream);
       shared_y = ds.y;
     }
-    (void)E;
-    routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down, ids, w, K, mask, rs, shared_y, a.output,
-                   round_routes, stream);
+    // The routing's ids are global ones when an expert map is given.
+    routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down,
+                   route_ids(make_view(ids, DType::kI32, {T, K}), a.expert_map), w, K, mask, rs,
+                   shared_y, a.output, round_routes,
+                   mlp_spec(a.activation, a.gate_up_bias, a.down_bias), stream);
   });
 }
 
@@ -989,14 +1155,15 @@ void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row
                bool round_routes) {
   require(args.workspace.bytes >= fused_moe_scratch_bytes(args), "fused_moe", "scratch too small");
   Carver cv{static_cast<char*>(args.workspace.data)};
-  run_fused(args, stream, row_mask, nullptr, nullptr, round_routes, cv);
+  run_fused(args, stream, row_mask, nullptr, round_routes, cv);
 }
 
 size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& args) {
   Carver cv{nullptr};
   carve_fused(cv, args.moe, nullptr, nullptr, nullptr);
-  carve_dense(cv, args.moe.hidden_states.shape[0], args.shared_w_gate_up.shape[0] / 2,
-              args.moe.hidden_states.shape[1], args.moe.hidden_states.dtype);
+  if (args.shared_w_gate_up.defined())
+    carve_dense(cv, args.moe.hidden_states.shape[0], args.shared_w_gate_up.shape[0],
+                args.moe.hidden_states.shape[1], args.moe.hidden_states.dtype);
   return cv.off;
 }
 
@@ -1005,8 +1172,7 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
   require(args.moe.workspace.bytes >= fused_moe_shared_expert_scratch_bytes(args),
           "fused_moe_shared_expert", "scratch too small");
   Carver cv{static_cast<char*>(args.moe.workspace.data)};
-  run_fused(args.moe, stream, row_mask, &args.shared_w_gate_up, &args.shared_w_down, round_routes,
-            cv);
+  run_fused(args.moe, stream, row_mask, &args, round_routes, cv);
 }
 
 }  // namespace moekit::gpu_reference

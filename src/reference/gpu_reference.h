@@ -36,6 +36,10 @@ constexpr int kMaxExperts = 4096;
 // FusedTopKFwd in f32 (one thread per token; ties: lower id first).
 void fused_topk(const FusedTopKArgs& args, cudaStream_t stream);
 
+// Ids may be i32 or i64; expert_map (where the op takes one) reads them as global ids
+// (docs/routing-permute.md, "Engine ids"). apply_router_weight_on_input scales the input
+// rows, round(round(w) * x), and weighs the outputs by 1 (docs/moe.md, "Engine inputs").
+
 // MoEPermuteAlignFwd (block_size may be any value >= 1). One thread block.
 void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream);
 // MoEPrePermuteFwd (contiguous layouts). Needs no workspace.

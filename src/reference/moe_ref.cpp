@@ -1,12 +1,15 @@
 // CPU references of the expert-MLP and whole-layer ops (SPEC.md), f64 accumulation.
 //   MLP_e(x) = w_down[e] . round(silu(w_gate[e] . x) * (w_up[e] . x)); the F-wide
-//   activation is rounded to the op's dtype, the final output once.
+//   activation is rounded to the op's dtype, the final output once. Other activations and
+//   the biases as docs/moe.md "Activations" defines them.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "core/host_dtype.h"
 #include "moekit/reference.h"
+#include "reference/route_ids_ref.h"
 
 namespace moekit::reference {
 namespace {
@@ -17,51 +20,118 @@ std::vector<double> to_doubles(const TensorView& t) {
   return v;
 }
 
-double silu(double z) {
-  return z / (1.0 + std::exp(-z));
+std::vector<double> optional_doubles(const TensorView& t) {
+  return t.defined() ? to_doubles(t) : std::vector<double>();
 }
 
-// One gated MLP: w_gate_up [2F, H] then w_down [H, F] (pointers into f64 copies).
-// out[h] (not rounded) for one input row x[H].
-void gated_mlp(const double* x, const double* w_gate_up, const double* w_down, int64_t H, int64_t F,
-               DType act_dtype, double* out) {
+double sigmoid(double z) {
+  return 1.0 / (1.0 + std::exp(-z));
+}
+
+double activate(Activation act, double g, double u) {
+  switch (act) {
+    case Activation::kGeluTanhAndMul: {
+      const double c = std::sqrt(2.0 / 3.14159265358979323846);
+      return 0.5 * g * (1.0 + std::tanh(c * (g + 0.044715 * g * g * g))) * u;
+    }
+    case Activation::kGeluAndMul:
+      return 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0))) * u;
+    case Activation::kRelu2:
+      return g > 0 ? g * g : 0.0;
+    case Activation::kSwigluOai: {
+      const double gc = std::min(g, 7.0), uc = std::min(std::max(u, -7.0), 7.0);
+      return gc * sigmoid(1.702 * gc) * (uc + 1.0);
+    }
+    default:
+      return g * sigmoid(g) * u;
+  }
+}
+
+// The rows of w_gate_up holding the gate and the up projection of column n.
+int64_t gate_row(Activation act, int64_t n) {
+  return act == Activation::kSwigluOai ? 2 * n : n;
+}
+int64_t up_row(Activation act, int64_t n, int64_t F) {
+  return act == Activation::kSwigluOai ? 2 * n + 1 : F + n;
+}
+
+// One MLP of the op's activation: w_gate_up [2F (relu2: F), H] then w_down [H, F], with
+// optional biases (null) of one expert (pointers into f64 copies). out[h] (not rounded) for
+// one input row x[H].
+struct Mlp {
+  Activation act;
+  int64_t H, F;
+  DType act_dtype;
+};
+void mlp(const Mlp& m, const double* x, const double* w_gate_up, const double* w_down,
+         const double* gate_up_bias, const double* down_bias, double* out) {
+  const int64_t H = m.H, F = m.F;
+  const bool gated = m.act != Activation::kRelu2;
   std::vector<double> act(static_cast<size_t>(F));
   for (int64_t n = 0; n < F; ++n) {
-    const double* g_row = w_gate_up + n * H;
-    const double* u_row = w_gate_up + (F + n) * H;
+    const int64_t gr = gate_row(m.act, n), ur = up_row(m.act, n, F);
+    const double* g_row = w_gate_up + gr * H;
+    const double* u_row = w_gate_up + ur * H;
     double g = 0, u = 0;
     for (int64_t h = 0; h < H; ++h) {
       g += g_row[h] * x[h];
-      u += u_row[h] * x[h];
+      if (gated) u += u_row[h] * x[h];
     }
-    act[n] = host::round_to(act_dtype, silu(g) * u);
+    if (gate_up_bias) {
+      g += gate_up_bias[gr];
+      if (gated) u += gate_up_bias[ur];
+    }
+    act[n] = host::round_to(m.act_dtype, activate(m.act, g, u));
   }
   for (int64_t h = 0; h < H; ++h) {
     const double* d_row = w_down + h * F;
-    double s = 0;
+    double s = down_bias ? down_bias[h] : 0.0;
     for (int64_t n = 0; n < F; ++n) s += d_row[n] * act[n];
     out[h] = s;
   }
 }
 
-// acc[t, h] (f64, not rounded) = sum over valid routes of w * MLP_id(x_t).
+int64_t mlp_width(Activation act, int64_t gate_up_rows) {
+  return act == Activation::kRelu2 ? gate_up_rows : gate_up_rows / 2;
+}
+
+// The pointer to expert e's row of a bias copy (null when absent).
+const double* bias_row(const std::vector<double>& b, int64_t e, int64_t len) {
+  return b.empty() ? nullptr : b.data() + e * len;
+}
+
+// acc[t, h] (f64, not rounded) = sum over valid routes of w * MLP_id(x_t), the id read
+// through the expert map when given; apply_router_weight_on_input (K = 1): MLP_id(x'_t)
+// with x'_t = round(round(w) * x_t) (docs/moe.md, "Engine inputs").
 std::vector<double> routed_sum(const FusedMoEExpertsArgs& args) {
   const int64_t T = args.hidden_states.size(0), H = args.hidden_states.size(1);
-  const int64_t E = args.w_gate_up.size(0), F = args.w_gate_up.size(1) / 2;
+  const int64_t E = args.w_gate_up.size(0), R = args.w_gate_up.size(1);
+  const int64_t F = mlp_width(args.activation, R);
   const int64_t K = args.topk_ids.ndim == 2 ? args.topk_ids.size(1) : 0;
-  const DType dt = args.hidden_states.dtype;
+  const Mlp m{args.activation, H, F, args.hidden_states.dtype};
   std::vector<double> x = to_doubles(args.hidden_states);
   std::vector<double> wgu = to_doubles(args.w_gate_up);
   std::vector<double> wd = to_doubles(args.w_down);
-  const int32_t* ids = static_cast<const int32_t*>(args.topk_ids.data);
+  std::vector<double> bgu = optional_doubles(args.gate_up_bias);
+  std::vector<double> bd = optional_doubles(args.down_bias);
   const float* w = static_cast<const float*>(args.topk_weights.data);
   std::vector<double> acc(static_cast<size_t>(T * H), 0.0), y(static_cast<size_t>(H));
+  std::vector<double> scaled(static_cast<size_t>(H));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t k = 0; k < K; ++k) {
-      const int64_t id = ids[t * K + k];
-      if (id < 0 || id >= E) continue;  // -1 (and out-of-range ids) mean "no route"
-      gated_mlp(&x[t * H], &wgu[id * 2 * F * H], &wd[id * H * F], H, F, dt, y.data());
-      const double wt = w[t * K + k];
+      // -1, out-of-range ids and other ranks' experts mean "no route".
+      const int64_t id = local_expert(args.topk_ids, t * K + k, args.expert_map, E);
+      if (id < 0) continue;
+      const double* xt = &x[t * H];
+      double wt = w[t * K + k];
+      if (args.apply_router_weight_on_input) {
+        const double w_rounded = host::round_to(m.act_dtype, wt);
+        for (int64_t h = 0; h < H; ++h) scaled[h] = host::round_to(m.act_dtype, w_rounded * xt[h]);
+        xt = scaled.data();
+        wt = 1.0;
+      }
+      mlp(m, xt, &wgu[id * R * H], &wd[id * H * F], bias_row(bgu, id, R), bias_row(bd, id, H),
+          y.data());
       for (int64_t h = 0; h < H; ++h) acc[t * H + h] += wt * y[h];
     }
   }
@@ -70,14 +140,18 @@ std::vector<double> routed_sum(const FusedMoEExpertsArgs& args) {
 
 // SharedMLP(x_t) for every token, f64, not rounded.
 std::vector<double> shared_sum(const TensorView& hidden, const TensorView& w_gate_up,
-                               const TensorView& w_down) {
-  const int64_t T = hidden.size(0), H = hidden.size(1), S = w_gate_up.size(0) / 2;
+                               const TensorView& w_down, Activation act,
+                               const TensorView& gate_up_bias, const TensorView& down_bias) {
+  const int64_t T = hidden.size(0), H = hidden.size(1);
+  const Mlp m{act, H, mlp_width(act, w_gate_up.size(0)), hidden.dtype};
   std::vector<double> x = to_doubles(hidden);
   std::vector<double> wgu = to_doubles(w_gate_up);
   std::vector<double> wd = to_doubles(w_down);
+  std::vector<double> bgu = optional_doubles(gate_up_bias);
+  std::vector<double> bd = optional_doubles(down_bias);
   std::vector<double> out(static_cast<size_t>(T * H));
   for (int64_t t = 0; t < T; ++t) {
-    gated_mlp(&x[t * H], wgu.data(), wd.data(), H, S, hidden.dtype, &out[t * H]);
+    mlp(m, &x[t * H], wgu.data(), wd.data(), bias_row(bgu, 0, 0), bias_row(bd, 0, 0), &out[t * H]);
   }
   return out;
 }
@@ -90,11 +164,15 @@ void store_all(const TensorView& out, const std::vector<double>& v) {
 
 void moe_expert_mlp(const ExpertMLPArgs& args) {
   const int64_t P = args.expert_input.size(0), H = args.expert_input.size(1);
-  const int64_t E = args.w_gate_up.size(0), F = args.w_gate_up.size(1) / 2;
+  const int64_t E = args.w_gate_up.size(0), R = args.w_gate_up.size(1);
+  const int64_t F = mlp_width(args.activation, R);
   const int64_t A = args.layout.alignment > 0 ? args.layout.alignment : 1;
+  const Mlp m{args.activation, H, F, args.expert_input.dtype};
   std::vector<double> x = to_doubles(args.expert_input);
   std::vector<double> wgu = to_doubles(args.w_gate_up);
   std::vector<double> wd = to_doubles(args.w_down);
+  std::vector<double> bgu = optional_doubles(args.gate_up_bias);
+  std::vector<double> bd = optional_doubles(args.down_bias);
   const int32_t* ends = static_cast<const int32_t*>(args.layout_metadata.data);
   std::vector<double> y(static_cast<size_t>(H));
   int64_t prev_end = 0;
@@ -102,8 +180,8 @@ void moe_expert_mlp(const ExpertMLPArgs& args) {
     const int64_t start = (prev_end + A - 1) / A * A;
     const int64_t end = ends[e];
     for (int64_t r = start; r < end && r < P; ++r) {
-      gated_mlp(&x[r * H], &wgu[e * 2 * F * H], &wd[e * H * F], H, F, args.expert_input.dtype,
-                y.data());
+      mlp(m, &x[r * H], &wgu[e * R * H], &wd[e * H * F], bias_row(bgu, e, R), bias_row(bd, e, H),
+          y.data());
       for (int64_t h = 0; h < H; ++h) host::store(args.expert_output, r * H + h, y[h]);
     }
     prev_end = end;
@@ -143,9 +221,14 @@ HostRouting route(const FusedMoEArgs& args) {
   r.experts.hidden_states = args.hidden_states;
   r.experts.w_gate_up = args.w_gate_up;
   r.experts.w_down = args.w_down;
+  r.experts.activation = args.activation;
+  r.experts.gate_up_bias = args.gate_up_bias;
+  r.experts.down_bias = args.down_bias;
   r.experts.topk_weights = topk.topk_weights;
   r.experts.topk_ids = topk.topk_ids;
   r.experts.output = args.output;
+  r.experts.expert_map = args.expert_map;
+  r.experts.apply_router_weight_on_input = args.apply_router_weight_on_input;
   return r;
 }
 
@@ -164,13 +247,15 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args) {
   HostRouting r = route(args.moe);
   std::vector<double> acc = routed_sum(r.experts);
   std::vector<double> shared =
-      shared_sum(args.moe.hidden_states, args.shared_w_gate_up, args.shared_w_down);
+      shared_sum(args.moe.hidden_states, args.shared_w_gate_up, args.shared_w_down,
+                 args.moe.activation, args.shared_gate_up_bias, args.shared_down_bias);
   for (size_t i = 0; i < acc.size(); ++i) acc[i] += shared[i];
   store_all(args.moe.output, acc);
 }
 
 void shared_expert_mlp(const SharedExpertMLPArgs& args) {
-  store_all(args.output, shared_sum(args.hidden_states, args.w_gate_up, args.w_down));
+  store_all(args.output, shared_sum(args.hidden_states, args.w_gate_up, args.w_down,
+                                    args.activation, args.gate_up_bias, args.down_bias));
 }
 
 }  // namespace moekit::reference

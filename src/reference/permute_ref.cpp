@@ -1,6 +1,6 @@
 // CPU references of MoEPermuteAlignFwd, MoEPrePermuteFwd and MoEPostPermuteFwd,
-// written from SPEC.md (f64 accumulation). Ids outside [0, E) are dropped like -1;
-// inverse indices outside [0, P) are skipped like -1.
+// written from SPEC.md (f64 accumulation). Ids outside [0, E) (after the expert map, when
+// given) are dropped like -1; inverse indices outside [0, P) are skipped like -1.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -8,17 +8,20 @@
 
 #include "core/host_dtype.h"
 #include "moekit/reference.h"
+#include "reference/route_ids_ref.h"
 
 namespace moekit::reference {
 
 namespace {
 
-// Flat route indices per expert, ascending.
-std::vector<std::vector<int64_t>> routes_by_expert(const TensorView& ids, int num_experts) {
+// Flat route indices per (local) expert, ascending; ids i32 or i64, through the optional
+// expert map.
+std::vector<std::vector<int64_t>> routes_by_expert(const TensorView& ids, int num_experts,
+                                                   const TensorView& expert_map = TensorView{}) {
   std::vector<std::vector<int64_t>> lists(num_experts);
-  const int32_t* p = ids.ptr<const int32_t>();
   for (int64_t i = 0, n = ids.numel(); i < n; ++i) {
-    if (p[i] >= 0 && p[i] < num_experts) lists[p[i]].push_back(i);
+    const int64_t e = local_expert(ids, i, expert_map, num_experts);
+    if (e >= 0) lists[e].push_back(i);
   }
   return lists;
 }
@@ -37,7 +40,7 @@ void moe_permute_align(const PermuteAlignArgs& args) {
   const int64_t S = args.sorted_token_ids.numel(), NB = args.expert_ids.numel();
   for (int64_t i = 0; i < S; ++i) sorted[i] = static_cast<int32_t>(N);  // sentinel
   for (int64_t b = 0; b < NB; ++b) expert_ids[b] = -1;
-  const auto lists = routes_by_expert(args.topk_ids, E);
+  const auto lists = routes_by_expert(args.topk_ids, E, args.expert_map);
   int64_t pos = 0;
   for (int e = 0; e < E; ++e) {
     const int64_t start = pos;

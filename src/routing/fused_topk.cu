@@ -70,12 +70,16 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // kEarlyTrigger: a compile-time choice, since a run-time flag rescheduled the loads
 // (docs/routing-permute.md, "FusedTopK's trigger and grid balance").
-template <class T, int kSlots, bool kEarlyTrigger>
+// kMapped (the layer ops with an expert map, docs/moe.md "Engine inputs"): each picked
+// global id is written as expert_map[id] when that is in [0, num_local), else -1; the
+// unmapped instances never read the two trailing parameters (their code is unchanged).
+template <class T, int kSlots, bool kEarlyTrigger, bool kMapped>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     fused_topk_kernel(const T* __restrict__ gating, const float* __restrict__ bias,
                       int64_t num_tokens, int E, int K, bool softmax, bool renormalize,
                       int num_groups, int topk_group, float scale, float* __restrict__ out_w,
-                      int32_t* __restrict__ out_ids) {
+                      int32_t* __restrict__ out_ids, const int32_t* __restrict__ expert_map,
+                      int num_local) {
   extern __shared__ __align__(16) unsigned char smem_raw[];  // grouped, general group size
   pdl_wait();  // PDL: the previous kernel's writes of gating / reads of the outputs are done
   const int lane = threadIdx.x & 31;
@@ -301,7 +305,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (renormalize) w = w / wsum;
     w *= scale;
     out_w[t * K + lane] = w;
-    out_ids[t * K + lane] = my_id;
+    int id = my_id;
+    if constexpr (kMapped) {  // my_id is a picked expert: in [0, E), E = the map's length
+      const int local = __ldg(expert_map + id);
+      id = local >= 0 && local < num_local ? local : -1;
+    }
+    out_ids[t * K + lane] = id;
   }
 }
 
@@ -328,7 +337,7 @@ int blocks_per_sm(const void* kernel, int threads, size_t smem) {
   return n;
 }
 
-template <class T, int kSlots>
+template <class T, int kSlots, bool kMapped>
 void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
   const TopKParams& p = l.params;
   const bool grouped = p.num_expert_group > 0 && p.topk_group < p.num_expert_group;
@@ -341,38 +350,49 @@ void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
   // occupancy query, which counts the same bytes.
   if constexpr (kSlots > 16) {
     if (smem > 48 * 1024) {
-      for (const void* k : {reinterpret_cast<const void*>(fused_topk_kernel<T, kSlots, true>),
-                            reinterpret_cast<const void*>(fused_topk_kernel<T, kSlots, false>)})
+      for (const void* k :
+           {reinterpret_cast<const void*>(fused_topk_kernel<T, kSlots, true, kMapped>),
+            reinterpret_cast<const void*>(fused_topk_kernel<T, kSlots, false, kMapped>)})
         cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(smem));
     }
   }
-  auto kernel = fused_topk_kernel<T, kSlots, true>;
+  auto kernel = fused_topk_kernel<T, kSlots, true, kMapped>;
   if (blocks > kTopKSmallGridBlocks) {  // small grids always trigger: no host queries
     const bool early = fused_topk_early_trigger(
         blocks, std::max(device_props().sms, 1),
         blocks_per_sm(reinterpret_cast<const void*>(kernel), kWarpsPerBlock * 32, smem));
-    if (!early) kernel = fused_topk_kernel<T, kSlots, false>;
+    if (!early) kernel = fused_topk_kernel<T, kSlots, false, kMapped>;
   }
   launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarpsPerBlock * 32), smem, stream,
              static_cast<const T*>(l.gating), l.bias, l.num_tokens, l.num_experts, p.top_k,
              p.scoring_func == ScoringFunc::kSoftmax, p.renormalize, p.num_expert_group,
-             p.topk_group, p.routed_scaling_factor, l.topk_weights, l.topk_ids);
+             p.topk_group, p.routed_scaling_factor, l.topk_weights, l.topk_ids, l.expert_map,
+             l.num_local);
 }
 
-template <class T>
+template <class T, bool kMapped>
 void launch_slots(const FusedTopKLaunch& l, cudaStream_t stream) {
   // Slot counts are bucketed to keep the number of instantiations small.
   if (l.num_experts <= 128) {
-    launch_typed<T, 4>(l, stream);
+    launch_typed<T, 4, kMapped>(l, stream);
   } else if (l.num_experts <= 256) {
-    launch_typed<T, 8>(l, stream);
+    launch_typed<T, 8, kMapped>(l, stream);
   } else if (l.num_experts <= 384) {
-    launch_typed<T, 12>(l, stream);
+    launch_typed<T, 12, kMapped>(l, stream);
   } else if (l.num_experts <= 512) {
-    launch_typed<T, 16>(l, stream);
+    launch_typed<T, 16, kMapped>(l, stream);
   } else {
-    launch_typed<T, 32>(l, stream);  // E > 512 only: 32 slots fill the u32 `avail` mask
+    launch_typed<T, 32, kMapped>(l, stream);  // E > 512 only: 32 slots fill the u32 `avail` mask
+  }
+}
+
+template <class T>
+void launch_mapped_or_not(const FusedTopKLaunch& l, cudaStream_t stream) {
+  if (l.expert_map != nullptr) {
+    launch_slots<T, true>(l, stream);
+  } else {
+    launch_slots<T, false>(l, stream);
   }
 }
 
@@ -382,13 +402,13 @@ void launch_fused_topk(const FusedTopKLaunch& l, cudaStream_t stream) {
   if (l.num_tokens == 0) return;
   switch (l.dtype) {
     case DType::kBF16:
-      launch_slots<__nv_bfloat16>(l, stream);
+      launch_mapped_or_not<__nv_bfloat16>(l, stream);
       break;
     case DType::kF16:
-      launch_slots<__half>(l, stream);
+      launch_mapped_or_not<__half>(l, stream);
       break;
     case DType::kF32:
-      launch_slots<float>(l, stream);
+      launch_mapped_or_not<float>(l, stream);
       break;
     default:
       throw Error(std::string("moekit::fused_topk: unsupported dtype ") + dtype_name(l.dtype));

@@ -24,6 +24,10 @@ struct FusedTopKLaunch {
   TopKParams params;
   float* topk_weights = nullptr;  // [T, K]
   int32_t* topk_ids = nullptr;    // [T, K]
+  // The layer ops' expert map ([num_experts] i32, docs/moe.md "Engine inputs"): when given,
+  // topk_ids get the local ids (-1 outside [0, num_local)) from a mapped kernel instance.
+  const int32_t* expert_map = nullptr;
+  int num_local = 0;
 };
 
 void launch_fused_topk(const FusedTopKLaunch& l, cudaStream_t stream);

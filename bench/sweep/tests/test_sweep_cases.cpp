@@ -127,6 +127,11 @@ TEST(SweepCases, CoversTheEdges) {
     seen["sigmoid"] += c.sigmoid;
     seen["no shared"] += c.op == Op::kFusedMoeSharedExpert && c.S == 0;
     seen["no workspace"] += !c.workspace;
+    seen["expert map"] += c.ep_ranks > 1 && c.op == Op::kFusedMoeExperts;
+    seen["expert map, direct"] += c.ep_ranks > 1 && c.op == Op::kIndexedExpertMlp && c.T <= 64;
+    seen["i64 ids"] += c.ids64;
+    seen["on_input experts"] += c.on_input && c.op == Op::kIndexedExpertMlp;
+    seen["on_input layer"] += c.on_input && c.op == Op::kFusedMoe;
   }
   for (const auto& [what, n] : seen) EXPECT_GT(n, 0) << what;
 }
@@ -174,6 +179,40 @@ TEST(SweepCases, InvalidCasesAreNamed) {
   c = drawn()[static_cast<int>(Op::kGroupedGemm)];
   c.N = 12;
   EXPECT_NE(invalid_reason(c), "");
+  c = drawn()[static_cast<int>(Op::kGroupedGemm)];
+  c.ep_ranks = 4;  // engine inputs on an op without them
+  EXPECT_NE(invalid_reason(c), "");
+  c = drawn()[static_cast<int>(Op::kFusedMoeExperts)];
+  c.K = 2;
+  c.on_input = true;
+  EXPECT_NE(invalid_reason(c), "");
+}
+
+TEST(SweepCases, ExpertMapHoldsThisRanksExperts) {
+  SweepCase c;
+  c.op = Op::kIndexedExpertMlp;
+  c.ep_ranks = 4;
+  c.E = 16;
+  c.K = 4;
+  c.T = 300;
+  for (uint64_t seed = 1; seed < 20; ++seed) {
+    c.data_seed = seed;
+    const std::vector<int32_t> map = draw_expert_map(c);
+    ASSERT_EQ(map.size(), 64u);
+    EXPECT_EQ(map, draw_expert_map(c));
+    std::set<int32_t> local;
+    for (int32_t v : map) {
+      EXPECT_GE(v, -1);
+      EXPECT_LE(v, 16);  // 16 = E: one entry past the local experts, skipped
+      if (v >= 0 && v < 16) local.insert(v);
+    }
+    EXPECT_GE(local.size(), 15u);
+    const std::vector<int32_t> ids = draw_topk_ids(c);
+    EXPECT_TRUE(std::all_of(ids.begin(), ids.end(), [](int32_t v) { return v >= -1 && v < 64; }));
+    EXPECT_TRUE(std::any_of(ids.begin(), ids.end(), [](int32_t v) { return v >= 16; }));
+  }
+  c.ep_ranks = 0;
+  EXPECT_TRUE(draw_expert_map(c).empty());
 }
 
 TEST(SweepCases, TopkIdsFollowTheRoute) {

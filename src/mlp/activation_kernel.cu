@@ -1,0 +1,178 @@
+// The general MLP path's elementwise kernel (activation.h): bias add, activation and one
+// rounding from the f32 pre-activations of plain GEMMs. Memory-bound: each thread takes 8
+// output columns of a row with 16-byte loads and stores; the activation is a uniform branch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/check.h"
+#include "core/dtype.cuh"
+#include "mlp/activation.cuh"
+#include "mlp/activation.h"
+
+namespace moekit::detail {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxGridRows = 65535;
+
+// Where a column's inputs sit in a row of the pre-activations.
+enum class InputLayout : int {
+  kSingle,        // one value per column (kRelu2, kNone)
+  kConcatenated,  // gate columns [0, cols), then up columns [cols, 2 cols)
+  kInterleaved,   // gate j at 2j, up j at 2j + 1 (kSwigluOai)
+};
+
+struct Params {
+  const float* in;
+  int64_t rows, cols, in_cols;
+  Activation act;
+  InputLayout layout;
+  const void* bias;
+  bool bias_f32;
+  const int32_t* ends;
+  int E, alignment;
+  void* out;
+};
+
+__device__ __forceinline__ void load_f32x8(const float* p, float (&v)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0];
+  const float4 b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+// 8 consecutive values of x (f32 pre-activations) plus 8 of the bias row (f32 or T).
+template <class T>
+__device__ __forceinline__ void load_biased8(const float* x, const void* bias, bool bias_f32,
+                                             int64_t i, float (&v)[8]) {
+  load_f32x8(x + i, v);
+  if (bias == nullptr) return;
+  float b[8];
+  if (bias_f32) {
+    load_f32x8(static_cast<const float*>(bias) + i, b);
+  } else {
+    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(bias) + i);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) b[j] = to_float(e[j]);
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] += b[j];
+}
+
+template <class TOut>
+__device__ __forceinline__ void store8(TOut* p, const float (&v)[8]) {
+  if constexpr (sizeof(TOut) == 4) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    uint4 raw;
+    TOut* e = reinterpret_cast<TOut*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) e[j] = from_float<TOut>(v[j]);
+    *reinterpret_cast<uint4*>(p) = raw;
+  }
+}
+
+// The expert of permuted row r (the first e with ends[e] > r), or -1 for a padding row or
+// one past the last block.
+__device__ __forceinline__ int expert_of_row(const int32_t* ends, int E, int alignment, int64_t r) {
+  int lo = 0, hi = E;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (ends[mid] > r) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  if (lo == E) return -1;
+  const int64_t prev = lo > 0 ? ends[lo - 1] : 0;
+  const int64_t start = (prev + alignment - 1) / alignment * alignment;
+  return r >= start ? lo : -1;
+}
+
+// Not __restrict__: the bias pass may run in place (out == in, f32).
+template <class T, class TOut>
+__global__ void __launch_bounds__(kThreads) activation_kernel(const Params p) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 8;
+  if (c >= p.cols) return;
+  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+    int e = 0;
+    if (p.ends != nullptr) {
+      e = expert_of_row(p.ends, p.E, p.alignment, r);
+      if (e < 0) continue;
+    }
+    const float* x = p.in + r * p.in_cols;
+    const void* bias = p.bias == nullptr
+                           ? nullptr
+                           : static_cast<const char*>(p.bias) +
+                                 e * p.in_cols * (p.bias_f32 ? sizeof(float) : sizeof(T));
+    float v[8];
+    if (p.layout == InputLayout::kSingle) {
+      load_biased8<T>(x, bias, p.bias_f32, c, v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = activate(p.act, v[j], 0.0f);
+    } else if (p.layout == InputLayout::kConcatenated) {
+      float u[8];
+      load_biased8<T>(x, bias, p.bias_f32, c, v);
+      load_biased8<T>(x, bias, p.bias_f32, p.cols + c, u);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = activate(p.act, v[j], u[j]);
+    } else {
+      float a[8], b[8];
+      load_biased8<T>(x, bias, p.bias_f32, 2 * c, a);
+      load_biased8<T>(x, bias, p.bias_f32, 2 * c + 8, b);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        v[j] = activate(p.act, a[2 * j], a[2 * j + 1]);
+        v[4 + j] = activate(p.act, b[2 * j], b[2 * j + 1]);
+      }
+    }
+    store8(static_cast<TOut*>(p.out) + r * p.cols + c, v);
+  }
+}
+
+InputLayout input_layout(Activation act) {
+  if (!is_gated(act)) return InputLayout::kSingle;
+  return act == Activation::kSwigluOai ? InputLayout::kInterleaved : InputLayout::kConcatenated;
+}
+
+}  // namespace
+
+void launch_activation(const ActivationLaunch& a, cudaStream_t stream, const char* op) {
+  if (a.rows <= 0 || a.cols <= 0) return;
+  if (a.cols % 8 != 0)
+    throw Error(std::string("moekit::") + op +
+                ": internal: activation columns not a multiple of 8");
+  Params p;
+  p.in = a.in;
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.act = a.act;
+  p.layout = input_layout(a.act);
+  p.in_cols = p.layout == InputLayout::kSingle ? a.cols : 2 * a.cols;
+  p.bias = a.bias;
+  p.bias_f32 = a.bias_dtype == DType::kF32;
+  p.ends = a.ends;
+  p.E = a.E;
+  p.alignment = a.alignment;
+  p.out = a.out;
+  const int64_t col_blocks = (a.cols / 8 + kThreads - 1) / kThreads;
+  const dim3 grid(static_cast<unsigned>(col_blocks),
+                  static_cast<unsigned>(std::min<int64_t>(a.rows, kMaxGridRows)));
+  const bool f32_out = a.out_dtype == DType::kF32;
+  MOEKIT_DISPATCH_HALF(a.dtype, op, [&] {
+    if (f32_out) {
+      activation_kernel<scalar_t, float><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      activation_kernel<scalar_t, scalar_t><<<grid, kThreads, 0, stream>>>(p);
+    }
+  });
+  check_launch(op);
+}
+
+}  // namespace moekit::detail
