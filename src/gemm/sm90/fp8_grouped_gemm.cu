@@ -158,12 +158,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   // Tile schedule from the device counts / ends (no host sync): schedule.cuh.
   build_tile_schedule<Cfg::THREADS, BM>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
 
-  typename Pipeline::Params pp;
-  pp.transaction_bytes = Cfg::BASE_TX_BYTES;
-  pp.role =
-      warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pp.is_leader = threadIdx.x == 0;
-  pp.num_consumers = Cfg::CONSUMER_THREADS;
+  const auto pp = pipeline_params<Pipeline>(warp_group, Cfg::BASE_TX_BYTES, Cfg::CONSUMER_THREADS);
   Pipeline pipeline(ss.pipeline, pp, Shape<_1, _1, _1>{});
   __syncthreads();  // barriers and the schedule are visible to all
 

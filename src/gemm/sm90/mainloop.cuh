@@ -24,6 +24,21 @@ __device__ __forceinline__ uint64_t b_policy(int k_stage, bool dense_rows) {
 // One TMA box of `map` (tma_rows_args: coordinates (k, row, layer)) into `dst` on `bar`
 // with the L2 policy `hint`: into this CTA only, or (MULTICAST) into the same offset of
 // each CTA of the cluster in `mask`.
+// The TMA pipeline's parameters for this thread: warpgroup 0 produces (thread 0 leads the
+// barrier setup), the other warpgroups consume; a stage expects tx_bytes of TMA writes.
+template <class Pipeline>
+__device__ __forceinline__ typename Pipeline::Params pipeline_params(int warp_group,
+                                                                     uint32_t tx_bytes,
+                                                                     int consumer_threads) {
+  typename Pipeline::Params pp;
+  pp.transaction_bytes = tx_bytes;
+  pp.role =
+      warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pp.is_leader = threadIdx.x == 0;
+  pp.num_consumers = consumer_threads;
+  return pp;
+}
+
 template <bool MULTICAST>
 __device__ __forceinline__ void load_box(void* dst, const CUtensorMap& map, uint64_t* bar,
                                          uint16_t mask, int k0, int row, int layer, uint64_t hint) {

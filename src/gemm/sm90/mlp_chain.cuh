@@ -106,12 +106,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     if constexpr (kAuto) mailbox_init(ss.mailbox);
   }
 
-  typename Pipeline::Params pp;
-  pp.transaction_bytes = Cfg::STAGE_BYTES;
-  pp.role =
-      warp_group == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
-  pp.is_leader = threadIdx.x == 0;
-  pp.num_consumers = Cfg::CONSUMER_THREADS;
+  const auto pp = pipeline_params<Pipeline>(warp_group, Cfg::STAGE_BYTES, Cfg::CONSUMER_THREADS);
   Pipeline pipeline(ss.pipeline, pp, Shape<Int<Cfg::CLUSTER>, _1, _1>{});
   __syncthreads();  // barrier init and both schedules are visible to all
   if constexpr (Cfg::CLUSTER > 1) cute::cluster_sync();  // and to the partner CTA
