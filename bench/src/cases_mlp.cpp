@@ -157,18 +157,18 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     H_ = x->shape[1];
     E_ = row_.w.tensor("w_gate_up")->shape[0];
     F_ = row_.w.tensor("w_gate_up")->shape[1] / 2;
+    const std::string wq = row_.w.param("weight_quant", "none");
+    if (!parse_quant_scheme(wq, &quant_))
+      throw std::runtime_error("weight_quant: none, fp8_per_tensor, fp8_per_channel or "
+                               "fp8_block128, not '" + wq + "'");
     fill_normal(tensor("hidden_states", dt_, {T_, H_}), seed("hidden_states"), 1.f, 0.f,
                 env.stream);
-    fill_normal(tensor("w_gate_up", dt_, {E_, 2 * F_, H_}), seed("w_gate_up"),
-                1.f / std::sqrt(float(H_)), 0.f, env.stream);
-    fill_normal(tensor("w_down", dt_, {E_, H_, F_}), seed("w_down"), 1.f / std::sqrt(float(F_)),
-                0.f, env.stream);
+    fill_weights("w_gate_up", E_, 2 * F_, H_, env);
+    fill_weights("w_down", E_, H_, F_, env);
     if (shared()) {
       S_ = row_.w.tensor("shared_w_gate_up")->shape[0] / 2;
-      fill_normal(tensor("shared_w_gate_up", dt_, {2 * S_, H_}), seed("shared_w_gate_up"),
-                  1.f / std::sqrt(float(H_)), 0.f, env.stream);
-      fill_normal(tensor("shared_w_down", dt_, {H_, S_}), seed("shared_w_down"),
-                  1.f / std::sqrt(float(S_)), 0.f, env.stream);
+      fill_weights("shared_w_gate_up", 0, 2 * S_, H_, env);
+      fill_weights("shared_w_down", 0, H_, S_, env);
     }
     if (fused()) {
       p_.top_k = static_cast<int>(row_.w.int_param("top_k", 8));
@@ -222,6 +222,40 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     if (ws != size_t(-1)) ws_ = &scratch("workspace", ws);
   }
 
+  // Weights `name` [E, rows, cols] (E = 0: no E axis) ~ N(0, 1/cols): the row's dtype, or
+  // (weight_quant) e4m3 codes ~ N(0, 1) and "<name>_scale" in the scheme's layout, uniform in
+  // [0.5, 1.5] / sqrt(cols).
+  void fill_weights(const std::string& name, int64_t E, int64_t rows, int64_t cols, Env& env) {
+    std::vector<int64_t> shape = {rows, cols};
+    if (E > 0) shape.insert(shape.begin(), E);
+    const float s = 1.f / std::sqrt(float(cols));
+    if (quant_ == QuantScheme::kNone) {
+      fill_normal(tensor(name, dt_, shape), seed(name), s, 0.f, env.stream);
+      return;
+    }
+    fill_normal(tensor(name, DType::kFP8E4M3, shape), seed(name), 1.f, 0.f, env.stream);
+    std::vector<int64_t> sshape;
+    if (E > 0) sshape.push_back(E);
+    if (quant_ == QuantScheme::kFp8PerTensor && E == 0) sshape.push_back(1);
+    if (quant_ == QuantScheme::kFp8PerChannel) sshape.push_back(rows);
+    if (quant_ == QuantScheme::kFp8Block128) {
+      sshape.push_back((rows + 127) / 128);
+      sshape.push_back((cols + 127) / 128);
+    }
+    fill_uniform(tensor(name + "_scale", DType::kF32, sshape), seed(name + "_scale"), 0.5f * s,
+                 1.5f * s, env.stream);
+  }
+
+  // The WeightQuant of weights `prefix` ("w" or "shared_w") on copy c.
+  WeightQuant quant(const std::string& prefix, int c) {
+    WeightQuant q;
+    q.scheme = quant_;
+    if (quant_ == QuantScheme::kNone) return q;
+    q.w_gate_up_scale = find(prefix + "_gate_up_scale").view(c);
+    q.w_down_scale = find(prefix + "_down_scale").view(c);
+    return q;
+  }
+
   // The op's own workspace size (-1 when the function is not linked).
   size_t workspace_size() {
     switch (kind_) {
@@ -250,6 +284,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     a.hidden_states = find("hidden_states").view(c);
     a.w_gate_up = find("w_gate_up").view(c);
     a.w_down = find("w_down").view(c);
+    a.quant = quant("w", c);
     a.topk_weights = find("topk_weights").view(c);
     a.topk_ids = find("topk_ids").view(c);
     a.output = find("output").view(c);
@@ -266,6 +301,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     a.params = p_;
     a.w_gate_up = find("w_gate_up").view(c);
     a.w_down = find("w_down").view(c);
+    a.quant = quant("w", c);
     a.output = find("output").view(c);
     a.workspace = ws;
     a.plan = forced_plan();
@@ -278,6 +314,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     if (shared()) {
       a.shared_w_gate_up = find("shared_w_gate_up").view(c);
       a.shared_w_down = find("shared_w_down").view(c);
+      a.shared_quant = quant("shared_w", c);
     }
     return a;
   }
@@ -413,7 +450,10 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     HostTensor out = find("output").download();
     double weight_bytes =
         find("w_gate_up").bytes() * 1.5 + (shared() ? find("shared_w_gate_up").bytes() * 1.5 : 0.0);
-    const bool cpu = cpu_reference_linked() && cpu_reference_affordable(flops(), weight_bytes);
+    // FP8 weights: the GPU reference (it dequantizes them as it reads; the args' scales are
+    // device views).
+    const bool cpu = cpu_reference_linked() && quant_ == QuantScheme::kNone &&
+                     cpu_reference_affordable(flops(), weight_bytes);
     std::vector<uint8_t> mask = sample_rows(T_, cpu ? T_ : opt_.check_rows);
     int64_t checked = 0;
     for (uint8_t m : mask) checked += m;
@@ -467,7 +507,10 @@ class RoutedCase : public PlannedCase<LayerPlan> {
 
   std::vector<AltFactory> alternatives() override {
     std::vector<AltFactory> f;
-    f.push_back({"cublas-mlp", [this](Env& env) { return make_cublas(env); }});
+    // The cuBLAS composition multiplies bf16 / f16 weights: FP8 rows compare with the
+    // dequantizing GPU reference (and PyTorch's FP8 alternatives, bench/torch_alternatives.py).
+    if (quant_ == QuantScheme::kNone)
+      f.push_back({"cublas-mlp", [this](Env& env) { return make_cublas(env); }});
     f.push_back({"ref-cuda", [this](Env&) {
                    DBuffer* ws = &scratch("ref_ws", reference_scratch());
                    Impl im{"ref-cuda", [this, ws](int c, cudaStream_t s) {
@@ -476,7 +519,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
                    im.skip_timing = ref_cuda_too_slow(flops(), &im.note);
                    return im;
                  }});
-    if (kind_ == Kind::kIndexed)
+    if (kind_ == Kind::kIndexed && quant_ == QuantScheme::kNone)
       f.push_back({"moekit-fused-experts", [this](Env&) {
                      Impl im{"moekit-fused-experts", nullptr};
                      if (!linked(&moekit::fused_moe_experts)) {
@@ -498,6 +541,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
   }
 
  private:
+  QuantScheme quant_ = QuantScheme::kNone;  // the row's weight_quant
   // Routing (fused ops) and permutation by the plain reference kernels, per-expert
   // cublasGemmEx with the counts of the (deterministic) reference routing, a
   // silu_and_mul kernel, the shared expert as two dense cuBLAS GEMMs, and a weighted

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "moekit/plan.h"
+#include "moekit/quant.h"
 #include "moekit/routing.h"
 #include "moekit/tensor.h"
 
@@ -23,8 +24,9 @@ struct ExpertMLPArgs {
   TensorView expert_input;     // [P, H] bf16 / f16
   TensorView layout_metadata;  // [E] i32 inclusive physical ends
   PermutedLayout layout;       // contiguous(alignment)
-  TensorView w_gate_up;        // [E, 2F, H]
+  TensorView w_gate_up;        // [E, 2F, H] (e4m3 when quantized)
   TensorView w_down;           // [E, H, F]
+  WeightQuant quant;           // the weights' scheme and scales (moekit/quant.h)
   TensorView expert_output;    // out [P, H]; padding rows untouched; may be expert_input
   Workspace workspace;
   const MlpPlan* plan = nullptr;  // nullptr: the planner's
@@ -37,8 +39,9 @@ std::vector<MlpPlan> expert_mlp_plan_candidates(const ExpertMLPArgs& args);
 // FusedMoEExpertsFwd: output[t] = sum_{k: id>=0} w[t,k] * MLP_{id[t,k]}(x_t).
 struct FusedMoEExpertsArgs {
   TensorView hidden_states;  // [T, H] bf16 / f16
-  TensorView w_gate_up;      // [E, 2F, H]
+  TensorView w_gate_up;      // [E, 2F, H] (e4m3 when quantized)
   TensorView w_down;         // [E, H, F]
+  WeightQuant quant;         // the weights' scheme and scales (moekit/quant.h)
   TensorView topk_weights;   // [T, K] f32
   TensorView topk_ids;       // [T, K] i32 in [0, E) or -1
   TensorView output;         // out [T, H], fully overwritten; may be hidden_states
@@ -64,8 +67,9 @@ struct FusedMoEArgs {
   TensorView gating_output;    // [T, E] bf16 / f16 / f32
   TensorView correction_bias;  // optional [E] f32
   TopKParams params;
-  TensorView w_gate_up;  // [E, 2F, H]
+  TensorView w_gate_up;  // [E, 2F, H] (e4m3 when quantized)
   TensorView w_down;     // [E, H, F]
+  WeightQuant quant;     // the routed experts' scheme and scales (moekit/quant.h)
   TensorView output;     // out [T, H]; may be hidden_states
   Workspace workspace;
   const LayerPlan* plan = nullptr;  // nullptr: the planner's
@@ -80,6 +84,7 @@ struct FusedMoESharedExpertArgs {
   FusedMoEArgs moe;             // moe.output receives the sum; moe.plan: the layer's plan
   TensorView shared_w_gate_up;  // [2S, H]; both shared weights undefined = no shared expert
   TensorView shared_w_down;     // [H, S]
+  WeightQuant shared_quant;     // the shared expert's scheme and scales (no E axis)
 };
 size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args);
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream);
@@ -90,8 +95,9 @@ std::vector<LayerPlan> fused_moe_shared_expert_plan_candidates(
 // SharedExpertMLPFwd: a dense gated MLP.
 struct SharedExpertMLPArgs {
   TensorView hidden_states;  // [T, H] bf16 / f16
-  TensorView w_gate_up;      // [2S, H]
+  TensorView w_gate_up;      // [2S, H] (e4m3 when quantized)
   TensorView w_down;         // [H, S]
+  WeightQuant quant;         // the weights' scheme and scales (no E axis; moekit/quant.h)
   TensorView output;         // out [T, H]; not hidden_states (no in place)
   Workspace workspace;
   const MlpPlan* plan = nullptr;  // nullptr: the planner's

@@ -76,11 +76,16 @@ constexpr int64_t kExpertMlpMaxExperts = 1024;
 // expert_input [P, H] and w_gate_up [E, 2F, H]: what the workspace size depends on.
 detail::MoEShapes check_expert_mlp_shapes(const detail::ArgCheck& c, const ExpertMLPArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "expert_input", a.expert_input);
+  s.quant = a.quant.scheme;
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "expert_input", a.expert_input,
                         /*experts=*/true);
   MOEKIT_REQUIRE(c, s.E <= kExpertMlpMaxExperts, "w_gate_up",
                  "at most " + detail::str(kExpertMlpMaxExperts) + " experts (dim 0)",
                  a.w_gate_up.describe());
+  // HOOK (issue 31, weight_quant.h): FP8 weights here need the contiguous FP8 grouped GEMMs.
+  MOEKIT_REQUIRE(c, !detail::quantized(s.quant), "w_gate_up",
+                 "bf16 / f16 weights (" + detail::fp8_gemm_rejection() + ")",
+                 a.w_gate_up.describe() + " with quant.scheme " + quant_scheme_name(s.quant));
   return s;
 }
 

@@ -99,14 +99,23 @@ static void run_routed_carved(const RoutedExperts& p, WorkspaceCarver& ws, cudaS
   comb.H = s.H;
   if (p.routed == RoutedPath::kDirect) {
     // Sort-free: stage 1 and 2 read the routes straight from topk_ids.
-    launch_direct_gate_up(s, p.hidden, p.w_gate_up, p.topk_ids, b.act, stream);
-    launch_direct_down(s, b.act, p.w_down, p.topk_ids, b.down, stream);
+    if (quantized(s.quant)) {
+      launch_direct_fp8_gate_up(s, p.hidden, p.w_gate_up, p.scales, p.topk_ids, b.act, stream,
+                                "indexed_expert_mlp");
+      launch_direct_fp8_down(s, b.act, p.w_down, p.scales, p.topk_ids, b.down, DType::kF32, stream,
+                             "indexed_expert_mlp");
+    } else {
+      launch_direct_gate_up(s, p.hidden, p.w_gate_up, p.topk_ids, b.act, stream);
+      launch_direct_down(s, b.act, p.w_down, p.topk_ids, b.down, stream);
+    }
     comb.rows_dtype = DType::kF32;
     comb.rows = b.down;
     comb.num_rows = s.T * s.K;
     launch_combine(comb, stream);
     return;
   }
+  // HOOK (issue 31, weight_quant.h): the contiguous FP8 grouped GEMMs run FP8 weights here.
+  if (quantized(s.quant)) throw Error("moekit: internal: " + fp8_gemm_rejection());
   const PrePermuteArgs pre = pre_permute_args(s, p.hidden, p.topk_ids, b);
   moe_pre_permute(pre, stream);
   const int64_t P = pre.permuted.size(0);
@@ -176,17 +185,19 @@ LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
     return *given;
   }
   LayerPlan plan;
-  if (tuned != nullptr && detail::tuning_tables_present() &&
+  if (tuned != nullptr && !detail::quantized(p.s.quant) && detail::tuning_tables_present() &&
       detail::tuned_layer_plan(detail::current_device_name(),
                                detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
                                p.s.T, device, &plan))
     return plan;
   detail::DirectCapacity capacity;
-  if (p.S > 0) {
+  if (p.S > 0 && !detail::quantized(p.shared_quant)) {
     capacity =
         detail::device_direct_capacity(detail::shared_mlp_problem(p.s, p.S, DType::kF32, device));
   }
-  return detail::plan_layer(p, device, capacity);
+  plan = detail::plan_layer(p, device, capacity);
+  detail::check_quantized_plan(c, plan, p, device);
+  return plan;
 }
 
 // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
@@ -198,6 +209,7 @@ detail::RoutedOp experts_op(bool allow_direct) {
 // hidden_states, w_gate_up and topk_ids: what the workspace size and the plan depend on.
 detail::MoEShapes check_experts_shapes(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
+  s.quant = a.quant.scheme;
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
                         /*experts=*/true);
   detail::check_topk_ids(c, s, a.topk_ids);
@@ -226,7 +238,11 @@ size_t experts_workspace_size(const char* op, const FusedMoEExpertsArgs& a, bool
 LayerPlan plan_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct) {
   const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_experts_shapes(c, a);
-  return detail::plan_layer({s, experts_op(allow_direct), 0}, detail::current_gemm_device());
+  const detail::LayerProblem p{s, experts_op(allow_direct), 0};
+  const detail::GemmDevice device = detail::current_gemm_device();
+  const LayerPlan plan = detail::plan_layer(p, device);
+  detail::check_quantized_plan(c, plan, p, device);
+  return plan;
 }
 
 std::vector<LayerPlan> experts_op_candidates(const char* op, const FusedMoEExpertsArgs& a,
@@ -245,6 +261,7 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   detail::log_op_plan(op, s, 0, plan);
   detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states,
                      /*experts=*/true);
+  detail::check_quant_scales(c, s, "quant", a.quant, /*experts=*/true);
   c.tensor("topk_weights", a.topk_weights, {DType::kF32}, {s.T, s.K});
   detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
   const size_t needed = detail::routed_experts_workspace_size(s, plan.routed);
@@ -257,6 +274,8 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
                      {in,
                       {"w_gate_up", a.w_gate_up},
                       {"w_down", a.w_down},
+                      {"quant.w_gate_up_scale", a.quant.w_gate_up_scale},
+                      {"quant.w_down_scale", a.quant.w_down_scale},
                       {"topk_weights", a.topk_weights},
                       {"topk_ids", a.topk_ids}},
                      a.workspace, &out, &in);
@@ -269,6 +288,7 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   p.hidden = a.hidden_states.data;
   p.w_gate_up = a.w_gate_up.data;
   p.w_down = a.w_down.data;
+  p.scales = detail::weight_scales(a.quant);
   p.topk_weights = static_cast<const float*>(a.topk_weights.data);
   p.topk_ids = static_cast<const int32_t*>(a.topk_ids.data);
   p.output = a.output.data;
@@ -349,6 +369,7 @@ size_t layer_workspace_size(const detail::MoEShapes& s, int64_t S, RoutedPath ro
 // hidden_states, w_gate_up and top_k: what the routed layer's workspace size depends on.
 detail::MoEShapes check_layer_shapes(const detail::ArgCheck& c, const FusedMoEArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
+  s.quant = a.quant.scheme;
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
                         /*experts=*/true);
   const int K = a.params.top_k;
@@ -372,6 +393,7 @@ int64_t check_shared_width(const detail::ArgCheck& c, const detail::MoEShapes& s
                            const FusedMoESharedExpertArgs& a) {
   if (!a.shared_w_gate_up.defined()) return 0;
   detail::MoEShapes shared = s;
+  shared.quant = a.shared_quant.scheme;
   detail::check_gate_up(c, shared, "shared_w_gate_up", a.shared_w_gate_up, "hidden_states",
                         a.moe.hidden_states, /*experts=*/false);
   return shared.F;
@@ -382,8 +404,10 @@ size_t layer_workspace_query(const char* op, const FusedMoEArgs& a,
   return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
     const detail::MoEShapes s = check_layer_shapes(c, a);
     const int64_t S = shared ? check_shared_width(c, s, *shared) : 0;
+    const QuantScheme shared_quant = shared ? shared->shared_quant.scheme : QuantScheme::kNone;
     const TunedOp tuned{op, a.params};
-    const LayerPlan plan = layer_plan(c, a.plan, {s, detail::RoutedOp::kLayer, S}, &tuned);
+    const LayerPlan plan =
+        layer_plan(c, a.plan, {s, detail::RoutedOp::kLayer, S, shared_quant}, &tuned);
     return layer_workspace_size(s, S, plan.routed);
   });
 }
@@ -391,6 +415,7 @@ size_t layer_workspace_query(const char* op, const FusedMoEArgs& a,
 detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs& a) {
   detail::MoEShapes s = check_layer_shapes(c, a);
   detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states, /*experts=*/true);
+  detail::check_quant_scales(c, s, "quant", a.quant, /*experts=*/true);
   c.tensor("gating_output", a.gating_output, {DType::kBF16, DType::kF16, DType::kF32}, {s.T, s.E});
   // The routing checks of fused_topk, reported under this op's name.
   detail::check_routing_inputs(c, a.gating_output, a.correction_bias, a.params);
@@ -411,6 +436,8 @@ void check_layer_memory(const detail::ArgCheck& c, const FusedMoEArgs& a, const 
                       {"correction_bias", a.correction_bias},
                       {"w_gate_up", a.w_gate_up},
                       {"w_down", a.w_down},
+                      {"quant.w_gate_up_scale", a.quant.w_gate_up_scale},
+                      {"quant.w_down_scale", a.quant.w_down_scale},
                       {"shared_w_gate_up", s_gu},
                       {"shared_w_down", s_down}},
                      a.workspace, &out, &in);
@@ -418,8 +445,8 @@ void check_layer_memory(const detail::ArgCheck& c, const FusedMoEArgs& a, const 
 
 // Routing (the FusedTopK kernel into the workspace), optional shared MLP, routed experts.
 void run_layer(const FusedMoEArgs& a, const LayerPlan& plan, const detail::MoEShapes& s,
-               const TensorView* shared_gu, const TensorView* shared_down, int64_t S,
-               cudaStream_t stream) {
+               const TensorView* shared_gu, const TensorView* shared_down,
+               const WeightQuant* shared_quant, int64_t S, cudaStream_t stream) {
   detail::WorkspaceCarver ws(a.workspace.data);
   LayerBuffers b = carve_layer(s, S, ws);
   // The routing inputs were validated under the layer op's name (check_layer_args).
@@ -436,10 +463,10 @@ void run_layer(const FusedMoEArgs& a, const LayerPlan& plan, const detail::MoESh
   if (S > 0) {
     // The shared expert's output stays f32 and is added in the routed combine, so
     // the layer output is rounded once.
-    detail::run_dense_mlp(
-        plan.shared, detail::shared_mlp_problem(s, S, DType::kF32, detail::current_gemm_device()),
-        a.hidden_states.data, shared_gu->data, shared_down->data, b.shared_act, b.shared_out,
-        b.shared_scratch, stream);
+    detail::run_shared_mlp(plan.shared, s, S, shared_quant->scheme, DType::kF32,
+                           a.hidden_states.data, shared_gu->data, shared_down->data,
+                           detail::weight_scales(*shared_quant), b.shared_act, b.shared_out,
+                           b.shared_scratch, stream, "fused_moe_shared_expert");
   }
   detail::RoutedExperts p;
   p.s = s;
@@ -448,6 +475,7 @@ void run_layer(const FusedMoEArgs& a, const LayerPlan& plan, const detail::MoESh
   p.hidden = a.hidden_states.data;
   p.w_gate_up = a.w_gate_up.data;
   p.w_down = a.w_down.data;
+  p.scales = detail::weight_scales(a.quant);
   p.topk_weights = b.topk_weights;
   p.topk_ids = b.topk_ids;
   p.addend = b.shared_out;
@@ -466,7 +494,9 @@ detail::LayerProblem layer_problem(const char* op, const FusedMoEArgs& a,
                                    const FusedMoESharedExpertArgs* shared) {
   const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_layer_shapes(c, a);
-  return {s, detail::RoutedOp::kLayer, shared ? check_shared_width(c, s, *shared) : 0};
+  if (shared == nullptr) return {s, detail::RoutedOp::kLayer, 0};
+  return {s, detail::RoutedOp::kLayer, check_shared_width(c, s, *shared),
+          shared->shared_quant.scheme};
 }
 
 }  // namespace
@@ -497,7 +527,8 @@ void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
   check_layer_memory(c, args, TensorView{}, TensorView{});
   if (s.T == 0) return;
   c.launch_target(stream, "output", args.output);
-  detail::run_composite(kLayerOp, [&] { run_layer(args, plan, s, nullptr, nullptr, 0, stream); });
+  detail::run_composite(kLayerOp,
+                        [&] { run_layer(args, plan, s, nullptr, nullptr, nullptr, 0, stream); });
 }
 
 size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args) {
@@ -525,13 +556,20 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
   int64_t S = 0;
   if (has_shared) {
     detail::MoEShapes shared = s;
+    shared.quant = args.shared_quant.scheme;
     detail::check_mlp_weights(c, shared, "shared_w_gate_up", args.shared_w_gate_up, "shared_w_down",
                               args.shared_w_down, "hidden_states", args.moe.hidden_states,
                               /*experts=*/false);
+    detail::check_quant_scales(c, shared, "shared_quant", args.shared_quant, /*experts=*/false);
     S = shared.F;
+  } else {
+    MOEKIT_REQUIRE(c, !detail::quantized(args.shared_quant.scheme), "shared_quant",
+                   "scheme none without shared weights",
+                   std::string("scheme ") + quant_scheme_name(args.shared_quant.scheme));
   }
   const TunedOp tuned{kSharedLayerOp, args.moe.params};
-  const LayerPlan plan = layer_plan(c, args.moe.plan, {s, detail::RoutedOp::kLayer, S}, &tuned);
+  const LayerPlan plan = layer_plan(
+      c, args.moe.plan, {s, detail::RoutedOp::kLayer, S, args.shared_quant.scheme}, &tuned);
   detail::log_op_plan(kSharedLayerOp, s, S, plan);
   const size_t needed = layer_workspace_size(s, S, plan.routed);
   c.workspace(args.moe.workspace, needed);
@@ -540,9 +578,10 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
   c.launch_target(stream, "output", args.moe.output);
   detail::run_composite(kSharedLayerOp, [&] {
     if (has_shared) {
-      run_layer(args.moe, plan, s, &args.shared_w_gate_up, &args.shared_w_down, S, stream);
+      run_layer(args.moe, plan, s, &args.shared_w_gate_up, &args.shared_w_down, &args.shared_quant,
+                S, stream);
     } else {
-      run_layer(args.moe, plan, s, nullptr, nullptr, 0, stream);
+      run_layer(args.moe, plan, s, nullptr, nullptr, nullptr, 0, stream);
     }
   });
 }

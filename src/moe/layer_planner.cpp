@@ -14,6 +14,8 @@ namespace {
 // sorted path's GEMM tiles take 64+ rows at once (docs/moe.md "fused_moe").
 constexpr int64_t kDirectMaxRoutesPerExpert = 16;
 
+// FP8 weights take the direct path wherever it can run: it is their only path until the
+// contiguous FP8 GEMM is wired (weight_quant.h).
 bool takes_direct(const LayerProblem& p) {
   switch (p.op) {
     case RoutedOp::kSortedOnly:
@@ -21,7 +23,8 @@ bool takes_direct(const LayerProblem& p) {
     case RoutedOp::kIndexed:
       return direct_path_eligible(p.s);
     case RoutedOp::kLayer:
-      return direct_path_eligible(p.s) && p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E;
+      return direct_path_eligible(p.s) &&
+             (quantized(p.s.quant) || p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E);
   }
   return false;
 }
@@ -36,11 +39,20 @@ ExpertMlpGemms planning_gemms(const MoEShapes& s) {
 
 std::vector<MlpPlan> shared_candidates(const LayerProblem& p, const GemmDevice& device) {
   if (p.S == 0) return {MlpPlan()};
+  if (quantized(p.shared_quant)) return fp8_dense_mlp_plan_candidates(p.s.T);
   return dense_mlp_plan_candidates(shared_mlp_problem(p.s, p.S, DType::kF32, device), device);
 }
 
+std::string direct_rejection(const LayerProblem& p);
+
 std::string sorted_rejection(const LayerPlan& plan, const LayerProblem& p,
                              const GemmDevice& device) {
+  if (quantized(p.s.quant)) {
+    const std::string direct = direct_rejection(p);
+    return "FP8 weights on the sorted path" +
+           (direct.empty() ? std::string() : " (taken because " + direct + ")") + ": " +
+           fp8_gemm_rejection();
+  }
   if (p.s.E > kPermuteMaxExperts)
     return "the sorted path takes at most " + str(kPermuteMaxExperts) + " experts, not " +
            str(p.s.E);
@@ -50,7 +62,8 @@ std::string sorted_rejection(const LayerPlan& plan, const LayerProblem& p,
 }
 
 std::string direct_rejection(const LayerProblem& p) {
-  if (p.op == RoutedOp::kSortedOnly) return "fused_moe_experts runs only the sorted path";
+  if (p.op == RoutedOp::kSortedOnly)
+    return "fused_moe_experts and moe_expert_mlp run only the sorted path";
   const std::string why = direct_path_rejection(p.s);
   return why.empty() ? why : "the direct path cannot run " + why;
 }
@@ -70,6 +83,7 @@ std::string shape_key(const MoEShapes& s, int64_t S) {
   std::string key = std::string(dtype_name(s.dtype)) + " T=" + str(s.T) + " H=" + str(s.H);
   if (s.E > 0) key += " E=" + str(s.E) + " F=" + str(s.F) + " K=" + str(s.K);
   if (S > 0) key += " S=" + str(S);
+  if (quantized(s.quant)) key += std::string(" w=") + quant_scheme_name(s.quant);
   return key;
 }
 
@@ -110,6 +124,67 @@ ExpertMlpGemms sorted_expert_gemms(const MoEShapes& s, void* permuted,
   return g;
 }
 
+MlpPlan fp8_dense_mlp_plan() {
+  MlpPlan m;
+  m.path = MlpPath::kDirect;
+  m.split_gate_up = 1;
+  m.split_down = 1;
+  return m;
+}
+
+std::vector<MlpPlan> fp8_dense_mlp_plan_candidates(int64_t T) {
+  if (T > kDirectMaxTokens) return {};
+  return {fp8_dense_mlp_plan()};
+}
+
+std::string fp8_dense_mlp_plan_rejection(const MlpPlan& plan, int64_t T) {
+  if (T > kDirectMaxTokens)
+    return "FP8 weights at T = " + str(T) + " > " + str(kDirectMaxTokens) +
+           " (past the FP8 decode kernel): " + fp8_gemm_rejection();
+  if (plan != fp8_dense_mlp_plan())
+    return "FP8 weights run on the FP8 decode kernel, plan " + to_string(fp8_dense_mlp_plan());
+  return {};
+}
+
+MlpPlan plan_shared_mlp(const MoEShapes& s, int64_t S, QuantScheme quant, DType out_dtype,
+                        const GemmDevice& device, const DirectCapacity& capacity) {
+  if (quantized(quant)) return fp8_dense_mlp_plan();
+  return plan_dense_mlp(shared_mlp_problem(s, S, out_dtype, device), device, capacity);
+}
+
+void run_shared_mlp(const MlpPlan& plan, const MoEShapes& s, int64_t S, QuantScheme quant,
+                    DType out_dtype, const void* x, const void* w_gate_up, const void* w_down,
+                    const WeightScales& scales, void* act, void* out, void* scratch,
+                    cudaStream_t stream, const char* op) {
+  if (!quantized(quant)) {
+    run_dense_mlp(plan, shared_mlp_problem(s, S, out_dtype, current_gemm_device()), x, w_gate_up,
+                  w_down, act, out, scratch, stream);
+    return;
+  }
+  MoEShapes d;  // the dense form: T routes of one expert
+  d.dtype = s.dtype;
+  d.T = s.T;
+  d.H = s.H;
+  d.E = 1;
+  d.F = S;
+  d.K = 1;
+  d.quant = quant;
+  launch_direct_fp8_gate_up(d, x, w_gate_up, scales, nullptr, act, stream, op);
+  launch_direct_fp8_down(d, act, w_down, scales, nullptr, out, out_dtype, stream, op);
+}
+
+void check_quantized_plan(const ArgCheck& c, const LayerPlan& plan, const LayerProblem& p,
+                          const GemmDevice& device) {
+  if (!quantized(p.s.quant) && !quantized(p.shared_quant)) return;
+  const std::string why = layer_plan_rejection(plan, p, device);
+  if (why.empty()) return;
+  c.fail(quantized(p.s.quant) ? "w_gate_up" : "shared_w_gate_up",
+         "FP8 weights on a path that runs them (the direct path: T <= " + str(kDirectMaxTokens) +
+             ", T*top_k <= " + str(kDirectMaxRoutes) + ", E <= " + str(kDirectMaxExperts) +
+             ", 2*F*H < 2^31)",
+         why);
+}
+
 LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
                      const DirectCapacity& shared_capacity) {
   LayerPlan plan;
@@ -117,12 +192,13 @@ LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
     plan.routed = RoutedPath::kDirect;
   } else {
     plan.routed = RoutedPath::kSorted;
-    plan.experts = plan_expert_mlp_gemms(planning_gemms(p.s), device);
+    // FP8 weights: no expert-MLP plan until the contiguous FP8 GEMM is wired (weight_quant.h);
+    // check_quantized_plan refuses the plan.
+    if (!quantized(p.s.quant)) plan.experts = plan_expert_mlp_gemms(planning_gemms(p.s), device);
   }
   plan.has_shared = p.S > 0;
   if (plan.has_shared)
-    plan.shared =
-        plan_dense_mlp(shared_mlp_problem(p.s, p.S, DType::kF32, device), device, shared_capacity);
+    plan.shared = plan_shared_mlp(p.s, p.S, p.shared_quant, DType::kF32, device, shared_capacity);
   return plan;
 }
 
@@ -142,7 +218,7 @@ std::vector<LayerPlan> layer_plan_candidates(const LayerProblem& p, const GemmDe
     direct.experts = MlpPlan();
     add(direct);
   }
-  if (p.s.E <= kPermuteMaxExperts) {
+  if (p.s.E <= kPermuteMaxExperts && !quantized(p.s.quant)) {
     for (const MlpPlan& m : expert_mlp_gemms_plan_candidates(planning_gemms(p.s), device)) {
       LayerPlan sorted = planned;
       sorted.routed = RoutedPath::kSorted;
@@ -171,8 +247,11 @@ std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
     return p.S > 0 ? "the layer has a shared expert: the plan needs its MLP"
                    : "the layer has no shared expert";
   if (!plan.has_shared) return {};
-  const std::string shared = dense_mlp_plan_rejection(
-      plan.shared, shared_mlp_problem(p.s, p.S, DType::kF32, device), device);
+  const std::string shared =
+      quantized(p.shared_quant)
+          ? fp8_dense_mlp_plan_rejection(plan.shared, p.s.T)
+          : dense_mlp_plan_rejection(plan.shared, shared_mlp_problem(p.s, p.S, DType::kF32, device),
+                                     device);
   return shared.empty() ? shared : "the shared expert: " + shared;
 }
 

@@ -28,7 +28,8 @@ enum class RoutedOp {
 struct LayerProblem {
   MoEShapes s;
   RoutedOp op = RoutedOp::kLayer;
-  int64_t S = 0;  // the shared expert's width, 0 = none
+  int64_t S = 0;                                  // the shared expert's width, 0 = none
+  QuantScheme shared_quant = QuantScheme::kNone;  // the shared expert's weights
 };
 
 // The routed path (direct when the op's rule allows), the sorted path's expert MLP
@@ -45,6 +46,30 @@ std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
 // The shared expert's dense problem (stream-K scratch: carved wherever it can run).
 DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtype,
                                    const GemmDevice& device);
+
+// ---- a dense MLP (the shared expert) with FP8 weights ----
+// The FP8 decode kernel in its dense form (launch_direct_fp8_*, topk_ids == nullptr) is its one
+// path up to kDirectMaxTokens tokens: plan "direct" with no k split (split 1 / 1); past that it
+// needs the contiguous FP8 GEMM (fp8_gemm_rejection).
+MlpPlan fp8_dense_mlp_plan();
+std::vector<MlpPlan> fp8_dense_mlp_plan_candidates(int64_t T);
+std::string fp8_dense_mlp_plan_rejection(const MlpPlan& plan, int64_t T);
+// The planner's plan of a shared expert of width S and weights `quant` (f32 output in a
+// layer: out_dtype), and every plan that runs it; FP8 weights as above.
+MlpPlan plan_shared_mlp(const MoEShapes& s, int64_t S, QuantScheme quant, DType out_dtype,
+                        const GemmDevice& device, const DirectCapacity& capacity);
+// act [T, S] = silu_and_mul(x . w_gate_up^T), out [T, H] = act . w_down^T (out_dtype: f32 or
+// the dtype), by `plan` (bf16 / f16 weights: run_dense_mlp with `scratch`; FP8 weights: the
+// dense FP8 decode kernel, `scales` without the E axis).
+void run_shared_mlp(const MlpPlan& plan, const MoEShapes& s, int64_t S, QuantScheme quant,
+                    DType out_dtype, const void* x, const void* w_gate_up, const void* w_down,
+                    const WeightScales& scales, void* act, void* out, void* scratch,
+                    cudaStream_t stream, const char* op);
+
+// Throws (naming `c`'s op and the quantized weights) when the planner's `plan` for p, with FP8
+// weights, takes a path that cannot run them (the sorted path before the contiguous FP8 GEMM).
+void check_quantized_plan(const ArgCheck& c, const LayerPlan& plan, const LayerProblem& p,
+                          const GemmDevice& device);
 
 // The sorted path's expert MLP GEMMs over the permuted rows [P, H] (P = T*K, alignment 1):
 // gate_up from `permuted` into `act`, down from `act` over `permuted` (dead by then).

@@ -14,136 +14,13 @@
 #include "core/check.h"
 #include "core/device.h"
 #include "core/dtype.cuh"
+#include "moe/direct_routes.cuh"
 #include "moe/moe_internal.h"
 
 namespace moekit::detail {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kMaxWords = static_cast<int>(kDirectMaxExperts / 32);
-static_assert(kMaxWords <= kThreads, "the bitmap prefix scan uses one thread per word");
-
-// ---- small device helpers ----
-
-// Weights are read exactly once: keep them out of L1, prefetch 256 B lines into L2.
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                          uint32_t a3, uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a1,
-                                                         uint32_t a2, uint32_t a3, uint32_t b0,
-                                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], uint32_t a0, uint32_t a1,
-                                                  uint32_t a2, uint32_t a3, uint32_t b0,
-                                                  uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// ---- route decoding (per block, in shared memory) ----
-
-struct DecodeSmem {
-  int ids[kDirectMaxRoutes];     // topk_ids, flat
-  int routes[kDirectMaxRoutes];  // flat route indices of the current expert, ascending
-  unsigned bits[kMaxWords];      // presence bitmap of valid expert ids
-  int word_prefix[kMaxWords];    // exclusive prefix of the words' popcounts
-  int warp_tmp[kWarps];
-  int num_active;  // distinct valid experts
-  int expert;
-};
-
-// Loads the ids, marks the experts present and counts them. Active experts are
-// numbered ("slots") in ascending id order.
-__device__ void decode_experts(const int32_t* __restrict__ topk_ids, int R, int E, DecodeSmem& sm) {
-  const int words = (E + 31) / 32;
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  for (int i = t; i < words; i += kThreads) sm.bits[i] = 0u;
-  __syncthreads();
-  for (int r = t; r < R; r += kThreads) {
-    const int id = topk_ids[r];
-    sm.ids[r] = id;
-    if (id >= 0 && id < E) atomicOr(&sm.bits[id >> 5], 1u << (id & 31));  // OR: order-free
-  }
-  __syncthreads();
-  const int c = t < words ? __popc(sm.bits[t]) : 0;
-  int incl = c;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) sm.warp_tmp[warp] = incl;
-  __syncthreads();
-  int before = 0, total = 0;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    const int v = sm.warp_tmp[w];
-    before += w < warp ? v : 0;
-    total += v;
-  }
-  if (t < words) sm.word_prefix[t] = before + incl - c;
-  if (t == 0) sm.num_active = total;
-  __syncthreads();
-}
-
-// The expert id of active slot `slot` (< num_active).
-__device__ int expert_of_slot(int slot, int E, DecodeSmem& sm) {
-  const int words = (E + 31) / 32;
-  const int t = threadIdx.x;
-  if (t < words) {
-    unsigned b = sm.bits[t];
-    const int p = sm.word_prefix[t];
-    if (slot >= p && slot < p + __popc(b)) {
-      for (int j = slot - p; j > 0; --j) b &= b - 1;  // drop the lower set bits
-      sm.expert = t * 32 + __ffs(b) - 1;
-    }
-  }
-  __syncthreads();
-  return sm.expert;
-}
-
-// Collects the flat indices of the routes to expert e (ascending) into sm.routes.
-__device__ int collect_routes(int e, int R, DecodeSmem& sm) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int count = 0;
-  for (int r0 = 0; r0 < R; r0 += kThreads) {
-    const int r = r0 + threadIdx.x;
-    const bool match = r < R && sm.ids[r] == e;
-    const unsigned bal = __ballot_sync(0xffffffffu, match);
-    if (lane == 0) sm.warp_tmp[warp] = __popc(bal);
-    __syncthreads();
-    int before = 0, total = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const int v = sm.warp_tmp[w];
-      before += w < warp ? v : 0;
-      total += v;
-    }
-    if (match) sm.routes[count + before + __popc(bal & ((1u << lane) - 1u))] = r;
-    count += total;
-    __syncthreads();
-  }
-  return count;
-}
+using namespace direct;  // NOLINT: the shared decode helpers (direct_routes.cuh)
 
 // ---- the direct GEMV kernel ----
 //
@@ -171,7 +48,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ DecodeSmem sm;
   __shared__ __align__(16) float red[kWarps][MT][32][4];
 
-  decode_experts(topk_ids, R, E, sm);
+  decode_experts(RouteIds{topk_ids}, R, E, sm);
   const int64_t num_items = static_cast<int64_t>(sm.num_active) * tiles;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -297,13 +297,45 @@ __global__ void layout_blocks_kernel(const int32_t* meta, int E, int alignment, 
 
 // ---- GEMM --------------------------------------------------------------------------------
 
+// The scales of FP8 weights (moekit/quant.h; s == nullptr: none): weight (e, n, k) is
+// float(w) * s[e * per_expert + (n / row_div) * row_stride + (k / 128) * col_stride].
+struct WScale {
+  const float* s = nullptr;
+  int64_t per_expert = 0, row_div = 1, row_stride = 0, col_stride = 0;
+};
+
+// The scales of `q`'s scheme over [rows, cols] weight matrices.
+WScale wscale(QuantScheme scheme, const TensorView& scale, int64_t rows, int64_t cols) {
+  WScale w;
+  w.s = scale.defined() ? scale.ptr<const float>() : nullptr;
+  switch (scheme) {
+    case QuantScheme::kNone:
+      w.s = nullptr;
+      break;
+    case QuantScheme::kFp8PerTensor:
+      w.per_expert = 1;
+      break;
+    case QuantScheme::kFp8PerChannel:
+      w.per_expert = rows;
+      w.row_stride = 1;
+      break;
+    case QuantScheme::kFp8Block128:
+      w.col_stride = 1;
+      w.row_div = 128;
+      w.row_stride = ceil_div(cols, 128);
+      w.per_expert = ceil_div(rows, 128) * w.row_stride;
+      break;
+  }
+  return w;
+}
+
 // c[row] = a[row / a_div] . b[e]^T over the rows of each block (FP8: with the 1x128
 // activation scales and 128x128 weight scales applied per 128-column block of k).
 template <class TA, class TB, class TC, bool kFP8>
 __global__ void __launch_bounds__(kThreads)
     gemm_rows_kernel(const TA* a, int64_t lda, int a_div, const TB* b, int64_t n, int64_t k,
                      const float* a_scale, const float* b_scale, const int32_t* rows,
-                     const int32_t* block_expert, TC* c, int64_t ldc) {
+                     const int32_t* block_expert, TC* c, int64_t ldc, WScale ws) {
   __shared__ float as[kRowsPerBlock][kChunk];
   const int e = block_expert[blockIdx.x];
   if (e < 0) return;
@@ -345,12 +377,15 @@ __global__ void __launch_bounds__(kThreads)
         if (kFP8)
           s = b_scale[(static_cast<int64_t>(e) * nb_count + col / 128) * kb_count +
                       (k0 + kk) / 128];
+        if (ws.s != nullptr)  // a chunk of 8 k lies in one 128-column block
+          s = ws.s[e * ws.per_expert + (col / ws.row_div) * ws.row_stride +
+                   (k0 + kk) / 128 * ws.col_stride];
 #pragma unroll
         for (int i = 0; i < kRowsPerBlock; ++i) {
           float d = 0.f;
 #pragma unroll
           for (int q = 0; q < 8; ++q) d += as[i][kk + q] * w[q];
-          acc[j][i] += kFP8 ? d * s : d;
+          acc[j][i] += (kFP8 || ws.s != nullptr) ? d * s : d;
         }
       }
     }
@@ -477,11 +512,11 @@ template <class TA, class TB, class TC, bool kFP8>
 void launch_gemm(const TA* a, int64_t lda, int a_div, const TB* b, int64_t n, int64_t k,
                  const float* a_scale, const float* b_scale, const int32_t* rows,
                  const int32_t* block_expert, int64_t num_blocks, TC* c, int64_t ldc,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, WScale ws = {}) {
   if (num_blocks <= 0 || n <= 0) return;
   dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(ceil_div(n, kColsPerBlock)));
   gemm_rows_kernel<TA, TB, TC, kFP8><<<grid, kThreads, 0, stream>>>(
-      a, lda, a_div, b, n, k, a_scale, b_scale, rows, block_expert, c, ldc);
+      a, lda, a_div, b, n, k, a_scale, b_scale, rows, block_expert, c, ldc, ws);
   check_launch("gemm");
 }
 
@@ -544,27 +579,46 @@ DenseScratch carve_dense(Carver& cv, int64_t T, int64_t S, int64_t H, DType dt) 
 
 // y[r] = MLP(x[r / a_div]) in f32 for the rows of the blocks (f32 gate/up, activation
 // rounded to scalar_t).
-template <class scalar_t>
-void mlp_rows(const scalar_t* x, int a_div, const scalar_t* w_gate_up, const scalar_t* w_down,
-              int64_t F, int64_t H, const int32_t* rows, const int32_t* block_expert,
-              int64_t num_blocks, float* h, scalar_t* act, float* y, cudaStream_t stream) {
-  launch_gemm<scalar_t, scalar_t, float, false>(x, H, a_div, w_gate_up, 2 * F, H, nullptr, nullptr,
-                                                rows, block_expert, num_blocks, h, 2 * F, stream);
+// FP8 weights (WT = e4m3) with their scales: dequantized as they are read.
+template <class scalar_t, class WT = scalar_t>
+void mlp_rows(const scalar_t* x, int a_div, const WT* w_gate_up, const WT* w_down, int64_t F,
+              int64_t H, const int32_t* rows, const int32_t* block_expert, int64_t num_blocks,
+              float* h, scalar_t* act, float* y, cudaStream_t stream, WScale s_gate_up = {},
+              WScale s_down = {}) {
+  launch_gemm<scalar_t, WT, float, false>(x, H, a_div, w_gate_up, 2 * F, H, nullptr, nullptr, rows,
+                                          block_expert, num_blocks, h, 2 * F, stream, s_gate_up);
   if (num_blocks > 0) {
     act_rows_kernel<scalar_t>
         <<<dim3(static_cast<unsigned>(num_blocks), grid_y(F, 256)), 256, 0, stream>>>(h, F, rows,
                                                                                       act);
     check_launch("act");
   }
-  launch_gemm<scalar_t, scalar_t, float, false>(act, F, 1, w_down, H, F, nullptr, nullptr, rows,
-                                                block_expert, num_blocks, y, H, stream);
+  launch_gemm<scalar_t, WT, float, false>(act, F, 1, w_down, H, F, nullptr, nullptr, rows,
+                                          block_expert, num_blocks, y, H, stream, s_down);
+}
+
+// mlp_rows with the weights of `q`'s scheme (bf16 / f16 as scalar_t, or e4m3 and scales).
+template <class scalar_t>
+void mlp_rows_quant(const scalar_t* x, int a_div, const TensorView& w_gate_up,
+                    const TensorView& w_down, const WeightQuant& q, int64_t F, int64_t H,
+                    const int32_t* rows, const int32_t* block_expert, int64_t num_blocks, float* h,
+                    scalar_t* act, float* y, cudaStream_t stream) {
+  if (q.scheme == QuantScheme::kNone) {
+    mlp_rows<scalar_t>(x, a_div, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(), F, H, rows,
+                       block_expert, num_blocks, h, act, y, stream);
+    return;
+  }
+  mlp_rows<scalar_t, __nv_fp8_e4m3>(
+      x, a_div, w_gate_up.ptr<__nv_fp8_e4m3>(), w_down.ptr<__nv_fp8_e4m3>(), F, H, rows,
+      block_expert, num_blocks, h, act, y, stream, wscale(q.scheme, q.w_gate_up_scale, 2 * F, H),
+      wscale(q.scheme, q.w_down_scale, H, F));
 }
 
 template <class scalar_t>
 void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
-                const int32_t* ids, const float* weights, int K, const uint8_t* token_mask,
-                const RoutedScratch& s, const float* shared_y, const TensorView& out,
-                bool round_routes, cudaStream_t stream) {
+                const WeightQuant& quant, const int32_t* ids, const float* weights, int K,
+                const uint8_t* token_mask, const RoutedScratch& s, const float* shared_y,
+                const TensorView& out, bool round_routes, cudaStream_t stream) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
   const int64_t E = w_gate_up.shape[0], F = w_gate_up.shape[1] / 2;
   check_experts("routed_mlp", E);
@@ -574,9 +628,9 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
         ids, routes, K, static_cast<int>(E), kRowsPerBlock, token_mask, s.sorted,
         s.num_blocks * kRowsPerBlock, -1, s.block_expert, s.num_blocks, nullptr, nullptr, nullptr);
     check_launch("sort_routes");
-    mlp_rows<scalar_t>(hidden.ptr<scalar_t>(), K, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(),
-                       F, H, s.sorted, s.block_expert, s.num_blocks, s.h,
-                       static_cast<scalar_t*>(s.act), s.y, stream);
+    mlp_rows_quant<scalar_t>(hidden.ptr<scalar_t>(), K, w_gate_up, w_down, quant, F, H, s.sorted,
+                             s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y,
+                             stream);
   }
   if (T > 0 && H > 0) {
     combine_kernel<scalar_t><<<dim3(static_cast<unsigned>(T), grid_y(H, 256)), 256, 0, stream>>>(
@@ -588,14 +642,15 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
 
 template <class scalar_t>
 void dense_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
-               const uint8_t* token_mask, const DenseScratch& s, cudaStream_t stream) {
+               const WeightQuant& quant, const uint8_t* token_mask, const DenseScratch& s,
+               cudaStream_t stream) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1], S = w_gate_up.shape[0] / 2;
   if (T == 0) return;
   launch_layout_blocks(nullptr, 1, 1, 0, T, T, token_mask, s.rows, s.block_expert, s.num_blocks,
                        stream);
-  mlp_rows<scalar_t>(hidden.ptr<scalar_t>(), 1, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(),
-                     S, H, s.rows, s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act),
-                     s.y, stream);
+  mlp_rows_quant<scalar_t>(hidden.ptr<scalar_t>(), 1, w_gate_up, w_down, quant, S, H, s.rows,
+                           s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y,
+                           stream);
 }
 
 }  // namespace
@@ -804,8 +859,8 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_
                        stream);
   dispatch_half(args.expert_input.dtype, "moe_expert_mlp", [&](auto tag) {
     using T = decltype(tag);
-    mlp_rows<T>(args.expert_input.ptr<T>(), 1, args.w_gate_up.ptr<T>(), args.w_down.ptr<T>(), F, H,
-                rows, be, nb, h, static_cast<T*>(act), y, stream);
+    mlp_rows_quant<T>(args.expert_input.ptr<T>(), 1, args.w_gate_up, args.w_down, args.quant, F, H,
+                      rows, be, nb, h, static_cast<T*>(act), y, stream);
     round_rows_kernel<T><<<dim3(static_cast<unsigned>(nb), grid_y(H, 256)), 256, 0, stream>>>(
         y, H, rows, args.expert_output.ptr<T>());
     check_launch("moe_expert_mlp.round");
@@ -831,9 +886,9 @@ void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
                                  args.hidden_states.dtype);
   dispatch_half(args.hidden_states.dtype, "fused_moe_experts", [&](auto tag) {
     using T = decltype(tag);
-    routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down, args.topk_ids.ptr<int32_t>(),
-                  args.topk_weights.ptr<float>(), K, row_mask, s, nullptr, args.output,
-                  round_routes, stream);
+    routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down, args.quant,
+                  args.topk_ids.ptr<int32_t>(), args.topk_weights.ptr<float>(), K, row_mask, s,
+                  nullptr, args.output, round_routes, stream);
   });
 }
 
@@ -854,7 +909,7 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream,
   if (T == 0) return;
   dispatch_half(args.hidden_states.dtype, "shared_expert_mlp", [&](auto tag) {
     using T_ = decltype(tag);
-    dense_mlp<T_>(args.hidden_states, args.w_gate_up, args.w_down, row_mask, s, stream);
+    dense_mlp<T_>(args.hidden_states, args.w_gate_up, args.w_down, args.quant, row_mask, s, stream);
     round_rows_kernel<T_>
         <<<dim3(static_cast<unsigned>(s.num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
             s.y, H, s.rows, args.output.ptr<T_>());
@@ -878,8 +933,8 @@ size_t carve_fused(Carver& cv, const FusedMoEArgs& a, int32_t** ids, float** w, 
 }
 
 void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
-               const TensorView* shared_gu, const TensorView* shared_down, bool round_routes,
-               Carver& cv) {
+               const TensorView* shared_gu, const TensorView* shared_down,
+               const WeightQuant* shared_quant, bool round_routes, Carver& cv) {
   const int64_t T = a.hidden_states.shape[0], E = a.gating_output.shape[1];
   const int K = a.params.top_k;
   int32_t* ids;
@@ -901,12 +956,12 @@ void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
     using T_ = decltype(tag);
     const float* shared_y = nullptr;
     if (shared_gu) {
-      dense_mlp<T_>(a.hidden_states, *shared_gu, *shared_down, mask, ds, stream);
+      dense_mlp<T_>(a.hidden_states, *shared_gu, *shared_down, *shared_quant, mask, ds, stream);
       shared_y = ds.y;
     }
     (void)E;
-    routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down, ids, w, K, mask, rs, shared_y, a.output,
-                   round_routes, stream);
+    routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down, a.quant, ids, w, K, mask, rs, shared_y,
+                   a.output, round_routes, stream);
   });
 }
 
@@ -921,7 +976,7 @@ void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row
                bool round_routes) {
   require(args.workspace.bytes >= fused_moe_scratch_bytes(args), "fused_moe", "scratch too small");
   Carver cv{static_cast<char*>(args.workspace.data)};
-  run_fused(args, stream, row_mask, nullptr, nullptr, round_routes, cv);
+  run_fused(args, stream, row_mask, nullptr, nullptr, nullptr, round_routes, cv);
 }
 
 size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& args) {
@@ -937,8 +992,8 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t 
   require(args.moe.workspace.bytes >= fused_moe_shared_expert_scratch_bytes(args),
           "fused_moe_shared_expert", "scratch too small");
   Carver cv{static_cast<char*>(args.moe.workspace.data)};
-  run_fused(args.moe, stream, row_mask, &args.shared_w_gate_up, &args.shared_w_down, round_routes,
-            cv);
+  run_fused(args.moe, stream, row_mask, &args.shared_w_gate_up, &args.shared_w_down,
+            &args.shared_quant, round_routes, cv);
 }
 
 }  // namespace moekit::gpu_reference

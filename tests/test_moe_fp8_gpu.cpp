@@ -1,0 +1,321 @@
+// GPU tests of FP8-weight decoding (docs/moe.md "FP8-weight decoding") against the CPU
+// references on the dequantized weights: every scheme, bf16 and f16 activations, odd shapes,
+// T = 0, 1 and up to the direct path's 64, -1 / out-of-range ids and empty experts, e4m3
+// subnormals, scales of extreme magnitude (2^-40 .. 2^40); poisoned outputs, NaN-free
+// results. The decode kernels do not quantize activations, so the dtype's own tolerance
+// applies (the reference's weights are exactly the kernel's).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/host_dtype.h"
+#include "moekit/moe.h"
+#include "moekit/reference.h"
+#include "reference/accuracy.h"
+#include "support/gpu.h"
+#include "test_moe_common.h"
+
+namespace moekit {
+namespace {
+
+using moetest::Ids;
+using testing::DeviceTensor;
+using testing::DeviceWorkspace;
+
+constexpr QuantScheme kSchemes[] = {QuantScheme::kFp8PerTensor, QuantScheme::kFp8PerChannel,
+                                    QuantScheme::kFp8Block128};
+
+// e4m3 weights: N(0, 48^2) codes (every binade, some subnormal: about 1 in 400 below 2^-6
+// after the /48 shrink of every 50th), saturated to +-448.
+HostTensor e4m3_weights(std::mt19937_64& rng, std::vector<int64_t> shape) {
+  HostTensor w(DType::kFP8E4M3, std::move(shape));
+  std::normal_distribution<double> n(0.0, 48.0);
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const double v = i % 50 == 7 ? n(rng) / 2048.0 : n(rng);
+    w.as<uint8_t>()[i] = host::float_to_fp8e4m3(static_cast<float>(v));
+  }
+  return w;
+}
+
+// Scales of `scheme` for a weight set of `count` matrices [rows, cols] (count 0: no E axis),
+// around `base` / 48 / sqrt(cols) (so dequantized weights ~ N(0, base^2 / cols)), each scale
+// times 2^u with u uniform in [-spread, spread] (0: no spread).
+HostTensor scales(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64_t rows,
+                  int64_t cols, double base, int spread) {
+  std::vector<int64_t> shape;
+  if (count > 0) shape.push_back(count);
+  const int64_t E = count > 0 ? count : 1;
+  if (scheme == QuantScheme::kFp8PerTensor && count == 0) shape.push_back(1);
+  if (scheme == QuantScheme::kFp8PerChannel) shape.push_back(rows);
+  if (scheme == QuantScheme::kFp8Block128) {
+    shape.push_back((rows + 127) / 128);
+    shape.push_back((cols + 127) / 128);
+  }
+  HostTensor s(DType::kF32, shape);
+  std::uniform_int_distribution<int> u(-spread, spread);
+  std::uniform_real_distribution<double> jitter(0.5, 2.0);
+  for (int64_t i = 0; i < s.numel(); ++i)
+    s.set(i, base / 48.0 / std::sqrt(double(cols)) * jitter(rng) * std::ldexp(1.0, u(rng)));
+  (void)E;
+  return s;
+}
+
+struct Fp8Weights {
+  HostTensor wgu, wd, sgu, sd;
+  // count 0: a dense MLP (no E axis). gate_up_base / down_base: the scale bases (extreme
+  // magnitudes test the dequantization's range).
+  Fp8Weights(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64_t H, int64_t F,
+             double gate_up_base = 1.0, double down_base = 1.0, int spread = 0) {
+    std::vector<int64_t> gu = {2 * F, H}, dn = {H, F};
+    if (count > 0) {
+      gu.insert(gu.begin(), count);
+      dn.insert(dn.begin(), count);
+    }
+    wgu = e4m3_weights(rng, gu);
+    wd = e4m3_weights(rng, dn);
+    sgu = scales(rng, scheme, count, 2 * F, H, gate_up_base, spread);
+    sd = scales(rng, scheme, count, H, F, down_base, spread);
+  }
+};
+
+WeightQuant quant_of(QuantScheme scheme, const DeviceTensor& sgu, const DeviceTensor& sd) {
+  WeightQuant q;
+  q.scheme = scheme;
+  q.w_gate_up_scale = sgu.view();
+  q.w_down_scale = sd.view();
+  return q;
+}
+
+WeightQuant host_quant_of(QuantScheme scheme, const HostTensor& sgu, const HostTensor& sd) {
+  WeightQuant q;
+  q.scheme = scheme;
+  q.w_gate_up_scale = sgu.view();
+  q.w_down_scale = sd.view();
+  return q;
+}
+
+void expect_close(const HostTensor& out, const HostTensor& ref, DType dt, const std::string& what) {
+  const Tolerance tol = tolerance_for(dt);
+  const Accuracy acc = compare(out.view(), ref.view(), tol);
+  EXPECT_EQ(acc.nonfinite, 0) << what;
+  EXPECT_TRUE(acc.pass(tol)) << what << ": " << acc.str() << " over " << acc.count;
+}
+
+struct Case {
+  DType dt;
+  int64_t T, H, E, F, K;
+  Ids ids;
+  double gate_up_base = 1.0, down_base = 1.0;
+  int spread = 0;
+};
+
+std::string name(QuantScheme s, const Case& c) {
+  return std::string(quant_scheme_name(s)) + " " + dtype_name(c.dt) + " T=" + std::to_string(c.T) +
+         " H=" + std::to_string(c.H) + " E=" + std::to_string(c.E) + " F=" + std::to_string(c.F) +
+         " K=" + std::to_string(c.K) + " ids=" + moetest::ids_name(c.ids) +
+         " scales=" + std::to_string(c.gate_up_base) + "/" + std::to_string(c.down_base) + "x2^+-" +
+         std::to_string(c.spread);
+}
+
+// indexed_expert_mlp (the direct path: T <= 64) against the reference.
+void check_indexed(QuantScheme scheme, const Case& c, uint64_t seed) {
+  const std::string what = name(scheme, c);
+  SCOPED_TRACE(what);
+  std::mt19937_64 rng(seed);
+  const HostTensor x = moetest::normal(rng, c.dt, {c.T, c.H}, 1.0);
+  const Fp8Weights w(rng, scheme, c.E, c.H, c.F, c.gate_up_base, c.down_base, c.spread);
+  const HostTensor tw = moetest::make_topk_weights(rng, c.T, c.K);
+  const HostTensor ids = moetest::make_ids(rng, c.T, c.K, c.E, c.ids);
+  DeviceTensor dx(x), dwgu(w.wgu), dwd(w.wd), dsgu(w.sgu), dsd(w.sd), dtw(tw), dids(ids);
+  DeviceTensor dout(c.dt, {c.T, c.H});
+  IndexedExpertMLPArgs a;
+  a.hidden_states = dx.view();
+  a.w_gate_up = dwgu.view();
+  a.w_down = dwd.view();
+  a.quant = quant_of(scheme, dsgu, dsd);
+  a.topk_weights = dtw.view();
+  a.topk_ids = dids.view();
+  a.output = dout.view();
+  ASSERT_EQ(plan_indexed_expert_mlp(a).routed, RoutedPath::kDirect);
+  DeviceWorkspace ws(indexed_expert_mlp_workspace_size(a));
+  a.workspace = ws.get();
+  indexed_expert_mlp(a, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  HostTensor ref(c.dt, {c.T, c.H});
+  IndexedExpertMLPArgs h;
+  h.hidden_states = x.view();
+  h.w_gate_up = w.wgu.view();
+  h.w_down = w.wd.view();
+  h.quant = host_quant_of(scheme, w.sgu, w.sd);
+  h.topk_weights = tw.view();
+  h.topk_ids = ids.view();
+  h.output = ref.view();
+  reference::indexed_expert_mlp(h);
+  expect_close(dout.download(), ref, c.dt, what);
+}
+
+TEST(MoEFp8Gpu, IndexedExpertMlpMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 31;
+  for (QuantScheme s : kSchemes) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    // Odd expert counts and widths (blocks: H and F multiples of 128).
+    const int64_t H = block ? 256 : 48, F = block ? 128 : 80;
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      for (const Case& c :
+           {Case{dt, 1, H, 5, F, 3, Ids::kDistinct}, Case{dt, 7, H, 7, F, 2, Ids::kMixed},
+            Case{dt, 33, H, 9, F, 4, Ids::kFewExperts},   // empty experts
+            Case{dt, 64, H, 11, F, 8, Ids::kDuplicates},  // 16+ routes / expert
+            Case{dt, 13, H, 5, F, 2, Ids::kMinusOne}, Case{dt, 5, H, 5, F, 3, Ids::kOutOfRange}})
+        check_indexed(s, c, ++seed);
+    }
+    // A DeepSeek-like block shape (H = 7168 is 56 blocks; F = 256 two) at T = 1 and 32.
+    if (block) {
+      check_indexed(s, Case{DType::kBF16, 1, 7168, 16, 256, 8, Ids::kDistinct}, ++seed);
+      check_indexed(s, Case{DType::kBF16, 32, 7168, 16, 256, 8, Ids::kMixed}, ++seed);
+    }
+  }
+}
+
+TEST(MoEFp8Gpu, ExtremeScalesStayFiniteAndMatch) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 1031;
+  for (QuantScheme s : kSchemes) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    const int64_t H = block ? 384 : 64, F = block ? 256 : 96;
+    // Tiny gate/up and huge down scales, and the reverse; per-row / per-block spreads of
+    // 2^+-20 where the scheme has more than one scale per matrix.
+    for (const auto& [gu, dn] :
+         {std::pair<double, double>{std::ldexp(1.0, -40), std::ldexp(1.0, 40)},
+          {std::ldexp(1.0, 20), std::ldexp(1.0, -30)}}) {
+      check_indexed(s, Case{DType::kBF16, 9, H, 6, F, 2, Ids::kMixed, gu, dn, 0}, ++seed);
+      if (s != QuantScheme::kFp8PerTensor)
+        check_indexed(s, Case{DType::kBF16, 9, H, 6, F, 2, Ids::kMixed, 1.0, 1.0, 20}, ++seed);
+    }
+  }
+}
+
+TEST(MoEFp8Gpu, EmptyBatchesLaunchNothing) {
+  MOEKIT_REQUIRE_GPU();
+  for (QuantScheme s : kSchemes) {
+    std::mt19937_64 rng(5);
+    const Fp8Weights w(rng, s, 4, 128, 128);
+    DeviceTensor dwgu(w.wgu), dwd(w.wd), dsgu(w.sgu), dsd(w.sd);
+    DeviceTensor dx(DType::kBF16, {0, 128}), dout(DType::kBF16, {0, 128});
+    DeviceTensor dtw(DType::kF32, {0, 2}), dids(DType::kI32, {0, 2});
+    IndexedExpertMLPArgs a;
+    a.hidden_states = dx.view();
+    a.w_gate_up = dwgu.view();
+    a.w_down = dwd.view();
+    a.quant = quant_of(s, dsgu, dsd);
+    a.topk_weights = dtw.view();
+    a.topk_ids = dids.view();
+    a.output = dout.view();
+    EXPECT_EQ(indexed_expert_mlp_workspace_size(a), 0u);
+    EXPECT_NO_THROW(indexed_expert_mlp(a, nullptr));
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// shared_expert_mlp with FP8 weights (the dense form of the decode kernel).
+TEST(MoEFp8Gpu, SharedExpertMlpMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 77;
+  for (QuantScheme s : kSchemes) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    for (int64_t T : {1, 2, 31, 64}) {
+      const int64_t H = block ? 512 : 112, S = block ? 384 : 48;
+      for (DType dt : {DType::kBF16, DType::kF16}) {
+        SCOPED_TRACE(std::string(quant_scheme_name(s)) + " " + dtype_name(dt) +
+                     " T=" + std::to_string(T));
+        std::mt19937_64 rng(++seed);
+        const HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
+        const Fp8Weights w(rng, s, 0, H, S);
+        DeviceTensor dx(x), dwgu(w.wgu), dwd(w.wd), dsgu(w.sgu), dsd(w.sd);
+        DeviceTensor dout(dt, {T, H});
+        SharedExpertMLPArgs a;
+        a.hidden_states = dx.view();
+        a.w_gate_up = dwgu.view();
+        a.w_down = dwd.view();
+        a.quant = quant_of(s, dsgu, dsd);
+        a.output = dout.view();
+        DeviceWorkspace ws(shared_expert_mlp_workspace_size(a));
+        a.workspace = ws.get();
+        shared_expert_mlp(a, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        HostTensor ref(dt, {T, H});
+        SharedExpertMLPArgs h = a;
+        h.hidden_states = x.view();
+        h.w_gate_up = w.wgu.view();
+        h.w_down = w.wd.view();
+        h.quant = host_quant_of(s, w.sgu, w.sd);
+        h.output = ref.view();
+        reference::shared_expert_mlp(h);
+        expect_close(dout.download(), ref, dt, "shared_expert_mlp");
+      }
+    }
+  }
+}
+
+// fused_moe_shared_expert: routed experts and the shared expert both FP8 (different schemes),
+// grouped sigmoid routing with a bias (DeepSeek-V3's), T up to 64.
+TEST(MoEFp8Gpu, FusedMoeSharedExpertMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 4242;
+  const int64_t H = 256, E = 16, F = 128, S = 256;
+  for (QuantScheme routed : kSchemes) {
+    for (int64_t T : {1, 17, 64}) {
+      SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T));
+      const QuantScheme shared = routed == QuantScheme::kFp8Block128 ? QuantScheme::kFp8PerChannel
+                                                                     : QuantScheme::kFp8Block128;
+      std::mt19937_64 rng(++seed);
+      const HostTensor x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+      const HostTensor logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
+      const HostTensor bias = moetest::normal(rng, DType::kF32, {E}, 0.1);
+      const Fp8Weights rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
+      DeviceTensor dx(x), dl(logits), db(bias), dwgu(rw.wgu), dwd(rw.wd), dsgu(rw.sgu), dsd(rw.sd),
+          swgu(sw.wgu), swd(sw.wd), ssgu(sw.sgu), ssd(sw.sd);
+      DeviceTensor dout(DType::kBF16, {T, H});
+      FusedMoESharedExpertArgs a;
+      a.moe.hidden_states = dx.view();
+      a.moe.gating_output = dl.view();
+      a.moe.correction_bias = db.view();
+      a.moe.params.top_k = 4;
+      a.moe.params.scoring_func = ScoringFunc::kSigmoid;
+      a.moe.params.num_expert_group = 4;
+      a.moe.params.topk_group = 2;
+      a.moe.params.renormalize = true;
+      a.moe.w_gate_up = dwgu.view();
+      a.moe.w_down = dwd.view();
+      a.moe.quant = quant_of(routed, dsgu, dsd);
+      a.moe.output = dout.view();
+      a.shared_w_gate_up = swgu.view();
+      a.shared_w_down = swd.view();
+      a.shared_quant = quant_of(shared, ssgu, ssd);
+      DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(a));
+      a.moe.workspace = ws.get();
+      fused_moe_shared_expert(a, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      HostTensor ref(DType::kBF16, {T, H});
+      FusedMoESharedExpertArgs h = a;
+      h.moe.hidden_states = x.view();
+      h.moe.gating_output = logits.view();
+      h.moe.correction_bias = bias.view();
+      h.moe.w_gate_up = rw.wgu.view();
+      h.moe.w_down = rw.wd.view();
+      h.moe.quant = host_quant_of(routed, rw.sgu, rw.sd);
+      h.moe.output = ref.view();
+      h.shared_w_gate_up = sw.wgu.view();
+      h.shared_w_down = sw.wd.view();
+      h.shared_quant = host_quant_of(shared, sw.sgu, sw.sd);
+      reference::fused_moe_shared_expert(h);
+      expect_close(dout.download(), ref, DType::kBF16, "fused_moe_shared_expert");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moekit
