@@ -283,23 +283,33 @@ def grouped_mlp(x, w13, w2, offs):
     return _grouped_mm(silu_mul(h, F_), w2.transpose(-2, -1), offs=offs)
 
 
-def grouped_experts(x, w13, w2, w, ids):
-    """Sort routes by expert, two grouped GEMMs, weighted scatter back (f32)."""
-    T, K = ids.shape
-    E = w13.shape[0]
+def _sorted_routes(ids, E, device):
+    """Routes sorted by expert (stable; invalid ids last): the order, each expert's inclusive
+    end offset (i32), each sorted route's token, and which routes are valid."""
+    K = ids.shape[1]
     flat = ids.flatten().long()
     valid = (flat >= 0) & (flat < E)
     key = torch.where(valid, flat, torch.full_like(flat, E))
     order = torch.argsort(key, stable=True)
-    counts = torch.zeros(E + 1, dtype=torch.long, device=x.device).index_add_(
+    counts = torch.zeros(E + 1, dtype=torch.long, device=device).index_add_(
         0, key, torch.ones_like(key))
     offs = torch.cumsum(counts[:E], 0).to(torch.int32)
-    tok = order // K
-    y = grouped_mlp(x[tok], w13, w2, offs).float()
+    return order, offs, order // K, valid
+
+
+def _combine_routes(y, w, order, tok, valid, T):
+    """out[t] = sum of w * y over token t's valid sorted routes (f32)."""
     ww = torch.where(valid, w.flatten(), torch.zeros_like(w.flatten()))[order]
-    out = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
-    out.index_add_(0, tok, y * ww.unsqueeze(1))
+    out = torch.zeros(T, y.shape[1], dtype=torch.float32, device=y.device)
+    out.index_add_(0, tok, y.float() * ww.unsqueeze(1))
     return out
+
+
+def grouped_experts(x, w13, w2, w, ids):
+    """Sort routes by expert, two grouped GEMMs, weighted scatter back (f32)."""
+    order, offs, tok, valid = _sorted_routes(ids, w13.shape[0], x.device)
+    y = grouped_mlp(x[tok], w13, w2, offs)
+    return _combine_routes(y, w, order, tok, valid, ids.shape[0])
 
 
 def loop_experts(x, w13, w2, w, ids):
@@ -354,26 +364,15 @@ def scaled_grouped_experts(x, w13, w2, s13, s2, w, ids):
     """grouped_experts with FP8 operands: per-token activation scales, per-row weight scales
     (torch._scaled_grouped_mm's row-wise contract: per-channel weights, or per-tensor ones
     broadcast to rows)."""
-    T, K = ids.shape
-    E, F2, _ = w13.shape
-    flat = ids.flatten().long()
-    valid = (flat >= 0) & (flat < E)
-    key = torch.where(valid, flat, torch.full_like(flat, E))
-    order = torch.argsort(key, stable=True)
-    counts = torch.zeros(E + 1, dtype=torch.long, device=x.device).index_add_(
-        0, key, torch.ones_like(key))
-    offs = torch.cumsum(counts[:E], 0).to(torch.int32)
-    tok = order // K
+    F2 = w13.shape[1]
+    order, offs, tok, valid = _sorted_routes(ids, w13.shape[0], x.device)
     a, sa = _quant_rows(x[tok])
     h = torch._scaled_grouped_mm(a, w13.transpose(-2, -1), sa, s13, offs=offs,
                                  out_dtype=torch.bfloat16)  # fmt: skip
     a2, sa2 = _quant_rows(silu_mul(h, F2 // 2))
     y = torch._scaled_grouped_mm(a2, w2.transpose(-2, -1), sa2, s2, offs=offs,
-                                 out_dtype=torch.bfloat16).float()  # fmt: skip
-    ww = torch.where(valid, w.flatten(), torch.zeros_like(w.flatten()))[order]
-    out = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
-    out.index_add_(0, tok, y * ww.unsqueeze(1))
-    return out
+                                 out_dtype=torch.bfloat16)  # fmt: skip
+    return _combine_routes(y, w, order, tok, valid, ids.shape[0])
 
 
 def dense_mlp(x, w13, w2):

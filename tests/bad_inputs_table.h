@@ -3,6 +3,7 @@
 // error: "moekit::<op>: argument '<name>': expected <...>, got <...>".
 #pragma once
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -96,6 +97,29 @@ void run_table(const char* op, const std::function<Args()>& valid,
       EXPECT_NE(expected.find(row.expected), std::string::npos) << msg;
       EXPECT_NE(got.find(row.got), std::string::npos) << msg;
     }
+  }
+}
+
+bool cuda_device_present() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+// Expects `call` (a valid call of `op` on a machine without a GPU) to stop at the launch
+// target: every argument check passed, nothing launched.
+void expect_no_device(const char* op, const std::function<void()>& call) {
+  const std::string no_device = "': expected a CUDA device to launch on, got none: cudaGetDevice";
+  try {
+    call();
+    ADD_FAILURE() << op << ": no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(std::string("moekit::") + op + ": argument 'stream" + no_device, 0), 0u)
+        << msg;
   }
 }
 

@@ -7,8 +7,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "core/device.h"
 #include "moe/moe_internal.h"
 
 namespace moekit::detail {
@@ -147,6 +149,48 @@ __device__ int collect_routes(int e, int R, DecodeSmem& sm) {
     __syncthreads();
   }
   return count;
+}
+
+// ---- the tile walk and its epilogue (both kernels) ----
+
+// This lane's weight rows of a tile starting at output column n0 (col0 = n0 + g): m-tile mt,
+// half h -> tile row mt*16 + h*8 + g (gate/up: h*8 + g of the gate or the up block), as
+// element offsets (32-bit: a base pointer plus offsets keep the register count down) from
+// row col0; wmask bit mt*2 + h set for the rows before n_out (the others load zeros).
+template <bool kGateUp, int MT>
+__device__ __forceinline__ void tile_rows(int64_t col0, int64_t n_out, int64_t kdim,
+                                          int32_t (&woff)[MT][2], unsigned& wmask) {
+  wmask = 0;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int tile_row = (kGateUp ? 0 : mt * 16) + half * 8;
+      const int64_t row_off = (kGateUp && mt == 1) ? n_out + tile_row : tile_row;
+      woff[mt][half] = static_cast<int32_t>(row_off * kdim);
+      if (col0 + tile_row < n_out) wmask |= 1u << (mt * 2 + half);
+    }
+  }
+}
+
+// ---- host: the persistent grid ----
+
+// The device's SM count (132 where none is known, as before any device query).
+int num_sms() {
+  const int sms = device_props().sms;
+  return sms > 0 ? sms : 132;
+}
+
+template <class Kernel>
+int64_t persistent_grid(Kernel kernel, int64_t max_items) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess ||
+      per_sm <= 0) {
+    cudaGetLastError();
+    per_sm = 1;
+  }
+  return std::max<int64_t>(1,
+                           std::min<int64_t>(max_items, static_cast<int64_t>(per_sm) * num_sms()));
 }
 
 }  // namespace

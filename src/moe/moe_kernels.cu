@@ -69,23 +69,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     const int64_t n0 = tile * kTileCols;
 
-    // This lane's weight rows: m-tile mt, half h -> tile row mt*16 + h*8 + g (gate/up:
-    // h*8 + g of the gate or the up block). One base pointer plus 32-bit row offsets
-    // keep the register count down; rows past n_out are masked (loaded as zeros).
+    // This lane's weight rows (tile_rows), rows past n_out masked.
     const int64_t col0 = n0 + g;
     const T* wbase = w + (static_cast<int64_t>(e) * rows_per_expert + col0) * kdim;
     int32_t woff[MT][2];
-    unsigned wmask = 0;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int tile_row = (kGateUp ? 0 : mt * 16) + half * 8;
-        const int64_t row_off = (kGateUp && mt == 1) ? n_out + tile_row : tile_row;
-        woff[mt][half] = static_cast<int32_t>(row_off * kdim);
-        if (col0 + tile_row < n_out) wmask |= 1u << (mt * 2 + half);
-      }
-    }
+    unsigned wmask;
+    tile_rows<kGateUp, MT>(col0, n_out, kdim, woff, wmask);
 
     for (int c0 = 0; c0 < m; c0 += 8) {
       const int nr = min(8, m - c0);
@@ -177,24 +166,6 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 constexpr int kGateUpMT = 2, kGateUpU = 4;  // 32 weight rows per tile, 4 steps in flight
 constexpr int kDownMT = 4, kDownU = 2;      // 64 weight rows per tile, 2 steps in flight
-
-// The device's SM count (132 where none is known, as before any device query).
-int num_sms() {
-  const int sms = device_props().sms;
-  return sms > 0 ? sms : 132;
-}
-
-template <class Kernel>
-int64_t persistent_grid(Kernel kernel, int64_t max_items) {
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess ||
-      per_sm <= 0) {
-    cudaGetLastError();
-    per_sm = 1;
-  }
-  return std::max<int64_t>(1,
-                           std::min<int64_t>(max_items, static_cast<int64_t>(per_sm) * num_sms()));
-}
 
 template <bool kGateUp>
 void launch_direct(const MoEShapes& s, const void* in, const void* w, const int32_t* topk_ids,

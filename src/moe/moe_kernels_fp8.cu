@@ -34,6 +34,7 @@ namespace {
 
 using direct::kThreads;
 using direct::kWarps;
+using direct::persistent_grid;
 
 // Route r's expert: topk_ids[r], or expert 0 in the dense form (topk_ids == nullptr: the
 // shared expert, route r = token r).
@@ -117,21 +118,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     const int64_t n0 = tile * kTileCols;
 
-    // Weight row of m-tile mt, half h for this lane (gate/up: the gate or the up block).
+    // This lane's weight rows (direct::tile_rows), rows past n_out masked.
     const int64_t col0 = n0 + g;
     const uint8_t* wbase = w + (static_cast<int64_t>(e) * rows_per_expert + col0) * kdim;
     int32_t woff[MT][2];
-    unsigned wmask = 0;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int tile_row = (kGateUp ? 0 : mt * 16) + half * 8;
-        const int64_t row_off = (kGateUp && mt == 1) ? n_out + tile_row : tile_row;
-        woff[mt][half] = static_cast<int32_t>(row_off * kdim);
-        if (col0 + tile_row < n_out) wmask |= 1u << (mt * 2 + half);
-      }
-    }
+    unsigned wmask;
+    direct::tile_rows<kGateUp, MT>(col0, n_out, kdim, woff, wmask);
     // kBlock: the scale row of each m-tile's 128-row block (tiles never straddle one).
     const float* block_scale[MT];
 #pragma unroll
@@ -256,24 +248,6 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 constexpr int kSteps = 3;  // warp steps (64 k each) loaded before any is used
-
-// The device's SM count (132 where none is known).
-int num_sms() {
-  const int sms = device_props().sms;
-  return sms > 0 ? sms : 132;
-}
-
-template <class Kernel>
-int64_t persistent_grid(Kernel kernel, int64_t max_items) {
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess ||
-      per_sm <= 0) {
-    cudaGetLastError();
-    per_sm = 1;
-  }
-  return std::max<int64_t>(1,
-                           std::min<int64_t>(max_items, static_cast<int64_t>(per_sm) * num_sms()));
-}
 
 struct Fp8Stage {
   const void* in;
