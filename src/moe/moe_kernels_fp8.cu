@@ -8,7 +8,7 @@
 // of weight rows g and g+8 of each m-tile and 32 B (the same 16 k) of route g's input, and
 // feeds them to four mma.m16n8k16 as k slot pairs (2j, 2j+1) of the 16: any k permutation
 // shared by A and B leaves the dot product unchanged. U steps are loaded before any is used
-// (64 B of weights per row per lane in flight).
+// (16*U B of weights per row per lane in flight).
 //
 // e4m3 -> bf16, exact: a byte s.eeee.mmm placed as the bf16 bits s.0000eeee.mmm0000 is the
 // e4m3 value times 2^-120 (normal and subnormal alike: bf16's exponent bias is 120 more),
@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/device.h"
@@ -81,17 +82,17 @@ __device__ __forceinline__ void e4m3x16_to_pairs<__half>(const uint4& v, uint32_
 // kGateUp (stage 1): w [E, 2F, kdim=H] e4m3; a tile is 16 output columns n: gate rows
 //   [n0, n0+16) (m-tile 0) and up rows F + [n0, n0+16) (m-tile 1); route r's input row is
 //   in[r / topk]; out = act [R, F] (T), round(silu(gate) * up).
-// else (stage 2): w [E, H, kdim=F]; a tile is 32 rows (two m-tiles); route r's input row is
+// else (stage 2): w [E, H, kdim=F]; a tile is 16*MT rows (MT m-tiles); route r's input row is
 //   in[r]; out = [R, H] in TOut (f32 for the routed combine, T for a dense MLP's output).
 // scale: the scheme's scales of this weight set (moekit/quant.h), scheme = per tensor or
 // per channel (kBlock: 128 x 128 blocks).
-template <class T, bool kGateUp, bool kBlock, class TOut, int U>
+template <class T, bool kGateUp, bool kBlock, class TOut, int MT, int U>
 __global__ void __launch_bounds__(kThreads, 2)
     direct_fp8_kernel(const T* __restrict__ in, const uint8_t* __restrict__ w,
                       const float* __restrict__ scale, bool per_channel,
                       const int32_t* __restrict__ topk_ids, TOut* __restrict__ out, int R, int topk,
                       int E, int64_t n_out, int64_t kdim, int64_t tiles) {
-  constexpr int MT = 2;
+  static_assert(!kGateUp || MT == 2, "a gate/up tile is one gate and one up m-tile");
   __shared__ direct::DecodeSmem sm;
   __shared__ __align__(16) float red[kWarps][MT][32][4];
 
@@ -124,12 +125,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     int32_t woff[MT][2];
     unsigned wmask;
     direct::tile_rows<kGateUp, MT>(col0, n_out, kdim, woff, wmask);
-    // kBlock: the scale row of each m-tile's 128-row block (tiles never straddle one).
-    const float* block_scale[MT];
+    // kBlock: the scale row of the tile's 128-row block (gate/up: the gate's and the up's;
+    // a tile never straddles a block: H and F are multiples of 128).
+    constexpr int kScaleRows = kGateUp ? 2 : 1;
+    const float* block_scale[kScaleRows];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int64_t first_row = (kGateUp && mt == 1) ? n_out + n0 : n0 + (kGateUp ? 0 : mt * 16);
-      block_scale[mt] = scale + (static_cast<int64_t>(e) * row_blocks + first_row / 128) * kblocks;
+    for (int i = 0; i < kScaleRows; ++i) {
+      const int64_t first_row = i == 1 ? n_out + n0 : n0;
+      block_scale[i] = scale + (static_cast<int64_t>(e) * row_blocks + first_row / 128) * kblocks;
     }
 
     for (int c0 = 0; c0 < m; c0 += 8) {
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             if constexpr (kBlock) {
               // Step s covers k [64 s, 64 s + 64): block s / 2 (steps past k are all zeros).
               const int s = s0 + u * kWarps;
-              const float sc = s < nsteps ? __ldg(block_scale[mt] + s / 2) : 0.f;
+              const float sc = s < nsteps ? __ldg(block_scale[kGateUp ? mt : 0] + s / 2) : 0.f;
 #pragma unroll
               for (int i = 0; i < 4; ++i) acc[mt][i] = fmaf(part[i], sc, acc[mt][i]);
             }
@@ -247,7 +250,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-constexpr int kSteps = 3;  // warp steps (64 k each) loaded before any is used
+// Tiles and steps in flight (warp steps of 64 k loaded before any is used): gate/up 16
+// columns (16 gate + 16 up rows), 3 steps; down 64 rows, 2 steps: 12 and 16 weight loads of
+// 16 B per lane in flight, within 128 registers without spills (ptxas -v); f16 with block
+// scales takes one down step (two spill).
+constexpr int kGateUpMT = 2, kGateUpSteps = 3;
+constexpr int kDownMT = 4;
+template <class T, bool kBlock>
+constexpr int kDownSteps = std::is_same_v<T, __half>&& kBlock ? 1 : 2;
 
 struct Fp8Stage {
   const void* in;
@@ -265,7 +275,7 @@ void launch_fp8(const MoEShapes& s, QuantScheme scheme, const Fp8Stage& st, cuda
   if (R == 0) return;
   const int64_t n_out = kGateUp ? s.F : s.H;
   const int64_t kdim = kGateUp ? s.H : s.F;
-  const int64_t tile_cols = kGateUp ? 16 : 32;
+  const int64_t tile_cols = kGateUp ? 16 : 16 * kDownMT;
   const int64_t tiles = (n_out + tile_cols - 1) / tile_cols;
   const int64_t slots = std::min<int64_t>(st.topk_ids != nullptr ? s.E : 1, R);
   const bool block = scheme == QuantScheme::kFp8Block128;
@@ -282,21 +292,26 @@ void launch_fp8(const MoEShapes& s, QuantScheme scheme, const Fp8Stage& st, cuda
     if constexpr (kGateUp) {
       scalar_t* out = static_cast<scalar_t*>(st.out);
       if (block)
-        go(direct_fp8_kernel<scalar_t, true, true, scalar_t, kSteps>, out);
+        go(direct_fp8_kernel<scalar_t, true, true, scalar_t, kGateUpMT, kGateUpSteps>, out);
       else
-        go(direct_fp8_kernel<scalar_t, true, false, scalar_t, kSteps>, out);
+        go(direct_fp8_kernel<scalar_t, true, false, scalar_t, kGateUpMT, kGateUpSteps>, out);
     } else if (st.out_dtype == DType::kF32) {
       float* out = static_cast<float*>(st.out);
       if (block)
-        go(direct_fp8_kernel<scalar_t, false, true, float, kSteps>, out);
+        go(direct_fp8_kernel<scalar_t, false, true, float, kDownMT, kDownSteps<scalar_t, true>>,
+           out);
       else
-        go(direct_fp8_kernel<scalar_t, false, false, float, kSteps>, out);
+        go(direct_fp8_kernel<scalar_t, false, false, float, kDownMT, kDownSteps<scalar_t, false>>,
+           out);
     } else {
       scalar_t* out = static_cast<scalar_t*>(st.out);
       if (block)
-        go(direct_fp8_kernel<scalar_t, false, true, scalar_t, kSteps>, out);
+        go(direct_fp8_kernel<scalar_t, false, true, scalar_t, kDownMT, kDownSteps<scalar_t, true>>,
+           out);
       else
-        go(direct_fp8_kernel<scalar_t, false, false, scalar_t, kSteps>, out);
+        go(direct_fp8_kernel<scalar_t, false, false, scalar_t, kDownMT,
+                             kDownSteps<scalar_t, false>>,
+           out);
     }
   });
   check_launch(op);
