@@ -29,11 +29,18 @@ constexpr QuantScheme kSchemes[] = {QuantScheme::kFp8PerTensor, QuantScheme::kFp
                                     QuantScheme::kFp8Block128};
 
 // e4m3 weights: N(0, 48^2) codes (every binade, some subnormal: about 1 in 400 below 2^-6
-// after the /48 shrink of every 50th), saturated to +-448.
-HostTensor e4m3_weights(std::mt19937_64& rng, std::vector<int64_t> shape) {
+// after the /48 shrink of every 50th), saturated to +-448. subnormal: only the 14 nonzero
+// subnormal codes (+-k * 2^-9, k = 1..7), so that a dequantization flushing them shows.
+HostTensor e4m3_weights(std::mt19937_64& rng, std::vector<int64_t> shape, bool subnormal) {
   HostTensor w(DType::kFP8E4M3, std::move(shape));
   std::normal_distribution<double> n(0.0, 48.0);
+  std::uniform_int_distribution<int> code(1, 14);
   for (int64_t i = 0; i < w.numel(); ++i) {
+    if (subnormal) {
+      const int c = code(rng);
+      w.as<uint8_t>()[i] = static_cast<uint8_t>(c > 7 ? 0x80 | (c - 7) : c);
+      continue;
+    }
     const double v = i % 50 == 7 ? n(rng) / 2048.0 : n(rng);
     w.as<uint8_t>()[i] = host::float_to_fp8e4m3(static_cast<float>(v));
   }
@@ -68,14 +75,15 @@ struct Fp8Weights {
   // count 0: a dense MLP (no E axis). gate_up_base / down_base: the scale bases (extreme
   // magnitudes test the dequantization's range).
   Fp8Weights(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64_t H, int64_t F,
-             double gate_up_base = 1.0, double down_base = 1.0, int spread = 0) {
+             double gate_up_base = 1.0, double down_base = 1.0, int spread = 0,
+             bool subnormal = false) {
     std::vector<int64_t> gu = {2 * F, H}, dn = {H, F};
     if (count > 0) {
       gu.insert(gu.begin(), count);
       dn.insert(dn.begin(), count);
     }
-    wgu = e4m3_weights(rng, gu);
-    wd = e4m3_weights(rng, dn);
+    wgu = e4m3_weights(rng, gu, subnormal);
+    wd = e4m3_weights(rng, dn, subnormal);
     sgu = scales(rng, scheme, count, 2 * F, H, gate_up_base, spread);
     sd = scales(rng, scheme, count, H, F, down_base, spread);
   }
@@ -110,6 +118,7 @@ struct Case {
   Ids ids;
   double gate_up_base = 1.0, down_base = 1.0;
   int spread = 0;
+  bool subnormal = false;  // subnormal e4m3 codes only (scale bases ~2^13 make up for them)
 };
 
 std::string name(QuantScheme s, const Case& c) {
@@ -117,7 +126,7 @@ std::string name(QuantScheme s, const Case& c) {
          " H=" + std::to_string(c.H) + " E=" + std::to_string(c.E) + " F=" + std::to_string(c.F) +
          " K=" + std::to_string(c.K) + " ids=" + moetest::ids_name(c.ids) +
          " scales=" + std::to_string(c.gate_up_base) + "/" + std::to_string(c.down_base) + "x2^+-" +
-         std::to_string(c.spread);
+         std::to_string(c.spread) + (c.subnormal ? " subnormal codes" : "");
 }
 
 // indexed_expert_mlp (the direct path: T <= 64) against the reference.
@@ -126,7 +135,8 @@ void check_indexed(QuantScheme scheme, const Case& c, uint64_t seed) {
   SCOPED_TRACE(what);
   std::mt19937_64 rng(seed);
   const HostTensor x = moetest::normal(rng, c.dt, {c.T, c.H}, 1.0);
-  const Fp8Weights w(rng, scheme, c.E, c.H, c.F, c.gate_up_base, c.down_base, c.spread);
+  const Fp8Weights w(rng, scheme, c.E, c.H, c.F, c.gate_up_base, c.down_base, c.spread,
+                     c.subnormal);
   const HostTensor tw = moetest::make_topk_weights(rng, c.T, c.K);
   const HostTensor ids = moetest::make_ids(rng, c.T, c.K, c.E, c.ids);
   DeviceTensor dx(x), dwgu(w.wgu), dwd(w.wd), dsgu(w.sgu), dsd(w.sd), dtw(tw), dids(ids);
@@ -196,6 +206,22 @@ TEST(MoEFp8Gpu, ExtremeScalesStayFiniteAndMatch) {
       check_indexed(s, Case{DType::kBF16, 9, H, 6, F, 2, Ids::kMixed, gu, dn, 0}, ++seed);
       if (s != QuantScheme::kFp8PerTensor)
         check_indexed(s, Case{DType::kBF16, 9, H, 6, F, 2, Ids::kMixed, 1.0, 1.0, 20}, ++seed);
+    }
+  }
+}
+
+// Every weight a subnormal e4m3 code: the exact e4m3 -> bf16 trick and the f16 conversion
+// must keep them (a flush to zero would leave ~0 outputs, rel_l2 ~ 1).
+TEST(MoEFp8Gpu, SubnormalWeightsAreKept) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 2024;
+  for (QuantScheme s : kSchemes) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    const int64_t H = block ? 256 : 64, F = block ? 128 : 48;
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      Case c{dt, 6, H, 5, F, 2, Ids::kMixed, 8192.0, 8192.0, 0};
+      c.subnormal = true;
+      check_indexed(s, c, ++seed);
     }
   }
 }
