@@ -574,7 +574,10 @@ def setup_case(row, gen, mk):
                         "activations quantized per token (FP8 GEMMs), weights row-wise")
                 except Exception as e:  # not supported by this torch / device
                     c.notes["torch-scaled-grouped-mm-rowwise"] = f"unavailable: {_short(e)}"
-            c.notes["moekit"] = "FP8 weights are not in the Python ops yet"
+            if mk:
+                q = dict(weight_quant=quant, w_gate_up_scale=s13, w_down_scale=s2)
+                c.impls["moekit"] = lambda i: mk.fused_moe(i["x"], i["logits"], q13, q2,
+                                                           correction_bias=bias, **p, **q)  # fmt: skip
             route_ids = torch_topk(logits, correction_bias=bias, **p)[1]
             flat = route_ids.flatten()
             active = int(torch.unique(flat[(flat >= 0) & (flat < E)]).numel())
