@@ -780,11 +780,12 @@ def _define(op):
             entry.append(op.derived[field])
         else:
             raise AssertionError(f"moekit.ops: {op.name}: C++ field {field!r} not in the table")
-    # The entry point's keyword arguments (after the stream), passed by name.
+    # The entry point's keyword arguments (after the stream), passed in their order
+    # (positionally: cheaper to convert than keywords).
     keywords = ""
     for k in getattr(_raw, "_ENTRY_KEYWORDS", {}).get(op.name, ()):
         assert k in names, f"moekit.ops: {op.name}: C++ keyword {k!r} not in the table"
-        keywords += f", {k}={k}"
+        keywords += f", {k}"
     # out=: the buffers go to the out variant as keywords named after the outputs.
     assert not set(op.outputs) & set(names), f"{op.name}: an output named as an argument"
     nout = len(op.outputs)

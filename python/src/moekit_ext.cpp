@@ -896,7 +896,7 @@ nb::tuple entry_arg_names(const Op<Args, Fields, Keywords>& entry) {
   return nb::tuple(names);
 }
 
-// Its keyword arguments after the stream (the torch layer passes them by name).
+// Its keyword arguments after the stream (the torch layer passes them in this order).
 template <class Args, class Fields, class Keywords>
 nb::tuple entry_keyword_names(const Op<Args, Fields, Keywords>& entry) {
   nb::list names;
