@@ -20,6 +20,24 @@ namespace {
 using testing::DeviceTensor;
 using testing::DeviceWorkspace;
 
+// A DeepSeek-V3 layer's activations and routing (grouped sigmoid with a bias); the caller
+// sets the weights and the workspace.
+FusedMoESharedExpertArgs ds_v3_layer(const DeviceTensor& x, const DeviceTensor& logits,
+                                     const DeviceTensor& bias, const DeviceTensor& out, int64_t K) {
+  FusedMoESharedExpertArgs a;
+  a.moe.hidden_states = x.view();
+  a.moe.gating_output = logits.view();
+  a.moe.correction_bias = bias.view();
+  a.moe.params.top_k = static_cast<int>(K);
+  a.moe.params.scoring_func = ScoringFunc::kSigmoid;
+  a.moe.params.renormalize = true;
+  a.moe.params.num_expert_group = 8;
+  a.moe.params.topk_group = 4;
+  a.moe.params.routed_scaling_factor = 2.5f;
+  a.moe.output = out.view();
+  return a;
+}
+
 TEST(MoEPerf, DeepSeekV3RoutedExperts) {
   MOEKIT_REQUIRE_GPU();
   const char* env = std::getenv("MOEKIT_PERF");
@@ -99,19 +117,9 @@ TEST(MoEPerf, DeepSeekV3RoutedExperts) {
     HostTensor bias = moetest::normal(rng, DType::kF32, {E}, 0.1);
     DeviceTensor dx(x), dlogits(logits), dbias(bias);
     DeviceTensor out(dt, {T, H});
-    FusedMoESharedExpertArgs a;
-    a.moe.hidden_states = dx.view();
-    a.moe.gating_output = dlogits.view();
-    a.moe.correction_bias = dbias.view();
-    a.moe.params.top_k = static_cast<int>(K);
-    a.moe.params.scoring_func = ScoringFunc::kSigmoid;
-    a.moe.params.renormalize = true;
-    a.moe.params.num_expert_group = 8;
-    a.moe.params.topk_group = 4;
-    a.moe.params.routed_scaling_factor = 2.5f;
+    FusedMoESharedExpertArgs a = ds_v3_layer(dx, dlogits, dbias, out, K);
     a.moe.w_gate_up = make_view(wgu, dt, {E, 2 * F, H});
     a.moe.w_down = make_view(wd, dt, {E, H, F});
-    a.moe.output = out.view();
     a.shared_w_gate_up = make_view(sgu, dt, {2 * S, H});
     a.shared_w_down = make_view(sd, dt, {H, S});
     DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(a));
@@ -217,20 +225,10 @@ TEST(MoEPerf, DeepSeekV3Fp8Decode) {
     HostTensor logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
     HostTensor bias = moetest::normal(rng, DType::kF32, {E}, 0.1);
     DeviceTensor dx(x), dlogits(logits), dbias(bias), out(dt, {T, H});
-    FusedMoESharedExpertArgs a;
-    a.moe.hidden_states = dx.view();
-    a.moe.gating_output = dlogits.view();
-    a.moe.correction_bias = dbias.view();
-    a.moe.params.top_k = static_cast<int>(K);
-    a.moe.params.scoring_func = ScoringFunc::kSigmoid;
-    a.moe.params.renormalize = true;
-    a.moe.params.num_expert_group = 8;
-    a.moe.params.topk_group = 4;
-    a.moe.params.routed_scaling_factor = 2.5f;
+    FusedMoESharedExpertArgs a = ds_v3_layer(dx, dlogits, dbias, out, K);
     a.moe.w_gate_up = make_view(wgu, fp8, {E, 2 * F, H});
     a.moe.w_down = make_view(wd, fp8, {E, H, F});
     a.moe.quant = q;
-    a.moe.output = out.view();
     a.shared_w_gate_up = make_view(shared_gu, fp8, {2 * S, H});
     a.shared_w_down = make_view(shared_d, fp8, {H, S});
     a.shared_quant = sq;
