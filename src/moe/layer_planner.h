@@ -54,8 +54,8 @@ DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtyp
 MlpPlan fp8_dense_mlp_plan();
 std::vector<MlpPlan> fp8_dense_mlp_plan_candidates(int64_t T);
 std::string fp8_dense_mlp_plan_rejection(const MlpPlan& plan, int64_t T);
-// The planner's plan of a shared expert of width S and weights `quant` (f32 output in a
-// layer: out_dtype), and every plan that runs it; FP8 weights as above.
+// The planner's plan of a shared expert of width S and weights `quant` (out_dtype: f32 in a
+// layer, the dtype alone): the dense-MLP planner's, or the FP8 one above.
 MlpPlan plan_shared_mlp(const MoEShapes& s, int64_t S, QuantScheme quant, DType out_dtype,
                         const GemmDevice& device, const DirectCapacity& capacity);
 // act [T, S] = silu_and_mul(x . w_gate_up^T), out [T, H] = act . w_down^T (out_dtype: f32 or
