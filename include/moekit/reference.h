@@ -1,6 +1,10 @@
 // Plain CPU references of every op, written from SPEC.md with f64 accumulation.
 // They take the same argument structs as the kernels, with HOST pointers, and
 // ignore workspaces. They validate nothing: tests call them on valid input.
+// FP8 weights (args.quant) enter dequantized, float(w) * scale (moekit/quant.h), with the
+// activations as given: what the FP8 decode kernels compute (docs/moe.md "Quantized
+// weights"). A path that quantizes activations is checked against these references fed the
+// dequantized activations of quantize_activations_e4m3.
 #pragma once
 
 #include "moekit/gemm.h"
@@ -22,5 +26,12 @@ void indexed_expert_mlp(const IndexedExpertMLPArgs& args);
 void fused_moe(const FusedMoEArgs& args);
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args);
 void shared_expert_mlp(const SharedExpertMLPArgs& args);
+
+// The activations a FP8 scheme's GEMM path quantizes, quantized and dequantized: out [R, C]
+// (f32, or x's dtype) = float(e4m3_rn_satfinite(x / s)) * s with s = max(amax, 1e-10) / 448
+// over each row's 128-column groups (fp8_block128), each row (fp8_per_channel) or the whole
+// x (fp8_per_tensor; s = static_scale[0] when given); kNone copies x.
+void quantize_activations_e4m3(QuantScheme scheme, const TensorView& x,
+                               const TensorView& static_scale, const TensorView& out);
 
 }  // namespace moekit::reference

@@ -122,6 +122,7 @@ constexpr int64_t kExpertMlpMaxExperts = 1024;
 detail::MoEShapes check_expert_mlp_shapes(const detail::ArgCheck& c, const ExpertMLPArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "expert_input", a.expert_input);
   detail::check_activation(c, s, a.activation);
+  s.quant = a.quant.scheme;
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "expert_input", a.expert_input,
                         /*experts=*/true);
   MOEKIT_REQUIRE(c, s.E <= kExpertMlpMaxExperts, "w_gate_up",
@@ -129,6 +130,10 @@ detail::MoEShapes check_expert_mlp_shapes(const detail::ArgCheck& c, const Exper
                  a.w_gate_up.describe());
   detail::check_biases(c, s, "gate_up_bias", a.gate_up_bias, "down_bias", a.down_bias,
                        /*experts=*/true);
+  // HOOK (issue 31, weight_quant.h): FP8 weights here need the contiguous FP8 grouped GEMMs.
+  MOEKIT_REQUIRE(c, !detail::quantized(s.quant), "w_gate_up",
+                 "bf16 / f16 weights (" + detail::fp8_gemm_rejection() + ")",
+                 a.w_gate_up.describe() + " with quant.scheme " + quant_scheme_name(s.quant));
   return s;
 }
 

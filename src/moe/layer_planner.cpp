@@ -14,6 +14,8 @@ namespace {
 // sorted path's GEMM tiles take 64+ rows at once (docs/moe.md "fused_moe").
 constexpr int64_t kDirectMaxRoutesPerExpert = 16;
 
+// FP8 weights take the direct path wherever it can run: it is their only path until the
+// contiguous FP8 GEMM is wired (weight_quant.h).
 bool takes_direct(const LayerProblem& p) {
   switch (p.op) {
     case RoutedOp::kSortedOnly:
@@ -21,7 +23,8 @@ bool takes_direct(const LayerProblem& p) {
     case RoutedOp::kIndexed:
       return direct_path_eligible(p.s);
     case RoutedOp::kLayer:
-      return direct_path_eligible(p.s) && p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E;
+      return direct_path_eligible(p.s) &&
+             (quantized(p.s.quant) || p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E);
   }
   return false;
 }
@@ -40,11 +43,20 @@ DenseMlpProblem shared_problem(const LayerProblem& p, const GemmDevice& device) 
 
 std::vector<MlpPlan> shared_candidates(const LayerProblem& p, const GemmDevice& device) {
   if (p.S == 0) return {MlpPlan()};
+  if (quantized(p.shared_quant)) return fp8_dense_mlp_plan_candidates(p.s.T);
   return dense_mlp_plan_candidates(shared_problem(p, device), device);
 }
 
+std::string direct_rejection(const LayerProblem& p);
+
 std::string sorted_rejection(const LayerPlan& plan, const LayerProblem& p,
                              const GemmDevice& device) {
+  if (quantized(p.s.quant)) {
+    const std::string direct = direct_rejection(p);
+    return "FP8 weights on the sorted path" +
+           (direct.empty() ? std::string() : " (taken because " + direct + ")") + ": " +
+           fp8_gemm_rejection();
+  }
   if (p.s.E > kPermuteMaxExperts)
     return "the sorted path takes at most " + str(kPermuteMaxExperts) + " experts, not " +
            str(p.s.E);
@@ -55,7 +67,8 @@ std::string sorted_rejection(const LayerPlan& plan, const LayerProblem& p,
 }
 
 std::string direct_rejection(const LayerProblem& p) {
-  if (p.op == RoutedOp::kSortedOnly) return "fused_moe_experts runs only the sorted path";
+  if (p.op == RoutedOp::kSortedOnly)
+    return "fused_moe_experts and moe_expert_mlp run only the sorted path";
   const std::string why = direct_path_rejection(p.s);
   return why.empty() ? why : "the direct path cannot run " + why;
 }
@@ -83,6 +96,7 @@ std::string shape_key(const MoEShapes& s, int64_t S) {
     key += std::string(" act=") + activation_name(s.mlp.act);
     if (s.mlp.gate_up_bias || s.mlp.down_bias) key += " bias";
   }
+  if (quantized(s.quant)) key += std::string(" w=") + quant_scheme_name(s.quant);
   return key;
 }
 
@@ -125,6 +139,66 @@ ExpertMlpGemms sorted_expert_gemms(const MoEShapes& s, void* permuted,
   return g;
 }
 
+MlpPlan fp8_dense_mlp_plan() {
+  MlpPlan m;
+  m.path = MlpPath::kDirect;
+  m.split_gate_up = 1;
+  m.split_down = 1;
+  return m;
+}
+
+std::vector<MlpPlan> fp8_dense_mlp_plan_candidates(int64_t T) {
+  if (T > kDirectMaxTokens) return {};
+  return {fp8_dense_mlp_plan()};
+}
+
+std::string fp8_dense_mlp_plan_rejection(const MlpPlan& plan, int64_t T) {
+  if (T > kDirectMaxTokens)
+    return "FP8 weights at T = " + str(T) + " > " + str(kDirectMaxTokens) +
+           " (past the FP8 decode kernel): " + fp8_gemm_rejection();
+  if (plan != fp8_dense_mlp_plan())
+    return "FP8 weights run on the FP8 decode kernel, plan " + to_string(fp8_dense_mlp_plan());
+  return {};
+}
+
+MlpPlan plan_shared_mlp(const MoEShapes& s, int64_t S, QuantScheme quant, const MlpActivation& mlp,
+                        DType out_dtype, const GemmDevice& device, const DirectCapacity& capacity) {
+  if (quantized(quant)) return fp8_dense_mlp_plan();
+  return plan_dense_mlp(shared_mlp_problem(s, S, out_dtype, device, mlp), device, capacity);
+}
+
+void run_shared_mlp(const MlpPlan& plan, const MoEShapes& s, int64_t S, DType out_dtype,
+                    const void* x, const SharedMlpWeights& w, const SharedMlpBuffers& b, void* out,
+                    cudaStream_t stream, const char* op) {
+  if (!quantized(w.quant)) {
+    run_dense_mlp(plan, shared_mlp_problem(s, S, out_dtype, current_gemm_device(), w.mlp), x,
+                  w.w_gate_up, w.w_down, b.act, out, b.scratch, stream, w.biases, b.pre, op);
+    return;
+  }
+  MoEShapes d;  // the dense form: T routes of one expert (silu_and_mul, no biases: validated)
+  d.dtype = s.dtype;
+  d.T = s.T;
+  d.H = s.H;
+  d.E = 1;
+  d.F = S;
+  d.K = 1;
+  d.quant = w.quant;
+  launch_direct_fp8_gate_up(d, x, w.w_gate_up, w.scales, nullptr, b.act, stream, op);
+  launch_direct_fp8_down(d, b.act, w.w_down, w.scales, nullptr, out, out_dtype, stream, op);
+}
+
+void check_quantized_plan(const ArgCheck& c, const LayerPlan& plan, const LayerProblem& p,
+                          const GemmDevice& device) {
+  if (!quantized(p.s.quant) && !quantized(p.shared_quant)) return;
+  const std::string why = layer_plan_rejection(plan, p, device);
+  if (why.empty()) return;
+  c.fail(quantized(p.s.quant) ? "w_gate_up" : "shared_w_gate_up",
+         "FP8 weights on a path that runs them (the direct path: T <= " + str(kDirectMaxTokens) +
+             ", T*top_k <= " + str(kDirectMaxRoutes) + ", E <= " + str(kDirectMaxExperts) +
+             ", 2*F*H < 2^31)",
+         why);
+}
+
 LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
                      const DirectCapacity& shared_capacity) {
   LayerPlan plan;
@@ -132,11 +206,14 @@ LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
     plan.routed = RoutedPath::kDirect;
   } else {
     plan.routed = RoutedPath::kSorted;
-    plan.experts = plan_expert_mlp_gemms(planning_gemms(p.s), device);
+    // FP8 weights: no expert-MLP plan until the contiguous FP8 GEMM is wired (weight_quant.h);
+    // check_quantized_plan refuses the plan.
+    if (!quantized(p.s.quant)) plan.experts = plan_expert_mlp_gemms(planning_gemms(p.s), device);
   }
   plan.has_shared = p.S > 0;
   if (plan.has_shared)
-    plan.shared = plan_dense_mlp(shared_problem(p, device), device, shared_capacity);
+    plan.shared = plan_shared_mlp(p.s, p.S, p.shared_quant, p.shared_mlp, DType::kF32, device,
+                                  shared_capacity);
   return plan;
 }
 
@@ -156,7 +233,7 @@ std::vector<LayerPlan> layer_plan_candidates(const LayerProblem& p, const GemmDe
     direct.experts = MlpPlan();
     add(direct);
   }
-  if (p.s.E <= kPermuteMaxExperts) {
+  if (p.s.E <= kPermuteMaxExperts && !quantized(p.s.quant)) {
     for (const MlpPlan& m : expert_mlp_gemms_plan_candidates(planning_gemms(p.s), device)) {
       LayerPlan sorted = planned;
       sorted.routed = RoutedPath::kSorted;
@@ -186,7 +263,9 @@ std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
                    : "the layer has no shared expert";
   if (!plan.has_shared) return {};
   const std::string shared =
-      dense_mlp_plan_rejection(plan.shared, shared_problem(p, device), device);
+      quantized(p.shared_quant)
+          ? fp8_dense_mlp_plan_rejection(plan.shared, p.s.T)
+          : dense_mlp_plan_rejection(plan.shared, shared_problem(p, device), device);
   return shared.empty() ? shared : "the shared expert: " + shared;
 }
 

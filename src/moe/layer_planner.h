@@ -28,8 +28,9 @@ enum class RoutedOp {
 struct LayerProblem {
   MoEShapes s;
   RoutedOp op = RoutedOp::kLayer;
-  int64_t S = 0;             // the shared expert's width, 0 = none
-  MlpActivation shared_mlp;  // the shared expert's: s.mlp.act, its own biases
+  int64_t S = 0;                                  // the shared expert's width, 0 = none
+  MlpActivation shared_mlp;                       // the shared expert's: s.mlp.act, its own biases
+  QuantScheme shared_quant = QuantScheme::kNone;  // the shared expert's weights
 };
 
 // The routed path (direct when the op's rule allows), the sorted path's expert MLP
@@ -46,6 +47,45 @@ std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
 // The shared expert's dense problem (stream-K scratch: carved wherever it can run).
 DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtype,
                                    const GemmDevice& device, const MlpActivation& mlp);
+
+// ---- a dense MLP (the shared expert) with FP8 weights ----
+// The FP8 decode kernel in its dense form (launch_direct_fp8_*, topk_ids == nullptr) is its one
+// path up to kDirectMaxTokens tokens: plan "direct" with no k split (split 1 / 1); past that it
+// needs the contiguous FP8 GEMM (fp8_gemm_rejection).
+MlpPlan fp8_dense_mlp_plan();
+std::vector<MlpPlan> fp8_dense_mlp_plan_candidates(int64_t T);
+std::string fp8_dense_mlp_plan_rejection(const MlpPlan& plan, int64_t T);
+// The planner's plan of a shared expert of width S, weights `quant` and activation `mlp`
+// (out_dtype: f32 in a layer, the dtype alone): the dense-MLP planner's, or the FP8 one above.
+MlpPlan plan_shared_mlp(const MoEShapes& s, int64_t S, QuantScheme quant, const MlpActivation& mlp,
+                        DType out_dtype, const GemmDevice& device, const DirectCapacity& capacity);
+// A shared expert's weights as run_shared_mlp reads them (validated; FP8 weights come with
+// silu_and_mul and no biases).
+struct SharedMlpWeights {
+  const void* w_gate_up = nullptr;  // [gate_up_rows(mlp.act, S), H]
+  const void* w_down = nullptr;     // [H, S]
+  QuantScheme quant = QuantScheme::kNone;
+  WeightScales scales;  // FP8: without the E axis
+  MlpActivation mlp;    // the activation and which biases
+  MlpBiases biases;
+};
+// Its workspace buffers: act [T, S] in the dtype, the dense MLP's stream-K scratch and (the
+// general path) the f32 pre-activations.
+struct SharedMlpBuffers {
+  void* act = nullptr;
+  void* scratch = nullptr;
+  float* pre = nullptr;
+};
+// out [T, H] = the shared MLP of x (out_dtype: f32 or the dtype), by `plan` (bf16 / f16
+// weights: run_dense_mlp; FP8 weights: the dense FP8 decode kernel).
+void run_shared_mlp(const MlpPlan& plan, const MoEShapes& s, int64_t S, DType out_dtype,
+                    const void* x, const SharedMlpWeights& w, const SharedMlpBuffers& b, void* out,
+                    cudaStream_t stream, const char* op);
+
+// Throws (naming `c`'s op and the quantized weights) when the planner's `plan` for p, with FP8
+// weights, takes a path that cannot run them (the sorted path before the contiguous FP8 GEMM).
+void check_quantized_plan(const ArgCheck& c, const LayerPlan& plan, const LayerProblem& p,
+                          const GemmDevice& device);
 
 // The sorted path's expert MLP GEMMs over the permuted rows [P, H] (P = T*K, alignment 1):
 // gate_up from `permuted` into `act`, down from `act` over `permuted` (dead by then).

@@ -336,13 +336,45 @@ __global__ void layout_blocks_kernel(const int32_t* meta, int E, int alignment, 
 
 // ---- GEMM --------------------------------------------------------------------------------
 
+// The scales of FP8 weights (moekit/quant.h; s == nullptr: none): weight (e, n, k) is
+// float(w) * s[e * per_expert + (n / row_div) * row_stride + (k / 128) * col_stride].
+struct WScale {
+  const float* s = nullptr;
+  int64_t per_expert = 0, row_div = 1, row_stride = 0, col_stride = 0;
+};
+
+// The scales of `q`'s scheme over [rows, cols] weight matrices.
+WScale wscale(QuantScheme scheme, const TensorView& scale, int64_t rows, int64_t cols) {
+  WScale w;
+  w.s = scale.defined() ? scale.ptr<const float>() : nullptr;
+  switch (scheme) {
+    case QuantScheme::kNone:
+      w.s = nullptr;
+      break;
+    case QuantScheme::kFp8PerTensor:
+      w.per_expert = 1;
+      break;
+    case QuantScheme::kFp8PerChannel:
+      w.per_expert = rows;
+      w.row_stride = 1;
+      break;
+    case QuantScheme::kFp8Block128:
+      w.col_stride = 1;
+      w.row_div = 128;
+      w.row_stride = ceil_div(cols, 128);
+      w.per_expert = ceil_div(rows, 128) * w.row_stride;
+      break;
+  }
+  return w;
+}
+
 // c[row] = a[row / a_div] . b[e]^T over the rows of each block (FP8: with the 1x128
 // activation scales and 128x128 weight scales applied per 128-column block of k).
 template <class TA, class TB, class TC, bool kFP8>
 __global__ void __launch_bounds__(kThreads)
     gemm_rows_kernel(const TA* a, int64_t lda, int a_div, const TB* b, int64_t n, int64_t k,
                      const float* a_scale, const float* b_scale, const int32_t* rows,
-                     const int32_t* block_expert, TC* c, int64_t ldc) {
+                     const int32_t* block_expert, TC* c, int64_t ldc, WScale ws) {
   __shared__ float as[kRowsPerBlock][kChunk];
   const int e = block_expert[blockIdx.x];
   if (e < 0) return;
@@ -384,12 +416,15 @@ __global__ void __launch_bounds__(kThreads)
         if (kFP8)
           s = b_scale[(static_cast<int64_t>(e) * nb_count + col / 128) * kb_count +
                       (k0 + kk) / 128];
+        if (ws.s != nullptr)  // a chunk of 8 k lies in one 128-column block
+          s = ws.s[e * ws.per_expert + (col / ws.row_div) * ws.row_stride +
+                   (k0 + kk) / 128 * ws.col_stride];
 #pragma unroll
         for (int i = 0; i < kRowsPerBlock; ++i) {
           float d = 0.f;
 #pragma unroll
           for (int q = 0; q < 8; ++q) d += as[i][kk + q] * w[q];
-          acc[j][i] += kFP8 ? d * s : d;
+          acc[j][i] += (kFP8 || ws.s != nullptr) ? d * s : d;
         }
       }
     }
@@ -594,11 +629,11 @@ template <class TA, class TB, class TC, bool kFP8>
 void launch_gemm(const TA* a, int64_t lda, int a_div, const TB* b, int64_t n, int64_t k,
                  const float* a_scale, const float* b_scale, const int32_t* rows,
                  const int32_t* block_expert, int64_t num_blocks, TC* c, int64_t ldc,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, WScale ws = {}) {
   if (num_blocks <= 0 || n <= 0) return;
   dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(ceil_div(n, kColsPerBlock)));
   gemm_rows_kernel<TA, TB, TC, kFP8><<<grid, kThreads, 0, stream>>>(
-      a, lda, a_div, b, n, k, a_scale, b_scale, rows, block_expert, c, ldc);
+      a, lda, a_div, b, n, k, a_scale, b_scale, rows, block_expert, c, ldc, ws);
   check_launch("gemm");
 }
 
@@ -664,15 +699,16 @@ DenseScratch carve_dense(Carver& cv, int64_t T, int64_t gu_rows, int64_t H, DTyp
 
 // y[r] = MLP(x[r / a_div]) in f32 for the rows of the blocks (f32 gate/up plus bias, the
 // activation rounded to scalar_t, f32 down plus bias). `dense`: one expert (bias row 0).
-template <class scalar_t>
-void mlp_rows(const scalar_t* x, int a_div, const scalar_t* w_gate_up, const scalar_t* w_down,
-              int64_t F, int64_t H, const int32_t* rows, const int32_t* block_expert,
-              int64_t num_blocks, float* h, scalar_t* act, float* y, const MlpSpec& spec,
-              bool dense, cudaStream_t stream) {
+// FP8 weights (WT = e4m3) with their scales: dequantized as they are read.
+template <class scalar_t, class WT = scalar_t>
+void mlp_rows(const scalar_t* x, int a_div, const WT* w_gate_up, const WT* w_down, int64_t F,
+              int64_t H, const int32_t* rows, const int32_t* block_expert, int64_t num_blocks,
+              float* h, scalar_t* act, float* y, const MlpSpec& spec, bool dense,
+              cudaStream_t stream, WScale s_gate_up = {}, WScale s_down = {}) {
   const int64_t up_cols = spec.act == Activation::kRelu2 ? F : 2 * F;
-  launch_gemm<scalar_t, scalar_t, float, false>(x, H, a_div, w_gate_up, up_cols, H, nullptr,
-                                                nullptr, rows, block_expert, num_blocks, h, up_cols,
-                                                stream);
+  launch_gemm<scalar_t, WT, float, false>(x, H, a_div, w_gate_up, up_cols, H, nullptr, nullptr,
+                                          rows, block_expert, num_blocks, h, up_cols, stream,
+                                          s_gate_up);
   const int32_t* bias_expert = dense ? nullptr : block_expert;
   if (num_blocks > 0) {
     mlp_act_rows_kernel<scalar_t>
@@ -680,14 +716,32 @@ void mlp_rows(const scalar_t* x, int a_div, const scalar_t* w_gate_up, const sca
             h, F, rows, bias_expert, spec, act);
     check_launch("act");
   }
-  launch_gemm<scalar_t, scalar_t, float, false>(act, F, 1, w_down, H, F, nullptr, nullptr, rows,
-                                                block_expert, num_blocks, y, H, stream);
+  launch_gemm<scalar_t, WT, float, false>(act, F, 1, w_down, H, F, nullptr, nullptr, rows,
+                                          block_expert, num_blocks, y, H, stream, s_down);
   if (num_blocks > 0 && spec.down_bias) {
     down_bias_rows_kernel<scalar_t>
         <<<dim3(static_cast<unsigned>(num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
             y, H, rows, bias_expert, spec);
     check_launch("down_bias");
   }
+}
+
+// mlp_rows with the weights of `q`'s scheme (bf16 / f16 as scalar_t, or e4m3 and scales).
+template <class scalar_t>
+void mlp_rows_quant(const scalar_t* x, int a_div, const TensorView& w_gate_up,
+                    const TensorView& w_down, const WeightQuant& q, int64_t F, int64_t H,
+                    const int32_t* rows, const int32_t* block_expert, int64_t num_blocks, float* h,
+                    scalar_t* act, float* y, const MlpSpec& spec, bool dense, cudaStream_t stream) {
+  if (q.scheme == QuantScheme::kNone) {
+    mlp_rows<scalar_t>(x, a_div, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(), F, H, rows,
+                       block_expert, num_blocks, h, act, y, spec, dense, stream);
+    return;
+  }
+  const int64_t up_cols = spec.act == Activation::kRelu2 ? F : 2 * F;
+  mlp_rows<scalar_t, __nv_fp8_e4m3>(
+      x, a_div, w_gate_up.ptr<__nv_fp8_e4m3>(), w_down.ptr<__nv_fp8_e4m3>(), F, H, rows,
+      block_expert, num_blocks, h, act, y, spec, dense, stream,
+      wscale(q.scheme, q.w_gate_up_scale, up_cols, H), wscale(q.scheme, q.w_down_scale, H, F));
 }
 
 MlpSpec mlp_spec(Activation act, const TensorView& gate_up_bias, const TensorView& down_bias) {
@@ -709,9 +763,10 @@ int64_t mlp_width(Activation act, int64_t rows) {
 // and the combine weighs nothing.
 template <class scalar_t>
 void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
-                RouteIds ids, const float* weights, int K, const uint8_t* token_mask,
-                const RoutedScratch& s, const float* shared_y, const TensorView& out,
-                bool round_routes, const MlpSpec& spec, cudaStream_t stream) {
+                const WeightQuant& quant, RouteIds ids, const float* weights, int K,
+                const uint8_t* token_mask, const RoutedScratch& s, const float* shared_y,
+                const TensorView& out, bool round_routes, const MlpSpec& spec,
+                cudaStream_t stream) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
   const int64_t E = w_gate_up.shape[0], F = mlp_width(spec.act, w_gate_up.shape[1]);
   check_experts("routed_mlp", E);
@@ -729,9 +784,9 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
         ids, routes, K, static_cast<int>(E), kRowsPerBlock, token_mask, s.sorted,
         s.num_blocks * kRowsPerBlock, -1, s.block_expert, s.num_blocks, nullptr, nullptr, nullptr);
     check_launch("sort_routes");
-    mlp_rows<scalar_t>(x, K, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(), F, H, s.sorted,
-                       s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y, spec,
-                       false, stream);
+    mlp_rows_quant<scalar_t>(x, K, w_gate_up, w_down, quant, F, H, s.sorted, s.block_expert,
+                             s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y, spec, false,
+                             stream);
   }
   if (T > 0 && H > 0) {
     combine_kernel<scalar_t><<<dim3(static_cast<unsigned>(T), grid_y(H, 256)), 256, 0, stream>>>(
@@ -743,16 +798,16 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
 
 template <class scalar_t>
 void dense_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
-               const uint8_t* token_mask, const DenseScratch& s, const MlpSpec& spec,
-               cudaStream_t stream) {
+               const WeightQuant& quant, const uint8_t* token_mask, const DenseScratch& s,
+               const MlpSpec& spec, cudaStream_t stream) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
   const int64_t S = mlp_width(spec.act, w_gate_up.shape[0]);
   if (T == 0) return;
   launch_layout_blocks(nullptr, 1, 1, 0, T, T, token_mask, s.rows, s.block_expert, s.num_blocks,
                        stream);
-  mlp_rows<scalar_t>(hidden.ptr<scalar_t>(), 1, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(),
-                     S, H, s.rows, s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act),
-                     s.y, spec, true, stream);
+  mlp_rows_quant<scalar_t>(hidden.ptr<scalar_t>(), 1, w_gate_up, w_down, quant, S, H, s.rows,
+                           s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y,
+                           spec, true, stream);
 }
 
 }  // namespace
@@ -963,9 +1018,9 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_
                        stream);
   dispatch_half(args.expert_input.dtype, "moe_expert_mlp", [&](auto tag) {
     using T = decltype(tag);
-    mlp_rows<T>(args.expert_input.ptr<T>(), 1, args.w_gate_up.ptr<T>(), args.w_down.ptr<T>(), F, H,
-                rows, be, nb, h, static_cast<T*>(act), y,
-                mlp_spec(args.activation, args.gate_up_bias, args.down_bias), false, stream);
+    mlp_rows_quant<T>(args.expert_input.ptr<T>(), 1, args.w_gate_up, args.w_down, args.quant, F, H,
+                      rows, be, nb, h, static_cast<T*>(act), y,
+                      mlp_spec(args.activation, args.gate_up_bias, args.down_bias), false, stream);
     round_rows_kernel<T><<<dim3(static_cast<unsigned>(nb), grid_y(H, 256)), 256, 0, stream>>>(
         y, H, rows, args.expert_output.ptr<T>());
     check_launch("moe_expert_mlp.round");
@@ -991,7 +1046,7 @@ void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
                                  args.hidden_states.dtype, args.apply_router_weight_on_input);
   dispatch_half(args.hidden_states.dtype, "fused_moe_experts", [&](auto tag) {
     using T = decltype(tag);
-    routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down,
+    routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down, args.quant,
                   route_ids(args.topk_ids, args.expert_map), args.topk_weights.ptr<float>(), K,
                   row_mask, s, nullptr, args.output, round_routes,
                   mlp_spec(args.activation, args.gate_up_bias, args.down_bias), stream);
@@ -1015,7 +1070,7 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream,
   if (T == 0) return;
   dispatch_half(args.hidden_states.dtype, "shared_expert_mlp", [&](auto tag) {
     using T_ = decltype(tag);
-    dense_mlp<T_>(args.hidden_states, args.w_gate_up, args.w_down, row_mask, s,
+    dense_mlp<T_>(args.hidden_states, args.w_gate_up, args.w_down, args.quant, row_mask, s,
                   mlp_spec(args.activation, args.gate_up_bias, args.down_bias), stream);
     round_rows_kernel<T_>
         <<<dim3(static_cast<unsigned>(s.num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
@@ -1064,13 +1119,14 @@ void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
     using T_ = decltype(tag);
     const float* shared_y = nullptr;
     if (has_shared) {
-      dense_mlp<T_>(a.hidden_states, shared->shared_w_gate_up, shared->shared_w_down, mask, ds,
+      dense_mlp<T_>(a.hidden_states, shared->shared_w_gate_up, shared->shared_w_down,
+                    shared->shared_quant, mask, ds,
                     mlp_spec(a.activation, shared->shared_gate_up_bias, shared->shared_down_bias),
                     stream);
       shared_y = ds.y;
     }
     // The routing's ids are global ones when an expert map is given.
-    routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down,
+    routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down, a.quant,
                    route_ids(make_view(ids, DType::kI32, {T, K}), a.expert_map), w, K, mask, rs,
                    shared_y, a.output, round_routes,
                    mlp_spec(a.activation, a.gate_up_bias, a.down_bias), stream);

@@ -16,6 +16,9 @@
 // tokens for the token-indexed ops (FusedMoE*, IndexedExpertMLP, SharedExpertMLP) and
 // physical rows of the permuted buffer otherwise (e*max_m + m for masked layouts).
 // The benchmark uses it to check a sample of rows on very large shapes.
+//
+// FP8 weights (args.quant) are dequantized as they are read, float(w) * scale
+// (moekit/quant.h); the activations are used as given (docs/moe.md "Quantized weights").
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,7 +1,9 @@
 // CPU references of the expert-MLP and whole-layer ops (SPEC.md), f64 accumulation.
 //   MLP_e(x) = w_down[e] . round(silu(w_gate[e] . x) * (w_up[e] . x)); the F-wide
 //   activation is rounded to the op's dtype, the final output once. Other activations and
-//   the biases as docs/moe.md "Activations" defines them.
+//   the biases as docs/moe.md "Activations" defines them. FP8 weights enter dequantized
+//   (float(w) * scale, moekit/quant.h); the activations as given (what the FP8 decode
+//   kernels use; quantize_activations_e4m3 gives the quantized ones).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +24,27 @@ std::vector<double> to_doubles(const TensorView& t) {
 
 std::vector<double> optional_doubles(const TensorView& t) {
   return t.defined() ? to_doubles(t) : std::vector<double>();
+}
+
+// The weights as the op uses them: w itself (no scheme), or dequant(w) = float(w) * scale
+// with the scales of `q` (moekit/quant.h; `experts`: w has the E axis).
+std::vector<double> weights(const TensorView& w, const TensorView& scale, QuantScheme scheme) {
+  std::vector<double> v = to_doubles(w);
+  if (scheme == QuantScheme::kNone) return v;
+  const int64_t rows = w.size(-2), cols = w.size(-1);
+  const int64_t E = w.numel() / (rows * cols);
+  const int64_t rb = (rows + 127) / 128, cb = (cols + 127) / 128;
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t n = 0; n < rows; ++n) {
+      for (int64_t k = 0; k < cols; ++k) {
+        int64_t si = e;  // per tensor
+        if (scheme == QuantScheme::kFp8PerChannel) si = e * rows + n;
+        if (scheme == QuantScheme::kFp8Block128) si = (e * rb + n / 128) * cb + k / 128;
+        v[(e * rows + n) * cols + k] *= host::load(scale, si);
+      }
+    }
+  }
+  return v;
 }
 
 double sigmoid(double z) {
@@ -110,8 +133,8 @@ std::vector<double> routed_sum(const FusedMoEExpertsArgs& args) {
   const int64_t K = args.topk_ids.ndim == 2 ? args.topk_ids.size(1) : 0;
   const Mlp m{args.activation, H, F, args.hidden_states.dtype};
   std::vector<double> x = to_doubles(args.hidden_states);
-  std::vector<double> wgu = to_doubles(args.w_gate_up);
-  std::vector<double> wd = to_doubles(args.w_down);
+  std::vector<double> wgu = weights(args.w_gate_up, args.quant.w_gate_up_scale, args.quant.scheme);
+  std::vector<double> wd = weights(args.w_down, args.quant.w_down_scale, args.quant.scheme);
   std::vector<double> bgu = optional_doubles(args.gate_up_bias);
   std::vector<double> bd = optional_doubles(args.down_bias);
   const float* w = static_cast<const float*>(args.topk_weights.data);
@@ -140,13 +163,13 @@ std::vector<double> routed_sum(const FusedMoEExpertsArgs& args) {
 
 // SharedMLP(x_t) for every token, f64, not rounded.
 std::vector<double> shared_sum(const TensorView& hidden, const TensorView& w_gate_up,
-                               const TensorView& w_down, Activation act,
+                               const TensorView& w_down, const WeightQuant& q, Activation act,
                                const TensorView& gate_up_bias, const TensorView& down_bias) {
   const int64_t T = hidden.size(0), H = hidden.size(1);
   const Mlp m{act, H, mlp_width(act, w_gate_up.size(0)), hidden.dtype};
   std::vector<double> x = to_doubles(hidden);
-  std::vector<double> wgu = to_doubles(w_gate_up);
-  std::vector<double> wd = to_doubles(w_down);
+  std::vector<double> wgu = weights(w_gate_up, q.w_gate_up_scale, q.scheme);
+  std::vector<double> wd = weights(w_down, q.w_down_scale, q.scheme);
   std::vector<double> bgu = optional_doubles(gate_up_bias);
   std::vector<double> bd = optional_doubles(down_bias);
   std::vector<double> out(static_cast<size_t>(T * H));
@@ -169,8 +192,8 @@ void moe_expert_mlp(const ExpertMLPArgs& args) {
   const int64_t A = args.layout.alignment > 0 ? args.layout.alignment : 1;
   const Mlp m{args.activation, H, F, args.expert_input.dtype};
   std::vector<double> x = to_doubles(args.expert_input);
-  std::vector<double> wgu = to_doubles(args.w_gate_up);
-  std::vector<double> wd = to_doubles(args.w_down);
+  std::vector<double> wgu = weights(args.w_gate_up, args.quant.w_gate_up_scale, args.quant.scheme);
+  std::vector<double> wd = weights(args.w_down, args.quant.w_down_scale, args.quant.scheme);
   std::vector<double> bgu = optional_doubles(args.gate_up_bias);
   std::vector<double> bd = optional_doubles(args.down_bias);
   const int32_t* ends = static_cast<const int32_t*>(args.layout_metadata.data);
@@ -224,6 +247,7 @@ HostRouting route(const FusedMoEArgs& args) {
   r.experts.activation = args.activation;
   r.experts.gate_up_bias = args.gate_up_bias;
   r.experts.down_bias = args.down_bias;
+  r.experts.quant = args.quant;
   r.experts.topk_weights = topk.topk_weights;
   r.experts.topk_ids = topk.topk_ids;
   r.experts.output = args.output;
@@ -246,15 +270,15 @@ void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args) {
   }
   HostRouting r = route(args.moe);
   std::vector<double> acc = routed_sum(r.experts);
-  std::vector<double> shared =
-      shared_sum(args.moe.hidden_states, args.shared_w_gate_up, args.shared_w_down,
-                 args.moe.activation, args.shared_gate_up_bias, args.shared_down_bias);
+  std::vector<double> shared = shared_sum(
+      args.moe.hidden_states, args.shared_w_gate_up, args.shared_w_down, args.shared_quant,
+      args.moe.activation, args.shared_gate_up_bias, args.shared_down_bias);
   for (size_t i = 0; i < acc.size(); ++i) acc[i] += shared[i];
   store_all(args.moe.output, acc);
 }
 
 void shared_expert_mlp(const SharedExpertMLPArgs& args) {
-  store_all(args.output, shared_sum(args.hidden_states, args.w_gate_up, args.w_down,
+  store_all(args.output, shared_sum(args.hidden_states, args.w_gate_up, args.w_down, args.quant,
                                     args.activation, args.gate_up_bias, args.down_bias));
 }
 

@@ -1,0 +1,46 @@
+// The weight-quantization vocabulary (include/moekit/quant.h) and the hook where the
+// contiguous FP8 grouped GEMMs join the layer (moe/weight_quant.h).
+#include "moe/weight_quant.h"
+
+#include <cstring>
+
+namespace moekit {
+
+namespace {
+constexpr QuantScheme kSchemes[] = {QuantScheme::kNone, QuantScheme::kFp8PerTensor,
+                                    QuantScheme::kFp8PerChannel, QuantScheme::kFp8Block128};
+}  // namespace
+
+const char* quant_scheme_name(QuantScheme scheme) {
+  switch (scheme) {
+    case QuantScheme::kNone:
+      return "none";
+    case QuantScheme::kFp8PerTensor:
+      return "fp8_per_tensor";
+    case QuantScheme::kFp8PerChannel:
+      return "fp8_per_channel";
+    case QuantScheme::kFp8Block128:
+      return "fp8_block128";
+  }
+  return "unknown";
+}
+
+bool parse_quant_scheme(const std::string& text, QuantScheme* out) {
+  for (QuantScheme s : kSchemes) {
+    if (text == quant_scheme_name(s)) {
+      *out = s;
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace detail {
+
+std::string fp8_gemm_rejection() {
+  return "FP8 weights past the decode kernels need the contiguous FP8 grouped GEMM, which "
+         "is not wired into this build yet";
+}
+
+}  // namespace detail
+}  // namespace moekit
