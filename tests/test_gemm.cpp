@@ -135,6 +135,92 @@ TEST(GemmReference, Fp8AppliesScalesPerBlock) {
   EXPECT_TRUE(std::isnan(c.at(N + 5)));                           // row 1 untouched
 }
 
+// Contiguous (alignment 4) rows with per-channel, per-tensor and block scales, and
+// silu_and_mul: hand-computed values, padding rows untouched.
+TEST(GemmReference, Fp8ContiguousEveryScaleMode) {
+  const int64_t Kd = 144, N = 8, P = 6;  // expert 0: row 0; padding 1..3; expert 1: rows 4, 5
+  HostTensor a(DType::kFP8E4M3, {P, Kd}), b(DType::kFP8E4M3, {2, 2 * N, Kd});
+  for (int64_t r = 0; r < P; ++r)
+    for (int64_t k = 0; k < Kd; ++k) a.set(r * Kd + k, r == 5 ? 2.0 : 1.0);
+  for (int64_t e = 0; e < 2; ++e)
+    for (int64_t j = 0; j < 2 * N; ++j)
+      for (int64_t k = 0; k < Kd; ++k) b.set((e * 2 * N + j) * Kd + k, k < 128 ? 0.5 : 1.0);
+  // a . b_j = 128 * 0.5 + 16 * 1 = 80 (row 5: 160); over the k blocks 64 | 16 (128 | 32).
+  HostTensor meta = meta_tensor({1, 6});
+  const auto run = [&](Fp8Scales scales, Activation act, const HostTensor& as,
+                       const HostTensor& bs) {
+    HostTensor c(DType::kBF16, {P, N});
+    c.fill_bytes(0xFF);
+    GroupedGemmFP8Args args;
+    args.a = a.view();
+    args.a_scale = as.view();
+    args.b = b.view();
+    args.b_scale = bs.view();
+    if (act == Activation::kNone) args.b = make_view(b.data(), DType::kFP8E4M3, {2, N, Kd});
+    args.layout_metadata = meta.view();
+    args.layout = PermutedLayout::contiguous(4);
+    args.scales = scales;
+    args.activation = act;
+    args.c = c.view();
+    reference::moe_grouped_gemm_fp8(args);
+    for (int64_t r = 1; r < 4; ++r) EXPECT_TRUE(std::isnan(c.at(r * N))) << "padding row " << r;
+    return c;
+  };
+  {  // per-tensor: a_scale 0.5, b_scale {2, 3} per expert
+    HostTensor as(DType::kF32, {1}), bs(DType::kF32, {2});
+    as.set(0, 0.5);
+    bs.set(0, 2.0);
+    bs.set(1, 3.0);
+    HostTensor c = run(Fp8Scales::kPerTensor, Activation::kNone, as, bs);
+    EXPECT_DOUBLE_EQ(c.at(0), 80.0);           // 0.5 * 2 * 80
+    EXPECT_DOUBLE_EQ(c.at(4 * N), 120.0);      // 0.5 * 3 * 80
+    EXPECT_DOUBLE_EQ(c.at(5 * N + 7), 240.0);  // 0.5 * 3 * 160
+  }
+  {  // per-channel: a_scale per row, b_scale per (expert, b row)
+    HostTensor as(DType::kF32, {P}), bs(DType::kF32, {2, N});
+    for (int64_t r = 0; r < P; ++r) as.set(r, 0.25 * (r + 1));
+    for (int64_t i = 0; i < 2 * N; ++i) bs.set(i, i < N ? 1.0 : 0.5 * (i - N + 1));
+    HostTensor c = run(Fp8Scales::kPerChannel, Activation::kNone, as, bs);
+    EXPECT_DOUBLE_EQ(c.at(3), 0.25 * 1.0 * 80);          // row 0, expert 0, column 3
+    EXPECT_DOUBLE_EQ(c.at(4 * N + 2), 1.25 * 1.5 * 80);  // row 4, expert 1, column 2
+    EXPECT_DOUBLE_EQ(c.at(5 * N + 7), 1.5 * 4.0 * 160);  // row 5, expert 1, column 7
+  }
+  {  // per-tensor into an e4m3 c with its scale: e4m3(80 / 0.5) = 160, e4m3(240 / 0.5) = 448
+    // (480 saturated)
+    HostTensor as(DType::kF32, {1}), bs(DType::kF32, {2}), cs(DType::kF32, {1});
+    as.set(0, 0.5);
+    bs.set(0, 2.0);
+    bs.set(1, 3.0);
+    cs.set(0, 0.5);
+    HostTensor c(DType::kFP8E4M3, {P, N});
+    c.fill_bytes(0xEE);
+    GroupedGemmFP8Args args;
+    args.a = a.view();
+    args.a_scale = as.view();
+    args.b = make_view(b.data(), DType::kFP8E4M3, {2, N, Kd});
+    args.b_scale = bs.view();
+    args.layout_metadata = meta.view();
+    args.layout = PermutedLayout::contiguous(4);
+    args.scales = Fp8Scales::kPerTensor;
+    args.c = c.view();
+    args.c_scale = cs.view();
+    reference::moe_grouped_gemm_fp8(args);
+    EXPECT_DOUBLE_EQ(c.at(0), 160.0);
+    EXPECT_DOUBLE_EQ(c.at(5 * N + 7), 448.0);
+    EXPECT_EQ(c.as<uint8_t>()[2 * N], 0xEE);  // padding row untouched
+  }
+  {  // block scales with silu_and_mul: b rows 0..7 gate, 8..15 up, one 128-row block
+    HostTensor as(DType::kF32, {P, 2}), bs(DType::kF32, {2, 1, 2});
+    for (int64_t i = 0; i < P * 2; ++i) as.set(i, i % 2 ? 0.5 : 1.0);  // kb 0: 1, kb 1: 0.5
+    for (int64_t i = 0; i < 4; ++i) bs.set(i, 1.0 / (i + 1));          // e0: 1, 1/2; e1: 1/3, 1/4
+    HostTensor c = run(Fp8Scales::kBlock, Activation::kSiluAndMul, as, bs);
+    const double g0 = 1.0 * 1.0 * 64 + 0.5 * 0.5 * 16;  // 68 (gate = up)
+    const double g1 = 1.0 / 3 * 64 + 0.5 * 0.25 * 16;   // row 4
+    EXPECT_NEAR(c.at(0), host::round_to(DType::kBF16, silu(g0) * g0), 1e-9);
+    EXPECT_NEAR(c.at(4 * N), host::round_to(DType::kBF16, silu(g1) * g1), 1e-9);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Validation: each bad input names its argument. Views point at a host buffer:
 // validation throws before anything is launched.
@@ -359,6 +445,243 @@ TEST(GemmValidation, Fp8RejectsEachBadInput) {
   bad([](auto& x) { x.a.data = g_buf + 8; }, "a");
 }
 
+// A valid contiguous FP8 GEMM (P = 40 rows, E = 2, N = 24, Kd = 256) of `scales`, its views
+// disjoint in g_buf; rows = 0 makes it launch nothing (valid without a GPU).
+GroupedGemmFP8Args good_fp8_contiguous(Fp8Scales scales, int64_t rows = 40) {
+  GroupedGemmFP8Args a;
+  a.layout = PermutedLayout::contiguous(4);
+  a.scales = scales;
+  a.a = view(DType::kFP8E4M3, {rows, 256}, 0);
+  a.b = view(DType::kFP8E4M3, {2, 24, 256}, 12288);
+  a.layout_metadata = view(DType::kI32, {2}, 24832);
+  a.c = view(DType::kBF16, {rows, 24}, 25088);
+  switch (scales) {
+    case Fp8Scales::kBlock:
+      a.a_scale = view(DType::kF32, {rows, 2}, 10240);
+      a.b_scale = view(DType::kF32, {2, 1, 2}, 24576);
+      break;
+    case Fp8Scales::kPerChannel:
+      a.a_scale = view(DType::kF32, {rows}, 10240);
+      a.b_scale = view(DType::kF32, {2, 24}, 24576);
+      break;
+    case Fp8Scales::kPerTensor:
+      a.a_scale = view(DType::kF32, {1}, 10240);
+      a.b_scale = view(DType::kF32, {2}, 24576);
+      break;
+  }
+  return a;
+}
+
+// Every contiguous / scale-mode / activation rejection names its argument.
+TEST(GemmValidation, Fp8ContiguousRejectsEachBadInput) {
+  using M = std::function<void(GroupedGemmFP8Args&)>;
+  auto bad = [](Fp8Scales scales, const M& mutate, const std::string& arg) {
+    GroupedGemmFP8Args args = good_fp8_contiguous(scales);
+    mutate(args);
+    expect_arg_error([&] { moe_grouped_gemm_fp8(args, nullptr); }, arg);
+  };
+  const auto B = Fp8Scales::kBlock, C = Fp8Scales::kPerChannel, T = Fp8Scales::kPerTensor;
+  for (Fp8Scales s : {B, C, T}) {
+    bad(
+        s,
+        [](auto& x) {
+          x.a = view(DType::kFP8E4M3, {2, 20, 256});
+        },
+        "a");  // masked rank
+    bad(
+        s,
+        [](auto& x) {
+          x.a = view(DType::kFP8E4M3, {40, 136});
+        },
+        "a");  // Kd % 16
+    bad(
+        s, [](auto& x) { x.a.dtype = DType::kBF16; }, "a");
+    bad(
+        s,
+        [](auto& x) {
+          x.b = view(DType::kFP8E4M3, {2, 24, 128}, 12288);
+        },
+        "b");  // Kd
+    bad(
+        s,
+        [](auto& x) {
+          x.b = view(DType::kFP8E4M3, {2, 20, 256}, 12288);
+        },
+        "b");  // N % 8
+    bad(
+        s,
+        [](auto& x) {
+          x.b = view(DType::kFP8E4M3, {1025, 8, 16}, 12288);
+        },
+        "b");
+    bad(
+        s, [](auto& x) { x.a_scale.dtype = DType::kBF16; }, "a_scale");
+    bad(
+        s, [](auto& x) { x.b_scale = TensorView{}; }, "b_scale");
+    bad(
+        s, [](auto& x) { x.layout_metadata = view(DType::kI32, {3}, 24832); }, "layout_metadata");
+    bad(
+        s,
+        [](auto& x) {
+          x.c = view(DType::kBF16, {40, 16}, 25088);
+        },
+        "c");
+    bad(
+        s,
+        [](auto& x) {
+          x.c = view(DType::kBF16, {2, 20, 24}, 25088);
+        },
+        "c");
+    bad(
+        s, [](auto& x) { x.c.dtype = DType::kF32; }, "c");
+    bad(
+        s,
+        [](auto& x) {
+          x.c = view(DType::kBF16, {40, 24}, 0);
+        },
+        "c");  // overlaps a
+    bad(
+        s, [](auto& x) { x.layout.alignment = 0; }, "layout.alignment");
+    bad(
+        s, [](auto& x) { x.layout.kind = static_cast<PermutedLayout::Kind>(5); }, "layout.kind");
+    bad(
+        s, [](auto& x) { x.activation = static_cast<Activation>(9); }, "activation");
+    // silu_and_mul: b holds 2N rows (24 = 2 x 12: N % 8 fails), an even count.
+    bad(
+        s, [](auto& x) { x.activation = Activation::kSiluAndMul; }, "b");
+    bad(
+        s,
+        [](auto& x) {
+          x.activation = Activation::kSiluAndMul;
+          x.b = view(DType::kFP8E4M3, {2, 17, 256}, 12288);
+        },
+        "b");
+  }
+  // The scale tensors of each mode, and those of another mode.
+  bad(
+      B,
+      [](auto& x) {
+        x.a_scale = view(DType::kF32, {40, 1}, 10240);
+      },
+      "a_scale");
+  bad(
+      B, [](auto& x) { x.a_scale = view(DType::kF32, {40}, 10240); }, "a_scale");
+  bad(
+      B,
+      [](auto& x) {
+        x.a_scale = view(DType::kF32, {2, 20, 2}, 10240);
+      },
+      "a_scale");
+  bad(
+      B,
+      [](auto& x) {
+        x.b_scale = view(DType::kF32, {2, 2, 2}, 24576);
+      },
+      "b_scale");
+  bad(
+      B,
+      [](auto& x) {
+        x.b_scale = view(DType::kF32, {2, 24}, 24576);
+      },
+      "b_scale");
+  bad(
+      C,
+      [](auto& x) {
+        x.a_scale = view(DType::kF32, {40, 2}, 10240);
+      },
+      "a_scale");
+  bad(
+      C, [](auto& x) { x.a_scale = view(DType::kF32, {39}, 10240); }, "a_scale");
+  bad(
+      C,
+      [](auto& x) {
+        x.b_scale = view(DType::kF32, {2, 1, 2}, 24576);
+      },
+      "b_scale");
+  bad(
+      C,
+      [](auto& x) {
+        x.b_scale = view(DType::kF32, {2, 12}, 24576);
+      },
+      "b_scale");
+  bad(
+      T, [](auto& x) { x.a_scale = view(DType::kF32, {40}, 10240); }, "a_scale");
+  bad(
+      T, [](auto& x) { x.b_scale = view(DType::kF32, {1}, 24576); }, "b_scale");
+  bad(
+      T,
+      [](auto& x) {
+        x.b_scale = view(DType::kF32, {2, 24}, 24576);
+      },
+      "b_scale");
+  bad(
+      B, [](auto& x) { x.scales = static_cast<Fp8Scales>(7); }, "scales");
+  // Block scales with silu_and_mul: N % 64 (b [2, 32, 256] = 2 x 16 rows).
+  bad(
+      B,
+      [](auto& x) {
+        x.activation = Activation::kSiluAndMul;
+        x.b = view(DType::kFP8E4M3, {2, 32, 256}, 12288);
+        x.c = view(DType::kBF16, {40, 16}, 25088);
+      },
+      "b");
+  // An fp8e4m3 c takes its scale c_scale [1] f32; a bf16 c none.
+  for (Fp8Scales s : {B, C, T}) {
+    bad(
+        s, [](auto& x) { x.c.dtype = DType::kFP8E4M3; }, "c_scale");
+    bad(
+        s,
+        [](auto& x) {
+          x.c.dtype = DType::kFP8E4M3;
+          x.c_scale = view(DType::kF32, {2}, 30720);
+        },
+        "c_scale");
+    bad(
+        s,
+        [](auto& x) {
+          x.c.dtype = DType::kFP8E4M3;
+          x.c_scale = view(DType::kBF16, {1}, 30720);
+        },
+        "c_scale");
+    bad(
+        s, [](auto& x) { x.c_scale = view(DType::kF32, {1}, 30720); }, "c_scale");
+    bad(
+        s, [](auto& x) { x.c.dtype = DType::kF16; }, "c");
+  }
+  // The masked layout's max_m: 0 or a's dim 1.
+  GroupedGemmFP8Args masked = good_fp8();
+  masked.layout = PermutedLayout::masked(5);
+  expect_arg_error([&] { moe_grouped_gemm_fp8(masked, nullptr); }, "layout.max_m");
+}
+
+// Valid FP8 arguments of every layout, scale mode and activation pass validation (no rows:
+// nothing launches, so no GPU is needed).
+TEST(GemmValidation, Fp8AcceptsEveryModeAndLayout) {
+  for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor}) {
+    GroupedGemmFP8Args args = good_fp8_contiguous(s, 0);
+    EXPECT_NO_THROW(moe_grouped_gemm_fp8(args, nullptr)) << static_cast<int>(s);
+    // silu_and_mul: b [2, 2N = 24, 256] -> N = 12 fails; b [2, 16, 256] (N = 8) passes
+    // per-channel / per-tensor, b [2, 128, 256] (N = 64) block scales.
+    args.activation = Activation::kSiluAndMul;
+    const int64_t b_rows = s == Fp8Scales::kBlock ? 128 : 16;
+    args.b = view(DType::kFP8E4M3, {2, b_rows, 256}, 12288);
+    args.c = view(DType::kBF16, {0, b_rows / 2}, 25088);
+    if (s == Fp8Scales::kPerChannel) args.b_scale = view(DType::kF32, {2, b_rows}, 10240);
+    if (s == Fp8Scales::kBlock) args.b_scale = view(DType::kF32, {2, 1, 2}, 10240);
+    EXPECT_NO_THROW(moe_grouped_gemm_fp8(args, nullptr)) << static_cast<int>(s) << " silu";
+    args.c.dtype = DType::kFP8E4M3;  // with its scale
+    args.c_scale = view(DType::kF32, {1}, 30720);
+    EXPECT_NO_THROW(moe_grouped_gemm_fp8(args, nullptr)) << static_cast<int>(s) << " fp8 c";
+  }
+  GroupedGemmFP8Args masked = good_fp8();
+  masked.layout = PermutedLayout::masked(4);  // = a's dim 1
+  masked.a = view(DType::kFP8E4M3, {2, 0, 144});
+  masked.a_scale = view(DType::kF32, {2, 0, 2});
+  masked.c = view(DType::kBF16, {2, 0, 136});
+  masked.layout = PermutedLayout::masked(0);
+  EXPECT_NO_THROW(moe_grouped_gemm_fp8(masked, nullptr));
+}
+
 TEST(GemmValidation, MessageSaysWhatWasExpectedAndWhatCame) {
   GroupedGemmArgs args = good_contiguous();
   args.b = view(DType::kBF16, {2, 24, 24});
@@ -533,6 +856,31 @@ TEST(GemmPlannerRules, DecodeForFewRowsPerGroupSm90ForMany) {
   EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Decode);
 }
 
+// Where the kernels read each mode's scales (gemm.h Fp8Scales as strides): b_rows 272
+// (3 blocks of 128), k 400 (4 blocks of 128).
+TEST(GemmSm90Fp8, ScaleIndexOfEachMode) {
+  const detail::Fp8ScaleIndex blk = detail::fp8_scale_index(Fp8Scales::kBlock, 272, 400);
+  EXPECT_EQ(blk.a_row, 4);
+  EXPECT_EQ(blk.a_kb, 1);
+  EXPECT_EQ(blk.b_group, 3 * 4);
+  EXPECT_EQ(blk.b_row_div, 128);
+  EXPECT_EQ(blk.b_row, 4);
+  EXPECT_EQ(blk.b_kb, 1);
+  const detail::Fp8ScaleIndex ch = detail::fp8_scale_index(Fp8Scales::kPerChannel, 272, 400);
+  EXPECT_EQ(ch.a_row, 1);
+  EXPECT_EQ(ch.a_kb, 0);
+  EXPECT_EQ(ch.b_group, 272);
+  EXPECT_EQ(ch.b_row_div, 1);
+  EXPECT_EQ(ch.b_row, 1);
+  EXPECT_EQ(ch.b_kb, 0);
+  const detail::Fp8ScaleIndex te = detail::fp8_scale_index(Fp8Scales::kPerTensor, 272, 400);
+  EXPECT_EQ(te.a_row, 0);
+  EXPECT_EQ(te.a_kb, 0);
+  EXPECT_EQ(te.b_group, 1);
+  EXPECT_EQ(te.b_row, 0);
+  EXPECT_EQ(te.b_kb, 0);
+}
+
 // The SM90 FP8 kernel's layout assumptions, checked on the CPU with CuTe's layouts: the
 // a stage as two 64-row TMA boxes is the 128-row wgmma operand byte for byte, and the
 // wgmma accumulator element -> (row, column) map the scale promotion and the epilogue use.
@@ -568,6 +916,51 @@ TEST(GemmPlannerRules, Fp8PlansTheSm90KernelWhereItApplies) {
   f.num_groups = 8;
   f.plan.kernel = GemmKernel::kDecode;
   EXPECT_THROW(detail::run_grouped_gemm_fp8(f, nullptr), Error);
+}
+
+// Contiguous rows, per-channel / per-tensor scales and silu_and_mul: the SM90 kernel takes
+// them all; the mma.sync decode tiles only block scales without an activation (off sm_90
+// nothing runs the others, and a run says why).
+TEST(GemmPlannerRules, Fp8CoversEveryLayoutAndScaleMode) {
+  const detail::GemmDevice h200(detail::h200_props());
+  detail::DeviceProps old_props = detail::h200_props();
+  old_props.arch = 80;
+  const detail::GemmDevice a100(old_props);
+  for (bool contiguous : {false, true})
+    for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor})
+      for (Activation act : {Activation::kNone, Activation::kSiluAndMul}) {
+        detail::GroupedGemmFP8Problem f;
+        f.contiguous = contiguous;
+        f.num_groups = 8;
+        f.max_m = contiguous ? 0 : 64;
+        f.m = contiguous ? 4096 : 0;
+        f.alignment = 16;
+        f.n = 2048;
+        f.k = 7168;
+        f.scales = s;
+        f.activation = act;
+        const std::string what = std::to_string(contiguous) + " " +
+                                 std::to_string(static_cast<int>(s)) + " " +
+                                 std::to_string(static_cast<int>(act));
+        EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Sm90) << what;
+        const bool decode = s == Fp8Scales::kBlock && act == Activation::kNone;
+        const std::vector<GemmPlan> cands = detail::gemm_fp8_plan_candidates(f, h200);
+        EXPECT_EQ(cands.size(), decode ? 2u : 1u) << what;
+        const GemmPlan dec{GemmKernel::kFp8Decode, 32, 128, 1, GemmSchedule::kStatic};
+        EXPECT_EQ(detail::gemm_fp8_plan_rejection(dec, f, h200).empty(), decode) << what;
+        EXPECT_EQ(detail::gemm_fp8_plan_candidates(f, a100).size(), decode ? 1u : 0u) << what;
+        EXPECT_EQ(detail::plan_gemm_fp8(f, a100).kernel, GemmKernel::kFp8Decode) << what;
+        // An e4m3 c: the SM90 kernel only.
+        f.c_scale = reinterpret_cast<const float*>(&f);
+        EXPECT_EQ(detail::gemm_fp8_plan_candidates(f, h200).size(), 1u) << what;
+        EXPECT_FALSE(detail::gemm_fp8_plan_rejection(dec, f, h200).empty()) << what;
+        f.c_scale = nullptr;
+        // A contiguous problem past 2^31 rows is the SM90 kernel's limit.
+        if (contiguous) {
+          f.m = int64_t{1} << 31;
+          EXPECT_FALSE(detail::sm90_fp8_supports(f)) << what;
+        }
+      }
 }
 
 // The adaptive pairs' (sm90_pairs) pair tiles per group: m-tiles two by two on every

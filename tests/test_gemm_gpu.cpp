@@ -19,7 +19,6 @@
 #include "core/host_dtype.h"
 #include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
-#include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90/device.h"
 #include "moekit/gemm.h"
 #include "moekit/reference.h"
@@ -69,6 +68,19 @@ std::string describe(const GemmCase& c, const GemmPlan* plan) {
          dtype_name(c.in) + "->" + dtype_name(c.out) +
          (c.act == Activation::kSiluAndMul ? ", silu" : "") + ", n=" + std::to_string(c.n) +
          ", k=" + std::to_string(c.k) + "]";
+}
+
+// Bytes of `out` (rows of row_bytes) that no longer hold the 0xFF poison in rows whose
+// row_valid byte is 0 (rows outside every group: must stay untouched).
+int64_t poison_bytes_touched(const HostTensor& out, const std::vector<uint8_t>& row_valid,
+                             size_t row_bytes) {
+  int64_t touched = 0;
+  for (size_t r = 0; r < row_valid.size(); ++r) {
+    if (row_valid[r]) continue;
+    const uint8_t* p = static_cast<const uint8_t*>(out.data()) + r * row_bytes;
+    for (size_t i = 0; i < row_bytes; ++i) touched += p[i] != 0xFF;
+  }
+  return touched;
 }
 
 std::string counts_str(const std::vector<int>& counts) {
@@ -254,14 +266,9 @@ void run_case(const GemmCase& cs, const GemmPlan* plan, bool dynamic_second = fa
     Accuracy acc = compare(out.view(), ref.view(), tol, row_valid.data());
     EXPECT_TRUE(acc.pass(tol)) << acc.str() << " over " << acc.count << " elements";
     // ... and every other row still holds the poison.
-    const size_t row_bytes = static_cast<size_t>(cs.n) * dtype_size(cs.out);
-    int64_t touched = 0;
-    for (int64_t r = 0; r < total_rows; ++r) {
-      if (row_valid[r]) continue;
-      const uint8_t* p = static_cast<const uint8_t*>(out.data()) + r * row_bytes;
-      for (size_t i = 0; i < row_bytes; ++i) touched += p[i] != 0xFF;
-    }
-    EXPECT_EQ(touched, 0) << "bytes written outside every group's rows";
+    EXPECT_EQ(poison_bytes_touched(out, row_valid, static_cast<size_t>(cs.n) * dtype_size(cs.out)),
+              0)
+        << "bytes written outside every group's rows";
     first = std::move(out);
   }
 }
@@ -802,12 +809,6 @@ TEST(GemmGpu, ClampsOutOfRangeMetadata) {
 // ---------------------------------------------------------------------------
 // FP8
 
-struct Fp8Case {
-  std::string name;
-  std::vector<int> counts;
-  int64_t max_m, n, k;
-};
-
 // Nearest e4m3 code (ties to the even code) by table search: the core's brute-force
 // host conversion is too slow for the millions of elements these tests draw.
 uint8_t quantize_fp8(float x) {
@@ -842,98 +843,224 @@ TEST(GemmGpuSupport, FastFp8QuantizerMatchesHostConversion) {
   }
 }
 
-void run_fp8_case(const Fp8Case& cs, const GemmPlan* plan) {
-  SCOPED_TRACE(cs.name + " [" + (plan ? to_string(*plan) : std::string("planner")) + "]");
+// ---------------------------------------------------------------------------
+// FP8: every layout, scale mode and activation (gemm.h Fp8Scales)
+
+struct Fp8ModeCase {
+  std::string name;
+  bool contiguous = true;
+  int alignment = 1;        // contiguous
+  std::vector<int> counts;  // rows per expert (masked: clamped to max_m by the kernels)
+  int64_t max_m = 0;        // masked
+  int64_t tail = 0;         // contiguous: padding rows past the last expert's end
+  int64_t n = 0, k = 0;
+  double a_mag = 1.0, b_mag = 1.0;  // scale magnitudes (extreme-scale cases)
+};
+
+const char* scales_name(Fp8Scales s) {
+  return s == Fp8Scales::kBlock ? "block" : s == Fp8Scales::kPerChannel ? "channel" : "tensor";
+}
+
+// One case in one scale mode and activation: fresh inputs, the CPU reference on the same
+// (dequantized-exact) operands, then the planner's plan and every candidate, twice each
+// (determinism). Rows outside every expert hold NaN data and NaN scales and keep c's poison.
+void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act,
+                       bool fp8_out = false) {
+  const bool silu = act == Activation::kSiluAndMul;
+  // Block scales with silu_and_mul take N % 64 == 0 (gemm.h): the case's n rounded up.
+  const int64_t n = silu && scales == Fp8Scales::kBlock ? (cs.n + 63) / 64 * 64 : cs.n;
+  SCOPED_TRACE(cs.name + " [" + scales_name(scales) + (silu ? ", silu" : "") +
+               (fp8_out ? ", fp8 out" : "") + ", n=" + std::to_string(n) +
+               ", k=" + std::to_string(cs.k) + "]");
   const int64_t E = static_cast<int64_t>(cs.counts.size());
-  const int64_t KB = (cs.k + 127) / 128, NB = (cs.n + 127) / 128;
-  HostTensor a(DType::kFP8E4M3, {E, cs.max_m, cs.k}), b(DType::kFP8E4M3, {E, cs.n, cs.k});
-  HostTensor as(DType::kF32, {E, cs.max_m, KB}), bs(DType::kF32, {E, NB, KB});
+  const int64_t b_rows = silu ? 2 * n : n, KB = (cs.k + 127) / 128;
+  std::vector<int32_t> meta, meta_ref;
+  std::vector<uint8_t> row_valid;
+  int64_t rows = 0;  // rows of a and c in all
+  if (cs.contiguous) {
+    int64_t end = 0;
+    for (int c : cs.counts) {
+      const int64_t start = (end + cs.alignment - 1) / cs.alignment * cs.alignment;
+      end = start + c;
+      meta.push_back(static_cast<int32_t>(end));
+    }
+    meta_ref = meta;
+    rows = end + cs.tail;
+    row_valid.assign(rows, 0);
+    int64_t prev = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t start = (prev + cs.alignment - 1) / cs.alignment * cs.alignment;
+      for (int64_t r = start; r < meta[e]; ++r) row_valid[r] = 1;
+      prev = meta[e];
+    }
+  } else {
+    rows = E * cs.max_m;
+    row_valid.assign(rows, 0);
+    for (int64_t e = 0; e < E; ++e) {
+      const int valid = static_cast<int>(std::clamp<int64_t>(cs.counts[e], 0, cs.max_m));
+      meta.push_back(cs.counts[e]);
+      meta_ref.push_back(valid);
+      for (int r = 0; r < valid; ++r) row_valid[e * cs.max_m + r] = 1;
+    }
+  }
+  const auto rows_shape = [&](std::vector<int64_t> last) {
+    std::vector<int64_t> sh =
+        cs.contiguous ? std::vector<int64_t>{rows} : std::vector<int64_t>{E, cs.max_m};
+    sh.insert(sh.end(), last.begin(), last.end());
+    return sh;
+  };
+  HostTensor a(DType::kFP8E4M3, rows_shape({cs.k})), b(DType::kFP8E4M3, {E, b_rows, cs.k});
+  HostTensor as, bs;
+  switch (scales) {
+    case Fp8Scales::kBlock:
+      as = HostTensor(DType::kF32, rows_shape({KB}));
+      bs = HostTensor(DType::kF32, {E, (b_rows + 127) / 128, KB});
+      break;
+    case Fp8Scales::kPerChannel:
+      as = HostTensor(DType::kF32, rows_shape({}));
+      bs = HostTensor(DType::kF32, {E, b_rows});
+      break;
+    case Fp8Scales::kPerTensor:
+      as = HostTensor(DType::kF32, {1});
+      bs = HostTensor(DType::kF32, {E});
+      break;
+  }
   fill_fp8_normal(a);
   fill_fp8_normal(b);
-  std::uniform_real_distribution<double> scale(0.25, 2.0);
-  for (int64_t i = 0; i < as.numel(); ++i) as.set(i, scale(rng()) / std::sqrt(double(cs.k)));
-  for (int64_t i = 0; i < bs.numel(); ++i) bs.set(i, scale(rng()));
-  std::vector<uint8_t> row_valid(E * cs.max_m, 0);
-  // The device gets the counts as they are; the kernels clamp them to [0, max_m], so the
-  // reference (which trusts its metadata) gets them clamped.
-  std::vector<int32_t> meta, meta_clamped;
-  for (int64_t e = 0; e < E; ++e) {
-    const int valid = static_cast<int>(std::clamp<int64_t>(cs.counts[e], 0, cs.max_m));
-    meta.push_back(cs.counts[e]);
-    meta_clamped.push_back(valid);
-    for (int r = 0; r < valid; ++r) row_valid[e * cs.max_m + r] = 1;
-  }
-  // Rows past the counts: NaN data and NaN scales (never read as data).
-  for (int64_t r = 0; r < E * cs.max_m; ++r) {
+  std::uniform_real_distribution<double> u(0.25, 2.0);
+  for (int64_t i = 0; i < as.numel(); ++i) as.set(i, cs.a_mag * u(rng()) / std::sqrt(double(cs.k)));
+  for (int64_t i = 0; i < bs.numel(); ++i) bs.set(i, cs.b_mag * u(rng()));
+  // Rows outside every expert: NaN data and (per-row modes) NaN scales, never read.
+  const int64_t as_per_row =
+      scales == Fp8Scales::kPerTensor ? 0 : (scales == Fp8Scales::kBlock ? KB : 1);
+  for (int64_t r = 0; r < rows; ++r) {
     if (row_valid[r]) continue;
-    for (int64_t j = 0; j < cs.k; ++j) a.as<uint8_t>()[r * cs.k + j] = 0x7f;  // NaN
-    for (int64_t j = 0; j < KB; ++j) as.set(r * KB + j, NAN);
+    std::memset(a.as<uint8_t>() + r * cs.k, 0x7f, static_cast<size_t>(cs.k));
+    for (int64_t j = 0; j < as_per_row; ++j) as.set(r * as_per_row + j, NAN);
   }
-  HostTensor meta_h = i32_tensor(meta), meta_ref = i32_tensor(meta_clamped);
-  HostTensor ref(DType::kBF16, {E, cs.max_m, cs.n});
+  HostTensor meta_h = i32_tensor(meta), meta_r = i32_tensor(meta_ref);
+  const std::vector<int64_t> c_shape = rows_shape({n});
+  const DType c_dtype = fp8_out ? DType::kFP8E4M3 : DType::kBF16;
+  HostTensor ref(c_dtype, c_shape), c_scale(DType::kF32, {1});
   ref.fill_bytes(0xFF);
+  // Outputs are O(m = a_mag * b_mag), with silu_and_mul O(m^2) (silu(g) ~ g / 2 for small g):
+  // a scale that maps most of them into e4m3's normal range (the tails saturate, in the
+  // reference too).
+  const double m = cs.a_mag * cs.b_mag;
+  c_scale.set(0, silu ? m * m / 16.0 : m / 64.0);
   GroupedGemmFP8Args ha;
   ha.a = a.view();
   ha.a_scale = as.view();
   ha.b = b.view();
   ha.b_scale = bs.view();
-  ha.layout_metadata = meta_ref.view();
+  ha.layout_metadata = meta_r.view();
+  ha.layout = cs.contiguous ? PermutedLayout::contiguous(cs.alignment) : PermutedLayout::masked(0);
+  ha.scales = scales;
+  ha.activation = act;
   ha.c = ref.view();
+  if (fp8_out) ha.c_scale = c_scale.view();
   reference::moe_grouped_gemm_fp8(ha);
 
-  DeviceTensor a_d(a), b_d(b), as_d(as), bs_d(bs), meta_d(meta_h);
-  HostTensor first;
-  for (int rep = 0; rep < 2; ++rep) {
-    DeviceTensor c_d(DType::kBF16, {E, cs.max_m, cs.n}, 0xFF);
-    if (!plan) {
-      GroupedGemmFP8Args da;
-      da.a = a_d.view();
-      da.a_scale = as_d.view();
-      da.b = b_d.view();
-      da.b_scale = bs_d.view();
-      da.layout_metadata = meta_d.view();
+  DeviceTensor a_d(a), b_d(b), as_d(as), bs_d(bs), meta_d(meta_h), cs_d(c_scale);
+  GroupedGemmFP8Args da = ha;
+  if (fp8_out) da.c_scale = cs_d.view();
+  da.a = a_d.view();
+  da.a_scale = as_d.view();
+  da.b = b_d.view();
+  da.b_scale = bs_d.view();
+  da.layout_metadata = meta_d.view();
+  std::vector<GemmPlan> plans = grouped_gemm_fp8_plan_candidates(da);
+  EXPECT_FALSE(plans.empty());
+  EXPECT_EQ(plan_grouped_gemm_fp8(da).kernel, GemmKernel::kFp8Sm90);
+  plans.push_back(GemmPlan{});  // marker: the planner's (args.plan = nullptr)
+  for (size_t pi = 0; pi < plans.size(); ++pi) {
+    const bool planner = pi + 1 == plans.size();
+    SCOPED_TRACE(planner ? std::string("planner") : to_string(plans[pi]));
+    HostTensor first;
+    for (int rep = 0; rep < 2; ++rep) {
+      DeviceTensor c_d(c_dtype, c_shape, 0xFF);
       da.c = c_d.view();
+      da.plan = planner ? nullptr : &plans[pi];
       moe_grouped_gemm_fp8(da, nullptr);
-    } else {
-      detail::GroupedGemmFP8Problem p;
-      p.a = a_d.data();
-      p.a_scale = static_cast<const float*>(as_d.data());
-      p.b = b_d.data();
-      p.b_scale = static_cast<const float*>(bs_d.data());
-      p.c = c_d.data();
-      p.layout_metadata = static_cast<const int32_t*>(meta_d.data());
-      p.num_groups = static_cast<int>(E);
-      p.max_m = cs.max_m;
-      p.n = cs.n;
-      p.k = cs.k;
-      p.plan = *plan;
-      detail::run_grouped_gemm_fp8(p, nullptr);
+      ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
+      HostTensor out = c_d.download();
+      if (rep == 1) {
+        EXPECT_EQ(std::memcmp(out.data(), first.data(), out.nbytes()), 0) << "not deterministic";
+        break;
+      }
+      // Same rounded inputs: f32 vs f64 accumulation and the bf16 rounding (the bf16 limit,
+      // stricter than the SPEC's fp8 3e-2). compare() fails any NaN / Inf in a valid row.
+      // An e4m3 c: the SPEC's fp8 limit (one e4m3 rounding of the same value).
+      const Tolerance tol = tolerance_for(c_dtype);
+      if (rows > 0) {
+        Accuracy acc = compare(out.view(), ref.view(), tol, row_valid.data());
+        EXPECT_TRUE(acc.pass(tol)) << acc.str() << " over " << acc.count << " elements";
+        EXPECT_EQ(acc.nonfinite, 0);
+      }
+      EXPECT_EQ(poison_bytes_touched(out, row_valid, static_cast<size_t>(n) * dtype_size(c_dtype)),
+                0)
+          << "bytes written outside every expert's rows";
+      first = std::move(out);
     }
-    ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
-    HostTensor out = c_d.download();
-    if (rep == 1) {
-      EXPECT_EQ(std::memcmp(out.data(), first.data(), out.nbytes()), 0) << "not deterministic";
-      break;
-    }
-    // Same rounded inputs: only f32 accumulation and the bf16 output rounding differ,
-    // so the bf16 limit (stricter than the SPEC's fp8 3e-2) applies.
-    const Tolerance tol = tolerance_for(DType::kBF16);
-    Accuracy acc = compare(out.view(), ref.view(), tol, row_valid.data());
-    EXPECT_TRUE(acc.pass(tol)) << acc.str() << " over " << acc.count << " elements";
-    const size_t row_bytes = static_cast<size_t>(cs.n) * 2;
-    int64_t touched = 0;
-    for (int64_t r = 0; r < E * cs.max_m; ++r) {
-      if (row_valid[r]) continue;
-      const uint8_t* p = static_cast<const uint8_t*>(out.data()) + r * row_bytes;
-      for (size_t i = 0; i < row_bytes; ++i) touched += p[i] != 0xFF;
-    }
-    EXPECT_EQ(touched, 0) << "bytes written past the masked counts";
-    first = std::move(out);
   }
 }
 
-std::vector<Fp8Case> fp8_cases() {
-  return {
+std::vector<Fp8ModeCase> fp8_mode_cases() {
+  std::vector<Fp8ModeCase> v;
+  const auto contig = [&](std::string name, int alignment, std::vector<int> counts, int64_t tail,
+                          int64_t n, int64_t k) {
+    Fp8ModeCase c;
+    c.name = std::move(name);
+    c.alignment = alignment;
+    c.counts = std::move(counts);
+    c.tail = tail;
+    c.n = n;
+    c.k = k;
+    v.push_back(c);
+    return &v.back();
+  };
+  // Alignment padding between experts and after the last (poisoned, untouched), empty
+  // experts, groups of <= 64 and > 64 rows, groups that start mid-tile.
+  contig("contig_a16_mixed", 16, {0, 70, 1, 200, 0, 33}, 15, 256, 512);
+  // n and k off the tiles (n % 128 = 8, k = 128 + 16).
+  contig("contig_odd_nk", 1, {5, 130, 9}, 0, 136, 144);
+  contig("contig_p0", 1, {0, 0, 0}, 0, 128, 256);
+  contig("contig_p1", 1, {0, 1, 0}, 0, 64, 128);
+  contig("contig_p1_padding", 8, {0, 0, 1}, 7, 8, 16);
+  // One expert with every row, more k blocks than pipeline stages.
+  contig("contig_one_expert_all_rows", 4, {0, 300, 0}, 3, 256, 1024);
+  // Many experts, more tiles than SMs (the persistent walk across tiles).
+  contig("contig_many_experts", 8, random_counts(40, 0, 100), 0, 512, 256);
+  // Long k (56 k blocks, DeepSeek-V3's hidden size).
+  contig("contig_long_k7168", 1, {3, 70}, 0, 256, 7168);
+  // Scales of extreme magnitude.
+  contig("contig_scales_tiny", 4, {17, 90}, 2, 128, 256)->a_mag = 1e-6;
+  v.back().b_mag = 1e-6;
+  contig("contig_scales_huge", 4, {17, 90}, 2, 128, 256)->a_mag = 1e4;
+  v.back().b_mag = 1e4;
+  contig("contig_scales_mixed", 4, {17, 90}, 2, 128, 256)->a_mag = 1e-6;
+  v.back().b_mag = 1e4;
+  // The masked layout in every mode (counts past max_m and negative are clamped).
+  Fp8ModeCase m;
+  m.name = "masked_edges";
+  m.contiguous = false;
+  m.counts = {0, 70, 1, 33, 100, -3};
+  m.max_m = 72;
+  m.n = 200;
+  m.k = 400;
+  v.push_back(m);
+  return v;
+}
+
+// The masked layout with block scales (DeepGEMM's contract) on the edges of the SM90 config
+// (128 x 128 x 128 tiles, 6 stages, a as two 64-row boxes) and of fp8_decode.
+std::vector<Fp8ModeCase> fp8_masked_cases() {
+  struct M {
+    const char* name;
+    std::vector<int> counts;
+    int64_t max_m, n, k;
+  };
+  const std::vector<M> ms = {
       {"n200_k400_edges", {0, 70, 1, 33}, 70, 200, 400},
       {"n256_k512", {130, 64, 5}, 130, 256, 512},
       {"n136_k144_tails", {17, 2}, 17, 136, 144},
@@ -941,7 +1068,6 @@ std::vector<Fp8Case> fp8_cases() {
       {"all_empty", {0, 0, 0}, 32, 128, 256},
       {"max_m_zero", {0, 0}, 0, 128, 256},
       {"k16", {5, 9}, 9, 8, 16},
-      // Edges of the SM90 config (128 x 128 x 128 tiles, 6 stages, a as two 64-row boxes):
       // one group with count = max_m over two m-tiles and more k blocks than stages;
       {"one_group_full_k1024", {256}, 256, 384, 1024},
       // counts past max_m / negative (clamped), n and k off the tile (264 = 2 tiles + 8,
@@ -953,21 +1079,48 @@ std::vector<Fp8Case> fp8_cases() {
       // long k (56 k blocks, as ds-v3's up projection).
       {"long_k7168", {3, 70}, 80, 256, 7168},
   };
+  std::vector<Fp8ModeCase> v;
+  for (const M& m : ms) {
+    Fp8ModeCase c;
+    c.name = m.name;
+    c.contiguous = false;
+    c.counts = m.counts;
+    c.max_m = m.max_m;
+    c.n = m.n;
+    c.k = m.k;
+    v.push_back(c);
+  }
+  return v;
 }
 
 TEST(GemmGpu, Fp8EveryCandidateMatchesReference) {
   MOEKIT_REQUIRE_GPU();
-  for (const Fp8Case& c : fp8_cases()) {
-    detail::GroupedGemmFP8Problem shape;
-    shape.num_groups = static_cast<int>(c.counts.size());
-    shape.max_m = c.max_m;
-    shape.n = c.n;
-    shape.k = c.k;
-    for (const GemmPlan& plan :
-         detail::gemm_fp8_plan_candidates(shape, detail::current_gemm_device())) {
-      run_fp8_case(c, &plan);
+  for (const Fp8ModeCase& c : fp8_masked_cases()) {
+    run_fp8_mode_case(c, Fp8Scales::kBlock, Activation::kNone);
+  }
+}
+
+TEST(GemmGpu, Fp8EveryLayoutScaleModeAndActivationMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (const Fp8ModeCase& c : fp8_mode_cases())
+    for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor})
+      for (Activation act : {Activation::kNone, Activation::kSiluAndMul}) {
+        run_fp8_mode_case(c, s, act);
+      }
+}
+
+// An e4m3 c with its given scale (the down GEMM's FP8 input written by gate_up directly).
+TEST(GemmGpu, Fp8OutputWithAGivenScaleMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (const Fp8ModeCase& c : fp8_mode_cases()) {
+    if (c.name != "contig_a16_mixed" && c.name != "contig_odd_nk" && c.name != "contig_p1" &&
+        c.name != "contig_scales_mixed" && c.name != "masked_edges") {
+      continue;
     }
-    run_fp8_case(c, nullptr);
+    for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor})
+      for (Activation act : {Activation::kNone, Activation::kSiluAndMul}) {
+        run_fp8_mode_case(c, s, act, /*fp8_out=*/true);
+      }
   }
 }
 

@@ -177,6 +177,10 @@ HostTensor transpose_2d(const HostTensor& in, int64_t rows, int64_t cols, int64_
   return t;
 }
 
+// Masked (a [E, max_m, Kd]) or contiguous (a [P, Kd]) rows; params "scales" ("block", the
+// default, "per_channel" or "per_tensor", gemm.h Fp8Scales) and "activation"
+// ("silu_and_mul": b holds 2N rows). The scale tensors take the mode's shapes (the
+// workload's a_scale / b_scale specs are not read).
 class GroupedGemmFP8Case : public PlannedCase<GemmPlan> {
  public:
   using PlannedCase::PlannedCase;
@@ -184,25 +188,45 @@ class GroupedGemmFP8Case : public PlannedCase<GemmPlan> {
   void setup(Env& env) override {
     const TensorSpec* a = row_.w.tensor("a");
     const TensorSpec* b = row_.w.tensor("b");
+    masked_ = a->shape.size() == 3;
+    silu_ = row_.w.param("activation") == "silu_and_mul";
+    const std::string sc = row_.w.param("scales", "block");
+    scales_ = sc == "per_channel"  ? Fp8Scales::kPerChannel
+              : sc == "per_tensor" ? Fp8Scales::kPerTensor
+                                   : Fp8Scales::kBlock;
     E_ = b->shape[0];
-    N_ = b->shape[1];
+    Nb_ = b->shape[1];
+    N_ = silu_ ? Nb_ / 2 : Nb_;
     Kd_ = b->shape[2];
-    max_m_ = a->shape[1];
+    max_m_ = masked_ ? a->shape[1] : 0;
     KB_ = (Kd_ + 127) / 128;
-    NB_ = (N_ + 127) / 128;
-    l_ = make_layout(row_, opt_, true, E_, 0, max_m_, masked_total_rows(row_.w), seed("counts"),
-                     &counts, &notes);
+    NB_ = (Nb_ + 127) / 128;
+    l_ = make_layout(row_, opt_, masked_, E_, masked_ ? 0 : a->shape[0], max_m_,
+                     masked_ ? masked_total_rows(row_.w) : 0, seed("counts"), &counts, &notes);
+    const auto rows = [&](std::vector<int64_t> last) {
+      std::vector<int64_t> sh =
+          masked_ ? std::vector<int64_t>{E_, max_m_} : std::vector<int64_t>{l_.rows_total};
+      sh.insert(sh.end(), last.begin(), last.end());
+      return sh;
+    };
+    std::vector<int64_t> as_shape{1}, bs_shape{E_};
+    if (scales_ == Fp8Scales::kBlock) {
+      as_shape = rows({KB_});
+      bs_shape = {E_, NB_, KB_};
+    } else if (scales_ == Fp8Scales::kPerChannel) {
+      as_shape = rows({});
+      bs_shape = {E_, Nb_};
+    }
     // Effective operands a*a_scale ~ N(0, 0.5..1.5) and b*b_scale ~ N(0, ~1/Kd): fp8
     // values stay well inside E4M3's range, the scales carry the magnitudes.
-    fill_normal(tensor("a", DType::kFP8E4M3, {E_, max_m_, Kd_}), seed("a"), 1.f, 0.f, env.stream);
-    fill_uniform(tensor("a_scale", DType::kF32, {E_, max_m_, KB_}), seed("a_scale"), 0.5f, 1.5f,
-                 env.stream);
-    fill_normal(tensor("b", DType::kFP8E4M3, {E_, N_, Kd_}), seed("b"), 1.f, 0.f, env.stream);
+    fill_normal(tensor("a", DType::kFP8E4M3, rows({Kd_})), seed("a"), 1.f, 0.f, env.stream);
+    fill_uniform(tensor("a_scale", DType::kF32, as_shape), seed("a_scale"), 0.5f, 1.5f, env.stream);
+    fill_normal(tensor("b", DType::kFP8E4M3, {E_, Nb_, Kd_}), seed("b"), 1.f, 0.f, env.stream);
     const float s = 1.f / std::sqrt(float(Kd_));
-    fill_uniform(tensor("b_scale", DType::kF32, {E_, NB_, KB_}), seed("b_scale"), 0.5f * s,
-                 1.5f * s, env.stream);
+    fill_uniform(tensor("b_scale", DType::kF32, bs_shape), seed("b_scale"), 0.5f * s, 1.5f * s,
+                 env.stream);
     tensor("layout_metadata", DType::kI32, {E_}).upload(l_.metadata());
-    tensor("c", DType::kBF16, {E_, max_m_, N_});
+    tensor("c", DType::kBF16, rows({N_}));
     stats.routed_rows = l_.valid_rows();
     stats.active_experts = l_.active();
     num_experts = E_;
@@ -216,6 +240,9 @@ class GroupedGemmFP8Case : public PlannedCase<GemmPlan> {
     g.b = find("b").view(c);
     g.b_scale = find("b_scale").view(c);
     g.layout_metadata = find("layout_metadata").view(c);
+    g.layout = masked_ ? PermutedLayout::masked(0) : PermutedLayout::contiguous(l_.alignment);
+    g.scales = scales_;
+    g.activation = silu_ ? Activation::kSiluAndMul : Activation::kNone;
     g.c = find("c").view(c);
     g.plan = forced_plan();
     return g;
@@ -237,16 +264,16 @@ class GroupedGemmFP8Case : public PlannedCase<GemmPlan> {
     run_ours(0, env.stream);
     sync(env.stream);
     HostTensor out = find("c").download();
-    const double flops = 2.0 * l_.valid_rows() * N_ * Kd_;
+    const double flops = 2.0 * l_.valid_rows() * Nb_ * Kd_;
     const bool cpu = linked(&moekit::reference::moe_grouped_gemm_fp8) &&
                      cpu_reference_affordable(flops, find("a").bytes() + find("b").bytes());
     int64_t checked = 0;
     mask_ = check_mask(l_, cpu ? l_.rows_total : opt_.check_rows, &checked);
-    ref_ = HostTensor(DType::kBF16, {E_, max_m_, N_});
+    ref_ = HostTensor(DType::kBF16, find("c").shape());
     if (cpu) {
       HostTensor a = find("a").download(), as = find("a_scale").download(),
                  b = find("b").download(), bs = find("b_scale").download(), m = l_.metadata();
-      GroupedGemmFP8Args g;
+      GroupedGemmFP8Args g = args(0);
       g.a = a.view();
       g.a_scale = as.view();
       g.b = b.view();
@@ -255,7 +282,7 @@ class GroupedGemmFP8Case : public PlannedCase<GemmPlan> {
       g.c = ref_.view();
       moekit::reference::moe_grouped_gemm_fp8(g);
     } else {
-      DTensor d(DType::kBF16, {E_, max_m_, N_}), dm = upload_mask(mask_);
+      DTensor d(DType::kBF16, find("c").shape()), dm = upload_mask(mask_);
       GroupedGemmFP8Args g = args(0);
       g.c = d.view();
       DBuffer ws(gpu_reference::grouped_gemm_fp8_scratch_bytes(g));
@@ -270,7 +297,10 @@ class GroupedGemmFP8Case : public PlannedCase<GemmPlan> {
 
   std::vector<AltFactory> alternatives() override {
     std::vector<AltFactory> f;
-    f.push_back({"cublaslt-fp8", [this](Env& env) { return make_lt(env); }});
+    // cuBLASLt's block-scaled modes: masked rows, block scales, no activation.
+    if (masked_ && scales_ == Fp8Scales::kBlock && !silu_) {
+      f.push_back({"cublaslt-fp8", [this](Env& env) { return make_lt(env); }});
+    }
     f.push_back({"ref-cuda", [this](Env&) {
                    GroupedGemmFP8Args g = args(0);
                    DBuffer* ws =
@@ -278,7 +308,7 @@ class GroupedGemmFP8Case : public PlannedCase<GemmPlan> {
                    Impl im{"ref-cuda", [this, ws](int c, cudaStream_t s) {
                              gpu_reference::moe_grouped_gemm_fp8(args(c), ws->workspace(), s);
                            }};
-                   im.skip_timing = ref_cuda_too_slow(2.0 * l_.valid_rows() * N_ * Kd_, &im.note);
+                   im.skip_timing = ref_cuda_too_slow(2.0 * l_.valid_rows() * Nb_ * Kd_, &im.note);
                    return im;
                  }});
     return f;
@@ -352,7 +382,9 @@ class GroupedGemmFP8Case : public PlannedCase<GemmPlan> {
     return im;
   }
 
-  int64_t E_ = 0, N_ = 0, Kd_ = 0, max_m_ = 0, KB_ = 0, NB_ = 0;
+  bool masked_ = true, silu_ = false;
+  Fp8Scales scales_ = Fp8Scales::kBlock;
+  int64_t E_ = 0, Nb_ = 0, N_ = 0, Kd_ = 0, max_m_ = 0, KB_ = 0, NB_ = 0;
   Layout l_;
   HostTensor ref_;
   std::vector<uint8_t> mask_;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -54,6 +55,7 @@ enum Stream : uint64_t {
   kSkewStream,
   kMapStream,
   kEngineStream,
+  kActivationStream,
 };
 Rng stream(const SweepCase& c, Stream s) {
   return Rng(mix(c.data_seed ^ mix(s)));
@@ -68,6 +70,37 @@ const char* const kOpNames[kOpCount] = {
     "fused_moe",        "fused_moe_shared_expert", "shared_expert_mlp",
 };
 const char* const kRouteNames[] = {"uniform", "skewed", "one_expert", "few_experts", "equal"};
+// By Activation's value (moekit/gemm.h): the library's names (src/mlp/activation.cpp).
+const char* const kActivationKeys[] = {"none",         "silu_and_mul", "gelu_tanh_and_mul",
+                                       "gelu_and_mul", "relu2",        "swiglu_oai"};
+constexpr int kActivationCount = sizeof(kActivationKeys) / sizeof(kActivationKeys[0]);
+
+// The enum value whose name (names[value]) is s, at or after `first`.
+template <class Enum, size_t kCount>
+bool parse_name(const std::string& s, const char* const (&names)[kCount], int first, Enum* out) {
+  for (int i = first; i < static_cast<int>(kCount); ++i) {
+    if (s == names[i]) {
+      *out = static_cast<Enum>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+// The spec's dtype fields.
+struct DtypeKey {
+  const char* key;
+  DType SweepCase::*field;
+};
+const DtypeKey kDtypeKeys[] = {
+    {"dtype", &SweepCase::dtype},
+    {"out", &SweepCase::out},
+    {"gating", &SweepCase::gating},
+    {"gate_up_bias", &SweepCase::gate_up_bias},
+    {"down_bias", &SweepCase::down_bias},
+    {"shared_gate_up_bias", &SweepCase::shared_gate_up_bias},
+    {"shared_down_bias", &SweepCase::shared_down_bias},
+};
 
 bool parse_dtype(const std::string& s, DType* d) {
   for (DType x : {DType::kBF16, DType::kF16, DType::kF32, DType::kI32, DType::kFP8E4M3}) {
@@ -96,9 +129,10 @@ constexpr int64_t kMaxTokens = 65536, kMaxWidthUnits = 1024;  // widths up to 8 
 // Kd = 2048 with silu_and_mul (two such sums multiplied); at 1024 the share stays < 1e-6.
 constexpr int64_t kF32OutMaxReduction = 1024;
 
+// The direct path runs silu_and_mul without biases only (docs/moe.md, "Activations").
 bool direct_eligible(const SweepCase& c) {
-  return c.T <= kDirectMaxTokens && c.T * c.K <= kDirectMaxRoutes && c.E <= kDirectMaxExperts &&
-         2 * c.N * c.H < (int64_t{1} << 31);
+  return !general_mlp(c) && c.T <= kDirectMaxTokens && c.T * c.K <= kDirectMaxRoutes &&
+         c.E <= kDirectMaxExperts && 2 * c.N * c.H < (int64_t{1} << 31);
 }
 // Whether indexed_expert_mlp / the layers take the direct path (src/moe/fused_moe.cpp).
 bool indexed_direct(const SweepCase& c) {
@@ -421,6 +455,97 @@ void shrink_to(SweepCase& c, const Limits& lim) {
   }
 }
 
+// ---- activations ---------------------------------------------------------------------------
+
+// The routed MLP ops (top_k routes per token).
+bool routed_mlp(Op op) {
+  return op == Op::kFusedMoeExperts || op == Op::kIndexedExpertMlp || op == Op::kFusedMoe ||
+         op == Op::kFusedMoeSharedExpert;
+}
+
+// Families forcing a kernel that runs only silu_and_mul without biases (stream-K, the dense
+// direct and GEMV kernels, the routed direct path): mostly silu there, so those kernels keep
+// their share of cases; a general case checks that the knob falls back to a candidate.
+bool forces_silu_kernel(const Knobs& k) {
+  return k.dense_path == 1 || k.dense_path == 3 || k.dense_path == 4 || k.streamk_grid > 0 ||
+         k.direct_split > 0 || k.routed_path == 1;
+}
+
+bool over_limits(const SweepCase& c, const Limits& lim) {
+  return case_flops(c) > lim.max_flops || case_bytes(c) > lim.max_bytes;
+}
+
+// gpt-oss-like shapes: H a multiple of 64 but not of 128 (gpt-oss: 2880), F = 2880 and its
+// tensor-parallel slices, top-4 over 32 or 128 experts (no groups); E, then F halved until
+// the case fits the caps with the general path's bytes at their most (so that no activation
+// drawn next halves H). False, c untouched, when it cannot (T is never shrunk).
+bool take_gpt_oss_shape(SweepCase& c, Rng& rng, const Limits& lim) {
+  SweepCase g = c;
+  g.act = Activation::kSwigluOai;
+  g.gate_up_bias = g.down_bias = DType::kF32;
+  g.H = rng.pick<int64_t>({2880, 2880, 2880, 1344, 576});
+  g.N = rng.pick<int64_t>({2880, 1440, 720, 360});
+  if (g.op != Op::kSharedExpertMlp) g.E = rng.pick<int64_t>({32, 128});
+  if (routed_mlp(g.op)) {
+    g.K = 4;
+    g.on_input = false;  // top-1 only
+    g.groups = g.topk_group = 0;
+  }
+  for (;;) {
+    if (g.S > 0) g.S = g.N;
+    if (!over_limits(g, lim)) break;
+    if (g.E > 8) {
+      g.E /= 2;
+    } else if (g.N > 360) {
+      g.N /= 2;
+    } else if (g.E > 4) {
+      g.E /= 2;
+    } else {
+      return false;
+    }
+  }
+  g.act = c.act;
+  g.gate_up_bias = c.gate_up_bias;
+  g.down_bias = c.down_bias;
+  c = g;
+  return true;
+}
+
+DType draw_bias_dtype(const SweepCase& c, Rng& rng) {
+  return rng.chance(0.5) ? DType::kF32 : c.dtype;
+}
+
+// Sets none, one or both of a pair of biases (`at_least_one`: one or both).
+void draw_biases(const SweepCase& c, Rng& rng, bool at_least_one, DType* gate_up, DType* down) {
+  const int64_t which = rng.uniform(at_least_one ? 1 : 0, 3);
+  if (which & 1) *gate_up = draw_bias_dtype(c, rng);
+  if (which & 2) *down = draw_bias_dtype(c, rng);
+}
+
+// The MLP ops' activation and biases (and sometimes a gpt-oss-like shape), from their own
+// stream after everything else: a seed's cases keep their other fields, but the shapes of
+// those taking a gpt-oss shape and of those the general path's bytes push past the caps.
+void draw_activation(SweepCase& c, const Limits& lim) {
+  if (!mlp_op(c.op)) return;
+  Rng rng = stream(c, kActivationStream);
+  const bool gpt_oss = rng.chance(0.12) && take_gpt_oss_shape(c, rng, lim);
+  // Beyond 1024 experts only the direct path runs (silu_and_mul without biases).
+  if (c.op == Op::kIndexedExpertMlp && c.E > kPermuteMaxExperts) return;
+  if (gpt_oss && rng.chance(0.6)) {  // gpt-oss itself
+    c.act = Activation::kSwigluOai;
+    c.gate_up_bias = draw_bias_dtype(c, rng);
+    c.down_bias = draw_bias_dtype(c, rng);
+  } else if (rng.chance(forces_silu_kernel(c.knobs) ? 0.2 : 0.5)) {
+    c.act = rng.pick({Activation::kSiluAndMul, Activation::kGeluTanhAndMul, Activation::kGeluAndMul,
+                      Activation::kRelu2, Activation::kSwigluOai});
+    if (c.act == Activation::kSiluAndMul || rng.chance(0.5))
+      draw_biases(c, rng, c.act == Activation::kSiluAndMul, &c.gate_up_bias, &c.down_bias);
+  }
+  if (c.op == Op::kFusedMoeSharedExpert && c.S > 0 && rng.chance(0.3))
+    draw_biases(c, rng, true, &c.shared_gate_up_bias, &c.shared_down_bias);
+  if (over_limits(c, lim)) shrink_to(c, lim);
+}
+
 std::string knobs_string(const Knobs& k) {
   std::string s;
   for (const KnobField& f : knob_fields()) {
@@ -447,6 +572,31 @@ bool parse_op(const std::string& name, Op* op) {
 
 const char* route_name(Route r) {
   return kRouteNames[static_cast<int>(r)];
+}
+
+bool mlp_op(Op op) {
+  return op == Op::kExpertMlp || routed_mlp(op) || op == Op::kSharedExpertMlp;
+}
+
+bool general_mlp(const SweepCase& c) {
+  return c.act != Activation::kSiluAndMul || c.gate_up_bias != DType::kUndefined ||
+         c.down_bias != DType::kUndefined;
+}
+
+int64_t gate_up_rows(const SweepCase& c, int64_t F) {
+  return c.act == Activation::kRelu2 ? F : 2 * F;
+}
+
+const char* activation_key(Activation act) {
+  const int i = static_cast<int>(act);
+  return i >= 0 && i < kActivationCount ? kActivationKeys[i] : "unknown";
+}
+
+std::string activation_label(const SweepCase& c) {
+  const bool biased = c.gate_up_bias != DType::kUndefined || c.down_bias != DType::kUndefined ||
+                      c.shared_gate_up_bias != DType::kUndefined ||
+                      c.shared_down_bias != DType::kUndefined;
+  return std::string(activation_key(c.act)) + (biased ? "+bias" : "");
 }
 
 const std::vector<KnobField>& knob_fields() {
@@ -515,6 +665,37 @@ double case_flops(const SweepCase& c) {
   return 0;
 }
 
+namespace {
+
+// The general path's f32 pre-activations (the library's workspace: [rows, gate/up rows], or
+// H columns for a down bias when wider) and the biases; 0 for silu_and_mul without biases.
+double general_path_bytes(const SweepCase& c) {
+  const auto pre = [&](double rows, int64_t F, bool down_bias) {
+    return rows * static_cast<double>(std::max(gate_up_rows(c, F), down_bias ? c.H : 0)) * 4;
+  };
+  const double T = static_cast<double>(c.T), E = static_cast<double>(c.E);
+  double b = 0;
+  if (general_mlp(c)) {
+    const bool down = c.down_bias != DType::kUndefined;
+    const double experts = c.op == Op::kSharedExpertMlp ? 1 : E;
+    b += experts * static_cast<double>(gate_up_rows(c, c.N) + c.H) * 4;
+    if (c.op == Op::kExpertMlp) {
+      b += pre(T + E * std::max(c.alignment - 1, 0) + static_cast<double>(c.tail), c.N, down);
+    } else if (c.op == Op::kSharedExpertMlp) {
+      b += pre(T, c.N, down);
+    } else {
+      b += pre(T * static_cast<double>(c.K) + E, c.N, down);
+    }
+  }
+  const bool shared_biased =
+      c.shared_gate_up_bias != DType::kUndefined || c.shared_down_bias != DType::kUndefined;
+  if (c.S > 0 && (c.act != Activation::kSiluAndMul || shared_biased))
+    b += pre(T, c.S, false) + static_cast<double>(gate_up_rows(c, c.S) + c.H) * 4;
+  return b;
+}
+
+}  // namespace
+
 double case_bytes(const SweepCase& c) {
   const double T = static_cast<double>(c.T), H = static_cast<double>(c.H);
   const double N = static_cast<double>(c.N), S = static_cast<double>(c.S);
@@ -522,6 +703,7 @@ double case_bytes(const SweepCase& c) {
   const double ds = static_cast<double>(dsize(c.dtype)), os = static_cast<double>(dsize(c.out));
   const double pad = E * std::max(c.alignment - 1, 0) + static_cast<double>(c.tail);
   // Every output and workspace twice (the first run's copy for the rerun's comparison).
+  const double general = general_path_bytes(c);
   switch (c.op) {
     case Op::kFusedTopK:
       return T * E * ds + E * 4 + 3 * T * K * 8;
@@ -541,7 +723,7 @@ double case_bytes(const SweepCase& c) {
       double b = rows * H * ds + E * b_rows * H * ds + 3 * rows * out_w * os;
       if (c.op == Op::kExpertMlp) b += rows * N * (ds + 12) + rows * H * 4;
       if (c.silu) b += rows * 2 * N * 4;
-      return b;
+      return b + general;
     }
     case Op::kFusedMoeExperts:
     case Op::kIndexedExpertMlp:
@@ -550,9 +732,9 @@ double case_bytes(const SweepCase& c) {
       // hidden, weights, 3 outputs; the sorted path's permuted rows, activations and the
       // reference's f32 scratch.
       return T * H * ds * 4 + E * 3 * N * H * ds + T * E * 4 + S * 3 * H * ds +
-             T * K * (H * (ds + 8) + N * (ds + 12)) + T * (S + H) * 8;
+             T * K * (H * (ds + 8) + N * (ds + 12)) + T * (S + H) * 8 + general;
     case Op::kSharedExpertMlp:
-      return T * H * ds * 4 + 3 * N * H * ds + T * (N + H) * 12;
+      return T * H * ds * 4 + 3 * N * H * ds + T * (N + H) * 12 + general;
   }
   return 0;
 }
@@ -631,6 +813,18 @@ std::string invalid_reason(const SweepCase& c) {
     return "on_input without top_k 1";
   if (c.drop_pm < 0 || c.dup_pm < 0 || c.oor_pm < 0 || c.drop_pm + c.dup_pm + c.oor_pm > 1000)
     return "route rates";
+  const bool shared_biased =
+      c.shared_gate_up_bias != DType::kUndefined || c.shared_down_bias != DType::kUndefined;
+  if (!mlp_op(c.op) && (general_mlp(c) || shared_biased))
+    return "activation or bias on an op without an MLP";
+  if (c.act == Activation::kNone || std::string(activation_key(c.act)) == "unknown")
+    return "not an MLP activation";
+  for (DType b : {c.gate_up_bias, c.down_bias, c.shared_gate_up_bias, c.shared_down_bias}) {
+    if (b != DType::kUndefined && b != DType::kF32 && b != c.dtype)
+      return "bias dtype neither f32 nor the case's";
+  }
+  if (shared_biased && !(c.op == Op::kFusedMoeSharedExpert && c.S > 0))
+    return "shared-expert bias without a shared expert";
   return "";
 }
 
@@ -660,6 +854,7 @@ SweepCase draw_case(uint64_t seed, int64_t index, const Limits& limits) {
     shrink_to(c, limits);  // E only shrinks: the counts stay within max_m
   }
   draw_engine_inputs(c);
+  draw_activation(c, limits);
   return c;
 }
 
@@ -710,6 +905,9 @@ std::string format_spec(const SweepCase& c) {
   num("ep_ranks", c.ep_ranks, d.ep_ranks);
   num("ids64", c.ids64, d.ids64);
   num("on_input", c.on_input, d.on_input);
+  if (c.act != d.act) s << " act=" << activation_key(c.act);
+  for (size_t i = 3; i < std::size(kDtypeKeys); ++i)  // the biases
+    type(kDtypeKeys[i].key, c.*(kDtypeKeys[i].field), d.*(kDtypeKeys[i].field));
   s << knobs_string(c.knobs);
   return s.str();
 }
@@ -746,20 +944,12 @@ bool parse_spec(const std::string& spec, SweepCase* out, std::string* error) {
       char* end = nullptr;
       c.data_seed = std::strtoull(v.c_str(), &end, 10);
       ok = !v.empty() && *end == 0;
-    } else if (k == "dtype") {
-      ok = parse_dtype(v, &c.dtype);
-    } else if (k == "out") {
-      ok = parse_dtype(v, &c.out);
-    } else if (k == "gating") {
-      ok = parse_dtype(v, &c.gating);
+    } else if (const auto d = std::find_if(std::begin(kDtypeKeys), std::end(kDtypeKeys),
+                                           [&](const DtypeKey& x) { return k == x.key; });
+               d != std::end(kDtypeKeys)) {
+      ok = parse_dtype(v, &(c.*(d->field)));
     } else if (k == "route") {
-      ok = false;
-      for (int r = 0; r < 5; ++r) {
-        if (v == kRouteNames[r]) {
-          c.route = static_cast<Route>(r);
-          ok = true;
-        }
-      }
+      ok = parse_name(v, kRouteNames, 0, &c.route);
     } else if (k == "T") {
       ok = need_num(&c.T);
     } else if (k == "H") {
@@ -814,6 +1004,8 @@ bool parse_spec(const std::string& spec, SweepCase* out, std::string* error) {
       ok = need_num(&c.ids64);
     } else if (k == "on_input") {
       ok = need_num(&c.on_input);
+    } else if (k == "act") {
+      ok = parse_name(v, kActivationKeys, 1, &c.act);  // not "none"
     } else {
       const auto& fields = knob_fields();
       const auto f = std::find_if(fields.begin(), fields.end(),

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "moekit/gemm.h"
 #include "moekit/tensor.h"
 
 namespace moekit::sweep {
@@ -100,8 +101,28 @@ struct SweepCase {
   // apply_router_weight_on_input.
   int ep_ranks = 0;
   bool ids64 = false, on_input = false;
+  // The MLP ops' activation and optional biases (docs/moe.md, "Activations"); a bias is
+  // kUndefined (none), f32 or the case's dtype. The shared biases: fused_moe_shared_expert
+  // with S > 0 (its shared expert runs `act` too).
+  Activation act = Activation::kSiluAndMul;
+  DType gate_up_bias = DType::kUndefined, down_bias = DType::kUndefined;
+  DType shared_gate_up_bias = DType::kUndefined, shared_down_bias = DType::kUndefined;
   Knobs knobs;
 };
+
+// The ops with an MLP (moe_expert_mlp, the token-indexed MoE ops, shared_expert_mlp).
+bool mlp_op(Op op);
+// Whether the case's MLP takes the library's general path (an activation other than
+// silu_and_mul, or a bias): the routed ops then run the sorted path at every T.
+bool general_mlp(const SweepCase& c);
+// Rows of w_gate_up per expert for intermediate size F: F for relu2, else 2F (swiglu_oai's
+// interleaved, the others gate then up).
+int64_t gate_up_rows(const SweepCase& c, int64_t F);
+// "silu_and_mul", "gelu_tanh_and_mul", "gelu_and_mul", "relu2", "swiglu_oai" (the spec's
+// act= values; the library's names); "none" for kNone.
+const char* activation_key(Activation act);
+// The case's activation and biases in a few characters, e.g. "relu2+bias" (summaries).
+std::string activation_label(const SweepCase& c);
 
 bool operator==(const SweepCase& a, const SweepCase& b);
 inline bool operator!=(const SweepCase& a, const SweepCase& b) {

@@ -44,6 +44,21 @@ DevTensor weights(Context& ctx, DType dt, std::vector<int64_t> shape, int64_t fa
   return w;
 }
 
+MlpBiases mlp_biases(Context& ctx, const SweepCase& c, int64_t E, int64_t F, DType gate_up,
+                     DType down, int tag) {
+  const auto bias = [&](DType dt, int64_t width, float sd, int seed_tag) {
+    if (dt == DType::kUndefined) return DevTensor{};
+    DevTensor b =
+        ctx.tensor(dt, E > 0 ? std::vector<int64_t>{E, width} : std::vector<int64_t>{width});
+    fill_normal(b.data, dt, b.numel(), input_seed(c, seed_tag), sd, ctx.stream());
+    return b;
+  };
+  MlpBiases b;
+  b.gate_up = bias(gate_up, gate_up_rows(c, F), c.act == Activation::kSwigluOai ? 3.0f : 1.0f, tag);
+  b.down = bias(down, c.H, 0.5f, tag + 1);
+  return b;
+}
+
 PermutedRows permuted_rows_of(const SweepCase& c) {
   PermutedRows p;
   const std::vector<int64_t> counts = expert_counts(c);

@@ -114,7 +114,7 @@ bool parse_args(int argc, char** argv, Options* o, std::string* error) {
 struct OpStats {
   int64_t cases = 0, failed = 0, non_identical = 0, ambiguous = 0;
   double seconds = 0;
-  std::map<std::string, int64_t> families, paths;
+  std::map<std::string, int64_t> families, paths, activations;
 };
 
 std::string reproduce(const char* self, const Options& o, const SweepCase& c) {
@@ -259,6 +259,7 @@ int run(int argc, char** argv) {
     st.ambiguous += o.ambiguous_rows;
     ++st.families[c.family];
     ++st.paths[o.path];
+    if (mlp_op(c.op)) ++st.activations[activation_label(c)];
     if (!o.passed || !o.identical) {
       st.failed += o.passed ? 0 : 1;
       st.non_identical += o.identical ? 0 : 1;
@@ -292,6 +293,11 @@ int run(int argc, char** argv) {
     std::string fam = "    families:";
     for (const auto& [f, n] : s.families) fam += " " + f + " " + std::to_string(n);
     std::printf("%s\n", fam.c_str());
+    if (!s.activations.empty()) {
+      std::string acts = "    activations:";
+      for (const auto& [a, n] : s.activations) acts += " " + a + " " + std::to_string(n);
+      std::printf("%s\n", acts.c_str());
+    }
     print_paths(s.paths);
     failed += s.failed;
     non_identical += s.non_identical;

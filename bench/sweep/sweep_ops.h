@@ -19,6 +19,16 @@ TopKParams topk_params(const SweepCase& c);
 DevTensor weights(Context& ctx, DType dt, std::vector<int64_t> shape, int64_t fan_in,
                   uint64_t seed);
 
+// One MLP's optional biases (docs/moe.md, "Activations"): gate_up [E, gate_up_rows(F)] and
+// down [E, H], or [gate_up_rows(F)] and [H] for a dense MLP (E = 0), each in its dtype
+// (kUndefined: none). gate_up ~ N(0, 1), N(0, 3^2) for swiglu_oai (its clamps at +-7 then
+// bite); down ~ N(0, 0.5^2). `tag`, `tag + 1`: the input seeds.
+struct MlpBiases {
+  DevTensor gate_up, down;
+};
+MlpBiases mlp_biases(Context& ctx, const SweepCase& c, int64_t E, int64_t F, DType gate_up,
+                     DType down, int tag);
+
 // The rows of a permuted buffer (contiguous(alignment) or masked(max_m)) holding the
 // case's expert_counts: the metadata (ends or counts), the buffer's rows, and which of
 // them belong to an expert.

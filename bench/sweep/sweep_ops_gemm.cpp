@@ -152,8 +152,10 @@ void run_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
   const DevTensor x = ctx.tensor(c.dtype, {P, c.H});
   fill_normal(x.data, c.dtype, x.numel(), input_seed(c, 0), 1.0f, ctx.stream());
   poison_padding(ctx, x, pr);
-  const DevTensor wgu = weights(ctx, c.dtype, {c.E, 2 * c.N, c.H}, c.H, input_seed(c, 1));
+  const DevTensor wgu =
+      weights(ctx, c.dtype, {c.E, gate_up_rows(c, c.N), c.H}, c.H, input_seed(c, 1));
   const DevTensor wd = weights(ctx, c.dtype, {c.E, c.H, c.N}, c.N, input_seed(c, 2));
+  const MlpBiases bias = mlp_biases(ctx, c, c.E, c.N, c.gate_up_bias, c.down_bias, 12);
   const DevTensor meta = ctx.upload(DType::kI32, {c.E}, pr.metadata.data());
   const DevTensor out = ctx.tensor(c.dtype, {P, c.H});
   ExpertMLPArgs args;
@@ -163,6 +165,9 @@ void run_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
   args.w_gate_up = wgu.view();
   args.w_down = wd.view();
   args.expert_output = out.view();
+  args.activation = c.act;
+  args.gate_up_bias = bias.gate_up.view();
+  args.down_bias = bias.down.view();
   args.workspace = ctx.workspace(expert_mlp_workspace_size(args));
   MlpPlan plan;
   if (c.knobs.mlp_plan >= 0) {
@@ -178,6 +183,8 @@ void run_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
         r.layout_metadata = m.in(args.layout_metadata);
         r.w_gate_up = m.in(args.w_gate_up);
         r.w_down = m.in(args.w_down);
+        r.gate_up_bias = m.in(args.gate_up_bias);
+        r.down_bias = m.in(args.down_bias);
         HostTensor* ref = nullptr;
         r.expert_output = m.out(args.expert_output, &ref);
         reference::moe_expert_mlp(r);

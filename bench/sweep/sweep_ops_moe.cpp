@@ -22,14 +22,18 @@ bool sorted_path(const Outcome& o) {
 
 struct Experts {
   DevTensor hidden, w_gate_up, w_down;
+  MlpBiases bias;
 };
 
+// The routed experts' inputs: w_gate_up holds the activation's rows (F for relu2, 2F
+// interleaved for swiglu_oai: random weights either way, the layout is how they are read).
 Experts expert_inputs(Context& ctx, const SweepCase& c) {
   Experts x;
   x.hidden = ctx.tensor(c.dtype, {c.T, c.H});
   fill_normal(x.hidden.data, c.dtype, x.hidden.numel(), input_seed(c, 0), 1.0f, ctx.stream());
-  x.w_gate_up = weights(ctx, c.dtype, {c.E, 2 * c.N, c.H}, c.H, input_seed(c, 1));
+  x.w_gate_up = weights(ctx, c.dtype, {c.E, gate_up_rows(c, c.N), c.H}, c.H, input_seed(c, 1));
   x.w_down = weights(ctx, c.dtype, {c.E, c.H, c.N}, c.N, input_seed(c, 2));
+  x.bias = mlp_biases(ctx, c, c.E, c.N, c.gate_up_bias, c.down_bias, 12);
   return x;
 }
 
@@ -76,6 +80,9 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
   args.output = out.view();
   args.expert_map = map.view();
   args.apply_router_weight_on_input = c.on_input;
+  args.activation = c.act;
+  args.gate_up_bias = x.bias.gate_up.view();
+  args.down_bias = x.bias.down.view();
   const LayerPlan planned = indexed ? plan_indexed_expert_mlp(args) : plan_fused_moe_experts(args);
   LayerPlan forced;
   if (forced_layer_plan(c.knobs, planned,
@@ -103,6 +110,8 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
         r.topk_weights = m.in(args.topk_weights);
         r.topk_ids = m.in(args.topk_ids);
         r.expert_map = m.in(args.expert_map);
+        r.gate_up_bias = m.in(args.gate_up_bias);
+        r.down_bias = m.in(args.down_bias);
         HostTensor* ref = nullptr;
         r.output = m.out(args.output, &ref);
         reference::fused_moe_experts(r);
@@ -142,9 +151,11 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
   const DevTensor bias = correction_bias(ctx, c);
   const bool shared = c.op == Op::kFusedMoeSharedExpert && c.S > 0;
   DevTensor sgu, sd;
+  MlpBiases sb;
   if (shared) {
-    sgu = weights(ctx, c.dtype, {2 * c.S, c.H}, c.H, input_seed(c, 4));
+    sgu = weights(ctx, c.dtype, {gate_up_rows(c, c.S), c.H}, c.H, input_seed(c, 4));
     sd = weights(ctx, c.dtype, {c.H, c.S}, c.S, input_seed(c, 5));
+    sb = mlp_biases(ctx, c, 0, c.S, c.shared_gate_up_bias, c.shared_down_bias, 14);
   }
   const DevTensor out = ctx.tensor(c.dtype, {c.T, c.H});
   FusedMoESharedExpertArgs args;
@@ -157,8 +168,13 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
   m.w_down = x.w_down.view();
   m.output = out.view();
   m.apply_router_weight_on_input = c.on_input;
+  m.activation = c.act;
+  m.gate_up_bias = x.bias.gate_up.view();
+  m.down_bias = x.bias.down.view();
   args.shared_w_gate_up = sgu.view();
   args.shared_w_down = sd.view();
+  args.shared_gate_up_bias = sb.gate_up.view();
+  args.shared_down_bias = sb.down.view();
   const bool layer = c.op == Op::kFusedMoe;
   const LayerPlan planned = layer ? plan_fused_moe(m) : plan_fused_moe_shared_expert(args);
   LayerPlan forced;
@@ -187,6 +203,10 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
         r.moe.w_down = h.in(m.w_down);
         r.shared_w_gate_up = h.in(args.shared_w_gate_up);
         r.shared_w_down = h.in(args.shared_w_down);
+        r.moe.gate_up_bias = h.in(m.gate_up_bias);
+        r.moe.down_bias = h.in(m.down_bias);
+        r.shared_gate_up_bias = h.in(args.shared_gate_up_bias);
+        r.shared_down_bias = h.in(args.shared_down_bias);
         HostTensor* ref = nullptr;
         r.moe.output = h.out(m.output, &ref);
         shared ? reference::fused_moe_shared_expert(r) : reference::fused_moe(r.moe);
@@ -208,14 +228,18 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
 void run_shared_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
   const DevTensor hidden = ctx.tensor(c.dtype, {c.T, c.H});
   fill_normal(hidden.data, c.dtype, hidden.numel(), input_seed(c, 0), 1.0f, ctx.stream());
-  const DevTensor wgu = weights(ctx, c.dtype, {2 * c.N, c.H}, c.H, input_seed(c, 1));
+  const DevTensor wgu = weights(ctx, c.dtype, {gate_up_rows(c, c.N), c.H}, c.H, input_seed(c, 1));
   const DevTensor wd = weights(ctx, c.dtype, {c.H, c.N}, c.N, input_seed(c, 2));
+  const MlpBiases bias = mlp_biases(ctx, c, 0, c.N, c.gate_up_bias, c.down_bias, 12);
   const DevTensor out = ctx.tensor(c.dtype, {c.T, c.H});
   SharedExpertMLPArgs args;
   args.hidden_states = hidden.view();
   args.w_gate_up = wgu.view();
   args.w_down = wd.view();
   args.output = out.view();
+  args.activation = c.act;
+  args.gate_up_bias = bias.gate_up.view();
+  args.down_bias = bias.down.view();
   const MlpPlan planned = plan_shared_expert_mlp(args);
   MlpPlan forced;
   if (forced_dense_plan(c.knobs, planned, shared_expert_mlp_plan_candidates(args), &forced))
@@ -231,6 +255,8 @@ void run_shared_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
         r.hidden_states = m.in(args.hidden_states);
         r.w_gate_up = m.in(args.w_gate_up);
         r.w_down = m.in(args.w_down);
+        r.gate_up_bias = m.in(args.gate_up_bias);
+        r.down_bias = m.in(args.down_bias);
         HostTensor* ref = nullptr;
         r.output = m.out(args.output, &ref);
         reference::shared_expert_mlp(r);

@@ -28,6 +28,7 @@ constexpr int kIntKnobCount = sizeof(kIntKnobs) / sizeof(kIntKnobs[0]);
 // planner compares them, never reads them.
 detail::ExpertMlpGemms expert_gemms(const SweepCase& c, int64_t P, int alignment, bool routed) {
   static char in, meta, act, counters;
+  static float pre;
   detail::ExpertMlpGemms g;
   g.dtype = c.dtype;
   g.in = &in;
@@ -42,6 +43,10 @@ detail::ExpertMlpGemms expert_gemms(const SweepCase& c, int64_t P, int alignment
   g.out = &in;
   g.routed_counts = routed;
   g.counters = &counters;
+  g.mlp.act = c.act;  // the general path's GEMMs: no chain, f32 pre-activations
+  g.mlp.gate_up_bias = c.gate_up_bias != DType::kUndefined;
+  g.mlp.down_bias = c.down_bias != DType::kUndefined;
+  if (g.mlp.general()) g.pre = &pre;
   return g;
 }
 

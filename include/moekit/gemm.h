@@ -49,14 +49,43 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, cudaStream_t stream);
 GemmPlan plan_grouped_gemm(const GroupedGemmArgs& args);
 std::vector<GemmPlan> grouped_gemm_plan_candidates(const GroupedGemmArgs& args);
 
-// MoEGroupedGemmFP8Fwd (DeepGEMM-style masked layout, 128-wide block scales).
+// How the FP8 GEMM's f32 scales apply (docs/gemm.md, "FP8 scale modes"). R: a's rows
+// (masked E*max_m as [E, max_m], contiguous P), Bn: b's rows per expert (N, or 2N with
+// kSiluAndMul), KB = ceil(Kd / 128).
+enum class Fp8Scales : uint8_t {
+  kBlock,       // a_scale [R.., KB] per row per 128 k; b_scale [E, ceil(Bn/128), KB] per
+                // 128x128 block (DeepSeek-V3 style); promoted into f32 every 128 k
+  kPerChannel,  // a_scale [R..] per row (token); b_scale [E, Bn] per b row (output channel)
+  kPerTensor,   // a_scale [1]; b_scale [E], one per expert
+};
+
+// MoEGroupedGemmFP8Fwd: e4m3 x e4m3 -> bf16 (or e4m3 with c_scale), f32 accumulation.
+//   masked (the default; DeepGEMM-style): a [E, max_m, Kd], c [E, max_m, N],
+//     layout_metadata[e] = row count (clamped to max_m); max_m is a's dim 1 (layout.max_m
+//     0, or equal to it).
+//   contiguous(alignment): a [P, Kd], c [P, N], layout_metadata[e] = inclusive end row,
+//     as MoEGroupedGemmFwd's contiguous layout; padding rows are never read as data nor
+//     written.
+// b [E, N, Kd] ([E, 2N, Kd], gate rows then up rows, with kSiluAndMul:
+// c = silu(gate) * up, each scaled before the product). Scales: Fp8Scales; with kBlock,
+// c = sum over k blocks kb of a_scale[row, kb] * b_scale[e, j / 128, kb] * (a . b_j over kb);
+// per-channel / per-tensor: c = a_scale[row] * b_scale[e, j] * (a . b_j) (one scale after the
+// whole k). Limits: Kd % 16 == 0, N % 8 == 0 (kSiluAndMul with kBlock: N % 64 == 0), at most
+// 1024 experts, c overlapping no input.
 struct GroupedGemmFP8Args {
-  TensorView a;                    // [E, max_m, Kd] fp8e4m3
-  TensorView a_scale;              // [E, max_m, ceil(Kd/128)] f32
-  TensorView b;                    // [E, N, Kd] fp8e4m3
-  TensorView b_scale;              // [E, ceil(N/128), ceil(Kd/128)] f32
-  TensorView layout_metadata;      // [E] i32 masked counts
-  TensorView c;                    // out [E, max_m, N] bf16, overlapping no input
+  TensorView a;                // fp8e4m3, masked [E, max_m, Kd] or contiguous [P, Kd]
+  TensorView a_scale;          // f32, per `scales`
+  TensorView b;                // [E, N or 2N, Kd] fp8e4m3
+  TensorView b_scale;          // f32, per `scales`
+  TensorView layout_metadata;  // [E] i32 masked counts or contiguous inclusive ends
+  TensorView c;  // out bf16 (or fp8e4m3, below), masked [E, max_m, N] or contiguous [P, N]
+  // With an fp8e4m3 c (e.g. the down GEMM's a operand, per-tensor scale): its given scale,
+  // [1] f32: c = e4m3(value / c_scale), rounded to nearest even, saturated at +-448 (the value
+  // rounded once). Undefined with a bf16 c.
+  TensorView c_scale;
+  PermutedLayout layout = PermutedLayout::masked(0);
+  Fp8Scales scales = Fp8Scales::kBlock;
+  Activation activation = Activation::kNone;
   const GemmPlan* plan = nullptr;  // nullptr: the planner's (plan_grouped_gemm_fp8)
 };
 

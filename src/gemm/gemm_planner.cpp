@@ -249,7 +249,7 @@ std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const Ge
 
 GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
   // The SM90 kernel beat the mma.sync tiles on every FP8 bench row (docs/gemm.md "FP8 SM90");
-  // the decode tiles run what it does not take.
+  // the decode tiles run what it does not take (block scales without an activation).
   if (gemm_fp8_plan_rejection(make(GemmKernel::kFp8Sm90, 128, 128), p, d).empty()) {
     return make(GemmKernel::kFp8Sm90, 128, 128);
   }
@@ -264,6 +264,9 @@ std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Pr
   }
   switch (plan.kernel) {
     case GemmKernel::kFp8Decode:
+      if (p.scales != Fp8Scales::kBlock) return "fp8_decode runs block scales only";
+      if (p.activation != Activation::kNone) return "fp8_decode runs no activation";
+      if (p.c_scale) return "fp8_decode writes bf16 only";
       return expect_tiles(plan, 32, 128);
     case GemmKernel::kFp8Sm90:
       if (!d.props.sm90()) return "fp8_sm90 needs an sm_90 device";

@@ -101,9 +101,33 @@ int64_t sm90_mlp_chain_launches() {
   return g_chain_launches.load(std::memory_order_relaxed);
 }
 
+Fp8ScaleIndex fp8_scale_index(Fp8Scales scales, int64_t b_rows, int64_t k) {
+  const int64_t kb = (k + 127) / 128;
+  Fp8ScaleIndex s;
+  switch (scales) {
+    case Fp8Scales::kBlock:
+      s.a_row = kb;
+      s.a_kb = 1;
+      s.b_group = (b_rows + 127) / 128 * kb;
+      s.b_row_div = 128;
+      s.b_row = kb;
+      s.b_kb = 1;
+      break;
+    case Fp8Scales::kPerChannel:
+      s.a_row = 1;
+      s.b_group = b_rows;
+      s.b_row = 1;
+      break;
+    case Fp8Scales::kPerTensor:
+      s.b_group = 1;
+      break;
+  }
+  return s;
+}
+
 void run_grouped_gemm_fp8(const GroupedGemmFP8Problem& p, cudaStream_t stream) {
   const char* op = "moe_grouped_gemm_fp8";
-  if (p.max_m <= 0 || p.n <= 0 || p.num_groups <= 0) return;
+  if (fp8_total_rows(p) <= 0 || p.n <= 0 || p.num_groups <= 0) return;
   const std::string why = gemm_fp8_plan_rejection(p.plan, p, current_gemm_device());
   if (!why.empty()) reject(op, p.plan, why);
   if (p.plan.kernel == GemmKernel::kFp8Sm90) {

@@ -1,4 +1,5 @@
-// Internal entry to the FP8 (e4m3, 128-block scaled) masked grouped GEMM.
+// Internal entry to the FP8 (e4m3) grouped GEMMs: masked or contiguous rows, block,
+// per-channel or per-tensor scales, optional silu_and_mul.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -6,29 +7,64 @@
 #include <cstdint>
 #include <string>
 
+#include "moekit/gemm.h"
 #include "moekit/plan.h"
 
 namespace moekit::detail {
 
-// c[g, m, :] (bf16) for m < count[g] (clamped to max_m); other rows untouched.
-//   a [G, max_m, k] e4m3, a_scale [G, max_m, ceil(k/128)] f32,
-//   b [G, n, k] e4m3, b_scale [G, ceil(n/128), ceil(k/128)] f32, c [G, max_m, n] bf16.
-// k % 16 == 0, n % 8 == 0. All pointers are device pointers.
+// Where a scale of a or b lives, as strides (elements of f32) of the scale tensors:
+//   a scale of row r (flattened: masked g * max_m + m, contiguous the row of a), k block kb:
+//     a_scale[r * a_row + kb * a_kb]
+//   b scale of expert g, b row j (gate rows then up rows with silu_and_mul), k block kb:
+//     b_scale[g * b_group + (j / b_row_div) * b_row + kb * b_kb]
+// kBlock: (KB, 1; Bn*KB, 128, KB, 1); kPerChannel: (1, 0; Bn, 1, 1, 0); kPerTensor: (0, 0;
+// 1, 1, 0, 0), with KB = ceil(k / 128) and Bn = b rows per expert. Shared by the SM90
+// kernel, the decode kernel and the f32 GPU reference.
+struct Fp8ScaleIndex {
+  int64_t a_row = 0, a_kb = 0;
+  int64_t b_group = 0, b_row = 0, b_kb = 0;
+  int b_row_div = 1;
+};
+Fp8ScaleIndex fp8_scale_index(Fp8Scales scales, int64_t b_rows, int64_t k);
+
+// c[row, :] (bf16; or e4m3 of the value / *c_scale) = act(sum over k blocks of scale * (a[row] .
+// b[g]^T over the block)) for every row of every group g; other rows untouched. Rows:
+//   contiguous: a [m, k], c [m, n], layout_metadata = inclusive ends (alignment);
+//   masked:     a [G, max_m, k], c [G, max_m, n], layout_metadata = counts (clamped to max_m).
+// b [G, n, k] ([G, 2n, k], gate rows then up rows, with kSiluAndMul); scales per `scales`
+// (Fp8ScaleIndex). k % 16 == 0, n % 8 == 0 (kSiluAndMul with kBlock: n % 64 == 0, so that
+// each 64-row b box lies in one 128-row scale block). All pointers are device pointers.
 struct GroupedGemmFP8Problem {
   const void* a = nullptr;
   const float* a_scale = nullptr;
   const void* b = nullptr;
   const float* b_scale = nullptr;
-  void* c = nullptr;
-  const int32_t* layout_metadata = nullptr;  // device [G] masked counts
+  void* c = nullptr;                         // bf16, or e4m3 with c_scale
+  const float* c_scale = nullptr;            // e4m3 c: device [1], c = e4m3(value / c_scale)
+  const int32_t* layout_metadata = nullptr;  // device [G]: masked counts or contiguous ends
+  bool contiguous = false;                   // else masked
+  int alignment = 1;                         // contiguous
   int num_groups = 0;
-  int64_t max_m = 0;
-  int64_t n = 0;
+  int64_t max_m = 0;  // masked
+  int64_t m = 0;      // contiguous: rows of a and c (P)
+  int64_t n = 0;      // output columns
   int64_t k = 0;
+  Fp8Scales scales = Fp8Scales::kBlock;
+  Activation activation = Activation::kNone;
   // What runs: kFp8Sm90 or kFp8Decode (gemm_planner.h plan_gemm_fp8, or a forced plan
   // that gemm_fp8_plan_rejection accepts).
   GemmPlan plan;
 };
+
+// Rows of a / c in all (masked G * max_m, contiguous m).
+inline int64_t fp8_total_rows(const GroupedGemmFP8Problem& p) {
+  return p.contiguous ? p.m : p.max_m * p.num_groups;
+}
+// Rows per group the planner goes by (masked max_m; contiguous m / G).
+inline int64_t fp8_rows_per_group(const GroupedGemmFP8Problem& p) {
+  if (!p.contiguous) return p.max_m;
+  return p.num_groups > 0 ? p.m / p.num_groups : 0;
+}
 
 // Validates nothing but the plan (throws moekit::Error when it cannot run the problem);
 // launches problem.plan on `stream`.

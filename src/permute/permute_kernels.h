@@ -67,6 +67,8 @@ void launch_permute_align(const AlignLaunch& l, cudaStream_t stream);
 
 struct PrePermuteLaunch {
   const void* hidden = nullptr;  // [T, H], rows of row_bytes (a multiple of 16)
+  // 0: the routes only (layout_metadata, inverse_indices; hidden and permuted unused), as
+  // the FP8 pre-permute (quantize_fp8.h) runs them before its own row pass.
   int64_t row_bytes = 0;
   const int32_t* ids = nullptr;  // [T, K]
   int num_routes = 0;

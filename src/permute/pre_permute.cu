@@ -208,7 +208,7 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
     // (the best of a rows sweep on the seed shapes, docs/routing-permute.md).
     // N == 0 still runs one block: it writes the (all-zero) layout_metadata.
     int64_t rows = (N + 527) / 528;
-    rows = std::max<int64_t>(rows, (128 + V - 1) / V);
+    if (V > 0) rows = std::max<int64_t>(rows, (128 + V - 1) / V);
     rows = std::min<int64_t>(std::max<int64_t>(rows, 1), kMaxFusedRows);
     const int blocks = std::max(1, static_cast<int>((N + rows - 1) / rows));
     auto kernel = chunk_experts_cap(E) == kPermuteFusedMaxExperts
@@ -227,10 +227,13 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
     allow_large_smem(reinterpret_cast<const void*>(pre_permute_scatter_kernel), max_smem, 2);
     launch_pdl(pre_permute_scatter_kernel, dim3(chunks), dim3(kScatterThreads), smem, stream, l.ids,
                N, E, offsets, start, l.inverse_indices);
-    const int64_t rows = std::min<int64_t>(kMaxCopyRows, std::max<int64_t>(1, 2048 / V));
-    const int64_t blocks = (N + rows - 1) / rows;
-    launch_pdl(pre_permute_copy_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kCopyThreads), 0,
-               stream, hidden, V, l.inverse_indices, N, l.top_k, static_cast<int>(rows), permuted);
+    if (V > 0) {  // routes only (row_bytes 0): no copy
+      const int64_t rows = std::min<int64_t>(kMaxCopyRows, std::max<int64_t>(1, 2048 / V));
+      const int64_t blocks = (N + rows - 1) / rows;
+      launch_pdl(pre_permute_copy_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kCopyThreads),
+                 0, stream, hidden, V, l.inverse_indices, N, l.top_k, static_cast<int>(rows),
+                 permuted);
+    }
   }
   check_launch("moe_pre_permute");
 }

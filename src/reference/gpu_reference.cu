@@ -46,6 +46,10 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 cvt<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 cvt<__nv_fp8_e4m3>(float v) {
+  return __nv_fp8_e4m3(v);  // nearest even, saturated at +-448
+}
 
 __device__ __forceinline__ float silu_ref(float z) {
   return z / (1.0f + expf(-z));
@@ -336,50 +340,54 @@ __global__ void layout_blocks_kernel(const int32_t* meta, int E, int alignment, 
 
 // ---- GEMM --------------------------------------------------------------------------------
 
-// The scales of FP8 weights (moekit/quant.h; s == nullptr: none): weight (e, n, k) is
-// float(w) * s[e * per_expert + (n / row_div) * row_stride + (k / 128) * col_stride].
-struct WScale {
-  const float* s = nullptr;
-  int64_t per_expert = 0, row_div = 1, row_stride = 0, col_stride = 0;
+// Where FP8 scales live (gemm.h Fp8Scales), as strides: a row ar over k block kb at
+// a[ar * a_row + kb * a_kb]; expert e's b row j at b[e * b_group + (j / b_row_div) * b_row +
+// kb * b_kb]. b alone (a == nullptr): FP8 weights with activations as given.
+struct ScaleStrides {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  int64_t a_row = 0, a_kb = 0, b_group = 0, b_row = 0, b_kb = 0;
+  int64_t b_row_div = 1;
 };
 
-// The scales of `q`'s scheme over [rows, cols] weight matrices.
-WScale wscale(QuantScheme scheme, const TensorView& scale, int64_t rows, int64_t cols) {
-  WScale w;
-  w.s = scale.defined() ? scale.ptr<const float>() : nullptr;
+// The weight scales of `scheme` over [rows, cols] weight matrices (moekit/quant.h; b only).
+ScaleStrides weight_scale_strides(QuantScheme scheme, const TensorView& scale, int64_t rows,
+                                  int64_t cols) {
+  ScaleStrides w;
+  w.b = scale.defined() ? scale.ptr<const float>() : nullptr;
   switch (scheme) {
     case QuantScheme::kNone:
-      w.s = nullptr;
+      w.b = nullptr;
       break;
     case QuantScheme::kFp8PerTensor:
-      w.per_expert = 1;
+      w.b_group = 1;
       break;
     case QuantScheme::kFp8PerChannel:
-      w.per_expert = rows;
-      w.row_stride = 1;
+      w.b_group = rows;
+      w.b_row = 1;
       break;
     case QuantScheme::kFp8Block128:
-      w.col_stride = 1;
-      w.row_div = 128;
-      w.row_stride = ceil_div(cols, 128);
-      w.per_expert = ceil_div(rows, 128) * w.row_stride;
+      w.b_kb = 1;
+      w.b_row_div = 128;
+      w.b_row = ceil_div(cols, 128);
+      w.b_group = ceil_div(rows, 128) * w.b_row;
       break;
   }
   return w;
 }
 
-// c[row] = a[row / a_div] . b[e]^T over the rows of each block (FP8: with the 1x128
-// activation scales and 128x128 weight scales applied per 128-column block of k).
+// c[row] = a[row / a_div] . b[e]^T over the rows of each block (FP8: with the activation and
+// weight scales applied per 128-column block of k, per ScaleStrides; weight scales alone
+// when sc.b is given without kFP8).
 template <class TA, class TB, class TC, bool kFP8>
 __global__ void __launch_bounds__(kThreads)
     gemm_rows_kernel(const TA* a, int64_t lda, int a_div, const TB* b, int64_t n, int64_t k,
-                     const float* a_scale, const float* b_scale, const int32_t* rows,
-                     const int32_t* block_expert, TC* c, int64_t ldc, WScale ws) {
+                     ScaleStrides sc, const int32_t* rows, const int32_t* block_expert, TC* c,
+                     int64_t ldc) {
   __shared__ float as[kRowsPerBlock][kChunk];
   const int e = block_expert[blockIdx.x];
   if (e < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t kb_count = (k + 127) / 128, nb_count = (n + 127) / 128;
   int32_t row[kRowsPerBlock];
 #pragma unroll
   for (int i = 0; i < kRowsPerBlock; ++i) row[i] = rows[blockIdx.x * kRowsPerBlock + i];
@@ -398,7 +406,7 @@ __global__ void __launch_bounds__(kThreads)
       if (row[i] >= 0 && kk < len) {
         int64_t ar = row[i] / a_div;
         v = ld(a, ar * lda + k0 + kk);
-        if (kFP8) v *= a_scale[ar * kb_count + (k0 + kk) / 128];
+        if (kFP8) v *= sc.a[ar * sc.a_row + (k0 + kk) / 128 * sc.a_kb];
       }
       as[i][kk] = v;
     }
@@ -413,18 +421,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int q = 0; q < 8; ++q) w[q] = kk + q < len ? ld(brow, kk + q) : 0.f;
         float s = 1.f;
-        if (kFP8)
-          s = b_scale[(static_cast<int64_t>(e) * nb_count + col / 128) * kb_count +
-                      (k0 + kk) / 128];
-        if (ws.s != nullptr)  // a chunk of 8 k lies in one 128-column block
-          s = ws.s[e * ws.per_expert + (col / ws.row_div) * ws.row_stride +
-                   (k0 + kk) / 128 * ws.col_stride];
+        if (sc.b != nullptr)  // a chunk of 8 k lies in one 128-column block
+          s = sc.b[e * sc.b_group + col / sc.b_row_div * sc.b_row + (k0 + kk) / 128 * sc.b_kb];
 #pragma unroll
         for (int i = 0; i < kRowsPerBlock; ++i) {
           float d = 0.f;
 #pragma unroll
           for (int q = 0; q < 8; ++q) d += as[i][kk + q] * w[q];
-          acc[j][i] += (kFP8 || ws.s != nullptr) ? d * s : d;
+          acc[j][i] += sc.b != nullptr ? d * s : d;
         }
       }
     }
@@ -443,17 +447,21 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// out[r, f] = silu(h[r, f]) * h[r, F + f], rounded to TOut, for the listed rows.
+// out[r, f] = (silu(h[r, f]) * h[r, F + f] with act, else h[r, f]; h rows of 2F or F) divided
+// by scale[0] when a scale is given, rounded to TOut, for the listed rows.
 template <class TOut>
-__global__ void act_rows_kernel(const float* h, int64_t F, const int32_t* rows, TOut* out) {
+__global__ void act_rows_kernel(const float* h, int64_t F, const int32_t* rows, TOut* out,
+                                bool act = true, const float* scale = nullptr) {
+  const float s = scale ? scale[0] : 1.f;
 #pragma unroll 1
   for (int i = 0; i < kRowsPerBlock; ++i) {
     int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
     if (r < 0) continue;
     for (int64_t f = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; f < F;
          f += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-      const float* hr = h + static_cast<int64_t>(r) * 2 * F;
-      out[static_cast<int64_t>(r) * F + f] = cvt<TOut>(silu_ref(hr[f]) * hr[F + f]);
+      const float* hr = h + static_cast<int64_t>(r) * (act ? 2 * F : F);
+      const float v = act ? silu_ref(hr[f]) * hr[F + f] : hr[f];
+      out[static_cast<int64_t>(r) * F + f] = cvt<TOut>(scale ? v / s : v);
     }
   }
 }
@@ -627,13 +635,12 @@ void dispatch_half(DType d, const char* what, Fn&& fn) {
 
 template <class TA, class TB, class TC, bool kFP8>
 void launch_gemm(const TA* a, int64_t lda, int a_div, const TB* b, int64_t n, int64_t k,
-                 const float* a_scale, const float* b_scale, const int32_t* rows,
-                 const int32_t* block_expert, int64_t num_blocks, TC* c, int64_t ldc,
-                 cudaStream_t stream, WScale ws = {}) {
+                 ScaleStrides sc, const int32_t* rows, const int32_t* block_expert,
+                 int64_t num_blocks, TC* c, int64_t ldc, cudaStream_t stream) {
   if (num_blocks <= 0 || n <= 0) return;
   dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(ceil_div(n, kColsPerBlock)));
-  gemm_rows_kernel<TA, TB, TC, kFP8><<<grid, kThreads, 0, stream>>>(
-      a, lda, a_div, b, n, k, a_scale, b_scale, rows, block_expert, c, ldc, ws);
+  gemm_rows_kernel<TA, TB, TC, kFP8>
+      <<<grid, kThreads, 0, stream>>>(a, lda, a_div, b, n, k, sc, rows, block_expert, c, ldc);
   check_launch("gemm");
 }
 
@@ -704,11 +711,10 @@ template <class scalar_t, class WT = scalar_t>
 void mlp_rows(const scalar_t* x, int a_div, const WT* w_gate_up, const WT* w_down, int64_t F,
               int64_t H, const int32_t* rows, const int32_t* block_expert, int64_t num_blocks,
               float* h, scalar_t* act, float* y, const MlpSpec& spec, bool dense,
-              cudaStream_t stream, WScale s_gate_up = {}, WScale s_down = {}) {
+              cudaStream_t stream, ScaleStrides s_gate_up = {}, ScaleStrides s_down = {}) {
   const int64_t up_cols = spec.act == Activation::kRelu2 ? F : 2 * F;
-  launch_gemm<scalar_t, WT, float, false>(x, H, a_div, w_gate_up, up_cols, H, nullptr, nullptr,
-                                          rows, block_expert, num_blocks, h, up_cols, stream,
-                                          s_gate_up);
+  launch_gemm<scalar_t, WT, float, false>(x, H, a_div, w_gate_up, up_cols, H, s_gate_up, rows,
+                                          block_expert, num_blocks, h, up_cols, stream);
   const int32_t* bias_expert = dense ? nullptr : block_expert;
   if (num_blocks > 0) {
     mlp_act_rows_kernel<scalar_t>
@@ -716,8 +722,8 @@ void mlp_rows(const scalar_t* x, int a_div, const WT* w_gate_up, const WT* w_dow
             h, F, rows, bias_expert, spec, act);
     check_launch("act");
   }
-  launch_gemm<scalar_t, WT, float, false>(act, F, 1, w_down, H, F, nullptr, nullptr, rows,
-                                          block_expert, num_blocks, y, H, stream, s_down);
+  launch_gemm<scalar_t, WT, float, false>(act, F, 1, w_down, H, F, s_down, rows, block_expert,
+                                          num_blocks, y, H, stream);
   if (num_blocks > 0 && spec.down_bias) {
     down_bias_rows_kernel<scalar_t>
         <<<dim3(static_cast<unsigned>(num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
@@ -741,7 +747,8 @@ void mlp_rows_quant(const scalar_t* x, int a_div, const TensorView& w_gate_up,
   mlp_rows<scalar_t, __nv_fp8_e4m3>(
       x, a_div, w_gate_up.ptr<__nv_fp8_e4m3>(), w_down.ptr<__nv_fp8_e4m3>(), F, H, rows,
       block_expert, num_blocks, h, act, y, spec, dense, stream,
-      wscale(q.scheme, q.w_gate_up_scale, up_cols, H), wscale(q.scheme, q.w_down_scale, H, F));
+      weight_scale_strides(q.scheme, q.w_gate_up_scale, up_cols, H),
+      weight_scale_strides(q.scheme, q.w_down_scale, H, F));
 }
 
 MlpSpec mlp_spec(Activation act, const TensorView& gate_up_bias, const TensorView& down_bias) {
@@ -939,7 +946,7 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, Workspace scratch, cudaStream
     const T* a = args.a.ptr<T>();
     const T* b = args.b.ptr<T>();
     if (act) {
-      launch_gemm<T, T, float, false>(a, kd, 1, b, nb, kd, nullptr, nullptr, rows, be, g.num_blocks,
+      launch_gemm<T, T, float, false>(a, kd, 1, b, nb, kd, ScaleStrides{}, rows, be, g.num_blocks,
                                       h, nb, stream);
       dim3 grid(static_cast<unsigned>(g.num_blocks), grid_y(n, 256));
       if (args.c.dtype == DType::kF32)
@@ -948,26 +955,61 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, Workspace scratch, cudaStream
         act_rows_kernel<T><<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<T>());
       check_launch("moe_grouped_gemm.act");
     } else if (args.c.dtype == DType::kF32) {
-      launch_gemm<T, T, float, false>(a, kd, 1, b, n, kd, nullptr, nullptr, rows, be, g.num_blocks,
+      launch_gemm<T, T, float, false>(a, kd, 1, b, n, kd, ScaleStrides{}, rows, be, g.num_blocks,
                                       args.c.ptr<float>(), n, stream);
     } else {
-      launch_gemm<T, T, T, false>(a, kd, 1, b, n, kd, nullptr, nullptr, rows, be, g.num_blocks,
+      launch_gemm<T, T, T, false>(a, kd, 1, b, n, kd, ScaleStrides{}, rows, be, g.num_blocks,
                                   args.c.ptr<T>(), n, stream);
     }
   });
 }
 
+namespace {
+
+PermutedLayout fp8_layout(const GroupedGemmFP8Args& args) {
+  return args.layout.kind == PermutedLayout::Kind::kMasked ? PermutedLayout::masked(args.a.shape[1])
+                                                           : args.layout;
+}
+
+// gemm.h Fp8Scales as strides (b_rows: b's rows per expert, KB k blocks).
+ScaleStrides fp8_strides(const GroupedGemmFP8Args& args) {
+  const int64_t b_rows = args.b.shape[1], KB = ceil_div(args.b.shape[2], int64_t{128});
+  ScaleStrides sc;
+  sc.a = args.a_scale.ptr<float>();
+  sc.b = args.b_scale.ptr<float>();
+  if (args.scales == Fp8Scales::kBlock) {
+    sc.a_row = KB;
+    sc.a_kb = 1;
+    sc.b_group = ceil_div(b_rows, int64_t{128}) * KB;
+    sc.b_row_div = 128;
+    sc.b_row = KB;
+    sc.b_kb = 1;
+  } else if (args.scales == Fp8Scales::kPerChannel) {
+    sc.a_row = 1;
+    sc.b_group = b_rows;
+    sc.b_row = 1;
+  } else {
+    sc.b_group = 1;
+  }
+  return sc;
+}
+
+}  // namespace
+
 size_t grouped_gemm_fp8_scratch_bytes(const GroupedGemmFP8Args& args) {
-  GemmLayout g = gemm_layout(args.a, args.b, PermutedLayout::masked(args.a.shape[1]));
+  GemmLayout g = gemm_layout(args.a, args.b, fp8_layout(args));
   Carver cv{nullptr};
   cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
   cv.take<int32_t>(g.num_blocks);
+  if (args.activation == Activation::kSiluAndMul || args.c.dtype == DType::kFP8E4M3) {
+    cv.take<float>(g.rows_total * args.b.shape[1]);
+  }
   return cv.off;
 }
 
 void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, Workspace scratch, cudaStream_t stream,
                           const uint8_t* row_mask) {
-  GemmLayout g = gemm_layout(args.a, args.b, PermutedLayout::masked(args.a.shape[1]));
+  GemmLayout g = gemm_layout(args.a, args.b, fp8_layout(args));
   check_experts("moe_grouped_gemm_fp8", g.E);
   require(scratch.bytes >= grouped_gemm_fp8_scratch_bytes(args), "moe_grouped_gemm_fp8",
           "scratch too small");
@@ -975,13 +1017,31 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, Workspace scratch, cud
   Carver cv{static_cast<char*>(scratch.data)};
   int32_t* rows = cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
   int32_t* be = cv.take<int32_t>(g.num_blocks);
-  const int64_t kd = args.b.shape[2], n = args.b.shape[1];
-  launch_layout_blocks(args.layout_metadata.ptr<int32_t>(), static_cast<int>(g.E), 1, g.max_m,
-                       g.rows_total, -1, row_mask, rows, be, g.num_blocks, stream);
-  launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, __nv_bfloat16, true>(
-      args.a.ptr<__nv_fp8_e4m3>(), kd, 1, args.b.ptr<__nv_fp8_e4m3>(), n, kd,
-      args.a_scale.ptr<float>(), args.b_scale.ptr<float>(), rows, be, g.num_blocks,
-      args.c.ptr<__nv_bfloat16>(), n, stream);
+  const bool act = args.activation == Activation::kSiluAndMul;
+  const bool fp8_out = args.c.dtype == DType::kFP8E4M3;
+  float* h = act || fp8_out ? cv.take<float>(g.rows_total * args.b.shape[1]) : nullptr;
+  const int64_t kd = args.b.shape[2], nb = args.b.shape[1], n = act ? nb / 2 : nb;
+  launch_layout_blocks(args.layout_metadata.ptr<int32_t>(), static_cast<int>(g.E), g.alignment,
+                       g.max_m, g.rows_total, -1, row_mask, rows, be, g.num_blocks, stream);
+  const auto* a = args.a.ptr<__nv_fp8_e4m3>();
+  const auto* b = args.b.ptr<__nv_fp8_e4m3>();
+  if (act || fp8_out) {
+    launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, float, true>(a, kd, 1, b, nb, kd, fp8_strides(args),
+                                                           rows, be, g.num_blocks, h, nb, stream);
+    dim3 grid(static_cast<unsigned>(g.num_blocks), grid_y(n, 256));
+    if (fp8_out) {
+      act_rows_kernel<__nv_fp8_e4m3><<<grid, 256, 0, stream>>>(
+          h, n, rows, args.c.ptr<__nv_fp8_e4m3>(), act, args.c_scale.ptr<float>());
+    } else {
+      act_rows_kernel<__nv_bfloat16>
+          <<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<__nv_bfloat16>());
+    }
+    check_launch("moe_grouped_gemm_fp8.out");
+  } else {
+    launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, __nv_bfloat16, true>(
+        a, kd, 1, b, n, kd, fp8_strides(args), rows, be, g.num_blocks, args.c.ptr<__nv_bfloat16>(),
+        n, stream);
+  }
 }
 
 size_t expert_mlp_scratch_bytes(const ExpertMLPArgs& args) {

@@ -1,7 +1,7 @@
 // CPU tests of the random sweep's case generator (bench/sweep/sweep_case.h): a seed names
-// the same cases every time, the draws cover every op, path family and forced value, no
-// drawn case breaks a limit of the library's validation, and a case's spec line
-// reproduces it.
+// the same cases every time, the draws cover every op, path family, forced value and MLP
+// activation, no drawn case breaks a limit of the library's validation, and a case's spec
+// line reproduces it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -132,8 +132,125 @@ TEST(SweepCases, CoversTheEdges) {
     seen["i64 ids"] += c.ids64;
     seen["on_input experts"] += c.on_input && c.op == Op::kIndexedExpertMlp;
     seen["on_input layer"] += c.on_input && c.op == Op::kFusedMoe;
+    const bool general = general_mlp(c);
+    seen["general, on_input"] += general && c.on_input;
+    seen["general, expert map"] += general && c.ep_ranks > 1;
+    seen["general, i64 ids"] += general && c.ids64;
+    seen["general, T=0"] += general && c.T == 0;
+    seen["general, T=1"] += general && c.T == 1;
+    seen["general, padded expert_mlp"] += general && c.op == Op::kExpertMlp && c.alignment > 1;
+    seen["general, forced direct (falls back)"] += general && c.knobs.routed_path == 1;
+    seen["general, forced dense path (falls back)"] += general && c.knobs.dense_path == 4;
+    seen["general, forced expert-MLP plan"] += general && c.knobs.mlp_plan >= 0;
+    seen["general, no shared expert"] += general && c.op == Op::kFusedMoeSharedExpert && c.S == 0;
+    seen["shared bias, silu routed"] += c.shared_down_bias != DType::kUndefined && !general;
+    seen["relu2 shared expert"] += c.act == Activation::kRelu2 && c.S > 0;
+    seen["gpt-oss layer"] +=
+        c.op == Op::kFusedMoe && c.H == 2880 && c.K == 4 && c.act == Activation::kSwigluOai &&
+        c.gate_up_bias != DType::kUndefined && c.down_bias != DType::kUndefined;
+    seen["gpt-oss shape, silu"] += c.H == 2880 && c.K == 4 && !general;
+    seen["H%128=64 indexed"] += c.H % 128 == 64 && c.op == Op::kIndexedExpertMlp;
   }
   for (const auto& [what, n] : seen) EXPECT_GT(n, 0) << what;
+}
+
+// Every activation on every MLP op, biases of both dtypes on both GEMMs, only on MLP ops.
+TEST(SweepCases, CoversEveryActivationAndBias) {
+  std::map<Op, std::set<Activation>> acts;
+  std::map<std::string, int> seen;
+  int mlp = 0, general = 0;
+  for (const SweepCase& c : drawn()) {
+    const bool biased = c.gate_up_bias != DType::kUndefined || c.down_bias != DType::kUndefined ||
+                        c.shared_gate_up_bias != DType::kUndefined ||
+                        c.shared_down_bias != DType::kUndefined;
+    if (!mlp_op(c.op)) {
+      EXPECT_TRUE(c.act == Activation::kSiluAndMul && !biased) << format_spec(c);
+      continue;
+    }
+    ++mlp;
+    general += general_mlp(c);
+    acts[c.op].insert(c.act);
+    const std::string op = op_name(c.op);
+    const auto bias = [&](const char* what, DType b) {
+      if (b == DType::kF32) ++seen[op + " " + what + " f32"];
+      if (b != DType::kUndefined && b == c.dtype) ++seen[op + " " + what + " dtype"];
+    };
+    bias("gate_up_bias", c.gate_up_bias);
+    bias("down_bias", c.down_bias);
+    seen[op + " biased " + activation_key(c.act)] += biased;
+    if (c.op == Op::kFusedMoeSharedExpert) {
+      bias("shared_gate_up_bias", c.shared_gate_up_bias);
+      bias("shared_down_bias", c.shared_down_bias);
+    }
+  }
+  const Activation all[] = {Activation::kSiluAndMul, Activation::kGeluTanhAndMul,
+                            Activation::kGeluAndMul, Activation::kRelu2, Activation::kSwigluOai};
+  for (Op op : {Op::kExpertMlp, Op::kFusedMoeExperts, Op::kIndexedExpertMlp, Op::kFusedMoe,
+                Op::kFusedMoeSharedExpert, Op::kSharedExpertMlp}) {
+    EXPECT_EQ(acts[op], std::set<Activation>(std::begin(all), std::end(all))) << op_name(op);
+    for (const char* what : {"gate_up_bias", "down_bias"}) {
+      for (const char* dt : {" f32", " dtype"})
+        EXPECT_GT(seen[std::string(op_name(op)) + " " + what + dt], 0) << op_name(op) << what << dt;
+    }
+    for (Activation a : all)
+      EXPECT_GT(seen[std::string(op_name(op)) + " biased " + activation_key(a)], 0)
+          << op_name(op) << " " << activation_key(a);
+  }
+  for (const char* what : {"shared_gate_up_bias f32", "shared_gate_up_bias dtype",
+                           "shared_down_bias f32", "shared_down_bias dtype"})
+    EXPECT_GT(seen[std::string("fused_moe_shared_expert ") + what], 0) << what;
+  // The fused silu kernels keep most cases; the general path a large share.
+  EXPECT_GT(general, mlp / 4);
+  EXPECT_LT(general, mlp * 2 / 3);
+}
+
+TEST(SweepCases, GateUpRowsFollowTheActivation) {
+  SweepCase c;
+  c.op = Op::kFusedMoe;
+  for (Activation a : {Activation::kSiluAndMul, Activation::kGeluTanhAndMul,
+                       Activation::kGeluAndMul, Activation::kSwigluOai}) {
+    c.act = a;
+    EXPECT_EQ(gate_up_rows(c, 40), 80) << activation_key(a);
+  }
+  c.act = Activation::kRelu2;
+  EXPECT_EQ(gate_up_rows(c, 40), 40);
+  EXPECT_TRUE(general_mlp(c));
+  c.act = Activation::kSiluAndMul;
+  EXPECT_FALSE(general_mlp(c));
+  c.down_bias = DType::kF32;
+  EXPECT_TRUE(general_mlp(c));
+  EXPECT_EQ(activation_label(c), "silu_and_mul+bias");
+}
+
+TEST(SweepCases, ActivationFieldsRoundTrip) {
+  SweepCase c;
+  c.op = Op::kFusedMoeSharedExpert;
+  c.dtype = c.out = DType::kF16;
+  c.S = 64;
+  c.act = Activation::kSwigluOai;
+  c.gate_up_bias = DType::kF32;
+  c.down_bias = DType::kF16;
+  c.shared_gate_up_bias = DType::kF16;
+  c.shared_down_bias = DType::kF32;
+  const std::string spec = format_spec(c);
+  for (const char* field : {" act=swiglu_oai", " gate_up_bias=f32", " down_bias=f16",
+                            " shared_gate_up_bias=f16", " shared_down_bias=f32"})
+    EXPECT_NE(spec.find(field), std::string::npos) << field << " in " << spec;
+  SweepCase back;
+  std::string error;
+  ASSERT_TRUE(parse_spec(spec, &back, &error)) << error;
+  EXPECT_EQ(back, c);
+  EXPECT_EQ(back.act, Activation::kSwigluOai);
+  EXPECT_EQ(back.down_bias, DType::kF16);
+  EXPECT_EQ(back.shared_down_bias, DType::kF32);
+  for (Activation a : {Activation::kGeluTanhAndMul, Activation::kGeluAndMul, Activation::kRelu2}) {
+    c.act = a;
+    ASSERT_TRUE(parse_spec(format_spec(c), &back, &error)) << error;
+    EXPECT_EQ(back.act, a);
+  }
+  // The defaults (silu_and_mul, no bias) print nothing.
+  EXPECT_EQ(format_spec(SweepCase()).find("act="), std::string::npos);
+  EXPECT_EQ(format_spec(SweepCase()).find("bias="), std::string::npos);
 }
 
 TEST(SweepCases, SpecLinesRoundTrip) {
@@ -160,6 +277,9 @@ TEST(SweepCases, BadSpecsAreRefused) {
   EXPECT_FALSE(parse_spec("op=fused_moe gemm_plan", &c, &error));
   ASSERT_TRUE(parse_spec("op=moe_grouped_gemm T=5 gemm_plan=3", &c, &error));
   EXPECT_EQ(c.knobs.gemm_plan, 3);
+  EXPECT_FALSE(parse_spec("op=fused_moe act=none", &c, &error));  // not an MLP activation
+  EXPECT_FALSE(parse_spec("op=fused_moe act=swish", &c, &error));
+  EXPECT_FALSE(parse_spec("op=fused_moe down_bias=f64", &c, &error));
 }
 
 TEST(SweepCases, InvalidCasesAreNamed) {
@@ -186,6 +306,50 @@ TEST(SweepCases, InvalidCasesAreNamed) {
   c.K = 2;
   c.on_input = true;
   EXPECT_NE(invalid_reason(c), "");
+
+  // Activations and biases: on MLP ops only, biases f32 or the dtype, the shared ones with a
+  // shared expert, and the general path's sorted-path expert limit.
+  c = drawn()[static_cast<int>(Op::kGroupedGemm)];
+  c.act = Activation::kRelu2;
+  EXPECT_NE(invalid_reason(c), "");
+  c = drawn()[static_cast<int>(Op::kFusedTopK)];
+  c.down_bias = DType::kF32;
+  EXPECT_NE(invalid_reason(c), "");
+  SweepCase m;
+  m.op = Op::kSharedExpertMlp;
+  m.T = 4;
+  m.H = m.N = 64;
+  ASSERT_EQ(invalid_reason(m), "");
+  m.act = Activation::kNone;
+  EXPECT_NE(invalid_reason(m), "");
+  m.act = Activation::kGeluAndMul;
+  m.gate_up_bias = DType::kF32;
+  m.down_bias = DType::kBF16;
+  EXPECT_EQ(invalid_reason(m), "");
+  m.down_bias = DType::kF16;  // neither f32 nor the case's bf16
+  EXPECT_NE(invalid_reason(m), "");
+  m.down_bias = DType::kBF16;
+  m.shared_down_bias = DType::kF32;  // no shared expert on this op
+  EXPECT_NE(invalid_reason(m), "");
+  m.op = Op::kFusedMoeSharedExpert;
+  m.E = 8;
+  m.K = 2;
+  m.S = 0;
+  EXPECT_NE(invalid_reason(m), "");
+  m.S = 32;
+  EXPECT_EQ(invalid_reason(m), "");
+  SweepCase d;  // past 1024 experts: the direct path only, silu_and_mul without biases
+  d.op = Op::kIndexedExpertMlp;
+  d.T = 8;
+  d.K = 2;
+  d.H = d.N = 64;
+  d.E = 2048;
+  ASSERT_EQ(invalid_reason(d), "");
+  d.act = Activation::kSwigluOai;
+  EXPECT_NE(invalid_reason(d), "");
+  d.act = Activation::kSiluAndMul;
+  d.gate_up_bias = DType::kF32;
+  EXPECT_NE(invalid_reason(d), "");
 }
 
 TEST(SweepCases, ExpertMapHoldsThisRanksExperts) {

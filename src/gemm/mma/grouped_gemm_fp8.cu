@@ -1,4 +1,5 @@
-// FP8 e4m3 masked grouped GEMM with 128-wide block scales (DeepGEMM-style).
+// FP8 e4m3 grouped GEMM (masked or contiguous rows) with 128-wide block scales
+// (DeepGEMM-style), config kFp8Decode.
 //
 // One pipeline stage holds 128 k = exactly one scale block. Each stage's mma.sync
 // m16n8k32 partial sums go into a fresh f32 accumulator, which is then promoted
@@ -135,10 +136,14 @@ void launch_fp8(const GroupedGemmFP8Problem& prob, cudaStream_t stream) {
   p.b = prob.b;
   p.b_scale = prob.b_scale;
   p.c = static_cast<__nv_bfloat16*>(prob.c);
-  p.rows.mode = kRowsMasked;
+  // Block scales, no activation (gemm_fp8_plan_rejection); masked or contiguous rows (the
+  // flattened row of a tile indexes a, a_scale and c alike).
+  p.rows.mode = prob.contiguous ? kRowsContiguous : kRowsMasked;
   p.rows.num_groups = prob.num_groups;
   p.rows.meta = prob.layout_metadata;
-  p.rows.max_m = prob.max_m;
+  p.rows.alignment = prob.alignment;
+  p.rows.total_rows = prob.contiguous ? prob.m : 0;
+  p.rows.max_m = prob.contiguous ? 0 : prob.max_m;
   p.n = prob.n;
   p.k = prob.k;
   p.k_blocks = static_cast<int>((prob.k + 127) / 128);

@@ -1,10 +1,12 @@
-// Epilogue of the SM90 bf16/f16 grouped-GEMM kernels (grouped_gemm.cuh, mlp_chain.cuh):
-// one consumer warpgroup's 64 x BN wgmma accumulators ->
-// (silu(gate) * up) -> one rounding -> predicated global stores straight from registers.
+// Epilogue of the SM90 grouped-GEMM kernels (grouped_gemm.cuh, mlp_chain.cuh, the FP8
+// kernel): one consumer warpgroup's 64 x BN wgmma accumulators -> (silu(gate) * up) -> one
+// rounding (bf16, f16, f32, or e4m3 for the FP8 kernel's FP8 output) -> predicated global
+// stores straight from registers.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <cute/tensor.hpp>
@@ -52,13 +54,25 @@ __device__ __forceinline__ uint32_t pack2(float x, float y, __half*) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// e4m3 x 2 (saturated, rounded to nearest even) in the low 16 bits, x in the low byte.
+__device__ __forceinline__ uint32_t pack2(float x, float y, __nv_fp8_e4m3*) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(x, y), __NV_SATFINITE, __NV_E4M3);
+}
+
 // Stores 4 adjacent 8-column blocks of one row, held as wgmma D pairs: lane q of the
 // quad holds columns 2q, 2q + 1 of each block (v[j] = block j); after the transpose lane
-// q writes block q whole (16 bytes of 16-bit output, 32 of f32) at `dst` + 8 q.
+// q writes block q whole (16 bytes of 16-bit output, 32 of f32, 8 of e4m3) at `dst` + 8 q.
 template <class Out>
 __device__ __forceinline__ void store_4_blocks(Out* dst, const float (&vx)[4], const float (&vy)[4],
                                                int q, bool store) {
-  if constexpr (sizeof(Out) == 4) {
+  if constexpr (sizeof(Out) == 1) {
+    uint32_t x[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = pack2(vx[j], vy[j], static_cast<Out*>(nullptr));
+    quad_transpose(x, q);
+    if (store)
+      *reinterpret_cast<uint2*>(dst + 8 * q) = make_uint2(x[0] | x[1] << 16, x[2] | x[3] << 16);
+  } else if constexpr (sizeof(Out) == 4) {
     uint32_t x[4], y[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {

@@ -1,30 +1,41 @@
-// The SM90 (Hopper) FP8 masked grouped GEMM, config kFp8ConfigSm90 (MoEGroupedGemmFP8Fwd:
-// e4m3 x e4m3, 128 x 128 block scales, bf16 out). DeepGEMM-style design, own code.
+// The SM90 (Hopper) FP8 grouped GEMM, config kFp8Sm90 (MoEGroupedGemmFP8Fwd: e4m3 x e4m3,
+// bf16 out; masked or contiguous rows; block, per-channel or per-tensor scales; optional
+// silu_and_mul). DeepGEMM-style design, own code.
 //
 // Picked wherever it applies (docs/gemm.md, "FP8 SM90"); tests/test_gemm_gpu.cpp
-// (Fp8EveryConfigMatchesReference, Fp8Sm90Edges) checks it against the reference.
+// (Fp8EveryCandidateMatchesReference, Fp8EveryLayoutScaleModeAndActivationMatchesReference)
+// checks it against the reference.
 //
 // - Block tile 128 x 128 x 128: BK = 128 k = one scale block per pipeline stage.
-//   a [128 x 128] as two TMA boxes of 64 rows, b [128 x 128] as one box, 128-byte
-//   swizzled (128 fp8 = one SW128 atom wide), 6 stages (32 KB each) on a
-//   cutlass::PipelineTmaAsync. The second a box is loaded only when the tile has more
-//   than 64 valid rows (the stage then expects its 8 KB more): decode tiles of a few
-//   rows fetch b + 64 a rows per stage.
+//   a [128 x 128] as two TMA boxes of 64 rows, b [128 x 128] as two boxes of 64 rows
+//   (kNone: b rows n0 .. n0+127; kSiluAndMul: 64 gate rows and the 64 up rows of the same
+//   64 output columns, so the accumulator holds gate column j and up column j + 64 in one
+//   thread, as the bf16 kernels pair them), 128-byte swizzled (128 fp8 = one SW128 atom
+//   wide), 6 stages (32 KB each) on a cutlass::PipelineTmaAsync. A stage expects b's 16 KB
+//   plus the a boxes its tile loads: 16-row boxes for tiles of up to 48 valid rows (a decode
+//   tile of a few rows fetches b + 16 a rows per stage), else one 64-row box, or two for
+//   more than 64 rows.
 // - Warpgroup 0: one producer thread (TMA). Warpgroups 1, 2: consumers, 64 tile rows
 //   each (wgmma m64n128k32 e4m3, both operands from shared memory). A consumer with
 //   no valid row in its half only waits / releases the stages.
-// - Per stage: 4 wgmmas into a fresh f32 block accumulator, then promotion
-//   acc += blk * a_scale[row, kb] * b_scale[n_tile, kb] (BN = 128: one b scale per tile
-//   and k block), as the SPEC's formula; the tensor core's reduced-precision fp8
-//   accumulation spans only 128 k. Scales are loaded (L1/L2) before the stage's wait.
-// - Persistent grid over a device-side tile schedule of the masked counts (no host
-//   sync; empty groups have no tiles): group-major, then n-tile, m-tile fastest.
-// - a is (max_m, k, G): rows past max_m are zero-filled by TMA (counts are clamped to
-//   max_m), rows past the count are loaded (their output rows are never stored:
-//   wgmma rows are independent). b is (n, k, G): rows past n and k past the end are
-//   zero-filled. Stores: 16-byte bf16 blocks for rows < count and columns < n (n % 8 == 0).
+// - kBlockScales (Fp8Scales::kBlock): per stage 4 wgmmas into a fresh f32 block accumulator,
+//   then promotion acc += blk * a_scale[row, kb] * b_scale[box's 128-row block, kb] (each b
+//   box lies in one scale block: kNone's boxes share n0's, kSiluAndMul needs n % 64 == 0), as
+//   the SPEC's formula; the tensor core's reduced-precision fp8 accumulation spans only
+//   128 k. Scales are loaded (L1/L2) one stage ahead. Per-channel / per-tensor scales are
+//   constant along k: the bf16 kernels' mainloop (mainloop.cuh consume_tile: one wgmma
+//   batch in flight, no promotion) accumulates the whole k, and the epilogue scales once.
+// - Persistent grid over a device-side tile schedule of the masked counts or contiguous
+//   ends (schedule.cuh; no host sync; empty groups have no tiles): group-major, then
+//   n-tile, m-tile fastest.
+// - a is (max_m, k, G) masked, (P, k, 1) contiguous: rows past the slab / buffer are
+//   zero-filled by TMA, rows past the group's count are loaded (their output rows are never
+//   stored: wgmma rows are independent). b is (b rows, k, G): rows past the end and k past
+//   the end are zero-filled. Stores (epilogue.cuh store_accumulators): 16-byte bf16 blocks
+//   (8-byte e4m3 blocks for an FP8 c with its given scale, which the scales fold in) for
+//   rows < count and columns < n (n % 8 == 0).
 #include "gemm/grouped_gemm_fp8.h"
-#include "gemm/sm90/grouped_gemm.cuh"  // make_tma, b_policy, store_4_blocks
+#include "gemm/sm90/grouped_gemm.cuh"  // make_tma, b_policy, consume_tile, store_accumulators
 
 namespace moekit::detail::gemm::sm90fp8 {
 
@@ -33,28 +44,35 @@ using E4M3 = cutlass::float_e4m3_t;
 
 struct Cfg {
   static constexpr int BM = 128, BN = 128, BK = 128, STAGES = 6;
-  static constexpr int A_BOX = 64;  // a rows per TMA box (one per consumer warpgroup)
-  static constexpr int B_BOX = BN;  // b rows per TMA box (locate_tile)
+  static constexpr int A_BOX = 64;    // a rows per TMA box (one per consumer warpgroup)
+  static constexpr int A_SMALL = 16;  // a rows per small box (tiles of <= 3 x 16 rows)
+  static constexpr int B_BOX = 64;    // b rows per TMA box (locate_tile; silu: output columns)
   static constexpr int PAIR = kPairNone;
   static constexpr int MAX_GROUPS = 1024;
   static constexpr int THREADS = 384;  // warpgroup 0: producer; 1, 2: consumers
   static constexpr int CONSUMER_THREADS = 256;
   static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-  static constexpr uint32_t A_BOX_BYTES = A_BOX * BK;                 // 8 KB
-  static constexpr uint32_t B_BYTES = BN * BK;                        // 16 KB
-  static constexpr uint32_t BASE_TX_BYTES = B_BYTES + A_BOX_BYTES;    // b + first a box
+  static constexpr uint32_t A_BOX_BYTES = A_BOX * BK;      // 8 KB
+  static constexpr uint32_t B_BYTES = BN * BK;             // 16 KB
+  static constexpr uint32_t A_SMALL_BYTES = A_SMALL * BK;  // 2 KB
+  static constexpr uint32_t BASE_TX_BYTES = B_BYTES;       // b; each stage adds its a boxes' bytes
   static constexpr uint32_t STAGE_BYTES = B_BYTES + 2 * A_BOX_BYTES;  // 32 KB
 
   using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<E4M3>;  // 8 rows x 128 bytes
   using SmemLayoutA = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::make_shape(cute::Int<BM>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
-  // The same a bytes as 2*STAGES boxes of 64 rows (box h of stage s = index 2s+h): atoms
+  // The same bytes as 2*STAGES boxes of 64 rows (box h of stage s = index 2s+h): atoms
   // stack along rows first and BK is one atom wide, so rows 64..127 of a stage are its
   // second 8 KB, with the same swizzle phase (8 KB is a multiple of the 1 KB period).
+  // a and b stages have one layout (BM == BN, A_BOX == B_BOX): one check covers both.
   using SmemLayoutABoxes = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::make_shape(cute::Int<A_BOX>{}, cute::Int<BK>{}, cute::Int<2 * STAGES>{})));
-  using SmemLayoutB = decltype(cute::tile_to_shape(
-      SmemAtom{}, cute::make_shape(cute::Int<BN>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));
+  // ... and as 8*STAGES small boxes of 16 rows (2 KB each, also a multiple of the period).
+  using SmemLayoutASmall = decltype(cute::tile_to_shape(
+      SmemAtom{},
+      cute::make_shape(cute::Int<A_SMALL>{}, cute::Int<BK>{}, cute::Int<BM / A_SMALL * STAGES>{})));
+  using SmemLayoutB = SmemLayoutA;
+  static_assert(BM == BN && A_BOX == B_BOX, "a and b stages share one box layout");
   // Two consumer warpgroups stacked along M, each 64 x 128 (wgmma 64x128x32 e4m3).
   using TiledMma = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<E4M3, E4M3, float,
@@ -74,19 +92,57 @@ struct Fp8Storage {
 static_assert(sizeof(Fp8Storage) <= 227 * 1024, "shared memory");
 
 struct Fp8Params {
-  CUtensorMap tma_a;     // a as (max_m, k, G), boxes of A_BOX x BK
-  CUtensorMap tma_b;     // b as (n, k, G), boxes of BN x BK
-  const float* a_scale;  // [G, max_m, k_blocks]
-  const float* b_scale;  // [G, n_blocks, k_blocks]
-  __nv_bfloat16* c;      // [G, max_m, n]
-  RowsDesc rows;         // masked: the device counts (clamped to [0, max_m] where read)
-  int max_m;
+  CUtensorMap tma_a;     // a as (a_rows, k, a_l), boxes of A_BOX x BK
+  CUtensorMap tma_a16;   // the same, boxes of A_SMALL x BK
+  CUtensorMap tma_b;     // b as (b_rows, k, G), boxes of B_BOX x BK
+  const float* a_scale;  // Fp8ScaleIndex si
+  const float* b_scale;
+  Fp8ScaleIndex si;
+  void* c;               // [rows, n] bf16, or e4m3 with c_scale
+  const float* c_scale;  // e4m3 c: its given scale ([1]); nullptr: bf16 c
+  RowsDesc rows;         // masked counts (clamped to [0, max_m]) or contiguous ends
   int n, k;
-  static constexpr int silu = 0;  // for locate_tile
-  int k_blocks, n_tiles;          // n_tiles == n_blocks (BN = 128)
-  int tile_bound;                 // the host's upper bound of tiles
+  int silu;               // for locate_tile: b_row1 = n + n0, 64 output columns per tile
+  int k_blocks, n_tiles;  // n_tiles: ceil(n / 128), silu ceil(n / 64)
+  int tile_bound;         // the host's upper bound of tiles
 };
 
+// The b rows of accumulator column col (0..127) of tile t: box 0 holds columns 0..63 (b rows
+// from t.b_row0), box 1 columns 64..127 (from t.b_row1): n0 + col without silu, the gate
+// and up rows of output column n0 + col % 64 with it.
+__device__ __forceinline__ int b_row_of(const Tile& t, int col) {
+  return col < Cfg::B_BOX ? t.b_row0 + col : t.b_row1 + col - Cfg::B_BOX;
+}
+
+// The output's factor of accumulator columns 0..63 ([0]) and 64..127 ([1]): 1 for a bf16 c;
+// 1 / c_scale for an e4m3 c (c = e4m3(value / c_scale)), on the up half alone with silu
+// (silu(gate) * up / c_scale). Folded into the scales, so the epilogue stays one rounding.
+__device__ __forceinline__ void output_factors(const Fp8Params& p, float (&f)[2]) {
+  const float inv = p.c_scale ? __frcp_rn(__ldg(p.c_scale)) : 1.f;
+  f[0] = p.silu ? 1.f : inv;
+  f[1] = inv;
+}
+
+// Stores the tile's accumulators (scaled) as bf16 or e4m3 (epilogue.cuh).
+template <class Acc, class Coords>
+__device__ __forceinline__ void store_fp8_tile(const Fp8Params& p, const Acc& acc,
+                                               const Coords& tCcC, const Tile& t, int q) {
+  if (p.c_scale) {
+    store_accumulators<Cfg::BN, Cfg::B_BOX>(acc, tCcC, t, static_cast<__nv_fp8_e4m3*>(p.c), p.n,
+                                            p.silu != 0, q);
+  } else {
+    store_accumulators<Cfg::BN, Cfg::B_BOX>(acc, tCcC, t, static_cast<__nv_bfloat16*>(p.c), p.n,
+                                            p.silu != 0, q);
+  }
+}
+
+// Whether accumulator column col of tile t is an output column < n (else its b row may lie
+// past b, and its scale past b_scale).
+__device__ __forceinline__ bool column_in_range(const Fp8Params& p, const Tile& t, int col) {
+  return (p.silu ? t.n0 + col % Cfg::B_BOX : t.n0 + col) < p.n;
+}
+
+template <bool kBlockScales>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_fp8_grouped_gemm_kernel(const __grid_constant__ Fp8Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -99,7 +155,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int warp_group = threadIdx.x / 128;
   const int G = p.rows.num_groups;
 
-  // Tile schedule from the device counts (no host sync): schedule.cuh.
+  // Tile schedule from the device counts / ends (no host sync): schedule.cuh.
   build_tile_schedule<Cfg::THREADS, BM>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
 
   typename Pipeline::Params pp;
@@ -120,24 +176,35 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       PipelineState write = cutlass::make_producer_start_state<Pipeline>();
       for (int id = blockIdx.x; id < total; id += gridDim.x) {
         const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
-        const bool second_a = t.rows > Cfg::A_BOX;
+        // a rows of the tile: up to 48 valid rows in 16-row boxes, else one or two 64-row
+        // boxes (a decode tile of a few rows loads 16 a rows per stage, not 128). Rows of the
+        // stage no box writes hold an earlier stage's bytes: their outputs are never stored.
+        const int a_small =
+            t.rows <= 3 * Cfg::A_SMALL ? (t.rows + Cfg::A_SMALL - 1) / Cfg::A_SMALL : 0;
+        const int a_big = a_small ? 0 : (t.rows > Cfg::A_BOX ? 2 : 1);
+        const uint32_t a_bytes = a_small ? a_small * Cfg::A_SMALL_BYTES : a_big * Cfg::A_BOX_BYTES;
         for (int kb = 0; kb < k_blocks; ++kb) {
           pipeline.producer_acquire(write);  // expects BASE_TX_BYTES
           // Before any copy of the stage is issued, so its phase cannot complete early.
-          if (second_a) pipeline.producer_expect_transaction(write, Cfg::A_BOX_BYTES);
+          pipeline.producer_expect_transaction(write, a_bytes);
           uint64_t* bar = pipeline.producer_get_barrier(write);
           const int s = write.index();
           const int k0 = kb * BK;
           // Boxes stacked along rows (sm90_fp8_layout_mismatch checks the offsets).
           E4M3* a_box = ss.a + 2 * s * (Cfg::A_BOX * BK);
+          E4M3* b_box = ss.b + 2 * s * (Cfg::B_BOX * BK);
           // Config 2's policies for grouped rows (docs/gemm.md, "FP8 SM90").
           const uint64_t hint_b = b_policy(kb, /*dense_rows=*/false);
-          ptx90::tma_load_3d_hint(ss.b + s * (BN * BK), &p.tma_b, bar, k0, t.b_row0, t.group,
+          ptx90::tma_load_3d_hint(b_box, &p.tma_b, bar, k0, t.b_row0, t.group, hint_b);
+          ptx90::tma_load_3d_hint(b_box + Cfg::B_BOX * BK, &p.tma_b, bar, k0, t.b_row1, t.group,
                                   hint_b);
-          ptx90::tma_load_3d_hint(a_box, &p.tma_a, bar, k0, t.a_row, t.group, kEvictNormal);
-          if (second_a) {
-            ptx90::tma_load_3d_hint(a_box + Cfg::A_BOX * BK, &p.tma_a, bar, k0,
-                                    t.a_row + Cfg::A_BOX, t.group, kEvictNormal);
+          for (int i = 0; i < a_small; ++i) {
+            ptx90::tma_load_3d_hint(a_box + i * (Cfg::A_SMALL * BK), &p.tma_a16, bar, k0,
+                                    t.a_row + i * Cfg::A_SMALL, t.a_l, kEvictNormal);
+          }
+          for (int i = 0; i < a_big; ++i) {
+            ptx90::tma_load_3d_hint(a_box + i * (Cfg::A_BOX * BK), &p.tma_a, bar, k0,
+                                    t.a_row + i * Cfg::A_BOX, t.a_l, kEvictNormal);
           }
           ++write;
         }
@@ -156,7 +223,6 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     Tensor tCrA = thr.make_fragment_A(tCsA);
     Tensor tCrB = thr.make_fragment_B(tCsB);
     Tensor acc = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
-    Tensor blk = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
     Tensor tCcC = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
     constexpr int ACC = decltype(size(acc))::value;
     static_assert(ACC == BM * BN / Cfg::CONSUMER_THREADS, "accumulator fragment size");
@@ -164,7 +230,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
     // wgmma D layout: element i = e + 2 h + 4 j is row r(h) = wg_row0 + 16 (warp % 4) +
     // lane / 4 + 8 h, column 8 j + 2 q + e. Checked once (a CuTe layout change traps).
-    const int wg_row0 = (warp_group - 1) * 64;
+    const int wg = warp_group - 1;
+    const int wg_row0 = wg * 64;
     const int tid = static_cast<int>(threadIdx.x);
     const int q = tid & 3;
     const int row_h[2] = {wg_row0 + 16 * ((tid / 32) % 4) + (tid % 32) / 4,
@@ -176,87 +243,97 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         __trap();
       }
     }
+    const Fp8ScaleIndex& si = p.si;
+    float out_f[2];  // output factors of accumulator columns 0..63, 64..127
+    output_factors(p, out_f);
 
     PipelineState read;
     for (int id = blockIdx.x; id < total; id += gridDim.x) {
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
-      if (wg_row0 >= t.rows) {
-        // No valid row in this half (its a box was not even loaded): keep in step.
-        CUTE_NO_UNROLL
-        for (int kb = 0; kb < k_blocks; ++kb) {
-          pipeline.consumer_wait(read);
-          pipeline.consumer_release(read);
-          ++read;
-        }
-        continue;
-      }
-      const int64_t slab_row = t.c_row;  // group * max_m + first tile row
-      const int n_tile = t.n0 / BN;
-      // Scale rows of this thread's two accumulator rows; rows past the count are never
-      // read (their outputs are not stored).
+      // No valid row in this half (its a box was not even loaded): only keep in step.
+      const bool skip = wg_row0 >= t.rows;
+      // Scale rows of this thread's two accumulator rows (t.c_row: the flattened first row,
+      // as a_scale indexes rows); rows past the count are never read (not stored).
       const float* sa_ptr[2];
       CUTE_UNROLL
       for (int h = 0; h < 2; ++h) {
-        sa_ptr[h] = row_h[h] < t.rows ? p.a_scale + (slab_row + row_h[h]) * p.k_blocks : nullptr;
+        sa_ptr[h] = row_h[h] < t.rows ? p.a_scale + (t.c_row + row_h[h]) * si.a_row : nullptr;
       }
-      const float* sb_ptr =
-          p.b_scale + (static_cast<int64_t>(t.group) * p.n_tiles + n_tile) * p.k_blocks;
-      clear(acc);
-
-      // Scales one k block ahead (registers): their L2 / DRAM latency is hidden behind a
-      // whole stage instead of stalling the promotion.
-      auto load_scales = [&](int kb, float(&s)[3]) {
-        s[0] = __ldg(sb_ptr + kb);
-        CUTE_UNROLL
-        for (int h = 0; h < 2; ++h) s[1 + h] = sa_ptr[h] ? __ldg(sa_ptr[h] + kb) : 0.f;
-      };
-      float next[3];
-      load_scales(0, next);
-      CUTE_NO_UNROLL
-      for (int kb = 0; kb < k_blocks; ++kb) {
-        float s[2] = {next[1] * next[0], next[2] * next[0]};  // a_scale[row h, kb] * b_scale
-        if (kb + 1 < k_blocks) load_scales(kb + 1, next);
-
-        pipeline.consumer_wait(read);
-        warpgroup_fence_operand(blk);
-        warpgroup_arrive();
-        mma.accumulate_ = GMMA::ScaleOut::Zero;
-        CUTE_UNROLL
-        for (int ks = 0; ks < size<2>(tCrA); ++ks) {
-          cute::gemm(mma, tCrA(_, _, ks, read.index()), tCrB(_, _, ks, read.index()), blk);
-          mma.accumulate_ = GMMA::ScaleOut::One;
+      const float* sb_group = p.b_scale + static_cast<int64_t>(t.group) * si.b_group;
+      if constexpr (kBlockScales) {
+        if (skip) {
+          skip_tile_stages<1>(pipeline, read, k_blocks, wg);
+          continue;
         }
-        warpgroup_commit_batch();
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(blk);
-        pipeline.consumer_release(read);
-        ++read;
-
-        CUTE_UNROLL
-        for (int i = 0; i < ACC; ++i) acc(i) = fmaf(blk(i), s[(i >> 1) & 1], acc(i));
-      }
-
-      // Epilogue: 4 groups of 4 8-column blocks per row half; the quad transposes its
-      // pairs so each lane stores one whole block (16 bytes).
-      __nv_bfloat16* c = p.c;
-      const int64_t n = p.n;
-      const int n0 = t.n0;
-      CUTE_UNROLL
-      for (int J = 0; J < BN / 32; ++J) {
-        CUTE_UNROLL
-        for (int h = 0; h < 2; ++h) {
-          float vx[4], vy[4];
+        // The two b boxes' scale rows (each box lies in one 128-row block).
+        const float* sb_ptr[2] = {sb_group + (t.b_row0 / si.b_row_div) * si.b_row,
+                                  sb_group + (t.b_row1 / si.b_row_div) * si.b_row};
+        Tensor blk = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
+        clear(acc);
+        // Scales one k block ahead (registers): their L2 / DRAM latency is hidden behind a
+        // whole stage instead of stalling the promotion.
+        auto load_scales = [&](int kb, float(&s)[4]) {
           CUTE_UNROLL
-          for (int j = 0; j < 4; ++j) {
-            const int i = 16 * J + 4 * j + 2 * h;
-            vx[j] = acc(i);
-            vy[j] = acc(i + 1);
+          for (int x = 0; x < 2; ++x) s[x] = __ldg(sb_ptr[x] + kb * si.b_kb);
+          CUTE_UNROLL
+          for (int h = 0; h < 2; ++h) s[2 + h] = sa_ptr[h] ? __ldg(sa_ptr[h] + kb * si.a_kb) : 0.f;
+        };
+        float next[4];
+        load_scales(0, next);
+        CUTE_NO_UNROLL
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          // s[h][x]: a_scale[row h, kb] * b_scale[box x's block, kb]
+          // (and the output's factor of the box's columns)
+          const float s[2][2] = {{next[2] * next[0] * out_f[0], next[2] * next[1] * out_f[1]},
+                                 {next[3] * next[0] * out_f[0], next[3] * next[1] * out_f[1]}};
+          if (kb + 1 < k_blocks) load_scales(kb + 1, next);
+
+          pipeline.consumer_wait(read);
+          warpgroup_fence_operand(blk);
+          warpgroup_arrive();
+          mma.accumulate_ = GMMA::ScaleOut::Zero;
+          CUTE_UNROLL
+          for (int ks = 0; ks < size<2>(tCrA); ++ks) {
+            cute::gemm(mma, tCrA(_, _, ks, read.index()), tCrB(_, _, ks, read.index()), blk);
+            mma.accumulate_ = GMMA::ScaleOut::One;
           }
-          const int r = row_h[h];
-          const int64_t out_col = n0 + 32 * J + 8 * q;
-          const bool ok = r < t.rows && out_col < n;
-          store_4_blocks<__nv_bfloat16>(c + (slab_row + r) * n + n0 + 32 * J, vx, vy, q, ok);
+          warpgroup_commit_batch();
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(blk);
+          pipeline.consumer_release(read);
+          ++read;
+
+          // Columns 0..63 (i < ACC / 2) come from b box 0, 64..127 from box 1.
+          CUTE_UNROLL
+          for (int i = 0; i < ACC; ++i) {
+            acc(i) = fmaf(blk(i), s[(i >> 1) & 1][i >= ACC / 2], acc(i));
+          }
         }
+        store_fp8_tile(p, acc, tCcC, t, q);
+      } else {
+        if (!consume_tile<1>(mma, tCrA, tCrB, acc, pipeline, read, k_blocks, skip, wg)) continue;
+        // One scale per (row, b row) after the whole k, into a copy (acc stays defined by
+        // wgmmas alone: ptxas serializes them otherwise, C7515).
+        Tensor scaled = make_fragment_like(acc);
+        float sa[2];
+        CUTE_UNROLL
+        for (int h = 0; h < 2; ++h) sa[h] = sa_ptr[h] ? __ldg(sa_ptr[h]) : 0.f;
+        CUTE_UNROLL
+        for (int j = 0; j < ACC / 4; ++j) {
+          CUTE_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            const int col = 8 * j + 2 * q + e;
+            const float sb =
+                column_in_range(p, t, col)
+                    ? __ldg(sb_group + static_cast<int64_t>(b_row_of(t, col)) * si.b_row) *
+                          out_f[col >= Cfg::B_BOX]
+                    : 0.f;
+            CUTE_UNROLL
+            for (int h = 0; h < 2; ++h)
+              scaled(4 * j + 2 * h + e) = acc(4 * j + 2 * h + e) * (sa[h] * sb);
+          }
+        }
+        store_fp8_tile(p, scaled, tCcC, t, q);
       }
     }
   }
@@ -268,9 +345,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 namespace moekit::detail {
 
 // Host check of the layout facts the kernel relies on (tests/test_gemm.cpp runs it on
-// the CPU): the a stage seen as two 64-row TMA boxes is byte for byte the 128-row
-// wgmma operand, box i starting i A_BOX x BK elements in (as the producer addresses it),
-// and thread ctid's accumulator element i is row wg_row0 + 16 (warp % 4)
+// the CPU): the a (and b: the same layout) stage seen as two 64-row TMA boxes is byte
+// for byte the 128-row wgmma operand, box i starting i A_BOX x BK elements in (as the producer
+// addresses it), and thread ctid's accumulator element i is row wg_row0 + 16 (warp % 4)
 // + lane / 4 + 8 h, column 8 j + 2 q + e (i = e + 2 h + 4 j), as the promotion and the
 // epilogue index it.
 std::string sm90_fp8_layout_mismatch() {
@@ -278,15 +355,20 @@ std::string sm90_fp8_layout_mismatch() {
   using gemm::sm90fp8::Cfg;
   const Cfg::SmemLayoutA a{};
   const Cfg::SmemLayoutABoxes boxes{};
+  const Cfg::SmemLayoutASmall small{};
+  constexpr int kSmallPerStage = Cfg::BM / Cfg::A_SMALL;
   for (int s = 0; s < Cfg::STAGES; ++s)
     for (int r = 0; r < Cfg::BM; ++r)
       for (int k = 0; k < Cfg::BK; ++k) {
         const int box = 2 * s + r / Cfg::A_BOX;
+        const int sbox = kSmallPerStage * s + r / Cfg::A_SMALL;
         const int x = a(r, k, s), y = boxes(r % Cfg::A_BOX, k, box);
-        if (x != y || boxes(0, 0, box) != box * Cfg::A_BOX * Cfg::BK) {
+        const int z = small(r % Cfg::A_SMALL, k, sbox);
+        if (x != y || boxes(0, 0, box) != box * Cfg::A_BOX * Cfg::BK || x != z ||
+            small(0, 0, sbox) != sbox * Cfg::A_SMALL * Cfg::BK) {
           return "a smem: stage " + std::to_string(s) + " row " + std::to_string(r) + " k " +
-                 std::to_string(k) + ": wgmma offset " + std::to_string(x) + ", TMA box offset " +
-                 std::to_string(y);
+                 std::to_string(k) + ": wgmma offset " + std::to_string(x) + ", TMA box offsets " +
+                 std::to_string(y) + " (64 rows), " + std::to_string(z) + " (16 rows)";
         }
       }
   Cfg::TiledMma mma;
@@ -311,10 +393,12 @@ std::string sm90_fp8_layout_mismatch() {
 
 bool sm90_fp8_supports(const GroupedGemmFP8Problem& prob) {
   using gemm::sm90fp8::Cfg;
+  const bool silu = prob.activation == Activation::kSiluAndMul;
+  const int64_t b_rows = silu ? 2 * prob.n : prob.n;
+  const int64_t a_rows = prob.contiguous ? prob.m : prob.max_m;
   // TMA needs a non-empty k extent; coordinates and tile ids are 32-bit.
   return prob.k > 0 && prob.num_groups <= Cfg::MAX_GROUPS && prob.k <= INT_MAX &&
-         prob.n <= INT_MAX && prob.max_m <= INT_MAX &&
-         prob.max_m * static_cast<int64_t>(prob.num_groups) <= INT_MAX;
+         b_rows <= INT_MAX && a_rows <= INT_MAX && fp8_total_rows(prob) <= INT_MAX;
 }
 
 void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_t stream) {
@@ -323,31 +407,44 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   if (!sm90_fp8_supports(prob)) {
     throw Error(std::string("moekit::") + op + ": problem outside the SM90 FP8 config's limits");
   }
+  const bool silu = prob.activation == Activation::kSiluAndMul;
   const int64_t G = prob.num_groups;
-  const int64_t n_tiles = (prob.n + Cfg::BN - 1) / Cfg::BN;
-  const int64_t tiles = G * ((prob.max_m + Cfg::BM - 1) / Cfg::BM) * n_tiles;
+  const int64_t b_rows = silu ? 2 * prob.n : prob.n;
+  const int64_t out_cols = silu ? Cfg::B_BOX : Cfg::BN;  // output columns per tile
+  const int64_t n_tiles = (prob.n + out_cols - 1) / out_cols;
+  Fp8Params p;
+  p.rows.mode = prob.contiguous ? gemm::kRowsContiguous : gemm::kRowsMasked;
+  p.rows.num_groups = static_cast<int>(G);
+  p.rows.meta = prob.layout_metadata;
+  p.rows.alignment = prob.alignment;
+  p.rows.total_rows = prob.contiguous ? prob.m : 0;
+  p.rows.max_m = prob.contiguous ? 0 : prob.max_m;
+  const int64_t tiles = gemm::max_tiles(p.rows, Cfg::BM, static_cast<int>(n_tiles));
   if (tiles <= 0) return;
   if (tiles > INT_MAX) {
     throw Error(std::string("moekit::") + op + ": problem too large for the SM90 FP8 config");
   }
-  Fp8Params p;
-  p.tma_a = make_tma<Cfg>(static_cast<const E4M3*>(prob.a), prob.max_m, prob.k, G, Cfg::A_BOX);
-  p.tma_b = make_tma<Cfg>(static_cast<const E4M3*>(prob.b), prob.n, prob.k, G, Cfg::BN);
+  // a as (max_m, k, G) masked, (P, k, 1) contiguous (locate_tile's a_row / a_l).
+  const int64_t a_rows = prob.contiguous ? prob.m : prob.max_m;
+  const int64_t a_l = prob.contiguous ? 1 : G;
+  p.tma_a = make_tma<Cfg>(static_cast<const E4M3*>(prob.a), a_rows, prob.k, a_l, Cfg::A_BOX);
+  p.tma_a16 = make_tma<Cfg>(static_cast<const E4M3*>(prob.a), a_rows, prob.k, a_l, Cfg::A_SMALL);
+  p.tma_b = make_tma<Cfg>(static_cast<const E4M3*>(prob.b), b_rows, prob.k, G, Cfg::B_BOX);
   p.a_scale = prob.a_scale;
   p.b_scale = prob.b_scale;
-  p.c = static_cast<__nv_bfloat16*>(prob.c);
-  p.rows.mode = gemm::kRowsMasked;
-  p.rows.num_groups = static_cast<int>(G);
-  p.rows.meta = prob.layout_metadata;
-  p.rows.max_m = prob.max_m;
-  p.max_m = static_cast<int>(prob.max_m);
+  p.si = fp8_scale_index(prob.scales, b_rows, prob.k);
+  p.c = prob.c;
+  p.c_scale = prob.c_scale;
   p.n = static_cast<int>(prob.n);
   p.k = static_cast<int>(prob.k);
+  p.silu = silu ? 1 : 0;
   p.k_blocks = static_cast<int>((prob.k + Cfg::BK - 1) / Cfg::BK);
   p.n_tiles = static_cast<int>(n_tiles);
   p.tile_bound = static_cast<int>(tiles);
   const int smem = static_cast<int>(sizeof(Fp8Storage));
-  auto kernel = sm90_fp8_grouped_gemm_kernel;
+  // Block scales promote every 128 k; per-channel / per-tensor scale once (consume_tile).
+  auto kernel = prob.scales == Fp8Scales::kBlock ? sm90_fp8_grouped_gemm_kernel<true>
+                                                 : sm90_fp8_grouped_gemm_kernel<false>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   const int64_t sms = device_props().sms;
   const int64_t grid = tiles < sms ? tiles : sms;

@@ -160,6 +160,21 @@ __device__ __forceinline__ void pair_warpgroup_sync(int wg) {
   if constexpr (CLUSTER > 1) cutlass::arch::NamedBarrier::sync(128, wg);
 }
 
+// Waits for and releases a tile's k_tiles stages from `read` without reading them: a
+// warpgroup with nothing to compute keeps the pipeline in step (paired: with its own warps
+// too, pair_warpgroup_sync).
+template <int CLUSTER, class Pipeline, class State>
+__device__ __forceinline__ void skip_tile_stages(Pipeline& pipeline, State& read, int k_tiles,
+                                                 int wg) {
+  CUTE_NO_UNROLL
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    pipeline.consumer_wait(read);
+    pair_warpgroup_sync<CLUSTER>(wg);
+    pipeline.consumer_release(read);
+    ++read;
+  }
+}
+
 // Issues one tile's wgmmas over k_tiles >= 1 pipeline stages starting at `read`, keeping
 // one wgmma batch in flight: stage kt's batch is issued before stage kt-1's shared memory
 // is released. On return every batch is issued and all but the last have completed;
@@ -207,13 +222,7 @@ __device__ __forceinline__ bool consume_tile(Mma& mma, FragA& tCrA, FragB& tCrB,
                                              Pipeline& pipeline, State& read, int k_tiles,
                                              bool skip, int wg) {
   if (skip) {
-    CUTE_NO_UNROLL
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      pipeline.consumer_wait(read);
-      pair_warpgroup_sync<CLUSTER>(wg);
-      pipeline.consumer_release(read);
-      ++read;
-    }
+    skip_tile_stages<CLUSTER>(pipeline, read, k_tiles, wg);
     return false;
   }
   const State release = issue_tile_wgmmas(mma, tCrA, tCrB, acc, pipeline, read, k_tiles);
