@@ -1,8 +1,9 @@
 // Quantized weights (moekit/quant.h) on the CPU: every rejection of a WeightQuant that does
 // not fit the weights (scheme vs dtype, scale dtypes and shapes, K not a multiple of the
-// block, static activation scales off per-tensor, FP8 weights on paths without a FP8 kernel),
-// with the exact argument and message; the plans FP8 weights get; and valid FP8 calls
-// getting through every check to the launch target on a machine without a GPU.
+// block, static activation scales off per-tensor, plans that cannot run FP8 weights), with
+// the exact argument and message; the plans FP8 weights get (past the decode kernels the
+// FP8 GEMMs, refused off sm_90 devices); and valid FP8 calls getting through every check to
+// the launch target on a machine without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "bad_inputs_table.h"
+#include "core/device.h"
 #include "moekit/moekit.h"
 
 namespace moekit {
@@ -138,28 +140,56 @@ std::vector<Row<FusedMoEExpertsArgs>> quant_rows() {
   };
 }
 
+// A forced sorted plan with a bf16 expert-MLP plan (the chain): FP8 weights run two FP8 GEMMs.
+const LayerPlan* sorted_chain_plan() {
+  static LayerPlan plan = [] {
+    LayerPlan p;
+    p.routed = RoutedPath::kSorted;
+    p.experts.path = MlpPath::kChain;
+    return p;
+  }();
+  return &plan;
+}
+
+// Past the decode kernels FP8 weights run the FP8 GEMMs, on sm_90 devices only: `query` (a
+// plan or workspace query, no launch) plans them there, and elsewhere is refused saying so.
+void expect_fp8_gemms_or_refusal(const std::function<void()>& query) {
+  if (detail::device_props().sm90()) {
+    EXPECT_NO_THROW(query());
+    return;
+  }
+  try {
+    query();
+    ADD_FAILURE() << "no error without an sm_90 device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp8_sm90 needs an sm_90 device"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(QuantBadInputs, IndexedExpertMlp) {
   auto rows = quant_rows();
-  rows.push_back({"sorted path",
-                  [](auto& a) { fp8_experts(a, QuantScheme::kFp8Block128, 65, kH, kF); },
-                  "w_gate_up", "FP8 weights on a path that runs them (the direct path: T <= 64",
-                  "FP8 weights on the sorted path (taken because the direct path cannot run T = 65 "
-                  "> 64): FP8 weights past the decode kernels need the contiguous FP8 grouped "
-                  "GEMM"});
+  rows.push_back({"plan", [](auto& a) { a.plan = sorted_chain_plan(); }, "plan",
+                  "a plan that can run these arguments",
+                  "(the FP8 expert MLP: FP8 weights run two FP8 GEMMs (twogemms), not chain"});
   run_table<FusedMoEExpertsArgs>(
       "indexed_expert_mlp", fp8_experts_valid,
       [](const IndexedExpertMLPArgs& a) { indexed_expert_mlp(a, nullptr); }, rows);
+  FusedMoEExpertsArgs past = fp8_experts_valid();
+  fp8_experts(past, QuantScheme::kFp8Block128, 65, kH, kF);
+  expect_fp8_gemms_or_refusal([&] { indexed_expert_mlp_workspace_size(past); });
 }
 
-TEST(QuantBadInputs, FusedMoeExpertsRunsOnlyTheSortedPath) {
+TEST(QuantBadInputs, FusedMoeExpertsRunsTheFp8Gemms) {
   run_table<FusedMoEExpertsArgs>(
       "fused_moe_experts", fp8_experts_valid,
       [](const FusedMoEExpertsArgs& a) { fused_moe_experts(a, nullptr); },
-      {{"sorted path", [](auto&) {}, "w_gate_up", "FP8 weights on a path that runs them",
-        "FP8 weights on the sorted path (taken because fused_moe_experts and moe_expert_mlp run "
-        "only the sorted path)"}});
-  EXPECT_THROW(plan_fused_moe_experts(fp8_experts_valid()), Error);
-  EXPECT_TRUE(fused_moe_experts_plan_candidates(fp8_experts_valid()).empty());
+      {{"plan", [](auto& a) { a.plan = sorted_chain_plan(); }, "plan",
+        "a plan that can run these arguments", "FP8 weights run two FP8 GEMMs (twogemms)"}});
+  expect_fp8_gemms_or_refusal([] { plan_fused_moe_experts(fp8_experts_valid()); });
+  const auto candidates = fused_moe_experts_plan_candidates(fp8_experts_valid());
+  EXPECT_EQ(candidates.empty(), !detail::device_props().sm90());
+  for (const LayerPlan& c : candidates) EXPECT_EQ(c.experts.path, MlpPath::kTwoGemms);
 }
 
 // moe_expert_mlp's and shared_expert_mlp's valid FP8 arguments under `scheme`.
@@ -186,14 +216,29 @@ SharedExpertMLPArgs fp8_dense_valid(QuantScheme scheme) {
   return a;
 }
 
-TEST(QuantBadInputs, ExpertMlpNeedsTheFp8Gemm) {
+TEST(QuantBadInputs, ExpertMlpRunsTheFp8Gemms) {
   const auto valid = [] { return fp8_expert_mlp_valid(QuantScheme::kFp8PerChannel); };
-  run_table<ExpertMLPArgs>("moe_expert_mlp", valid,
-                           [](const ExpertMLPArgs& a) { moe_expert_mlp(a, nullptr); },
-                           {{"sorted path", [](auto&) {}, "w_gate_up",
-                             "bf16 / f16 weights (FP8 weights past the decode kernels need the "
-                             "contiguous FP8 grouped GEMM",
-                             "fp8e4m3[8, 256, 256] with quant.scheme fp8_per_channel"}});
+  static MlpPlan chain;
+  chain.path = MlpPath::kChain;
+  run_table<ExpertMLPArgs>(
+      "moe_expert_mlp", valid, [](const ExpertMLPArgs& a) { moe_expert_mlp(a, nullptr); },
+      {{"dtype",
+        [](auto& a) {
+          a.expert_input.dtype = kF16;
+          a.expert_output.dtype = kF16;
+        },
+        "expert_input",
+        "bf16 with FP8 weights (quant.scheme fp8_per_channel: the FP8 GEMMs write "
+        "bf16 rows)",
+        "f16[16, 256]"},
+       {"scale shape",
+        [](auto& a) {
+          a.quant.w_down_scale = fake(kF32, {8, 128});
+        },
+        "quant.w_down_scale", "shape [8, 256]", "f32[8, 128]"},
+       {"plan", [](auto& a) { a.plan = &chain; }, "plan", "a plan that can run these arguments",
+        "FP8 weights run two FP8 GEMMs (twogemms), not chain"}});
+  expect_fp8_gemms_or_refusal([&] { plan_expert_mlp(valid()); });
 }
 
 FusedMoESharedExpertArgs fp8_layer_valid() {
@@ -227,13 +272,6 @@ TEST(QuantBadInputs, FusedMoeSharedExpert) {
          a.shared_w_down = TensorView{};
        },
        "shared_quant", "scheme none without shared weights", "scheme fp8_per_channel"},
-      {"sorted path",
-       [](auto& a) {
-         a.moe.hidden_states = fake(kBF, {65, kH});
-         a.moe.gating_output = fake(kF32, {65, kE});
-         a.moe.output = fake(kBF, {65, kH});
-       },
-       "w_gate_up", "FP8 weights on a path that runs them", "T = 65 > 64"},
       {"plan",
        [](auto& a) {
          static LayerPlan sorted;
@@ -241,30 +279,21 @@ TEST(QuantBadInputs, FusedMoeSharedExpert) {
          a.moe.plan = &sorted;
        },
        "plan", "a plan that can run these arguments",
-       "FP8 weights on the sorted path: FP8 weights past the decode kernels"},
+       "(the FP8 expert MLP: the FP8 gate_up GEMM: decode runs bf16 / f16 inputs only)"},
   };
   run_table<FusedMoESharedExpertArgs>(
       "fused_moe_shared_expert", fp8_layer_valid,
       [](const FusedMoESharedExpertArgs& a) { fused_moe_shared_expert(a, nullptr); }, rows);
-  // Only the shared expert in FP8, past T = 64: the routed part runs sorted in bf16, the
-  // shared expert has no FP8 path there.
+  // Past T = 64: both FP8 parts on the FP8 GEMMs; the shared expert alone in FP8 too.
   FusedMoESharedExpertArgs a = fp8_layer_valid();
   a.moe.hidden_states = fake(kBF, {65, kH});
   a.moe.gating_output = fake(kF32, {65, kE});
   a.moe.output = fake(kBF, {65, kH});
+  expect_fp8_gemms_or_refusal([&] { fused_moe_shared_expert_workspace_size(a); });
   a.moe.w_gate_up.dtype = kBF;
   a.moe.w_down.dtype = kBF;
   a.moe.quant = WeightQuant{};
-  try {
-    fused_moe_shared_expert_workspace_size(a);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("argument 'shared_w_gate_up'"), std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("the shared expert: FP8 weights at T = 65 > 64"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_fp8_gemms_or_refusal([&] { fused_moe_shared_expert_workspace_size(a); });
 }
 
 TEST(QuantBadInputs, SharedExpertMlp) {
@@ -277,13 +306,6 @@ TEST(QuantBadInputs, SharedExpertMlp) {
           a.quant.w_gate_up_scale = fake(kF32, {8, 2, 2});
         },
         "quant.w_gate_up_scale", "shape [2, 2]", "f32[8, 2, 2]"},
-       {"tokens",
-        [](auto& a) {
-          a.hidden_states = fake(kBF, {65, kH});
-          a.output = fake(kBF, {65, kH});
-        },
-        "w_gate_up", "FP8 weights on the FP8 decode kernel (T <= 64)",
-        "FP8 weights at T = 65 > 64 (past the FP8 decode kernel)"},
        {"plan",
         [](auto& a) {
           static MlpPlan gemv;
@@ -291,7 +313,11 @@ TEST(QuantBadInputs, SharedExpertMlp) {
           a.plan = &gemv;
         },
         "plan", "a plan that can run these arguments",
-        "FP8 weights run on the FP8 decode kernel"}});
+        "FP8 weights at T <= 64 run on the FP8 decode kernel"}});
+  SharedExpertMLPArgs past = valid();
+  past.hidden_states = fake(kBF, {65, kH});
+  past.output = fake(kBF, {65, kH});
+  expect_fp8_gemms_or_refusal([&] { shared_expert_mlp_workspace_size(past); });
   EXPECT_EQ(to_string(plan_shared_expert_mlp(valid())),
             to_string(shared_expert_mlp_plan_candidates(valid()).at(0)));
 }

@@ -68,10 +68,13 @@ def test_bad_quantization_gives_the_cpp_message(kw, arg, expected):
     assert expected in msg, msg
 
 
-def test_fp8_past_the_decode_kernels_says_why():
+def test_fp8_past_the_decode_kernels_needs_sm90():
+    """Past T = 64 FP8 weights run the FP8 GEMMs: sized on an sm_90 device, else refused."""
     args, q = experts(T=65)
-    with pytest.raises(moekit.MoekitError, match="contiguous FP8 grouped GEMM"):
-        raw.indexed_expert_mlp_workspace_size(*args, **q)
+    try:
+        assert raw.indexed_expert_mlp_workspace_size(*args, **q) > 0
+    except moekit.MoekitError as e:
+        assert "fp8_sm90 needs an sm_90 device" in str(e), str(e)
 
 
 def test_shared_expert_quantization():

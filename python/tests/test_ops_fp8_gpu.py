@@ -2,7 +2,8 @@
 an sm_90 GPU: every scheme through indexed_expert_mlp, fused_moe_shared_expert and
 shared_expert_mlp against a float32 reference on the dequantized weights (the decode kernels
 do not quantize activations: bf16's tolerance); with the engine inputs (expert_map, int64
-ids, apply_router_weight_on_input); torch.compile's fake implementations.
+ids, apply_router_weight_on_input); past 64 tokens the FP8 GEMMs against a reference that
+quantizes the activations as they do (fp8 tolerance); torch.compile's fake implementations.
 Skipped, saying why, without such a GPU."""
 
 import math
@@ -148,19 +149,58 @@ def test_indexed_expert_mlp_fp8_engine_inputs(scheme):
     close(got1, experts_ref(scaled, d13, d2, torch.ones_like(w1), ids1))
 
 
-@pytest.mark.parametrize("T,extra,match", [
-    (65, {}, "contiguous FP8 grouped GEMM"),
-    (3, {"activation": "gelu"}, "argument 'activation': expected silu_and_mul with FP8 weights"),
-])  # fmt: skip
-def test_fp8_refusals_raise(T, extra, match):
-    """Past the decode kernels; another activation than silu (the FP8 kernels' only one)."""
+def test_fp8_with_another_activation_raises():
     g = torch.Generator(device=DEVICE).manual_seed(3)
-    E, H, F = 4, 128, 128
+    E, H, F, T = 4, 128, 128, 3
     x = torch.randn((T, H), generator=g, device=DEVICE).to(bf16)
     q13, s13, _ = quantized(E, 2 * F, H, "fp8_block128", g)
     q2, s2, _ = quantized(E, H, F, "fp8_block128", g)
     w = torch.rand((T, 2), generator=g, device=DEVICE)
     ids = torch.randint(0, E, (T, 2), generator=g, device=DEVICE).to(i32)
-    with pytest.raises(moekit.MoekitError, match=match):
-        moekit.indexed_expert_mlp(x, q13, q2, w, ids, weight_quant="fp8_block128",
-                                  w_gate_up_scale=s13, w_down_scale=s2, **extra)  # fmt: skip
+    with pytest.raises(moekit.MoekitError,
+                       match="argument 'activation': expected silu_and_mul with FP8 weights"):
+        moekit.indexed_expert_mlp(x, q13, q2, w, ids, activation="gelu",
+                                  weight_quant="fp8_block128", w_gate_up_scale=s13,
+                                  w_down_scale=s2)  # fmt: skip
+
+
+def quant_act(a, scheme):
+    """a (rows x cols) quantized to e4m3 and back as the FP8 GEMM paths do: scales
+    max(amax, 1e-10) / 448 per 128 columns (blocks), per row (channel) or over a (tensor)."""
+    a = a.float()
+    if scheme == "fp8_per_tensor":
+        groups = a.reshape(1, -1)
+    elif scheme == "fp8_per_channel":
+        groups = a
+    else:
+        groups = a.reshape(a.shape[0] * (a.shape[1] // 128), 128)
+    s = groups.abs().amax(dim=1, keepdim=True).clamp(min=1e-10) / 448.0
+    q = (groups / s).clamp(-448, 448).to(torch.float8_e4m3fn).float() * s
+    return q.reshape(a.shape)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_indexed_expert_mlp_fp8_past_the_decode_kernels(scheme):
+    """T = 65 and 300: the sorted path's FP8 GEMMs, activations quantized by the scheme."""
+    g = torch.Generator(device=DEVICE).manual_seed(8)
+    E, H, F, K = 9, 256, 128, 4
+    q13, s13, d13 = quantized(E, 2 * F, H, scheme, g)
+    q2, s2, d2 = quantized(E, H, F, scheme, g)
+    for T in (65, 300):
+        x = torch.randn((T, H), generator=g, device=DEVICE).to(bf16)
+        w = torch.rand((T, K), generator=g, device=DEVICE)
+        ids = torch.randint(-1, E, (T, K), generator=g, device=DEVICE).to(i32)
+        got = moekit.indexed_expert_mlp(x, q13, q2, w, ids, weight_quant=scheme,
+                                        w_gate_up_scale=s13, w_down_scale=s2)  # fmt: skip
+        xq = quant_act(x, scheme)
+        valid = [(t, k) for t in range(T) for k in range(K) if 0 <= int(ids[t, k]) < E]
+        acts = torch.stack([
+            (lambda h: (torch.nn.functional.silu(h[:F]) * h[F:]).to(bf16).float())(
+                d13[int(ids[t, k])] @ xq[t]) for t, k in valid])  # fmt: skip
+        acts = quant_act(acts, scheme)
+        ref = torch.zeros((T, H), dtype=f32, device=DEVICE)
+        for i, (t, k) in enumerate(valid):
+            ref[t] += w[t, k] * (d2[int(ids[t, k])] @ acts[i])
+        assert torch.isfinite(got).all()
+        rel = ((got.float() - ref).norm() / ref.norm()).item()
+        assert rel < 3e-2, (T, rel)

@@ -6,6 +6,7 @@
 
 #include "gemm/gemm_planner.h"
 #include "moe/engine_inputs.h"
+#include "moe/fp8_mlp.h"
 #include "moe/layer_planner.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
@@ -32,13 +33,14 @@ struct RoutedBuffers {
   void* act = nullptr;    // [T*K, F] dtype, row = route
   float* down = nullptr;  // [T*K, H] f32, row = route
   // permuted path
-  void* permuted = nullptr;  // [P, H] dtype; reused as the expert output
+  void* permuted = nullptr;  // [P, H] dtype (FP8: e4m3 rows); reused as the expert output
   void* perm_act = nullptr;  // [P, F] dtype
   int32_t* layout_metadata = nullptr;
   int32_t* inverse = nullptr;  // [T*K]
   Workspace pre_ws;
   void* tile_counters = nullptr;  // kExpertMlpCounterBytes
   float* pre = nullptr;           // general path: [P, general_pre_cols] f32
+  Fp8MlpBuffers fp8;              // FP8 weights: the FP8 MLP's (instead of perm_act, counters)
 };
 
 PrePermuteArgs pre_permute_args(const MoEShapes& s, const void* hidden, const int32_t* ids,
@@ -65,16 +67,74 @@ RoutedBuffers carve_routed(const MoEShapes& s, RoutedPath routed, WorkspaceCarve
     return b;
   }
   const int64_t P = sorted_rows(s);
+  const bool fp8 = quantized(s.quant);
+  // FP8: the e4m3 rows, then (once the gate/up GEMM has read them) the bf16 expert output.
   b.permuted = ws.take(elems_bytes(P * s.H, s.dtype));
-  b.perm_act = ws.take(elems_bytes(P * s.F, s.dtype));
+  if (!fp8) b.perm_act = ws.take(elems_bytes(P * s.F, s.dtype));
   b.layout_metadata = static_cast<int32_t*>(ws.take(elems_bytes(s.E, DType::kI32)));
   b.inverse = static_cast<int32_t*>(ws.take(elems_bytes(R, DType::kI32)));
   const size_t pre_bytes = pre_permute_workspace_size(pre_permute_args(s, nullptr, nullptr, b));
   b.pre_ws.data = pre_bytes ? ws.take(pre_bytes) : nullptr;
   b.pre_ws.bytes = pre_bytes;
+  if (fp8) {
+    b.fp8 = carve_fp8_mlp(sorted_fp8_shapes(s), /*dense=*/false, ws);
+    return b;
+  }
   b.tile_counters = ws.take(kExpertMlpCounterBytes);
   b.pre = take_general_pre(ws, s.mlp, P, s.F, s.H, /*out_f32=*/false);
   return b;
+}
+
+// The sorted path with FP8 weights: the FP8 pre-permute (rows quantized by the scheme), the
+// FP8 MLP (fp8_mlp.h) into bf16 rows over the permuted input, the combine.
+void run_sorted_fp8(const RoutedExperts& p, const RoutedBuffers& b, CombineProblem comb,
+                    cudaStream_t stream) {
+  const MoEShapes& s = p.s;
+  Fp8MlpShapes fs = sorted_fp8_shapes(s);
+  fs.static_in = p.scales.a_gate_up != nullptr;
+  fs.static_act = p.scales.a_down != nullptr;
+  PrePermuteFp8Launch l;
+  l.routes.hidden = p.hidden;
+  l.routes.ids = p.topk_ids;
+  l.routes.num_routes = static_cast<int>(s.T * s.K);
+  l.routes.top_k = static_cast<int>(s.K);
+  l.routes.num_experts = static_cast<int>(s.E);
+  l.routes.alignment = kSortedAlignment;
+  l.routes.permuted = b.permuted;
+  l.routes.layout_metadata = b.layout_metadata;
+  l.routes.inverse_indices = b.inverse;
+  l.routes.workspace = b.pre_ws.data;
+  l.dtype = s.dtype;
+  l.num_tokens = s.T;
+  l.hidden_size = s.H;
+  l.mode = fp8_act_scales(s.quant);
+  if (l.mode != Fp8ActScales::kPerTensor) {
+    l.permuted_scales = b.fp8.in_scales;
+  } else if (fs.static_in) {
+    l.tensor_scale = p.scales.a_gate_up;
+  } else {  // dynamic: max |x| over the T rows the routes read
+    launch_fp8_tensor_scale(p.hidden, s.dtype, s.T, s.H, {}, b.fp8.amax, b.fp8.in_scales, stream);
+    l.tensor_scale = b.fp8.in_scales;
+  }
+  launch_pre_permute_fp8(l, stream);
+  Fp8MlpRun r;
+  r.s = fs;
+  r.plan = p.experts;
+  r.q_in = b.permuted;
+  r.layout_metadata = b.layout_metadata;
+  r.w_gate_up = p.w_gate_up;
+  r.w_down = p.w_down;
+  r.scales = p.scales;
+  r.in_scale = p.scales.a_gate_up;
+  r.act_scale = p.scales.a_down;
+  r.b = b.fp8;
+  r.out = b.permuted;  // the e4m3 rows are dead once the gate/up GEMM has run
+  run_fp8_mlp(r, stream);
+  comb.rows_dtype = DType::kBF16;
+  comb.rows = b.permuted;
+  comb.num_rows = fs.P;
+  comb.inverse = b.inverse;
+  launch_combine(comb, stream);
 }
 
 }  // namespace
@@ -117,8 +177,10 @@ void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_
     launch_combine(comb, stream);
     return;
   }
-  // HOOK (issue 31, weight_quant.h): the contiguous FP8 grouped GEMMs run FP8 weights here.
-  if (quantized(s.quant)) throw Error("moekit: internal: " + fp8_gemm_rejection());
+  if (quantized(s.quant)) {
+    run_sorted_fp8(p, b, comb, stream);
+    return;
+  }
   const PrePermuteArgs pre = pre_permute_args(s, p.hidden, p.topk_ids, b);
   moe_pre_permute(pre, stream);
   const int64_t P = pre.permuted.size(0);
@@ -431,12 +493,13 @@ std::vector<LayerPlan> indexed_expert_mlp_plan_candidates(const IndexedExpertMLP
 namespace {
 
 struct LayerBuffers {
-  float* topk_weights = nullptr;   // [T, K]
-  int32_t* topk_ids = nullptr;     // [T, K]
-  void* shared_act = nullptr;      // [T, S] dtype (shared expert only)
-  float* shared_out = nullptr;     // [T, H] f32 (shared expert only)
-  void* shared_scratch = nullptr;  // the shared MLP's stream-K scratch, if it takes that path
-  float* shared_pre = nullptr;     // its general path's f32 pre-activations
+  float* topk_weights = nullptr;        // [T, K]
+  int32_t* topk_ids = nullptr;          // [T, K]
+  void* shared_act = nullptr;           // [T, S] dtype (shared expert only)
+  float* shared_out = nullptr;          // [T, H] f32 (shared expert only)
+  void* shared_scratch = nullptr;       // the shared MLP's stream-K scratch, if it takes that path
+  float* shared_pre = nullptr;          // its general path's f32 pre-activations
+  detail::SharedMlpBuffers shared_fp8;  // FP8 shared weights past the decode kernel
 };
 
 // The shared expert: its width S (0: none), its activation and biases, its weights' scheme.
@@ -461,6 +524,7 @@ LayerBuffers carve_layer(const detail::MoEShapes& s, const SharedShape& sh, Engi
     b.shared_out = static_cast<float*>(ws.take(static_cast<size_t>(s.T * s.H) * 4));
     b.shared_scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, S);
     b.shared_pre = detail::take_general_pre(ws, sh.mlp, s.T, S, s.H, /*out_f32=*/true);
+    detail::carve_shared_fp8(s, S, sh.quant, DType::kF32, b.shared_fp8, ws);
   }
   return b;
 }
@@ -651,7 +715,7 @@ void run_layer(const char* op, const FusedMoEArgs& a, const LayerPlan& plan,
     w.scales = detail::weight_scales(shared->shared_quant);
     w.mlp = sh.mlp;
     w.biases = detail::mlp_biases(shared->shared_gate_up_bias, shared->shared_down_bias);
-    detail::SharedMlpBuffers sb;
+    detail::SharedMlpBuffers sb = b.shared_fp8;
     sb.act = b.shared_act;
     sb.scratch = b.shared_scratch;
     sb.pre = b.shared_pre;

@@ -129,7 +129,7 @@ void launch_direct_fp8_down(const MoEShapes& s, const void* act, const void* w_d
 // [0, num_rows)), else r itself (valid when topk_ids[r] is in [0, E)).
 struct CombineProblem {
   DType out_dtype = DType::kBF16;
-  DType rows_dtype = DType::kBF16;  // out_dtype or f32
+  DType rows_dtype = DType::kBF16;  // out_dtype, f32, or bf16 (the FP8 GEMMs' rows)
   const void* rows = nullptr;
   int64_t num_rows = 0;
   const int32_t* inverse = nullptr;

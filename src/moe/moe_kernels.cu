@@ -272,6 +272,12 @@ void launch_combine(const CombineProblem& p, cudaStream_t stream) {
           static_cast<const float*>(p.rows), p.num_rows, p.inverse, p.topk_ids,
           static_cast<int>(p.E), p.topk_weights, p.addend, static_cast<scalar_t*>(p.out), p.T,
           static_cast<int>(p.K), p.H);
+    } else if (p.rows_dtype == DType::kBF16 && p.out_dtype != DType::kBF16) {
+      // The FP8 GEMMs' bf16 rows under an f16 output.
+      combine_kernel<scalar_t, __nv_bfloat16><<<grid, kCombineThreads, 0, stream>>>(
+          static_cast<const __nv_bfloat16*>(p.rows), p.num_rows, p.inverse, p.topk_ids,
+          static_cast<int>(p.E), p.topk_weights, p.addend, static_cast<scalar_t*>(p.out), p.T,
+          static_cast<int>(p.K), p.H);
     } else {
       combine_kernel<scalar_t, scalar_t><<<grid, kCombineThreads, 0, stream>>>(
           static_cast<const scalar_t*>(p.rows), p.num_rows, p.inverse, p.topk_ids,

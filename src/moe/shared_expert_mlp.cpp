@@ -27,12 +27,14 @@ detail::MoEShapes check_shared_mlp_shapes(const detail::ArgCheck& c, const Share
 }
 
 // The workspace: act [T, S] in the dtype, the dense MLP's stream-K scratch (s.F = S), then
-// (general path) the f32 pre-activations.
+// (general path) the f32 pre-activations, then (FP8 weights past the decode kernel) the FP8
+// MLP's buffers.
 detail::SharedMlpBuffers carve_shared_mlp(const detail::MoEShapes& s, detail::WorkspaceCarver& ws) {
   detail::SharedMlpBuffers b;
   b.act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
   b.scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
   b.pre = detail::take_general_pre(ws, s.mlp, s.T, s.F, s.H, /*out_f32=*/false);
+  detail::carve_shared_fp8(s, s.F, s.quant, s.dtype, b, ws);
   return b;
 }
 
@@ -51,13 +53,15 @@ detail::DenseMlpProblem shared_problem(const detail::MoEShapes& s) {
 MlpPlan shared_plan(const detail::ArgCheck& c, const SharedExpertMLPArgs& a,
                     const detail::MoEShapes& s) {
   if (detail::quantized(s.quant)) {
-    const MlpPlan plan = a.plan ? *a.plan : detail::fp8_dense_mlp_plan();
-    const std::string why = detail::fp8_dense_mlp_plan_rejection(plan, s.T);
+    const detail::GemmDevice device = detail::current_gemm_device();
+    const MlpPlan plan = a.plan ? *a.plan : detail::plan_fp8_dense_mlp(s, s.F, s.quant, device);
+    const std::string why = detail::fp8_dense_mlp_plan_rejection(plan, s, s.F, s.quant, device);
     if (a.plan != nullptr) detail::check_plan(c, plan, why);
-    MOEKIT_REQUIRE(
-        c, why.empty(), "w_gate_up",
-        "FP8 weights on the FP8 decode kernel (T <= " + detail::str(detail::kDirectMaxTokens) + ")",
-        why);
+    MOEKIT_REQUIRE(c, why.empty(), "w_gate_up",
+                   "FP8 weights on a path that runs them (the FP8 decode kernel: T <= " +
+                       detail::str(detail::kDirectMaxTokens) +
+                       "; else the FP8 GEMMs on an sm_90 device)",
+                   why);
     return plan;
   }
   const detail::DenseMlpProblem p = shared_problem(s);
@@ -81,7 +85,8 @@ size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args) {
 MlpPlan plan_shared_expert_mlp(const SharedExpertMLPArgs& args) {
   const detail::ArgCheck c(kOp, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_shared_mlp_shapes(c, args);
-  if (detail::quantized(s.quant)) return detail::fp8_dense_mlp_plan();
+  if (detail::quantized(s.quant))
+    return detail::plan_fp8_dense_mlp(s, s.F, s.quant, detail::current_gemm_device());
   const detail::DenseMlpProblem p = shared_problem(s);
   return detail::plan_dense_mlp(p, detail::current_gemm_device(),
                                 detail::device_direct_capacity(p));
@@ -90,7 +95,8 @@ MlpPlan plan_shared_expert_mlp(const SharedExpertMLPArgs& args) {
 std::vector<MlpPlan> shared_expert_mlp_plan_candidates(const SharedExpertMLPArgs& args) {
   const detail::ArgCheck c(kOp, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_shared_mlp_shapes(c, args);
-  if (detail::quantized(s.quant)) return detail::fp8_dense_mlp_plan_candidates(s.T);
+  if (detail::quantized(s.quant))
+    return detail::fp8_dense_mlp_plan_candidates(s, s.F, s.quant, detail::current_gemm_device());
   return detail::dense_mlp_plan_candidates(shared_problem(s), detail::current_gemm_device());
 }
 

@@ -1,5 +1,4 @@
-// The weight-quantization vocabulary (include/moekit/quant.h) and the hook where the
-// contiguous FP8 grouped GEMMs join the layer (moe/weight_quant.h).
+// The weight-quantization vocabulary (include/moekit/quant.h).
 #include "moe/weight_quant.h"
 
 #include <cstring>
@@ -35,12 +34,4 @@ bool parse_quant_scheme(const std::string& text, QuantScheme* out) {
   return false;
 }
 
-namespace detail {
-
-std::string fp8_gemm_rejection() {
-  return "FP8 weights past the decode kernels need the contiguous FP8 grouped GEMM, which "
-         "is not wired into this build yet";
-}
-
-}  // namespace detail
 }  // namespace moekit

@@ -18,23 +18,23 @@ inline bool quantized(QuantScheme q) {
   return q != QuantScheme::kNone;
 }
 
-// The scales of one weight set on the device, as the FP8 decode kernels read them
-// (moe_kernels_fp8.cu): gate_up over [2F, H] matrices, down over [H, F], one per expert.
+// The scales of one weight set on the device, as the FP8 kernels read them: gate_up over
+// [2F, H] matrices, down over [H, F], one per expert; the optional static activation scales
+// (fp8_per_tensor; the FP8 GEMM paths, fp8_mlp.h).
 struct WeightScales {
   QuantScheme scheme = QuantScheme::kNone;
   const float* gate_up = nullptr;
   const float* down = nullptr;
+  const float* a_gate_up = nullptr;
+  const float* a_down = nullptr;
 };
 inline WeightScales weight_scales(const WeightQuant& q) {
-  return {q.scheme, q.w_gate_up_scale.ptr<const float>(), q.w_down_scale.ptr<const float>()};
+  return {q.scheme, q.w_gate_up_scale.ptr<const float>(), q.w_down_scale.ptr<const float>(),
+          q.a_gate_up_scale.ptr<const float>(), q.a_down_scale.ptr<const float>()};
 }
 
-// ---- HOOK (issue 31): FP8 weights beyond the decode kernels ----
-// The sorted path (permute -> grouped GEMMs -> combine), moe_expert_mlp and the dense MLP
-// past the FP8 decode kernel's token limit need the contiguous FP8 grouped GEMMs with
-// activation quantization (docs/moe.md "Quantized weights"). Until they are wired this
-// says why those paths refuse FP8 weights; the planners and the ops quote it, and
-// run_routed_carved's sorted branch is where the FP8 GEMMs will run.
-std::string fp8_gemm_rejection();
+// FP8 weights past the decode kernels (the sorted path, moe_expert_mlp, the dense MLP past
+// kDirectMaxTokens) run the contiguous FP8 grouped GEMMs with activation quantization
+// (moe/fp8_mlp.h; docs/moe.md "Quantized weights").
 
 }  // namespace moekit::detail
