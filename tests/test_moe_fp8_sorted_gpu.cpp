@@ -3,8 +3,9 @@
 // quantized, the combine), moe_expert_mlp on ragged layouts and the dense shared expert on one
 // group, in every scheme (per tensor with static scales too), bf16 and f16, T = 65 and 300,
 // -1 / out-of-range ids, empty experts and one expert. Against the CPU references quantizing
-// the activations as the kernels do (Fp8Activations::kQuantized), at the fp8 tolerance;
-// poisoned outputs, NaN-free results, padding rows untouched.
+// the activations as the kernels do (Fp8Activations::kQuantized), at the fp8 tolerance (the
+// GPU reference too, as the bench checks these rows); poisoned outputs, NaN-free results,
+// padding rows untouched.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include "moekit/moe.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"
+#include "reference/gpu_reference.h"
 #include "support/gpu.h"
 #include "test_moe_common.h"
 
@@ -164,6 +166,15 @@ void check_sorted(QuantScheme scheme, bool stat, const SortedCase& c, uint64_t s
   h.output = ref.view();
   reference::fused_moe_experts(h, Fp8Activations::kQuantized);
   expect_fp8_close(dout.download(), ref, what);
+  // The plain GPU reference (the bench's check of these rows) quantizes the same way.
+  FusedMoEExpertsArgs g = a;
+  DeviceTensor gout(c.dt, {c.T, H});
+  DeviceWorkspace gws(gpu_reference::fused_moe_experts_scratch_bytes(g));
+  g.workspace = gws.get();
+  g.output = gout.view();
+  gpu_reference::fused_moe_experts(g, nullptr, nullptr, false, Fp8Activations::kQuantized);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  expect_fp8_close(gout.download(), ref, what + " (gpu_reference)");
 }
 
 TEST(MoEFp8SortedGpu, RoutedExpertsMatchTheQuantizingReference) {

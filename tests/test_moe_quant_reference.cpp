@@ -1,7 +1,8 @@
 // CPU tests of the references with quantized weights (docs/moe.md "Quantized weights"): an
 // op with FP8 weights and scales matches the same op on f32 weights dequantized here
 // (float(w) * scale in each scheme's layout); quantize_activations_e4m3 on hand-checked
-// groups, static scales and all-zero rows.
+// groups, static scales and all-zero rows; the quantized-activation references
+// (Fp8Activations::kQuantized) agreeing across the ops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,6 +113,79 @@ TEST(QuantReference, ActivationQuantizationGroupsAndScales) {
   x.set(5, -2000.0);
   reference::quantize_activations_e4m3(QuantScheme::kFp8PerTensor, x.view(), s.view(), out.view());
   EXPECT_EQ(out.at(5), -896.0);  // saturated to -448, times 2
+}
+
+double rel_diff(const HostTensor& a, const HostTensor& b) {
+  double norm = 0, diff = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    norm += b.at(i) * b.at(i);
+    diff += (a.at(i) - b.at(i)) * (a.at(i) - b.at(i));
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : 0.0;
+}
+
+// Fp8Activations::kQuantized (what the FP8 GEMM paths compute): the same quantized rows through
+// the three references that take them (the routed experts, moe_expert_mlp on the routes
+// sorted by expert, the dense MLP on one expert), and visibly not the unquantized result.
+TEST(QuantReference, QuantizedActivationsAgreeAcrossTheOps) {
+  const int64_t T = 9, H = 256, E = 3, F = 128;
+  for (QuantScheme s :
+       {QuantScheme::kFp8PerTensor, QuantScheme::kFp8PerChannel, QuantScheme::kFp8Block128}) {
+    SCOPED_TRACE(quant_scheme_name(s));
+    std::mt19937_64 rng(11);
+    const HostTensor x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+    const Quantized gu = quantize(rng, s, E, 2 * F, H), dn = quantize(rng, s, E, H, F);
+    // Top-1 routes to every expert (t % E), unit weights: each output row is one MLP.
+    HostTensor w(DType::kF32, {T, 1}), ids(DType::kI32, {T, 1});
+    for (int64_t t = 0; t < T; ++t) {
+      w.set(t, 1.0);
+      ids.as<int32_t>()[t] = static_cast<int32_t>(t % E);
+    }
+    WeightQuant q;
+    q.scheme = s;
+    q.w_gate_up_scale = gu.scale.view();
+    q.w_down_scale = dn.scale.view();
+    HostTensor routed(DType::kF32, {T, H}), given(DType::kF32, {T, H});
+    FusedMoEExpertsArgs a;
+    a.hidden_states = x.view();
+    a.w_gate_up = gu.w.view();
+    a.w_down = dn.w.view();
+    a.quant = q;
+    a.topk_weights = w.view();
+    a.topk_ids = ids.view();
+    a.output = routed.view();
+    reference::fused_moe_experts(a, reference::Fp8Activations::kQuantized);
+    a.output = given.view();
+    reference::fused_moe_experts(a);
+    EXPECT_GT(rel_diff(routed, given), 1e-3);  // the quantization shows
+    EXPECT_LT(rel_diff(routed, given), 0.1);
+    // moe_expert_mlp over the rows sorted by expert (alignment 1, no padding).
+    HostTensor sorted_x(DType::kBF16, {T, H}), meta(DType::kI32, {E}), out(DType::kF32, {T, H});
+    std::vector<int64_t> order;
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t t = e; t < T; t += E) order.push_back(t);
+      meta.as<int32_t>()[e] = static_cast<int32_t>(order.size());
+    }
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t h = 0; h < H; ++h) sorted_x.set(i * H + h, x.at(order[i] * H + h));
+    ExpertMLPArgs m;
+    m.expert_input = sorted_x.view();
+    m.layout_metadata = meta.view();
+    m.w_gate_up = gu.w.view();
+    m.w_down = dn.w.view();
+    m.quant = q;
+    m.expert_output = out.view();
+    reference::moe_expert_mlp(m, reference::Fp8Activations::kQuantized);
+    HostTensor unsorted(DType::kF32, {T, H});
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t h = 0; h < H; ++h) unsorted.set(order[i] * H + h, out.at(i * H + h));
+    if (s == QuantScheme::kFp8PerTensor) {
+      // One scale over all rows either way: the same values.
+      EXPECT_LT(rel_diff(unsorted, routed), 1e-12);
+    } else {
+      EXPECT_EQ(rel_diff(unsorted, routed), 0.0);
+    }
+  }
 }
 
 }  // namespace

@@ -151,6 +151,8 @@ class ExpertMLPCase : public PlannedCase<MlpPlan> {
 
 // ---- routed MoE ops: FusedMoEExpertsFwd, IndexedExpertMLPFwd, FusedMoEFwd(+shared) -------------
 
+using moekit::reference::Fp8Activations;
+
 class RoutedCase : public PlannedCase<LayerPlan> {
  public:
   enum class Kind { kExperts, kIndexed, kFused, kFusedShared };
@@ -377,8 +379,8 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     return false;
   }
 
-  // FP8 rows the library has no path for yet (the sorted path before the contiguous FP8
-  // GEMM): the planner's own refusal, asked on shapes alone (null data), or "".
+  // FP8 rows the library has no path for here (the FP8 GEMMs off an sm_90 device): the
+  // planner's own refusal, asked on shapes alone (null data), or "".
   std::string fp8_refusal() const {
     if (!weight_quant_fp8(row_) || kind_ != Kind::kFused || !linked(&moekit::plan_fused_moe))
       return {};
@@ -398,7 +400,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
       moekit::plan_fused_moe(a);
     } catch (const moekit::Error& e) {
       const std::string msg = e.what();
-      if (msg.find("not wired") != std::string::npos) return msg;
+      if (msg.find("FP8 weights on a path that runs them") != std::string::npos) return msg;
     }
     return {};
   }
@@ -447,33 +449,46 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     }
   }
 
+  // FP8 weights on the FP8 GEMMs (the sorted path; the shared expert past the decode kernel)
+  // quantize the activations: the reference then does too (routed, shared).
+  std::pair<Fp8Activations, Fp8Activations> reference_acts() {
+    const LayerPlan* p = quant_ == QuantScheme::kNone ? nullptr : run_plan();
+    if (p == nullptr) return {Fp8Activations::kAsGiven, Fp8Activations::kAsGiven};
+    const auto q = [](bool yes) {
+      return yes ? Fp8Activations::kQuantized : Fp8Activations::kAsGiven;
+    };
+    return {q(p->routed == RoutedPath::kSorted),
+            q(shared() && p->has_shared && p->shared.path == MlpPath::kTwoGemms)};
+  }
+
   // The plain GPU reference of this op on copy c (token mask optional).
   void run_reference(int c, Workspace ws, const TensorView& out, const uint8_t* mask,
                      cudaStream_t s) {
+    const auto [acts, shared_acts] = reference_acts();
     switch (kind_) {
       case Kind::kExperts:
       case Kind::kIndexed: {
         FusedMoEExpertsArgs a = experts_args(c, ws);
         a.output = out;
-        gpu_reference::fused_moe_experts(a, s, mask);
+        gpu_reference::fused_moe_experts(a, s, mask, false, acts);
         break;
       }
       case Kind::kFused: {
         FusedMoEArgs a = fused_args(c, ws);
         a.output = out;
-        gpu_reference::fused_moe(a, s, mask);
+        gpu_reference::fused_moe(a, s, mask, false, acts);
         break;
       }
       case Kind::kFusedShared: {
         if (!shared()) {
           FusedMoEArgs a = fused_args(c, ws);
           a.output = out;
-          gpu_reference::fused_moe(a, s, mask);
+          gpu_reference::fused_moe(a, s, mask, false, acts);
           break;
         }
         FusedMoESharedExpertArgs a = shared_args(c, ws);
         a.moe.output = out;
-        gpu_reference::fused_moe_shared_expert(a, s, mask);
+        gpu_reference::fused_moe_shared_expert(a, s, mask, false, acts, shared_acts);
         break;
       }
     }
@@ -522,7 +537,13 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     // device views).
     const bool cpu = cpu_reference_linked() && quant_ == QuantScheme::kNone &&
                      cpu_reference_affordable(flops(), weight_bytes);
-    std::vector<uint8_t> mask = sample_rows(T_, cpu ? T_ : opt_.check_rows);
+    // Quantized activations (the FP8 GEMM paths) are checked at the fp8 tolerance; a dynamic
+    // per-tensor scale spans every row, so the reference runs them all.
+    const auto [acts, shared_acts] = reference_acts();
+    const bool quantizes =
+        acts == Fp8Activations::kQuantized || shared_acts == Fp8Activations::kQuantized;
+    const bool all_rows = cpu || (quantizes && quant_ == QuantScheme::kFp8PerTensor);
+    std::vector<uint8_t> mask = sample_rows(T_, all_rows ? T_ : opt_.check_rows);
     int64_t checked = 0;
     for (uint8_t m : mask) checked += m;
     HostTensor ref(dt_, {T_, H_});
@@ -574,7 +595,8 @@ class RoutedCase : public PlannedCase<LayerPlan> {
       sync(env.stream);
       ref = o.download();
     }
-    return compare_tensors(out, ref, dt_, &mask, describe_ref(cpu, checked, T_));
+    return compare_tensors(out, ref, quantizes ? DType::kFP8E4M3 : dt_, &mask,
+                           describe_ref(cpu, checked, T_));
   }
 
   std::vector<AltFactory> alternatives() override {
