@@ -1,6 +1,6 @@
 // Weight quantization inside the MoE and MLP ops: validation of a WeightQuant against the
-// shapes (moekit/quant.h has the layouts), the device view the FP8 decode kernels take,
-// and the one hook where the contiguous FP8 grouped GEMMs join the layer.
+// shapes (moekit/quant.h has the layouts) and the device view of the scales the FP8 kernels
+// take (the decode kernels; past them the FP8 GEMMs, moe/fp8_mlp.h).
 #pragma once
 
 #include <cstdint>
