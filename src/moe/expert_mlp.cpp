@@ -159,7 +159,6 @@ detail::Fp8MlpShapes fp8_shapes(const ExpertMLPArgs& a, const detail::MoEShapes&
   f.F = s.F;
   f.alignment = std::max(a.layout.alignment, 1);
   f.scheme = s.quant;
-  f.static_in = a.quant.a_gate_up_scale.defined();
   f.static_act = a.quant.a_down_scale.defined();
   return f;
 }
@@ -228,19 +227,9 @@ void run_fp8_expert_mlp(const ExpertMLPArgs& args, const detail::Fp8MlpShapes& f
   const detail::WeightScales scales = detail::weight_scales(args.quant);
   detail::quantize_fp8_input(f, args.expert_input.data, scales.a_gate_up, {ends, f.E, f.alignment},
                              b.fp8, b.q_in, stream);
-  detail::Fp8MlpRun r;
-  r.s = f;
-  r.plan = plan;
-  r.q_in = b.q_in;
-  r.layout_metadata = ends;
-  r.w_gate_up = args.w_gate_up.data;
-  r.w_down = args.w_down.data;
-  r.scales = scales;
-  r.in_scale = scales.a_gate_up;
-  r.act_scale = scales.a_down;
-  r.b = b.fp8;
-  r.out = args.expert_output.data;
-  detail::run_fp8_mlp(r, stream);
+  detail::run_fp8_mlp({f, plan, b.q_in, ends, args.w_gate_up.data, args.w_down.data, scales, b.fp8,
+                       args.expert_output.data},
+                      stream);
 }
 
 }  // namespace

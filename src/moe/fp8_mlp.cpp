@@ -158,7 +158,9 @@ void quantize_fp8_input(const Fp8MlpShapes& s, const void* x, const float* stati
   launch_quantize_fp8(l, stream);
 }
 
-void run_fp8_mlp(const Fp8MlpRun& r, cudaStream_t stream) {
+void run_fp8_mlp(const Fp8MlpRun& run, cudaStream_t stream) {
+  Fp8MlpRun r = run;
+  r.s.static_act = r.scales.a_down != nullptr;
   const Fp8MlpShapes& s = r.s;
   const bool per_tensor = s.scheme == QuantScheme::kFp8PerTensor;
   const int32_t* ends = r.layout_metadata;
@@ -169,15 +171,15 @@ void run_fp8_mlp(const Fp8MlpRun& r, cudaStream_t stream) {
   // gate/up: silu_and_mul into bf16 act, or (static a_down_scale) e4m3 act directly.
   GroupedGemmFP8Problem up = fp8_gate_up_problem(s);
   up.a = r.q_in;
-  up.a_scale = r.in_scale != nullptr ? r.in_scale : r.b.in_scales;
+  up.a_scale = r.scales.a_gate_up != nullptr ? r.scales.a_gate_up : r.b.in_scales;
   up.b = r.w_gate_up;
   up.b_scale = r.scales.gate_up;
   up.layout_metadata = ends;
   up.c = s.static_act ? r.b.q_act : r.b.act;
-  up.c_scale = s.static_act ? r.act_scale : nullptr;
+  up.c_scale = s.static_act ? r.scales.a_down : nullptr;
   up.plan = r.plan.gate_up;
   run_grouped_gemm_fp8(up, stream);
-  const float* act_scale = r.act_scale;
+  const float* act_scale = r.scales.a_down;
   if (!s.static_act) {
     QuantizeFp8Launch q;
     q.x = r.b.act;

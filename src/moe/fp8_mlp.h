@@ -32,8 +32,7 @@ struct Fp8MlpShapes {
   int64_t P = 0, E = 1, H = 0, F = 0;
   int alignment = 1;  // the groups' contiguous(alignment) layout
   QuantScheme scheme = QuantScheme::kFp8Block128;
-  bool static_in = false;   // fp8_per_tensor with a_gate_up_scale
-  bool static_act = false;  // fp8_per_tensor with a_down_scale
+  bool static_act = false;  // fp8_per_tensor with a_down_scale (planning: the e4m3 epilogue)
 };
 
 Fp8ActScales fp8_act_scales(QuantScheme scheme);
@@ -63,7 +62,8 @@ struct Fp8MlpBuffers {
 Fp8MlpBuffers carve_fp8_mlp(const Fp8MlpShapes& s, bool dense, WorkspaceCarver& ws);
 
 // One run: q_in (e4m3 [P, H]) and b.in_scales already written (quantize_fp8_input or the FP8
-// pre-permute); layout_metadata the groups' inclusive ends (dense: b.ends, filled here).
+// pre-permute); layout_metadata the groups' inclusive ends (nullptr, dense: b.ends, filled
+// here). The static per-tensor scales are scales.a_gate_up / a_down (s's static flags: theirs).
 struct Fp8MlpRun {
   Fp8MlpShapes s;
   MlpPlan plan;
@@ -72,8 +72,6 @@ struct Fp8MlpRun {
   const void* w_gate_up = nullptr;  // e4m3 [E, 2F, H]
   const void* w_down = nullptr;     // e4m3 [E, H, F]
   WeightScales scales;
-  const float* in_scale = nullptr;   // static a_gate_up_scale [1] (else b.in_scales)
-  const float* act_scale = nullptr;  // static a_down_scale [1]
   Fp8MlpBuffers b;
   void* out = nullptr;  // bf16 [P, H]; rows outside the groups untouched
 };
@@ -91,8 +89,8 @@ struct Fp8RowGroups {
 void launch_fp8_tensor_scale(const void* x, DType dtype, int64_t rows, int64_t cols,
                              const Fp8RowGroups& groups, uint32_t* amax, float* tensor_scale,
                              cudaStream_t stream);
-// x [P, H] quantized into q / b.in_scales by `s`'s input scheme (dynamic per-tensor: the scale
-// computed first, over the rows of `groups`).
+// x [P, H] quantized into q / b.in_scales by `s`'s input scheme (per tensor: static_scale, or
+// the dynamic scale computed first over the rows of `groups`).
 void quantize_fp8_input(const Fp8MlpShapes& s, const void* x, const float* static_scale,
                         const Fp8RowGroups& groups, const Fp8MlpBuffers& b, void* q,
                         cudaStream_t stream);

@@ -90,9 +90,7 @@ RoutedBuffers carve_routed(const MoEShapes& s, RoutedPath routed, WorkspaceCarve
 void run_sorted_fp8(const RoutedExperts& p, const RoutedBuffers& b, CombineProblem comb,
                     cudaStream_t stream) {
   const MoEShapes& s = p.s;
-  Fp8MlpShapes fs = sorted_fp8_shapes(s);
-  fs.static_in = p.scales.a_gate_up != nullptr;
-  fs.static_act = p.scales.a_down != nullptr;
+  const Fp8MlpShapes fs = sorted_fp8_shapes(s);
   PrePermuteFp8Launch l;
   l.routes.hidden = p.hidden;
   l.routes.ids = p.topk_ids;
@@ -110,26 +108,17 @@ void run_sorted_fp8(const RoutedExperts& p, const RoutedBuffers& b, CombineProbl
   l.mode = fp8_act_scales(s.quant);
   if (l.mode != Fp8ActScales::kPerTensor) {
     l.permuted_scales = b.fp8.in_scales;
-  } else if (fs.static_in) {
+  } else if (p.scales.a_gate_up != nullptr) {
     l.tensor_scale = p.scales.a_gate_up;
   } else {  // dynamic: max |x| over the T rows the routes read
     launch_fp8_tensor_scale(p.hidden, s.dtype, s.T, s.H, {}, b.fp8.amax, b.fp8.in_scales, stream);
     l.tensor_scale = b.fp8.in_scales;
   }
   launch_pre_permute_fp8(l, stream);
-  Fp8MlpRun r;
-  r.s = fs;
-  r.plan = p.experts;
-  r.q_in = b.permuted;
-  r.layout_metadata = b.layout_metadata;
-  r.w_gate_up = p.w_gate_up;
-  r.w_down = p.w_down;
-  r.scales = p.scales;
-  r.in_scale = p.scales.a_gate_up;
-  r.act_scale = p.scales.a_down;
-  r.b = b.fp8;
-  r.out = b.permuted;  // the e4m3 rows are dead once the gate/up GEMM has run
-  run_fp8_mlp(r, stream);
+  // Into the permuted buffer: its e4m3 rows are dead once the gate/up GEMM has run.
+  run_fp8_mlp({fs, p.experts, b.permuted, b.layout_metadata, p.w_gate_up, p.w_down, p.scales, b.fp8,
+               b.permuted},
+              stream);
   comb.rows_dtype = DType::kBF16;
   comb.rows = b.permuted;
   comb.num_rows = fs.P;

@@ -213,22 +213,11 @@ void run_shared_mlp(const MlpPlan& plan, const MoEShapes& s, int64_t S, DType ou
     return;
   }
   if (plan.path == MlpPath::kTwoGemms) {  // past the decode kernel: the FP8 GEMMs, 1 group
-    Fp8MlpShapes fs = dense_fp8_shapes(s, S, w.quant);
-    fs.static_in = w.scales.a_gate_up != nullptr;
-    fs.static_act = w.scales.a_down != nullptr;
+    const Fp8MlpShapes fs = dense_fp8_shapes(s, S, w.quant);
     quantize_fp8_input(fs, x, w.scales.a_gate_up, {}, b.fp8, b.q_in, stream);
-    Fp8MlpRun r;
-    r.s = fs;
-    r.plan = plan;
-    r.q_in = b.q_in;
-    r.w_gate_up = w.w_gate_up;
-    r.w_down = w.w_down;
-    r.scales = w.scales;
-    r.in_scale = w.scales.a_gate_up;
-    r.act_scale = w.scales.a_down;
-    r.b = b.fp8;
-    r.out = out_dtype == DType::kBF16 ? out : b.out_bf16;
-    run_fp8_mlp(r, stream);
+    void* bf16_out = out_dtype == DType::kBF16 ? out : b.out_bf16;
+    run_fp8_mlp({fs, plan, b.q_in, nullptr, w.w_gate_up, w.w_down, w.scales, b.fp8, bf16_out},
+                stream);
     if (out_dtype != DType::kBF16) launch_cast_bf16(b.out_bf16, s.T * s.H, out, out_dtype, stream);
     return;
   }
