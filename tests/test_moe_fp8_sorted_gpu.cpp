@@ -2,13 +2,15 @@
 // sorted path (FP8 pre-permute, the contiguous FP8 GEMMs with silu_and_mul, the activation
 // quantized, the combine), moe_expert_mlp on ragged layouts and the dense shared expert on one
 // group, in every scheme (per tensor with static scales too), bf16 and f16, T = 65 and 300,
-// -1 / out-of-range ids, empty experts and one expert. Against the CPU references quantizing
+// -1 / out-of-range ids, empty experts and one expert, an expert map with i64 ids and the
+// router weight on the input. Against the CPU references quantizing
 // the activations as the kernels do (Fp8Activations::kQuantized), at the fp8 tolerance (the
 // GPU reference too, as the bench checks these rows); poisoned outputs, NaN-free results,
 // padding rows untouched.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -119,12 +121,17 @@ struct SortedCase {
   int64_t T, E, K;
   Ids ids;
   bool indexed;  // indexed_expert_mlp (sorted past T = 64), else fused_moe_experts
+  // Engine inputs: ids over E_global = 3E experts (i64) mapped by a shuffled expert map;
+  // apply_router_weight_on_input (K = 1).
+  bool engine = false;
+  bool apply = false;
 };
 
 std::string name(QuantScheme s, bool stat, const SortedCase& c) {
   return std::string(quant_scheme_name(s)) + (stat ? " static" : "") + " " + dtype_name(c.dt) +
          " T=" + std::to_string(c.T) + " E=" + std::to_string(c.E) + " K=" + std::to_string(c.K) +
-         " ids=" + moetest::ids_name(c.ids) + (c.indexed ? " indexed" : " fused_moe_experts");
+         " ids=" + moetest::ids_name(c.ids) + (c.indexed ? " indexed" : " fused_moe_experts") +
+         (c.engine ? " map+i64" : "") + (c.apply ? " apply" : "");
 }
 
 // The routed-experts ops on the sorted path against the quantizing reference.
@@ -136,9 +143,22 @@ void check_sorted(QuantScheme scheme, bool stat, const SortedCase& c, uint64_t s
   const HostTensor x = moetest::normal(rng, c.dt, {c.T, H}, 1.0);
   const Fp8Set w(rng, scheme, c.E, H, F);
   const HostTensor tw = moetest::make_topk_weights(rng, c.T, c.K);
-  const HostTensor ids = moetest::make_ids(rng, c.T, c.K, c.E, c.ids);
+  const int64_t E_ids = c.engine ? 3 * c.E : c.E;
+  const HostTensor ids32 = moetest::make_ids(rng, c.T, c.K, E_ids, c.ids);
+  // A map placing this rank's E experts among the 3E at random (-1: other ranks').
+  HostTensor map(DType::kI32, {E_ids});
+  std::vector<int32_t> perm(static_cast<size_t>(E_ids));
+  for (int64_t i = 0; i < E_ids; ++i) perm[i] = static_cast<int32_t>(i);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int64_t i = 0; i < E_ids; ++i) map.as<int32_t>()[i] = -1;
+  for (int64_t l = 0; l < c.E; ++l) map.as<int32_t>()[perm[l]] = static_cast<int32_t>(l);
+  HostTensor ids = ids32;
+  if (c.engine) {
+    ids = HostTensor(DType::kI64, ids32.shape());
+    for (int64_t i = 0; i < ids32.numel(); ++i) ids.as<int64_t>()[i] = ids32.as<int32_t>()[i];
+  }
   const DeviceFp8 dw(w, scheme, stat);
-  DeviceTensor dx(x), dtw(tw), dids(ids), dout(c.dt, {c.T, H});  // poisoned
+  DeviceTensor dx(x), dtw(tw), dids(ids), dmap(map), dout(c.dt, {c.T, H});  // poisoned
   FusedMoEExpertsArgs a;
   a.hidden_states = dx.view();
   a.w_gate_up = dw.wgu.view();
@@ -147,6 +167,8 @@ void check_sorted(QuantScheme scheme, bool stat, const SortedCase& c, uint64_t s
   a.topk_weights = dtw.view();
   a.topk_ids = dids.view();
   a.output = dout.view();
+  if (c.engine) a.expert_map = dmap.view();
+  a.apply_router_weight_on_input = c.apply;
   const LayerPlan plan = c.indexed ? plan_indexed_expert_mlp(a) : plan_fused_moe_experts(a);
   ASSERT_EQ(plan.routed, RoutedPath::kSorted);
   ASSERT_EQ(plan.experts.path, MlpPath::kTwoGemms) << to_string(plan);
@@ -164,6 +186,8 @@ void check_sorted(QuantScheme scheme, bool stat, const SortedCase& c, uint64_t s
   h.topk_weights = tw.view();
   h.topk_ids = ids.view();
   h.output = ref.view();
+  if (c.engine) h.expert_map = map.view();
+  h.apply_router_weight_on_input = c.apply;
   reference::fused_moe_experts(h, Fp8Activations::kQuantized);
   expect_fp8_close(dout.download(), ref, what);
   // The plain GPU reference (the bench's check of these rows) quantizes the same way.
@@ -182,11 +206,17 @@ TEST(MoEFp8SortedGpu, RoutedExpertsMatchTheQuantizingReference) {
   uint64_t seed = 31000;
   const DType b = DType::kBF16, h = DType::kF16;
   const SortedCase cases[] = {
-      {b, 65, 16, 8, Ids::kMixed, true},        {b, 300, 9, 4, Ids::kMinusOne, true},
+      {b, 65, 16, 8, Ids::kMixed, true},
+      {b, 300, 9, 4, Ids::kMinusOne, true},
       {h, 300, 16, 2, Ids::kFewExperts, true},  // empty experts
-      {b, 130, 8, 4, Ids::kOneExpert, true},    {h, 65, 7, 3, Ids::kOutOfRange, true},
+      {b, 130, 8, 4, Ids::kOneExpert, true},
+      {h, 65, 7, 3, Ids::kOutOfRange, true},
       {b, 5, 6, 2, Ids::kDistinct, false},  // fused_moe_experts sorts any T
       {b, 300, 64, 8, Ids::kDuplicates, false},
+      // The engine inputs on the sorted FP8 path.
+      {b, 200, 8, 4, Ids::kMixed, true, /*engine=*/true},
+      {h, 100, 8, 1, Ids::kMinusOne, true, /*engine=*/true, /*apply=*/true},
+      {b, 70, 5, 1, Ids::kDistinct, false, /*engine=*/false, /*apply=*/true},
   };
   for (QuantScheme s : kSchemes) {
     for (const SortedCase& c : cases) check_sorted(s, false, c, ++seed);
