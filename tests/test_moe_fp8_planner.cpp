@@ -94,7 +94,7 @@ TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
     LayerPlan chain = plan;
     chain.routed = RoutedPath::kSorted;
     chain.experts.path = MlpPath::kChain;
-    EXPECT_TRUE(contains(detail::layer_plan_rejection(chain, c.p, h200), "twogemms"));
+    EXPECT_TRUE(contains(detail::layer_plan_rejection(chain, c.p, h200), "two_gemms"));
   }
   LayerProblem bf16 = fp8_problem(64, 256, 8, 128, 8);
   bf16.s.quant = QuantScheme::kNone;
@@ -121,7 +121,7 @@ TEST(Fp8LayerPlanner, SharedExpertRunsTheDenseDecodeKernelThenTheFp8Gemms) {
   EXPECT_EQ(rejection(plan.shared, 64), "");
   EXPECT_TRUE(contains(rejection(plan.shared, 65),
                        "FP8 weights at T = 65: FP8 weights run two "
-                       "FP8 GEMMs (twogemms)"))
+                       "FP8 GEMMs (two_gemms)"))
       << rejection(plan.shared, 65);
   MlpPlan gemv;
   gemv.path = MlpPath::kGemv;

@@ -171,7 +171,7 @@ TEST(QuantBadInputs, IndexedExpertMlp) {
   auto rows = quant_rows();
   rows.push_back({"plan", [](auto& a) { a.plan = sorted_chain_plan(); }, "plan",
                   "a plan that can run these arguments",
-                  "(the FP8 expert MLP: FP8 weights run two FP8 GEMMs (twogemms), not chain"});
+                  "(the FP8 expert MLP: FP8 weights run two FP8 GEMMs (two_gemms), not chain"});
   run_table<FusedMoEExpertsArgs>(
       "indexed_expert_mlp", fp8_experts_valid,
       [](const IndexedExpertMLPArgs& a) { indexed_expert_mlp(a, nullptr); }, rows);
@@ -185,7 +185,7 @@ TEST(QuantBadInputs, FusedMoeExpertsRunsTheFp8Gemms) {
       "fused_moe_experts", fp8_experts_valid,
       [](const FusedMoEExpertsArgs& a) { fused_moe_experts(a, nullptr); },
       {{"plan", [](auto& a) { a.plan = sorted_chain_plan(); }, "plan",
-        "a plan that can run these arguments", "FP8 weights run two FP8 GEMMs (twogemms)"}});
+        "a plan that can run these arguments", "FP8 weights run two FP8 GEMMs (two_gemms)"}});
   expect_fp8_gemms_or_refusal([] { plan_fused_moe_experts(fp8_experts_valid()); });
   const auto candidates = fused_moe_experts_plan_candidates(fp8_experts_valid());
   EXPECT_EQ(candidates.empty(), !detail::device_props().sm90());
@@ -237,7 +237,7 @@ TEST(QuantBadInputs, ExpertMlpRunsTheFp8Gemms) {
         },
         "quant.w_down_scale", "shape [8, 256]", "f32[8, 128]"},
        {"plan", [](auto& a) { a.plan = &chain; }, "plan", "a plan that can run these arguments",
-        "FP8 weights run two FP8 GEMMs (twogemms), not chain"}});
+        "FP8 weights run two FP8 GEMMs (two_gemms), not chain"}});
   expect_fp8_gemms_or_refusal([&] { plan_expert_mlp(valid()); });
 }
 

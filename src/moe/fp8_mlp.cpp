@@ -113,7 +113,7 @@ std::vector<MlpPlan> fp8_mlp_plan_candidates(const Fp8MlpShapes& s, const GemmDe
 std::string fp8_mlp_plan_rejection(const MlpPlan& plan, const Fp8MlpShapes& s,
                                    const GemmDevice& device) {
   if (plan.path != MlpPath::kTwoGemms)
-    return "FP8 weights run two FP8 GEMMs (twogemms), not " + to_string(plan);
+    return "FP8 weights run two FP8 GEMMs (two_gemms), not " + to_string(plan);
   std::string why = gemm_fp8_plan_rejection(plan.gate_up, fp8_gate_up_problem(s), device);
   if (!why.empty()) return "the FP8 gate_up GEMM: " + why;
   why = gemm_fp8_plan_rejection(plan.down, fp8_down_problem(s), device);

@@ -52,7 +52,7 @@ DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtyp
 // ---- a dense MLP (the shared expert) with FP8 weights ----
 // Up to kDirectMaxTokens tokens the FP8 decode kernel in its dense form (launch_direct_fp8_*,
 // topk_ids == nullptr): plan "direct" with no k split (split 1 / 1); past that the FP8 GEMMs
-// on one group of T rows (fp8_mlp.h; plan twogemms).
+// on one group of T rows (fp8_mlp.h; plan two_gemms).
 MlpPlan fp8_dense_mlp_plan();
 bool fp8_dense_uses_gemm(int64_t T);
 Fp8MlpShapes dense_fp8_shapes(const MoEShapes& s, int64_t S, QuantScheme quant);
