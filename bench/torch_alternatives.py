@@ -312,24 +312,34 @@ def grouped_mlp(x, w13, w2, offs, mlp=SILU, row_expert=None):
     return y if mlp.b2 is None else y + mlp.b2[row_expert]
 
 
-def grouped_experts(x, w13, w2, w, ids, mlp=SILU):
-    """Sort routes by expert, two grouped GEMMs, weighted scatter back (f32)."""
-    T, K = ids.shape
-    E = w13.shape[0]
+def _sorted_routes(ids, E, device):
+    """Routes sorted by expert (stable; invalid ids last): the order, each expert's inclusive
+    end offset (i32), each sorted route's token, which routes are valid, and each sorted
+    route's expert (clamped)."""
+    K = ids.shape[1]
     flat = ids.flatten().long()
     valid = (flat >= 0) & (flat < E)
     key = torch.where(valid, flat, torch.full_like(flat, E))
     order = torch.argsort(key, stable=True)
-    counts = torch.zeros(E + 1, dtype=torch.long, device=x.device).index_add_(
+    counts = torch.zeros(E + 1, dtype=torch.long, device=device).index_add_(
         0, key, torch.ones_like(key))
     offs = torch.cumsum(counts[:E], 0).to(torch.int32)
-    tok = order // K
-    row_expert = key[order].clamp(max=E - 1) if mlp.b13 is not None or mlp.b2 is not None else None
-    y = grouped_mlp(x[tok], w13, w2, offs, mlp, row_expert).float()
+    return order, offs, order // K, valid, key[order].clamp(max=E - 1)
+
+
+def _combine_routes(y, w, order, tok, valid, T):
+    """out[t] = sum of w * y over token t's valid sorted routes (f32)."""
     ww = torch.where(valid, w.flatten(), torch.zeros_like(w.flatten()))[order]
-    out = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
-    out.index_add_(0, tok, y * ww.unsqueeze(1))
+    out = torch.zeros(T, y.shape[1], dtype=torch.float32, device=y.device)
+    out.index_add_(0, tok, y.float() * ww.unsqueeze(1))
     return out
+
+
+def grouped_experts(x, w13, w2, w, ids, mlp=SILU):
+    """Sort routes by expert, two grouped GEMMs, weighted scatter back (f32)."""
+    order, offs, tok, valid, row_expert = _sorted_routes(ids, w13.shape[0], x.device)
+    y = grouped_mlp(x[tok], w13, w2, offs, mlp, row_expert)
+    return _combine_routes(y, w, order, tok, valid, ids.shape[0])
 
 
 def loop_experts(x, w13, w2, w, ids, mlp=SILU):
@@ -348,6 +358,54 @@ def loop_experts(x, w13, w2, w, ids, mlp=SILU):
             y = y + mlp.b2[e]
         out.index_add_(0, tok, y.float() * w.flatten()[idx].unsqueeze(1))
     return out
+
+
+def fp8_weights(gen, shape, scheme, scale):
+    """e4m3 codes ~ N(0, 1) and f32 scales of `scheme` in the checkpoints' layout
+    (docs/moe.md "Quantized weights"), uniform in [0.5, 1.5] * scale."""
+    E, N, K = shape
+    w = gen.randn(shape, torch.float32).to(torch.float8_e4m3fn)
+    if scheme == "fp8_per_tensor":
+        s = gen.rand((E,), 0.5, 1.5) * scale
+    elif scheme == "fp8_per_channel":
+        s = gen.rand((E, N), 0.5, 1.5) * scale
+    else:
+        s = gen.rand((E, -(-N // 128), -(-K // 128)), 0.5, 1.5) * scale
+    return w, s
+
+
+def dequant(w, s, scheme, dt):
+    """float(w) * scale(e, n, k), in dt (the weights the op's contract multiplies)."""
+    E, N, K = w.shape
+    if scheme == "fp8_per_tensor":
+        sx = s.view(E, 1, 1)
+    elif scheme == "fp8_per_channel":
+        sx = s.view(E, N, 1)
+    else:
+        sx = s.repeat_interleave(128, 1)[:, :N].repeat_interleave(128, 2)[:, :, :K]
+    return (w.to(dt) * sx.to(dt)).to(dt)
+
+
+def _quant_rows(a):
+    """Dynamic per-row e4m3 quantization: (q, s) with s = max(amax, 1e-10) / 448."""
+    s = a.abs().amax(dim=1).float().clamp(min=1e-10) / 448.0
+    q = (a.float() / s.unsqueeze(1)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return q, s
+
+
+def scaled_grouped_experts(x, w13, w2, s13, s2, w, ids):
+    """grouped_experts with FP8 operands: per-token activation scales, per-row weight scales
+    (torch._scaled_grouped_mm's row-wise contract: per-channel weights, or per-tensor ones
+    broadcast to rows)."""
+    F2 = w13.shape[1]
+    order, offs, tok, valid, _ = _sorted_routes(ids, w13.shape[0], x.device)
+    a, sa = _quant_rows(x[tok])
+    h = torch._scaled_grouped_mm(a, w13.transpose(-2, -1), sa, s13, offs=offs,
+                                 out_dtype=torch.bfloat16)  # fmt: skip
+    a2, sa2 = _quant_rows(silu_mul(h, F2 // 2))
+    y = torch._scaled_grouped_mm(a2, w2.transpose(-2, -1), sa2, s2, offs=offs,
+                                 out_dtype=torch.bfloat16)  # fmt: skip
+    return _combine_routes(y, w, order, tok, valid, ids.shape[0])
 
 
 def dense_mlp(x, w13, w2, mlp=SILU):
@@ -516,6 +574,54 @@ def setup_case(row, gen, mk):
         T, H = S["hidden_states"]
         E, F2, _ = S["w_gate_up"]
         x = gen.randn((T, H), dt)
+        quant = row.params.get("weight_quant", "none")
+        if quant != "none":
+            # FP8 rows (bench/workloads/fp8.json): the live alternatives are "dequantize, then
+            # the bf16 grouped path" (the dequantization timed too) and, for row-wise scales,
+            # torch._scaled_grouped_mm with per-token activation scales.
+            q13, s13 = fp8_weights(gen, (E, F2, H), quant, 1 / math.sqrt(H))
+            q2, s2 = fp8_weights(gen, (E, H, F2 // 2), quant, 1 / math.sqrt(F2 // 2))
+            p = routing_params(row)
+            K = p["top_k"]
+            logits = gen.randn((T, E), torch.float32)
+            bias = gen.randn((E,), torch.float32, 0.1) if "correction_bias" in S else None
+            c.make_inputs = lambda: {"x": x.clone(), "logits": logits.clone()}
+
+            def dequantized(i):
+                w_, ids_ = torch_topk(i["logits"], correction_bias=bias, **p)
+                return grouped_experts(i["x"], dequant(q13, s13, quant, dt),
+                                       dequant(q2, s2, quant, dt), w_, ids_).to(dt)  # fmt: skip
+
+            c.impls["torch-dequant-grouped-mm"] = dequantized
+            if quant in ("fp8_per_channel", "fp8_per_tensor"):
+                r13 = s13 if quant == "fp8_per_channel" else s13.view(E, 1).expand(E, F2)
+                r2 = s2 if quant == "fp8_per_channel" else s2.view(E, 1).expand(E, H)
+                r13, r2 = r13.contiguous(), r2.contiguous()
+
+                def rowwise(i):
+                    w_, ids_ = torch_topk(i["logits"], correction_bias=bias, **p)
+                    return scaled_grouped_experts(i["x"], q13, q2, r13, r2, w_, ids_).to(dt)
+
+                try:
+                    rowwise(c.make_inputs())
+                    _sync()
+                    c.impls["torch-scaled-grouped-mm-rowwise"] = rowwise
+                    c.notes["torch-scaled-grouped-mm-rowwise"] = (
+                        "activations quantized per token (FP8 GEMMs), weights row-wise")
+                except Exception as e:  # not supported by this torch / device
+                    c.notes["torch-scaled-grouped-mm-rowwise"] = f"unavailable: {_short(e)}"
+            if mk:
+                q = dict(weight_quant=quant, w_gate_up_scale=s13, w_down_scale=s2)
+                c.impls["moekit"] = lambda i: mk.fused_moe(i["x"], i["logits"], q13, q2,
+                                                           correction_bias=bias, **p, **q)  # fmt: skip
+            route_ids = torch_topk(logits, correction_bias=bias, **p)[1]
+            flat = route_ids.flatten()
+            active = int(torch.unique(flat[(flat >= 0) & (flat < E)]).numel())
+            c.active_experts = active
+            c.flops = 2.0 * T * K * (F2 * H + H * F2 // 2)
+            c.bytes = active * (nbytes(q13, s13) + nbytes(q2, s2)) / E + 2 * nbytes(x)
+            c.dtype_for_peak = "fp8e4m3"
+            return c
         w13 = gen.randn((E, F2, H), dt, 1 / math.sqrt(H))
         # The row's activation and biases (moekit-bench's conventions: biases ~ N(0, 0.5^2)).
         mlp = Mlp(row.params.get("activation", "silu"))

@@ -126,6 +126,12 @@ class PlannedCase : public Case {
   // linked; fills *candidates when *_plan_candidates is linked.
   virtual bool query_plans(Plan* pick, std::vector<Plan>* candidates) = 0;
   const Plan* forced_plan() const { return forced_ >= 0 ? &candidates_[forced_] : nullptr; }
+  // The plan a run takes: the forced one, else the planner's (nullptr: not linked).
+  const Plan* run_plan() {
+    load();
+    if (forced_ >= 0) return &candidates_[forced_];
+    return planned_ ? &pick_ : nullptr;
+  }
 
  private:
   void load() {

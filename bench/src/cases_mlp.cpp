@@ -151,6 +151,8 @@ class ExpertMLPCase : public PlannedCase<MlpPlan> {
 
 // ---- routed MoE ops: FusedMoEExpertsFwd, IndexedExpertMLPFwd, FusedMoEFwd(+shared) -------------
 
+using moekit::reference::Fp8Activations;
+
 class RoutedCase : public PlannedCase<LayerPlan> {
  public:
   enum class Kind { kExperts, kIndexed, kFused, kFusedShared };
@@ -171,12 +173,16 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     act_ = row_activation(row_.w);
     const int64_t rows = row_.w.tensor("w_gate_up")->shape[1];
     F_ = act_ == Activation::kRelu2 ? rows : rows / 2;
+    const std::string wq = row_.w.param("weight_quant", "none");
+    if (!parse_quant_scheme(wq, &quant_))
+      throw std::runtime_error(
+          "weight_quant: none, fp8_per_tensor, fp8_per_channel or "
+          "fp8_block128, not '" +
+          wq + "'");
     fill_normal(tensor("hidden_states", dt_, {T_, H_}), seed("hidden_states"), 1.f, 0.f,
                 env.stream);
-    fill_normal(tensor("w_gate_up", dt_, {E_, rows, H_}), seed("w_gate_up"),
-                1.f / std::sqrt(float(H_)), 0.f, env.stream);
-    fill_normal(tensor("w_down", dt_, {E_, H_, F_}), seed("w_down"), 1.f / std::sqrt(float(F_)),
-                0.f, env.stream);
+    fill_weights("w_gate_up", E_, rows, H_, env);
+    fill_weights("w_down", E_, H_, F_, env);
     // Biases ~ N(0, 0.5^2), in the row's dtype unless the tensor names one.
     for (const char* b : {"gate_up_bias", "down_bias"}) {
       const TensorSpec* spec = row_.w.tensor(b);
@@ -187,10 +193,8 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     }
     if (shared()) {
       S_ = row_.w.tensor("shared_w_gate_up")->shape[0] / 2;
-      fill_normal(tensor("shared_w_gate_up", dt_, {2 * S_, H_}), seed("shared_w_gate_up"),
-                  1.f / std::sqrt(float(H_)), 0.f, env.stream);
-      fill_normal(tensor("shared_w_down", dt_, {H_, S_}), seed("shared_w_down"),
-                  1.f / std::sqrt(float(S_)), 0.f, env.stream);
+      fill_weights("shared_w_gate_up", 0, 2 * S_, H_, env);
+      fill_weights("shared_w_down", 0, H_, S_, env);
     }
     if (fused()) {
       p_.top_k = static_cast<int>(row_.w.int_param("top_k", 8));
@@ -244,6 +248,40 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     if (ws != size_t(-1)) ws_ = &scratch("workspace", ws);
   }
 
+  // Weights `name` [E, rows, cols] (E = 0: no E axis) ~ N(0, 1/cols): the row's dtype, or
+  // (weight_quant) e4m3 codes ~ N(0, 1) and "<name>_scale" in the scheme's layout, uniform in
+  // [0.5, 1.5] / sqrt(cols).
+  void fill_weights(const std::string& name, int64_t E, int64_t rows, int64_t cols, Env& env) {
+    std::vector<int64_t> shape = {rows, cols};
+    if (E > 0) shape.insert(shape.begin(), E);
+    const float s = 1.f / std::sqrt(float(cols));
+    if (quant_ == QuantScheme::kNone) {
+      fill_normal(tensor(name, dt_, shape), seed(name), s, 0.f, env.stream);
+      return;
+    }
+    fill_normal(tensor(name, DType::kFP8E4M3, shape), seed(name), 1.f, 0.f, env.stream);
+    std::vector<int64_t> sshape;
+    if (E > 0) sshape.push_back(E);
+    if (quant_ == QuantScheme::kFp8PerTensor && E == 0) sshape.push_back(1);
+    if (quant_ == QuantScheme::kFp8PerChannel) sshape.push_back(rows);
+    if (quant_ == QuantScheme::kFp8Block128) {
+      sshape.push_back((rows + 127) / 128);
+      sshape.push_back((cols + 127) / 128);
+    }
+    fill_uniform(tensor(name + "_scale", DType::kF32, sshape), seed(name + "_scale"), 0.5f * s,
+                 1.5f * s, env.stream);
+  }
+
+  // The WeightQuant of weights `prefix` ("w" or "shared_w") on copy c.
+  WeightQuant quant(const std::string& prefix, int c) {
+    WeightQuant q;
+    q.scheme = quant_;
+    if (quant_ == QuantScheme::kNone) return q;
+    q.w_gate_up_scale = find(prefix + "_gate_up_scale").view(c);
+    q.w_down_scale = find(prefix + "_down_scale").view(c);
+    return q;
+  }
+
   // The op's own workspace size (-1 when the function is not linked).
   size_t workspace_size() {
     switch (kind_) {
@@ -272,6 +310,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     a.hidden_states = find("hidden_states").view(c);
     a.w_gate_up = find("w_gate_up").view(c);
     a.w_down = find("w_down").view(c);
+    a.quant = quant("w", c);
     a.topk_weights = find("topk_weights").view(c);
     a.topk_ids = find("topk_ids").view(c);
     a.output = find("output").view(c);
@@ -300,6 +339,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     a.params = p_;
     a.w_gate_up = find("w_gate_up").view(c);
     a.w_down = find("w_down").view(c);
+    a.quant = quant("w", c);
     a.output = find("output").view(c);
     set_activation(a, c);
     a.workspace = ws;
@@ -313,6 +353,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     if (shared()) {
       a.shared_w_gate_up = find("shared_w_gate_up").view(c);
       a.shared_w_down = find("shared_w_down").view(c);
+      a.shared_quant = quant("shared_w", c);
     }
     return a;
   }
@@ -338,7 +379,38 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     return false;
   }
 
+  // FP8 rows the library has no path for here (the FP8 GEMMs off an sm_90 device): the
+  // planner's own refusal, asked on shapes alone (null data), or "".
+  std::string fp8_refusal() const {
+    if (!weight_quant_fp8(row_) || kind_ != Kind::kFused || !linked(&moekit::plan_fused_moe))
+      return {};
+    const auto shape = [&](const char* n) { return row_.w.tensor(n)->shape; };
+    const auto view = [](DType dt, const std::vector<int64_t>& sh) {
+      return make_view(nullptr, dt, static_cast<int>(sh.size()), sh.data());
+    };
+    FusedMoEArgs a;
+    a.hidden_states = view(dt_, shape("hidden_states"));
+    a.gating_output = view(DType::kF32, shape("gating_output"));
+    a.w_gate_up = view(DType::kFP8E4M3, shape("w_gate_up"));
+    a.w_down = view(DType::kFP8E4M3, shape("w_down"));
+    a.output = a.hidden_states;
+    a.params.top_k = static_cast<int>(row_.w.int_param("top_k", 8));
+    parse_quant_scheme(row_.w.param("weight_quant"), &a.quant.scheme);
+    try {
+      moekit::plan_fused_moe(a);
+    } catch (const moekit::Error& e) {
+      const std::string msg = e.what();
+      if (msg.find("FP8 weights on a path that runs them") != std::string::npos) return msg;
+    }
+    return {};
+  }
+
   bool ours_linked(std::string* why) const override {
+    const std::string refusal = fp8_refusal();
+    if (!refusal.empty()) {
+      *why = refusal;
+      return false;
+    }
     switch (kind_) {
       case Kind::kExperts:
         *why = "moekit::fused_moe_experts not linked";
@@ -377,33 +449,46 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     }
   }
 
+  // FP8 weights on the FP8 GEMMs (the sorted path; the shared expert past the decode kernel)
+  // quantize the activations: the reference then does too (routed, shared).
+  std::pair<Fp8Activations, Fp8Activations> reference_acts() {
+    const LayerPlan* p = quant_ == QuantScheme::kNone ? nullptr : run_plan();
+    if (p == nullptr) return {Fp8Activations::kAsGiven, Fp8Activations::kAsGiven};
+    const auto q = [](bool yes) {
+      return yes ? Fp8Activations::kQuantized : Fp8Activations::kAsGiven;
+    };
+    return {q(p->routed == RoutedPath::kSorted),
+            q(shared() && p->has_shared && p->shared.path == MlpPath::kTwoGemms)};
+  }
+
   // The plain GPU reference of this op on copy c (token mask optional).
   void run_reference(int c, Workspace ws, const TensorView& out, const uint8_t* mask,
                      cudaStream_t s) {
+    const auto [acts, shared_acts] = reference_acts();
     switch (kind_) {
       case Kind::kExperts:
       case Kind::kIndexed: {
         FusedMoEExpertsArgs a = experts_args(c, ws);
         a.output = out;
-        gpu_reference::fused_moe_experts(a, s, mask);
+        gpu_reference::fused_moe_experts(a, s, mask, false, acts);
         break;
       }
       case Kind::kFused: {
         FusedMoEArgs a = fused_args(c, ws);
         a.output = out;
-        gpu_reference::fused_moe(a, s, mask);
+        gpu_reference::fused_moe(a, s, mask, false, acts);
         break;
       }
       case Kind::kFusedShared: {
         if (!shared()) {
           FusedMoEArgs a = fused_args(c, ws);
           a.output = out;
-          gpu_reference::fused_moe(a, s, mask);
+          gpu_reference::fused_moe(a, s, mask, false, acts);
           break;
         }
         FusedMoESharedExpertArgs a = shared_args(c, ws);
         a.moe.output = out;
-        gpu_reference::fused_moe_shared_expert(a, s, mask);
+        gpu_reference::fused_moe_shared_expert(a, s, mask, false, acts, shared_acts);
         break;
       }
     }
@@ -448,8 +533,17 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     HostTensor out = find("output").download();
     double weight_bytes =
         find("w_gate_up").bytes() * 1.5 + (shared() ? find("shared_w_gate_up").bytes() * 1.5 : 0.0);
-    const bool cpu = cpu_reference_linked() && cpu_reference_affordable(flops(), weight_bytes);
-    std::vector<uint8_t> mask = sample_rows(T_, cpu ? T_ : opt_.check_rows);
+    // FP8 weights: the GPU reference (it dequantizes them as it reads; the args' scales are
+    // device views).
+    const bool cpu = cpu_reference_linked() && quant_ == QuantScheme::kNone &&
+                     cpu_reference_affordable(flops(), weight_bytes);
+    // Quantized activations (the FP8 GEMM paths) are checked at the fp8 tolerance; a dynamic
+    // per-tensor scale spans every row, so the reference runs them all.
+    const auto [acts, shared_acts] = reference_acts();
+    const bool quantizes =
+        acts == Fp8Activations::kQuantized || shared_acts == Fp8Activations::kQuantized;
+    const bool all_rows = cpu || (quantizes && quant_ == QuantScheme::kFp8PerTensor);
+    std::vector<uint8_t> mask = sample_rows(T_, all_rows ? T_ : opt_.check_rows);
     int64_t checked = 0;
     for (uint8_t m : mask) checked += m;
     HostTensor ref(dt_, {T_, H_});
@@ -501,18 +595,24 @@ class RoutedCase : public PlannedCase<LayerPlan> {
       sync(env.stream);
       ref = o.download();
     }
-    return compare_tensors(out, ref, dt_, &mask, describe_ref(cpu, checked, T_));
+    return compare_tensors(out, ref, quantizes ? DType::kFP8E4M3 : dt_, &mask,
+                           describe_ref(cpu, checked, T_));
   }
 
   std::vector<AltFactory> alternatives() override {
     std::vector<AltFactory> f;
-    f.push_back({"cublas-mlp", [this](Env& env) {
-                   if (plain_silu()) return make_cublas(env);
-                   Impl im{"cublas-mlp", nullptr};
-                   im.available = false;
-                   im.note = "the cuBLAS composition runs silu_and_mul without biases";
-                   return im;
-                 }});
+    // The cuBLAS composition multiplies bf16 / f16 weights and runs silu_and_mul without
+    // biases: FP8 rows compare with the dequantizing GPU reference (and PyTorch's FP8
+    // alternatives, bench/torch_alternatives.py).
+    if (quant_ == QuantScheme::kNone) {
+      f.push_back({"cublas-mlp", [this](Env& env) {
+                     if (plain_silu()) return make_cublas(env);
+                     Impl im{"cublas-mlp", nullptr};
+                     im.available = false;
+                     im.note = "the cuBLAS composition runs silu_and_mul without biases";
+                     return im;
+                   }});
+    }
     f.push_back({"ref-cuda", [this](Env&) {
                    DBuffer* ws = &scratch("ref_ws", reference_scratch());
                    Impl im{"ref-cuda", [this, ws](int c, cudaStream_t s) {
@@ -521,7 +621,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
                    im.skip_timing = ref_cuda_too_slow(flops(), &im.note);
                    return im;
                  }});
-    if (kind_ == Kind::kIndexed)
+    if (kind_ == Kind::kIndexed && quant_ == QuantScheme::kNone)
       f.push_back({"moekit-fused-experts", [this](Env&) {
                      Impl im{"moekit-fused-experts", nullptr};
                      if (!linked(&moekit::fused_moe_experts)) {
@@ -543,6 +643,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
   }
 
  private:
+  QuantScheme quant_ = QuantScheme::kNone;  // the row's weight_quant
   // Routing (fused ops) and permutation by the plain reference kernels, per-expert
   // cublasGemmEx with the counts of the (deterministic) reference routing, a
   // silu_and_mul kernel, the shared expert as two dense cuBLAS GEMMs, and a weighted

@@ -225,7 +225,7 @@ int run(const Options& opt, const std::string& cmdline) {
         rr.counts = c->counts;
         rr.cost = op_cost(row, c->stats);
         if (choose_plan(*c, opt, rr)) {
-          const bool fp8 = uses_fp8_peak(row.w.op);
+          const bool fp8 = uses_fp8_peak(row.w.op) || weight_quant_fp8(row);
           if (opt.check) {
             progress.stage(i, row, "checking accuracy");
             CheckResult cr = c->check(env);

@@ -110,7 +110,11 @@ Cost op_cost(const Row& row, const RoutingStats& stats_in) {
   const double out = static_cast<double>(dtype_bytes(row.out_dtype()));
   const std::string& op = row.w.op;
   Cost c;
-  auto mlp_weights = [&](double experts) { return experts * 3.0 * d.F * d.H * in; };
+  // FP8-weight rows (weight_quant) read e4m3 weights, one byte each, and their f32 scales.
+  const double wsize = weight_quant_fp8(row) ? 1.0 : in;
+  auto mlp_weights = [&](double experts) {
+    return experts * (3.0 * d.F * d.H * wsize + weight_scale_bytes(row, d.H, d.F));
+  };
   if (op == "FusedTopKFwd") {
     c.bytes = double(d.T) * d.E * in + (d.bias ? d.E * 4.0 : 0) + double(d.T) * d.K * 8.0;
   } else if (op == "MoEPermuteAlignFwd") {
@@ -149,7 +153,7 @@ Cost op_cost(const Row& row, const RoutingStats& stats_in) {
     }
     if (op == "FusedMoESharedExpertFwd") {
       c.flops += 6.0 * d.T * d.S * d.H;
-      c.bytes += 3.0 * d.S * d.H * in;
+      c.bytes += 3.0 * d.S * d.H * wsize;
     }
   } else if (op == "SharedExpertMLPFwd") {
     c.flops = 6.0 * d.T * d.S * d.H;
@@ -160,6 +164,22 @@ Cost op_cost(const Row& row, const RoutingStats& stats_in) {
 
 bool uses_fp8_peak(const std::string& op) {
   return op == "MoEGroupedGemmFP8Fwd";
+}
+
+bool weight_quant_fp8(const Row& row) {
+  const std::string q = row.w.param("weight_quant", "none");
+  return q != "none";
+}
+
+double weight_scale_bytes(const Row& row, int64_t H, int64_t F) {
+  const std::string q = row.w.param("weight_quant", "none");
+  if (q == "fp8_per_tensor") return 2 * 4.0;
+  if (q == "fp8_per_channel") return (2.0 * F + H) * 4.0;
+  if (q == "fp8_block128") {
+    const double hb = double(ceil_div(H, 128));
+    return (double(ceil_div(2 * F, 128)) * hb + hb * double(ceil_div(F, 128))) * 4.0;
+  }
+  return 0;
 }
 
 Sol classify(const Cost& cost, bool fp8, const Ceilings& ceil, double measured_ms) {

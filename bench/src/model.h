@@ -56,6 +56,12 @@ struct Sol {
 
 // True for ops whose F_peak is the fp8 rate.
 bool uses_fp8_peak(const std::string& op);
+// A row with FP8 weights (param weight_quant: fp8_per_tensor / fp8_per_channel / fp8_block128):
+// its cost counts e4m3 weight bytes and their scales, its compute ceiling is the FP8 rate
+// (the GEMM paths multiply FP8 operands).
+bool weight_quant_fp8(const Row& row);
+// The f32 scale bytes of one expert's weights [2F, H] and [H, F] under the row's weight_quant.
+double weight_scale_bytes(const Row& row, int64_t H, int64_t F);
 Sol classify(const Cost& cost, bool fp8, const Ceilings& ceilings, double measured_ms);
 // The ideal time that picks a row's timing mode (graph under 20 us): at the nominal
 // ceilings, so a row's mode does not change with what a GPU measures.

@@ -93,6 +93,32 @@ TEST(CostModel, SharedExpertMlpIsComputeBoundAtT512) {
   EXPECT_NEAR(s.sol, 0.88, 0.01);  // the page: 88%
 }
 
+// A FusedMoEFwd row of bench/workloads/fp8.json's form: e4m3 weights and their scales.
+Row fp8_layer_row(const std::string& quant) {
+  const std::string json = R"({"ops": [{"op": "FusedMoEFwd", "workloads": [{"name": "ds-v3-fp8",
+    "tensors": {"hidden_states": {"shape": ["1", "7168"]},
+                "gating_output": {"shape": ["1", "256"], "dtype": "f32"},
+                "w_gate_up": {"shape": ["256", "4096", "7168"], "dtype": "fp8e4m3"},
+                "w_down": {"shape": ["256", "7168", "2048"], "dtype": "fp8e4m3"}},
+    "params": {"top_k": "8", "weight_quant": ")" +
+                           quant + R"("}, "dtypes": ["bf16"]}]}]})";
+  return expand_rows(parse_workloads(json)).at(0);
+}
+
+TEST(CostModel, Fp8WeightRowsCountE4m3BytesAndScales) {
+  const Row block = fp8_layer_row("fp8_block128");
+  EXPECT_TRUE(weight_quant_fp8(block));
+  const Cost c = op_cost(block, {8, 8});
+  // 8 active experts: 3*F*H e4m3 bytes and (32*56 + 56*16) f32 block scales each; x in and
+  // out (bf16); the logits (f32).
+  const double per_expert = 3.0 * 2048 * 7168 + (32.0 * 56 + 56.0 * 16) * 4;
+  EXPECT_DOUBLE_EQ(c.bytes, 8 * per_expert + 2.0 * 7168 * 2 + 256.0 * 4);
+  EXPECT_DOUBLE_EQ(weight_scale_bytes(fp8_layer_row("fp8_per_channel"), 7168, 2048),
+                   (2.0 * 2048 + 7168) * 4);
+  EXPECT_DOUBLE_EQ(weight_scale_bytes(fp8_layer_row("fp8_per_tensor"), 7168, 2048), 8.0);
+  EXPECT_FALSE(weight_quant_fp8(row("FusedMoEFwd", "qwen3-235b-decode", "bf16")));
+}
+
 TEST(CostModel, Fp8MaskedUsesTheFp8Peak) {
   Row r = row("MoEGroupedGemmFP8Fwd", "ds-v3-e8-up-masked", "fp8e4m3");
   EXPECT_TRUE(uses_fp8_peak(r.w.op));

@@ -17,6 +17,7 @@
 
 #include "moekit/gemm.h"
 #include "moekit/plan.h"
+#include "moekit/quant.h"
 #include "moekit/routing.h"
 #include "moekit/tensor.h"
 
@@ -27,8 +28,9 @@ struct ExpertMLPArgs {
   TensorView expert_input;     // [P, H] bf16 / f16
   TensorView layout_metadata;  // [E] i32 inclusive physical ends
   PermutedLayout layout;       // contiguous(alignment)
-  TensorView w_gate_up;        // [E, 2F, H]
+  TensorView w_gate_up;        // [E, 2F, H] (e4m3 when quantized)
   TensorView w_down;           // [E, H, F]
+  WeightQuant quant;           // the weights' scheme and scales (moekit/quant.h)
   TensorView expert_output;    // out [P, H]; padding rows untouched; may be expert_input
   // Activation and optional biases (docs/moe.md "Activations"); w_gate_up holds F rows
   // for kRelu2, else 2F.
@@ -46,8 +48,9 @@ std::vector<MlpPlan> expert_mlp_plan_candidates(const ExpertMLPArgs& args);
 // FusedMoEExpertsFwd: output[t] = sum_{k: id>=0} w[t,k] * MLP_{id[t,k]}(x_t).
 struct FusedMoEExpertsArgs {
   TensorView hidden_states;  // [T, H] bf16 / f16
-  TensorView w_gate_up;      // [E, 2F, H]
+  TensorView w_gate_up;      // [E, 2F, H] (e4m3 when quantized)
   TensorView w_down;         // [E, H, F]
+  WeightQuant quant;         // the weights' scheme and scales (moekit/quant.h)
   TensorView topk_weights;   // [T, K] f32
   TensorView topk_ids;       // [T, K] i32 / i64 in [0, E) or -1 (global ids with expert_map)
   TensorView output;         // out [T, H], fully overwritten; may be hidden_states
@@ -81,8 +84,9 @@ struct FusedMoEArgs {
   TensorView gating_output;    // [T, E] bf16 / f16 / f32 ([T, E_global] with expert_map)
   TensorView correction_bias;  // optional [E] f32 ([E_global] with expert_map)
   TopKParams params;
-  TensorView w_gate_up;  // [E, 2F, H]
+  TensorView w_gate_up;  // [E, 2F, H] (e4m3 when quantized)
   TensorView w_down;     // [E, H, F]
+  WeightQuant quant;     // the routed experts' scheme and scales (moekit/quant.h)
   TensorView output;     // out [T, H]; may be hidden_states
   // Activation and optional biases (docs/moe.md "Activations"); w_gate_up holds F rows
   // for kRelu2, else 2F.
@@ -110,6 +114,7 @@ struct FusedMoESharedExpertArgs {
   // The shared expert runs moe.activation ([S, H] gate rows for kRelu2); optional biases.
   TensorView shared_gate_up_bias;  // optional [2S] ([S] for kRelu2), f32 or the dtype
   TensorView shared_down_bias;     // optional [H], f32 or the dtype
+  WeightQuant shared_quant;        // the shared expert's scheme and scales (no E axis)
 };
 size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args);
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream);
@@ -120,8 +125,9 @@ std::vector<LayerPlan> fused_moe_shared_expert_plan_candidates(
 // SharedExpertMLPFwd: a dense gated MLP.
 struct SharedExpertMLPArgs {
   TensorView hidden_states;  // [T, H] bf16 / f16
-  TensorView w_gate_up;      // [2S, H]
+  TensorView w_gate_up;      // [2S, H] (e4m3 when quantized)
   TensorView w_down;         // [H, S]
+  WeightQuant quant;         // the weights' scheme and scales (no E axis; moekit/quant.h)
   TensorView output;         // out [T, H]; not hidden_states (no in place)
   // Activation and optional biases (docs/moe.md "Activations"); w_gate_up holds S rows
   // for kRelu2, else 2S.

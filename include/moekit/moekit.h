@@ -6,6 +6,7 @@
 #include "moekit/moe.h"
 #include "moekit/permute.h"
 #include "moekit/plan.h"
+#include "moekit/quant.h"
 #include "moekit/routing.h"
 #include "moekit/tensor.h"
 #include "moekit/tuning.h"

@@ -427,6 +427,25 @@ _ENGINE_DOC = """expert_map: optional [E_global] int32: topk_ids are global expe
                 its route weight, x' = round(round(w) * x) (vLLM's x * w.to(x.dtype)),
                 and the expert output is not weighted."""
 
+
+def _quant_params(prefix=""):
+    """The weights' quantization (moekit.raw's keyword arguments, docs/python.md)."""
+    return (f'str {prefix}weight_quant="none", Tensor? {prefix}w_gate_up_scale=None, '
+            f"Tensor? {prefix}w_down_scale=None, Tensor? {prefix}a_gate_up_scale=None, "
+            f"Tensor? {prefix}a_down_scale=None")  # fmt: skip
+
+
+_QUANT_DOC = """
+            weight_quant: "none" (w_gate_up / w_down in hidden_states' dtype),
+                "fp8_per_tensor", "fp8_per_channel" or "fp8_block128" (float8_e4m3fn
+                weights; docs/moe.md "Quantized weights"): activation "silu" and no
+                biases.
+            w_gate_up_scale, w_down_scale: f32 scales of the scheme: per tensor [E] ([1]
+                dense), per channel [E, 2F] / [E, H], 128 x 128 blocks
+                [E, ceil(2F/128), ceil(H/128)] / [E, ceil(H/128), ceil(F/128)].
+            a_gate_up_scale, a_down_scale: optional [1] f32 static activation scales
+                (fp8_per_tensor only)."""
+
 _OPS = [
     _Op("fused_topk", "Tensor gating_output, " + _TOPK_PARAMS, ("topk_weights", "topk_ids"),
         _topk_rule, """FusedTopKFwd: route each token to its top_k experts.
@@ -535,7 +554,8 @@ _OPS = [
         """),
     _Op("moe_expert_mlp",
         "Tensor expert_input, Tensor layout_metadata, Tensor w_gate_up, Tensor w_down, "
-        "int alignment=1, " + _ACT_PARAMS, ("expert_output",), "like:expert_input",
+        "int alignment=1, " + _ACT_PARAMS + ", " + _quant_params(), ("expert_output",),
+        "like:expert_input",
         """MoEExpertMLPFwd: each expert's gated MLP on its rows of a permuted buffer.
 
         Args:
@@ -544,13 +564,14 @@ _OPS = [
             w_gate_up: [E, 2F, H] (gate rows then up rows).
             w_down: [E, H, F].
             alignment: block alignment of the layout.
-            """ + _ACT_DOC + """
+            """ + _ACT_DOC + _QUANT_DOC + """
 
         Returns:
             expert_output [P, H]: row r of expert e = w_down[e] . act(w_gate_up[e] . x)
             (+ biases); padding rows are left uninitialized.
         """),
-    _Op("fused_moe_experts", _EXPERTS_PARAMS, ("output",), "like:hidden_states",
+    _Op("fused_moe_experts", _EXPERTS_PARAMS + ", " + _quant_params(), ("output",),
+        "like:hidden_states",
         """FusedMoEExpertsFwd: the experts half of a MoE layer.
 
         Args:
@@ -558,18 +579,20 @@ _OPS = [
             w_gate_up: [E, 2F, H]; w_down: [E, H, F] (same dtype).
             topk_weights: [T, K] f32; topk_ids: [T, K] int32 or int64 in [0, E) or -1.
             {act}
-            {engine}
+            {engine}{quant}
 
         Returns:
             output [T, H] = sum over k with id >= 0 of w[t,k] * MLP_id(x_t).
-        """.format(act=_ACT_DOC, engine=_ENGINE_DOC)),
-    _Op("indexed_expert_mlp", _EXPERTS_PARAMS, ("output",), "like:hidden_states",
+        """.format(act=_ACT_DOC, engine=_ENGINE_DOC, quant=_QUANT_DOC)),
+    _Op("indexed_expert_mlp", _EXPERTS_PARAMS + ", " + _quant_params(), ("output",),
+        "like:hidden_states",
         """IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64 (routes
         read straight from topk_ids, no sort); correct for every T. Same shapes as
         fused_moe_experts."""),
     _Op("fused_moe",
         "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
-        + _TOPK_PARAMS + ", " + _ACT_PARAMS + ", " + _ENGINE_PARAMS, ("output",), "like:hidden_states",
+        + _TOPK_PARAMS + ", " + _ACT_PARAMS + ", " + _ENGINE_PARAMS + ", " + _quant_params(),
+        ("output",), "like:hidden_states",
         """FusedMoEFwd: a whole routed MoE layer (fused_topk then fused_moe_experts).
 
         Args:
@@ -580,15 +603,16 @@ _OPS = [
             top_k, renormalize, scoring_func, num_expert_group, topk_group,
             routed_scaling_factor, correction_bias ([E] f32 or None): as in fused_topk.
             {act}
-            {engine}
+            {engine}{quant}
 
         Returns:
             output [T, H].
-        """.format(act=_ACT_DOC, engine=_ENGINE_DOC), in_place="hidden_states"),
+        """.format(act=_ACT_DOC, engine=_ENGINE_DOC, quant=_QUANT_DOC), in_place="hidden_states"),
     _Op("fused_moe_shared_expert",
         "Tensor hidden_states, Tensor gating_output, Tensor w_gate_up, Tensor w_down, "
         "Tensor? shared_w_gate_up, Tensor? shared_w_down, " + _TOPK_PARAMS + ", " + _ACT_PARAMS
-        + ", Tensor? shared_gate_up_bias=None, Tensor? shared_down_bias=None, " + _ENGINE_PARAMS,
+        + ", Tensor? shared_gate_up_bias=None, Tensor? shared_down_bias=None, " + _ENGINE_PARAMS
+        + ", " + _quant_params() + ", " + _quant_params("shared_"),
         ("output",), "like:hidden_states",
         """FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) (shared weight 1).
 
@@ -599,12 +623,16 @@ _OPS = [
             shared_gate_up_bias [2S] ([S]) and shared_down_bias [H] (f32 or the dtype); it
             reads the unscaled x and is added once (with expert_map: on every rank that
             calls the layer).
+            weight_quant, w_gate_up_scale, ...: the routed experts' quantization, as in
+                fused_moe; shared_weight_quant, shared_w_gate_up_scale, ...: the shared
+                expert's (no E axis: per tensor [1], per channel [2S] / [H], blocks
+                [ceil(2S/128), ceil(H/128)] / [ceil(H/128), ceil(S/128)]).
 
         Returns:
             output [T, H].
         """, in_place="hidden_states"),
     _Op("shared_expert_mlp", "Tensor hidden_states, Tensor w_gate_up, Tensor w_down, "
-        + _ACT_PARAMS, ("output",), "like:hidden_states",
+        + _ACT_PARAMS + ", " + _quant_params(), ("output",), "like:hidden_states",
         """SharedExpertMLPFwd: a dense gated MLP.
 
         Args:
@@ -612,6 +640,9 @@ _OPS = [
             w_gate_up: [2S, H] (gate rows then up rows); w_down: [H, S].
             activation, gate_up_bias ([2S]), down_bias ([H]): as in fused_moe_experts,
                 without the expert axis.
+            weight_quant, w_gate_up_scale, ...: as in fused_moe, without the E axis
+                (per tensor [1], per channel [2S] / [H], blocks [ceil(2S/128),
+                ceil(H/128)] / [ceil(H/128), ceil(S/128)]).
 
         Returns:
             output [T, H] = w_down . (silu(gate . x) * (up . x)).
@@ -655,7 +686,7 @@ def _{name}_cuda({sig}):
     if ctx is None:
         return _elsewhere("{name}", {tensor_names}, ({tensors},), _{name}_cuda, {call})
     {outs} = {alloc}
-    _t_{name}({entry}, ctx[1])
+    _t_{name}({entry}, ctx[1]{keywords})
     return {outs}
 
 
@@ -678,7 +709,7 @@ def _{name}_out_cuda({sig}, *, {outs}):
         return _elsewhere("{name}", {tensor_names} + {out_names}, ({tensors}, {outs}),
                           _{name}_out_cuda, {call}, {out_kw})
     try:
-        _t_{name}({entry}, ctx[1])
+        _t_{name}({entry}, ctx[1]{keywords})
     except MoekitError as e:
         _out_error("{name}", e)
 
@@ -788,6 +819,12 @@ def _define(op):
             entry.append(op.derived[field])
         else:
             raise AssertionError(f"moekit.ops: {op.name}: C++ field {field!r} not in the table")
+    # The entry point's keyword arguments (after the stream), passed in their order
+    # (positionally: cheaper to convert than keywords).
+    keywords = ""
+    for k in getattr(_raw, "_ENTRY_KEYWORDS", {}).get(op.name, ()):
+        assert k in names, f"moekit.ops: {op.name}: C++ keyword {k!r} not in the table"
+        keywords += f", {k}"
     # out=: the buffers go to the out variant as keywords named after the outputs.
     assert not set(op.outputs) & set(names), f"{op.name}: an output named as an argument"
     nout = len(op.outputs)
@@ -817,6 +854,7 @@ def _define(op):
         alloc=alloc,
         fake=fake,
         entry=", ".join(entry),
+        keywords=keywords,
     )
     filename = f"<moekit.ops {op.name}>"
     _linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks

@@ -411,7 +411,7 @@ class Converter {
   }
 
   TensorView from_dlpack(nb::handle h, const char* arg) {
-    if (n_keep_ == kMaxKeep) fail(op_, arg, "at most 12 DLPack tensors per call", "more");
+    if (n_keep_ == kMaxKeep) fail(op_, arg, "at most 24 DLPack tensors per call", "more");
     nb::ndarray<>& a = keep_[n_keep_];
     if (!nb::try_cast(h, a, /*convert=*/false)) {
       if (PyErr_Occurred()) PyErr_Clear();
@@ -440,7 +440,7 @@ class Converter {
     return v;
   }
 
-  static constexpr int kMaxKeep = 12;
+  static constexpr int kMaxKeep = 24;
   const char* op_;
   bool torch_ = false;
   int64_t device_ = -1;
@@ -511,6 +511,13 @@ Activation parse_mlp_activation(const char* s, const char* op) {
        std::string("'") + s + "'");
 }
 
+QuantScheme parse_quant(const char* s, const char* op, const char* arg) {
+  QuantScheme q = QuantScheme::kNone;
+  if (parse_quant_scheme(s, &q)) return q;
+  fail(op, arg, "'none', 'fp8_per_tensor', 'fp8_per_channel' or 'fp8_block128'",
+       std::string("'") + s + "'");
+}
+
 // ---- fields: one Python argument of an op and where it lands in the C++ args struct ----
 
 // A tensor argument: a TensorView of the args struct (reached through `at`), passed as
@@ -553,6 +560,42 @@ template <class T, class Store>
 ScalarField<T, Store> scalar(const char* name, Store store, std::optional<T> dflt = {}) {
   return {name, store, dflt};
 }
+// Keyword fields: trailing arguments with defaults (after the stream and workspace, so every
+// positional call keeps its meaning): an optional tensor (None) and a quantization scheme
+// name ("none").
+template <class At>
+struct KeywordTensorField : TensorField<At> {
+  auto arg(bool /*with_default*/) const { return nb::arg(this->name) = nb::none(); }
+};
+template <class Store>
+struct KeywordSchemeField : ScalarField<const char*, Store> {
+  auto arg(bool /*with_default*/) const { return nb::arg(this->name) = "none"; }
+};
+template <class At>
+KeywordTensorField<At> keyword_tensor(const char* name, At at) {
+  return {{name, at}};
+}
+template <class Store>
+KeywordSchemeField<Store> keyword_scheme(const char* name, Store store) {
+  return {{name, store, std::nullopt}};
+}
+
+// A WeightQuant (reached as `member`, an expression of the args struct `a`) as five keyword
+// arguments: <prefix>weight_quant (a scheme name) and its four scale tensors.
+#define MK_QUANT(prefix, member)                                                     \
+  keyword_scheme(prefix "weight_quant",                                              \
+                 [](auto& a, const char* s, const char* op) {                        \
+                   member.scheme = parse_quant(s, op, prefix "weight_quant");        \
+                 }),                                                                 \
+      keyword_tensor(prefix "w_gate_up_scale",                                       \
+                     [](auto& a) -> TensorView& { return member.w_gate_up_scale; }), \
+      keyword_tensor(prefix "w_down_scale",                                          \
+                     [](auto& a) -> TensorView& { return member.w_down_scale; }),    \
+      keyword_tensor(prefix "a_gate_up_scale",                                       \
+                     [](auto& a) -> TensorView& { return member.a_gate_up_scale; }), \
+      keyword_tensor(prefix "a_down_scale",                                          \
+                     [](auto& a) -> TensorView& { return member.a_down_scale; })
+
 // A field of the same name in the args struct.
 #define MK_TENSOR(field) tensor(#field, [](auto& a) -> TensorView& { return a.field; })
 #define MK_INT(field) scalar<int>(#field, [](auto& a, int v, const char*) { a.field = v; })
@@ -641,7 +684,7 @@ auto experts_fields() {
 
 enum class WorkspaceUse { kNone, kRequired, kOptional };
 
-template <class Args, class Fields>
+template <class Args, class Fields, class Keywords = std::tuple<>>
 struct Op {
   const char* name;  // moekit.raw.<name>, moekit.raw._t_<name>, torch.ops.moekit.<name>
   void (*run)(const Args&, cudaStream_t);
@@ -651,6 +694,22 @@ struct Op {
   const char* workspace_query = nullptr;  // the size query's Python name
   WorkspaceUse workspace = WorkspaceUse::kNone;
   bool raw_defaults = false;  // the raw op's scalars keep their defaults
+  // Keyword fields (defaults: none), after every other argument of each function: the
+  // weights' quantization (MK_QUANT).
+  Keywords keywords = {};
+
+  template <class... K>
+  Op<Args, Fields, std::tuple<K...>> with_keywords(K... k) const {
+    return {name,
+            run,
+            doc,
+            fields,
+            workspace_size,
+            workspace_query,
+            workspace,
+            raw_defaults,
+            std::make_tuple(k...)};
+  }
 
   // The op takes a workspace of workspace_size(args) bytes; kOptional: the raw op takes it
   // as trailing keywords after the stream and the query takes no arguments.
@@ -748,22 +807,26 @@ const auto kOps = std::make_tuple(
            activation_fields()),
        "MoEExpertMLPFwd: expert_input [P, H], layout_metadata [E] i32, w_gate_up [E, 2F, H], "
        "w_down [E, H, F] -> expert_output [P, H].")
-        .with_workspace(&expert_mlp_workspace_size, "expert_mlp_workspace_size"),
+        .with_workspace(&expert_mlp_workspace_size, "expert_mlp_workspace_size")
+        .with_keywords(MK_QUANT("", a.quant)),
     op("fused_moe_experts", &fused_moe_experts, experts_fields(),
        "FusedMoEExpertsFwd: hidden_states [T, H], w_gate_up [E, 2F, H], w_down [E, H, F], "
        "topk_weights [T, K] f32, topk_ids [T, K] i32/i64 -> output [T, H]; expert_map "
        "[E_global] i32 or None, apply_router_weight_on_input.")
-        .with_workspace(&fused_moe_experts_workspace_size, "fused_moe_experts_workspace_size"),
+        .with_workspace(&fused_moe_experts_workspace_size, "fused_moe_experts_workspace_size")
+        .with_keywords(MK_QUANT("", a.quant)),
     op("indexed_expert_mlp", &indexed_expert_mlp, experts_fields(),
        "IndexedExpertMLPFwd: fused_moe_experts' contract, built for T <= 64.")
-        .with_workspace(&indexed_expert_mlp_workspace_size, "indexed_expert_mlp_workspace_size"),
+        .with_workspace(&indexed_expert_mlp_workspace_size, "indexed_expert_mlp_workspace_size")
+        .with_keywords(MK_QUANT("", a.quant)),
     op("fused_moe", &fused_moe,
        std::tuple_cat(fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
                              MK_MOE_TENSOR(correction_bias), MK_MOE_TENSOR(w_gate_up),
                              MK_MOE_TENSOR(w_down), MK_MOE_TENSOR(output)),
                       topk_param_fields(), activation_fields(), engine_fields()),
        "FusedMoEFwd: fused_topk then fused_moe_experts -> output [T, H].")
-        .with_workspace(&fused_moe_workspace_size, "fused_moe_workspace_size"),
+        .with_workspace(&fused_moe_workspace_size, "fused_moe_workspace_size")
+        .with_keywords(MK_QUANT("", a.quant)),
     op("fused_moe_shared_expert", &fused_moe_shared_expert,
        std::tuple_cat(
            fields(MK_MOE_TENSOR(hidden_states), MK_MOE_TENSOR(gating_output),
@@ -773,55 +836,56 @@ const auto kOps = std::make_tuple(
            fields(MK_TENSOR(shared_gate_up_bias), MK_TENSOR(shared_down_bias)), engine_fields()),
        "FusedMoESharedExpertFwd: fused_moe(...) + SharedMLP(x) -> output [T, H].")
         .with_workspace(&fused_moe_shared_expert_workspace_size,
-                        "fused_moe_shared_expert_workspace_size"),
+                        "fused_moe_shared_expert_workspace_size")
+        .with_keywords(MK_QUANT("", a.moe.quant), MK_QUANT("shared_", a.shared_quant)),
     op("shared_expert_mlp", &shared_expert_mlp,
        std::tuple_cat(fields(MK_TENSOR(hidden_states), MK_TENSOR(w_gate_up), MK_TENSOR(w_down),
                              MK_TENSOR(output)),
                       activation_fields()),
        "SharedExpertMLPFwd: hidden_states [T, H], w_gate_up [2S, H], w_down [H, S] -> "
        "output [T, H].")
-        .with_workspace(&shared_expert_mlp_workspace_size, "shared_expert_mlp_workspace_size"));
+        .with_workspace(&shared_expert_mlp_workspace_size, "shared_expert_mlp_workspace_size")
+        .with_keywords(MK_QUANT("", a.quant)));
 
 // ---- generation: the Python functions of one table entry ----
 
-// Fills the op's args struct from the Python values, in field order.
-template <class Args, class... F, size_t... I>
-Args fill(const std::tuple<F...>& fs, std::index_sequence<I...>, Converter& cv,
-          typename F::Py... v) {
-  Args a;
-  (std::get<I>(fs).set(a, v, cv), ...);
-  return a;
-}
-
-template <class Args, class... F, size_t... I>
-void register_op(nb::module_& m, const Op<Args, std::tuple<F...>>& entry,
-                 std::index_sequence<I...> seq) {
+// Registers the Python functions of one table entry: the raw op, its workspace query and
+// the torch layer's entry point _t_<op>. Each takes the fields in order, then its own
+// arguments (stream, workspace), then the keyword fields (defaults: none).
+template <class Args, class... F, class... K, size_t... I, size_t... J>
+void register_op(nb::module_& m, const Op<Args, std::tuple<F...>, std::tuple<K...>>& entry,
+                 std::index_sequence<I...>, std::index_sequence<J...>) {
   const auto* p = &entry;  // kOps lives as long as the module
   const bool defaults = entry.raw_defaults;
   const auto& fs = entry.fields;
-  auto args_of = [p, seq](Converter& cv, typename F::Py... v) {
-    return fill<Args>(p->fields, seq, cv, v...);
+  const auto& ks = entry.keywords;
+  auto args_of = [p](Converter& cv, typename F::Py... v, typename K::Py... k) {
+    Args a;
+    (std::get<I>(p->fields).set(a, v, cv), ...);
+    (std::get<J>(p->keywords).set(a, k, cv), ...);
+    return a;
   };
   if constexpr (!HasWorkspace<Args>::value) {
     m.def(
         entry.name,
-        [p, args_of](typename F::Py... v, uintptr_t stream) {
+        [p, args_of](typename F::Py... v, uintptr_t stream, typename K::Py... k) {
           Converter cv(p->name);
-          p->run(args_of(cv, v...), as_stream(stream));
+          p->run(args_of(cv, v..., k...), as_stream(stream));
         },
-        std::get<I>(fs).arg(defaults)..., arg("stream") = 0, entry.doc);
+        std::get<I>(fs).arg(defaults)..., arg("stream") = 0, std::get<J>(ks).arg(false)...,
+        entry.doc);
     m.def(("_t_" + std::string(entry.name)).c_str(),
-          [p, args_of](typename F::Py... v, uintptr_t stream) {
+          [p, args_of](typename F::Py... v, uintptr_t stream, typename K::Py... k) {
             Converter cv(p->name, true);
-            p->run(args_of(cv, v...), as_stream(stream));
+            p->run(args_of(cv, v..., k...), as_stream(stream));
           },
-          std::get<I>(fs).arg(false)..., arg("stream"));
+          std::get<I>(fs).arg(false)..., arg("stream"), std::get<J>(ks).arg(false)...);
   } else {
     // The raw op with the caller's workspace (pointer and bytes as ints).
     auto run_raw = [p, args_of](uintptr_t workspace, size_t workspace_bytes, uintptr_t stream,
-                                typename F::Py... v) {
+                                typename F::Py... v, typename K::Py... k) {
       Converter cv(p->name);
-      Args a = args_of(cv, v...);
+      Args a = args_of(cv, v..., k...);
       workspace_of(a) = as_workspace(workspace, workspace_bytes);
       p->run(a, as_stream(stream));
     };
@@ -829,9 +893,11 @@ void register_op(nb::module_& m, const Op<Args, std::tuple<F...>>& entry,
       m.def(
           entry.name,
           [run_raw](typename F::Py... v, uintptr_t stream, uintptr_t workspace,
-                    size_t workspace_bytes) { run_raw(workspace, workspace_bytes, stream, v...); },
+                    size_t workspace_bytes, typename K::Py... k) {
+            run_raw(workspace, workspace_bytes, stream, v..., k...);
+          },
           std::get<I>(fs).arg(defaults)..., arg("stream") = 0, arg("workspace") = 0,
-          arg("workspace_bytes") = 0, entry.doc);
+          arg("workspace_bytes") = 0, std::get<J>(ks).arg(false)..., entry.doc);
       m.def(
           entry.workspace_query, [p] { return p->workspace_size(Args{}); },
           (std::string("Bytes of ") + entry.name + "'s optional workspace.").c_str());
@@ -839,55 +905,70 @@ void register_op(nb::module_& m, const Op<Args, std::tuple<F...>>& entry,
       m.def(
           entry.name,
           [run_raw](typename F::Py... v, uintptr_t workspace, size_t workspace_bytes,
-                    uintptr_t stream) { run_raw(workspace, workspace_bytes, stream, v...); },
+                    uintptr_t stream, typename K::Py... k) {
+            run_raw(workspace, workspace_bytes, stream, v..., k...);
+          },
           std::get<I>(fs).arg(defaults)..., arg("workspace"), arg("workspace_bytes"),
-          arg("stream") = 0, entry.doc);
+          arg("stream") = 0, std::get<J>(ks).arg(false)..., entry.doc);
       m.def(
           entry.workspace_query,
-          [p, args_of](typename F::Py... v) {
+          [p, args_of](typename F::Py... v, typename K::Py... k) {
             Converter cv(p->name);
-            return p->workspace_size(args_of(cv, v...));
+            return p->workspace_size(args_of(cv, v..., k...));
           },
-          std::get<I>(fs).arg(false)...,
+          std::get<I>(fs).arg(false)..., std::get<J>(ks).arg(false)...,
           (std::string("Bytes of ") + entry.name + "'s workspace for these arguments.").c_str());
     }
     m.def(("_t_" + std::string(entry.name)).c_str(),
-          [p, args_of](typename F::Py... v, nb::handle ws, uintptr_t stream) {
+          [p, args_of](typename F::Py... v, nb::handle ws, uintptr_t stream, typename K::Py... k) {
             Converter cv(p->name, true);
-            Args a = args_of(cv, v...);
+            Args a = args_of(cv, v..., k...);
             workspace_of(a) = workspace_from_entry(ws, p->workspace_size(a), cv.op());
             p->run(a, as_stream(stream));
           },
-          std::get<I>(fs).arg(false)..., arg("ws").none(), arg("stream"));
+          std::get<I>(fs).arg(false)..., arg("ws").none(), arg("stream"),
+          std::get<J>(ks).arg(false)...);
   }
 }
 
 // The arguments of moekit.raw._t_<op> before the stream: the op's fields, then "ws" where
 // it takes the torch layer's workspace entry.
-template <class Args, class Fields>
-nb::tuple entry_arg_names(const Op<Args, Fields>& entry) {
+template <class Args, class Fields, class Keywords>
+nb::tuple entry_arg_names(const Op<Args, Fields, Keywords>& entry) {
   nb::list names;
   std::apply([&](const auto&... f) { (names.append(f.name), ...); }, entry.fields);
   if constexpr (HasWorkspace<Args>::value) names.append("ws");
   return nb::tuple(names);
 }
 
-// Registers every op of kOps; moekit.raw.OPS: their names in table order, and
-// moekit.raw._ENTRY_ARGS: each op's entry_arg_names (the torch layer builds its calls of
-// the _t_<op> entry points from them).
+// Its keyword arguments after the stream (the torch layer passes them in this order).
+template <class Args, class Fields, class Keywords>
+nb::tuple entry_keyword_names(const Op<Args, Fields, Keywords>& entry) {
+  nb::list names;
+  std::apply([&](const auto&... k) { (names.append(k.name), ...); }, entry.keywords);
+  return nb::tuple(names);
+}
+
+// Registers every op of kOps; moekit.raw.OPS: their names in table order,
+// moekit.raw._ENTRY_ARGS: each op's entry_arg_names and moekit.raw._ENTRY_KEYWORDS its
+// entry_keyword_names (the torch layer builds its calls of the _t_<op> entry points from
+// them).
 void register_ops(nb::module_& m) {
   nb::list names;
-  nb::dict entry_args;
+  nb::dict entry_args, entry_keywords;
   std::apply(
       [&](const auto&... entry) {
         ((register_op(m, entry,
-                      std::make_index_sequence<std::tuple_size_v<decltype(entry.fields)>>{}),
-          names.append(entry.name), entry_args[entry.name] = entry_arg_names(entry)),
+                      std::make_index_sequence<std::tuple_size_v<decltype(entry.fields)>>{},
+                      std::make_index_sequence<std::tuple_size_v<decltype(entry.keywords)>>{}),
+          names.append(entry.name), entry_args[entry.name] = entry_arg_names(entry),
+          entry_keywords[entry.name] = entry_keyword_names(entry)),
          ...);
       },
       kOps);
   m.attr("OPS") = nb::tuple(names);
   m.attr("_ENTRY_ARGS") = entry_args;
+  m.attr("_ENTRY_KEYWORDS") = entry_keywords;
 }
 
 }  // namespace

@@ -2,11 +2,13 @@
 // workspace activation buffer, then down), as two launches or one chained SM90 launch
 // (plan_mlp_gemms decides); other activations and biases: plain GEMMs around the
 // activation kernel (docs/moe.md "Activations").
+#include <algorithm>
 #include <string>
 #include <utility>
 
 #include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
+#include "moe/fp8_mlp.h"
 #include "moe/layer_planner.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
@@ -122,6 +124,7 @@ constexpr int64_t kExpertMlpMaxExperts = 1024;
 detail::MoEShapes check_expert_mlp_shapes(const detail::ArgCheck& c, const ExpertMLPArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "expert_input", a.expert_input);
   detail::check_activation(c, s, a.activation);
+  s.quant = a.quant.scheme;
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "expert_input", a.expert_input,
                         /*experts=*/true);
   MOEKIT_REQUIRE(c, s.E <= kExpertMlpMaxExperts, "w_gate_up",
@@ -129,6 +132,11 @@ detail::MoEShapes check_expert_mlp_shapes(const detail::ArgCheck& c, const Exper
                  a.w_gate_up.describe());
   detail::check_biases(c, s, "gate_up_bias", a.gate_up_bias, "down_bias", a.down_bias,
                        /*experts=*/true);
+  // The FP8 GEMMs write bf16 rows, straight into expert_output (its padding rows untouched).
+  MOEKIT_REQUIRE(c, !detail::quantized(s.quant) || s.dtype == DType::kBF16, "expert_input",
+                 std::string("bf16 with FP8 weights (quant.scheme ") + quant_scheme_name(s.quant) +
+                     ": the FP8 GEMMs write bf16 rows)",
+                 a.expert_input.describe());
   return s;
 }
 
@@ -138,9 +146,35 @@ struct ExpertMlpBuffers {
   void* act = nullptr;
   void* counters = nullptr;
   float* pre = nullptr;
+  void* q_in = nullptr;       // FP8 weights: the e4m3 input rows [P, H]
+  detail::Fp8MlpBuffers fp8;  // and the FP8 MLP's buffers (instead of the above)
 };
+// The FP8 MLP of `a` (FP8 weights): P rows in the layout's groups.
+detail::Fp8MlpShapes fp8_shapes(const ExpertMLPArgs& a, const detail::MoEShapes& s) {
+  detail::Fp8MlpShapes f;
+  f.dtype = s.dtype;
+  f.P = s.T;
+  f.E = s.E;
+  f.H = s.H;
+  f.F = s.F;
+  f.alignment = std::max(a.layout.alignment, 1);
+  f.scheme = s.quant;
+  f.static_act = a.quant.a_down_scale.defined();
+  return f;
+}
 ExpertMlpBuffers carve_expert_mlp(const detail::MoEShapes& s, detail::WorkspaceCarver& ws) {
   ExpertMlpBuffers b;
+  if (detail::quantized(s.quant)) {
+    b.q_in = ws.take(static_cast<size_t>(s.T * s.H));
+    detail::Fp8MlpShapes f;  // the sizes do not depend on the layout nor the static scales
+    f.P = s.T;
+    f.E = s.E;
+    f.H = s.H;
+    f.F = s.F;
+    f.scheme = s.quant;
+    b.fp8 = detail::carve_fp8_mlp(f, /*dense=*/false, ws);
+    return b;
+  }
   b.act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
   b.counters = ws.take(detail::kExpertMlpCounterBytes);
   b.pre = detail::take_general_pre(ws, s.mlp, s.T, s.F, s.H, /*out_f32=*/false);
@@ -173,6 +207,31 @@ detail::ExpertMlpGemms expert_mlp_gemms(const ExpertMLPArgs& args, const detail:
   return g;
 }
 
+// `forced` (checked) or the FP8 planner's plan, which must run f (an sm_90 device).
+MlpPlan fp8_plan(const detail::ArgCheck& c, const MlpPlan* forced, const detail::Fp8MlpShapes& f,
+                 const detail::GemmDevice& device) {
+  if (forced != nullptr)
+    detail::check_plan(c, *forced, detail::fp8_mlp_plan_rejection(*forced, f, device));
+  const MlpPlan plan = forced ? *forced : detail::plan_fp8_mlp(f, device);
+  const std::string why = detail::fp8_mlp_plan_rejection(plan, f, device);
+  MOEKIT_REQUIRE(c, why.empty(), "w_gate_up", "FP8 weights on the FP8 GEMMs (an sm_90 device)",
+                 why);
+  return plan;
+}
+
+// The FP8 run: the input rows quantized (in place works: expert_input is read first), the
+// FP8 MLP into expert_output.
+void run_fp8_expert_mlp(const ExpertMLPArgs& args, const detail::Fp8MlpShapes& f,
+                        const MlpPlan& plan, const ExpertMlpBuffers& b, cudaStream_t stream) {
+  const auto* ends = static_cast<const int32_t*>(args.layout_metadata.data);
+  const detail::WeightScales scales = detail::weight_scales(args.quant);
+  detail::quantize_fp8_input(f, args.expert_input.data, scales.a_gate_up, {ends, f.E, f.alignment},
+                             b.fp8, b.q_in, stream);
+  detail::run_fp8_mlp({f, plan, b.q_in, ends, args.w_gate_up.data, args.w_down.data, scales, b.fp8,
+                       args.expert_output.data},
+                      stream);
+}
+
 }  // namespace
 
 size_t expert_mlp_workspace_size(const ExpertMLPArgs& args) {
@@ -187,6 +246,7 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
   const int64_t P = s.T;
   detail::check_down(c, s, "w_down", args.w_down, "expert_input", args.expert_input,
                      /*experts=*/true);
+  detail::check_quant_scales(c, s, "quant", args.quant, /*experts=*/true);
   c.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {s.E});
   MOEKIT_REQUIRE(c, args.layout.kind == PermutedLayout::Kind::kContiguous, "layout",
                  "a contiguous(alignment) layout", "masked");
@@ -205,9 +265,23 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
                       {"layout_metadata", args.layout_metadata},
                       {"w_gate_up", args.w_gate_up},
                       {"w_down", args.w_down},
+                      {"quant.w_gate_up_scale", args.quant.w_gate_up_scale},
+                      {"quant.w_down_scale", args.quant.w_down_scale},
                       {"gate_up_bias", args.gate_up_bias},
                       {"down_bias", args.down_bias}},
                      args.workspace, &out, &in);
+  const detail::GemmDevice device = detail::current_gemm_device();
+  if (detail::quantized(s.quant)) {
+    const detail::Fp8MlpShapes f = fp8_shapes(args, s);
+    const MlpPlan plan = fp8_plan(c, args.plan, f, device);
+    detail::log_op_plan("moe_expert_mlp", s, 0, plan);
+    if (P == 0) return;
+    c.launch_target(stream, "expert_output", args.expert_output);
+    detail::WorkspaceCarver ws(args.workspace.data);
+    const ExpertMlpBuffers b = carve_expert_mlp(s, ws);
+    detail::run_composite("moe_expert_mlp", [&] { run_fp8_expert_mlp(args, f, plan, b, stream); });
+    return;
+  }
   if (args.plan != nullptr)
     detail::check_plan(c, *args.plan, detail::expert_mlp_general_rejection(*args.plan, s.mlp));
   if (P == 0) return;
@@ -219,8 +293,7 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
   g.act = b.act;
   g.counters = b.counters;
   g.pre = b.pre;
-  const MlpPlan plan =
-      args.plan ? *args.plan : detail::plan_expert_mlp_gemms(g, detail::current_gemm_device());
+  const MlpPlan plan = args.plan ? *args.plan : detail::plan_expert_mlp_gemms(g, device);
   detail::log_op_plan("moe_expert_mlp", s, 0, plan);
   detail::run_composite("moe_expert_mlp", [&] { detail::run_expert_mlp_gemms(g, plan, stream); });
 }
@@ -228,12 +301,17 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
 MlpPlan plan_expert_mlp(const ExpertMLPArgs& args) {
   detail::ArgCheck c("moe_expert_mlp");
   const detail::MoEShapes s = check_expert_mlp_shapes(c, args);
+  if (detail::quantized(s.quant)) {
+    return fp8_plan(c, nullptr, fp8_shapes(args, s), detail::current_gemm_device());
+  }
   return detail::plan_expert_mlp_gemms(expert_mlp_gemms(args, s), detail::current_gemm_device());
 }
 
 std::vector<MlpPlan> expert_mlp_plan_candidates(const ExpertMLPArgs& args) {
   detail::ArgCheck c("moe_expert_mlp");
   const detail::MoEShapes s = check_expert_mlp_shapes(c, args);
+  if (detail::quantized(s.quant))
+    return detail::fp8_mlp_plan_candidates(fp8_shapes(args, s), detail::current_gemm_device());
   return detail::expert_mlp_gemms_plan_candidates(expert_mlp_gemms(args, s),
                                                   detail::current_gemm_device());
 }

@@ -6,6 +6,7 @@
 
 #include "gemm/gemm_planner.h"
 #include "moe/engine_inputs.h"
+#include "moe/fp8_mlp.h"
 #include "moe/layer_planner.h"
 #include "moe/moe_internal.h"
 #include "moe/moe_validate.h"
@@ -32,13 +33,14 @@ struct RoutedBuffers {
   void* act = nullptr;    // [T*K, F] dtype, row = route
   float* down = nullptr;  // [T*K, H] f32, row = route
   // permuted path
-  void* permuted = nullptr;  // [P, H] dtype; reused as the expert output
+  void* permuted = nullptr;  // [P, H] dtype (FP8: e4m3 rows); reused as the expert output
   void* perm_act = nullptr;  // [P, F] dtype
   int32_t* layout_metadata = nullptr;
   int32_t* inverse = nullptr;  // [T*K]
   Workspace pre_ws;
   void* tile_counters = nullptr;  // kExpertMlpCounterBytes
   float* pre = nullptr;           // general path: [P, general_pre_cols] f32
+  Fp8MlpBuffers fp8;              // FP8 weights: the FP8 MLP's (instead of perm_act, counters)
 };
 
 PrePermuteArgs pre_permute_args(const MoEShapes& s, const void* hidden, const int32_t* ids,
@@ -65,16 +67,63 @@ RoutedBuffers carve_routed(const MoEShapes& s, RoutedPath routed, WorkspaceCarve
     return b;
   }
   const int64_t P = sorted_rows(s);
+  const bool fp8 = quantized(s.quant);
+  // FP8: the e4m3 rows, then (once the gate/up GEMM has read them) the bf16 expert output.
   b.permuted = ws.take(elems_bytes(P * s.H, s.dtype));
-  b.perm_act = ws.take(elems_bytes(P * s.F, s.dtype));
+  if (!fp8) b.perm_act = ws.take(elems_bytes(P * s.F, s.dtype));
   b.layout_metadata = static_cast<int32_t*>(ws.take(elems_bytes(s.E, DType::kI32)));
   b.inverse = static_cast<int32_t*>(ws.take(elems_bytes(R, DType::kI32)));
   const size_t pre_bytes = pre_permute_workspace_size(pre_permute_args(s, nullptr, nullptr, b));
   b.pre_ws.data = pre_bytes ? ws.take(pre_bytes) : nullptr;
   b.pre_ws.bytes = pre_bytes;
+  if (fp8) {
+    b.fp8 = carve_fp8_mlp(sorted_fp8_shapes(s), /*dense=*/false, ws);
+    return b;
+  }
   b.tile_counters = ws.take(kExpertMlpCounterBytes);
   b.pre = take_general_pre(ws, s.mlp, P, s.F, s.H, /*out_f32=*/false);
   return b;
+}
+
+// The sorted path with FP8 weights: the FP8 pre-permute (rows quantized by the scheme), the
+// FP8 MLP (fp8_mlp.h) into bf16 rows over the permuted input, the combine.
+void run_sorted_fp8(const RoutedExperts& p, const RoutedBuffers& b, CombineProblem comb,
+                    cudaStream_t stream) {
+  const MoEShapes& s = p.s;
+  const Fp8MlpShapes fs = sorted_fp8_shapes(s);
+  PrePermuteFp8Launch l;
+  l.routes.hidden = p.hidden;
+  l.routes.ids = p.topk_ids;
+  l.routes.num_routes = static_cast<int>(s.T * s.K);
+  l.routes.top_k = static_cast<int>(s.K);
+  l.routes.num_experts = static_cast<int>(s.E);
+  l.routes.alignment = kSortedAlignment;
+  l.routes.permuted = b.permuted;
+  l.routes.layout_metadata = b.layout_metadata;
+  l.routes.inverse_indices = b.inverse;
+  l.routes.workspace = b.pre_ws.data;
+  l.dtype = s.dtype;
+  l.num_tokens = s.T;
+  l.hidden_size = s.H;
+  l.mode = fp8_act_scales(s.quant);
+  if (l.mode != Fp8ActScales::kPerTensor) {
+    l.permuted_scales = b.fp8.in_scales;
+  } else if (p.scales.a_gate_up != nullptr) {
+    l.tensor_scale = p.scales.a_gate_up;
+  } else {  // dynamic: max |x| over the T rows the routes read
+    launch_fp8_tensor_scale(p.hidden, s.dtype, s.T, s.H, {}, b.fp8.amax, b.fp8.in_scales, stream);
+    l.tensor_scale = b.fp8.in_scales;
+  }
+  launch_pre_permute_fp8(l, stream);
+  // Into the permuted buffer: its e4m3 rows are dead once the gate/up GEMM has run.
+  run_fp8_mlp({fs, p.experts, b.permuted, b.layout_metadata, p.w_gate_up, p.w_down, p.scales, b.fp8,
+               b.permuted},
+              stream);
+  comb.rows_dtype = DType::kBF16;
+  comb.rows = b.permuted;
+  comb.num_rows = fs.P;
+  comb.inverse = b.inverse;
+  launch_combine(comb, stream);
 }
 
 }  // namespace
@@ -102,12 +151,23 @@ void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_
   comb.H = s.H;
   if (p.routed == RoutedPath::kDirect) {
     // Sort-free: stage 1 and 2 read the routes straight from topk_ids.
-    launch_direct_gate_up(s, p.hidden, p.w_gate_up, p.topk_ids, b.act, stream);
-    launch_direct_down(s, b.act, p.w_down, p.topk_ids, b.down, stream);
+    if (quantized(s.quant)) {
+      launch_direct_fp8_gate_up(s, p.hidden, p.w_gate_up, p.scales, p.topk_ids, b.act, stream,
+                                "indexed_expert_mlp");
+      launch_direct_fp8_down(s, b.act, p.w_down, p.scales, p.topk_ids, b.down, DType::kF32, stream,
+                             "indexed_expert_mlp");
+    } else {
+      launch_direct_gate_up(s, p.hidden, p.w_gate_up, p.topk_ids, b.act, stream);
+      launch_direct_down(s, b.act, p.w_down, p.topk_ids, b.down, stream);
+    }
     comb.rows_dtype = DType::kF32;
     comb.rows = b.down;
     comb.num_rows = s.T * s.K;
     launch_combine(comb, stream);
+    return;
+  }
+  if (quantized(s.quant)) {
+    run_sorted_fp8(p, b, comb, stream);
     return;
   }
   const PrePermuteArgs pre = pre_permute_args(s, p.hidden, p.topk_ids, b);
@@ -176,19 +236,22 @@ LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
     return *given;
   }
   LayerPlan plan;
-  // The tuning tables hold silu_and_mul layers' plans.
+  // The tuning tables hold bf16 / f16 silu_and_mul layers' plans.
   if (tuned != nullptr && !p.s.mlp.general() && !p.shared_mlp.general() &&
+      !detail::quantized(p.s.quant) && !detail::quantized(p.shared_quant) &&
       detail::tuning_tables_present() &&
       detail::tuned_layer_plan(detail::current_device_name(),
                                detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
                                p.s.T, device, &plan))
     return plan;
   detail::DirectCapacity capacity;
-  if (p.S > 0) {
+  if (p.S > 0 && !detail::quantized(p.shared_quant)) {
     capacity = detail::device_direct_capacity(
         detail::shared_mlp_problem(p.s, p.S, DType::kF32, device, p.shared_mlp));
   }
-  return detail::plan_layer(p, device, capacity);
+  plan = detail::plan_layer(p, device, capacity);
+  detail::check_quantized_plan(c, plan, p, device);
+  return plan;
 }
 
 // ---- engine inputs (docs/moe.md, "Engine inputs") ----
@@ -266,6 +329,7 @@ detail::RoutedOp experts_op(bool allow_direct) {
 detail::MoEShapes check_experts_shapes(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
   detail::check_activation(c, s, a.activation);
+  s.quant = a.quant.scheme;
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
                         /*experts=*/true);
   detail::check_topk_ids(c, s, a.topk_ids);
@@ -307,7 +371,11 @@ size_t experts_workspace_size(const char* op, const FusedMoEExpertsArgs& a, bool
 LayerPlan plan_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct) {
   const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_experts_shapes(c, a);
-  return detail::plan_layer({s, experts_op(allow_direct), 0}, detail::current_gemm_device());
+  const detail::LayerProblem p{s, experts_op(allow_direct), 0};
+  const detail::GemmDevice device = detail::current_gemm_device();
+  const LayerPlan plan = detail::plan_layer(p, device);
+  detail::check_quantized_plan(c, plan, p, device);
+  return plan;
 }
 
 std::vector<LayerPlan> experts_op_candidates(const char* op, const FusedMoEExpertsArgs& a,
@@ -326,6 +394,7 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   detail::log_op_plan(op, s, 0, plan);
   detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states,
                      /*experts=*/true);
+  detail::check_quant_scales(c, s, "quant", a.quant, /*experts=*/true);
   c.tensor("topk_weights", a.topk_weights, {DType::kF32}, {s.T, s.K});
   detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
   const EngineNeeds needs = experts_needs(a);
@@ -340,6 +409,8 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
                      {in,
                       {"w_gate_up", a.w_gate_up},
                       {"w_down", a.w_down},
+                      {"quant.w_gate_up_scale", a.quant.w_gate_up_scale},
+                      {"quant.w_down_scale", a.quant.w_down_scale},
                       {"topk_weights", a.topk_weights},
                       {"topk_ids", a.topk_ids},
                       {"gate_up_bias", a.gate_up_bias},
@@ -355,6 +426,7 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   p.hidden = a.hidden_states.data;
   p.w_gate_up = a.w_gate_up.data;
   p.w_down = a.w_down.data;
+  p.scales = detail::weight_scales(a.quant);
   p.topk_weights = static_cast<const float*>(a.topk_weights.data);
   p.topk_ids = static_cast<const int32_t*>(a.topk_ids.data);
   p.biases = detail::mlp_biases(a.gate_up_bias, a.down_bias);
@@ -410,18 +482,20 @@ std::vector<LayerPlan> indexed_expert_mlp_plan_candidates(const IndexedExpertMLP
 namespace {
 
 struct LayerBuffers {
-  float* topk_weights = nullptr;   // [T, K]
-  int32_t* topk_ids = nullptr;     // [T, K]
-  void* shared_act = nullptr;      // [T, S] dtype (shared expert only)
-  float* shared_out = nullptr;     // [T, H] f32 (shared expert only)
-  void* shared_scratch = nullptr;  // the shared MLP's stream-K scratch, if it takes that path
-  float* shared_pre = nullptr;     // its general path's f32 pre-activations
+  float* topk_weights = nullptr;        // [T, K]
+  int32_t* topk_ids = nullptr;          // [T, K]
+  void* shared_act = nullptr;           // [T, S] dtype (shared expert only)
+  float* shared_out = nullptr;          // [T, H] f32 (shared expert only)
+  void* shared_scratch = nullptr;       // the shared MLP's stream-K scratch, if it takes that path
+  float* shared_pre = nullptr;          // its general path's f32 pre-activations
+  detail::SharedMlpBuffers shared_fp8;  // FP8 shared weights past the decode kernel
 };
 
-// The shared expert: its width S (0: none) and its activation and biases.
+// The shared expert: its width S (0: none), its activation and biases, its weights' scheme.
 struct SharedShape {
   int64_t S = 0;
   detail::MlpActivation mlp;
+  QuantScheme quant = QuantScheme::kNone;
 };
 
 // Topk buffers, then (apply_router_weight_on_input) the scaled rows, then (shared expert)
@@ -439,6 +513,7 @@ LayerBuffers carve_layer(const detail::MoEShapes& s, const SharedShape& sh, Engi
     b.shared_out = static_cast<float*>(ws.take(static_cast<size_t>(s.T * s.H) * 4));
     b.shared_scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, S);
     b.shared_pre = detail::take_general_pre(ws, sh.mlp, s.T, S, s.H, /*out_f32=*/true);
+    detail::carve_shared_fp8(s, S, sh.quant, DType::kF32, b.shared_fp8, ws);
   }
   return b;
 }
@@ -467,6 +542,7 @@ int64_t routing_experts(const FusedMoEArgs& a, const detail::MoEShapes& s) {
 detail::MoEShapes check_layer_shapes(const detail::ArgCheck& c, const FusedMoEArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
   detail::check_activation(c, s, a.activation);
+  s.quant = a.quant.scheme;
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
                         /*experts=*/true);
   detail::check_expert_map(c, a.expert_map);
@@ -490,8 +566,9 @@ detail::MoEShapes check_layer_shapes(const detail::ArgCheck& c, const FusedMoEAr
   return s;
 }
 
-// The shared expert (S = 0: none) from shared_w_gate_up [2S, H] ([S, H] for relu2) and its
-// optional biases, when given (with_down: shared_w_down checked too).
+// The shared expert (S = 0: none) from shared_w_gate_up [2S, H] ([S, H] for relu2), its
+// optional biases and shared_quant's scheme, when given (with_down: shared_w_down and
+// shared_quant's scales checked too).
 SharedShape check_shared(const detail::ArgCheck& c, const detail::MoEShapes& s,
                          const FusedMoESharedExpertArgs& a, bool with_down = false) {
   SharedShape sh;
@@ -499,11 +576,15 @@ SharedShape check_shared(const detail::ArgCheck& c, const detail::MoEShapes& s,
     MOEKIT_REQUIRE(c, !a.shared_gate_up_bias.defined() && !a.shared_down_bias.defined(),
                    a.shared_gate_up_bias.defined() ? "shared_gate_up_bias" : "shared_down_bias",
                    "no shared-expert bias without the shared expert's weights", "a bias");
+    MOEKIT_REQUIRE(c, !detail::quantized(a.shared_quant.scheme), "shared_quant",
+                   "scheme none without shared weights",
+                   std::string("scheme ") + quant_scheme_name(a.shared_quant.scheme));
     return sh;
   }
   detail::MoEShapes shared = s;
   shared.mlp = detail::MlpActivation();
   shared.mlp.act = s.mlp.act;
+  shared.quant = a.shared_quant.scheme;
   detail::check_gate_up(c, shared, "shared_w_gate_up", a.shared_w_gate_up, "hidden_states",
                         a.moe.hidden_states, /*experts=*/false);
   if (with_down)
@@ -511,8 +592,11 @@ SharedShape check_shared(const detail::ArgCheck& c, const detail::MoEShapes& s,
                        a.moe.hidden_states, /*experts=*/false);
   detail::check_biases(c, shared, "shared_gate_up_bias", a.shared_gate_up_bias, "shared_down_bias",
                        a.shared_down_bias, /*experts=*/false);
+  if (with_down)
+    detail::check_quant_scales(c, shared, "shared_quant", a.shared_quant, /*experts=*/false);
   sh.S = shared.F;
   sh.mlp = shared.mlp;
+  sh.quant = shared.quant;
   return sh;
 }
 
@@ -522,6 +606,7 @@ detail::LayerProblem layer_problem_of(const detail::MoEShapes& s, const SharedSh
   p.op = detail::RoutedOp::kLayer;
   p.S = sh.S;
   p.shared_mlp = sh.mlp;
+  p.shared_quant = sh.quant;
   return p;
 }
 
@@ -539,6 +624,7 @@ size_t layer_workspace_query(const char* op, const FusedMoEArgs& a,
 detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs& a) {
   detail::MoEShapes s = check_layer_shapes(c, a);
   detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states, /*experts=*/true);
+  detail::check_quant_scales(c, s, "quant", a.quant, /*experts=*/true);
   if (a.expert_map.defined()) {
     c.tensor("gating_output", a.gating_output, {DType::kBF16, DType::kF16, DType::kF32},
              {s.T, detail::kAnyDim});
@@ -571,10 +657,14 @@ void check_layer_memory(const detail::ArgCheck& c, const FusedMoEArgs& a,
                       {"correction_bias", a.correction_bias},
                       {"w_gate_up", a.w_gate_up},
                       {"w_down", a.w_down},
+                      {"quant.w_gate_up_scale", a.quant.w_gate_up_scale},
+                      {"quant.w_down_scale", a.quant.w_down_scale},
                       {"gate_up_bias", a.gate_up_bias},
                       {"down_bias", a.down_bias},
                       {"shared_w_gate_up", sh.shared_w_gate_up},
                       {"shared_w_down", sh.shared_w_down},
+                      {"shared_quant.w_gate_up_scale", sh.shared_quant.w_gate_up_scale},
+                      {"shared_quant.w_down_scale", sh.shared_quant.w_down_scale},
                       {"shared_gate_up_bias", sh.shared_gate_up_bias},
                       {"shared_down_bias", sh.shared_down_bias},
                       {"expert_map", a.expert_map}},
@@ -607,13 +697,19 @@ void run_layer(const char* op, const FusedMoEArgs& a, const LayerPlan& plan,
   if (sh.S > 0) {
     // The shared expert's output stays f32 and is added in the routed combine, so
     // the layer output is rounded once.
-    detail::run_dense_mlp(
-        plan.shared,
-        detail::shared_mlp_problem(s, sh.S, DType::kF32, detail::current_gemm_device(), sh.mlp),
-        a.hidden_states.data, shared->shared_w_gate_up.data, shared->shared_w_down.data,
-        b.shared_act, b.shared_out, b.shared_scratch, stream,
-        detail::mlp_biases(shared->shared_gate_up_bias, shared->shared_down_bias), b.shared_pre,
-        op);
+    detail::SharedMlpWeights w;
+    w.w_gate_up = shared->shared_w_gate_up.data;
+    w.w_down = shared->shared_w_down.data;
+    w.quant = sh.quant;
+    w.scales = detail::weight_scales(shared->shared_quant);
+    w.mlp = sh.mlp;
+    w.biases = detail::mlp_biases(shared->shared_gate_up_bias, shared->shared_down_bias);
+    detail::SharedMlpBuffers sb = b.shared_fp8;
+    sb.act = b.shared_act;
+    sb.scratch = b.shared_scratch;
+    sb.pre = b.shared_pre;
+    detail::run_shared_mlp(plan.shared, s, sh.S, DType::kF32, a.hidden_states.data, w, sb,
+                           b.shared_out, stream, op);
   }
   detail::RoutedExperts p;
   p.s = s;
@@ -622,6 +718,7 @@ void run_layer(const char* op, const FusedMoEArgs& a, const LayerPlan& plan,
   p.hidden = a.hidden_states.data;
   p.w_gate_up = a.w_gate_up.data;
   p.w_down = a.w_down.data;
+  p.scales = detail::weight_scales(a.quant);
   p.topk_weights = b.topk_weights;
   p.topk_ids = b.topk_ids;
   p.addend = b.shared_out;

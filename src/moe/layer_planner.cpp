@@ -3,6 +3,7 @@
 
 #include "gemm/gemm_planner.h"
 #include "mlp/dense_mlp.h"
+#include "moe/fp8_mlp.h"
 #include "moe/moe_validate.h"
 #include "permute/permute_kernels.h"
 
@@ -14,6 +15,8 @@ namespace {
 // sorted path's GEMM tiles take 64+ rows at once (docs/moe.md "fused_moe").
 constexpr int64_t kDirectMaxRoutesPerExpert = 16;
 
+// FP8 weights take the direct path (the FP8 decode kernels) wherever it can run; past it the
+// sorted path's FP8 GEMMs (fp8_mlp.h).
 bool takes_direct(const LayerProblem& p) {
   switch (p.op) {
     case RoutedOp::kSortedOnly:
@@ -21,7 +24,8 @@ bool takes_direct(const LayerProblem& p) {
     case RoutedOp::kIndexed:
       return direct_path_eligible(p.s);
     case RoutedOp::kLayer:
-      return direct_path_eligible(p.s) && p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E;
+      return direct_path_eligible(p.s) &&
+             (quantized(p.s.quant) || p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E);
   }
   return false;
 }
@@ -40,14 +44,22 @@ DenseMlpProblem shared_problem(const LayerProblem& p, const GemmDevice& device) 
 
 std::vector<MlpPlan> shared_candidates(const LayerProblem& p, const GemmDevice& device) {
   if (p.S == 0) return {MlpPlan()};
+  if (quantized(p.shared_quant))
+    return fp8_dense_mlp_plan_candidates(p.s, p.S, p.shared_quant, device);
   return dense_mlp_plan_candidates(shared_problem(p, device), device);
 }
+
+std::string direct_rejection(const LayerProblem& p);
 
 std::string sorted_rejection(const LayerPlan& plan, const LayerProblem& p,
                              const GemmDevice& device) {
   if (p.s.E > kPermuteMaxExperts)
     return "the sorted path takes at most " + str(kPermuteMaxExperts) + " experts, not " +
            str(p.s.E);
+  if (quantized(p.s.quant)) {
+    const std::string why = fp8_mlp_plan_rejection(plan.experts, sorted_fp8_shapes(p.s), device);
+    return why.empty() ? why : "the FP8 expert MLP: " + why;
+  }
   const auto [up, down] = expert_mlp_problems(planning_gemms(p.s));
   std::string why = expert_mlp_general_rejection(plan.experts, p.s.mlp);
   if (why.empty()) why = mlp_gemms_plan_rejection(plan.experts, up, down, device);
@@ -55,7 +67,8 @@ std::string sorted_rejection(const LayerPlan& plan, const LayerProblem& p,
 }
 
 std::string direct_rejection(const LayerProblem& p) {
-  if (p.op == RoutedOp::kSortedOnly) return "fused_moe_experts runs only the sorted path";
+  if (p.op == RoutedOp::kSortedOnly)
+    return "fused_moe_experts and moe_expert_mlp run only the sorted path";
   const std::string why = direct_path_rejection(p.s);
   return why.empty() ? why : "the direct path cannot run " + why;
 }
@@ -83,6 +96,7 @@ std::string shape_key(const MoEShapes& s, int64_t S) {
     key += std::string(" act=") + activation_name(s.mlp.act);
     if (s.mlp.gate_up_bias || s.mlp.down_bias) key += " bias";
   }
+  if (quantized(s.quant)) key += std::string(" w=") + quant_scheme_name(s.quant);
   return key;
 }
 
@@ -125,6 +139,120 @@ ExpertMlpGemms sorted_expert_gemms(const MoEShapes& s, void* permuted,
   return g;
 }
 
+MlpPlan fp8_dense_mlp_plan() {
+  MlpPlan m;
+  m.path = MlpPath::kDirect;
+  m.split_gate_up = 1;
+  m.split_down = 1;
+  return m;
+}
+
+bool fp8_dense_uses_gemm(int64_t T) {
+  return T > kDirectMaxTokens;
+}
+
+Fp8MlpShapes dense_fp8_shapes(const MoEShapes& s, int64_t S, QuantScheme quant) {
+  Fp8MlpShapes f;
+  f.dtype = s.dtype;
+  f.P = s.T;
+  f.E = 1;
+  f.H = s.H;
+  f.F = S;
+  f.scheme = quant;
+  return f;
+}
+
+Fp8MlpShapes sorted_fp8_shapes(const MoEShapes& s) {
+  Fp8MlpShapes f;
+  f.dtype = s.dtype;
+  f.P = sorted_rows(s);
+  f.E = s.E;
+  f.H = s.H;
+  f.F = s.F;
+  f.scheme = s.quant;
+  f.alignment = kSortedAlignment;
+  return f;
+}
+
+MlpPlan plan_fp8_dense_mlp(const MoEShapes& s, int64_t S, QuantScheme quant,
+                           const GemmDevice& device) {
+  if (!fp8_dense_uses_gemm(s.T)) return fp8_dense_mlp_plan();
+  return plan_fp8_mlp(dense_fp8_shapes(s, S, quant), device);
+}
+
+std::vector<MlpPlan> fp8_dense_mlp_plan_candidates(const MoEShapes& s, int64_t S, QuantScheme quant,
+                                                   const GemmDevice& device) {
+  if (!fp8_dense_uses_gemm(s.T)) return {fp8_dense_mlp_plan()};
+  return fp8_mlp_plan_candidates(dense_fp8_shapes(s, S, quant), device);
+}
+
+std::string fp8_dense_mlp_plan_rejection(const MlpPlan& plan, const MoEShapes& s, int64_t S,
+                                         QuantScheme quant, const GemmDevice& device) {
+  if (!fp8_dense_uses_gemm(s.T)) {
+    if (plan != fp8_dense_mlp_plan())
+      return "FP8 weights at T <= " + str(kDirectMaxTokens) +
+             " run on the FP8 decode kernel, plan " + to_string(fp8_dense_mlp_plan());
+    return {};
+  }
+  const std::string why = fp8_mlp_plan_rejection(plan, dense_fp8_shapes(s, S, quant), device);
+  return why.empty() ? why : "FP8 weights at T = " + str(s.T) + ": " + why;
+}
+
+MlpPlan plan_shared_mlp(const MoEShapes& s, int64_t S, QuantScheme quant, const MlpActivation& mlp,
+                        DType out_dtype, const GemmDevice& device, const DirectCapacity& capacity) {
+  if (quantized(quant)) return plan_fp8_dense_mlp(s, S, quant, device);
+  return plan_dense_mlp(shared_mlp_problem(s, S, out_dtype, device, mlp), device, capacity);
+}
+
+void run_shared_mlp(const MlpPlan& plan, const MoEShapes& s, int64_t S, DType out_dtype,
+                    const void* x, const SharedMlpWeights& w, const SharedMlpBuffers& b, void* out,
+                    cudaStream_t stream, const char* op) {
+  if (!quantized(w.quant)) {
+    run_dense_mlp(plan, shared_mlp_problem(s, S, out_dtype, current_gemm_device(), w.mlp), x,
+                  w.w_gate_up, w.w_down, b.act, out, b.scratch, stream, w.biases, b.pre, op);
+    return;
+  }
+  if (plan.path == MlpPath::kTwoGemms) {  // past the decode kernel: the FP8 GEMMs, 1 group
+    const Fp8MlpShapes fs = dense_fp8_shapes(s, S, w.quant);
+    quantize_fp8_input(fs, x, w.scales.a_gate_up, {}, b.fp8, b.q_in, stream);
+    void* bf16_out = out_dtype == DType::kBF16 ? out : b.out_bf16;
+    run_fp8_mlp({fs, plan, b.q_in, nullptr, w.w_gate_up, w.w_down, w.scales, b.fp8, bf16_out},
+                stream);
+    if (out_dtype != DType::kBF16) launch_cast_bf16(b.out_bf16, s.T * s.H, out, out_dtype, stream);
+    return;
+  }
+  MoEShapes d;  // the dense form: T routes of one expert (silu_and_mul, no biases: validated)
+  d.dtype = s.dtype;
+  d.T = s.T;
+  d.H = s.H;
+  d.E = 1;
+  d.F = S;
+  d.K = 1;
+  d.quant = w.quant;
+  launch_direct_fp8_gate_up(d, x, w.w_gate_up, w.scales, nullptr, b.act, stream, op);
+  launch_direct_fp8_down(d, b.act, w.w_down, w.scales, nullptr, out, out_dtype, stream, op);
+}
+
+void carve_shared_fp8(const MoEShapes& s, int64_t S, QuantScheme quant, DType out_dtype,
+                      SharedMlpBuffers& b, WorkspaceCarver& ws) {
+  if (!quantized(quant) || !fp8_dense_uses_gemm(s.T)) return;
+  b.q_in = ws.take(static_cast<size_t>(s.T * s.H));
+  b.fp8 = carve_fp8_mlp(dense_fp8_shapes(s, S, quant), /*dense=*/true, ws);
+  if (out_dtype != DType::kBF16) b.out_bf16 = ws.take(static_cast<size_t>(s.T * s.H) * 2);
+}
+
+void check_quantized_plan(const ArgCheck& c, const LayerPlan& plan, const LayerProblem& p,
+                          const GemmDevice& device) {
+  if (!quantized(p.s.quant) && !quantized(p.shared_quant)) return;
+  const std::string why = layer_plan_rejection(plan, p, device);
+  if (why.empty()) return;
+  c.fail(quantized(p.s.quant) ? "w_gate_up" : "shared_w_gate_up",
+         "FP8 weights on a path that runs them (the FP8 decode kernels: T <= " +
+             str(kDirectMaxTokens) + ", T*top_k <= " + str(kDirectMaxRoutes) + ", E <= " +
+             str(kDirectMaxExperts) + ", 2*F*H < 2^31; else the FP8 GEMMs on an sm_90 device)",
+         why);
+}
+
 LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
                      const DirectCapacity& shared_capacity) {
   LayerPlan plan;
@@ -132,11 +260,13 @@ LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
     plan.routed = RoutedPath::kDirect;
   } else {
     plan.routed = RoutedPath::kSorted;
-    plan.experts = plan_expert_mlp_gemms(planning_gemms(p.s), device);
+    plan.experts = quantized(p.s.quant) ? plan_fp8_mlp(sorted_fp8_shapes(p.s), device)
+                                        : plan_expert_mlp_gemms(planning_gemms(p.s), device);
   }
   plan.has_shared = p.S > 0;
   if (plan.has_shared)
-    plan.shared = plan_dense_mlp(shared_problem(p, device), device, shared_capacity);
+    plan.shared = plan_shared_mlp(p.s, p.S, p.shared_quant, p.shared_mlp, DType::kF32, device,
+                                  shared_capacity);
   return plan;
 }
 
@@ -157,7 +287,9 @@ std::vector<LayerPlan> layer_plan_candidates(const LayerProblem& p, const GemmDe
     add(direct);
   }
   if (p.s.E <= kPermuteMaxExperts) {
-    for (const MlpPlan& m : expert_mlp_gemms_plan_candidates(planning_gemms(p.s), device)) {
+    for (const MlpPlan& m : quantized(p.s.quant)
+                                ? fp8_mlp_plan_candidates(sorted_fp8_shapes(p.s), device)
+                                : expert_mlp_gemms_plan_candidates(planning_gemms(p.s), device)) {
       LayerPlan sorted = planned;
       sorted.routed = RoutedPath::kSorted;
       sorted.experts = m;
@@ -186,7 +318,9 @@ std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
                    : "the layer has no shared expert";
   if (!plan.has_shared) return {};
   const std::string shared =
-      dense_mlp_plan_rejection(plan.shared, shared_problem(p, device), device);
+      quantized(p.shared_quant)
+          ? fp8_dense_mlp_plan_rejection(plan.shared, p.s, p.S, p.shared_quant, device)
+          : dense_mlp_plan_rejection(plan.shared, shared_problem(p, device), device);
   return shared.empty() ? shared : "the shared expert: " + shared;
 }
 

@@ -13,6 +13,7 @@
 #include "core/plan_log.h"
 #include "gemm/grouped_gemm.h"
 #include "mlp/mlp_planner.h"
+#include "moe/fp8_mlp.h"
 #include "moe/moe_internal.h"
 #include "moekit/plan.h"
 
@@ -28,8 +29,9 @@ enum class RoutedOp {
 struct LayerProblem {
   MoEShapes s;
   RoutedOp op = RoutedOp::kLayer;
-  int64_t S = 0;             // the shared expert's width, 0 = none
-  MlpActivation shared_mlp;  // the shared expert's: s.mlp.act, its own biases
+  int64_t S = 0;                                  // the shared expert's width, 0 = none
+  MlpActivation shared_mlp;                       // the shared expert's: s.mlp.act, its own biases
+  QuantScheme shared_quant = QuantScheme::kNone;  // the shared expert's weights
 };
 
 // The routed path (direct when the op's rule allows), the sorted path's expert MLP
@@ -46,6 +48,60 @@ std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
 // The shared expert's dense problem (stream-K scratch: carved wherever it can run).
 DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtype,
                                    const GemmDevice& device, const MlpActivation& mlp);
+
+// ---- a dense MLP (the shared expert) with FP8 weights ----
+// Up to kDirectMaxTokens tokens the FP8 decode kernel in its dense form (launch_direct_fp8_*,
+// topk_ids == nullptr): plan "direct" with no k split (split 1 / 1); past that the FP8 GEMMs
+// on one group of T rows (fp8_mlp.h; plan two_gemms).
+MlpPlan fp8_dense_mlp_plan();
+bool fp8_dense_uses_gemm(int64_t T);
+Fp8MlpShapes dense_fp8_shapes(const MoEShapes& s, int64_t S, QuantScheme quant);
+MlpPlan plan_fp8_dense_mlp(const MoEShapes& s, int64_t S, QuantScheme quant,
+                           const GemmDevice& device);
+std::vector<MlpPlan> fp8_dense_mlp_plan_candidates(const MoEShapes& s, int64_t S, QuantScheme quant,
+                                                   const GemmDevice& device);
+std::string fp8_dense_mlp_plan_rejection(const MlpPlan& plan, const MoEShapes& s, int64_t S,
+                                         QuantScheme quant, const GemmDevice& device);
+// The sorted path's FP8 expert MLP (s.quant a FP8 scheme): the permuted rows of s.
+Fp8MlpShapes sorted_fp8_shapes(const MoEShapes& s);
+// The planner's plan of a shared expert of width S, weights `quant` and activation `mlp`
+// (out_dtype: f32 in a layer, the dtype alone): the dense-MLP planner's, or the FP8 one above.
+MlpPlan plan_shared_mlp(const MoEShapes& s, int64_t S, QuantScheme quant, const MlpActivation& mlp,
+                        DType out_dtype, const GemmDevice& device, const DirectCapacity& capacity);
+// A shared expert's weights as run_shared_mlp reads them (validated; FP8 weights come with
+// silu_and_mul and no biases).
+struct SharedMlpWeights {
+  const void* w_gate_up = nullptr;  // [gate_up_rows(mlp.act, S), H]
+  const void* w_down = nullptr;     // [H, S]
+  QuantScheme quant = QuantScheme::kNone;
+  WeightScales scales;  // FP8: without the E axis
+  MlpActivation mlp;    // the activation and which biases
+  MlpBiases biases;
+};
+// Its workspace buffers: act [T, S] in the dtype, the dense MLP's stream-K scratch and (the
+// general path) the f32 pre-activations; FP8 weights past the decode kernel (carve_shared_fp8):
+// the e4m3 input rows, the FP8 MLP's buffers and (an output not bf16) its bf16 output.
+struct SharedMlpBuffers {
+  void* act = nullptr;
+  void* scratch = nullptr;
+  float* pre = nullptr;
+  void* q_in = nullptr;
+  Fp8MlpBuffers fp8;
+  void* out_bf16 = nullptr;
+};
+void carve_shared_fp8(const MoEShapes& s, int64_t S, QuantScheme quant, DType out_dtype,
+                      SharedMlpBuffers& b, WorkspaceCarver& ws);
+// out [T, H] = the shared MLP of x (out_dtype: f32 or the dtype), by `plan` (bf16 / f16
+// weights: run_dense_mlp; FP8 weights: the dense FP8 decode kernel or the FP8 GEMMs).
+void run_shared_mlp(const MlpPlan& plan, const MoEShapes& s, int64_t S, DType out_dtype,
+                    const void* x, const SharedMlpWeights& w, const SharedMlpBuffers& b, void* out,
+                    cudaStream_t stream, const char* op);
+
+// Throws (naming `c`'s op and the quantized weights) when the planner's `plan` for p, with FP8
+// weights, takes a path that cannot run them (the FP8 GEMMs off an sm_90 device, more experts
+// than the sorted path takes).
+void check_quantized_plan(const ArgCheck& c, const LayerPlan& plan, const LayerProblem& p,
+                          const GemmDevice& device);
 
 // The sorted path's expert MLP GEMMs over the permuted rows [P, H] (P = T*K, alignment 1):
 // gate_up from `permuted` into `act`, down from `act` over `permuted` (dead by then).

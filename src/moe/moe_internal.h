@@ -13,16 +13,19 @@
 #include "gemm/gemm_planner.h"  // GemmDevice, MlpPlan, kSm90MlpChainScratchBytes
 #include "mlp/activation.h"
 #include "mlp/dense_mlp.h"
+#include "moe/weight_quant.h"
 #include "moekit/plan.h"
+#include "moekit/quant.h"
 #include "moekit/tensor.h"
 
 namespace moekit::detail {
 
 // Shapes of a routed MoE problem (validated by the caller).
 struct MoEShapes {
-  DType dtype = DType::kBF16;  // hidden states, weights and output
+  DType dtype = DType::kBF16;  // hidden states, output (and weights when not quantized)
   int64_t T = 0, H = 0, E = 0, F = 0, K = 0;
   MlpActivation mlp;  // the experts' activation and biases (general(): the general path)
+  QuantScheme quant = QuantScheme::kNone;  // the weights' (e4m3 when quantized)
 };
 
 // Limits of the direct path: routes are decoded per block from topk_ids in shared
@@ -50,6 +53,7 @@ struct RoutedExperts {
   const void* hidden = nullptr;     // [T, H]
   const void* w_gate_up = nullptr;  // [E, 2F, H]
   const void* w_down = nullptr;     // [E, H, F]
+  WeightScales scales;              // s.quant's scales (e4m3 weights)
   const float* topk_weights = nullptr;
   const int32_t* topk_ids = nullptr;
   const float* addend = nullptr;  // optional [T, H] f32
@@ -107,13 +111,25 @@ void launch_direct_gate_up(const MoEShapes& s, const void* hidden, const void* w
 void launch_direct_down(const MoEShapes& s, const void* act, const void* w_down,
                         const int32_t* topk_ids, float* down, cudaStream_t stream);
 
+// The FP8-weight decode kernels (moe_kernels_fp8.cu): the two stages above with e4m3 weights
+// dequantized in registers by `scales` (per tensor, per channel or 128 x 128 blocks), bf16 /
+// f16 activations (not quantized), f32 sums. topk_ids == nullptr: the dense form (a shared
+// expert's MLP): route r is token r of the one expert (s.E = 1, no E axis in the scales).
+// down_dtype: f32 (the routed combine's rows) or s.dtype (a dense MLP's output).
+void launch_direct_fp8_gate_up(const MoEShapes& s, const void* hidden, const void* w_gate_up,
+                               const WeightScales& scales, const int32_t* topk_ids, void* act,
+                               cudaStream_t stream, const char* op);
+void launch_direct_fp8_down(const MoEShapes& s, const void* act, const void* w_down,
+                            const WeightScales& scales, const int32_t* topk_ids, void* down,
+                            DType down_dtype, cudaStream_t stream, const char* op);
+
 // out[t, :] = round(sum_k in k order over valid routes of w[t,k] * rows[row(t,k), :]
 //                   (+ addend[t, :])), f32 accumulation; tokens without routes get
 // zeros (or the addend). Row of route r: inverse[r] when `inverse` (valid when in
 // [0, num_rows)), else r itself (valid when topk_ids[r] is in [0, E)).
 struct CombineProblem {
   DType out_dtype = DType::kBF16;
-  DType rows_dtype = DType::kBF16;  // out_dtype or f32
+  DType rows_dtype = DType::kBF16;  // out_dtype, f32, or bf16 (the FP8 GEMMs' rows)
   const void* rows = nullptr;
   int64_t num_rows = 0;
   const int32_t* inverse = nullptr;

@@ -14,136 +14,13 @@
 #include "core/check.h"
 #include "core/device.h"
 #include "core/dtype.cuh"
+#include "moe/direct_routes.cuh"
 #include "moe/moe_internal.h"
 
 namespace moekit::detail {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kMaxWords = static_cast<int>(kDirectMaxExperts / 32);
-static_assert(kMaxWords <= kThreads, "the bitmap prefix scan uses one thread per word");
-
-// ---- small device helpers ----
-
-// Weights are read exactly once: keep them out of L1, prefetch 256 B lines into L2.
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                          uint32_t a3, uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a1,
-                                                         uint32_t a2, uint32_t a3, uint32_t b0,
-                                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], uint32_t a0, uint32_t a1,
-                                                  uint32_t a2, uint32_t a3, uint32_t b0,
-                                                  uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// ---- route decoding (per block, in shared memory) ----
-
-struct DecodeSmem {
-  int ids[kDirectMaxRoutes];     // topk_ids, flat
-  int routes[kDirectMaxRoutes];  // flat route indices of the current expert, ascending
-  unsigned bits[kMaxWords];      // presence bitmap of valid expert ids
-  int word_prefix[kMaxWords];    // exclusive prefix of the words' popcounts
-  int warp_tmp[kWarps];
-  int num_active;  // distinct valid experts
-  int expert;
-};
-
-// Loads the ids, marks the experts present and counts them. Active experts are
-// numbered ("slots") in ascending id order.
-__device__ void decode_experts(const int32_t* __restrict__ topk_ids, int R, int E, DecodeSmem& sm) {
-  const int words = (E + 31) / 32;
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  for (int i = t; i < words; i += kThreads) sm.bits[i] = 0u;
-  __syncthreads();
-  for (int r = t; r < R; r += kThreads) {
-    const int id = topk_ids[r];
-    sm.ids[r] = id;
-    if (id >= 0 && id < E) atomicOr(&sm.bits[id >> 5], 1u << (id & 31));  // OR: order-free
-  }
-  __syncthreads();
-  const int c = t < words ? __popc(sm.bits[t]) : 0;
-  int incl = c;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) sm.warp_tmp[warp] = incl;
-  __syncthreads();
-  int before = 0, total = 0;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    const int v = sm.warp_tmp[w];
-    before += w < warp ? v : 0;
-    total += v;
-  }
-  if (t < words) sm.word_prefix[t] = before + incl - c;
-  if (t == 0) sm.num_active = total;
-  __syncthreads();
-}
-
-// The expert id of active slot `slot` (< num_active).
-__device__ int expert_of_slot(int slot, int E, DecodeSmem& sm) {
-  const int words = (E + 31) / 32;
-  const int t = threadIdx.x;
-  if (t < words) {
-    unsigned b = sm.bits[t];
-    const int p = sm.word_prefix[t];
-    if (slot >= p && slot < p + __popc(b)) {
-      for (int j = slot - p; j > 0; --j) b &= b - 1;  // drop the lower set bits
-      sm.expert = t * 32 + __ffs(b) - 1;
-    }
-  }
-  __syncthreads();
-  return sm.expert;
-}
-
-// Collects the flat indices of the routes to expert e (ascending) into sm.routes.
-__device__ int collect_routes(int e, int R, DecodeSmem& sm) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int count = 0;
-  for (int r0 = 0; r0 < R; r0 += kThreads) {
-    const int r = r0 + threadIdx.x;
-    const bool match = r < R && sm.ids[r] == e;
-    const unsigned bal = __ballot_sync(0xffffffffu, match);
-    if (lane == 0) sm.warp_tmp[warp] = __popc(bal);
-    __syncthreads();
-    int before = 0, total = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const int v = sm.warp_tmp[w];
-      before += w < warp ? v : 0;
-      total += v;
-    }
-    if (match) sm.routes[count + before + __popc(bal & ((1u << lane) - 1u))] = r;
-    count += total;
-    __syncthreads();
-  }
-  return count;
-}
+using namespace direct;  // NOLINT: the shared decode helpers (direct_routes.cuh)
 
 // ---- the direct GEMV kernel ----
 //
@@ -171,7 +48,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ DecodeSmem sm;
   __shared__ __align__(16) float red[kWarps][MT][32][4];
 
-  decode_experts(topk_ids, R, E, sm);
+  decode_experts(RouteIds{topk_ids}, R, E, sm);
   const int64_t num_items = static_cast<int64_t>(sm.num_active) * tiles;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -192,23 +69,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     const int64_t n0 = tile * kTileCols;
 
-    // This lane's weight rows: m-tile mt, half h -> tile row mt*16 + h*8 + g (gate/up:
-    // h*8 + g of the gate or the up block). One base pointer plus 32-bit row offsets
-    // keep the register count down; rows past n_out are masked (loaded as zeros).
+    // This lane's weight rows (tile_rows), rows past n_out masked.
     const int64_t col0 = n0 + g;
     const T* wbase = w + (static_cast<int64_t>(e) * rows_per_expert + col0) * kdim;
     int32_t woff[MT][2];
-    unsigned wmask = 0;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int tile_row = (kGateUp ? 0 : mt * 16) + half * 8;
-        const int64_t row_off = (kGateUp && mt == 1) ? n_out + tile_row : tile_row;
-        woff[mt][half] = static_cast<int32_t>(row_off * kdim);
-        if (col0 + tile_row < n_out) wmask |= 1u << (mt * 2 + half);
-      }
-    }
+    unsigned wmask;
+    tile_rows<kGateUp, MT>(col0, n_out, kdim, woff, wmask);
 
     for (int c0 = 0; c0 < m; c0 += 8) {
       const int nr = min(8, m - c0);
@@ -300,24 +166,6 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 constexpr int kGateUpMT = 2, kGateUpU = 4;  // 32 weight rows per tile, 4 steps in flight
 constexpr int kDownMT = 4, kDownU = 2;      // 64 weight rows per tile, 2 steps in flight
-
-// The device's SM count (132 where none is known, as before any device query).
-int num_sms() {
-  const int sms = device_props().sms;
-  return sms > 0 ? sms : 132;
-}
-
-template <class Kernel>
-int64_t persistent_grid(Kernel kernel, int64_t max_items) {
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess ||
-      per_sm <= 0) {
-    cudaGetLastError();
-    per_sm = 1;
-  }
-  return std::max<int64_t>(1,
-                           std::min<int64_t>(max_items, static_cast<int64_t>(per_sm) * num_sms()));
-}
 
 template <bool kGateUp>
 void launch_direct(const MoEShapes& s, const void* in, const void* w, const int32_t* topk_ids,
@@ -422,6 +270,12 @@ void launch_combine(const CombineProblem& p, cudaStream_t stream) {
     if (p.rows_dtype == DType::kF32) {
       combine_kernel<scalar_t, float><<<grid, kCombineThreads, 0, stream>>>(
           static_cast<const float*>(p.rows), p.num_rows, p.inverse, p.topk_ids,
+          static_cast<int>(p.E), p.topk_weights, p.addend, static_cast<scalar_t*>(p.out), p.T,
+          static_cast<int>(p.K), p.H);
+    } else if (p.rows_dtype == DType::kBF16 && p.out_dtype != DType::kBF16) {
+      // The FP8 GEMMs' bf16 rows under an f16 output.
+      combine_kernel<scalar_t, __nv_bfloat16><<<grid, kCombineThreads, 0, stream>>>(
+          static_cast<const __nv_bfloat16*>(p.rows), p.num_rows, p.inverse, p.topk_ids,
           static_cast<int>(p.E), p.topk_weights, p.addend, static_cast<scalar_t*>(p.out), p.T,
           static_cast<int>(p.K), p.H);
     } else {

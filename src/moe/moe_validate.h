@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "mlp/activation.h"
 #include "moe/moe_internal.h"
+#include "moe/weight_quant.h"
 #include "moekit/tensor.h"
 
 namespace moekit::detail {
@@ -40,18 +41,67 @@ inline void check_activation(const ArgCheck& c, MoEShapes& s, Activation act) {
   s.mlp.act = act;
 }
 
+// A weight's dtype under the scheme s.quant (set by the caller from its WeightQuant): that of
+// `dtype_ref` (the hidden states) without one, e4m3 with one; each mismatch named.
+inline void check_weight_dtype(const ArgCheck& c, const MoEShapes& s, const char* name,
+                               const TensorView& w, const char* dtype_ref_name,
+                               const TensorView& dtype_ref) {
+  const bool fp8 = quantized(s.quant);
+  if (!w.defined()) return;  // the shape check names it
+  if (!fp8) {
+    MOEKIT_REQUIRE(c, w.dtype != DType::kFP8E4M3, name,
+                   "bf16 / f16 weights (e4m3 weights need a FP8 scheme in quant.scheme)",
+                   w.describe() + " with quant.scheme none");
+    MOEKIT_REQUIRE(c, w.dtype == DType::kBF16 || w.dtype == DType::kF16, name, "dtype bf16 or f16",
+                   w.describe());
+    c.same_dtype(name, w, dtype_ref_name, dtype_ref);
+    return;
+  }
+  MOEKIT_REQUIRE(c, w.dtype == DType::kFP8E4M3, name,
+                 std::string("fp8e4m3 weights (quant.scheme ") + quant_scheme_name(s.quant) + ")",
+                 w.describe());
+}
+
+// A weight tensor of `shape`, 16-byte aligned, in the dtypes s.quant allows.
+inline void check_weight_tensor(const ArgCheck& c, const MoEShapes& s, const char* name,
+                                const TensorView& w, std::initializer_list<int64_t> shape) {
+  if (quantized(s.quant)) {
+    c.tensor(name, w, {DType::kFP8E4M3}, shape, 16);
+  } else {
+    c.tensor(name, w, {DType::kBF16, DType::kF16}, shape, 16);
+  }
+}
+
+// The shape rules of a FP8 scheme on a gated MLP of hidden size s.H and width s.F: rows of
+// whole 16-byte e4m3 chunks (H and F multiples of 16), and for 128 x 128 blocks H and F
+// multiples of 128 (no block straddles the gate and up halves, and every GEMM's k is a
+// whole number of blocks and of 128-wide activation groups).
+inline void check_quant_shapes(const ArgCheck& c, const MoEShapes& s, const char* name,
+                               const TensorView& w_gate_up, const char* inner) {
+  if (!quantized(s.quant)) return;
+  const int64_t m = s.quant == QuantScheme::kFp8Block128 ? kQuantBlock : 16;
+  const std::string why = s.quant == QuantScheme::kFp8Block128
+                              ? " (fp8_block128: whole 128 x 128 scale blocks)"
+                              : " (e4m3 rows of whole 16-byte chunks)";
+  MOEKIT_REQUIRE(c, s.H % m == 0, name, "H (the last dim) a multiple of " + str(m) + why,
+                 w_gate_up.describe());
+  MOEKIT_REQUIRE(c, s.F % m == 0, name,
+                 std::string(inner) + " (half the gate+up rows) a multiple of " + str(m) + why,
+                 w_gate_up.describe());
+}
+
 // An MLP's w_gate_up [(E,) 2F, H] ([(E,) F, H] for relu2, s.mlp.act): fills s.E (1 for
 // dense) and s.F. `experts` selects the 3-d (per-expert) form.
 inline void check_gate_up(const ArgCheck& c, MoEShapes& s, const char* name,
                           const TensorView& w_gate_up, const char* dtype_ref_name,
                           const TensorView& dtype_ref, bool experts) {
   const char* inner = experts ? "F" : "S";
+  check_weight_dtype(c, s, name, w_gate_up, dtype_ref_name, dtype_ref);
   if (experts) {
-    c.tensor(name, w_gate_up, {DType::kBF16, DType::kF16}, {kAnyDim, kAnyDim, s.H}, 16);
+    check_weight_tensor(c, s, name, w_gate_up, {kAnyDim, kAnyDim, s.H});
   } else {
-    c.tensor(name, w_gate_up, {DType::kBF16, DType::kF16}, {kAnyDim, s.H}, 16);
+    check_weight_tensor(c, s, name, w_gate_up, {kAnyDim, s.H});
   }
-  c.same_dtype(name, w_gate_up, dtype_ref_name, dtype_ref);
   s.E = experts ? w_gate_up.size(0) : 1;
   const int64_t rows = w_gate_up.size(experts ? 1 : 0);
   const bool gated = is_gated(s.mlp.act);
@@ -65,10 +115,26 @@ inline void check_gate_up(const ArgCheck& c, MoEShapes& s, const char* name,
   c.fits_i32(rows, name, experts ? "gate+up rows per expert (dim 1)" : "gate+up rows (dim 0)",
              w_gate_up);
   s.F = gated ? rows / 2 : rows;
+  check_quant_shapes(c, s, name, w_gate_up, inner);
+}
+
+// The FP8 weight kernels fuse silu_and_mul without biases: with a FP8 scheme (s.quant) any
+// other activation or a bias is refused, naming the argument (check_biases calls it).
+inline void check_quant_activation(const ArgCheck& c, const MoEShapes& s, const char* act_name,
+                                   const char* gu_bias_name, const TensorView& gate_up_bias,
+                                   const char* down_bias_name, const TensorView& down_bias) {
+  if (!quantized(s.quant)) return;
+  const std::string with = std::string(" with FP8 weights (scheme ") + quant_scheme_name(s.quant) +
+                           ": the FP8 kernels run silu_and_mul without biases)";
+  MOEKIT_REQUIRE(c, s.mlp.act == Activation::kSiluAndMul, act_name, "silu_and_mul" + with,
+                 activation_name(s.mlp.act));
+  MOEKIT_REQUIRE(c, !gate_up_bias.defined(), gu_bias_name, "no bias" + with,
+                 gate_up_bias.describe());
+  MOEKIT_REQUIRE(c, !down_bias.defined(), down_bias_name, "no bias" + with, down_bias.describe());
 }
 
 // An MLP's optional biases, f32 or the op's dtype: gate/up [(E,) gate_up_rows] and down
-// [(E,) H]; sets s.mlp's bias flags.
+// [(E,) H]; sets s.mlp's bias flags (FP8 weights: none, and silu_and_mul).
 inline void check_biases(const ArgCheck& c, MoEShapes& s, const char* gu_name,
                          const TensorView& gate_up_bias, const char* down_name,
                          const TensorView& down_bias, bool experts) {
@@ -82,6 +148,7 @@ inline void check_biases(const ArgCheck& c, MoEShapes& s, const char* gu_name,
   }
   s.mlp.gate_up_bias = gate_up_bias.defined();
   s.mlp.down_bias = down_bias.defined();
+  check_quant_activation(c, s, "activation", gu_name, gate_up_bias, down_name, down_bias);
 }
 
 // The biases as device pointers (validated).
@@ -98,12 +165,12 @@ inline MlpBiases mlp_biases(const TensorView& gate_up_bias, const TensorView& do
 inline void check_down(const ArgCheck& c, const MoEShapes& s, const char* name,
                        const TensorView& w_down, const char* dtype_ref_name,
                        const TensorView& dtype_ref, bool experts) {
+  check_weight_dtype(c, s, name, w_down, dtype_ref_name, dtype_ref);
   if (experts) {
-    c.tensor(name, w_down, {DType::kBF16, DType::kF16}, {s.E, s.H, s.F}, 16);
+    check_weight_tensor(c, s, name, w_down, {s.E, s.H, s.F});
   } else {
-    c.tensor(name, w_down, {DType::kBF16, DType::kF16}, {s.H, s.F}, 16);
+    check_weight_tensor(c, s, name, w_down, {s.H, s.F});
   }
-  c.same_dtype(name, w_down, dtype_ref_name, dtype_ref);
 }
 
 inline void check_mlp_weights(const ArgCheck& c, MoEShapes& s, const char* gu_name,
@@ -112,6 +179,59 @@ inline void check_mlp_weights(const ArgCheck& c, MoEShapes& s, const char* gu_na
                               const TensorView& dtype_ref, bool experts) {
   check_gate_up(c, s, gu_name, w_gate_up, dtype_ref_name, dtype_ref, experts);
   check_down(c, s, down_name, w_down, dtype_ref_name, dtype_ref, experts);
+}
+
+// The scales of `q` (named "<prefix>.w_gate_up_scale", ...) for shapes s (E, H, F; `experts`:
+// with the E axis) under q.scheme, laid out as moekit/quant.h says.
+inline void check_quant_scales(const ArgCheck& c, const MoEShapes& s, const char* prefix,
+                               const WeightQuant& q, bool experts) {
+  const std::string p(prefix);
+  const std::string gu = p + ".w_gate_up_scale", dn = p + ".w_down_scale";
+  const std::string agu = p + ".a_gate_up_scale", adn = p + ".a_down_scale";
+  const auto absent = [&](const std::string& name, const TensorView& t, const char* when) {
+    MOEKIT_REQUIRE(c, !t.defined(), name.c_str(), std::string("no tensor ") + when,
+                   t.describe() + " with quant.scheme " + quant_scheme_name(q.scheme));
+  };
+  if (!quantized(q.scheme)) {
+    const char* why = "without a FP8 scheme (quant.scheme none)";
+    absent(gu, q.w_gate_up_scale, why);
+    absent(dn, q.w_down_scale, why);
+    absent(agu, q.a_gate_up_scale, why);
+    absent(adn, q.a_down_scale, why);
+    return;
+  }
+  const int64_t E = experts ? s.E : 1;
+  const auto scale = [&](const std::string& name, const TensorView& t, int64_t rows, int64_t cols) {
+    const auto b = [](int64_t n) { return (n + kQuantBlock - 1) / kQuantBlock; };
+    switch (q.scheme) {
+      case QuantScheme::kFp8PerTensor:
+        if (experts)
+          c.tensor(name.c_str(), t, {DType::kF32}, {E});
+        else
+          c.tensor(name.c_str(), t, {DType::kF32}, {1});
+        return;
+      case QuantScheme::kFp8PerChannel:
+        if (experts)
+          c.tensor(name.c_str(), t, {DType::kF32}, {E, rows});
+        else
+          c.tensor(name.c_str(), t, {DType::kF32}, {rows});
+        return;
+      default:
+        if (experts)
+          c.tensor(name.c_str(), t, {DType::kF32}, {E, b(rows), b(cols)});
+        else
+          c.tensor(name.c_str(), t, {DType::kF32}, {b(rows), b(cols)});
+    }
+  };
+  scale(gu, q.w_gate_up_scale, gate_up_rows(s.mlp.act, s.F), s.H);
+  scale(dn, q.w_down_scale, s.H, s.F);
+  if (q.scheme == QuantScheme::kFp8PerTensor) {
+    c.optional_tensor(agu.c_str(), q.a_gate_up_scale, {DType::kF32}, {1});
+    c.optional_tensor(adn.c_str(), q.a_down_scale, {DType::kF32}, {1});
+  } else {
+    absent(agu, q.a_gate_up_scale, "(static activation scales go with fp8_per_tensor only)");
+    absent(adn, q.a_down_scale, "(static activation scales go with fp8_per_tensor only)");
+  }
 }
 
 // topk_ids [T, K] i32 or i64 (K >= 1, T*K routes within 32 bits); fills s.K.

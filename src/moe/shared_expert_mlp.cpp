@@ -18,6 +18,7 @@ constexpr const char* kOp = "shared_expert_mlp";
 detail::MoEShapes check_shared_mlp_shapes(const detail::ArgCheck& c, const SharedExpertMLPArgs& a) {
   detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
   detail::check_activation(c, s, a.activation);
+  s.quant = a.quant.scheme;
   detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
                         /*experts=*/false);
   detail::check_biases(c, s, "gate_up_bias", a.gate_up_bias, "down_bias", a.down_bias,
@@ -26,17 +27,14 @@ detail::MoEShapes check_shared_mlp_shapes(const detail::ArgCheck& c, const Share
 }
 
 // The workspace: act [T, S] in the dtype, the dense MLP's stream-K scratch (s.F = S), then
-// (general path) the f32 pre-activations.
-struct SharedMlpBuffers {
-  void* act = nullptr;
-  void* scratch = nullptr;
-  float* pre = nullptr;
-};
-SharedMlpBuffers carve_shared_mlp(const detail::MoEShapes& s, detail::WorkspaceCarver& ws) {
-  SharedMlpBuffers b;
+// (general path) the f32 pre-activations, then (FP8 weights past the decode kernel) the FP8
+// MLP's buffers.
+detail::SharedMlpBuffers carve_shared_mlp(const detail::MoEShapes& s, detail::WorkspaceCarver& ws) {
+  detail::SharedMlpBuffers b;
   b.act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
   b.scratch = detail::take_dense_mlp_scratch(ws, s.dtype, s.T, s.H, s.F);
   b.pre = detail::take_general_pre(ws, s.mlp, s.T, s.F, s.H, /*out_f32=*/false);
+  detail::carve_shared_fp8(s, s.F, s.quant, s.dtype, b, ws);
   return b;
 }
 
@@ -54,6 +52,18 @@ detail::DenseMlpProblem shared_problem(const detail::MoEShapes& s) {
 // args.plan checked against the shapes, else the planner's.
 MlpPlan shared_plan(const detail::ArgCheck& c, const SharedExpertMLPArgs& a,
                     const detail::MoEShapes& s) {
+  if (detail::quantized(s.quant)) {
+    const detail::GemmDevice device = detail::current_gemm_device();
+    const MlpPlan plan = a.plan ? *a.plan : detail::plan_fp8_dense_mlp(s, s.F, s.quant, device);
+    const std::string why = detail::fp8_dense_mlp_plan_rejection(plan, s, s.F, s.quant, device);
+    if (a.plan != nullptr) detail::check_plan(c, plan, why);
+    MOEKIT_REQUIRE(c, why.empty(), "w_gate_up",
+                   "FP8 weights on a path that runs them (the FP8 decode kernel: T <= " +
+                       detail::str(detail::kDirectMaxTokens) +
+                       "; else the FP8 GEMMs on an sm_90 device)",
+                   why);
+    return plan;
+  }
   const detail::DenseMlpProblem p = shared_problem(s);
   const detail::GemmDevice device = detail::current_gemm_device();
   if (a.plan == nullptr)
@@ -75,6 +85,8 @@ size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args) {
 MlpPlan plan_shared_expert_mlp(const SharedExpertMLPArgs& args) {
   const detail::ArgCheck c(kOp, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_shared_mlp_shapes(c, args);
+  if (detail::quantized(s.quant))
+    return detail::plan_fp8_dense_mlp(s, s.F, s.quant, detail::current_gemm_device());
   const detail::DenseMlpProblem p = shared_problem(s);
   return detail::plan_dense_mlp(p, detail::current_gemm_device(),
                                 detail::device_direct_capacity(p));
@@ -82,8 +94,10 @@ MlpPlan plan_shared_expert_mlp(const SharedExpertMLPArgs& args) {
 
 std::vector<MlpPlan> shared_expert_mlp_plan_candidates(const SharedExpertMLPArgs& args) {
   const detail::ArgCheck c(kOp, detail::ArgCheck::Mode::kShapesOnly);
-  return detail::dense_mlp_plan_candidates(shared_problem(check_shared_mlp_shapes(c, args)),
-                                           detail::current_gemm_device());
+  const detail::MoEShapes s = check_shared_mlp_shapes(c, args);
+  if (detail::quantized(s.quant))
+    return detail::fp8_dense_mlp_plan_candidates(s, s.F, s.quant, detail::current_gemm_device());
+  return detail::dense_mlp_plan_candidates(shared_problem(s), detail::current_gemm_device());
 }
 
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
@@ -91,6 +105,7 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
   detail::MoEShapes s = check_shared_mlp_shapes(c, args);
   detail::check_down(c, s, "w_down", args.w_down, "hidden_states", args.hidden_states,
                      /*experts=*/false);
+  detail::check_quant_scales(c, s, "quant", args.quant, /*experts=*/false);
   detail::check_output(c, "output", args.output, s, "hidden_states", args.hidden_states);
   const MlpPlan plan = shared_plan(c, args, s);
   detail::MoEShapes dense = s;
@@ -105,16 +120,24 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
                       {"w_gate_up", args.w_gate_up},
                       {"w_down", args.w_down},
                       {"gate_up_bias", args.gate_up_bias},
-                      {"down_bias", args.down_bias}},
+                      {"down_bias", args.down_bias},
+                      {"quant.w_gate_up_scale", args.quant.w_gate_up_scale},
+                      {"quant.w_down_scale", args.quant.w_down_scale}},
                      args.workspace);
   if (s.T == 0) return;
   c.launch_target(stream, "output", args.output);
   detail::WorkspaceCarver ws(args.workspace.data);
-  const SharedMlpBuffers b = carve_shared_mlp(s, ws);
+  const detail::SharedMlpBuffers b = carve_shared_mlp(s, ws);
   detail::run_composite(kOp, [&] {
-    detail::run_dense_mlp(plan, shared_problem(s), args.hidden_states.data, args.w_gate_up.data,
-                          args.w_down.data, b.act, args.output.data, b.scratch, stream,
-                          detail::mlp_biases(args.gate_up_bias, args.down_bias), b.pre, kOp);
+    detail::SharedMlpWeights w;
+    w.w_gate_up = args.w_gate_up.data;
+    w.w_down = args.w_down.data;
+    w.quant = s.quant;
+    w.scales = detail::weight_scales(args.quant);
+    w.mlp = s.mlp;
+    w.biases = detail::mlp_biases(args.gate_up_bias, args.down_bias);
+    detail::run_shared_mlp(plan, s, s.F, s.dtype, args.hidden_states.data, w, b, args.output.data,
+                           stream, kOp);
   });
 }
 

@@ -342,7 +342,7 @@ __global__ void layout_blocks_kernel(const int32_t* meta, int E, int alignment, 
 
 // Where FP8 scales live (gemm.h Fp8Scales), as strides: a row ar over k block kb at
 // a[ar * a_row + kb * a_kb]; expert e's b row j at b[e * b_group + (j / b_row_div) * b_row +
-// kb * b_kb].
+// kb * b_kb]. b alone (a == nullptr): FP8 weights with activations as given.
 struct ScaleStrides {
   const float* a = nullptr;
   const float* b = nullptr;
@@ -350,8 +350,35 @@ struct ScaleStrides {
   int64_t b_row_div = 1;
 };
 
+// The weight scales of `scheme` over [rows, cols] weight matrices (moekit/quant.h; b only).
+ScaleStrides weight_scale_strides(QuantScheme scheme, const TensorView& scale, int64_t rows,
+                                  int64_t cols) {
+  ScaleStrides w;
+  w.b = scale.defined() ? scale.ptr<const float>() : nullptr;
+  switch (scheme) {
+    case QuantScheme::kNone:
+      w.b = nullptr;
+      break;
+    case QuantScheme::kFp8PerTensor:
+      w.b_group = 1;
+      break;
+    case QuantScheme::kFp8PerChannel:
+      w.b_group = rows;
+      w.b_row = 1;
+      break;
+    case QuantScheme::kFp8Block128:
+      w.b_kb = 1;
+      w.b_row_div = 128;
+      w.b_row = ceil_div(cols, 128);
+      w.b_group = ceil_div(rows, 128) * w.b_row;
+      break;
+  }
+  return w;
+}
+
 // c[row] = a[row / a_div] . b[e]^T over the rows of each block (FP8: with the activation and
-// weight scales applied per 128-column block of k, per ScaleStrides).
+// weight scales applied per 128-column block of k, per ScaleStrides; weight scales alone
+// when sc.b is given without kFP8).
 template <class TA, class TB, class TC, bool kFP8>
 __global__ void __launch_bounds__(kThreads)
     gemm_rows_kernel(const TA* a, int64_t lda, int a_div, const TB* b, int64_t n, int64_t k,
@@ -394,14 +421,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int q = 0; q < 8; ++q) w[q] = kk + q < len ? ld(brow, kk + q) : 0.f;
         float s = 1.f;
-        if (kFP8)
+        if (sc.b != nullptr)  // a chunk of 8 k lies in one 128-column block
           s = sc.b[e * sc.b_group + col / sc.b_row_div * sc.b_row + (k0 + kk) / 128 * sc.b_kb];
 #pragma unroll
         for (int i = 0; i < kRowsPerBlock; ++i) {
           float d = 0.f;
 #pragma unroll
           for (int q = 0; q < 8; ++q) d += as[i][kk + q] * w[q];
-          acc[j][i] += kFP8 ? d * s : d;
+          acc[j][i] += sc.b != nullptr ? d * s : d;
         }
       }
     }
@@ -638,12 +665,14 @@ struct RoutedScratch {
   void* act;
   float* y;
   int64_t num_blocks;
-  void* scaled = nullptr;  // [T, H] (apply_router_weight_on_input only)
+  void* scaled = nullptr;     // [T, H] (apply_router_weight_on_input only)
+  void* xq = nullptr;         // [T, H] the quantized input (FP8 weights only)
+  float* qscratch = nullptr;  // [2] (FP8 weights only)
 };
 
 // gu_rows: w_gate_up's rows per expert (the pre-activation columns; F <= gu_rows).
 RoutedScratch carve_routed(Carver& cv, int64_t T, int K, int64_t E, int64_t gu_rows, int64_t H,
-                           DType dt, bool apply_on_input) {
+                           DType dt, bool apply_on_input, bool fp8) {
   RoutedScratch s;
   int64_t routes = T * K;
   int64_t sorted_len = routes + E * (kRowsPerBlock - 1);
@@ -654,6 +683,10 @@ RoutedScratch carve_routed(Carver& cv, int64_t T, int K, int64_t E, int64_t gu_r
   s.act = cv.take<uint8_t>(routes * gu_rows * static_cast<int64_t>(dtype_size(dt)));
   s.y = cv.take<float>(routes * H);
   if (apply_on_input) s.scaled = cv.take<uint8_t>(T * H * static_cast<int64_t>(dtype_size(dt)));
+  if (fp8) {
+    s.xq = cv.take<uint8_t>(T * H * static_cast<int64_t>(dtype_size(dt)));
+    s.qscratch = cv.take<float>(2);
+  }
   return s;
 }
 
@@ -664,9 +697,11 @@ struct DenseScratch {
   void* act;
   float* y;
   int64_t num_blocks;
+  void* xq = nullptr;         // [T, H] the quantized input (FP8 weights only)
+  float* qscratch = nullptr;  // [2] (FP8 weights only)
 };
 
-DenseScratch carve_dense(Carver& cv, int64_t T, int64_t gu_rows, int64_t H, DType dt) {
+DenseScratch carve_dense(Carver& cv, int64_t T, int64_t gu_rows, int64_t H, DType dt, bool fp8) {
   DenseScratch s;
   s.num_blocks = layout_num_blocks(T, 1);
   s.rows = cv.take<int32_t>(s.num_blocks * kRowsPerBlock);
@@ -674,19 +709,152 @@ DenseScratch carve_dense(Carver& cv, int64_t T, int64_t gu_rows, int64_t H, DTyp
   s.h = cv.take<float>(T * gu_rows);
   s.act = cv.take<uint8_t>(T * gu_rows * static_cast<int64_t>(dtype_size(dt)));
   s.y = cv.take<float>(T * H);
+  if (fp8) {
+    s.xq = cv.take<uint8_t>(T * H * static_cast<int64_t>(dtype_size(dt)));
+    s.qscratch = cv.take<float>(2);
+  }
   return s;
+}
+
+// ---- FP8 activation quantization (Fp8Activations::kQuantized) ----
+
+using reference::Fp8Activations;
+
+// v quantized to e4m3 with scale s and back (quantize_fp8.h's formula).
+__device__ __forceinline__ float fp8_round_trip(float v, float s) {
+  const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(__fdiv_rn(v, s), __NV_SATFINITE, __NV_E4M3);
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(q, __NV_E4M3))) * s;
+}
+
+// Row i of a block: rows[b * kRowsPerBlock + i] (-1: none), or b * kRowsPerBlock + i below
+// n_rows without a list.
+__device__ __forceinline__ int64_t listed_row(const int32_t* rows, int64_t n_rows, int i) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + i;
+  if (rows != nullptr) return rows[r];
+  return r < n_rows ? r : -1;
+}
+
+constexpr int kQuantThreads = 128;
+
+// amax (f32 bits) over the listed rows of x [.., cols].
+template <class T>
+__global__ void amax_rows_kernel(const T* x, int64_t cols, const int32_t* rows, int64_t n_rows,
+                                 unsigned* amax) {
+  float m = 0.f;
+  for (int i = 0; i < kRowsPerBlock; ++i) {
+    const int64_t r = listed_row(rows, n_rows, i);
+    if (r < 0) continue;
+    for (int64_t c = threadIdx.x; c < cols; c += kQuantThreads)
+      m = fmaxf(m, fabsf(ld(x, r * cols + c)));
+  }
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x % 32 == 0) atomicMax(amax, __float_as_uint(m));
+}
+
+__global__ void amax_scale_kernel(const unsigned* amax, float* scale) {
+  *scale = __fdiv_rn(fmaxf(__uint_as_float(*amax), 1e-10f), 448.f);
+}
+
+// In place: the listed rows of x [.., cols] quantized to e4m3 and back, each `group` columns
+// with their own scale max(amax, 1e-10) / 448, or all with *tensor_scale when given.
+template <class T>
+__global__ void fp8_rows_kernel(T* x, int64_t cols, const int32_t* rows, int64_t n_rows,
+                                int64_t group, const float* tensor_scale) {
+  __shared__ float part[kQuantThreads / 32];
+  for (int i = 0; i < kRowsPerBlock; ++i) {
+    const int64_t r = listed_row(rows, n_rows, i);
+    if (r < 0) continue;  // uniform over the block
+    for (int64_t g0 = 0; g0 < cols; g0 += group) {
+      const int64_t g1 = min(cols, g0 + group);
+      float s;
+      if (tensor_scale != nullptr) {
+        s = *tensor_scale;
+      } else {
+        float m = 0.f;
+        for (int64_t c = g0 + threadIdx.x; c < g1; c += kQuantThreads)
+          m = fmaxf(m, fabsf(ld(x, r * cols + c)));
+        for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        __syncthreads();
+        if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = m;
+        __syncthreads();
+        m = 0.f;
+        for (int w = 0; w < kQuantThreads / 32; ++w) m = fmaxf(m, part[w]);
+        s = __fdiv_rn(fmaxf(m, 1e-10f), 448.f);
+      }
+      for (int64_t c = g0 + threadIdx.x; c < g1; c += kQuantThreads)
+        x[r * cols + c] = cvt<T>(fp8_round_trip(ld(x, r * cols + c), s));
+    }
+  }
+}
+
+// What a FP8 GEMM path quantizes (scheme kNone: nothing): static_scale, fp8_per_tensor's given
+// scale; scratch: 2 floats (the amax bits and the dynamic per-tensor scale).
+struct ActQuant {
+  QuantScheme scheme = QuantScheme::kNone;
+  const float* static_scale = nullptr;
+  float* scratch = nullptr;
+};
+
+// The listed rows (num_blocks blocks of `rows`, or n_rows rows without a list) of x [.., cols]
+// quantized to e4m3 and back by q's scheme, in place.
+template <class T>
+void fp8_round_trip_rows(T* x, int64_t cols, const int32_t* rows, int64_t num_blocks,
+                         int64_t n_rows, const ActQuant& q, cudaStream_t stream) {
+  if (q.scheme == QuantScheme::kNone || num_blocks <= 0) return;
+  const float* tensor_scale = nullptr;
+  if (q.scheme == QuantScheme::kFp8PerTensor) {
+    tensor_scale = q.static_scale;
+    if (tensor_scale == nullptr) {
+      unsigned* amax = reinterpret_cast<unsigned*>(q.scratch);
+      require(cudaMemsetAsync(amax, 0, sizeof(unsigned), stream) == cudaSuccess, "fp8 amax",
+              "cudaMemsetAsync failed");
+      amax_rows_kernel<T><<<static_cast<unsigned>(num_blocks), kQuantThreads, 0, stream>>>(
+          x, cols, rows, n_rows, amax);
+      amax_scale_kernel<<<1, 1, 0, stream>>>(amax, q.scratch + 1);
+      check_launch("fp8 amax");
+      tensor_scale = q.scratch + 1;
+    }
+  }
+  const int64_t group = q.scheme == QuantScheme::kFp8Block128 ? 128 : cols;
+  fp8_rows_kernel<T><<<static_cast<unsigned>(num_blocks), kQuantThreads, 0, stream>>>(
+      x, cols, rows, n_rows, group, tensor_scale);
+  check_launch("fp8 round trip");
+}
+
+// x [T, H] copied into xq and quantized as a FP8 GEMM's input rows (all T rows).
+template <class T>
+const T* quantized_copy(const T* x, int64_t rows, int64_t cols, T* xq, const ActQuant& q,
+                        cudaStream_t stream) {
+  require(cudaMemcpyAsync(xq, x, static_cast<size_t>(rows * cols) * sizeof(T),
+                          cudaMemcpyDeviceToDevice, stream) == cudaSuccess,
+          "fp8 input copy", "cudaMemcpyAsync failed");
+  fp8_round_trip_rows(xq, cols, nullptr, ceil_div(rows, kRowsPerBlock), rows, q, stream);
+  return xq;
+}
+
+// The input's and the activation's quantization of weights q (acts kQuantized, a FP8 scheme).
+ActQuant input_quant(const WeightQuant& q, Fp8Activations acts, float* scratch) {
+  if (acts != Fp8Activations::kQuantized) return {};
+  return {q.scheme, q.a_gate_up_scale.defined() ? q.a_gate_up_scale.ptr<float>() : nullptr,
+          scratch};
+}
+ActQuant act_quant(const WeightQuant& q, Fp8Activations acts, float* scratch) {
+  if (acts != Fp8Activations::kQuantized) return {};
+  return {q.scheme, q.a_down_scale.defined() ? q.a_down_scale.ptr<float>() : nullptr, scratch};
 }
 
 // y[r] = MLP(x[r / a_div]) in f32 for the rows of the blocks (f32 gate/up plus bias, the
 // activation rounded to scalar_t, f32 down plus bias). `dense`: one expert (bias row 0).
-template <class scalar_t>
-void mlp_rows(const scalar_t* x, int a_div, const scalar_t* w_gate_up, const scalar_t* w_down,
-              int64_t F, int64_t H, const int32_t* rows, const int32_t* block_expert,
-              int64_t num_blocks, float* h, scalar_t* act, float* y, const MlpSpec& spec,
-              bool dense, cudaStream_t stream) {
+// FP8 weights (WT = e4m3) with their scales: dequantized as they are read.
+template <class scalar_t, class WT = scalar_t>
+void mlp_rows(const scalar_t* x, int a_div, const WT* w_gate_up, const WT* w_down, int64_t F,
+              int64_t H, const int32_t* rows, const int32_t* block_expert, int64_t num_blocks,
+              float* h, scalar_t* act, float* y, const MlpSpec& spec, bool dense,
+              cudaStream_t stream, ScaleStrides s_gate_up = {}, ScaleStrides s_down = {},
+              const ActQuant& act_q = {}) {
   const int64_t up_cols = spec.act == Activation::kRelu2 ? F : 2 * F;
-  launch_gemm<scalar_t, scalar_t, float, false>(x, H, a_div, w_gate_up, up_cols, H, ScaleStrides{},
-                                                rows, block_expert, num_blocks, h, up_cols, stream);
+  launch_gemm<scalar_t, WT, float, false>(x, H, a_div, w_gate_up, up_cols, H, s_gate_up, rows,
+                                          block_expert, num_blocks, h, up_cols, stream);
   const int32_t* bias_expert = dense ? nullptr : block_expert;
   if (num_blocks > 0) {
     mlp_act_rows_kernel<scalar_t>
@@ -694,14 +862,35 @@ void mlp_rows(const scalar_t* x, int a_div, const scalar_t* w_gate_up, const sca
             h, F, rows, bias_expert, spec, act);
     check_launch("act");
   }
-  launch_gemm<scalar_t, scalar_t, float, false>(act, F, 1, w_down, H, F, ScaleStrides{}, rows,
-                                                block_expert, num_blocks, y, H, stream);
+  fp8_round_trip_rows(act, F, rows, num_blocks, 0, act_q, stream);
+  launch_gemm<scalar_t, WT, float, false>(act, F, 1, w_down, H, F, s_down, rows, block_expert,
+                                          num_blocks, y, H, stream);
   if (num_blocks > 0 && spec.down_bias) {
     down_bias_rows_kernel<scalar_t>
         <<<dim3(static_cast<unsigned>(num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
             y, H, rows, bias_expert, spec);
     check_launch("down_bias");
   }
+}
+
+// mlp_rows with the weights of `q`'s scheme (bf16 / f16 as scalar_t, or e4m3 and scales).
+template <class scalar_t>
+void mlp_rows_quant(const scalar_t* x, int a_div, const TensorView& w_gate_up,
+                    const TensorView& w_down, const WeightQuant& q, int64_t F, int64_t H,
+                    const int32_t* rows, const int32_t* block_expert, int64_t num_blocks, float* h,
+                    scalar_t* act, float* y, const MlpSpec& spec, bool dense, cudaStream_t stream,
+                    const ActQuant& act_q = {}) {
+  if (q.scheme == QuantScheme::kNone) {
+    mlp_rows<scalar_t>(x, a_div, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(), F, H, rows,
+                       block_expert, num_blocks, h, act, y, spec, dense, stream);
+    return;
+  }
+  const int64_t up_cols = spec.act == Activation::kRelu2 ? F : 2 * F;
+  mlp_rows<scalar_t, __nv_fp8_e4m3>(x, a_div, w_gate_up.ptr<__nv_fp8_e4m3>(),
+                                    w_down.ptr<__nv_fp8_e4m3>(), F, H, rows, block_expert,
+                                    num_blocks, h, act, y, spec, dense, stream,
+                                    weight_scale_strides(q.scheme, q.w_gate_up_scale, up_cols, H),
+                                    weight_scale_strides(q.scheme, q.w_down_scale, H, F), act_q);
 }
 
 MlpSpec mlp_spec(Activation act, const TensorView& gate_up_bias, const TensorView& down_bias) {
@@ -723,9 +912,10 @@ int64_t mlp_width(Activation act, int64_t rows) {
 // and the combine weighs nothing.
 template <class scalar_t>
 void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
-                RouteIds ids, const float* weights, int K, const uint8_t* token_mask,
-                const RoutedScratch& s, const float* shared_y, const TensorView& out,
-                bool round_routes, const MlpSpec& spec, cudaStream_t stream) {
+                const WeightQuant& quant, RouteIds ids, const float* weights, int K,
+                const uint8_t* token_mask, const RoutedScratch& s, const float* shared_y,
+                const TensorView& out, bool round_routes, const MlpSpec& spec, cudaStream_t stream,
+                Fp8Activations acts) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
   const int64_t E = w_gate_up.shape[0], F = mlp_width(spec.act, w_gate_up.shape[1]);
   check_experts("routed_mlp", E);
@@ -737,15 +927,18 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
     x = static_cast<const scalar_t*>(s.scaled);
     weights = nullptr;
   }
+  const ActQuant in_q = input_quant(quant, acts, s.qscratch);
+  if (in_q.scheme != QuantScheme::kNone && T > 0)  // all T rows, after the scaling
+    x = quantized_copy(x, T, H, static_cast<scalar_t*>(s.xq), in_q, stream);
   if (T > 0 && K > 0) {
     const int64_t routes = T * K;
     sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
         ids, routes, K, static_cast<int>(E), kRowsPerBlock, token_mask, s.sorted,
         s.num_blocks * kRowsPerBlock, -1, s.block_expert, s.num_blocks, nullptr, nullptr, nullptr);
     check_launch("sort_routes");
-    mlp_rows<scalar_t>(x, K, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(), F, H, s.sorted,
-                       s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y, spec,
-                       false, stream);
+    mlp_rows_quant<scalar_t>(x, K, w_gate_up, w_down, quant, F, H, s.sorted, s.block_expert,
+                             s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y, spec, false,
+                             stream, act_quant(quant, acts, s.qscratch));
   }
   if (T > 0 && H > 0) {
     combine_kernel<scalar_t><<<dim3(static_cast<unsigned>(T), grid_y(H, 256)), 256, 0, stream>>>(
@@ -757,16 +950,20 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
 
 template <class scalar_t>
 void dense_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
-               const uint8_t* token_mask, const DenseScratch& s, const MlpSpec& spec,
-               cudaStream_t stream) {
+               const WeightQuant& quant, const uint8_t* token_mask, const DenseScratch& s,
+               const MlpSpec& spec, cudaStream_t stream, Fp8Activations acts) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
   const int64_t S = mlp_width(spec.act, w_gate_up.shape[0]);
   if (T == 0) return;
   launch_layout_blocks(nullptr, 1, 1, 0, T, T, token_mask, s.rows, s.block_expert, s.num_blocks,
                        stream);
-  mlp_rows<scalar_t>(hidden.ptr<scalar_t>(), 1, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(),
-                     S, H, s.rows, s.block_expert, s.num_blocks, s.h, static_cast<scalar_t*>(s.act),
-                     s.y, spec, true, stream);
+  const scalar_t* x = hidden.ptr<scalar_t>();
+  const ActQuant in_q = input_quant(quant, acts, s.qscratch);
+  if (in_q.scheme != QuantScheme::kNone)
+    x = quantized_copy(x, T, H, static_cast<scalar_t*>(s.xq), in_q, stream);
+  mlp_rows_quant<scalar_t>(x, 1, w_gate_up, w_down, quant, S, H, s.rows, s.block_expert,
+                           s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y, spec, true,
+                           stream, act_quant(quant, acts, s.qscratch));
 }
 
 }  // namespace
@@ -1007,10 +1204,15 @@ size_t expert_mlp_scratch_bytes(const ExpertMLPArgs& args) {
   cv.take<float>(P * 2 * F);
   cv.take<uint8_t>(P * F * static_cast<int64_t>(dtype_size(args.expert_input.dtype)));
   cv.take<float>(P * H);
+  if (args.quant.scheme != QuantScheme::kNone) {
+    cv.take<uint8_t>(P * H * static_cast<int64_t>(dtype_size(args.expert_input.dtype)));
+    cv.take<float>(2);
+  }
   return cv.off;
 }
 
-void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_t* row_mask) {
+void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_t* row_mask,
+                    Fp8Activations acts) {
   const int64_t P = args.expert_input.shape[0], H = args.expert_input.shape[1];
   const int64_t E = args.w_gate_up.shape[0],
                 F = mlp_width(args.activation, args.w_gate_up.shape[1]);
@@ -1025,14 +1227,30 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_
   float* h = cv.take<float>(P * 2 * F);
   void* act = cv.take<uint8_t>(P * F * static_cast<int64_t>(dtype_size(args.expert_input.dtype)));
   float* y = cv.take<float>(P * H);
+  void* xq = nullptr;
+  float* qscratch = nullptr;
+  if (args.quant.scheme != QuantScheme::kNone) {
+    xq = cv.take<uint8_t>(P * H * static_cast<int64_t>(dtype_size(args.expert_input.dtype)));
+    qscratch = cv.take<float>(2);
+  }
   launch_layout_blocks(args.layout_metadata.ptr<int32_t>(), static_cast<int>(E),
                        std::max(args.layout.alignment, 1), 0, P, -1, row_mask, rows, be, nb,
                        stream);
   dispatch_half(args.expert_input.dtype, "moe_expert_mlp", [&](auto tag) {
     using T = decltype(tag);
-    mlp_rows<T>(args.expert_input.ptr<T>(), 1, args.w_gate_up.ptr<T>(), args.w_down.ptr<T>(), F, H,
-                rows, be, nb, h, static_cast<T*>(act), y,
-                mlp_spec(args.activation, args.gate_up_bias, args.down_bias), false, stream);
+    const T* x = args.expert_input.ptr<T>();
+    const ActQuant in_q = input_quant(args.quant, acts, qscratch);
+    if (in_q.scheme != QuantScheme::kNone) {  // the rows in the groups, quantized in a copy
+      require(cudaMemcpyAsync(xq, x, static_cast<size_t>(P * H) * sizeof(T),
+                              cudaMemcpyDeviceToDevice, stream) == cudaSuccess,
+              "moe_expert_mlp", "cudaMemcpyAsync failed");
+      fp8_round_trip_rows(static_cast<T*>(xq), H, rows, nb, 0, in_q, stream);
+      x = static_cast<const T*>(xq);
+    }
+    mlp_rows_quant<T>(x, 1, args.w_gate_up, args.w_down, args.quant, F, H, rows, be, nb, h,
+                      static_cast<T*>(act), y,
+                      mlp_spec(args.activation, args.gate_up_bias, args.down_bias), false, stream,
+                      act_quant(args.quant, acts, qscratch));
     round_rows_kernel<T><<<dim3(static_cast<unsigned>(nb), grid_y(H, 256)), 256, 0, stream>>>(
         y, H, rows, args.expert_output.ptr<T>());
     check_launch("moe_expert_mlp.round");
@@ -1043,47 +1261,50 @@ size_t fused_moe_experts_scratch_bytes(const FusedMoEExpertsArgs& args) {
   Carver cv{nullptr};
   carve_routed(cv, args.hidden_states.shape[0], static_cast<int>(args.topk_ids.shape[1]),
                args.w_gate_up.shape[0], args.w_gate_up.shape[1], args.hidden_states.shape[1],
-               args.hidden_states.dtype, args.apply_router_weight_on_input);
+               args.hidden_states.dtype, args.apply_router_weight_on_input,
+               args.quant.scheme != QuantScheme::kNone);
   return cv.off;
 }
 
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
-                       const uint8_t* row_mask, bool round_routes) {
+                       const uint8_t* row_mask, bool round_routes, Fp8Activations acts) {
   require(args.workspace.bytes >= fused_moe_experts_scratch_bytes(args), "fused_moe_experts",
           "scratch too small");
   Carver cv{static_cast<char*>(args.workspace.data)};
   const int K = static_cast<int>(args.topk_ids.shape[1]);
-  RoutedScratch s = carve_routed(cv, args.hidden_states.shape[0], K, args.w_gate_up.shape[0],
-                                 args.w_gate_up.shape[1], args.hidden_states.shape[1],
-                                 args.hidden_states.dtype, args.apply_router_weight_on_input);
+  RoutedScratch s =
+      carve_routed(cv, args.hidden_states.shape[0], K, args.w_gate_up.shape[0],
+                   args.w_gate_up.shape[1], args.hidden_states.shape[1], args.hidden_states.dtype,
+                   args.apply_router_weight_on_input, args.quant.scheme != QuantScheme::kNone);
   dispatch_half(args.hidden_states.dtype, "fused_moe_experts", [&](auto tag) {
     using T = decltype(tag);
-    routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down,
+    routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down, args.quant,
                   route_ids(args.topk_ids, args.expert_map), args.topk_weights.ptr<float>(), K,
                   row_mask, s, nullptr, args.output, round_routes,
-                  mlp_spec(args.activation, args.gate_up_bias, args.down_bias), stream);
+                  mlp_spec(args.activation, args.gate_up_bias, args.down_bias), stream, acts);
   });
 }
 
 size_t shared_expert_mlp_scratch_bytes(const SharedExpertMLPArgs& args) {
   Carver cv{nullptr};
   carve_dense(cv, args.hidden_states.shape[0], args.w_gate_up.shape[0], args.hidden_states.shape[1],
-              args.hidden_states.dtype);
+              args.hidden_states.dtype, args.quant.scheme != QuantScheme::kNone);
   return cv.off;
 }
 
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream,
-                       const uint8_t* row_mask) {
+                       const uint8_t* row_mask, Fp8Activations acts) {
   require(args.workspace.bytes >= shared_expert_mlp_scratch_bytes(args), "shared_expert_mlp",
           "scratch too small");
   const int64_t T = args.hidden_states.shape[0], H = args.hidden_states.shape[1];
   Carver cv{static_cast<char*>(args.workspace.data)};
-  DenseScratch s = carve_dense(cv, T, args.w_gate_up.shape[0], H, args.hidden_states.dtype);
+  DenseScratch s = carve_dense(cv, T, args.w_gate_up.shape[0], H, args.hidden_states.dtype,
+                               args.quant.scheme != QuantScheme::kNone);
   if (T == 0) return;
   dispatch_half(args.hidden_states.dtype, "shared_expert_mlp", [&](auto tag) {
     using T_ = decltype(tag);
-    dense_mlp<T_>(args.hidden_states, args.w_gate_up, args.w_down, row_mask, s,
-                  mlp_spec(args.activation, args.gate_up_bias, args.down_bias), stream);
+    dense_mlp<T_>(args.hidden_states, args.w_gate_up, args.w_down, args.quant, row_mask, s,
+                  mlp_spec(args.activation, args.gate_up_bias, args.down_bias), stream, acts);
     round_rows_kernel<T_>
         <<<dim3(static_cast<unsigned>(s.num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
             s.y, H, s.rows, args.output.ptr<T_>());
@@ -1098,9 +1319,9 @@ size_t carve_fused(Carver& cv, const FusedMoEArgs& a, int32_t** ids, float** w, 
   const int K = a.params.top_k;
   int32_t* i = cv.take<int32_t>(T * K);
   float* ww = cv.take<float>(T * K);
-  RoutedScratch s =
-      carve_routed(cv, T, K, a.w_gate_up.shape[0], a.w_gate_up.shape[1], a.hidden_states.shape[1],
-                   a.hidden_states.dtype, a.apply_router_weight_on_input);
+  RoutedScratch s = carve_routed(
+      cv, T, K, a.w_gate_up.shape[0], a.w_gate_up.shape[1], a.hidden_states.shape[1],
+      a.hidden_states.dtype, a.apply_router_weight_on_input, a.quant.scheme != QuantScheme::kNone);
   if (ids) *ids = i;
   if (w) *w = ww;
   if (rs) *rs = s;
@@ -1108,7 +1329,8 @@ size_t carve_fused(Carver& cv, const FusedMoEArgs& a, int32_t** ids, float** w, 
 }
 
 void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
-               const FusedMoESharedExpertArgs* shared, bool round_routes, Carver& cv) {
+               const FusedMoESharedExpertArgs* shared, bool round_routes, Carver& cv,
+               Fp8Activations acts, Fp8Activations shared_acts) {
   const int64_t T = a.hidden_states.shape[0];
   const int K = a.params.top_k;
   int32_t* ids;
@@ -1119,7 +1341,7 @@ void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
   const bool has_shared = shared && shared->shared_w_gate_up.defined();
   if (has_shared)
     ds = carve_dense(cv, T, shared->shared_w_gate_up.shape[0], a.hidden_states.shape[1],
-                     a.hidden_states.dtype);
+                     a.hidden_states.dtype, shared->shared_quant.scheme != QuantScheme::kNone);
   FusedTopKArgs tk;
   tk.gating_output = a.gating_output;
   tk.correction_bias = a.correction_bias;
@@ -1131,16 +1353,17 @@ void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
     using T_ = decltype(tag);
     const float* shared_y = nullptr;
     if (has_shared) {
-      dense_mlp<T_>(a.hidden_states, shared->shared_w_gate_up, shared->shared_w_down, mask, ds,
+      dense_mlp<T_>(a.hidden_states, shared->shared_w_gate_up, shared->shared_w_down,
+                    shared->shared_quant, mask, ds,
                     mlp_spec(a.activation, shared->shared_gate_up_bias, shared->shared_down_bias),
-                    stream);
+                    stream, shared_acts);
       shared_y = ds.y;
     }
     // The routing's ids are global ones when an expert map is given.
-    routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down,
+    routed_mlp<T_>(a.hidden_states, a.w_gate_up, a.w_down, a.quant,
                    route_ids(make_view(ids, DType::kI32, {T, K}), a.expert_map), w, K, mask, rs,
                    shared_y, a.output, round_routes,
-                   mlp_spec(a.activation, a.gate_up_bias, a.down_bias), stream);
+                   mlp_spec(a.activation, a.gate_up_bias, a.down_bias), stream, acts);
   });
 }
 
@@ -1152,10 +1375,10 @@ size_t fused_moe_scratch_bytes(const FusedMoEArgs& args) {
 }
 
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row_mask,
-               bool round_routes) {
+               bool round_routes, Fp8Activations acts) {
   require(args.workspace.bytes >= fused_moe_scratch_bytes(args), "fused_moe", "scratch too small");
   Carver cv{static_cast<char*>(args.workspace.data)};
-  run_fused(args, stream, row_mask, nullptr, round_routes, cv);
+  run_fused(args, stream, row_mask, nullptr, round_routes, cv, acts, Fp8Activations::kAsGiven);
 }
 
 size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& args) {
@@ -1163,16 +1386,18 @@ size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& arg
   carve_fused(cv, args.moe, nullptr, nullptr, nullptr);
   if (args.shared_w_gate_up.defined())
     carve_dense(cv, args.moe.hidden_states.shape[0], args.shared_w_gate_up.shape[0],
-                args.moe.hidden_states.shape[1], args.moe.hidden_states.dtype);
+                args.moe.hidden_states.shape[1], args.moe.hidden_states.dtype,
+                args.shared_quant.scheme != QuantScheme::kNone);
   return cv.off;
 }
 
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream,
-                             const uint8_t* row_mask, bool round_routes) {
+                             const uint8_t* row_mask, bool round_routes, Fp8Activations acts,
+                             Fp8Activations shared_acts) {
   require(args.moe.workspace.bytes >= fused_moe_shared_expert_scratch_bytes(args),
           "fused_moe_shared_expert", "scratch too small");
   Carver cv{static_cast<char*>(args.moe.workspace.data)};
-  run_fused(args.moe, stream, row_mask, &args, round_routes, cv);
+  run_fused(args.moe, stream, row_mask, &args, round_routes, cv, acts, shared_acts);
 }
 
 }  // namespace moekit::gpu_reference

@@ -16,6 +16,9 @@
 // tokens for the token-indexed ops (FusedMoE*, IndexedExpertMLP, SharedExpertMLP) and
 // physical rows of the permuted buffer otherwise (e*max_m + m for masked layouts).
 // The benchmark uses it to check a sample of rows on very large shapes.
+//
+// FP8 weights (args.quant) are dequantized as they are read, float(w) * scale
+// (moekit/quant.h); the activations are used as given (docs/moe.md "Quantized weights").
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,6 +29,7 @@
 #include "moekit/gemm.h"
 #include "moekit/moe.h"
 #include "moekit/permute.h"
+#include "moekit/reference.h"
 #include "moekit/routing.h"
 
 namespace moekit::gpu_reference {
@@ -60,28 +64,34 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, Workspace scratch, cud
 // MoEExpertMLPFwd (scratch: args.workspace).
 size_t expert_mlp_scratch_bytes(const ExpertMLPArgs& args);
 void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream,
-                    const uint8_t* row_mask = nullptr);
+                    const uint8_t* row_mask = nullptr,
+                    reference::Fp8Activations acts = reference::Fp8Activations::kAsGiven);
 
 // FusedMoEExpertsFwd and IndexedExpertMLPFwd (scratch: args.workspace). round_routes:
 // each route's expert output rounded to the dtype before the weighted sum, as the
 // library's sorted path keeps them (docs/moe.md); the SPEC's math rounds only the output.
 size_t fused_moe_experts_scratch_bytes(const FusedMoEExpertsArgs& args);
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
-                       const uint8_t* row_mask = nullptr, bool round_routes = false);
+                       const uint8_t* row_mask = nullptr, bool round_routes = false,
+                       reference::Fp8Activations acts = reference::Fp8Activations::kAsGiven);
 
 // SharedExpertMLPFwd (scratch: args.workspace).
 size_t shared_expert_mlp_scratch_bytes(const SharedExpertMLPArgs& args);
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream,
-                       const uint8_t* row_mask = nullptr);
+                       const uint8_t* row_mask = nullptr,
+                       reference::Fp8Activations acts = reference::Fp8Activations::kAsGiven);
 
 // FusedMoEFwd (scratch: args.workspace).
 size_t fused_moe_scratch_bytes(const FusedMoEArgs& args);
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row_mask = nullptr,
-               bool round_routes = false);
+               bool round_routes = false,
+               reference::Fp8Activations acts = reference::Fp8Activations::kAsGiven);
 
 // FusedMoESharedExpertFwd (scratch: args.moe.workspace).
 size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& args);
-void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream,
-                             const uint8_t* row_mask = nullptr, bool round_routes = false);
+void fused_moe_shared_expert(
+    const FusedMoESharedExpertArgs& args, cudaStream_t stream, const uint8_t* row_mask = nullptr,
+    bool round_routes = false, reference::Fp8Activations acts = reference::Fp8Activations::kAsGiven,
+    reference::Fp8Activations shared_acts = reference::Fp8Activations::kAsGiven);
 
 }  // namespace moekit::gpu_reference

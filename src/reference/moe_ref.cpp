@@ -1,7 +1,10 @@
 // CPU references of the expert-MLP and whole-layer ops (SPEC.md), f64 accumulation.
 //   MLP_e(x) = w_down[e] . round(silu(w_gate[e] . x) * (w_up[e] . x)); the F-wide
 //   activation is rounded to the op's dtype, the final output once. Other activations and
-//   the biases as docs/moe.md "Activations" defines them.
+//   the biases as docs/moe.md "Activations" defines them. FP8 weights enter dequantized
+//   (float(w) * scale, moekit/quant.h); the activations as given (what the FP8 decode
+//   kernels use) or, Fp8Activations::kQuantized, quantized as the FP8 GEMM paths do
+//   (quantize_activations_e4m3 over the gate/up input and the F-wide activation).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -22,6 +25,27 @@ std::vector<double> to_doubles(const TensorView& t) {
 
 std::vector<double> optional_doubles(const TensorView& t) {
   return t.defined() ? to_doubles(t) : std::vector<double>();
+}
+
+// The weights as the op uses them: w itself (no scheme), or dequant(w) = float(w) * scale
+// with the scales of `q` (moekit/quant.h; `experts`: w has the E axis).
+std::vector<double> weights(const TensorView& w, const TensorView& scale, QuantScheme scheme) {
+  std::vector<double> v = to_doubles(w);
+  if (scheme == QuantScheme::kNone) return v;
+  const int64_t rows = w.size(-2), cols = w.size(-1);
+  const int64_t E = w.numel() / (rows * cols);
+  const int64_t rb = (rows + 127) / 128, cb = (cols + 127) / 128;
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t n = 0; n < rows; ++n) {
+      for (int64_t k = 0; k < cols; ++k) {
+        int64_t si = e;  // per tensor
+        if (scheme == QuantScheme::kFp8PerChannel) si = e * rows + n;
+        if (scheme == QuantScheme::kFp8Block128) si = (e * rb + n / 128) * cb + k / 128;
+        v[(e * rows + n) * cols + k] *= host::load(scale, si);
+      }
+    }
+  }
+  return v;
 }
 
 double sigmoid(double z) {
@@ -56,18 +80,18 @@ int64_t up_row(Activation act, int64_t n, int64_t F) {
 }
 
 // One MLP of the op's activation: w_gate_up [2F (relu2: F), H] then w_down [H, F], with
-// optional biases (null) of one expert (pointers into f64 copies). out[h] (not rounded) for
-// one input row x[H].
+// optional biases (null) of one expert (pointers into f64 copies); act_dtype: where the
+// F-wide activation is rounded.
 struct Mlp {
   Activation act;
   int64_t H, F;
   DType act_dtype;
 };
-void mlp(const Mlp& m, const double* x, const double* w_gate_up, const double* w_down,
-         const double* gate_up_bias, const double* down_bias, double* out) {
+// act[F] = round(activation(w_gate_up . x + bias)).
+void gate_up_act(const Mlp& m, const double* x, const double* w_gate_up, const double* gate_up_bias,
+                 double* act) {
   const int64_t H = m.H, F = m.F;
   const bool gated = m.act != Activation::kRelu2;
-  std::vector<double> act(static_cast<size_t>(F));
   for (int64_t n = 0; n < F; ++n) {
     const int64_t gr = gate_row(m.act, n), ur = up_row(m.act, n, F);
     const double* g_row = w_gate_up + gr * H;
@@ -83,10 +107,14 @@ void mlp(const Mlp& m, const double* x, const double* w_gate_up, const double* w
     }
     act[n] = host::round_to(m.act_dtype, activate(m.act, g, u));
   }
-  for (int64_t h = 0; h < H; ++h) {
-    const double* d_row = w_down + h * F;
+}
+// out[H] (not rounded) = w_down . act + bias.
+void down_proj(const Mlp& m, const double* act, const double* w_down, const double* down_bias,
+               double* out) {
+  for (int64_t h = 0; h < m.H; ++h) {
+    const double* d_row = w_down + h * m.F;
     double s = down_bias ? down_bias[h] : 0.0;
-    for (int64_t n = 0; n < F; ++n) s += d_row[n] * act[n];
+    for (int64_t n = 0; n < m.F; ++n) s += d_row[n] * act[n];
     out[h] = s;
   }
 }
@@ -100,60 +128,111 @@ const double* bias_row(const std::vector<double>& b, int64_t e, int64_t len) {
   return b.empty() ? nullptr : b.data() + e * len;
 }
 
+// x [rows, cols] quantized to e4m3 and back by `scheme` (quantize_activations_e4m3; a static
+// per-tensor scale when given), what the FP8 GEMM paths multiply.
+std::vector<double> fp8_round_trip(QuantScheme scheme, const std::vector<double>& x, int64_t rows,
+                                   int64_t cols, const TensorView& static_scale) {
+  std::vector<float> in(x.begin(), x.end()), out(x.size());
+  quantize_activations_e4m3(scheme, make_view(in.data(), DType::kF32, {rows, cols}), static_scale,
+                            make_view(out.data(), DType::kF32, {rows, cols}));
+  return std::vector<double>(out.begin(), out.end());
+}
+
+// A weight set in f64 (FP8 weights dequantized) with its optional biases.
+struct MlpWeights {
+  std::vector<double> wgu, wd, bgu, bd;
+  int64_t R = 0;  // gate_up rows per expert
+  MlpWeights(const TensorView& w_gate_up, const TensorView& w_down, const WeightQuant& q,
+             const TensorView& gate_up_bias, const TensorView& down_bias)
+      : wgu(weights(w_gate_up, q.w_gate_up_scale, q.scheme)),
+        wd(weights(w_down, q.w_down_scale, q.scheme)),
+        bgu(optional_doubles(gate_up_bias)),
+        bd(optional_doubles(down_bias)),
+        R(w_gate_up.size(-2)) {}
+};
+
+// Whether the activations are quantized: the FP8 GEMM paths' (a FP8 scheme asked so).
+bool quantizes(Fp8Activations acts, const WeightQuant& q) {
+  return acts == Fp8Activations::kQuantized && q.scheme != QuantScheme::kNone;
+}
+
+// y[i] (H values each) = MLP_{e[i]}(x[i]) for n rows; `quantize`: the F-wide activations of
+// all n rows quantized together by q (a_down_scale when given), as the FP8 GEMM paths do.
+std::vector<double> mlp_rows(const Mlp& m, const MlpWeights& w, const std::vector<const double*>& x,
+                             const std::vector<int64_t>& e, const WeightQuant& q, bool quantize) {
+  const int64_t n = static_cast<int64_t>(x.size()), H = m.H, F = m.F;
+  std::vector<double> act(static_cast<size_t>(n * F)), y(static_cast<size_t>(n * H));
+  for (int64_t i = 0; i < n; ++i)
+    gate_up_act(m, x[i], &w.wgu[e[i] * w.R * H], bias_row(w.bgu, e[i], w.R), &act[i * F]);
+  if (quantize && n > 0) act = fp8_round_trip(q.scheme, act, n, F, q.a_down_scale);
+  for (int64_t i = 0; i < n; ++i)
+    down_proj(m, &act[i * F], &w.wd[e[i] * H * F], bias_row(w.bd, e[i], H), &y[i * H]);
+  return y;
+}
+
+// The MLP's rounding point: the op's dtype; the FP8 GEMMs' bf16 act when quantizing.
+Mlp mlp_of(Activation act, int64_t H, int64_t F, DType dtype, bool quantize) {
+  return Mlp{act, H, F, quantize ? DType::kBF16 : dtype};
+}
+
 // acc[t, h] (f64, not rounded) = sum over valid routes of w * MLP_id(x_t), the id read
 // through the expert map when given; apply_router_weight_on_input (K = 1): MLP_id(x'_t)
-// with x'_t = round(round(w) * x_t) (docs/moe.md, "Engine inputs").
-std::vector<double> routed_sum(const FusedMoEExpertsArgs& args) {
+// with x'_t = round(round(w) * x_t) (docs/moe.md, "Engine inputs"). Quantizing: x (after the
+// scaling, all T rows) and the routes' activations quantized as the FP8 sorted path does.
+std::vector<double> routed_sum(const FusedMoEExpertsArgs& args, Fp8Activations acts) {
   const int64_t T = args.hidden_states.size(0), H = args.hidden_states.size(1);
-  const int64_t E = args.w_gate_up.size(0), R = args.w_gate_up.size(1);
-  const int64_t F = mlp_width(args.activation, R);
+  const int64_t E = args.w_gate_up.size(0);
+  const int64_t F = mlp_width(args.activation, args.w_gate_up.size(1));
   const int64_t K = args.topk_ids.ndim == 2 ? args.topk_ids.size(1) : 0;
-  const Mlp m{args.activation, H, F, args.hidden_states.dtype};
+  const DType dt = args.hidden_states.dtype;
+  const bool quantize = quantizes(acts, args.quant);
+  const Mlp m = mlp_of(args.activation, H, F, dt, quantize);
+  const MlpWeights w(args.w_gate_up, args.w_down, args.quant, args.gate_up_bias, args.down_bias);
   std::vector<double> x = to_doubles(args.hidden_states);
-  std::vector<double> wgu = to_doubles(args.w_gate_up);
-  std::vector<double> wd = to_doubles(args.w_down);
-  std::vector<double> bgu = optional_doubles(args.gate_up_bias);
-  std::vector<double> bd = optional_doubles(args.down_bias);
-  const float* w = static_cast<const float*>(args.topk_weights.data);
-  std::vector<double> acc(static_cast<size_t>(T * H), 0.0), y(static_cast<size_t>(H));
-  std::vector<double> scaled(static_cast<size_t>(H));
+  const float* tw = static_cast<const float*>(args.topk_weights.data);
+  if (args.apply_router_weight_on_input) {
+    for (int64_t t = 0; t < T && K > 0; ++t) {
+      const double w_rounded = host::round_to(dt, tw[t * K]);
+      for (int64_t h = 0; h < H; ++h) x[t * H + h] = host::round_to(dt, w_rounded * x[t * H + h]);
+    }
+  }
+  if (quantize && T > 0) x = fp8_round_trip(args.quant.scheme, x, T, H, args.quant.a_gate_up_scale);
+  std::vector<const double*> rows;
+  std::vector<int64_t> experts, routes;
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t k = 0; k < K; ++k) {
       // -1, out-of-range ids and other ranks' experts mean "no route".
       const int64_t id = local_expert(args.topk_ids, t * K + k, args.expert_map, E);
       if (id < 0) continue;
-      const double* xt = &x[t * H];
-      double wt = w[t * K + k];
-      if (args.apply_router_weight_on_input) {
-        const double w_rounded = host::round_to(m.act_dtype, wt);
-        for (int64_t h = 0; h < H; ++h) scaled[h] = host::round_to(m.act_dtype, w_rounded * xt[h]);
-        xt = scaled.data();
-        wt = 1.0;
-      }
-      mlp(m, xt, &wgu[id * R * H], &wd[id * H * F], bias_row(bgu, id, R), bias_row(bd, id, H),
-          y.data());
-      for (int64_t h = 0; h < H; ++h) acc[t * H + h] += wt * y[h];
+      rows.push_back(&x[t * H]);
+      experts.push_back(id);
+      routes.push_back(t * K + k);
     }
+  }
+  const std::vector<double> y = mlp_rows(m, w, rows, experts, args.quant, quantize);
+  std::vector<double> acc(static_cast<size_t>(T * H), 0.0);
+  for (size_t i = 0; i < routes.size(); ++i) {
+    const int64_t t = routes[i] / K;
+    const double wt = args.apply_router_weight_on_input ? 1.0 : tw[routes[i]];
+    for (int64_t h = 0; h < H; ++h) acc[t * H + h] += wt * y[i * H + h];
   }
   return acc;
 }
 
 // SharedMLP(x_t) for every token, f64, not rounded.
 std::vector<double> shared_sum(const TensorView& hidden, const TensorView& w_gate_up,
-                               const TensorView& w_down, Activation act,
-                               const TensorView& gate_up_bias, const TensorView& down_bias) {
+                               const TensorView& w_down, const WeightQuant& q, Activation act,
+                               const TensorView& gate_up_bias, const TensorView& down_bias,
+                               Fp8Activations acts) {
   const int64_t T = hidden.size(0), H = hidden.size(1);
-  const Mlp m{act, H, mlp_width(act, w_gate_up.size(0)), hidden.dtype};
+  const bool quantize = quantizes(acts, q);
+  const Mlp m = mlp_of(act, H, mlp_width(act, w_gate_up.size(0)), hidden.dtype, quantize);
+  const MlpWeights w(w_gate_up, w_down, q, gate_up_bias, down_bias);
   std::vector<double> x = to_doubles(hidden);
-  std::vector<double> wgu = to_doubles(w_gate_up);
-  std::vector<double> wd = to_doubles(w_down);
-  std::vector<double> bgu = optional_doubles(gate_up_bias);
-  std::vector<double> bd = optional_doubles(down_bias);
-  std::vector<double> out(static_cast<size_t>(T * H));
-  for (int64_t t = 0; t < T; ++t) {
-    mlp(m, &x[t * H], wgu.data(), wd.data(), bias_row(bgu, 0, 0), bias_row(bd, 0, 0), &out[t * H]);
-  }
-  return out;
+  if (quantize && T > 0) x = fp8_round_trip(q.scheme, x, T, H, q.a_gate_up_scale);
+  std::vector<const double*> rows(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) rows[t] = &x[t * H];
+  return mlp_rows(m, w, rows, std::vector<int64_t>(static_cast<size_t>(T), 0), q, quantize);
 }
 
 void store_all(const TensorView& out, const std::vector<double>& v) {
@@ -162,38 +241,45 @@ void store_all(const TensorView& out, const std::vector<double>& v) {
 
 }  // namespace
 
-void moe_expert_mlp(const ExpertMLPArgs& args) {
+void moe_expert_mlp(const ExpertMLPArgs& args, Fp8Activations acts) {
   const int64_t P = args.expert_input.size(0), H = args.expert_input.size(1);
-  const int64_t E = args.w_gate_up.size(0), R = args.w_gate_up.size(1);
-  const int64_t F = mlp_width(args.activation, R);
+  const int64_t E = args.w_gate_up.size(0);
+  const int64_t F = mlp_width(args.activation, args.w_gate_up.size(1));
   const int64_t A = args.layout.alignment > 0 ? args.layout.alignment : 1;
-  const Mlp m{args.activation, H, F, args.expert_input.dtype};
-  std::vector<double> x = to_doubles(args.expert_input);
-  std::vector<double> wgu = to_doubles(args.w_gate_up);
-  std::vector<double> wd = to_doubles(args.w_down);
-  std::vector<double> bgu = optional_doubles(args.gate_up_bias);
-  std::vector<double> bd = optional_doubles(args.down_bias);
+  const bool quantize = quantizes(acts, args.quant);
+  const Mlp m = mlp_of(args.activation, H, F, args.expert_input.dtype, quantize);
+  const MlpWeights w(args.w_gate_up, args.w_down, args.quant, args.gate_up_bias, args.down_bias);
+  const std::vector<double> x = to_doubles(args.expert_input);
   const int32_t* ends = static_cast<const int32_t*>(args.layout_metadata.data);
-  std::vector<double> y(static_cast<size_t>(H));
+  // The rows in the groups (padding rows hold no data), gathered for the quantization.
+  std::vector<int64_t> rows, experts;
   int64_t prev_end = 0;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t start = (prev_end + A - 1) / A * A;
-    const int64_t end = ends[e];
-    for (int64_t r = start; r < end && r < P; ++r) {
-      mlp(m, &x[r * H], &wgu[e * R * H], &wd[e * H * F], bias_row(bgu, e, R), bias_row(bd, e, H),
-          y.data());
-      for (int64_t h = 0; h < H; ++h) host::store(args.expert_output, r * H + h, y[h]);
+    for (int64_t r = start; r < ends[e] && r < P; ++r) {
+      rows.push_back(r);
+      experts.push_back(e);
     }
-    prev_end = end;
+    prev_end = ends[e];
   }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  std::vector<double> xin(static_cast<size_t>(n * H));
+  for (int64_t i = 0; i < n; ++i) std::copy(&x[rows[i] * H], &x[rows[i] * H] + H, &xin[i * H]);
+  if (quantize && n > 0)
+    xin = fp8_round_trip(args.quant.scheme, xin, n, H, args.quant.a_gate_up_scale);
+  std::vector<const double*> xs(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) xs[i] = &xin[i * H];
+  const std::vector<double> y = mlp_rows(m, w, xs, experts, args.quant, quantize);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < H; ++h) host::store(args.expert_output, rows[i] * H + h, y[i * H + h]);
 }
 
-void fused_moe_experts(const FusedMoEExpertsArgs& args) {
-  store_all(args.output, routed_sum(args));
+void fused_moe_experts(const FusedMoEExpertsArgs& args, Fp8Activations acts) {
+  store_all(args.output, routed_sum(args, acts));
 }
 
-void indexed_expert_mlp(const IndexedExpertMLPArgs& args) {
-  fused_moe_experts(args);
+void indexed_expert_mlp(const IndexedExpertMLPArgs& args, Fp8Activations acts) {
+  fused_moe_experts(args, acts);
 }
 
 namespace {
@@ -224,6 +310,7 @@ HostRouting route(const FusedMoEArgs& args) {
   r.experts.activation = args.activation;
   r.experts.gate_up_bias = args.gate_up_bias;
   r.experts.down_bias = args.down_bias;
+  r.experts.quant = args.quant;
   r.experts.topk_weights = topk.topk_weights;
   r.experts.topk_ids = topk.topk_ids;
   r.experts.output = args.output;
@@ -234,28 +321,29 @@ HostRouting route(const FusedMoEArgs& args) {
 
 }  // namespace
 
-void fused_moe(const FusedMoEArgs& args) {
+void fused_moe(const FusedMoEArgs& args, Fp8Activations acts) {
   HostRouting r = route(args);
-  fused_moe_experts(r.experts);
+  fused_moe_experts(r.experts, acts);
 }
 
-void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args) {
+void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, Fp8Activations acts,
+                             Fp8Activations shared_acts) {
   if (!args.shared_w_gate_up.defined() && !args.shared_w_down.defined()) {
-    fused_moe(args.moe);  // no shared expert: the routed layer alone
+    fused_moe(args.moe, acts);  // no shared expert: the routed layer alone
     return;
   }
   HostRouting r = route(args.moe);
-  std::vector<double> acc = routed_sum(r.experts);
-  std::vector<double> shared =
-      shared_sum(args.moe.hidden_states, args.shared_w_gate_up, args.shared_w_down,
-                 args.moe.activation, args.shared_gate_up_bias, args.shared_down_bias);
+  std::vector<double> acc = routed_sum(r.experts, acts);
+  std::vector<double> shared = shared_sum(
+      args.moe.hidden_states, args.shared_w_gate_up, args.shared_w_down, args.shared_quant,
+      args.moe.activation, args.shared_gate_up_bias, args.shared_down_bias, shared_acts);
   for (size_t i = 0; i < acc.size(); ++i) acc[i] += shared[i];
   store_all(args.moe.output, acc);
 }
 
-void shared_expert_mlp(const SharedExpertMLPArgs& args) {
-  store_all(args.output, shared_sum(args.hidden_states, args.w_gate_up, args.w_down,
-                                    args.activation, args.gate_up_bias, args.down_bias));
+void shared_expert_mlp(const SharedExpertMLPArgs& args, Fp8Activations acts) {
+  store_all(args.output, shared_sum(args.hidden_states, args.w_gate_up, args.w_down, args.quant,
+                                    args.activation, args.gate_up_bias, args.down_bias, acts));
 }
 
 }  // namespace moekit::reference

@@ -1,0 +1,121 @@
+"""The raw binding's weight quantization (docs/python.md "Quantized weights"): the keyword
+arguments every expert-MLP and layer op takes after its others, their defaults, and the C++
+messages of what they refuse. CPU only (validation stops before any launch)."""
+
+import pytest
+
+import moekit
+
+raw = moekit.raw
+
+PTR = 1 << 20  # a fake, well-aligned device address: only ever seen by validation
+WS = 1 << 24
+QUANT = ("weight_quant", "w_gate_up_scale", "w_down_scale", "a_gate_up_scale", "a_down_scale")
+# The positional activation fields (activation, gate_up_bias, down_bias) and engine fields
+# (expert_map, apply_router_weight_on_input) at their defaults.
+ACT = ("silu", None, None)
+ENGINE = (None, False)
+
+
+def t(dtype, *shape, ptr=PTR):
+    return (ptr, moekit.DTYPES[dtype], shape)
+
+
+def experts(T=4, scheme="fp8_block128", act=ACT, engine=ENGINE, ids="i32", K=2, **kw):
+    """indexed_expert_mlp's arguments: E = 8, H = 256, F = 128, K = 2, FP8 weights."""
+    args = (t("bf16", T, 256), t("fp8e4m3", 8, 256, 256), t("fp8e4m3", 8, 256, 128),
+            t("f32", T, K), t(ids, T, K), t("bf16", T, 256)) + act + engine  # fmt: skip
+    q = dict(weight_quant=scheme, w_gate_up_scale=t("f32", 8, 2, 2),
+             w_down_scale=t("f32", 8, 2, 1))  # fmt: skip
+    q.update(kw)
+    return args, q
+
+
+def test_every_expert_op_takes_the_quantization_as_keywords():
+    keywords = raw._ENTRY_KEYWORDS
+    for op in ("moe_expert_mlp", "fused_moe_experts", "indexed_expert_mlp", "fused_moe",
+               "shared_expert_mlp"):  # fmt: skip
+        assert keywords[op] == QUANT, op
+    assert keywords["fused_moe_shared_expert"] == QUANT + tuple("shared_" + k for k in QUANT)
+    for op in ("fused_topk", "moe_grouped_gemm", "moe_grouped_gemm_fp8"):
+        assert keywords[op] == (), op
+
+
+def test_fp8_workspace_query_and_defaults():
+    args, q = experts()
+    assert raw.indexed_expert_mlp_workspace_size(*args, **q) > 0
+    # Without the keywords the weights are bf16 / f16 (quant none): e4m3 ones are refused.
+    with pytest.raises(moekit.MoekitError, match="argument 'w_gate_up': expected bf16 / f16 "
+                       "weights \\(e4m3 weights need a FP8 scheme in quant.scheme\\)"):
+        raw.indexed_expert_mlp_workspace_size(*args)
+
+
+@pytest.mark.parametrize("kw,arg,expected", [
+    (dict(weight_quant="fp8"), "weight_quant",
+     "expected 'none', 'fp8_per_tensor', 'fp8_per_channel' or 'fp8_block128', got 'fp8'"),
+    (dict(w_gate_up_scale=t("f32", 8, 2, 1)), "quant.w_gate_up_scale",
+     "expected shape [8, 2, 2], got f32[8, 2, 1]"),
+    (dict(w_down_scale=None), "quant.w_down_scale", "got an undefined tensor"),
+    (dict(a_gate_up_scale=t("f32", 1)), "quant.a_gate_up_scale",
+     "static activation scales go with fp8_per_tensor only"),
+])  # fmt: skip
+def test_bad_quantization_gives_the_cpp_message(kw, arg, expected):
+    args, q = experts(**kw)
+    with pytest.raises(moekit.MoekitError) as info:
+        raw.indexed_expert_mlp(*args, PTR + WS, WS, **q)
+    msg = str(info.value)
+    assert msg.startswith(f"moekit::indexed_expert_mlp: argument '{arg}': "), msg
+    assert expected in msg, msg
+
+
+def test_fp8_past_the_decode_kernels_needs_sm90():
+    """Past T = 64 FP8 weights run the FP8 GEMMs: sized on an sm_90 device, else refused."""
+    args, q = experts(T=65)
+    try:
+        assert raw.indexed_expert_mlp_workspace_size(*args, **q) > 0
+    except moekit.MoekitError as e:
+        assert "fp8_sm90 needs an sm_90 device" in str(e), str(e)
+
+
+def test_shared_expert_quantization():
+    x, out = t("bf16", 4, 256), t("bf16", 4, 256)
+    base = (x, t("f32", 4, 8), None, t("bf16", 8, 256, 256), t("bf16", 8, 256, 128),
+            t("fp8e4m3", 256, 256), t("fp8e4m3", 256, 128), out, 2, True, "softmax", 0, 0,
+            1.0) + ACT + (None, None) + ENGINE  # fmt: skip
+    n = raw.fused_moe_shared_expert_workspace_size(
+        *base, shared_weight_quant="fp8_per_channel", shared_w_gate_up_scale=t("f32", 256),
+        shared_w_down_scale=t("f32", 256))  # fmt: skip
+    assert n > 0
+    with pytest.raises(moekit.MoekitError, match="argument 'shared_quant.w_gate_up_scale': "
+                       "expected shape \\[256\\], got f32\\[8, 256\\]"):  # fmt: skip
+        raw.fused_moe_shared_expert(
+            *base, PTR + WS, WS, shared_weight_quant="fp8_per_channel",
+            shared_w_gate_up_scale=t("f32", 8, 256), shared_w_down_scale=t("f32", 256))
+
+
+@pytest.mark.parametrize("act,arg,got", [
+    (("gelu", None, None), "activation", "got gelu_and_mul"),
+    (("relu2", None, None), "activation", "got relu2"),
+    (("silu", t("f32", 8, 256), None), "gate_up_bias", "got f32[8, 256]"),
+    (("silu", None, t("bf16", 8, 256)), "down_bias", "got bf16[8, 256]"),
+])  # fmt: skip
+def test_fp8_refuses_another_activation_or_a_bias(act, arg, got):
+    """The FP8 kernels run silu_and_mul without biases: the rest is refused, naming it."""
+    args, q = experts(act=act)
+    for call in (lambda: raw.indexed_expert_mlp_workspace_size(*args, **q),
+                 lambda: raw.indexed_expert_mlp(*args, PTR + WS, WS, **q)):  # fmt: skip
+        with pytest.raises(moekit.MoekitError) as info:
+            call()
+        msg = str(info.value)
+        assert msg.startswith(f"moekit::indexed_expert_mlp: argument '{arg}': expected "), msg
+        assert "with FP8 weights (scheme fp8_block128: the FP8 kernels run silu_and_mul " \
+            "without biases)" in msg, msg
+        assert got in msg, msg
+
+
+def test_fp8_takes_the_engine_inputs():
+    """An expert map with int64 ids, and the router weight on the input (top-1): valid."""
+    args, q = experts(engine=(t("i32", 32), False), ids="i64")
+    assert raw.indexed_expert_mlp_workspace_size(*args, **q) > 0
+    args1, q1 = experts(engine=(None, True), K=1)
+    assert raw.indexed_expert_mlp_workspace_size(*args1, **q1) > 0

@@ -1,0 +1,198 @@
+// Device pieces the direct ("indexed") small-batch kernels share (moe_kernels.cu: bf16 /
+// f16 weights; moe_kernels_fp8.cu: e4m3 weights): weight-stream loads, the mma, and the
+// per-block decoding of routes from topk_ids in shared memory.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/device.h"
+#include "moe/moe_internal.h"
+
+namespace moekit::detail {
+namespace direct {
+namespace {  // NOLINT: internal linkage in each kernel unit, as before the split
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxWords = static_cast<int>(kDirectMaxExperts / 32);
+static_assert(kMaxWords <= kThreads, "the bitmap prefix scan uses one thread per word");
+
+// ---- small device helpers ----
+
+// Weights are read exactly once: keep them out of L1, prefetch 256 B lines into L2.
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                          uint32_t a3, uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a1,
+                                                         uint32_t a2, uint32_t a3, uint32_t b0,
+                                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], uint32_t a0, uint32_t a1,
+                                                  uint32_t a2, uint32_t a3, uint32_t b0,
+                                                  uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// ---- route decoding (per block, in shared memory) ----
+
+struct DecodeSmem {
+  int ids[kDirectMaxRoutes];     // topk_ids, flat
+  int routes[kDirectMaxRoutes];  // flat route indices of the current expert, ascending
+  unsigned bits[kMaxWords];      // presence bitmap of valid expert ids
+  int word_prefix[kMaxWords];    // exclusive prefix of the words' popcounts
+  int warp_tmp[kWarps];
+  int num_active;  // distinct valid experts
+  int expert;
+};
+
+// The expert ids of the routes: topk_ids, flat.
+struct RouteIds {
+  const int32_t* __restrict__ ids;
+  __device__ __forceinline__ int operator()(int r) const { return ids[r]; }
+};
+
+// Loads the ids, marks the experts present and counts them. Active experts are
+// numbered ("slots") in ascending id order.
+// `ids(r)` is route r's expert id (RouteIds: topk_ids[r]).
+template <class Ids>
+__device__ void decode_experts(const Ids& ids, int R, int E, DecodeSmem& sm) {
+  const int words = (E + 31) / 32;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  for (int i = t; i < words; i += kThreads) sm.bits[i] = 0u;
+  __syncthreads();
+  for (int r = t; r < R; r += kThreads) {
+    const int id = ids(r);
+    sm.ids[r] = id;
+    if (id >= 0 && id < E) atomicOr(&sm.bits[id >> 5], 1u << (id & 31));  // OR: order-free
+  }
+  __syncthreads();
+  const int c = t < words ? __popc(sm.bits[t]) : 0;
+  int incl = c;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) sm.warp_tmp[warp] = incl;
+  __syncthreads();
+  int before = 0, total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const int v = sm.warp_tmp[w];
+    before += w < warp ? v : 0;
+    total += v;
+  }
+  if (t < words) sm.word_prefix[t] = before + incl - c;
+  if (t == 0) sm.num_active = total;
+  __syncthreads();
+}
+
+// The expert id of active slot `slot` (< num_active).
+__device__ int expert_of_slot(int slot, int E, DecodeSmem& sm) {
+  const int words = (E + 31) / 32;
+  const int t = threadIdx.x;
+  if (t < words) {
+    unsigned b = sm.bits[t];
+    const int p = sm.word_prefix[t];
+    if (slot >= p && slot < p + __popc(b)) {
+      for (int j = slot - p; j > 0; --j) b &= b - 1;  // drop the lower set bits
+      sm.expert = t * 32 + __ffs(b) - 1;
+    }
+  }
+  __syncthreads();
+  return sm.expert;
+}
+
+// Collects the flat indices of the routes to expert e (ascending) into sm.routes.
+__device__ int collect_routes(int e, int R, DecodeSmem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int count = 0;
+  for (int r0 = 0; r0 < R; r0 += kThreads) {
+    const int r = r0 + threadIdx.x;
+    const bool match = r < R && sm.ids[r] == e;
+    const unsigned bal = __ballot_sync(0xffffffffu, match);
+    if (lane == 0) sm.warp_tmp[warp] = __popc(bal);
+    __syncthreads();
+    int before = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const int v = sm.warp_tmp[w];
+      before += w < warp ? v : 0;
+      total += v;
+    }
+    if (match) sm.routes[count + before + __popc(bal & ((1u << lane) - 1u))] = r;
+    count += total;
+    __syncthreads();
+  }
+  return count;
+}
+
+// ---- the tile walk and its epilogue (both kernels) ----
+
+// This lane's weight rows of a tile starting at output column n0 (col0 = n0 + g): m-tile mt,
+// half h -> tile row mt*16 + h*8 + g (gate/up: h*8 + g of the gate or the up block), as
+// element offsets (32-bit: a base pointer plus offsets keep the register count down) from
+// row col0; wmask bit mt*2 + h set for the rows before n_out (the others load zeros).
+template <bool kGateUp, int MT>
+__device__ __forceinline__ void tile_rows(int64_t col0, int64_t n_out, int64_t kdim,
+                                          int32_t (&woff)[MT][2], unsigned& wmask) {
+  wmask = 0;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int tile_row = (kGateUp ? 0 : mt * 16) + half * 8;
+      const int64_t row_off = (kGateUp && mt == 1) ? n_out + tile_row : tile_row;
+      woff[mt][half] = static_cast<int32_t>(row_off * kdim);
+      if (col0 + tile_row < n_out) wmask |= 1u << (mt * 2 + half);
+    }
+  }
+}
+
+// ---- host: the persistent grid ----
+
+// The device's SM count (132 where none is known, as before any device query).
+int num_sms() {
+  const int sms = device_props().sms;
+  return sms > 0 ? sms : 132;
+}
+
+template <class Kernel>
+int64_t persistent_grid(Kernel kernel, int64_t max_items) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess ||
+      per_sm <= 0) {
+    cudaGetLastError();
+    per_sm = 1;
+  }
+  return std::max<int64_t>(1,
+                           std::min<int64_t>(max_items, static_cast<int64_t>(per_sm) * num_sms()));
+}
+
+}  // namespace
+}  // namespace direct
+}  // namespace moekit::detail

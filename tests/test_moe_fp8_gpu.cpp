@@ -1,0 +1,473 @@
+// GPU tests of FP8-weight decoding (docs/moe.md "FP8-weight decoding") against the CPU
+// references on the dequantized weights: every scheme, bf16 and f16 activations, odd shapes,
+// T = 0, 1 and up to the direct path's 64, -1 / out-of-range ids and empty experts, e4m3
+// subnormals, scales of extreme magnitude (2^-40 .. 2^40); the engine inputs (expert maps,
+// i64 ids, apply_router_weight_on_input) on the FP8 path; poisoned outputs, NaN-free results. The
+// decode kernels do not quantize activations, so the dtype's own tolerance applies (the reference's
+// weights are exactly the kernel's).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/host_dtype.h"
+#include "moekit/moe.h"
+#include "moekit/reference.h"
+#include "reference/accuracy.h"
+#include "support/gpu.h"
+#include "test_moe_common.h"
+#include "test_moe_engine_common.h"
+
+namespace moekit {
+namespace {
+
+using moetest::Ids;
+using testing::DeviceTensor;
+using testing::DeviceWorkspace;
+
+constexpr QuantScheme kSchemes[] = {QuantScheme::kFp8PerTensor, QuantScheme::kFp8PerChannel,
+                                    QuantScheme::kFp8Block128};
+
+// e4m3 weights: N(0, 48^2) codes (every binade, some subnormal: about 1 in 400 below 2^-6
+// after the /48 shrink of every 50th), saturated to +-448. subnormal: only the 14 nonzero
+// subnormal codes (+-k * 2^-9, k = 1..7), so that a dequantization flushing them shows.
+HostTensor e4m3_weights(std::mt19937_64& rng, std::vector<int64_t> shape, bool subnormal) {
+  HostTensor w(DType::kFP8E4M3, std::move(shape));
+  std::normal_distribution<double> n(0.0, 48.0);
+  std::uniform_int_distribution<int> code(1, 14);
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    if (subnormal) {
+      const int c = code(rng);
+      w.as<uint8_t>()[i] = static_cast<uint8_t>(c > 7 ? 0x80 | (c - 7) : c);
+      continue;
+    }
+    const double v = i % 50 == 7 ? n(rng) / 2048.0 : n(rng);
+    w.as<uint8_t>()[i] = host::float_to_fp8e4m3(static_cast<float>(v));
+  }
+  return w;
+}
+
+// Scales of `scheme` for a weight set of `count` matrices [rows, cols] (count 0: no E axis),
+// around `base` / 48 / sqrt(cols) (so dequantized weights ~ N(0, base^2 / cols)), each scale
+// times 2^u with u uniform in [-spread, spread] (0: no spread).
+HostTensor scales(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64_t rows,
+                  int64_t cols, double base, int spread) {
+  std::vector<int64_t> shape;
+  if (count > 0) shape.push_back(count);
+  const int64_t E = count > 0 ? count : 1;
+  if (scheme == QuantScheme::kFp8PerTensor && count == 0) shape.push_back(1);
+  if (scheme == QuantScheme::kFp8PerChannel) shape.push_back(rows);
+  if (scheme == QuantScheme::kFp8Block128) {
+    shape.push_back((rows + 127) / 128);
+    shape.push_back((cols + 127) / 128);
+  }
+  HostTensor s(DType::kF32, shape);
+  std::uniform_int_distribution<int> u(-spread, spread);
+  std::uniform_real_distribution<double> jitter(0.5, 2.0);
+  for (int64_t i = 0; i < s.numel(); ++i)
+    s.set(i, base / 48.0 / std::sqrt(double(cols)) * jitter(rng) * std::ldexp(1.0, u(rng)));
+  (void)E;
+  return s;
+}
+
+struct Fp8Weights {
+  HostTensor wgu, wd, sgu, sd;
+  // count 0: a dense MLP (no E axis). gate_up_base / down_base: the scale bases (extreme
+  // magnitudes test the dequantization's range).
+  Fp8Weights(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64_t H, int64_t F,
+             double gate_up_base = 1.0, double down_base = 1.0, int spread = 0,
+             bool subnormal = false) {
+    std::vector<int64_t> gu = {2 * F, H}, dn = {H, F};
+    if (count > 0) {
+      gu.insert(gu.begin(), count);
+      dn.insert(dn.begin(), count);
+    }
+    wgu = e4m3_weights(rng, gu, subnormal);
+    wd = e4m3_weights(rng, dn, subnormal);
+    sgu = scales(rng, scheme, count, 2 * F, H, gate_up_base, spread);
+    sd = scales(rng, scheme, count, H, F, down_base, spread);
+  }
+};
+
+WeightQuant quant_of(QuantScheme scheme, const DeviceTensor& sgu, const DeviceTensor& sd) {
+  WeightQuant q;
+  q.scheme = scheme;
+  q.w_gate_up_scale = sgu.view();
+  q.w_down_scale = sd.view();
+  return q;
+}
+
+WeightQuant host_quant_of(QuantScheme scheme, const HostTensor& sgu, const HostTensor& sd) {
+  WeightQuant q;
+  q.scheme = scheme;
+  q.w_gate_up_scale = sgu.view();
+  q.w_down_scale = sd.view();
+  return q;
+}
+
+void expect_close(const HostTensor& out, const HostTensor& ref, DType dt, const std::string& what) {
+  const Tolerance tol = tolerance_for(dt);
+  const Accuracy acc = compare(out.view(), ref.view(), tol);
+  EXPECT_EQ(acc.nonfinite, 0) << what;
+  EXPECT_TRUE(acc.pass(tol)) << what << ": " << acc.str() << " over " << acc.count;
+}
+
+struct Case {
+  DType dt;
+  int64_t T, H, E, F, K;
+  Ids ids;
+  double gate_up_base = 1.0, down_base = 1.0;
+  int spread = 0;
+  bool subnormal = false;  // subnormal e4m3 codes only (scale bases ~2^13 make up for them)
+};
+
+std::string name(QuantScheme s, const Case& c) {
+  return std::string(quant_scheme_name(s)) + " " + dtype_name(c.dt) + " T=" + std::to_string(c.T) +
+         " H=" + std::to_string(c.H) + " E=" + std::to_string(c.E) + " F=" + std::to_string(c.F) +
+         " K=" + std::to_string(c.K) + " ids=" + moetest::ids_name(c.ids) +
+         " scales=" + std::to_string(c.gate_up_base) + "/" + std::to_string(c.down_base) + "x2^+-" +
+         std::to_string(c.spread) + (c.subnormal ? " subnormal codes" : "");
+}
+
+// indexed_expert_mlp with FP8 weights on device copies of host inputs (map optional).
+HostTensor run_fp8_indexed(QuantScheme scheme, const HostTensor& x, const Fp8Weights& w,
+                           const HostTensor& tw, const HostTensor& ids, const HostTensor* map,
+                           bool apply) {
+  const int64_t T = x.shape()[0], H = x.shape()[1];
+  DeviceTensor dx(x), dwgu(w.wgu), dwd(w.wd), dsgu(w.sgu), dsd(w.sd), dtw(tw), dids(ids);
+  DeviceTensor dout(x.dtype(), {T, H}), dmap;  // poisoned
+  if (map) dmap = DeviceTensor(*map);
+  IndexedExpertMLPArgs a;
+  a.hidden_states = dx.view();
+  a.w_gate_up = dwgu.view();
+  a.w_down = dwd.view();
+  a.quant = quant_of(scheme, dsgu, dsd);
+  a.topk_weights = dtw.view();
+  a.topk_ids = dids.view();
+  a.output = dout.view();
+  if (map) a.expert_map = dmap.view();
+  a.apply_router_weight_on_input = apply;
+  EXPECT_EQ(plan_indexed_expert_mlp(a).routed, RoutedPath::kDirect);
+  const size_t bytes = indexed_expert_mlp_workspace_size(a);
+  if (T == 0) EXPECT_EQ(bytes, 0u);  // nothing to launch
+  DeviceWorkspace ws(bytes);
+  a.workspace = ws.get();
+  indexed_expert_mlp(a, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return dout.download();
+}
+
+// The CPU reference of run_fp8_indexed's call.
+HostTensor reference_indexed(QuantScheme scheme, const HostTensor& x, const Fp8Weights& w,
+                             const HostTensor& tw, const HostTensor& ids, const HostTensor* map,
+                             bool apply) {
+  HostTensor ref(x.dtype(), x.shape());
+  IndexedExpertMLPArgs h;
+  h.hidden_states = x.view();
+  h.w_gate_up = w.wgu.view();
+  h.w_down = w.wd.view();
+  h.quant = host_quant_of(scheme, w.sgu, w.sd);
+  h.topk_weights = tw.view();
+  h.topk_ids = ids.view();
+  if (map) h.expert_map = map->view();
+  h.apply_router_weight_on_input = apply;
+  h.output = ref.view();
+  reference::indexed_expert_mlp(h);
+  return ref;
+}
+
+// indexed_expert_mlp (the direct path: T <= 64) against the reference.
+void check_indexed(QuantScheme scheme, const Case& c, uint64_t seed) {
+  const std::string what = name(scheme, c);
+  SCOPED_TRACE(what);
+  std::mt19937_64 rng(seed);
+  const HostTensor x = moetest::normal(rng, c.dt, {c.T, c.H}, 1.0);
+  const Fp8Weights w(rng, scheme, c.E, c.H, c.F, c.gate_up_base, c.down_base, c.spread,
+                     c.subnormal);
+  const HostTensor tw = moetest::make_topk_weights(rng, c.T, c.K);
+  const HostTensor ids = moetest::make_ids(rng, c.T, c.K, c.E, c.ids);
+  const HostTensor got = run_fp8_indexed(scheme, x, w, tw, ids, nullptr, false);
+  expect_close(got, reference_indexed(scheme, x, w, tw, ids, nullptr, false), c.dt, what);
+}
+
+TEST(MoEFp8Gpu, IndexedExpertMlpMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 31;
+  for (QuantScheme s : kSchemes) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    // Odd expert counts and widths (blocks: H and F multiples of 128).
+    const int64_t H = block ? 256 : 48, F = block ? 128 : 80;
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      for (const Case& c :
+           {Case{dt, 1, H, 5, F, 3, Ids::kDistinct}, Case{dt, 7, H, 7, F, 2, Ids::kMixed},
+            Case{dt, 33, H, 9, F, 4, Ids::kFewExperts},   // empty experts
+            Case{dt, 64, H, 11, F, 8, Ids::kDuplicates},  // 16+ routes / expert
+            Case{dt, 13, H, 5, F, 2, Ids::kMinusOne}, Case{dt, 5, H, 5, F, 3, Ids::kOutOfRange}})
+        check_indexed(s, c, ++seed);
+    }
+    // A DeepSeek-like block shape (H = 7168 is 56 blocks; F = 256 two) at T = 1 and 32.
+    if (block) {
+      check_indexed(s, Case{DType::kBF16, 1, 7168, 16, 256, 8, Ids::kDistinct}, ++seed);
+      check_indexed(s, Case{DType::kBF16, 32, 7168, 16, 256, 8, Ids::kMixed}, ++seed);
+    }
+  }
+}
+
+TEST(MoEFp8Gpu, ExtremeScalesStayFiniteAndMatch) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 1031;
+  for (QuantScheme s : kSchemes) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    const int64_t H = block ? 384 : 64, F = block ? 256 : 96;
+    // Tiny gate/up and huge down scales, and the reverse; per-row / per-block spreads of
+    // 2^+-20 where the scheme has more than one scale per matrix.
+    for (const auto& [gu, dn] :
+         {std::pair<double, double>{std::ldexp(1.0, -40), std::ldexp(1.0, 40)},
+          {std::ldexp(1.0, 20), std::ldexp(1.0, -30)}}) {
+      check_indexed(s, Case{DType::kBF16, 9, H, 6, F, 2, Ids::kMixed, gu, dn, 0}, ++seed);
+      if (s != QuantScheme::kFp8PerTensor)
+        check_indexed(s, Case{DType::kBF16, 9, H, 6, F, 2, Ids::kMixed, 1.0, 1.0, 20}, ++seed);
+    }
+  }
+}
+
+// Every weight a subnormal e4m3 code: the exact e4m3 -> bf16 trick and the f16 conversion
+// must keep them (a flush to zero would leave ~0 outputs, rel_l2 ~ 1).
+TEST(MoEFp8Gpu, SubnormalWeightsAreKept) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 2024;
+  for (QuantScheme s : kSchemes) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    const int64_t H = block ? 256 : 64, F = block ? 128 : 48;
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      Case c{dt, 6, H, 5, F, 2, Ids::kMixed, 8192.0, 8192.0, 0};
+      c.subnormal = true;
+      check_indexed(s, c, ++seed);
+    }
+  }
+}
+
+TEST(MoEFp8Gpu, EmptyBatchesLaunchNothing) {
+  MOEKIT_REQUIRE_GPU();
+  for (QuantScheme s : kSchemes)
+    check_indexed(s, Case{DType::kBF16, 0, 128, 4, 128, 2, Ids::kDistinct}, 5);
+}
+
+// shared_expert_mlp with FP8 weights (the dense form of the decode kernel).
+TEST(MoEFp8Gpu, SharedExpertMlpMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 77;
+  for (QuantScheme s : kSchemes) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    for (int64_t T : {1, 2, 31, 64}) {
+      const int64_t H = block ? 512 : 112, S = block ? 384 : 48;
+      for (DType dt : {DType::kBF16, DType::kF16}) {
+        SCOPED_TRACE(std::string(quant_scheme_name(s)) + " " + dtype_name(dt) +
+                     " T=" + std::to_string(T));
+        std::mt19937_64 rng(++seed);
+        const HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
+        const Fp8Weights w(rng, s, 0, H, S);
+        DeviceTensor dx(x), dwgu(w.wgu), dwd(w.wd), dsgu(w.sgu), dsd(w.sd);
+        DeviceTensor dout(dt, {T, H});
+        SharedExpertMLPArgs a;
+        a.hidden_states = dx.view();
+        a.w_gate_up = dwgu.view();
+        a.w_down = dwd.view();
+        a.quant = quant_of(s, dsgu, dsd);
+        a.output = dout.view();
+        DeviceWorkspace ws(shared_expert_mlp_workspace_size(a));
+        a.workspace = ws.get();
+        shared_expert_mlp(a, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        HostTensor ref(dt, {T, H});
+        SharedExpertMLPArgs h = a;
+        h.hidden_states = x.view();
+        h.w_gate_up = w.wgu.view();
+        h.w_down = w.wd.view();
+        h.quant = host_quant_of(s, w.sgu, w.sd);
+        h.output = ref.view();
+        reference::shared_expert_mlp(h);
+        expect_close(dout.download(), ref, dt, "shared_expert_mlp");
+      }
+    }
+  }
+}
+
+constexpr uint8_t kPoison = 0xFF;  // NaN in bf16 and f16
+
+// The inputs of a FP8 layer (bf16) besides its weights; bias and map optional.
+struct LayerInputs {
+  HostTensor x, logits;
+  const HostTensor* bias = nullptr;
+  const HostTensor* map = nullptr;  // expert_map (logits then [T, E_global])
+  TopKParams params;
+  bool apply = false;  // apply_router_weight_on_input
+};
+
+// fused_moe_shared_expert with FP8 routed and shared weights (the schemes of `routed` and
+// `shared`) on device copies of the inputs, against the reference; the direct path (T <= 64).
+void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& in,
+                     const Fp8Weights& rw, const Fp8Weights& sw) {
+  const int64_t T = in.x.shape()[0], H = in.x.shape()[1];
+  DeviceTensor dx(in.x), dl(in.logits), dwgu(rw.wgu), dwd(rw.wd), dsgu(rw.sgu), dsd(rw.sd),
+      swgu(sw.wgu), swd(sw.wd), ssgu(sw.sgu), ssd(sw.sd), db, dmap;
+  if (in.bias) db = DeviceTensor(*in.bias);
+  if (in.map) dmap = DeviceTensor(*in.map);
+  DeviceTensor dout(DType::kBF16, {T, H}, kPoison);
+  FusedMoESharedExpertArgs a;
+  a.moe.hidden_states = dx.view();
+  a.moe.gating_output = dl.view();
+  if (in.bias) a.moe.correction_bias = db.view();
+  a.moe.params = in.params;
+  a.moe.w_gate_up = dwgu.view();
+  a.moe.w_down = dwd.view();
+  a.moe.quant = quant_of(routed, dsgu, dsd);
+  a.moe.output = dout.view();
+  if (in.map) a.moe.expert_map = dmap.view();
+  a.moe.apply_router_weight_on_input = in.apply;
+  a.shared_w_gate_up = swgu.view();
+  a.shared_w_down = swd.view();
+  a.shared_quant = quant_of(shared, ssgu, ssd);
+  ASSERT_EQ(plan_fused_moe_shared_expert(a).routed, RoutedPath::kDirect);
+  DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(a));
+  a.moe.workspace = ws.get();
+  fused_moe_shared_expert(a, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  HostTensor ref(DType::kBF16, {T, H});
+  FusedMoESharedExpertArgs h = a;
+  h.moe.hidden_states = in.x.view();
+  h.moe.gating_output = in.logits.view();
+  h.moe.correction_bias = in.bias ? in.bias->view() : TensorView{};
+  h.moe.w_gate_up = rw.wgu.view();
+  h.moe.w_down = rw.wd.view();
+  h.moe.quant = host_quant_of(routed, rw.sgu, rw.sd);
+  h.moe.output = ref.view();
+  h.moe.expert_map = in.map ? in.map->view() : TensorView{};
+  h.shared_w_gate_up = sw.wgu.view();
+  h.shared_w_down = sw.wd.view();
+  h.shared_quant = host_quant_of(shared, sw.sgu, sw.sd);
+  reference::fused_moe_shared_expert(h);
+  expect_close(dout.download(), ref, DType::kBF16, "fused_moe_shared_expert");
+}
+
+// fused_moe_shared_expert: routed experts and the shared expert both FP8 (different schemes),
+// grouped sigmoid routing with a bias (DeepSeek-V3's), T up to 64.
+TEST(MoEFp8Gpu, FusedMoeSharedExpertMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 4242;
+  const int64_t H = 256, E = 16, F = 128, S = 256;
+  for (QuantScheme routed : kSchemes) {
+    for (int64_t T : {1, 17, 64}) {
+      SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T));
+      const QuantScheme shared = routed == QuantScheme::kFp8Block128 ? QuantScheme::kFp8PerChannel
+                                                                     : QuantScheme::kFp8Block128;
+      std::mt19937_64 rng(++seed);
+      LayerInputs in;
+      in.x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+      in.logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
+      const HostTensor bias = moetest::normal(rng, DType::kF32, {E}, 0.1);
+      in.bias = &bias;
+      const Fp8Weights rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
+      in.params.top_k = 4;
+      in.params.scoring_func = ScoringFunc::kSigmoid;
+      in.params.num_expert_group = 4;
+      in.params.topk_group = 2;
+      in.params.renormalize = true;
+      check_fp8_layer(routed, shared, in, rw, sw);
+    }
+  }
+}
+
+// ---- FP8 weights with the engine inputs (docs/moe.md "With activations, biases and the
+// engine inputs") ----
+
+using enginetest::Map;
+
+bool same_bytes(const HostTensor& a, const HostTensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+// An expert map with i64 (or i32) global ids, and the router weight on the input (top-1):
+// against the reference, and bit for bit against the op on the inputs an engine would
+// prepare by hand (gathered local i32 ids; scaled rows and unit weights).
+TEST(MoEFp8Gpu, EngineInputsOnTheDecodePath) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 9100;
+  struct EngineCase {
+    DType dt;
+    int64_t T, K, E_global;
+    Map map;
+    Ids ids;
+    bool i64, apply;
+  };
+  const EngineCase cases[] = {
+      {DType::kBF16, 1, 4, 24, Map::kShuffled, Ids::kDistinct, true, false},
+      {DType::kBF16, 37, 4, 24, Map::kBlocked, Ids::kMinusOne, true, false},
+      {DType::kF16, 64, 8, 40, Map::kBadLocal, Ids::kMixed, false, false},
+      {DType::kBF16, 20, 2, 24, Map::kAllRemote, Ids::kMixed, true, false},
+      {DType::kBF16, 45, 1, 8, Map::kAllLocal, Ids::kMinusOne, false, true},
+      {DType::kF16, 64, 1, 24, Map::kShuffled, Ids::kMixed, true, true},
+  };
+  for (QuantScheme s : kSchemes) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    const int64_t H = block ? 256 : 48, F = block ? 128 : 80, E = 8;
+    for (const EngineCase& c : cases) {
+      const std::string what =
+          std::string(quant_scheme_name(s)) + " " + dtype_name(c.dt) + " T=" + std::to_string(c.T) +
+          " K=" + std::to_string(c.K) + " E_global=" + std::to_string(c.E_global) +
+          " ids=" + moetest::ids_name(c.ids) + (c.i64 ? " i64" : "") + (c.apply ? " apply" : "");
+      SCOPED_TRACE(what);
+      std::mt19937_64 rng(++seed);
+      const HostTensor x = moetest::normal(rng, c.dt, {c.T, H}, 1.0);
+      const Fp8Weights w(rng, s, E, H, F);
+      const HostTensor tw = moetest::make_topk_weights(rng, c.T, c.K);
+      const HostTensor ids = moetest::make_ids(rng, c.T, c.K, c.E_global, c.ids);
+      const HostTensor map = enginetest::make_map(rng, c.E_global, E, 1, c.map);
+      const HostTensor engine_ids = c.i64 ? enginetest::widen(ids) : ids;
+      const HostTensor got = run_fp8_indexed(s, x, w, tw, engine_ids, &map, c.apply);
+      expect_close(got, reference_indexed(s, x, w, tw, engine_ids, &map, c.apply), c.dt, what);
+      HostTensor xs = x, ws = tw;
+      if (c.apply) enginetest::scale_by_hand(x, tw, &xs, &ws);
+      const HostTensor by_hand =
+          run_fp8_indexed(s, xs, w, ws, enginetest::gather_local(ids, map, E), nullptr, false);
+      EXPECT_TRUE(same_bytes(got, by_hand)) << "differs from the op on hand-prepared inputs";
+    }
+  }
+}
+
+// The FP8 layer with an expert map (global routing) and the router weight on the input,
+// a FP8 shared expert reading the unscaled x.
+TEST(MoEFp8Gpu, LayerWithAMapAndRouterWeightOnInput) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 9300;
+  const int64_t H = 256, E = 16, E_global = 48, F = 128, S = 128;
+  for (QuantScheme routed : kSchemes) {
+    for (const auto& [T, K, apply] : {std::tuple<int64_t, int, bool>{1, 4, false},
+                                      {33, 4, false},
+                                      {64, 1, true},
+                                      {9, 1, true}}) {
+      SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T) +
+                   " K=" + std::to_string(K) + (apply ? " apply" : ""));
+      const QuantScheme shared = routed == QuantScheme::kFp8PerTensor ? QuantScheme::kFp8Block128
+                                                                      : QuantScheme::kFp8PerTensor;
+      std::mt19937_64 rng(++seed);
+      LayerInputs in;
+      in.x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+      in.logits = moetest::normal(rng, DType::kF32, {T, E_global}, 1.0);
+      const HostTensor map = enginetest::make_map(rng, E_global, E, 2, Map::kShuffled);
+      in.map = &map;
+      in.params.top_k = K;
+      in.params.renormalize = K > 1;
+      in.apply = apply;
+      const Fp8Weights rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
+      check_fp8_layer(routed, shared, in, rw, sw);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moekit

@@ -1,0 +1,149 @@
+// CPU tests of the layer planner with FP8 weights (docs/moe.md "Quantized weights"): the
+// direct path wherever it can run (also past 16 routes per expert, where bf16 sorts), past it
+// the sorted path's two FP8 GEMMs (fp8_sm90; refused off sm_90 devices), the shared expert's
+// FP8 plan (direct, split 1 / 1, T <= 64; the FP8 GEMMs past it), the plan-log key.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/device.h"
+#include "moe/layer_planner.h"
+#include "moekit/plan.h"
+
+namespace moekit {
+namespace {
+
+using detail::LayerProblem;
+using detail::RoutedOp;
+
+LayerProblem fp8_problem(int64_t T, int64_t H, int64_t E, int64_t F, int64_t K, int64_t S = 0,
+                         RoutedOp op = RoutedOp::kLayer,
+                         QuantScheme q = QuantScheme::kFp8Block128) {
+  LayerProblem p;
+  p.s.dtype = DType::kBF16;
+  p.s.T = T;
+  p.s.H = H;
+  p.s.E = E;
+  p.s.F = F;
+  p.s.K = K;
+  p.s.quant = q;
+  p.op = op;
+  p.S = S;
+  p.shared_quant = S > 0 ? q : QuantScheme::kNone;
+  return p;
+}
+
+bool contains(const std::string& s, const char* what) {
+  return s.find(what) != std::string::npos;
+}
+
+TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
+  const detail::DeviceProps h200 = detail::h200_props();
+  struct Case {
+    const char* name;
+    LayerProblem p;
+    bool direct;
+  };
+  const Case cases[] = {
+      {"ds-v3 T=1", fp8_problem(1, 7168, 256, 2048, 8, 2048), true},
+      {"ds-v3 T=64", fp8_problem(64, 7168, 256, 2048, 8, 2048), true},
+      {"ds-v3 T=512", fp8_problem(512, 7168, 256, 2048, 8, 2048), false},
+      {"kimi-k2 T=32", fp8_problem(32, 7168, 384, 2048, 8), true},
+      {"kimi-k2 T=4096", fp8_problem(4096, 7168, 384, 2048, 8), false},
+      {"qwen3-235b T=32", fp8_problem(32, 4096, 128, 1536, 8), true},
+      {"qwen3-30b per channel T=1",
+       fp8_problem(1, 2048, 128, 768, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel), true},
+      {"qwen3-30b per tensor T=4096",
+       fp8_problem(4096, 2048, 128, 768, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerTensor),
+       false},
+      // bf16 sorts here (512 routes > 16 per expert of 8); FP8 has only the direct path.
+      {"few experts T=64", fp8_problem(64, 256, 8, 128, 8), true},
+  };
+  MlpPlan fp8_gemms;
+  fp8_gemms.path = MlpPath::kTwoGemms;
+  fp8_gemms.gate_up = {GemmKernel::kFp8Sm90, 128, 128};
+  fp8_gemms.down = {GemmKernel::kFp8Sm90, 128, 128};
+  detail::DeviceProps a100 = h200;
+  a100.arch = 80;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const LayerPlan plan = detail::plan_layer(c.p, h200);
+    EXPECT_EQ(detail::layer_plan_rejection(plan, c.p, h200), "");
+    if (c.direct) {
+      EXPECT_EQ(plan.routed, RoutedPath::kDirect);
+    } else {
+      EXPECT_EQ(plan.routed, RoutedPath::kSorted);
+      EXPECT_EQ(plan.experts, fp8_gemms) << to_string(plan.experts);
+      // Off sm_90 the FP8 GEMMs cannot run: refused, saying why.
+      const LayerPlan off = detail::plan_layer(c.p, a100);
+      EXPECT_TRUE(contains(detail::layer_plan_rejection(off, c.p, a100),
+                           "the FP8 expert MLP: the FP8 gate_up GEMM: fp8_sm90 needs an sm_90 "
+                           "device"))
+          << detail::layer_plan_rejection(off, c.p, a100);
+    }
+    int sorted = 0;
+    for (const LayerPlan& cand : detail::layer_plan_candidates(c.p, h200)) {
+      EXPECT_EQ(detail::layer_plan_rejection(cand, c.p, h200), "") << to_string(cand);
+      if (cand.routed == RoutedPath::kSorted) {
+        ++sorted;
+        EXPECT_EQ(cand.experts.path, MlpPath::kTwoGemms) << to_string(cand);
+      }
+    }
+    EXPECT_GE(sorted, 1);
+    // A bf16 expert-MLP plan (the chain) cannot run FP8 weights.
+    LayerPlan chain = plan;
+    chain.routed = RoutedPath::kSorted;
+    chain.experts.path = MlpPath::kChain;
+    EXPECT_TRUE(contains(detail::layer_plan_rejection(chain, c.p, h200), "two_gemms"));
+  }
+  LayerProblem bf16 = fp8_problem(64, 256, 8, 128, 8);
+  bf16.s.quant = QuantScheme::kNone;
+  EXPECT_EQ(detail::plan_layer(bf16, h200).routed, RoutedPath::kSorted);
+}
+
+TEST(Fp8LayerPlanner, SharedExpertRunsTheDenseDecodeKernelThenTheFp8Gemms) {
+  const detail::DeviceProps h200 = detail::h200_props();
+  const LayerProblem p = fp8_problem(32, 7168, 256, 2048, 8, 2048);
+  const LayerPlan plan = detail::plan_layer(p, h200);
+  ASSERT_TRUE(plan.has_shared);
+  EXPECT_EQ(plan.shared, detail::fp8_dense_mlp_plan());
+  EXPECT_EQ(to_string(plan.shared), "direct{split 1/1}");
+  const auto rejection = [&](const MlpPlan& m, int64_t T) {
+    detail::MoEShapes s = p.s;
+    s.T = T;
+    return detail::fp8_dense_mlp_plan_rejection(m, s, 2048, QuantScheme::kFp8Block128, h200);
+  };
+  const auto candidates = [&](int64_t T) {
+    detail::MoEShapes s = p.s;
+    s.T = T;
+    return detail::fp8_dense_mlp_plan_candidates(s, 2048, QuantScheme::kFp8Block128, h200);
+  };
+  EXPECT_EQ(rejection(plan.shared, 64), "");
+  EXPECT_TRUE(contains(rejection(plan.shared, 65),
+                       "FP8 weights at T = 65: FP8 weights run two "
+                       "FP8 GEMMs (two_gemms)"))
+      << rejection(plan.shared, 65);
+  MlpPlan gemv;
+  gemv.path = MlpPath::kGemv;
+  EXPECT_TRUE(contains(rejection(gemv, 1), "FP8 decode kernel"));
+  EXPECT_EQ(candidates(64).size(), 1u);
+  ASSERT_FALSE(candidates(65).empty());
+  for (const MlpPlan& m : candidates(65)) {
+    EXPECT_EQ(m.path, MlpPath::kTwoGemms);
+    EXPECT_EQ(rejection(m, 65), "") << to_string(m);
+  }
+  // A bf16 routed layer with a FP8 shared expert past 64 tokens: the FP8 GEMMs, one group.
+  LayerProblem mixed = fp8_problem(128, 7168, 256, 2048, 8, 2048);
+  mixed.s.quant = QuantScheme::kNone;
+  const LayerPlan m = detail::plan_layer(mixed, h200);
+  EXPECT_EQ(m.shared.path, MlpPath::kTwoGemms);
+  EXPECT_EQ(detail::layer_plan_rejection(m, mixed, h200), "");
+}
+
+TEST(Fp8LayerPlanner, ShapeKeyNamesTheScheme) {
+  EXPECT_EQ(detail::shape_key(fp8_problem(1, 7168, 256, 2048, 8).s, 2048),
+            "bf16 T=1 H=7168 E=256 F=2048 K=8 S=2048 w=fp8_block128");
+}
+
+}  // namespace
+}  // namespace moekit

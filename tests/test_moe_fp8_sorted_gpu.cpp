@@ -1,0 +1,404 @@
+// GPU tests of FP8 weights past the decode kernels (docs/moe.md "Quantized weights"): the
+// sorted path (FP8 pre-permute, the contiguous FP8 GEMMs with silu_and_mul, the activation
+// quantized, the combine), moe_expert_mlp on ragged layouts and the dense shared expert on one
+// group, in every scheme (per tensor with static scales too), bf16 and f16, T = 65 and 300,
+// -1 / out-of-range ids, empty experts and one expert, an expert map with i64 ids and the
+// router weight on the input. Against the CPU references quantizing
+// the activations as the kernels do (Fp8Activations::kQuantized), at the fp8 tolerance (the
+// GPU reference too, as the bench checks these rows); poisoned outputs, NaN-free results,
+// padding rows untouched.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/host_dtype.h"
+#include "moekit/moe.h"
+#include "moekit/reference.h"
+#include "reference/accuracy.h"
+#include "reference/gpu_reference.h"
+#include "support/gpu.h"
+#include "test_moe_common.h"
+
+namespace moekit {
+namespace {
+
+using moetest::Ids;
+using reference::Fp8Activations;
+using testing::DeviceTensor;
+using testing::DeviceWorkspace;
+
+constexpr QuantScheme kSchemes[] = {QuantScheme::kFp8PerTensor, QuantScheme::kFp8PerChannel,
+                                    QuantScheme::kFp8Block128};
+
+// e4m3 weights ~ N(0, 1) codes and scales of `scheme` around 1 / sqrt(cols) (count 0: no E
+// axis), the dequantized weights ~ N(0, 1 / cols).
+struct Fp8Set {
+  HostTensor wgu, wd, sgu, sd;
+  Fp8Set(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64_t H, int64_t F) {
+    wgu = codes(rng, count, 2 * F, H);
+    wd = codes(rng, count, H, F);
+    sgu = scales(rng, scheme, count, 2 * F, H);
+    sd = scales(rng, scheme, count, H, F);
+  }
+  static std::vector<int64_t> shape(int64_t count, std::vector<int64_t> dims) {
+    if (count > 0) dims.insert(dims.begin(), count);
+    return dims;
+  }
+  static HostTensor codes(std::mt19937_64& rng, int64_t count, int64_t rows, int64_t cols) {
+    HostTensor w(DType::kFP8E4M3, shape(count, {rows, cols}));
+    std::normal_distribution<double> n(0.0, 1.0);
+    for (int64_t i = 0; i < w.numel(); ++i)
+      w.as<uint8_t>()[i] = host::float_to_fp8e4m3(static_cast<float>(n(rng)));
+    return w;
+  }
+  static HostTensor scales(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64_t rows,
+                           int64_t cols) {
+    std::vector<int64_t> dims;
+    if (scheme == QuantScheme::kFp8PerTensor && count == 0) dims = {1};
+    if (scheme == QuantScheme::kFp8PerChannel) dims = {rows};
+    if (scheme == QuantScheme::kFp8Block128) dims = {(rows + 127) / 128, (cols + 127) / 128};
+    HostTensor s(DType::kF32, shape(count, dims));
+    std::uniform_real_distribution<double> u(0.5, 1.5);
+    for (int64_t i = 0; i < s.numel(); ++i) s.set(i, u(rng) / std::sqrt(double(cols)));
+    return s;
+  }
+};
+
+// Device copies of a weight set and its WeightQuant (static per-tensor activation scales
+// when `static_scales`: around the activations' amax / 448).
+struct DeviceFp8 {
+  DeviceTensor wgu, wd, sgu, sd, agu, adn;
+  HostTensor hagu, hadn;
+  QuantScheme scheme;
+  bool static_scales;
+  DeviceFp8(const Fp8Set& w, QuantScheme s, bool stat)
+      : wgu(w.wgu), wd(w.wd), sgu(w.sgu), sd(w.sd), scheme(s), static_scales(stat) {
+    hagu = HostTensor(DType::kF32, {1});
+    hadn = HostTensor(DType::kF32, {1});
+    hagu.set(0, 4.0 / 448.0);
+    hadn.set(0, 3.0 / 448.0);
+    agu = DeviceTensor(hagu);
+    adn = DeviceTensor(hadn);
+  }
+  WeightQuant device() const {
+    WeightQuant q;
+    q.scheme = scheme;
+    q.w_gate_up_scale = sgu.view();
+    q.w_down_scale = sd.view();
+    if (static_scales) {
+      q.a_gate_up_scale = agu.view();
+      q.a_down_scale = adn.view();
+    }
+    return q;
+  }
+  WeightQuant host(const Fp8Set& w) const {
+    WeightQuant q;
+    q.scheme = scheme;
+    q.w_gate_up_scale = w.sgu.view();
+    q.w_down_scale = w.sd.view();
+    if (static_scales) {
+      q.a_gate_up_scale = hagu.view();
+      q.a_down_scale = hadn.view();
+    }
+    return q;
+  }
+};
+
+void expect_fp8_close(const HostTensor& out, const HostTensor& ref, const std::string& what) {
+  const Tolerance tol = tolerance_for(DType::kFP8E4M3);
+  const Accuracy acc = compare(out.view(), ref.view(), tol);
+  EXPECT_EQ(acc.nonfinite, 0) << what;
+  EXPECT_TRUE(acc.pass(tol)) << what << ": " << acc.str() << " over " << acc.count;
+}
+
+struct SortedCase {
+  DType dt;
+  int64_t T, E, K;
+  Ids ids;
+  bool indexed;  // indexed_expert_mlp (sorted past T = 64), else fused_moe_experts
+  // Engine inputs: ids over E_global = 3E experts (i64) mapped by a shuffled expert map;
+  // apply_router_weight_on_input (K = 1).
+  bool engine = false;
+  bool apply = false;
+};
+
+std::string name(QuantScheme s, bool stat, const SortedCase& c) {
+  return std::string(quant_scheme_name(s)) + (stat ? " static" : "") + " " + dtype_name(c.dt) +
+         " T=" + std::to_string(c.T) + " E=" + std::to_string(c.E) + " K=" + std::to_string(c.K) +
+         " ids=" + moetest::ids_name(c.ids) + (c.indexed ? " indexed" : " fused_moe_experts") +
+         (c.engine ? " map+i64" : "") + (c.apply ? " apply" : "");
+}
+
+// The routed-experts ops on the sorted path against the quantizing reference.
+void check_sorted(QuantScheme scheme, bool stat, const SortedCase& c, uint64_t seed) {
+  const std::string what = name(scheme, stat, c);
+  SCOPED_TRACE(what);
+  const int64_t H = 256, F = 128;
+  std::mt19937_64 rng(seed);
+  const HostTensor x = moetest::normal(rng, c.dt, {c.T, H}, 1.0);
+  const Fp8Set w(rng, scheme, c.E, H, F);
+  const HostTensor tw = moetest::make_topk_weights(rng, c.T, c.K);
+  const int64_t E_ids = c.engine ? 3 * c.E : c.E;
+  const HostTensor ids32 = moetest::make_ids(rng, c.T, c.K, E_ids, c.ids);
+  // A map placing this rank's E experts among the 3E at random (-1: other ranks').
+  HostTensor map(DType::kI32, {E_ids});
+  std::vector<int32_t> perm(static_cast<size_t>(E_ids));
+  for (int64_t i = 0; i < E_ids; ++i) perm[i] = static_cast<int32_t>(i);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int64_t i = 0; i < E_ids; ++i) map.as<int32_t>()[i] = -1;
+  for (int64_t l = 0; l < c.E; ++l) map.as<int32_t>()[perm[l]] = static_cast<int32_t>(l);
+  HostTensor ids = ids32;
+  if (c.engine) {
+    ids = HostTensor(DType::kI64, ids32.shape());
+    for (int64_t i = 0; i < ids32.numel(); ++i) ids.as<int64_t>()[i] = ids32.as<int32_t>()[i];
+  }
+  const DeviceFp8 dw(w, scheme, stat);
+  DeviceTensor dx(x), dtw(tw), dids(ids), dmap(map), dout(c.dt, {c.T, H});  // poisoned
+  FusedMoEExpertsArgs a;
+  a.hidden_states = dx.view();
+  a.w_gate_up = dw.wgu.view();
+  a.w_down = dw.wd.view();
+  a.quant = dw.device();
+  a.topk_weights = dtw.view();
+  a.topk_ids = dids.view();
+  a.output = dout.view();
+  if (c.engine) a.expert_map = dmap.view();
+  a.apply_router_weight_on_input = c.apply;
+  const LayerPlan plan = c.indexed ? plan_indexed_expert_mlp(a) : plan_fused_moe_experts(a);
+  ASSERT_EQ(plan.routed, RoutedPath::kSorted);
+  ASSERT_EQ(plan.experts.path, MlpPath::kTwoGemms) << to_string(plan);
+  DeviceWorkspace ws(c.indexed ? indexed_expert_mlp_workspace_size(a)
+                               : fused_moe_experts_workspace_size(a));
+  a.workspace = ws.get();
+  c.indexed ? indexed_expert_mlp(a, nullptr) : fused_moe_experts(a, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  HostTensor ref(c.dt, {c.T, H});
+  FusedMoEExpertsArgs h;
+  h.hidden_states = x.view();
+  h.w_gate_up = w.wgu.view();
+  h.w_down = w.wd.view();
+  h.quant = dw.host(w);
+  h.topk_weights = tw.view();
+  h.topk_ids = ids.view();
+  h.output = ref.view();
+  if (c.engine) h.expert_map = map.view();
+  h.apply_router_weight_on_input = c.apply;
+  reference::fused_moe_experts(h, Fp8Activations::kQuantized);
+  expect_fp8_close(dout.download(), ref, what);
+  // The plain GPU reference (the bench's check of these rows) quantizes the same way.
+  FusedMoEExpertsArgs g = a;
+  DeviceTensor gout(c.dt, {c.T, H});
+  DeviceWorkspace gws(gpu_reference::fused_moe_experts_scratch_bytes(g));
+  g.workspace = gws.get();
+  g.output = gout.view();
+  gpu_reference::fused_moe_experts(g, nullptr, nullptr, false, Fp8Activations::kQuantized);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  expect_fp8_close(gout.download(), ref, what + " (gpu_reference)");
+}
+
+TEST(MoEFp8SortedGpu, RoutedExpertsMatchTheQuantizingReference) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 31000;
+  const DType b = DType::kBF16, h = DType::kF16;
+  const SortedCase cases[] = {
+      {b, 65, 16, 8, Ids::kMixed, true},
+      {b, 300, 9, 4, Ids::kMinusOne, true},
+      {h, 300, 16, 2, Ids::kFewExperts, true},  // empty experts
+      {b, 130, 8, 4, Ids::kOneExpert, true},
+      {h, 65, 7, 3, Ids::kOutOfRange, true},
+      {b, 5, 6, 2, Ids::kDistinct, false},  // fused_moe_experts sorts any T
+      {b, 300, 64, 8, Ids::kDuplicates, false},
+      // The engine inputs on the sorted FP8 path.
+      {b, 200, 8, 4, Ids::kMixed, true, /*engine=*/true},
+      {h, 100, 8, 1, Ids::kMinusOne, true, /*engine=*/true, /*apply=*/true},
+      {b, 70, 5, 1, Ids::kDistinct, false, /*engine=*/false, /*apply=*/true},
+  };
+  for (QuantScheme s : kSchemes) {
+    for (const SortedCase& c : cases) check_sorted(s, false, c, ++seed);
+  }
+  for (const SortedCase& c : {cases[0], cases[1], cases[2]})
+    check_sorted(QuantScheme::kFp8PerTensor, true, c, ++seed);
+}
+
+// The layer past the decode kernels: routed (sorted) and shared (one-group GEMMs) both FP8,
+// grouped sigmoid routing with a bias; T = 65 and 300; an f16 layer with a bf16-free output.
+TEST(MoEFp8SortedGpu, LayerWithSharedExpertMatchesTheQuantizingReference) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 32000;
+  const int64_t H = 256, E = 16, F = 128, S = 256;
+  for (QuantScheme routed : kSchemes) {
+    for (const auto& [T, dt] : {std::pair<int64_t, DType>{65, DType::kBF16}, {300, DType::kF16}}) {
+      const QuantScheme shared = routed == QuantScheme::kFp8Block128 ? QuantScheme::kFp8PerChannel
+                                                                     : QuantScheme::kFp8Block128;
+      const std::string what = std::string(quant_scheme_name(routed)) + " + shared " +
+                               quant_scheme_name(shared) + " " + dtype_name(dt) +
+                               " T=" + std::to_string(T);
+      SCOPED_TRACE(what);
+      std::mt19937_64 rng(++seed);
+      const HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
+      const HostTensor logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
+      const HostTensor bias = moetest::normal(rng, DType::kF32, {E}, 0.1);
+      const Fp8Set rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
+      const DeviceFp8 drw(rw, routed, false), dsw(sw, shared, false);
+      DeviceTensor dx(x), dl(logits), db(bias), dout(dt, {T, H});
+      FusedMoESharedExpertArgs a;
+      a.moe.hidden_states = dx.view();
+      a.moe.gating_output = dl.view();
+      a.moe.correction_bias = db.view();
+      a.moe.params.top_k = 4;
+      a.moe.params.scoring_func = ScoringFunc::kSigmoid;
+      a.moe.params.num_expert_group = 4;
+      a.moe.params.topk_group = 2;
+      a.moe.params.renormalize = true;
+      a.moe.w_gate_up = drw.wgu.view();
+      a.moe.w_down = drw.wd.view();
+      a.moe.quant = drw.device();
+      a.moe.output = dout.view();
+      a.shared_w_gate_up = dsw.wgu.view();
+      a.shared_w_down = dsw.wd.view();
+      a.shared_quant = dsw.device();
+      const LayerPlan plan = plan_fused_moe_shared_expert(a);
+      ASSERT_EQ(plan.routed, RoutedPath::kSorted) << to_string(plan);
+      ASSERT_EQ(plan.shared.path, MlpPath::kTwoGemms) << to_string(plan);
+      DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(a));
+      a.moe.workspace = ws.get();
+      fused_moe_shared_expert(a, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      HostTensor ref(dt, {T, H});
+      FusedMoESharedExpertArgs r = a;
+      r.moe.hidden_states = x.view();
+      r.moe.gating_output = logits.view();
+      r.moe.correction_bias = bias.view();
+      r.moe.w_gate_up = rw.wgu.view();
+      r.moe.w_down = rw.wd.view();
+      r.moe.quant = drw.host(rw);
+      r.moe.output = ref.view();
+      r.shared_w_gate_up = sw.wgu.view();
+      r.shared_w_down = sw.wd.view();
+      r.shared_quant = dsw.host(sw);
+      reference::fused_moe_shared_expert(r, Fp8Activations::kQuantized, Fp8Activations::kQuantized);
+      expect_fp8_close(dout.download(), ref, what);
+    }
+  }
+}
+
+// shared_expert_mlp past T = 64 (one group of T rows), bf16 and f16 outputs, static scales.
+TEST(MoEFp8SortedGpu, SharedExpertMlpPastTheDecodeKernel) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 33000;
+  for (QuantScheme s : kSchemes) {
+    for (const auto& [T, dt, stat] : {std::tuple<int64_t, DType, bool>{65, DType::kBF16, false},
+                                      {300, DType::kF16, false},
+                                      {129, DType::kBF16, s == QuantScheme::kFp8PerTensor}}) {
+      const int64_t H = 384, S = 256;
+      const std::string what = std::string(quant_scheme_name(s)) + (stat ? " static " : " ") +
+                               dtype_name(dt) + " T=" + std::to_string(T);
+      SCOPED_TRACE(what);
+      std::mt19937_64 rng(++seed);
+      const HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
+      const Fp8Set w(rng, s, 0, H, S);
+      const DeviceFp8 dw(w, s, stat);
+      DeviceTensor dx(x), dout(dt, {T, H});
+      SharedExpertMLPArgs a;
+      a.hidden_states = dx.view();
+      a.w_gate_up = dw.wgu.view();
+      a.w_down = dw.wd.view();
+      a.quant = dw.device();
+      a.output = dout.view();
+      ASSERT_EQ(plan_shared_expert_mlp(a).path, MlpPath::kTwoGemms);
+      DeviceWorkspace ws(shared_expert_mlp_workspace_size(a));
+      a.workspace = ws.get();
+      shared_expert_mlp(a, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      HostTensor ref(dt, {T, H});
+      SharedExpertMLPArgs h = a;
+      h.hidden_states = x.view();
+      h.w_gate_up = w.wgu.view();
+      h.w_down = w.wd.view();
+      h.quant = dw.host(w);
+      h.output = ref.view();
+      reference::shared_expert_mlp(h, Fp8Activations::kQuantized);
+      expect_fp8_close(dout.download(), ref, what);
+    }
+  }
+}
+
+// moe_expert_mlp with FP8 weights: ragged counts with empty experts on alignments 1 and 8
+// (padding rows untouched), in place, every scheme.
+TEST(MoEFp8SortedGpu, ExpertMlpOnRaggedLayouts) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 34000;
+  const int64_t H = 256, F = 128, E = 6;
+  for (QuantScheme s : kSchemes) {
+    for (int alignment : {1, 8}) {
+      for (bool in_place : {false, true}) {
+        const std::string what = std::string(quant_scheme_name(s)) +
+                                 " alignment=" + std::to_string(alignment) +
+                                 (in_place ? " in place" : "");
+        SCOPED_TRACE(what);
+        std::mt19937_64 rng(++seed);
+        const int64_t counts[E] = {37, 0, 129, 1, 0, 70};  // empty and one-row experts
+        const moetest::RaggedRows rows =
+            moetest::ragged_rows(E, alignment, [&](int64_t e) { return counts[e]; });
+        const HostTensor x = moetest::normal(rng, DType::kBF16, {rows.P, H}, 1.0);
+        const Fp8Set w(rng, s, E, H, F);
+        const DeviceFp8 dw(w, s, false);
+        DeviceTensor dx(x), dmeta(rows.meta), dout(DType::kBF16, {rows.P, H});
+        ExpertMLPArgs a;
+        a.expert_input = dx.view();
+        a.layout_metadata = dmeta.view();
+        a.layout = PermutedLayout::contiguous(alignment);
+        a.w_gate_up = dw.wgu.view();
+        a.w_down = dw.wd.view();
+        a.quant = dw.device();
+        a.expert_output = in_place ? dx.view() : dout.view();
+        DeviceWorkspace ws(expert_mlp_workspace_size(a));
+        a.workspace = ws.get();
+        HostTensor ref = in_place ? x : dout.download();  // padding rows: as they were
+        moe_expert_mlp(a, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const HostTensor got = in_place ? dx.download() : dout.download();
+        ExpertMLPArgs h = a;
+        h.expert_input = x.view();
+        h.layout_metadata = rows.meta.view();
+        h.w_gate_up = w.wgu.view();
+        h.w_down = w.wd.view();
+        h.quant = dw.host(w);
+        h.expert_output = ref.view();
+        reference::moe_expert_mlp(h, Fp8Activations::kQuantized);
+        // Rows in the groups match the reference; padding rows are untouched (poison, or the
+        // input in place).
+        std::vector<int64_t> data_rows;
+        for (int64_t r = 0; r < rows.P; ++r) {
+          const bool data =
+              r < static_cast<int64_t>(rows.expert_of_row.size()) && rows.expert_of_row[r] >= 0;
+          if (data) {
+            data_rows.push_back(r);
+          } else {
+            EXPECT_EQ(std::memcmp(static_cast<const char*>(got.data()) + r * H * 2,
+                                  static_cast<const char*>(ref.data()) + r * H * 2, H * 2),
+                      0)
+                << "padding row " << r << " written";
+          }
+        }
+        const int64_t n = static_cast<int64_t>(data_rows.size());
+        HostTensor g(DType::kBF16, {n, H}), rf(DType::kBF16, {n, H});
+        for (int64_t i = 0; i < n; ++i) {
+          std::memcpy(static_cast<char*>(g.data()) + i * H * 2,
+                      static_cast<const char*>(got.data()) + data_rows[i] * H * 2, H * 2);
+          std::memcpy(static_cast<char*>(rf.data()) + i * H * 2,
+                      static_cast<const char*>(ref.data()) + data_rows[i] * H * 2, H * 2);
+        }
+        expect_fp8_close(g, rf, what);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moekit
