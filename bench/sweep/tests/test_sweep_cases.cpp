@@ -204,6 +204,31 @@ TEST(SweepCases, CoversEveryActivationAndBias) {
   EXPECT_LT(general, mlp * 2 / 3);
 }
 
+// The case's spec line holds `fields` and parses back to the case (returned).
+SweepCase spec_round_trip(const SweepCase& c, std::initializer_list<const char*> fields) {
+  const std::string spec = format_spec(c);
+  for (const char* field : fields)
+    EXPECT_NE(spec.find(field), std::string::npos) << field << " in " << spec;
+  SweepCase back;
+  std::string error;
+  EXPECT_TRUE(parse_spec(spec, &back, &error)) << error;
+  EXPECT_EQ(back, c);
+  return back;
+}
+
+// A moe_grouped_gemm_fp8 case with silu_and_mul (contiguous rows, bf16 out).
+SweepCase fp8_silu_gemm(int64_t H, int64_t N, int64_t E, Fp8Scales scales) {
+  SweepCase g;
+  g.op = Op::kGroupedGemmFp8;
+  g.dtype = DType::kFP8E4M3;
+  g.H = H;
+  g.N = N;
+  g.E = E;
+  g.silu = true;
+  g.fp8_scales = scales;
+  return g;
+}
+
 // FP8 weights: every scheme on every MLP op (silu_and_mul without biases), static
 // activation scales, the shared expert's own scheme; the FP8 GEMM's layouts, scale modes,
 // silu_and_mul and e4m3 output; none of it elsewhere.
@@ -306,33 +331,18 @@ TEST(SweepCases, Fp8FieldsRoundTrip) {
   c.shared_quant = QuantScheme::kFp8Block128;
   c.static_act = 2;
   ASSERT_EQ(invalid_reason(c), "");
-  std::string spec = format_spec(c);
-  for (const char* field : {" quant=fp8_per_tensor", " shared_quant=fp8_block128", " static_act=2"})
-    EXPECT_NE(spec.find(field), std::string::npos) << field << " in " << spec;
-  SweepCase back;
+  SweepCase back =
+      spec_round_trip(c, {" quant=fp8_per_tensor", " shared_quant=fp8_block128", " static_act=2"});
   std::string error;
-  ASSERT_TRUE(parse_spec(spec, &back, &error)) << error;
-  EXPECT_EQ(back, c);
   EXPECT_EQ(back.shared_quant, QuantScheme::kFp8Block128);
   EXPECT_EQ(activation_label(c), "silu_and_mul+fp8_per_tensor(static)");
 
-  SweepCase g;
-  g.op = Op::kGroupedGemmFp8;
-  g.dtype = DType::kFP8E4M3;
+  SweepCase g = fp8_silu_gemm(256, 64, 3, Fp8Scales::kPerTensor);
   g.out = DType::kFP8E4M3;
-  g.H = 256;
-  g.N = 64;
-  g.E = 3;
   g.alignment = 8;
   g.tail = 5;
-  g.silu = true;
-  g.fp8_scales = Fp8Scales::kPerTensor;
   ASSERT_EQ(invalid_reason(g), "");
-  spec = format_spec(g);
-  EXPECT_NE(spec.find(" fp8_scales=per_tensor"), std::string::npos) << spec;
-  EXPECT_NE(spec.find(" out=fp8e4m3"), std::string::npos) << spec;
-  ASSERT_TRUE(parse_spec(spec, &back, &error)) << error;
-  EXPECT_EQ(back, g);
+  spec_round_trip(g, {" fp8_scales=per_tensor", " out=fp8e4m3"});
   for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel}) {
     g.fp8_scales = s;
     ASSERT_TRUE(parse_spec(format_spec(g), &back, &error)) << error;
@@ -402,14 +412,7 @@ TEST(SweepCases, InvalidFp8CasesAreNamed) {
   o = drawn()[static_cast<int>(Op::kGroupedGemm)];  // the FP8 GEMM's fields on another op
   o.fp8_scales = Fp8Scales::kPerTensor;
   EXPECT_NE(invalid_reason(o), "");
-  SweepCase g;
-  g.op = Op::kGroupedGemmFp8;
-  g.dtype = DType::kFP8E4M3;
-  g.H = 128;
-  g.N = 96;
-  g.E = 2;
-  g.silu = true;
-  g.fp8_scales = Fp8Scales::kPerChannel;
+  SweepCase g = fp8_silu_gemm(128, 96, 2, Fp8Scales::kPerChannel);
   ASSERT_EQ(invalid_reason(g), "");
   g.fp8_scales = Fp8Scales::kBlock;  // silu_and_mul with block scales: N % 64
   EXPECT_NE(invalid_reason(g), "");
@@ -447,14 +450,9 @@ TEST(SweepCases, ActivationFieldsRoundTrip) {
   c.down_bias = DType::kF16;
   c.shared_gate_up_bias = DType::kF16;
   c.shared_down_bias = DType::kF32;
-  const std::string spec = format_spec(c);
-  for (const char* field : {" act=swiglu_oai", " gate_up_bias=f32", " down_bias=f16",
-                            " shared_gate_up_bias=f16", " shared_down_bias=f32"})
-    EXPECT_NE(spec.find(field), std::string::npos) << field << " in " << spec;
-  SweepCase back;
+  SweepCase back = spec_round_trip(c, {" act=swiglu_oai", " gate_up_bias=f32", " down_bias=f16",
+                                       " shared_gate_up_bias=f16", " shared_down_bias=f32"});
   std::string error;
-  ASSERT_TRUE(parse_spec(spec, &back, &error)) << error;
-  EXPECT_EQ(back, c);
   EXPECT_EQ(back.act, Activation::kSwigluOai);
   EXPECT_EQ(back.down_bias, DType::kF16);
   EXPECT_EQ(back.shared_down_bias, DType::kF32);
