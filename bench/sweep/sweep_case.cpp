@@ -708,6 +708,11 @@ std::string activation_label(const SweepCase& c) {
   return s;
 }
 
+std::string fp8_gemm_label(const SweepCase& c) {
+  return std::string(c.masked ? "masked+" : "contiguous+") + fp8_scales_key(c.fp8_scales) +
+         (c.silu ? "+silu" : "") + (c.out == DType::kFP8E4M3 ? "+e4m3" : "");
+}
+
 const char* fp8_scales_key(Fp8Scales s) {
   const int i = static_cast<int>(s);
   return i >= 0 && i < 3 ? kFp8ScalesKeys[i] : "unknown";

@@ -134,6 +134,9 @@ const char* activation_key(Activation act);
 // "silu_and_mul+fp8_block128" (summaries).
 std::string activation_label(const SweepCase& c);
 
+// moe_grouped_gemm_fp8's modes in a few characters, e.g. "contiguous+per_tensor+silu+e4m3"
+// (summaries).
+std::string fp8_gemm_label(const SweepCase& c);
 // "block", "per_channel", "per_tensor" (the spec's fp8_scales= values).
 const char* fp8_scales_key(Fp8Scales s);
 // Whether the case's MLP weights (routed or shared) are FP8.

@@ -343,6 +343,7 @@ TEST(SweepCases, Fp8FieldsRoundTrip) {
   g.tail = 5;
   ASSERT_EQ(invalid_reason(g), "");
   spec_round_trip(g, {" fp8_scales=per_tensor", " out=fp8e4m3"});
+  EXPECT_EQ(fp8_gemm_label(g), "contiguous+per_tensor+silu+e4m3");
   for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel}) {
     g.fp8_scales = s;
     ASSERT_TRUE(parse_spec(format_spec(g), &back, &error)) << error;
