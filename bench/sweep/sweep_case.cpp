@@ -56,6 +56,7 @@ enum Stream : uint64_t {
   kMapStream,
   kEngineStream,
   kActivationStream,
+  kQuantStream,
 };
 Rng stream(const SweepCase& c, Stream s) {
   return Rng(mix(c.data_seed ^ mix(s)));
@@ -74,6 +75,10 @@ const char* const kRouteNames[] = {"uniform", "skewed", "one_expert", "few_exper
 const char* const kActivationKeys[] = {"none",         "silu_and_mul", "gelu_tanh_and_mul",
                                        "gelu_and_mul", "relu2",        "swiglu_oai"};
 constexpr int kActivationCount = sizeof(kActivationKeys) / sizeof(kActivationKeys[0]);
+// By QuantScheme's value (moekit/quant.h): the library's names (quant_scheme_name).
+const char* const kQuantKeys[] = {"none", "fp8_per_tensor", "fp8_per_channel", "fp8_block128"};
+// By Fp8Scales' value (moekit/gemm.h).
+const char* const kFp8ScalesKeys[] = {"block", "per_channel", "per_tensor"};
 
 // The enum value whose name (names[value]) is s, at or after `first`.
 template <class Enum, size_t kCount>
@@ -433,15 +438,38 @@ bool halve(int64_t* w, int64_t unit) {
   return true;
 }
 
+// The multiple of 8 a FP8 scheme's widths keep (docs/moe.md, "Quantized weights"): 16 (rows
+// of whole 16-byte e4m3 chunks), 128 for 128 x 128 blocks; 8 without FP8 weights.
+int64_t quant_unit(QuantScheme q) {
+  return q == QuantScheme::kFp8Block128 ? 128 : q == QuantScheme::kNone ? 8 : 16;
+}
+
+// The units H, N and S are multiples of: the FP8 GEMM's Kd 16 (and N 64 for silu_and_mul
+// with block scales), the FP8 weights' units, else 8.
+struct WidthUnits {
+  int64_t h = 8, n = 8, s = 8;
+};
+WidthUnits width_units(const SweepCase& c) {
+  WidthUnits u;
+  if (c.op == Op::kGroupedGemmFp8) {
+    u.h = 16;
+    if (c.silu && c.fp8_scales == Fp8Scales::kBlock) u.n = 64;
+  }
+  u.h = std::max({u.h, quant_unit(c.quant), quant_unit(c.shared_quant)});
+  u.n = std::max(u.n, quant_unit(c.quant));
+  u.s = quant_unit(c.shared_quant);
+  return u;
+}
+
 void shrink_to(SweepCase& c, const Limits& lim) {
   const auto over = [&] { return case_flops(c) > lim.max_flops || case_bytes(c) > lim.max_bytes; };
+  const WidthUnits u = width_units(c);
   for (int guard = 0; guard < 400 && over(); ++guard) {
-    const int64_t h_unit = c.op == Op::kGroupedGemmFp8 ? 16 : 8;
     int64_t* widest = nullptr;
-    if (c.H > h_unit) widest = &c.H;
-    if (c.N > 8 && (!widest || c.N > *widest)) widest = &c.N;
-    if (c.S > 8 && (!widest || c.S > *widest)) widest = &c.S;
-    if (widest && halve(widest, widest == &c.H ? h_unit : 8)) continue;
+    if (c.H > u.h) widest = &c.H;
+    if (c.N > u.n && (!widest || c.N > *widest)) widest = &c.N;
+    if (c.S > u.s && (!widest || c.S > *widest)) widest = &c.S;
+    if (widest && halve(widest, widest == &c.H ? u.h : widest == &c.N ? u.n : u.s)) continue;
     if (c.E > 1) {
       c.E = (c.E + 1) / 2;
       if (routes_from_gating(c.op)) fix_topk(c);
@@ -546,6 +574,83 @@ void draw_activation(SweepCase& c, const Limits& lim) {
   if (over_limits(c, lim)) shrink_to(c, lim);
 }
 
+// ---- FP8 weights and the FP8 GEMM's modes ------------------------------------------------
+
+int64_t round_up(int64_t v, int64_t unit) {
+  return (v + unit - 1) / unit * unit;
+}
+
+QuantScheme draw_scheme(Rng& rng) {
+  return rng.pick(
+      {QuantScheme::kFp8PerTensor, QuantScheme::kFp8PerChannel, QuantScheme::kFp8Block128});
+}
+
+// moe_grouped_gemm_fp8's layout (contiguous in 4 cases of 10: an alignment, rows past the
+// last block), scale mode, silu_and_mul and e4m3 output (c_scale).
+void draw_fp8_gemm_modes(SweepCase& c, Rng& rng, const Limits& lim) {
+  if (rng.chance(0.4)) {
+    c.masked = false;
+    c.max_m = 0;
+    c.alignment = draw_alignment(rng);
+    c.tail = rng.chance(0.6) ? 0 : rng.uniform(1, 300);
+  }
+  const double r = rng.u01();
+  c.fp8_scales = r < 0.5    ? Fp8Scales::kBlock
+                 : r < 0.75 ? Fp8Scales::kPerChannel
+                            : Fp8Scales::kPerTensor;
+  c.silu = rng.chance(0.4);
+  if (rng.chance(0.25)) c.out = DType::kFP8E4M3;
+  // silu_and_mul with block scales: N a multiple of 64 (the kernel's b boxes lie in one
+  // scale block); below 64 another scale mode.
+  if (c.silu && c.fp8_scales == Fp8Scales::kBlock && c.N % 64 != 0) {
+    if (c.N >= 64) {
+      c.N = c.N / 64 * 64;
+    } else {
+      c.fp8_scales = Fp8Scales::kPerChannel;
+    }
+  }
+  if (over_limits(c, lim)) shrink_to(c, lim);
+}
+
+// FP8 weights on the MLP ops whose MLP runs silu_and_mul without biases (what the FP8
+// kernels run), in 35% of them: a scheme, H and F rounded up to its unit, static activation
+// scales on half the fp8_per_tensor ones; fused_moe_shared_expert's shared expert its own
+// scheme (S rounded up) in half of its cases with FP8 routed weights, a fifth of the others.
+// moe_expert_mlp with FP8 weights runs bf16 (the FP8 GEMMs write bf16 rows).
+void draw_weight_quant(SweepCase& c, Rng& rng, const Limits& lim) {
+  if (general_mlp(c)) return;
+  if (rng.chance(0.35)) {
+    c.quant = draw_scheme(rng);
+    if (c.op == Op::kExpertMlp) c.dtype = c.out = DType::kBF16;
+  }
+  const bool shared_biased =
+      c.shared_gate_up_bias != DType::kUndefined || c.shared_down_bias != DType::kUndefined;
+  if (c.op == Op::kFusedMoeSharedExpert && c.S > 0 && !shared_biased &&
+      rng.chance(c.quant != QuantScheme::kNone ? 0.5 : 0.2))
+    c.shared_quant = draw_scheme(rng);
+  if (c.quant == QuantScheme::kFp8PerTensor || c.shared_quant == QuantScheme::kFp8PerTensor) {
+    if (rng.chance(0.5)) c.static_act = static_cast<int>(rng.uniform(1, 3));
+  }
+  const WidthUnits u = width_units(c);
+  c.H = round_up(c.H, u.h);
+  c.N = round_up(c.N, u.n);
+  if (c.S > 0) c.S = round_up(c.S, u.s);
+  if (over_limits(c, lim)) shrink_to(c, lim);
+}
+
+// From their own stream after everything else: a seed's cases keep their other fields,
+// but the FP8 cases' widths (rounded to the scheme's unit, shrunk to the caps) and
+// moe_expert_mlp's dtype (bf16), and the FP8 GEMM's layout fields (contiguous cases).
+void draw_quant(SweepCase& c, const Limits& lim) {
+  if (c.op != Op::kGroupedGemmFp8 && !mlp_op(c.op)) return;
+  Rng rng = stream(c, kQuantStream);
+  if (c.op == Op::kGroupedGemmFp8) {
+    draw_fp8_gemm_modes(c, rng, lim);
+  } else {
+    draw_weight_quant(c, rng, lim);
+  }
+}
+
 std::string knobs_string(const Knobs& k) {
   std::string s;
   for (const KnobField& f : knob_fields()) {
@@ -596,7 +701,25 @@ std::string activation_label(const SweepCase& c) {
   const bool biased = c.gate_up_bias != DType::kUndefined || c.down_bias != DType::kUndefined ||
                       c.shared_gate_up_bias != DType::kUndefined ||
                       c.shared_down_bias != DType::kUndefined;
-  return std::string(activation_key(c.act)) + (biased ? "+bias" : "");
+  std::string s = std::string(activation_key(c.act)) + (biased ? "+bias" : "");
+  const QuantScheme q = c.quant != QuantScheme::kNone ? c.quant : c.shared_quant;
+  if (q != QuantScheme::kNone) s += std::string("+") + kQuantKeys[static_cast<int>(q)];
+  if (c.static_act != 0) s += "(static)";
+  return s;
+}
+
+std::string fp8_gemm_label(const SweepCase& c) {
+  return std::string(c.masked ? "masked+" : "contiguous+") + fp8_scales_key(c.fp8_scales) +
+         (c.silu ? "+silu" : "") + (c.out == DType::kFP8E4M3 ? "+e4m3" : "");
+}
+
+const char* fp8_scales_key(Fp8Scales s) {
+  const int i = static_cast<int>(s);
+  return i >= 0 && i < 3 ? kFp8ScalesKeys[i] : "unknown";
+}
+
+bool fp8_weights(const SweepCase& c) {
+  return c.quant != QuantScheme::kNone || c.shared_quant != QuantScheme::kNone;
 }
 
 const std::vector<KnobField>& knob_fields() {
@@ -739,6 +862,48 @@ double case_bytes(const SweepCase& c) {
   return 0;
 }
 
+namespace {
+
+// The FP8 fields' rules (src/moe/moe_validate.h; moekit/gemm.h for the FP8 GEMM's modes).
+std::string invalid_quant_reason(const SweepCase& c) {
+  const int fp8_scales = static_cast<int>(c.fp8_scales);
+  if (fp8_scales < 0 || fp8_scales > 2) return "fp8_scales";
+  if (c.op != Op::kGroupedGemmFp8) {
+    if (c.fp8_scales != Fp8Scales::kBlock) return "fp8_scales on an op other than the FP8 GEMM";
+    if (c.out == DType::kFP8E4M3) return "an e4m3 output on an op other than the FP8 GEMM";
+  }
+  if (static_cast<int>(c.quant) > 3 || static_cast<int>(c.shared_quant) > 3) return "quant scheme";
+  const bool quant = c.quant != QuantScheme::kNone, shared = c.shared_quant != QuantScheme::kNone;
+  if ((quant || shared) && !mlp_op(c.op)) return "FP8 weights on an op without an MLP";
+  if (quant) {
+    if (general_mlp(c)) return "FP8 weights need silu_and_mul without biases";
+    const int64_t u = quant_unit(c.quant);
+    if (c.H % u != 0 || c.N % u != 0)
+      return std::string("H and F multiples of ") + std::to_string(u) + " with " +
+             kQuantKeys[static_cast<int>(c.quant)];
+    if (c.op == Op::kExpertMlp && c.dtype != DType::kBF16)
+      return "moe_expert_mlp with FP8 weights needs bf16";
+  }
+  if (shared) {
+    if (c.op != Op::kFusedMoeSharedExpert || c.S == 0)
+      return "shared_quant without a shared expert";
+    if (c.act != Activation::kSiluAndMul || c.shared_gate_up_bias != DType::kUndefined ||
+        c.shared_down_bias != DType::kUndefined)
+      return "FP8 shared weights need silu_and_mul without shared biases";
+    const int64_t u = quant_unit(c.shared_quant);
+    if (c.H % u != 0 || c.S % u != 0)
+      return std::string("H and S multiples of ") + std::to_string(u) + " with shared " +
+             kQuantKeys[static_cast<int>(c.shared_quant)];
+  }
+  if (c.static_act < 0 || c.static_act > 3) return "static_act outside 0..3";
+  if (c.static_act != 0 && c.quant != QuantScheme::kFp8PerTensor &&
+      c.shared_quant != QuantScheme::kFp8PerTensor)
+    return "static activation scales without fp8_per_tensor weights";
+  return "";
+}
+
+}  // namespace
+
 std::string invalid_reason(const SweepCase& c) {
   const auto mult = [](int64_t v, int64_t m) { return v % m == 0; };
   if (c.T < 0 || c.T > kMaxTokens) return "T outside 0.." + std::to_string(kMaxTokens);
@@ -776,8 +941,11 @@ std::string invalid_reason(const SweepCase& c) {
     case Op::kGroupedGemmFp8:
     case Op::kExpertMlp: {
       const bool fp8 = c.op == Op::kGroupedGemmFp8;
-      if (fp8 ? (c.dtype != DType::kFP8E4M3 || c.out != DType::kBF16 || !c.masked) : !half)
+      if (fp8 ? (c.dtype != DType::kFP8E4M3 || (c.out != DType::kBF16 && c.out != DType::kFP8E4M3))
+              : !half)
         return "GEMM dtype";
+      if (fp8 && c.silu && c.fp8_scales == Fp8Scales::kBlock && !mult(c.N, 64))
+        return "FP8 GEMM: silu_and_mul with block scales needs N a multiple of 64";
       if (c.op == Op::kExpertMlp && (c.masked || c.out != c.dtype)) return "expert MLP layout";
       if (c.out != c.dtype && c.out != DType::kF32 && !fp8) return "GEMM out dtype";
       if (c.H < 0 || !mult(c.H, fp8 ? 16 : 8) || c.N < 8 || !mult(c.N, 8)) return "GEMM widths";
@@ -825,7 +993,7 @@ std::string invalid_reason(const SweepCase& c) {
   }
   if (shared_biased && !(c.op == Op::kFusedMoeSharedExpert && c.S > 0))
     return "shared-expert bias without a shared expert";
-  return "";
+  return invalid_quant_reason(c);
 }
 
 SweepCase draw_case(uint64_t seed, int64_t index, const Limits& limits) {
@@ -855,6 +1023,7 @@ SweepCase draw_case(uint64_t seed, int64_t index, const Limits& limits) {
   }
   draw_engine_inputs(c);
   draw_activation(c, limits);
+  draw_quant(c, limits);
   return c;
 }
 
@@ -908,6 +1077,11 @@ std::string format_spec(const SweepCase& c) {
   if (c.act != d.act) s << " act=" << activation_key(c.act);
   for (size_t i = 3; i < std::size(kDtypeKeys); ++i)  // the biases
     type(kDtypeKeys[i].key, c.*(kDtypeKeys[i].field), d.*(kDtypeKeys[i].field));
+  if (c.quant != d.quant) s << " quant=" << kQuantKeys[static_cast<int>(c.quant)];
+  if (c.shared_quant != d.shared_quant)
+    s << " shared_quant=" << kQuantKeys[static_cast<int>(c.shared_quant)];
+  num("static_act", c.static_act, d.static_act);
+  if (c.fp8_scales != d.fp8_scales) s << " fp8_scales=" << fp8_scales_key(c.fp8_scales);
   s << knobs_string(c.knobs);
   return s.str();
 }
@@ -1006,6 +1180,14 @@ bool parse_spec(const std::string& spec, SweepCase* out, std::string* error) {
       ok = need_num(&c.on_input);
     } else if (k == "act") {
       ok = parse_name(v, kActivationKeys, 1, &c.act);  // not "none"
+    } else if (k == "quant") {
+      ok = parse_name(v, kQuantKeys, 0, &c.quant);
+    } else if (k == "shared_quant") {
+      ok = parse_name(v, kQuantKeys, 0, &c.shared_quant);
+    } else if (k == "static_act") {
+      ok = need_num(&c.static_act);
+    } else if (k == "fp8_scales") {
+      ok = parse_name(v, kFp8ScalesKeys, 0, &c.fp8_scales);
     } else {
       const auto& fields = knob_fields();
       const auto f = std::find_if(fields.begin(), fields.end(),

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "moekit/gemm.h"
+#include "moekit/quant.h"
 #include "moekit/tensor.h"
 
 namespace moekit::sweep {
@@ -107,6 +108,14 @@ struct SweepCase {
   Activation act = Activation::kSiluAndMul;
   DType gate_up_bias = DType::kUndefined, down_bias = DType::kUndefined;
   DType shared_gate_up_bias = DType::kUndefined, shared_down_bias = DType::kUndefined;
+  // FP8 weights (docs/moe.md, "Quantized weights"): the routed experts' / the dense MLP's
+  // scheme, and fused_moe_shared_expert's shared expert's (S > 0). static_act: the static
+  // activation scales of the fp8_per_tensor sets (bit 0 a_gate_up_scale, bit 1 a_down_scale).
+  QuantScheme quant = QuantScheme::kNone, shared_quant = QuantScheme::kNone;
+  int static_act = 0;
+  // moe_grouped_gemm_fp8's scale mode (its layout: masked / alignment / tail; its activation:
+  // silu; an e4m3 c with a c_scale: out = fp8e4m3).
+  Fp8Scales fp8_scales = Fp8Scales::kBlock;
   Knobs knobs;
 };
 
@@ -121,8 +130,17 @@ int64_t gate_up_rows(const SweepCase& c, int64_t F);
 // "silu_and_mul", "gelu_tanh_and_mul", "gelu_and_mul", "relu2", "swiglu_oai" (the spec's
 // act= values; the library's names); "none" for kNone.
 const char* activation_key(Activation act);
-// The case's activation and biases in a few characters, e.g. "relu2+bias" (summaries).
+// The case's activation, biases and FP8 weights in a few characters, e.g. "relu2+bias" or
+// "silu_and_mul+fp8_block128" (summaries).
 std::string activation_label(const SweepCase& c);
+
+// moe_grouped_gemm_fp8's modes in a few characters, e.g. "contiguous+per_tensor+silu+e4m3"
+// (summaries).
+std::string fp8_gemm_label(const SweepCase& c);
+// "block", "per_channel", "per_tensor" (the spec's fp8_scales= values).
+const char* fp8_scales_key(Fp8Scales s);
+// Whether the case's MLP weights (routed or shared) are FP8.
+bool fp8_weights(const SweepCase& c);
 
 bool operator==(const SweepCase& a, const SweepCase& b);
 inline bool operator!=(const SweepCase& a, const SweepCase& b) {

@@ -144,6 +144,8 @@ __device__ bool nonfinite(const uint8_t* p, int64_t i, int dt) {
       const uint32_t b = reinterpret_cast<const uint32_t*>(p)[i];
       return (b & 0x7F800000u) == 0x7F800000u;
     }
+    case 4:  // e4m3: no Inf, NaN is s.1111.111
+      return (p[i] & 0x7F) == 0x7F;
     default:  // integers: every value is finite
       return false;
   }
@@ -204,7 +206,11 @@ void by_dtype(DType dt, Fn&& fn) {
 }
 
 int scan_code(DType dt) {
-  return dt == DType::kBF16 ? 0 : dt == DType::kF16 ? 1 : dt == DType::kF32 ? 2 : 3;
+  return dt == DType::kBF16      ? 0
+         : dt == DType::kF16     ? 1
+         : dt == DType::kF32     ? 2
+         : dt == DType::kFP8E4M3 ? 4
+                                 : 3;
 }
 
 }  // namespace

@@ -260,6 +260,7 @@ int run(int argc, char** argv) {
     ++st.families[c.family];
     ++st.paths[o.path];
     if (mlp_op(c.op)) ++st.activations[activation_label(c)];
+    if (c.op == Op::kGroupedGemmFp8) ++st.activations[fp8_gemm_label(c)];
     if (!o.passed || !o.identical) {
       st.failed += o.passed ? 0 : 1;
       st.non_identical += o.identical ? 0 : 1;
@@ -294,7 +295,8 @@ int run(int argc, char** argv) {
     for (const auto& [f, n] : s.families) fam += " " + f + " " + std::to_string(n);
     std::printf("%s\n", fam.c_str());
     if (!s.activations.empty()) {
-      std::string acts = "    activations:";
+      std::string acts =
+          i == static_cast<int>(Op::kGroupedGemmFp8) ? "    modes:" : "    activations:";
       for (const auto& [a, n] : s.activations) acts += " " + a + " " + std::to_string(n);
       std::printf("%s\n", acts.c_str());
     }

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "moekit/quant.h"
+#include "moekit/reference.h"
 #include "moekit/routing.h"
 #include "sweep_case.h"
 #include "sweep_run.h"
@@ -28,6 +30,30 @@ struct MlpBiases {
 };
 MlpBiases mlp_biases(Context& ctx, const SweepCase& c, int64_t E, int64_t F, DType gate_up,
                      DType down, int tag);
+
+// One MLP's weights: w_gate_up [E, gate_up_rows(F), H] and w_down [E, H, F] ([..] without the
+// E axis for a dense MLP, E = 0). Without a FP8 scheme: the case's dtype, N(0, 1/fan_in)
+// (seeds `tag`, `tag + 1`: those the sweep always used). With one (docs/moe.md, "Quantized
+// weights"): e4m3 codes ~ N(0, 1) with f32 scales in the scheme's layout, uniform in
+// [0.5, 1.5] / sqrt(fan_in) (the bench's), and the static activation scales c.static_act
+// asks for with fp8_per_tensor: a_gate_up_scale near max|x| / 448 for N(0, 1) inputs,
+// a_down_scale near that of the F-wide activation (the tails saturate, in the reference too).
+struct MlpWeights {
+  DevTensor gate_up, down;
+  WeightQuant quant;  // views of the scale tensors below
+  DevTensor gate_up_scale, down_scale, a_gate_up_scale, a_down_scale;
+};
+MlpWeights mlp_weights(Context& ctx, const SweepCase& c, QuantScheme q, int64_t E, int64_t F,
+                       int tag);
+// Host copies of a WeightQuant's scales (the CPU references).
+WeightQuant mirror_quant(HostMirror& m, const WeightQuant& q);
+
+// Which activations a reference quantizes: those of the FP8 GEMM paths (`gemm_path`) of
+// FP8 weights (docs/moe.md, "Activations"); the decode kernels' are as given.
+reference::Fp8Activations reference_acts(QuantScheme q, bool gemm_path);
+// Whether the reference must compute every row for the sampled ones to be right: a dynamic
+// fp8_per_tensor scale spans every row (its amax) on a path that quantizes.
+bool reference_needs_all_rows(const SweepCase& c, QuantScheme q, reference::Fp8Activations acts);
 
 // The rows of a permuted buffer (contiguous(alignment) or masked(max_m)) holding the
 // case's expert_counts: the metadata (ends or counts), the buffer's rows, and which of

@@ -93,31 +93,65 @@ void run_grouped_gemm(Context& ctx, const SweepCase& c, Outcome& o) {
       });
 }
 
+// Sets the scale entries of the rows outside every expert's block to NaN (a per-row scale
+// tensor: [E, max_m(, KB)] masked, [P(, KB)] contiguous; one row's entries are contiguous).
+void poison_scale_padding(Context& ctx, const DevTensor& t, const PermutedRows& pr) {
+  if (pr.rows == 0 || t.numel() == 0) return;
+  const int64_t row_bytes = t.numel() / pr.rows * static_cast<int64_t>(dtype_size(t.dtype));
+  poison_rows(t.data, pr.rows, row_bytes, device_mask(ctx, pr.valid), ctx.stream());
+}
+
+// MoEGroupedGemmFP8Fwd in the case's layout, scale mode (moekit/gemm.h Fp8Scales), activation
+// and output: e4m3 codes ~ N(0, 1); a's scales uniform in [0.5, 1.5] (NaN outside the experts'
+// rows), b's in [0.5, 1.5] / sqrt(Kd); an e4m3 c's scale maps the outputs (O(1), O(a few)
+// with silu_and_mul) into e4m3's range.
 void run_grouped_gemm_fp8(Context& ctx, const SweepCase& c, Outcome& o) {
   const PermutedRows pr = permuted_rows_of(c);
-  const int64_t KB = (c.H + 127) / 128, NB = (c.N + 127) / 128;
-  const DevTensor a = ctx.tensor(DType::kFP8E4M3, {c.E, c.max_m, c.H});
+  const int64_t KB = (c.H + 127) / 128, b_rows = c.silu ? 2 * c.N : c.N;
+  const auto rows_shape = [&](std::vector<int64_t> last) {
+    std::vector<int64_t> sh =
+        c.masked ? std::vector<int64_t>{c.E, c.max_m} : std::vector<int64_t>{pr.rows};
+    sh.insert(sh.end(), last.begin(), last.end());
+    return sh;
+  };
+  const DevTensor a = ctx.tensor(DType::kFP8E4M3, rows_shape({c.H}));
   fill_normal(a.data, a.dtype, a.numel(), input_seed(c, 0), 1.0f, ctx.stream());
   poison_padding(ctx, a, pr);
-  const DevTensor a_scale = ctx.tensor(DType::kF32, {c.E, c.max_m, KB});
+  std::vector<int64_t> as_shape = {1}, bs_shape = {c.E};
+  if (c.fp8_scales == Fp8Scales::kBlock) {
+    as_shape = rows_shape({KB});
+    bs_shape = {c.E, (b_rows + 127) / 128, KB};
+  } else if (c.fp8_scales == Fp8Scales::kPerChannel) {
+    as_shape = rows_shape({});
+    bs_shape = {c.E, b_rows};
+  }
+  const DevTensor a_scale = ctx.tensor(DType::kF32, as_shape);
   fill_uniform(static_cast<float*>(a_scale.data), a_scale.numel(), input_seed(c, 2), 0.5f, 1.5f,
                ctx.stream());
-  poison_padding(ctx, a_scale, pr);
-  const DevTensor b = ctx.tensor(DType::kFP8E4M3, {c.E, c.N, c.H});
+  if (c.fp8_scales != Fp8Scales::kPerTensor) poison_scale_padding(ctx, a_scale, pr);
+  const DevTensor b = ctx.tensor(DType::kFP8E4M3, {c.E, b_rows, c.H});
   fill_normal(b.data, b.dtype, b.numel(), input_seed(c, 1), 1.0f, ctx.stream());
-  const DevTensor b_scale = ctx.tensor(DType::kF32, {c.E, NB, KB});
+  const DevTensor b_scale = ctx.tensor(DType::kF32, bs_shape);
   const float s = 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(c.H, 1)));
   fill_uniform(static_cast<float*>(b_scale.data), b_scale.numel(), input_seed(c, 3), 0.5f * s,
                1.5f * s, ctx.stream());
   const DevTensor meta = ctx.upload(DType::kI32, {c.E}, pr.metadata.data());
-  const DevTensor out = ctx.tensor(DType::kBF16, {c.E, c.max_m, c.N});
+  const DevTensor out = ctx.tensor(c.out, rows_shape({c.N}));
+  const float c_scale_h = c.silu ? 1.0f / 16 : 1.0f / 64;
+  const DevTensor c_scale =
+      c.out == DType::kFP8E4M3 ? ctx.upload(DType::kF32, {1}, &c_scale_h) : DevTensor{};
   GroupedGemmFP8Args args;
   args.a = a.view();
   args.a_scale = a_scale.view();
   args.b = b.view();
   args.b_scale = b_scale.view();
   args.layout_metadata = meta.view();
+  args.layout =
+      c.masked ? PermutedLayout::masked(c.max_m) : PermutedLayout::contiguous(c.alignment);
+  args.scales = c.fp8_scales;
+  args.activation = c.silu ? Activation::kSiluAndMul : Activation::kNone;
   args.c = out.view();
+  args.c_scale = c_scale.view();
   GemmPlan plan;
   if (c.knobs.fp8_plan >= 0) {
     args.plan = forced_plan(c.knobs.fp8_plan, grouped_gemm_fp8_plan_candidates(args), &plan);
@@ -133,6 +167,7 @@ void run_grouped_gemm_fp8(Context& ctx, const SweepCase& c, Outcome& o) {
         r.b = m.in(args.b);
         r.b_scale = m.in(args.b_scale);
         r.layout_metadata = m.in(args.layout_metadata);
+        r.c_scale = m.in(args.c_scale);
         HostTensor* ref = nullptr;
         r.c = m.out(args.c, &ref);
         reference::moe_grouped_gemm_fp8(r);
@@ -152,9 +187,7 @@ void run_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
   const DevTensor x = ctx.tensor(c.dtype, {P, c.H});
   fill_normal(x.data, c.dtype, x.numel(), input_seed(c, 0), 1.0f, ctx.stream());
   poison_padding(ctx, x, pr);
-  const DevTensor wgu =
-      weights(ctx, c.dtype, {c.E, gate_up_rows(c, c.N), c.H}, c.H, input_seed(c, 1));
-  const DevTensor wd = weights(ctx, c.dtype, {c.E, c.H, c.N}, c.N, input_seed(c, 2));
+  const MlpWeights w = mlp_weights(ctx, c, c.quant, c.E, c.N, 1);
   const MlpBiases bias = mlp_biases(ctx, c, c.E, c.N, c.gate_up_bias, c.down_bias, 12);
   const DevTensor meta = ctx.upload(DType::kI32, {c.E}, pr.metadata.data());
   const DevTensor out = ctx.tensor(c.dtype, {P, c.H});
@@ -162,8 +195,9 @@ void run_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
   args.expert_input = x.view();
   args.layout_metadata = meta.view();
   args.layout = PermutedLayout::contiguous(c.alignment);
-  args.w_gate_up = wgu.view();
-  args.w_down = wd.view();
+  args.w_gate_up = w.gate_up.view();
+  args.w_down = w.down.view();
+  args.quant = w.quant;
   args.expert_output = out.view();
   args.activation = c.act;
   args.gate_up_bias = bias.gate_up.view();
@@ -173,28 +207,34 @@ void run_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
   if (c.knobs.mlp_plan >= 0) {
     args.plan = forced_plan(c.knobs.mlp_plan, expert_mlp_plan_candidates(args), &plan);
   }
+  // FP8 weights run the FP8 GEMMs, quantizing the activations (path_taken plans bf16 only).
+  const reference::Fp8Activations acts = reference_acts(c.quant, true);
+  if (c.quant != QuantScheme::kNone && pr.rows > 0)
+    o.path = to_string(args.plan ? plan : plan_expert_mlp(args));
+  const bool all_rows = reference_needs_all_rows(c, c.quant, acts);
   run_twice(ctx, {{&out}, args.workspace, [&](cudaStream_t s) { moe_expert_mlp(args, s); }}, o);
   scan_output(ctx, o, "expert_output", out, &pr.valid);
   check_reference(
-      ctx, o, c, out, pr, c.dtype,
+      ctx, o, c, out, pr, c.quant != QuantScheme::kNone ? DType::kFP8E4M3 : c.dtype,
       [&](HostMirror& m) {
         ExpertMLPArgs r = args;
         r.expert_input = m.in(args.expert_input);
         r.layout_metadata = m.in(args.layout_metadata);
         r.w_gate_up = m.in(args.w_gate_up);
         r.w_down = m.in(args.w_down);
+        r.quant = mirror_quant(m, args.quant);
         r.gate_up_bias = m.in(args.gate_up_bias);
         r.down_bias = m.in(args.down_bias);
         HostTensor* ref = nullptr;
         r.expert_output = m.out(args.expert_output, &ref);
-        reference::moe_expert_mlp(r);
+        reference::moe_expert_mlp(r, acts);
         return *ref;
       },
       [&](const DevTensor& ref, const uint8_t* mask) {
         ExpertMLPArgs r = args;
         r.expert_output = ref.view();
         r.workspace = ctx.workspace(gpu_reference::expert_mlp_scratch_bytes(r));
-        gpu_reference::moe_expert_mlp(r, ctx.stream(), mask);
+        gpu_reference::moe_expert_mlp(r, ctx.stream(), all_rows ? nullptr : mask, acts);
       });
 }
 

@@ -21,7 +21,8 @@ bool sorted_path(const Outcome& o) {
 }
 
 struct Experts {
-  DevTensor hidden, w_gate_up, w_down;
+  DevTensor hidden;
+  MlpWeights w;  // w_gate_up, w_down and (FP8 weights) their scales
   MlpBiases bias;
 };
 
@@ -31,30 +32,46 @@ Experts expert_inputs(Context& ctx, const SweepCase& c) {
   Experts x;
   x.hidden = ctx.tensor(c.dtype, {c.T, c.H});
   fill_normal(x.hidden.data, c.dtype, x.hidden.numel(), input_seed(c, 0), 1.0f, ctx.stream());
-  x.w_gate_up = weights(ctx, c.dtype, {c.E, gate_up_rows(c, c.N), c.H}, c.H, input_seed(c, 1));
-  x.w_down = weights(ctx, c.dtype, {c.E, c.H, c.N}, c.N, input_seed(c, 2));
+  x.w = mlp_weights(ctx, c, c.quant, c.E, c.N, 1);
   x.bias = mlp_biases(ctx, c, c.E, c.N, c.gate_up_bias, c.down_bias, 12);
   return x;
 }
 
+// How the reference is held: the tolerance's dtype (fp8 where a path quantized activations)
+// and whether it computes every row (a dynamic fp8_per_tensor scale spans them all).
+struct RefCheck {
+  DType tol;
+  bool all_rows = false;
+};
+RefCheck ref_check(const SweepCase& c, reference::Fp8Activations acts,
+                   reference::Fp8Activations shared_acts = reference::Fp8Activations::kAsGiven) {
+  RefCheck r{c.dtype};
+  const bool quantized = acts == reference::Fp8Activations::kQuantized ||
+                         shared_acts == reference::Fp8Activations::kQuantized;
+  if (quantized) r.tol = DType::kFP8E4M3;
+  r.all_rows = reference_needs_all_rows(c, c.quant, acts) ||
+               reference_needs_all_rows(c, c.shared_quant, shared_acts);
+  return r;
+}
+
 // Compares sampled tokens of `out` with the CPU f64 reference (small cases) or the f32 GPU
-// reference over a device token mask.
+// reference over a device token mask (every token with rc.all_rows).
 template <class Cpu, class Gpu>
 void check_tokens(Context& ctx, Outcome& o, const SweepCase& c, const DevTensor& out,
-                  const std::vector<int64_t>& tokens, Cpu&& cpu, Gpu&& gpu) {
+                  const std::vector<int64_t>& tokens, const RefCheck& rc, Cpu&& cpu, Gpu&& gpu) {
   if (cpu_reference_fits(c)) {
     HostMirror m(ctx);
     const HostTensor ref = cpu(m);
     o.reference = "cpu-f64";
-    compare_rows(o, "output", gather(ctx, out, tokens), gather(ref, tokens), c.dtype);
+    compare_rows(o, "output", gather(ctx, out, tokens), gather(ref, tokens), rc.tol);
     return;
   }
   const DevTensor ref = ctx.tensor(out.dtype, out.shape);
   cuda_ok(cudaMemsetAsync(ref.data, 0xFF, ref.bytes(), ctx.stream()), "poison");
-  gpu(ref, device_mask(ctx, row_mask(c.T, tokens)));
-  o.reference =
-      "gpu-f32, " + std::to_string(tokens.size()) + " of " + std::to_string(c.T) + " rows";
-  compare_rows(o, "output", gather(ctx, out, tokens), gather(ctx, ref, tokens), c.dtype);
+  gpu(ref, rc.all_rows ? nullptr : device_mask(ctx, row_mask(c.T, tokens)));
+  o.reference = "gpu-f32, " + std::to_string(tokens.size()) + " of " + std::to_string(c.T) +
+                " rows" + (rc.all_rows ? " (all computed)" : "");
+  compare_rows(o, "output", gather(ctx, out, tokens), gather(ctx, ref, tokens), rc.tol);
 }
 
 void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
@@ -73,8 +90,9 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
   const bool indexed = c.op == Op::kIndexedExpertMlp;
   FusedMoEExpertsArgs args;
   args.hidden_states = x.hidden.view();
-  args.w_gate_up = x.w_gate_up.view();
-  args.w_down = x.w_down.view();
+  args.w_gate_up = x.w.gate_up.view();
+  args.w_down = x.w.down.view();
+  args.quant = x.w.quant;
   args.topk_weights = w.view();
   args.topk_ids = ids.view();
   args.output = out.view();
@@ -90,7 +108,10 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
                                 : fused_moe_experts_plan_candidates(args),
                         &forced))
     args.plan = &forced;
-  o.path = c.T == 0 ? "none" : to_string(args.plan ? forced : planned);
+  const LayerPlan& run_plan = args.plan ? forced : planned;
+  o.path = c.T == 0 ? "none" : to_string(run_plan);
+  const reference::Fp8Activations acts =
+      reference_acts(c.quant, run_plan.routed == RoutedPath::kSorted);
   args.workspace = ctx.workspace(indexed ? indexed_expert_mlp_workspace_size(args)
                                          : fused_moe_experts_workspace_size(args));
   run_twice(
@@ -101,12 +122,13 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
       o);
   scan_output(ctx, o, "output", out, nullptr);
   check_tokens(
-      ctx, o, c, out, sample_range(c.T, kCheckRows),
+      ctx, o, c, out, sample_range(c.T, kCheckRows), ref_check(c, acts),
       [&](HostMirror& m) {
         FusedMoEExpertsArgs r = args;
         r.hidden_states = m.in(args.hidden_states);
         r.w_gate_up = m.in(args.w_gate_up);
         r.w_down = m.in(args.w_down);
+        r.quant = mirror_quant(m, args.quant);
         r.topk_weights = m.in(args.topk_weights);
         r.topk_ids = m.in(args.topk_ids);
         r.expert_map = m.in(args.expert_map);
@@ -114,14 +136,14 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
         r.down_bias = m.in(args.down_bias);
         HostTensor* ref = nullptr;
         r.output = m.out(args.output, &ref);
-        reference::fused_moe_experts(r);
+        reference::fused_moe_experts(r, acts);
         return *ref;
       },
       [&](const DevTensor& ref, const uint8_t* mask) {
         FusedMoEExpertsArgs r = args;
         r.output = ref.view();
         r.workspace = ctx.workspace(gpu_reference::fused_moe_experts_scratch_bytes(r));
-        gpu_reference::fused_moe_experts(r, ctx.stream(), mask, sorted_path(o));
+        gpu_reference::fused_moe_experts(r, ctx.stream(), mask, sorted_path(o), acts);
       });
 }
 
@@ -150,11 +172,10 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
   fill_logits(ctx, c, gating);
   const DevTensor bias = correction_bias(ctx, c);
   const bool shared = c.op == Op::kFusedMoeSharedExpert && c.S > 0;
-  DevTensor sgu, sd;
+  MlpWeights sw;
   MlpBiases sb;
   if (shared) {
-    sgu = weights(ctx, c.dtype, {gate_up_rows(c, c.S), c.H}, c.H, input_seed(c, 4));
-    sd = weights(ctx, c.dtype, {c.H, c.S}, c.S, input_seed(c, 5));
+    sw = mlp_weights(ctx, c, c.shared_quant, 0, c.S, 4);
     sb = mlp_biases(ctx, c, 0, c.S, c.shared_gate_up_bias, c.shared_down_bias, 14);
   }
   const DevTensor out = ctx.tensor(c.dtype, {c.T, c.H});
@@ -164,15 +185,17 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
   m.gating_output = gating.view();
   m.correction_bias = bias.view();
   m.params = topk_params(c);
-  m.w_gate_up = x.w_gate_up.view();
-  m.w_down = x.w_down.view();
+  m.w_gate_up = x.w.gate_up.view();
+  m.w_down = x.w.down.view();
+  m.quant = x.w.quant;
   m.output = out.view();
   m.apply_router_weight_on_input = c.on_input;
   m.activation = c.act;
   m.gate_up_bias = x.bias.gate_up.view();
   m.down_bias = x.bias.down.view();
-  args.shared_w_gate_up = sgu.view();
-  args.shared_w_down = sd.view();
+  args.shared_w_gate_up = sw.gate_up.view();
+  args.shared_w_down = sw.down.view();
+  args.shared_quant = sw.quant;
   args.shared_gate_up_bias = sb.gate_up.view();
   args.shared_down_bias = sb.down.view();
   const bool layer = c.op == Op::kFusedMoe;
@@ -183,7 +206,12 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
           layer ? fused_moe_plan_candidates(m) : fused_moe_shared_expert_plan_candidates(args),
           &forced))
     m.plan = &forced;
-  o.path = c.T == 0 ? "none" : to_string(m.plan ? forced : planned);
+  const LayerPlan& run_plan = m.plan ? forced : planned;
+  o.path = c.T == 0 ? "none" : to_string(run_plan);
+  const reference::Fp8Activations acts =
+      reference_acts(c.quant, run_plan.routed == RoutedPath::kSorted);
+  const reference::Fp8Activations shared_acts = reference_acts(
+      c.shared_quant, run_plan.has_shared && run_plan.shared.path == MlpPath::kTwoGemms);
   m.workspace = ctx.workspace(layer ? fused_moe_workspace_size(m)
                                     : fused_moe_shared_expert_workspace_size(args));
   run_twice(ctx,
@@ -193,7 +221,7 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
             o);
   scan_output(ctx, o, "output", out, nullptr);
   check_tokens(
-      ctx, o, c, out, unambiguous_tokens(ctx, c, gating, bias, o),
+      ctx, o, c, out, unambiguous_tokens(ctx, c, gating, bias, o), ref_check(c, acts, shared_acts),
       [&](HostMirror& h) {
         FusedMoESharedExpertArgs r = args;
         r.moe.hidden_states = h.in(m.hidden_states);
@@ -203,13 +231,16 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
         r.moe.w_down = h.in(m.w_down);
         r.shared_w_gate_up = h.in(args.shared_w_gate_up);
         r.shared_w_down = h.in(args.shared_w_down);
+        r.moe.quant = mirror_quant(h, m.quant);
+        r.shared_quant = mirror_quant(h, args.shared_quant);
         r.moe.gate_up_bias = h.in(m.gate_up_bias);
         r.moe.down_bias = h.in(m.down_bias);
         r.shared_gate_up_bias = h.in(args.shared_gate_up_bias);
         r.shared_down_bias = h.in(args.shared_down_bias);
         HostTensor* ref = nullptr;
         r.moe.output = h.out(m.output, &ref);
-        shared ? reference::fused_moe_shared_expert(r) : reference::fused_moe(r.moe);
+        shared ? reference::fused_moe_shared_expert(r, acts, shared_acts)
+               : reference::fused_moe(r.moe, acts);
         return *ref;
       },
       [&](const DevTensor& ref, const uint8_t* mask) {
@@ -217,10 +248,11 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
         r.moe.output = ref.view();
         if (shared) {
           r.moe.workspace = ctx.workspace(gpu_reference::fused_moe_shared_expert_scratch_bytes(r));
-          gpu_reference::fused_moe_shared_expert(r, ctx.stream(), mask, sorted_path(o));
+          gpu_reference::fused_moe_shared_expert(r, ctx.stream(), mask, sorted_path(o), acts,
+                                                 shared_acts);
         } else {
           r.moe.workspace = ctx.workspace(gpu_reference::fused_moe_scratch_bytes(r.moe));
-          gpu_reference::fused_moe(r.moe, ctx.stream(), mask, sorted_path(o));
+          gpu_reference::fused_moe(r.moe, ctx.stream(), mask, sorted_path(o), acts);
         }
       });
 }
@@ -228,14 +260,14 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
 void run_shared_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
   const DevTensor hidden = ctx.tensor(c.dtype, {c.T, c.H});
   fill_normal(hidden.data, c.dtype, hidden.numel(), input_seed(c, 0), 1.0f, ctx.stream());
-  const DevTensor wgu = weights(ctx, c.dtype, {gate_up_rows(c, c.N), c.H}, c.H, input_seed(c, 1));
-  const DevTensor wd = weights(ctx, c.dtype, {c.H, c.N}, c.N, input_seed(c, 2));
+  const MlpWeights w = mlp_weights(ctx, c, c.quant, 0, c.N, 1);
   const MlpBiases bias = mlp_biases(ctx, c, 0, c.N, c.gate_up_bias, c.down_bias, 12);
   const DevTensor out = ctx.tensor(c.dtype, {c.T, c.H});
   SharedExpertMLPArgs args;
   args.hidden_states = hidden.view();
-  args.w_gate_up = wgu.view();
-  args.w_down = wd.view();
+  args.w_gate_up = w.gate_up.view();
+  args.w_down = w.down.view();
+  args.quant = w.quant;
   args.output = out.view();
   args.activation = c.act;
   args.gate_up_bias = bias.gate_up.view();
@@ -244,29 +276,33 @@ void run_shared_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
   MlpPlan forced;
   if (forced_dense_plan(c.knobs, planned, shared_expert_mlp_plan_candidates(args), &forced))
     args.plan = &forced;
-  o.path = c.T == 0 ? "none" : to_string(args.plan ? forced : planned);
+  const MlpPlan& run_plan = args.plan ? forced : planned;
+  o.path = c.T == 0 ? "none" : to_string(run_plan);
+  const reference::Fp8Activations acts =
+      reference_acts(c.quant, run_plan.path == MlpPath::kTwoGemms);
   args.workspace = ctx.workspace(shared_expert_mlp_workspace_size(args));
   run_twice(ctx, {{&out}, args.workspace, [&](cudaStream_t s) { shared_expert_mlp(args, s); }}, o);
   scan_output(ctx, o, "output", out, nullptr);
   check_tokens(
-      ctx, o, c, out, sample_range(c.T, kCheckRows),
+      ctx, o, c, out, sample_range(c.T, kCheckRows), ref_check(c, acts),
       [&](HostMirror& m) {
         SharedExpertMLPArgs r = args;
         r.hidden_states = m.in(args.hidden_states);
         r.w_gate_up = m.in(args.w_gate_up);
         r.w_down = m.in(args.w_down);
+        r.quant = mirror_quant(m, args.quant);
         r.gate_up_bias = m.in(args.gate_up_bias);
         r.down_bias = m.in(args.down_bias);
         HostTensor* ref = nullptr;
         r.output = m.out(args.output, &ref);
-        reference::shared_expert_mlp(r);
+        reference::shared_expert_mlp(r, acts);
         return *ref;
       },
       [&](const DevTensor& ref, const uint8_t* mask) {
         SharedExpertMLPArgs r = args;
         r.output = ref.view();
         r.workspace = ctx.workspace(gpu_reference::shared_expert_mlp_scratch_bytes(r));
-        gpu_reference::shared_expert_mlp(r, ctx.stream(), mask);
+        gpu_reference::shared_expert_mlp(r, ctx.stream(), mask, acts);
       });
 }
 

@@ -112,10 +112,17 @@ std::string path_taken(const SweepCase& c) {
     case Op::kGroupedGemmFp8: {
       detail::GroupedGemmFP8Problem p;
       p.num_groups = static_cast<int>(c.E);
-      p.max_m = c.max_m;
+      p.contiguous = !c.masked;
+      p.alignment = c.masked ? 1 : c.alignment;
+      p.max_m = c.masked ? c.max_m : 0;
+      p.m = c.masked ? 0 : c.T + c.E * (c.alignment - 1) + c.tail;
       p.n = c.N;
       p.k = c.H;
-      if (p.max_m <= 0) return "no launch";
+      p.scales = c.fp8_scales;
+      p.activation = c.silu ? Activation::kSiluAndMul : Activation::kNone;
+      static float c_scale;  // an e4m3 c's scale (stand-in)
+      p.c_scale = c.out == DType::kFP8E4M3 ? &c_scale : nullptr;
+      if ((c.masked ? p.max_m : p.m) <= 0 || p.n == 0 || p.num_groups == 0) return "no launch";
       const detail::GemmDevice device = detail::current_gemm_device();
       GemmPlan storage;
       const GemmPlan* forced =
@@ -124,6 +131,7 @@ std::string path_taken(const SweepCase& c) {
     }
     case Op::kExpertMlp: {
       if (c.T == 0 && c.tail == 0 && c.alignment == 1) return "no launch";
+      if (c.quant != QuantScheme::kNone) return "";  // the runner asks the FP8 planner
       const int64_t P = c.T + c.E * (c.alignment - 1) + c.tail;
       return expert_plan(expert_gemms(c, P, c.alignment, false), c.knobs.mlp_plan);
     }

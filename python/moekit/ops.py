@@ -369,10 +369,12 @@ def _grouped_gemm_rule(ctx, a, b, masked, activation, out_dtype):
     return a.new_empty(*shape, dtype=out_dtype if out_dtype is not None else a.dtype)
 
 
-def _grouped_gemm_fp8_rule(ctx, a, b):
-    E, M, _ = _dims(a, 3)
-    _, N, _ = _dims(b, 3)
-    return a.new_empty(E, M, N, dtype=_bf16)
+def _grouped_gemm_fp8_rule(ctx, a, b, masked, activation, c_scale):
+    _, Nb, _ = _dims(b, 3)
+    N = Nb // 2 if activation == "silu_and_mul" else Nb
+    shape = tuple(_dims(a, 3)[:2]) + (N,) if masked else (_dims(a, 2)[0], N)
+    # An e4m3 c with its scale, else bf16.
+    return a.new_empty(*shape, dtype=_bf16 if c_scale is None else torch.float8_e4m3fn)
 
 
 # ---------------------------------------------------------------- the op table
@@ -538,19 +540,36 @@ _OPS = [
         """,
         derived={"max_m": "a.shape[1] if masked and a.dim() == 3 else 0"}),
     _Op("moe_grouped_gemm_fp8",
-        "Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor layout_metadata", ("c",),
-        _grouped_gemm_fp8_rule,
-        """MoEGroupedGemmFP8Fwd: DeepGEMM-style masked grouped GEMM, FP8 block scales.
+        "Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor layout_metadata, "
+        'bool masked=True, int alignment=1, str scales="block", str activation="none", '
+        "Tensor? c_scale=None", ("c",), _grouped_gemm_fp8_rule,
+        """MoEGroupedGemmFP8Fwd: e4m3 x e4m3 grouped GEMM with f32 scales (docs/gemm.md).
 
         Args:
-            a: [E, max_m, Kd] float8_e4m3fn.
-            a_scale: [E, max_m, ceil(Kd/128)] f32 (per token, per 128 columns).
-            b: [E, N, Kd] float8_e4m3fn.
-            b_scale: [E, ceil(N/128), ceil(Kd/128)] f32 (per 128x128 block).
-            layout_metadata: [E] i32 masked row counts (<= max_m).
+            a: masked layout (the default, DeepGEMM-style): [E, max_m, Kd]
+                float8_e4m3fn; contiguous layout: [P, Kd] with expert e's rows in
+                [align_up(end_{e-1}, alignment), end_e). Kd % 16 == 0.
+            a_scale: f32 per `scales`, over a's rows R.. ([E, max_m] masked, [P]
+                contiguous): "block" [R.., ceil(Kd/128)] (per row, per 128 columns);
+                "per_channel" [R..] (per row); "per_tensor" [1].
+            b: [E, N, Kd] float8_e4m3fn ([E, 2N, Kd], gate rows then up rows, with
+                silu_and_mul).
+            b_scale: f32 per `scales`, Bn = b's rows per expert: "block"
+                [E, ceil(Bn/128), ceil(Kd/128)] (per 128x128 block); "per_channel" [E, Bn];
+                "per_tensor" [E].
+            layout_metadata: [E] i32: masked row counts (<= max_m), or contiguous
+                inclusive end rows.
+            masked: the masked layout (True) or the contiguous one.
+            alignment: the contiguous layout's block alignment.
+            scales: "block", "per_channel" or "per_tensor".
+            activation: "none" or "silu_and_mul" (c = silu(gate) * up, each scaled
+                first; with "block" scales N % 64 == 0).
+            c_scale: optional [1] f32: c is float8_e4m3fn, e4m3(value / c_scale[0])
+                (rounded to nearest even, saturated at +-448); without it c is bf16.
 
         Returns:
-            c: [E, max_m, N] bf16; rows at or past each count are left uninitialized.
+            c: [E, max_m, N] (masked) or [P, N] (contiguous), bf16 (float8_e4m3fn with
+            c_scale). Rows outside every expert's block are left uninitialized.
         """),
     _Op("moe_expert_mlp",
         "Tensor expert_input, Tensor layout_metadata, Tensor w_gate_up, Tensor w_down, "

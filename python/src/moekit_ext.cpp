@@ -511,6 +511,13 @@ Activation parse_mlp_activation(const char* s, const char* op) {
        std::string("'") + s + "'");
 }
 
+Fp8Scales parse_fp8_scales(const char* s, const char* op) {
+  if (std::strcmp(s, "block") == 0) return Fp8Scales::kBlock;
+  if (std::strcmp(s, "per_channel") == 0) return Fp8Scales::kPerChannel;
+  if (std::strcmp(s, "per_tensor") == 0) return Fp8Scales::kPerTensor;
+  fail(op, "scales", "'block', 'per_channel' or 'per_tensor'", std::string("'") + s + "'");
+}
+
 QuantScheme parse_quant(const char* s, const char* op, const char* arg) {
   QuantScheme q = QuantScheme::kNone;
   if (parse_quant_scheme(s, &q)) return q;
@@ -571,6 +578,17 @@ template <class Store>
 struct KeywordSchemeField : ScalarField<const char*, Store> {
   auto arg(bool /*with_default*/) const { return nb::arg(this->name) = "none"; }
 };
+// A scalar keyword with its default (a layout, scale mode or activation name).
+template <class T, class Store>
+struct KeywordScalarField : ScalarField<T, Store> {
+  nb::arg_v arg(bool /*with_default*/) const {
+    return nb::arg_v(nb::arg(this->name), nb::cast(*this->dflt));
+  }
+};
+template <class T, class Store>
+KeywordScalarField<T, Store> keyword_scalar(const char* name, Store store, T dflt) {
+  return {{name, store, dflt}};
+}
 template <class At>
 KeywordTensorField<At> keyword_tensor(const char* name, At at) {
   return {{name, at}};
@@ -797,9 +815,36 @@ const auto kOps = std::make_tuple(
     op("moe_grouped_gemm_fp8", &moe_grouped_gemm_fp8,
        fields(MK_TENSOR(a), MK_TENSOR(a_scale), MK_TENSOR(b), MK_TENSOR(b_scale),
               MK_TENSOR(layout_metadata), MK_TENSOR(c)),
-       "MoEGroupedGemmFP8Fwd: a [E, max_m, Kd] fp8e4m3, a_scale [E, max_m, Kd/128] f32, b "
-       "[E, N, Kd] fp8e4m3, b_scale [E, N/128, Kd/128] f32, layout_metadata [E] i32 -> c "
-       "[E, max_m, N] bf16."),
+       "MoEGroupedGemmFP8Fwd: masked a [E, max_m, Kd] / contiguous a [P, Kd] fp8e4m3, b "
+       "[E, N, Kd] ([E, 2N, Kd] with activation='silu_and_mul') fp8e4m3, a_scale / b_scale "
+       "f32 per `scales` (block: [.., Kd/128] / [E, N/128, Kd/128]; per_channel: [..] / "
+       "[E, N]; per_tensor: [1] / [E]), layout_metadata [E] i32 -> c [E, max_m, N] / [P, N] "
+       "bf16, or fp8e4m3 with c_scale [1] f32. Keywords: masked (default True), alignment "
+       "(contiguous), scales, activation, c_scale.")
+        .with_keywords(
+            keyword_scalar<bool>("masked",
+                                 [](auto& g, bool v, const char*) {
+                                   g.layout = v ? PermutedLayout::masked(0) : PermutedLayout{};
+                                 },
+                                 true),
+            keyword_scalar<int>("alignment",
+                                [](auto& g, int v, const char*) {
+                                  if (g.layout.kind == PermutedLayout::Kind::kContiguous) {
+                                    g.layout.alignment = v;
+                                  }
+                                },
+                                1),
+            keyword_scalar<const char*>("scales",
+                                        [](auto& g, const char* s, const char* op) {
+                                          g.scales = parse_fp8_scales(s, op);
+                                        },
+                                        "block"),
+            keyword_scalar<const char*>("activation",
+                                        [](auto& g, const char* s, const char* op) {
+                                          g.activation = parse_activation(s, op);
+                                        },
+                                        "none"),
+            keyword_tensor("c_scale", [](auto& g) -> TensorView& { return g.c_scale; })),
     op("moe_expert_mlp", &moe_expert_mlp,
        std::tuple_cat(
            fields(MK_TENSOR(expert_input), MK_TENSOR(layout_metadata), MK_CONTIGUOUS_LAYOUT,

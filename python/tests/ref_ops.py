@@ -49,8 +49,10 @@ def moe_grouped_gemm(a, b, layout_metadata, masked=False, alignment=1, activatio
                                 out_dtype)[0]  # fmt: skip
 
 
-def moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata):
-    return ref.moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata)[0]
+def moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata, masked=True, alignment=1,
+                         scales="block", activation="none", c_scale=None):  # fmt: skip
+    return ref.moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata, masked, alignment,
+                                    scales, activation, c_scale)[0]  # fmt: skip
 
 
 def moe_expert_mlp(expert_input, layout_metadata, w_gate_up, w_down, alignment=1, *act):

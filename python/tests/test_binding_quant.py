@@ -2,6 +2,8 @@
 arguments every expert-MLP and layer op takes after its others, their defaults, and the C++
 messages of what they refuse. CPU only (validation stops before any launch)."""
 
+import re
+
 import pytest
 
 import moekit
@@ -15,6 +17,9 @@ QUANT = ("weight_quant", "w_gate_up_scale", "w_down_scale", "a_gate_up_scale", "
 # (expert_map, apply_router_weight_on_input) at their defaults.
 ACT = ("silu", None, None)
 ENGINE = (None, False)
+
+
+FP8_GEMM_KEYWORDS = ("masked", "alignment", "scales", "activation", "c_scale")
 
 
 def t(dtype, *shape, ptr=PTR):
@@ -37,8 +42,9 @@ def test_every_expert_op_takes_the_quantization_as_keywords():
                "shared_expert_mlp"):  # fmt: skip
         assert keywords[op] == QUANT, op
     assert keywords["fused_moe_shared_expert"] == QUANT + tuple("shared_" + k for k in QUANT)
-    for op in ("fused_topk", "moe_grouped_gemm", "moe_grouped_gemm_fp8"):
+    for op in ("fused_topk", "moe_grouped_gemm"):
         assert keywords[op] == (), op
+    assert keywords["moe_grouped_gemm_fp8"] == FP8_GEMM_KEYWORDS
 
 
 def test_fp8_workspace_query_and_defaults():
@@ -119,3 +125,67 @@ def test_fp8_takes_the_engine_inputs():
     assert raw.indexed_expert_mlp_workspace_size(*args, **q) > 0
     args1, q1 = experts(engine=(None, True), K=1)
     assert raw.indexed_expert_mlp_workspace_size(*args1, **q1) > 0
+
+
+# ---- moe_grouped_gemm_fp8's layout, scale mode, activation and e4m3 output (keywords)
+
+
+def fp8_gemm(masked=True, scales="block", silu=False, c="bf16", N=128, **kw):
+    """moe_grouped_gemm_fp8's arguments: E = 2, Kd = 256, masked max_m 64 or contiguous
+    P = 100; the scales' shapes of `scales`."""
+    rows = (2, 64) if masked else (100,)
+    Bn = 2 * N if silu else N
+    a_scale = {"block": t("f32", *rows, 2, ptr=2 * PTR), "per_channel": t("f32", *rows, ptr=2 * PTR),
+               "per_tensor": t("f32", 1, ptr=2 * PTR)}[scales]  # fmt: skip
+    b_scale = {"block": t("f32", 2, -(-Bn // 128), 2, ptr=3 * PTR),
+               "per_channel": t("f32", 2, Bn, ptr=3 * PTR),
+               "per_tensor": t("f32", 2, ptr=3 * PTR)}[scales]  # fmt: skip
+    args = (t("fp8e4m3", *rows, 256, ptr=4 * PTR), a_scale, t("fp8e4m3", 2, Bn, 256, ptr=5 * PTR),
+            b_scale, t("i32", 2, ptr=6 * PTR), t(c, *rows, N, ptr=7 * PTR))  # fmt: skip
+    k = dict(masked=masked, scales=scales, activation="silu_and_mul" if silu else "none")
+    if c == "fp8e4m3":
+        k["c_scale"] = t("f32", 1, ptr=8 * PTR)
+    k.update(kw)
+    return args, k
+
+
+@pytest.mark.skipif(raw.device_count() > 0, reason="a CUDA device is present (would launch)")
+@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("scales", ["block", "per_channel", "per_tensor"])
+@pytest.mark.parametrize("silu", [False, True])
+@pytest.mark.parametrize("c", ["bf16", "fp8e4m3"])
+def test_fp8_gemm_modes_pass_validation(masked, scales, silu, c):
+    """Every layout, scale mode, activation and output passes the C++ checks: the call
+    fails only at the launch (no GPU here)."""
+    args, k = fp8_gemm(masked, scales, silu, c, alignment=1 if masked else 4)
+    with pytest.raises(moekit.MoekitError, match="moekit::moe_grouped_gemm_fp8: argument "
+                       "'stream': expected a CUDA device to launch on"):  # fmt: skip
+        raw.moe_grouped_gemm_fp8(*args, **k)
+
+
+@pytest.mark.parametrize("case", [
+    (dict(scales="row"), "scales", "'block', 'per_channel' or 'per_tensor', got 'row'"),
+    (dict(activation="silu"), "activation", "'none' or 'silu_and_mul', got 'silu'"),
+    (dict(c_scale=None, c="fp8e4m3"), "c_scale", ""),
+    (dict(c_scale=t("f32", 1, ptr=8 * PTR)), "c_scale", "undefined with a bf16 c"),
+    (dict(silu=True, N=96), "b", "N a multiple of 64 (silu_and_mul with block scales)"),
+    (dict(masked=False, scales="per_channel", a_scale=t("f32", 100, 2)), "a_scale", ""),
+    (dict(scales="per_tensor", b_scale=t("f32", 2, 128)), "b_scale", ""),
+], ids=["scales", "activation", "no c_scale", "c_scale with bf16", "silu block N",
+        "per-channel a_scale", "per-tensor b_scale"])  # fmt: skip
+def test_fp8_gemm_keywords_are_checked(case):
+    kw, arg, text = case
+    kw = dict(kw)
+    shape_kw = {k: kw.pop(k) for k in ("masked", "silu", "c", "N") if k in kw}
+    if kw.get("scales") in ("block", "per_channel", "per_tensor"):  # else: the keyword only
+        shape_kw["scales"] = kw.pop("scales")
+    args, k = fp8_gemm(**shape_kw)
+    args = list(args)
+    for i, name in ((1, "a_scale"), (3, "b_scale")):
+        if name in kw:
+            args[i] = kw.pop(name)
+    k.update(kw)
+    if "c_scale" in kw and kw["c_scale"] is None:
+        k.pop("c_scale")
+    with pytest.raises(moekit.MoekitError, match=f"argument '{arg}': expected .*{re.escape(text)}"):
+        raw.moe_grouped_gemm_fp8(*args, **k)

@@ -282,6 +282,50 @@ def test_moe_grouped_gemm_fp8(E, M, N, Kd, counts):
     ref.assert_close(c[valid], expected[valid], ACC["fp8"], "moe_grouped_gemm_fp8")
 
 
+@pytest.mark.parametrize("masked", [True, False], ids=["masked", "contiguous"])
+@pytest.mark.parametrize("scales", ["block", "per_channel", "per_tensor"])
+@pytest.mark.parametrize("activation", ["none", "silu_and_mul"])
+@pytest.mark.parametrize("fp8_out", [False, True], ids=["bf16", "e4m3"])
+def test_moe_grouped_gemm_fp8_modes(masked, scales, activation, fp8_out):
+    """Every layout, scale mode, activation and output of moe_grouped_gemm_fp8 against the
+    dequantizing reference (an e4m3 c: one e4m3 rounding of the same value, fp8's limit)."""
+    g = gen(6100 + 7 * masked + len(scales) + len(activation) + fp8_out)
+    fp8 = torch.float8_e4m3fn
+    E, N, Kd, counts = 4, 192, 320, [0, 70, 1, 130]
+    Bn = 2 * N if activation == "silu_and_mul" else N
+    if masked:
+        M = 136
+        rows = (E, M)
+        meta = torch.tensor(counts, dtype=i32, device=DEVICE)
+    else:
+        alignment, ends, end = 16, [], 0
+        for n in counts:
+            end = -(-end // alignment) * alignment + n
+            ends.append(end)
+        rows = (end + 5,)  # rows past the last block too
+        meta = torch.tensor(ends, dtype=i32, device=DEVICE)
+    kb = -(-Kd // 128)
+    a = randn(rows + (Kd,), f32, g).to(fp8)
+    b = randn((E, Bn, Kd), f32, g).to(fp8)
+    a_scale = {"block": lambda: uniform(rows + (kb,), g, 0.25, 1.75),
+               "per_channel": lambda: uniform(rows, g, 0.25, 1.75),
+               "per_tensor": lambda: uniform((1,), g, 0.25, 1.75)}[scales]()  # fmt: skip
+    b_scale = {"block": lambda: uniform((E, -(-Bn // 128), kb), g, 0.25, 1.75),
+               "per_channel": lambda: uniform((E, Bn), g, 0.25, 1.75),
+               "per_tensor": lambda: uniform((E,), g, 0.25, 1.75)}[scales]() / math.sqrt(Kd)
+    c_scale = None
+    if fp8_out:  # outputs O(1) (O(a few) with silu_and_mul) into e4m3's range
+        c_scale = torch.tensor([1 / 16 if activation == "silu_and_mul" else 1 / 64],
+                               device=DEVICE)  # fmt: skip
+    kw = dict(masked=masked, alignment=1 if masked else alignment, scales=scales,
+              activation=activation, c_scale=c_scale)  # fmt: skip
+    c = ops.moe_grouped_gemm_fp8(a, a_scale, b, b_scale, meta, **kw)
+    assert c.shape == rows + (N,) and c.dtype == (fp8 if fp8_out else bf16)
+    expected, valid = ref.moe_grouped_gemm_fp8(a, a_scale, b, b_scale, meta, **kw)
+    ref.assert_close(c[valid].float(), expected[valid].float(), ACC["fp8"],
+                     f"moe_grouped_gemm_fp8 {kw}")  # fmt: skip
+
+
 # ---------------------------------------------------------------- MoEExpertMLPFwd
 
 

@@ -6,7 +6,10 @@ contract and compute it with the f32 references), every NotImplementedError name
 argument, and, with the device checks stubbed, the real C++ op accepts what the adapter
 passes. On an sm_90 GPU: the adapter against a plain torch implementation of vLLM's
 semantics on random shapes (expert_map, apply_router_weight_on_input, int64 ids,
-inplace). Without torch only the import test runs (the module says it needs torch).
+inplace), and with FP8 weights (each of vLLM's FP8 schemes, static activation scales)
+against a torch implementation of vLLM's FP8 semantics (dequantized weights, activations
+quantized as vLLM's fused_experts quantizes them). Without torch only the import test runs
+(the module says it needs torch).
 """
 
 import os
@@ -128,18 +131,135 @@ def _problem(T, E, H, N, K, dtype=None, device="cpu", global_experts=None, seed=
     return x, w1, w2, weights, ids.to(i32).to(device), expert_map
 
 
+# ---------------------------------------------------------------- FP8 (vLLM's and moekit's)
+
+FP8_SCHEMES = ("per_tensor", "per_channel", "block")
+FP8_LIMIT = 3e-2  # SPEC.md's fp8 limit: activations quantized to e4m3
+
+
+def quant_act(a, groups, static=None):
+    """a [R, C] quantized to e4m3 and back, as vLLM's fused_experts quantizes its FP8
+    inputs (and moekit's FP8 GEMM paths, docs/moe.md "Activations"): the scale is the
+    static one, else max(amax, 1e-10) / 448 over the tensor ("tensor"), each row
+    ("token") or each row's 128-column groups ("group"); q = e4m3(x / s), saturated."""
+    a = a.float()
+    if static is not None:
+        s = static.float().reshape(1, 1)
+        g = a.reshape(1, -1)
+    else:
+        g = {"tensor": lambda: a.reshape(1, -1), "token": lambda: a,
+             "group": lambda: a.reshape(-1, 128)}[groups]()  # fmt: skip
+        s = g.abs().amax(dim=1, keepdim=True).clamp(min=1e-10) / 448.0
+    q = (g / s).clamp(-448, 448).to(torch.float8_e4m3fn).float() * s
+    return q.reshape(a.shape)
+
+
+def fp8_weights(E, rows, cols, scheme, gen, device="cpu"):
+    """e4m3 weights [E, rows, cols] (codes ~ N(0, 48^2)), their scales in vLLM's layouts
+    (per tensor [E]; per channel [E, rows, 1]; block [E, ceil(rows/128), ceil(cols/128)])
+    around 1 / (48 sqrt(cols)), and the dequantized f32 weights."""
+    w = (torch.randn(E, rows, cols, generator=gen) * 48).clamp(-448, 448).to(torch.float8_e4m3fn)
+    shape = {"per_tensor": (E,), "per_channel": (E, rows, 1),
+             "block": (E, -(-rows // 128), -(-cols // 128))}[scheme]  # fmt: skip
+    s = (torch.rand(shape, generator=gen) + 0.5) / (48 * cols**0.5)
+    if scheme == "per_tensor":
+        full = s.view(E, 1, 1)
+    elif scheme == "per_channel":
+        full = s
+    else:
+        full = s.repeat_interleave(128, 1)[:, :rows].repeat_interleave(128, 2)[:, :, :cols]
+    return w.to(device), s.to(device), (w.float() * full).to(device)
+
+
+def vllm_dequant(w, s, scheme):
+    """vLLM's FP8 weight in f32 from its layouts (fp8_weights' scales)."""
+    E, rows, cols = w.shape
+    if scheme == "per_tensor":
+        return w.float() * s.float().view(E, 1, 1)
+    if scheme == "per_channel":
+        return w.float() * s.float().view(E, rows, 1)
+    full = s.float().repeat_interleave(128, 1)[:, :rows].repeat_interleave(128, 2)[:, :, :cols]
+    return w.float() * full
+
+
+def vllm_fused_experts_fp8(x, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, scheme,
+                           a1_scale=None, a2_scale=None, expert_map=None,
+                           apply_router_weight_on_input=False):  # fmt: skip
+    """vLLM's fused_experts with use_fp8_w8a8 in f32: x (scaled first when
+    apply_router_weight_on_input) quantized over all T rows (per tensor, a1_scale when
+    given), per token (per_channel_quant) or per token in 128-column groups (block_shape
+    [128, 128]); each local route's silu_and_mul activation rounded to x's dtype, then all
+    of them quantized likewise (a2_scale); both GEMMs on the dequantized weights; the
+    routes weighted (unless on input) and summed."""
+    groups = {"per_tensor": "tensor", "per_channel": "token", "block": "group"}[scheme]
+    d1, d2 = vllm_dequant(w1, w1_scale, scheme), vllm_dequant(w2, w2_scale, scheme)
+    T, H = x.shape
+    N = w1.shape[1] // 2
+    ids = topk_ids.long()
+    local = expert_map.long()[ids] if expert_map is not None else ids
+    if apply_router_weight_on_input:
+        x = x * topk_weights.to(x.dtype)
+    xq = quant_act(x, groups, a1_scale)
+    t, k = torch.nonzero(local >= 0, as_tuple=True)
+    out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
+    if t.numel() == 0:
+        return out.to(x.dtype)
+    e = local[t, k]
+    h = torch.bmm(d1[e], xq[t].unsqueeze(2)).squeeze(2)
+    act = (ref.silu(h[:, :N]) * h[:, N:]).to(x.dtype)
+    aq = quant_act(act, groups, a2_scale)
+    y = torch.bmm(d2[e], aq.unsqueeze(2)).squeeze(2)
+    if not apply_router_weight_on_input:
+        y = y * topk_weights[t, k].float().unsqueeze(1)
+    out.index_add_(0, t, y)
+    return out.to(x.dtype)
+
+
+def moekit_fp8_contract(hidden_states, w_gate_up, w_down, topk_weights, topk_ids, expert_map,
+                        apply_router_weight_on_input, weight_quant, w_gate_up_scale,
+                        w_down_scale, a_gate_up_scale, a_down_scale):  # fmt: skip
+    """moekit's fused_moe_experts with FP8 weights (docs/moe.md "Quantized weights"), from
+    moekit's layouts (per tensor [E], per channel [E, 2F] / [E, H], blocks): checks them
+    and computes the op's result (its FP8 GEMM path quantizes both GEMM inputs)."""
+    E, F2, H = w_gate_up.shape
+    assert w_gate_up.dtype == w_down.dtype == torch.float8_e4m3fn
+    for s in (w_gate_up_scale, w_down_scale, a_gate_up_scale, a_down_scale):
+        assert s is None or (s.dtype == f32 and s.is_contiguous())
+    shapes = {"fp8_per_tensor": ((E,), (E,)), "fp8_per_channel": ((E, F2), (E, H)),
+              "fp8_block128": ((E, -(-F2 // 128), -(-H // 128)),
+                               (E, -(-H // 128), -(-(F2 // 2) // 128)))}[weight_quant]  # fmt: skip
+    assert (tuple(w_gate_up_scale.shape), tuple(w_down_scale.shape)) == shapes
+    statics = (a_gate_up_scale, a_down_scale)
+    assert weight_quant == "fp8_per_tensor" or statics == (None, None)
+    assert all(s is None or tuple(s.shape) == (1,) for s in statics)
+    scheme = {"fp8_per_tensor": "per_tensor", "fp8_per_channel": "per_channel",
+              "fp8_block128": "block"}[weight_quant]  # fmt: skip
+    # moekit's per-channel scales are vLLM's without the trailing 1: the same f32 math.
+    s1 = w_gate_up_scale.view(E, F2, 1) if scheme == "per_channel" else w_gate_up_scale
+    s2 = w_down_scale.view(E, H, 1) if scheme == "per_channel" else w_down_scale
+    x, w, ids = ref.engine_inputs(hidden_states, topk_weights, topk_ids, expert_map,
+                                  apply_router_weight_on_input, E)  # fmt: skip
+    return vllm_fused_experts_fp8(x, w_gate_up, w_down, s1, s2, w, ids, scheme, a_gate_up_scale,
+                                  a_down_scale)  # fmt: skip
+
+
 # ---------------------------------------------------------------- spies (moekit's contract)
 
 
 def _contract_experts(calls):
     def fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
                           activation="silu", gate_up_bias=None, down_bias=None,
-                          expert_map=None, apply_router_weight_on_input=False, *,
+                          expert_map=None, apply_router_weight_on_input=False,
+                          weight_quant="none", w_gate_up_scale=None, w_down_scale=None,
+                          a_gate_up_scale=None, a_down_scale=None, *,
                           out=None):  # fmt: skip
+        quant = dict(weight_quant=weight_quant, w_gate_up_scale=w_gate_up_scale,
+                     w_down_scale=w_down_scale, a_gate_up_scale=a_gate_up_scale,
+                     a_down_scale=a_down_scale)  # fmt: skip
         calls.append(dict(op="fused_moe_experts", x=hidden_states, w1=w_gate_up, w2=w_down,
                           w=topk_weights, ids=topk_ids, map=expert_map,
                           on_input=apply_router_weight_on_input, out=out, activation=activation,
-                          b1=gate_up_bias, b2=down_bias))  # fmt: skip
+                          b1=gate_up_bias, b2=down_bias, **quant))  # fmt: skip
         # What moekit's C++ op checks: its dtypes and layouts.
         assert topk_ids.dtype in (i32, i64) and topk_weights.dtype == f32
         assert topk_ids.shape == topk_weights.shape == (hidden_states.shape[0], topk_ids.shape[1])
@@ -148,6 +268,12 @@ def _contract_experts(calls):
         for t in (hidden_states, w_gate_up, w_down, topk_weights, topk_ids, expert_map):
             assert t is None or t.is_contiguous()
         assert activation in ("silu", "gelu", "gelu_tanh", "relu2", "swigluoai")
+        if weight_quant != "none":
+            assert activation == "silu" and gate_up_bias is None and down_bias is None
+            y = moekit_fp8_contract(hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
+                                    expert_map, apply_router_weight_on_input, **quant)  # fmt: skip
+            return y if out is None else out.copy_(y)
+        assert all(v is None for k, v in quant.items() if k != "weight_quant")
         y = ref.fused_moe_experts(hidden_states, w_gate_up, w_down, topk_weights, topk_ids,
                                   activation, gate_up_bias, down_bias, expert_map,
                                   apply_router_weight_on_input)  # fmt: skip
@@ -321,7 +447,6 @@ _NOT_IMPLEMENTED = [
     ({"activation": "silu_no_mul"}, "activation='silu_no_mul'"),
     ({"activation": "gelu_no_mul"}, "activation='gelu_no_mul'"),
     ({"activation": "gelu_tanh"}, "activation='gelu_tanh'"),
-    ({"use_fp8_w8a8": True}, "use_fp8_w8a8=True"),
     ({"use_int8_w8a8": True}, "use_int8_w8a8=True"),
     ({"use_int8_w8a16": True}, "use_int8_w8a16=True"),
     ({"use_int4_w4a16": True}, "use_int4_w4a16=True"),
@@ -422,6 +547,198 @@ def test_inconsistent_arguments_raise(spy):
     assert spy == []
 
 
+# ---------------------------------------------------------------- FP8 mapping (CPU)
+
+FP8_T, FP8_E, FP8_H, FP8_N, FP8_K = 9, 4, 256, 128, 2
+
+
+def _fp8_problem(scheme, T=FP8_T, E=FP8_E, H=FP8_H, N=FP8_N, K=FP8_K, dtype=None, device="cpu",
+                 global_experts=None, seed=0):  # fmt: skip
+    """_problem's inputs with FP8 weights: (x, w1, w2, w1_scale, w2_scale, weights, ids,
+    expert_map), the scales in vLLM's layouts."""
+    x, _, _, w, ids, emap = _problem(T, E, H, N, K, dtype=dtype, device=device,
+                                     global_experts=global_experts, seed=seed)  # fmt: skip
+    gen = torch.Generator().manual_seed(seed + 100)
+    w1, s1, _ = fp8_weights(E, 2 * N, H, scheme, gen, device)
+    w2, s2, _ = fp8_weights(E, H, N, scheme, gen, device)
+    return x, w1, w2, s1, s2, w, ids, emap
+
+
+def _static_scales(device="cpu"):
+    """Static a1 / a2 scales near max|x| / 448 of the test's inputs (some saturate)."""
+    return (torch.tensor([4.5 / 448], device=device), torch.tensor([0.5 / 448], device=device))
+
+
+_FP8_MAPPING = [  # (scheme, vLLM's arguments beyond the scales, moekit's weight_quant)
+    ("per_tensor", {}, "fp8_per_tensor"),
+    ("per_tensor", {"static": "a1"}, "fp8_per_tensor"),
+    ("per_tensor", {"static": "a1+a2"}, "fp8_per_tensor"),
+    ("per_channel", {"per_channel_quant": True}, "fp8_per_channel"),
+    ("block", {"block_shape": [128, 128]}, "fp8_block128"),
+]
+
+
+def _fp8_call_args(scheme, opts, s1, s2, device="cpu", config=False):
+    """fused_experts' keywords for one FP8 mapping case: the legacy arguments, or (config)
+    an FP8 quant_config as vLLM's fp8_w8a8_moe_quant_config builds it."""
+    opts = dict(opts)
+    static = opts.pop("static", "")
+    a1, a2 = _static_scales(device)
+    q = {"w1_scale": s1, "w2_scale": s2, "a1_scale": a1 if "a1" in static else None,
+         "a2_scale": a2 if "a2" in static else None,
+         "block_shape": opts.get("block_shape")}  # fmt: skip
+    if not config:
+        kw = {"use_fp8_w8a8": True, **opts}
+        kw.update({k: v for k, v in q.items() if v is not None})
+        return kw, q
+    pc = bool(opts.get("per_channel_quant"))
+    qc = types.SimpleNamespace(quant_dtype=torch.float8_e4m3fn, per_act_token_quant=pc,
+                               per_out_ch_quant=pc, w1_zp=None, w2_zp=None, w1_bias=None,
+                               w2_bias=None, **q)  # fmt: skip
+    return {"quant_config": qc}, q
+
+
+@requires_torch
+@pytest.mark.parametrize("config", [False, True], ids=["arguments", "quant_config"])
+@pytest.mark.parametrize("case", _FP8_MAPPING, ids=[f"{c[0]}-{c[1].get('static', '')}"
+                                                    for c in _FP8_MAPPING])  # fmt: skip
+def test_fp8_maps_to_weight_quant(spy, case, config):
+    """vLLM's FP8 arguments (or an FP8 quant_config) become moekit's weight_quant with the
+    scales as they are (per channel: [E, 2N, 1] viewed as [E, 2N], no copy), and the result
+    is vLLM's FP8 semantics (at the fp8 limit)."""
+    scheme, opts, weight_quant = case
+    x, w1, w2, s1, s2, w, ids, _ = _fp8_problem(scheme, seed=11)
+    kw, q = _fp8_call_args(scheme, opts, s1, s2, config=config)
+    out = mkv.fused_experts(x, w1, w2, w, ids, **kw)
+    c = spy[0]
+    assert c["weight_quant"] == weight_quant and c["w1"] is w1 and c["w2"] is w2
+    if scheme == "per_channel":
+        assert c["w_gate_up_scale"].shape == (FP8_E, 2 * FP8_N)
+        assert c["w_gate_up_scale"].data_ptr() == s1.data_ptr()  # a view
+        assert c["w_down_scale"].shape == (FP8_E, FP8_H)
+        assert c["w_down_scale"].data_ptr() == s2.data_ptr()
+    else:
+        assert c["w_gate_up_scale"] is s1 and c["w_down_scale"] is s2
+    for mine, theirs in (("a_gate_up_scale", "a1_scale"), ("a_down_scale", "a2_scale")):
+        if q[theirs] is None:
+            assert c[mine] is None
+        else:
+            assert c[mine].shape == (1,) and c[mine].data_ptr() == q[theirs].data_ptr()
+    want = vllm_fused_experts_fp8(x, w1, w2, s1, s2, w, ids, scheme, q["a1_scale"], q["a2_scale"])
+    ref.assert_close(out, want, FP8_LIMIT, f"fp8 {case}")
+
+
+@requires_torch
+def test_fp8_with_engine_inputs(spy):
+    """expert_map, int64 ids, apply_router_weight_on_input and inplace with FP8 weights."""
+    G = 10
+    x, w1, w2, s1, s2, w, ids, emap = _fp8_problem("block", K=1, global_experts=G, seed=12)
+    h = x.clone()
+    out = mkv.fused_experts(h, w1, w2, w, ids.long(), inplace=True, use_fp8_w8a8=True,
+                            apply_router_weight_on_input=True, global_num_experts=G,
+                            expert_map=emap, w1_scale=s1, w2_scale=s2,
+                            block_shape=[128, 128])  # fmt: skip
+    c = spy[0]
+    assert out is h and c["out"] is h and c["map"] is emap and c["on_input"] is True
+    want = vllm_fused_experts_fp8(x, w1, w2, s1, s2, w, ids, "block", expert_map=emap,
+                                  apply_router_weight_on_input=True)  # fmt: skip
+    ref.assert_close(out, want, FP8_LIMIT, "fp8 engine inputs")
+
+
+def _fp8_refusals():
+    """{case name: (fused_experts keywords given the scales, the message's start)} (torch
+    tensors: built in the test, not at collection)."""
+    a1, a2 = _static_scales()
+
+    def fp8(**kw):
+        return lambda s1, s2: {"use_fp8_w8a8": True, "w1_scale": s1, "w2_scale": s2, **kw}
+
+    def config(**kw):
+        def make(s1, s2):
+            q = dict(quant_dtype=torch.float8_e4m3fn, per_act_token_quant=False,
+                     per_out_ch_quant=False, w1_scale=s1, w2_scale=s2, a1_scale=None,
+                     a2_scale=None, block_shape=None, w1_zp=None, w2_zp=None)  # fmt: skip
+            q.update(kw)
+            return {"quant_config": types.SimpleNamespace(**q)}
+
+        return make
+
+    cases = [
+        ("block 64x64", fp8(block_shape=[64, 64]), r"block_shape=\[64, 64\] is not supported: "
+         r"moekit's FP8 blocks are \[128, 128\]"),
+        ("block 128x64", fp8(block_shape=[128, 64]), r"block_shape=\[128, 64\]"),
+        ("static with blocks", fp8(block_shape=[128, 128], a1_scale=a1),
+         r"a1_scale='<given>' is not supported: static activation scales go with per-tensor"),
+        ("static with per-channel", fp8(per_channel_quant=True, a2_scale=a2),
+         r"a2_scale='<given>' is not supported: static activation scales"),
+        ("per-channel weights, per-tensor acts", config(per_out_ch_quant=True),
+         r"quant_config.per_out_ch_quant=True is not supported: moekit's fp8_per_channel pairs"),
+        ("per-token acts, per-tensor weights", config(per_act_token_quant=True),
+         r"quant_config.per_out_ch_quant=True is not supported"),
+        ("per-expert a1_scale", fp8(a1_scale=torch.ones(4)),
+         r"a1_scale='<shape \[4\]>' is not supported: a static activation scale is one value"),
+        ("zero points", fp8(w1_zp=torch.zeros(4)), r"w1_zp='<given>' is not supported: zero"),
+        ("int8 with fp8", fp8(use_int8_w8a8=True), r"use_int8_w8a8=True is not supported"),
+        ("int8 config", config(quant_dtype=torch.int8),
+         r"quant_config=.* is not supported: quant_dtype torch.int8: moekit maps FP8"),
+        ("mxfp4 config", config(quant_dtype="mxfp4"), r"quant_config=.* quant_dtype 'mxfp4'"),
+        ("config zero points", config(w2_zp=torch.zeros(4)),
+         r"quant_config=.* is not supported: its w2_zp does not map"),
+        ("flags and config", lambda s1, s2: {**fp8()(s1, s2), **config()(s1, s2)},
+         r"quant_config=.* is not supported: use_fp8_w8a8 given too"),
+        ("gelu", fp8(activation="gelu"), r"activation='gelu' is not supported: moekit's FP8 "
+         r"kernels run silu_and_mul only"),
+        ("w1_bias", fp8(w1_bias=torch.zeros(4, 256)), r"w1_bias='<given>' is not supported: "
+         r"moekit's FP8 kernels run without biases"),
+        ("config bias", config(w2_bias=torch.zeros(4, 256)), r"w2_bias='<given>'"),
+    ]  # fmt: skip
+    assert [c[0] for c in cases] == _FP8_REFUSALS
+    return {name: (make, msg) for name, make, msg in cases}
+
+
+_FP8_REFUSALS = ["block 64x64", "block 128x64", "static with blocks", "static with per-channel",
+                 "per-channel weights, per-tensor acts", "per-token acts, per-tensor weights",
+                 "per-expert a1_scale", "zero points", "int8 with fp8", "int8 config",
+                 "mxfp4 config", "config zero points", "flags and config", "gelu", "w1_bias",
+                 "config bias"]  # fmt: skip
+
+
+@requires_torch
+@pytest.mark.parametrize("case", _FP8_REFUSALS)
+def test_fp8_arguments_that_do_not_map_raise(spy, case):
+    make, msg = _fp8_refusals()[case]
+    x, w1, w2, s1, s2, w, ids, _ = _fp8_problem("per_tensor")
+    with pytest.raises(NotImplementedError, match=r"moekit.integrations.vllm.fused_experts: "
+                                                  + msg):  # fmt: skip
+        mkv.fused_experts(x, w1, w2, w, ids, **make(s1, s2))
+    assert spy == []
+
+
+@requires_torch
+def test_fp8_scale_shapes_and_dtypes(spy):
+    x, w1, w2, s1, s2, w, ids, _ = _fp8_problem("per_channel")
+    # Per-channel scales without per_channel_quant: per-tensor takes one per expert.
+    with pytest.raises(NotImplementedError, match=r"w1_scale='<shape \[4, 256, 1\]>' is not "
+                                                  r"supported: per-tensor FP8 takes one scale"):
+        mkv.fused_experts(x, w1, w2, w, ids, use_fp8_w8a8=True, w1_scale=s1, w2_scale=s2)
+    # bf16 weights with use_fp8_w8a8.
+    xb, w1b, w2b, wb, idsb, _ = _problem(FP8_T, FP8_E, FP8_H, FP8_N, FP8_K)
+    with pytest.raises(NotImplementedError, match=r"w1='<torch.bfloat16>' is not supported: FP8"):
+        mkv.fused_experts(xb, w1b, w2b, wb, idsb, use_fp8_w8a8=True, w1_scale=torch.ones(4),
+                          w2_scale=torch.ones(4))  # fmt: skip
+    with pytest.raises(ValueError, match=r"FP8 weights need w1_scale"):
+        mkv.fused_experts(x, w1, w2, w, ids, use_fp8_w8a8=True, w2_scale=torch.ones(4))
+    assert spy == []
+    # [E, 1, 1] per-tensor scales and f64 ones (cast once to f32) map too.
+    _, _, _, t1, t2, _, _, _ = _fp8_problem("per_tensor")
+    mkv.fused_experts(x, w1, w2, w, ids, use_fp8_w8a8=True, w1_scale=t1.view(4, 1, 1),
+                      w2_scale=t2.double(), a1_scale=torch.tensor(0.01))  # fmt: skip
+    c = spy[0]
+    assert c["weight_quant"] == "fp8_per_tensor" and c["w_gate_up_scale"].shape == (4,)
+    assert c["w_down_scale"].dtype == f32 and torch.equal(c["w_down_scale"], t2.double().float())
+    assert c["a_gate_up_scale"].shape == (1,) and c["a_down_scale"] is None
+
+
 @requires_torch
 @pytest.mark.parametrize("scoring_func", ["softmax", "sigmoid"])
 def test_fused_topk_maps_to_moekit(spy, scoring_func):
@@ -518,6 +835,24 @@ def test_cpp_op_accepts_what_the_adapter_passes(stubbed_devices, case):
 
 @requires_torch
 @_NO_GPU
+@pytest.mark.parametrize("case", _FP8_MAPPING, ids=[f"{c[0]}-{c[1].get('static', '')}"
+                                                    for c in _FP8_MAPPING])  # fmt: skip
+def test_cpp_op_accepts_the_fp8_arguments(stubbed_devices, case):
+    """The FP8 mapping's arguments pass the C++ op's validation (weight_quant, the scales'
+    shapes and dtypes), with expert_map and int64 ids too: only the device is missing (the
+    FP8 GEMM plan's refusal off sm_90, after every argument check)."""
+    scheme, opts, _ = case
+    x, w1, w2, s1, s2, w, ids, emap = _fp8_problem(scheme, global_experts=8, seed=13)
+    kw, _ = _fp8_call_args(scheme, opts, s1, s2)
+    with pytest.raises(moekit.MoekitError) as info:
+        mkv.fused_experts(x, w1, w2, w, ids.long(), expert_map=emap, **kw)
+    msg = str(info.value)
+    assert msg.endswith("got the FP8 expert MLP: the FP8 gate_up GEMM: fp8_sm90 needs an sm_90 "
+                        "device"), msg
+
+
+@requires_torch
+@_NO_GPU
 def test_cpp_topk_accepts_what_the_adapter_passes(stubbed_devices):
     g = torch.randn(5, 16)
     with pytest.raises(moekit.MoekitError) as info:
@@ -587,6 +922,52 @@ def test_fused_experts_against_vllm_semantics(gpu_ops, case):  # fmt: skip
         none_local = torch.full_like(ids, remote)
         z = mkv.fused_experts(x, w1, w2, w, none_local, expert_map=emap, **act)
         assert torch.equal(z, torch.zeros_like(x))
+
+
+_GPU_FP8_CASES = [  # (T, E, H, N, K, dtype, mapping case (_FP8_MAPPING index), options)
+    (1, 8, 256, 128, 2, "bf16", 0, {}),
+    (7, 16, 512, 256, 4, "bf16", 1, {"ids64": True}),
+    (64, 8, 256, 128, 2, "f16", 2, {"expert_map": 24}),
+    (300, 32, 512, 256, 8, "bf16", 3, {"expert_map": 64, "ids64": True}),
+    (65, 16, 256, 128, 4, "bf16", 4, {}),
+    (200, 8, 384, 256, 1, "bf16", 4, {"apply_router_weight_on_input": True, "expert_map": 16}),
+    (33, 8, 256, 128, 1, "f16", 3, {"inplace": True, "apply_router_weight_on_input": True}),
+    (129, 16, 256, 128, 2, "bf16", 2, {"inplace": True, "expert_map": 40}),
+    (0, 8, 256, 128, 2, "bf16", 4, {}),
+    (17, 4, 1024, 512, 2, "bf16", 4, {"quant_config": True}),
+    (40, 8, 256, 128, 3, "bf16", 3, {"quant_config": True}),
+]  # fmt: skip
+
+
+@requires_gpu
+@pytest.mark.parametrize("case", _GPU_FP8_CASES, ids=[
+    f"T{c[0]}-E{c[1]}-K{c[4]}-{c[5]}-{_FP8_MAPPING[c[6]][0]}{_FP8_MAPPING[c[6]][1].get('static', '')}"
+    + "-".join([""] + sorted(c[7])) for c in _GPU_FP8_CASES])  # fmt: skip
+def test_fused_experts_fp8_against_vllm_semantics(gpu_ops, case):
+    """FP8 weights through the adapter against vLLM's FP8 semantics in torch (dequantized
+    weights, activations quantized as vLLM does): SPEC.md's fp8 limit."""
+    T, E, H, N, K, dtype, mapping, opts = case
+    scheme, call_opts, _ = _FP8_MAPPING[mapping]
+    opts = dict(opts)
+    G = opts.pop("expert_map", None)
+    x, w1, w2, s1, s2, w, ids, emap = _fp8_problem(
+        scheme, T, E, H, N, K, dtype={"bf16": bf16, "f16": f16}[dtype], device=_DEVICE,
+        global_experts=G, seed=T * 17 + E)  # fmt: skip
+    kw, q = _fp8_call_args(scheme, call_opts, s1, s2, _DEVICE, opts.pop("quant_config", False))
+    if G:
+        kw.update(expert_map=emap, global_num_experts=G)
+    on_input = opts.get("apply_router_weight_on_input", False)
+    want = vllm_fused_experts_fp8(x, w1, w2, s1, s2, w, ids, scheme, q["a1_scale"],
+                                  q["a2_scale"], emap, on_input)  # fmt: skip
+    if opts.pop("ids64", False):
+        ids = ids.long()
+    h = x.clone()
+    out = mkv.fused_experts(h, w1, w2, w, ids, **kw, **opts)
+    if opts.get("inplace"):
+        assert out is h
+    else:
+        assert out is not h and torch.equal(h, x)
+    ref.assert_close(out, want, FP8_LIMIT, f"fused_experts fp8 {case}")
 
 
 @requires_gpu

@@ -180,20 +180,27 @@ def moe_grouped_gemm(a, b, layout_metadata, masked=False, alignment=1, activatio
     return c.to(out_dtype), valid
 
 
-def moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata):
-    E, M, Kd = a.shape
-    N = b.shape[1]
-    sa = a_scale.repeat_interleave(128, dim=2)[:, :, :Kd]
-    sb = b_scale.repeat_interleave(128, dim=1)[:, :N].repeat_interleave(128, dim=2)[:, :, :Kd]
-    af = a.float() * sa
-    bf = b.float() * sb
-    c = torch.zeros(E, M, N, dtype=torch.float32, device=a.device)
-    valid = torch.zeros(E, M, dtype=torch.bool, device=a.device)
-    for e, n in enumerate(layout_metadata.tolist()):
-        if n:
-            c[e, :n] = af[e, :n] @ bf[e].t()
-            valid[e, :n] = True
-    return c.to(torch.bfloat16), valid
+def moe_grouped_gemm_fp8(a, a_scale, b, b_scale, layout_metadata, masked=True, alignment=1,
+                         scales="block", activation="none", c_scale=None):  # fmt: skip
+    """MoEGroupedGemmFP8Fwd (docs/gemm.md "FP8 scale modes"): a and b dequantized by their
+    scales (per 128-column group / 128 x 128 block, per row, or per tensor / expert), the
+    grouped GEMM in f32 (silu_and_mul on the scaled gate and up), rounded to bf16, or with
+    c_scale to e4m3 of c / c_scale (saturated). Returns (c, bool mask of the valid rows)."""
+    Kd = a.shape[-1]
+    E, Bn, _ = b.shape
+    if scales == "block":
+        sa = a_scale.repeat_interleave(128, dim=-1)[..., :Kd]
+        sb = b_scale.repeat_interleave(128, dim=1)[:, :Bn].repeat_interleave(128, dim=2)[:, :, :Kd]
+    elif scales == "per_channel":
+        sa, sb = a_scale.unsqueeze(-1), b_scale.unsqueeze(-1)
+    else:
+        assert scales == "per_tensor", scales
+        sa, sb = a_scale.reshape(1), b_scale.reshape(E, 1, 1)
+    c, valid = moe_grouped_gemm(a.float() * sa, b.float() * sb, layout_metadata, masked,
+                                alignment, activation, torch.float32)  # fmt: skip
+    if c_scale is None:
+        return c.to(torch.bfloat16), valid
+    return (c / c_scale.float()).clamp(-448, 448).to(torch.float8_e4m3fn), valid
 
 
 def activate(h, activation):

@@ -204,6 +204,225 @@ TEST(SweepCases, CoversEveryActivationAndBias) {
   EXPECT_LT(general, mlp * 2 / 3);
 }
 
+// The case's spec line holds `fields` and parses back to the case (returned).
+SweepCase spec_round_trip(const SweepCase& c, std::initializer_list<const char*> fields) {
+  const std::string spec = format_spec(c);
+  for (const char* field : fields)
+    EXPECT_NE(spec.find(field), std::string::npos) << field << " in " << spec;
+  SweepCase back;
+  std::string error;
+  EXPECT_TRUE(parse_spec(spec, &back, &error)) << error;
+  EXPECT_EQ(back, c);
+  return back;
+}
+
+// A moe_grouped_gemm_fp8 case with silu_and_mul (contiguous rows, bf16 out).
+SweepCase fp8_silu_gemm(int64_t H, int64_t N, int64_t E, Fp8Scales scales) {
+  SweepCase g;
+  g.op = Op::kGroupedGemmFp8;
+  g.dtype = DType::kFP8E4M3;
+  g.H = H;
+  g.N = N;
+  g.E = E;
+  g.silu = true;
+  g.fp8_scales = scales;
+  return g;
+}
+
+// FP8 weights: every scheme on every MLP op (silu_and_mul without biases), static
+// activation scales, the shared expert's own scheme; the FP8 GEMM's layouts, scale modes,
+// silu_and_mul and e4m3 output; none of it elsewhere.
+TEST(SweepCases, CoversFp8WeightsAndTheFp8GemmModes) {
+  std::map<std::string, int> seen;
+  int mlp = 0, fp8 = 0;
+  for (const SweepCase& c : drawn()) {
+    const std::string op = op_name(c.op);
+    if (c.op == Op::kGroupedGemmFp8) {
+      seen[op + (c.masked ? " masked" : " contiguous")] += 1;
+      seen[op + " contiguous alignment>1"] += !c.masked && c.alignment > 1;
+      seen[op + " contiguous tail"] += !c.masked && c.tail > 0;
+      seen[op + " " + fp8_scales_key(c.fp8_scales)] += 1;
+      seen[op + " silu " + fp8_scales_key(c.fp8_scales)] += c.silu;
+      seen[op + " e4m3 out"] += c.out == DType::kFP8E4M3;
+      seen[op + " e4m3 out silu"] += c.out == DType::kFP8E4M3 && c.silu;
+      if (c.silu && c.fp8_scales == Fp8Scales::kBlock) {
+        EXPECT_EQ(c.N % 64, 0) << format_spec(c);
+      }
+    } else {
+      EXPECT_EQ(c.fp8_scales, Fp8Scales::kBlock) << format_spec(c);
+      EXPECT_NE(c.out, DType::kFP8E4M3) << format_spec(c);
+    }
+    if (!mlp_op(c.op)) {
+      EXPECT_FALSE(fp8_weights(c)) << format_spec(c);
+      continue;
+    }
+    ++mlp;
+    fp8 += c.quant != QuantScheme::kNone;
+    if (c.quant != QuantScheme::kNone) {
+      EXPECT_FALSE(general_mlp(c)) << format_spec(c);
+      const int64_t u = c.quant == QuantScheme::kFp8Block128 ? 128 : 16;
+      EXPECT_TRUE(c.H % u == 0 && c.N % u == 0) << format_spec(c);
+      seen[op + " " + activation_label(c)] += 1;
+      seen[op + " fp8 T>64"] += c.T > 64;
+      seen[op + " fp8 T<=64"] += c.T > 0 && c.T <= 64;
+    }
+    seen[op + " static scales"] += c.static_act != 0;
+    seen["static_act=" + std::to_string(c.static_act)] += 1;
+    if (c.shared_quant != QuantScheme::kNone) {
+      seen["shared " + std::string(activation_label(c))] += 1;
+      seen["shared fp8, routed bf16"] += c.quant == QuantScheme::kNone;
+    }
+    seen["fp8 on_input"] += c.quant != QuantScheme::kNone && c.on_input;
+    seen["fp8 expert map"] += c.quant != QuantScheme::kNone && c.ep_ranks > 1;
+    seen["fp8 i64 ids"] += c.quant != QuantScheme::kNone && c.ids64;
+    seen["fp8 forced direct"] += c.quant != QuantScheme::kNone && c.knobs.routed_path == 1;
+    seen["fp8 forced sorted"] += c.quant != QuantScheme::kNone && c.knobs.routed_path == 2;
+    seen["fp8 forced dense path"] += c.quant != QuantScheme::kNone && c.knobs.dense_path > 0;
+    seen["fp8 forced expert-MLP plan"] += c.quant != QuantScheme::kNone && c.knobs.mlp_plan >= 0;
+    seen["fp8 E>1024 indexed"] += c.quant != QuantScheme::kNone && c.E > 1024;
+  }
+  for (Op op : {Op::kExpertMlp, Op::kFusedMoeExperts, Op::kIndexedExpertMlp, Op::kFusedMoe,
+                Op::kFusedMoeSharedExpert, Op::kSharedExpertMlp}) {
+    const std::string name = op_name(op);
+    for (const char* q : {"fp8_per_tensor", "fp8_per_channel", "fp8_block128"})
+      EXPECT_GT(seen[name + " silu_and_mul+" + q], 0) << name << " " << q;
+    EXPECT_GT(seen[name + " static scales"], 0) << name;
+    if (op != Op::kExpertMlp) {
+      EXPECT_GT(seen[name + " fp8 T>64"], 0) << name;
+      EXPECT_GT(seen[name + " fp8 T<=64"], 0) << name;
+    }
+  }
+  for (const char* what : {"moe_grouped_gemm_fp8 masked",
+                           "moe_grouped_gemm_fp8 contiguous",
+                           "moe_grouped_gemm_fp8 contiguous alignment>1",
+                           "moe_grouped_gemm_fp8 contiguous tail",
+                           "moe_grouped_gemm_fp8 block",
+                           "moe_grouped_gemm_fp8 per_channel",
+                           "moe_grouped_gemm_fp8 per_tensor",
+                           "moe_grouped_gemm_fp8 silu block",
+                           "moe_grouped_gemm_fp8 silu per_channel",
+                           "moe_grouped_gemm_fp8 silu per_tensor",
+                           "moe_grouped_gemm_fp8 e4m3 out",
+                           "moe_grouped_gemm_fp8 e4m3 out silu",
+                           "static_act=1",
+                           "static_act=2",
+                           "static_act=3",
+                           "shared silu_and_mul+fp8_block128",
+                           "shared fp8, routed bf16",
+                           "fp8 on_input",
+                           "fp8 expert map",
+                           "fp8 i64 ids",
+                           "fp8 forced direct",
+                           "fp8 forced sorted",
+                           "fp8 forced dense path",
+                           "fp8 forced expert-MLP plan",
+                           "fp8 E>1024 indexed"})
+    EXPECT_GT(seen[what], 0) << what;
+  // About a third of the silu_and_mul cases without biases (35%), no more.
+  EXPECT_GT(fp8, mlp / 10);
+  EXPECT_LT(fp8, mlp / 3);
+}
+
+TEST(SweepCases, Fp8FieldsRoundTrip) {
+  SweepCase c;
+  c.op = Op::kFusedMoeSharedExpert;
+  c.H = c.N = c.S = 128;
+  c.quant = QuantScheme::kFp8PerTensor;
+  c.shared_quant = QuantScheme::kFp8Block128;
+  c.static_act = 2;
+  ASSERT_EQ(invalid_reason(c), "");
+  SweepCase back =
+      spec_round_trip(c, {" quant=fp8_per_tensor", " shared_quant=fp8_block128", " static_act=2"});
+  std::string error;
+  EXPECT_EQ(back.shared_quant, QuantScheme::kFp8Block128);
+  EXPECT_EQ(activation_label(c), "silu_and_mul+fp8_per_tensor(static)");
+
+  SweepCase g = fp8_silu_gemm(256, 64, 3, Fp8Scales::kPerTensor);
+  g.out = DType::kFP8E4M3;
+  g.alignment = 8;
+  g.tail = 5;
+  ASSERT_EQ(invalid_reason(g), "");
+  spec_round_trip(g, {" fp8_scales=per_tensor", " out=fp8e4m3"});
+  EXPECT_EQ(fp8_gemm_label(g), "contiguous+per_tensor+silu+e4m3");
+  for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel}) {
+    g.fp8_scales = s;
+    ASSERT_TRUE(parse_spec(format_spec(g), &back, &error)) << error;
+    EXPECT_EQ(back.fp8_scales, s);
+  }
+  // The defaults print nothing.
+  EXPECT_EQ(format_spec(SweepCase()).find("quant="), std::string::npos);
+  EXPECT_EQ(format_spec(SweepCase()).find("fp8_scales="), std::string::npos);
+  EXPECT_EQ(format_spec(SweepCase()).find("static_act="), std::string::npos);
+  EXPECT_FALSE(parse_spec("op=fused_moe quant=int8", &back, &error));
+  EXPECT_FALSE(parse_spec("op=moe_grouped_gemm_fp8 fp8_scales=row", &back, &error));
+}
+
+TEST(SweepCases, InvalidFp8CasesAreNamed) {
+  SweepCase m;
+  m.op = Op::kFusedMoe;
+  m.T = 4;
+  m.E = 8;
+  m.K = 2;
+  m.H = m.N = 128;
+  m.quant = QuantScheme::kFp8Block128;
+  ASSERT_EQ(invalid_reason(m), "");
+  m.N = 64;  // not whole 128 x 128 blocks
+  EXPECT_NE(invalid_reason(m), "");
+  m.quant = QuantScheme::kFp8PerChannel;  // 16 is enough
+  EXPECT_EQ(invalid_reason(m), "");
+  m.H = 72;
+  EXPECT_NE(invalid_reason(m), "");
+  m.H = 128;
+  m.act = Activation::kGeluAndMul;  // the FP8 kernels run silu_and_mul only
+  EXPECT_NE(invalid_reason(m), "");
+  m.act = Activation::kSiluAndMul;
+  m.down_bias = DType::kF32;  // and no bias
+  EXPECT_NE(invalid_reason(m), "");
+  m.down_bias = DType::kUndefined;
+  m.static_act = 1;  // static activation scales: fp8_per_tensor only
+  EXPECT_NE(invalid_reason(m), "");
+  m.quant = QuantScheme::kFp8PerTensor;
+  EXPECT_EQ(invalid_reason(m), "");
+  m.static_act = 4;
+  EXPECT_NE(invalid_reason(m), "");
+  m.static_act = 0;
+  m.shared_quant = QuantScheme::kFp8PerTensor;  // no shared expert on fused_moe
+  EXPECT_NE(invalid_reason(m), "");
+  m.op = Op::kFusedMoeSharedExpert;
+  m.S = 0;
+  EXPECT_NE(invalid_reason(m), "");
+  m.S = 48;
+  EXPECT_EQ(invalid_reason(m), "");
+  m.shared_gate_up_bias = DType::kF32;
+  EXPECT_NE(invalid_reason(m), "");
+  m.shared_gate_up_bias = DType::kUndefined;
+  m.shared_quant = QuantScheme::kFp8Block128;  // S = 48: not whole blocks
+  EXPECT_NE(invalid_reason(m), "");
+  SweepCase x;  // moe_expert_mlp: bf16 with FP8 weights
+  x.op = Op::kExpertMlp;
+  x.T = 10;
+  x.E = 2;
+  x.H = x.N = 32;
+  x.quant = QuantScheme::kFp8PerChannel;
+  ASSERT_EQ(invalid_reason(x), "");
+  x.dtype = x.out = DType::kF16;
+  EXPECT_NE(invalid_reason(x), "");
+  SweepCase o = drawn()[static_cast<int>(Op::kPrePermute)];  // no MLP
+  o.quant = QuantScheme::kFp8PerChannel;
+  EXPECT_NE(invalid_reason(o), "");
+  o = drawn()[static_cast<int>(Op::kGroupedGemm)];  // the FP8 GEMM's fields on another op
+  o.fp8_scales = Fp8Scales::kPerTensor;
+  EXPECT_NE(invalid_reason(o), "");
+  SweepCase g = fp8_silu_gemm(128, 96, 2, Fp8Scales::kPerChannel);
+  ASSERT_EQ(invalid_reason(g), "");
+  g.fp8_scales = Fp8Scales::kBlock;  // silu_and_mul with block scales: N % 64
+  EXPECT_NE(invalid_reason(g), "");
+  g.N = 128;
+  EXPECT_EQ(invalid_reason(g), "");
+  g.out = DType::kF16;
+  EXPECT_NE(invalid_reason(g), "");
+}
+
 TEST(SweepCases, GateUpRowsFollowTheActivation) {
   SweepCase c;
   c.op = Op::kFusedMoe;
@@ -232,14 +451,9 @@ TEST(SweepCases, ActivationFieldsRoundTrip) {
   c.down_bias = DType::kF16;
   c.shared_gate_up_bias = DType::kF16;
   c.shared_down_bias = DType::kF32;
-  const std::string spec = format_spec(c);
-  for (const char* field : {" act=swiglu_oai", " gate_up_bias=f32", " down_bias=f16",
-                            " shared_gate_up_bias=f16", " shared_down_bias=f32"})
-    EXPECT_NE(spec.find(field), std::string::npos) << field << " in " << spec;
-  SweepCase back;
+  SweepCase back = spec_round_trip(c, {" act=swiglu_oai", " gate_up_bias=f32", " down_bias=f16",
+                                       " shared_gate_up_bias=f16", " shared_down_bias=f32"});
   std::string error;
-  ASSERT_TRUE(parse_spec(spec, &back, &error)) << error;
-  EXPECT_EQ(back, c);
   EXPECT_EQ(back.act, Activation::kSwigluOai);
   EXPECT_EQ(back.down_bias, DType::kF16);
   EXPECT_EQ(back.shared_down_bias, DType::kF32);

@@ -24,9 +24,17 @@ argument; no argument is ignored. In short:
   ``w1_bias`` [E, 2N] ([E, N]) and ``w2_bias`` [E, K] to its biases (no copy); ``w1_bias``
   with ``apply_router_weight_on_input`` raises ``NotImplementedError`` (vLLM scales the
   biased projection, moekit's adapter the input);
-- other activations (the other ``*_no_mul``), quantization (``use_*``, scales, zero
-  points, ``block_shape``, ``per_channel_quant``, a quantized ``quant_config``):
-  ``NotImplementedError``.
+- FP8 weights (``use_fp8_w8a8=True``, or an FP8 ``quant_config``) map to moekit's
+  ``weight_quant`` (docs/python.md, "vLLM"): ``block_shape`` [128, 128] ->
+  "fp8_block128" (``w1_scale`` / ``w2_scale`` the block scales as they are);
+  ``per_channel_quant`` (``per_out_ch_quant`` with ``per_act_token_quant``) ->
+  "fp8_per_channel" (``w1_scale`` [E, 2N, 1] viewed as [E, 2N]); otherwise
+  "fp8_per_tensor" (``w1_scale`` [E]) with ``a1_scale`` / ``a2_scale`` as static activation
+  scales where given. activation "silu" and no biases with them (moekit's FP8 kernels);
+- other activations (the other ``*_no_mul``), other quantization (int8, int4, mxfp4, zero
+  points, other block shapes, per-channel weights with per-tensor activations or the
+  reverse, static activation scales with per-token or block quantization):
+  ``NotImplementedError`` with the reason.
 
 Needs PyTorch and moekit's torch layer; importing this module without them raises
 ``ImportError``.
@@ -132,10 +140,17 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False,
             expert (those routes add nothing); passed to moekit's op (an int64 map is
             cast to int32 once).
         allow_deep_gemm, allow_cutlass_block_scaled_grouped_gemm: vLLM's choice of an
-            FP8 backend, without effect for unquantized weights (in vLLM too); accepted.
-        use_fp8_w8a8, use_int8_w8a8, use_int8_w8a16, use_int4_w4a16, use_mxfp4_w4a4,
-        per_channel_quant, w1_scale, w2_scale, w1_zp, w2_zp, a1_scale, a2_scale,
-        block_shape, a quantized quant_config: NotImplementedError.
+            FP8 backend; accepted (moekit runs its own FP8 path).
+        use_fp8_w8a8: float8_e4m3fn w1 / w2 with w1_scale / w2_scale: block_shape
+            [128, 128] -> weight_quant "fp8_block128" (block scales as they are);
+            per_channel_quant -> "fp8_per_channel" ([E, 2N, 1] scales viewed as [E, 2N]);
+            otherwise "fp8_per_tensor" ([E] scales) with a1_scale / a2_scale ([1]) as
+            static activation scales. activation "silu", no biases.
+        quant_config: unquantized (its biases are used), or an FP8 one (quant_dtype
+            torch.float8_e4m3fn) mapped as the arguments above.
+        use_int8_w8a8, use_int8_w8a16, use_int4_w4a16, use_mxfp4_w4a4, w1_zp, w2_zp,
+        another quant_dtype, block shapes other than [128, 128], FP8 arguments without
+        use_fp8_w8a8: NotImplementedError with the reason.
         w1_bias: [E, 2N] ([E, N] for relu2_no_mul), w2_bias: [E, K]: optional biases (f32 or
             the weights' dtype) added to the projections, as vLLM's; where None, those of
             an unquantized quant_config (its w1_bias / w2_bias) when it has them.
@@ -149,14 +164,7 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False,
         _unsupported(fn, "activation", activation,
                      "moekit runs " + ", ".join(repr(a) for a in _ACTIVATIONS))  # fmt: skip
     args = locals()
-    for name in _QUANT_FLAGS:
-        if args[name]:
-            _unsupported(fn, name, args[name], "moekit has no quantized fused_experts path")
-    for name in _QUANT_VALUES:
-        if args[name] is not None:
-            _unsupported(fn, name, "<given>", "moekit has no quantized fused_experts path")
-    if quant_config is not None and _is_quantized(quant_config):
-        _unsupported(fn, "quant_config", quant_config, "moekit has no quantized path")
+    quant = _fp8_quant(fn, args)
     if topk_weights.shape != topk_ids.shape:
         raise ValueError(
             f"moekit.integrations.vllm.{fn}: topk shape mismatch: topk_weights "
@@ -178,9 +186,126 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False,
         _unsupported(fn, "w1_bias", "<given>",
                      "not with apply_router_weight_on_input (vLLM scales x . w1 + w1_bias; "
                      "moekit scales the input)")  # fmt: skip
+    if quant:
+        _check_fp8_mlp(fn, w1, w2, activation, w1_bias, w2_bias)
     out = hidden_states if inplace else None
     return _ops.fused_moe_experts(hidden_states, w1, w2, weights, topk_ids, act, w1_bias, w2_bias,
-                                  expert_map, apply_router_weight_on_input, out=out)  # fmt: skip
+                                  expert_map, apply_router_weight_on_input, **quant,
+                                  out=out)  # fmt: skip
+
+
+# vLLM's quantization flags other than FP8's (use_fp8_w8a8 and per_channel_quant).
+_OTHER_QUANT_FLAGS = ("use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16", "use_mxfp4_w4a4")
+
+
+def _fp8_quant(fn, args):
+    """moekit's weight_quant keyword arguments for vLLM's quantization arguments (or an
+    FP8 quant_config): {} when unquantized; NotImplementedError naming what does not map."""
+    for name in _OTHER_QUANT_FLAGS:
+        if args[name]:
+            _unsupported(fn, name, args[name],
+                         "moekit's quantized weights are FP8 (use_fp8_w8a8)")  # fmt: skip
+    for name in ("w1_zp", "w2_zp"):
+        if args[name] is not None:
+            _unsupported(fn, name, "<given>", "zero points: moekit's FP8 scales are symmetric")
+    qc = args["quant_config"]
+    if qc is not None and _is_quantized(qc):
+        if args["use_fp8_w8a8"]:
+            _unsupported(fn, "quant_config", qc, "use_fp8_w8a8 given too: pass one of them")
+        dtype = getattr(qc, "quant_dtype", None)
+        if dtype is not torch.float8_e4m3fn:
+            _unsupported(fn, "quant_config", qc,
+                         f"quant_dtype {dtype!r}: moekit maps FP8 (torch.float8_e4m3fn) "
+                         "weights and activations only")  # fmt: skip
+        for name in _OTHER_QUANT_FLAGS:
+            if getattr(qc, name, False) is True:
+                _unsupported(fn, "quant_config", qc, f"its {name} does not map to moekit")
+        for name in ("w1_zp", "w2_zp"):
+            if getattr(qc, name, None) is not None:
+                _unsupported(fn, "quant_config", qc, f"its {name} does not map to moekit")
+        q = {n: getattr(qc, n, None) for n in ("w1_scale", "w2_scale", "a1_scale", "a2_scale",
+                                               "block_shape")}  # fmt: skip
+        return _fp8_mapping(fn, q, bool(getattr(qc, "per_out_ch_quant", False)),
+                            bool(getattr(qc, "per_act_token_quant", False)),
+                            "quant_config.per_out_ch_quant")  # fmt: skip
+    if not args["use_fp8_w8a8"]:
+        for name in _QUANT_VALUES + ("per_channel_quant",):
+            if name not in ("w1_zp", "w2_zp") and args[name] is not None and args[name] is not False:
+                _unsupported(fn, name, "<given>" if name != "per_channel_quant" else True,
+                             "without use_fp8_w8a8 (moekit maps vLLM's FP8 arguments)")  # fmt: skip
+        return {}
+    q = {n: args[n] for n in ("w1_scale", "w2_scale", "a1_scale", "a2_scale", "block_shape")}
+    pc = bool(args["per_channel_quant"])
+    return _fp8_mapping(fn, q, pc, pc, "per_channel_quant")
+
+
+def _fp8_mapping(fn, q, per_out_ch, per_act_token, per_channel_name):
+    """The scheme and scales of vLLM's FP8 description q (w1_scale, w2_scale, a1_scale,
+    a2_scale, block_shape) with per-output-channel weight / per-token activation scales."""
+    for name in ("w1_scale", "w2_scale"):
+        if q[name] is None:
+            raise ValueError(f"moekit.integrations.vllm.{fn}: FP8 weights need {name}")
+    w1s, w2s = _f32(q["w1_scale"]), _f32(q["w2_scale"])
+    E = w1s.shape[0] if w1s.dim() > 0 else 1
+    static = {n: q[n] for n in ("a1_scale", "a2_scale") if q[n] is not None}
+    if q["block_shape"] is not None:
+        if list(q["block_shape"]) != [128, 128]:
+            _unsupported(fn, "block_shape", list(q["block_shape"]),
+                         "moekit's FP8 blocks are [128, 128]")  # fmt: skip
+        scheme = "fp8_block128"
+        why = "block quantization (activations per token group)"
+    elif per_out_ch or per_act_token:
+        if not (per_out_ch and per_act_token):
+            _unsupported(fn, per_channel_name, True,
+                         "moekit's fp8_per_channel pairs per-channel weight scales with "
+                         "per-token activation scales (one without the other does not map)")  # fmt: skip
+        scheme = "fp8_per_channel"
+        why = "per-channel quantization (activations per token)"
+        # vLLM's [E, 2N, 1] / [E, K, 1]: moekit's [E, 2N] / [E, K] (a view).
+        w1s = w1s.reshape(w1s.shape[0], -1) if w1s.dim() == 3 else w1s
+        w2s = w2s.reshape(w2s.shape[0], -1) if w2s.dim() == 3 else w2s
+    else:
+        scheme = "fp8_per_tensor"
+        why = None
+        for name, s in (("w1_scale", w1s), ("w2_scale", w2s)):
+            if s.numel() != E:
+                _unsupported(fn, name, f"<shape {list(s.shape)}>",
+                             "per-tensor FP8 takes one scale per expert [E] (per-channel "
+                             "scales go with per_channel_quant)")  # fmt: skip
+        w1s = w1s if tuple(w1s.shape) == (E,) else w1s.reshape(E)
+        w2s = w2s if tuple(w2s.shape) == (E,) else w2s.reshape(E)
+        for name, s in static.items():
+            if s.numel() != 1:
+                _unsupported(fn, name, f"<shape {list(s.shape)}>",
+                             "a static activation scale is one value (per-expert input "
+                             "scales are merged by vLLM's loader, to their maximum)")  # fmt: skip
+    if why is not None and static:
+        _unsupported(fn, next(iter(static)), "<given>",
+                     f"static activation scales go with per-tensor FP8 only, not {why}")
+    kwargs = {"weight_quant": scheme, "w_gate_up_scale": w1s, "w_down_scale": w2s}
+    if "a1_scale" in static:
+        kwargs["a_gate_up_scale"] = _f32(static["a1_scale"]).reshape(1)
+    if "a2_scale" in static:
+        kwargs["a_down_scale"] = _f32(static["a2_scale"]).reshape(1)
+    return kwargs
+
+
+def _f32(t):
+    return t if t.dtype == torch.float32 else t.float()
+
+
+def _check_fp8_mlp(fn, w1, w2, activation, w1_bias, w2_bias):
+    """What moekit's FP8 kernels run: float8_e4m3fn weights, silu, no biases."""
+    for name, w in (("w1", w1), ("w2", w2)):
+        if w.dtype != torch.float8_e4m3fn:
+            _unsupported(fn, name, f"<{w.dtype}>",
+                         "FP8 quantization needs torch.float8_e4m3fn weights")  # fmt: skip
+    if activation != "silu":
+        _unsupported(fn, "activation", activation,
+                     "moekit's FP8 kernels run silu_and_mul only")  # fmt: skip
+    for name, b in (("w1_bias", w1_bias), ("w2_bias", w2_bias)):
+        if b is not None:
+            _unsupported(fn, name, "<given>", "moekit's FP8 kernels run without biases")
 
 
 def _checked_map(expert_map, global_num_experts, num_local):
