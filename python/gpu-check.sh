@@ -33,11 +33,11 @@ count() {  # adds the counts of pytest's closing line in $1
 timeout=()  # a hung test must not eat the whole session
 if "$PY" -c "import pytest_timeout" 2>/dev/null; then timeout=(--timeout=120); fi
 cd python/tests
-PYTHONUNBUFFERED=1 "$PY" -m pytest -q -rs -p no:cacheprovider "${timeout[@]}" test_binding.py test_torch_cpu.py \
+PYTHONUNBUFFERED=1 "$PY" -m pytest -q -rs -p no:cacheprovider "${timeout[@]}" test_binding.py test_binding_quant.py test_torch_cpu.py \
   test_reference.py test_torch_alternatives.py 2>&1 | tee "$out/pytest-cpu.log"
 rc1=${PIPESTATUS[0]}
 count "$out/pytest-cpu.log"
-PYTHONUNBUFFERED=1 "$PY" -m pytest -q -rs -p no:cacheprovider "${timeout[@]}" test_ops_gpu.py \
+PYTHONUNBUFFERED=1 "$PY" -m pytest -q -rs -p no:cacheprovider "${timeout[@]}" test_ops_gpu.py test_ops_fp8_gpu.py \
   test_vllm_integration.py 2>&1 |
   tee "$out/pytest-gpu.log"
 rc2=${PIPESTATUS[0]}

@@ -483,3 +483,12 @@ def test_tuning_tables(tmp_path):
     assert raw.tuning_entries()[0]["tokens"] == [(32, 32)]
     raw.clear_tuning_tables()
     assert len(raw.tuning_entries()) == builtin
+
+
+def test_gpu_check_runs_every_test_file():
+    """python/gpu-check.sh (the GPU machine's Python run) names every test file here."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = open(os.path.join(here, "..", "gpu-check.sh")).read()
+    files = sorted(f for f in os.listdir(here) if re.fullmatch(r"test_\w+\.py", f))
+    missing = [f for f in files if f not in script]
+    assert files and not missing, f"python/gpu-check.sh does not run {missing}"
