@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/device.h"
+#include "gemm/common/ptx.cuh"  // MmaBF16, MmaF16
 #include "moe/moe_internal.h"
 
 namespace moekit::detail {
@@ -33,28 +35,14 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return v;
 }
 
+// The m16n8k16 mma of the weights' type (gemm/common/ptx.cuh), on the fragments as loaded.
 template <class T>
 __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                          uint32_t a3, uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], uint32_t a0, uint32_t a1,
-                                                         uint32_t a2, uint32_t a3, uint32_t b0,
-                                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], uint32_t a0, uint32_t a1,
-                                                  uint32_t a2, uint32_t a3, uint32_t b0,
-                                                  uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+                                          uint32_t a3, uint32_t b0, uint32_t b1) {
+  using Mma = std::conditional_t<std::is_same_v<T, __half>, gemm::MmaF16, gemm::MmaBF16>;
+  const uint32_t a[4] = {a0, a1, a2, a3};
+  const uint32_t b[2] = {b0, b1};
+  Mma::mma(c, a, b);
 }
 
 // ---- route decoding (per block, in shared memory) ----
