@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <set>
@@ -104,6 +105,9 @@ writes a tuning table (docs/tuning.md).
   --no-skew               uniform routing only (default: uniform and skewed)
   --rounds N --max-ms MS --seed N    the bench's timing settings
   --dry-run               print the candidates each count would measure and exit
+  --verify-builtin        no tuning: run every plan the built-in tables name for this GPU,
+                          at the ends of each entry's served counts, against the reference
+  --verify FILE           the same for the entries of a table file
 )";
 }
 
@@ -176,11 +180,23 @@ TuneOptions parse_tune_options(const std::vector<std::string>& args) {
       o.seed = static_cast<uint64_t>(integer(a, val(), 0));
     } else if (a == "--dry-run") {
       o.dry_run = true;
+    } else if (a == "--verify-builtin") {
+      o.verify_builtin = true;
+    } else if (a == "--verify") {
+      o.verify_file = val();
     } else {
       throw std::invalid_argument("unknown option '" + a + "' (--help lists them)");
     }
   }
   if (o.help) return o;
+  if (verifying(o)) {
+    if (o.E || o.H || o.F || o.dry_run)
+      throw std::invalid_argument(
+          "--verify-builtin / --verify take the shapes from the tables: no layer options");
+    if (o.verify_builtin && !o.verify_file.empty())
+      throw std::invalid_argument("--verify-builtin or --verify FILE, not both");
+    return o;
+  }
   if (o.E == 0 || o.H == 0 || o.F == 0)
     throw std::invalid_argument("--experts, --hidden and --intermediate are required");
   if (o.top_k > o.E) throw std::invalid_argument("--top-k: expected at most --experts");
@@ -230,6 +246,45 @@ double skew_alpha_for(int64_t E, int top_k, double target, int64_t tokens, uint6
     (expert_load_ratio(E, top_k, mid, tokens, seed) < target ? lo : hi) = mid;
   }
   return hi;
+}
+
+bool verifying(const TuneOptions& o) {
+  return o.verify_builtin || !o.verify_file.empty();
+}
+
+TuneOptions options_for_entry(const TuningEntry& e) {
+  TuneOptions o;
+  o.model = e.source;
+  o.dtype = e.shape.dtype;
+  o.E = e.shape.E;
+  o.H = e.shape.H;
+  o.F = e.shape.F;
+  o.S = e.shape.S;
+  o.top_k = e.shape.top_k;
+  const std::string& r = e.shape.routing;
+  const size_t space = r.find(' ');
+  o.scoring = r.substr(0, space);
+  int consumed = 0;
+  const bool scoring_ok = o.scoring == "softmax" || o.scoring == "sigmoid";
+  const bool groups_ok =
+      space == std::string::npos || (std::sscanf(r.c_str() + space, " groups %d/%d%n", &o.groups,
+                                                 &o.topk_group, &consumed) == 2 &&
+                                     space + consumed == r.size());
+  if (!scoring_ok || !groups_ok)
+    throw std::invalid_argument(e.source + ": routing '" + r +
+                                "' is not 'softmax' / 'sigmoid' [groups G/TG]");
+  return o;
+}
+
+std::vector<int64_t> verify_counts(const TuningEntry& e) {
+  std::vector<int64_t> t;
+  for (const TokenRange& r : e.tokens) {
+    t.push_back(r.lo);
+    t.push_back(r.hi);
+  }
+  std::sort(t.begin(), t.end());
+  t.erase(std::unique(t.begin(), t.end()), t.end());
+  return t;
 }
 
 bench::Row layer_row(const TuneOptions& o, int64_t T) {

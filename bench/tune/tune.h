@@ -30,6 +30,10 @@ struct TuneOptions {
   std::string out = "tuned.table";
   std::string partial;  // default: out + ".partial"
   bool dry_run = false;
+  // --verify-builtin / --verify FILE: check every plan the built-in tables (or FILE) name
+  // for this device, at the ends of each served range, against the reference; no tuning.
+  bool verify_builtin = false;
+  std::string verify_file;
   bool skewed = true;  // also measure skewed routing
   int rounds = 3;
   double max_ms = 200;
@@ -57,6 +61,15 @@ std::vector<int64_t> default_token_counts();
 double expert_load_ratio(int64_t E, int top_k, double alpha, int64_t tokens, uint64_t seed);
 double skew_alpha_for(int64_t E, int top_k, double target = 2.0, int64_t tokens = 8192,
                       uint64_t seed = 1);
+
+bool verifying(const TuneOptions& o);
+
+// The layer an entry of a table names (op, dtype, E, H, F, top_k, routing, S), as options
+// whose layer_row / layer_candidates build it; throws std::invalid_argument on a routing
+// name routing_name() does not write.
+TuneOptions options_for_entry(const TuningEntry& e);
+// The counts at which a table's entry is verified: each served range's ends, ascending.
+std::vector<int64_t> verify_counts(const TuningEntry& e);
 
 // The bench row of the layer at T tokens (FusedMoEFwd or FusedMoESharedExpertFwd).
 bench::Row layer_row(const TuneOptions& o, int64_t T);

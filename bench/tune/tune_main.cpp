@@ -6,6 +6,7 @@
 // from.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -89,7 +90,70 @@ std::string duration(double s) {
   return b;
 }
 
+// --verify-builtin / --verify FILE: every plan a table names for this device, run through
+// the bench's case of its layer at the ends of each served range and checked against the
+// reference (the bench's accuracy check). Exit 0 only when every check passes.
+int verify(const TuneOptions& o) {
+  bench::Device dev;
+  std::string why;
+  if (!bench::open_device(&dev, &why)) {
+    std::fprintf(stderr, "moekit-tune: no usable CUDA GPU (%s): tables not verified.\n",
+                 why.c_str());
+    return 1;
+  }
+  clear_tuning_tables();
+  if (!o.verify_file.empty()) load_tuning_table(o.verify_file);
+  const std::string what = o.verify_file.empty() ? "the built-in tables" : o.verify_file;
+  cudaStream_t stream = nullptr;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int entries = 0, checks = 0, failed = 0, other_device = 0;
+  for (const TuningEntry& e : tuning_entries()) {
+    // Loaded entries first, then the built-in ones: with a file, only its own.
+    if (!o.verify_file.empty() && e.source.rfind(o.verify_file + ":", 0) != 0) continue;
+    if (e.device != dev.name) {
+      ++other_device;
+      continue;
+    }
+    ++entries;
+    const TuneOptions eo = options_for_entry(e);
+    for (int64_t T : verify_counts(e)) {
+      bench::Options bo;
+      bo.seed = o.seed;
+      bo.alternatives = false;
+      bench::Env env{bo, dev, stream, nullptr};
+      std::unique_ptr<bench::Case> c = bench::make_case(layer_row(eo, T), bo);
+      c->setup(env);
+      const std::vector<std::string> plans = c->plan_candidates();
+      const auto it = std::find(plans.begin(), plans.end(), e.plan);
+      std::string verdict;
+      if (it == plans.end()) {
+        verdict = "FAIL: not among the layer's " + std::to_string(plans.size()) + " candidates";
+      } else {
+        c->force_candidate(static_cast<int>(it - plans.begin()));
+        const bench::CheckResult cr = c->check(env);
+        char err[64];
+        std::snprintf(err, sizeof err, "rel_l2 %.3g, against %s", cr.rel_l2, cr.reference.c_str());
+        verdict = !cr.checked ? "FAIL: not checked"
+                  : cr.pass   ? std::string("pass, ") + err
+                              : std::string("FAIL: ") + err;
+      }
+      ++checks;
+      failed += verdict.rfind("pass", 0) != 0;
+      std::printf("%s T=%lld %s: %s\n", e.source.c_str(), static_cast<long long>(T), e.plan.c_str(),
+                  verdict.c_str());
+    }
+  }
+  cudaStreamDestroy(stream);
+  clear_tuning_tables();
+  std::printf(
+      "moekit-tune: %s: %d entries of %s verified at %d counts, %d failed (%d entries "
+      "of other devices not run)\n",
+      what.c_str(), entries, dev.name.c_str(), checks, failed, other_device);
+  return failed == 0 ? 0 : 1;
+}
+
 int run(const TuneOptions& o) {
+  if (verifying(o)) return verify(o);
   if (o.dry_run) {
     print_candidates(o);
     return 0;

@@ -233,5 +233,37 @@ TEST(TuneBuild, AFailedBucketKeepsTheCountsThatPassAlone) {
   EXPECT_EQ(detail::format_token_ranges(e[0].tokens), "1-2");
 }
 
+TEST(TuneVerify, OptionsTakeNoLayer) {
+  EXPECT_TRUE(parse({"--verify-builtin"}).verify_builtin);
+  EXPECT_EQ(parse({"--verify", "t.table", "--seed", "3"}).verify_file, "t.table");
+  EXPECT_THROW(parse({"--verify-builtin", "--verify", "t.table"}), std::invalid_argument);
+  EXPECT_THROW(parse(with({"--verify-builtin"})), std::invalid_argument);
+  EXPECT_THROW(parse({"--verify"}), std::invalid_argument);
+}
+
+TuningEntry entry(const std::string& routing, std::vector<TokenRange> tokens) {
+  TuningEntry e;
+  e.device = "NVIDIA H200";
+  e.shape = {"fused_moe_shared_expert", "f16", 256, 7168, 2048, 8, routing, 2048};
+  e.tokens = tokens;
+  e.source = "t.table:3";
+  return e;
+}
+
+TEST(TuneVerify, AnEntrysLayerAndCounts) {
+  const TuneOptions o = options_for_entry(entry("sigmoid groups 8/4", {{1, 16}, {24, 24}}));
+  EXPECT_EQ(o.shape(), entry("sigmoid groups 8/4", {}).shape);
+  EXPECT_EQ(o.scoring, "sigmoid");
+  EXPECT_EQ(o.groups, 8);
+  EXPECT_EQ(o.topk_group, 4);
+  EXPECT_EQ(layer_row(o, 16).w.op, "FusedMoESharedExpertFwd");
+  EXPECT_EQ(layer_row(o, 16).w.tensor("gating_output")->shape, (std::vector<int64_t>{16, 256}));
+  EXPECT_EQ(options_for_entry(entry("softmax", {})).groups, 0);
+  EXPECT_EQ(verify_counts(entry("softmax", {{1, 16}, {24, 24}, {32, 64}})),
+            (std::vector<int64_t>{1, 16, 24, 32, 64}));
+  for (const char* bad : {"topk", "softmax groups 8", "sigmoid groups 8/4 x", "softmax  "})
+    EXPECT_THROW(options_for_entry(entry(bad, {})), std::invalid_argument) << bad;
+}
+
 }  // namespace
 }  // namespace moekit::tune
