@@ -34,6 +34,16 @@ Axis linear_axis(double hi, double target_ticks, bool integer) {
   return a;
 }
 
+Axis range_axis(double lo, double hi, double target_ticks) {
+  Axis a;
+  const double step = nice_step(hi > lo ? hi - lo : 1, target_ticks, false);
+  const double first = std::floor(lo / step + 1e-9), last = std::ceil(hi / step - 1e-9);
+  a.lo = first * step;
+  a.hi = std::max(first + 1, last) * step;
+  for (double i = first; i <= std::max(first + 1, last) + 1e-9; ++i) a.ticks.push_back(i * step);
+  return a;
+}
+
 Axis log_axis(double lo, double hi, double base, size_t max_ticks) {
   Axis a;
   a.log = true;

@@ -22,6 +22,8 @@ struct Axis {
 // 0 to about `hi` in steps of 1, 2, 2.5 or 5 times a power of ten (no 2.5 when `integer`),
 // about `target_ticks` of them.
 Axis linear_axis(double hi, double target_ticks, bool integer);
+// About [lo, hi] (rounded out to its steps) in steps of 1, 2, 2.5 or 5 times a power of ten.
+Axis range_axis(double lo, double hi, double target_ticks);
 // Powers of `base` around [lo, hi], at most `max_ticks` of them labelled.
 Axis log_axis(double lo, double hi, double base, size_t max_ticks);
 // "0.25", "1e-5" (not "1e-05").

@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
-#include <vector>
 
 namespace moekit::tune {
 
@@ -16,14 +15,19 @@ std::string format_measurement(const Measurement& m) {
          (m.accurate ? "accurate" : "inaccurate") + " | " + (m.is_default ? "default" : "-");
 }
 
-bool parse_measurement(const std::string& line, Measurement* m, std::string* why) {
+std::vector<std::string> split_fields(const std::string& line) {
   std::vector<std::string> f;
-  std::stringstream ls(line);
+  std::stringstream in(line);
   std::string field;
-  while (std::getline(ls, field, '|')) {
-    const size_t b = field.find_first_not_of(' '), e = field.find_last_not_of(' ');
+  while (std::getline(in, field, '|')) {
+    const size_t b = field.find_first_not_of(" \t"), e = field.find_last_not_of(" \t\r");
     f.push_back(b == std::string::npos ? "" : field.substr(b, e - b + 1));
   }
+  return f;
+}
+
+bool parse_measurement(const std::string& line, Measurement* m, std::string* why) {
+  const std::vector<std::string> f = split_fields(line);
   if (f.size() != 6) {
     *why = "expected 6 '|'-separated fields, got " + std::to_string(f.size());
     return false;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace moekit::tune {
 
@@ -21,6 +22,10 @@ struct Measurement {
 
 // The partial file's first line starts so; the layer's shape follows.
 extern const char* const kPartialHeaderPrefix;
+
+// A line's '|'-separated fields, spaces around them trimmed (the partial file's lines and a
+// tuning table's).
+std::vector<std::string> split_fields(const std::string& line);
 
 std::string format_measurement(const Measurement& m);
 // One line of format_measurement's; false with `why` when it does not parse (the plan is
