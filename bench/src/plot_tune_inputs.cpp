@@ -3,6 +3,7 @@
 // library, and the picture only needs the entries' counts and plans) and a bench run.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -30,13 +31,12 @@ bool parse_ranges(const std::string& text, std::vector<std::pair<int64_t, int64_
   int64_t last = 0;
   while (std::getline(in, part, ',')) {
     const size_t dash = part.find('-');
-    int64_t lo = 0, hi = 0;
+    long long lo = 0, hi = 0;
     char extra = 0;
     const std::string lo_text = part.substr(0, dash);
     const std::string hi_text = dash == std::string::npos ? lo_text : part.substr(dash + 1);
-    if (std::sscanf(lo_text.c_str(), "%lld%c", reinterpret_cast<long long*>(&lo), &extra) != 1 ||
-        std::sscanf(hi_text.c_str(), "%lld%c", reinterpret_cast<long long*>(&hi), &extra) != 1 ||
-        lo <= last || hi < lo)
+    if (std::sscanf(lo_text.c_str(), "%lld%c", &lo, &extra) != 1 ||
+        std::sscanf(hi_text.c_str(), "%lld%c", &hi, &extra) != 1 || lo <= last || hi < lo)
       return false;
     out->emplace_back(lo, hi);
     last = hi;

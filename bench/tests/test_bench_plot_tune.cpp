@@ -4,6 +4,7 @@
 // fresh for each run, so the expected tooltips follow them.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 #include <stdexcept>
 #include <string>
