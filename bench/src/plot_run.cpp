@@ -177,6 +177,9 @@ void draw_legend_mark(Svg& svg, const LegendEntry& e, double x, double y) {
     case LegendEntry::kDashed:
       svg.line(x, y - 4, x + 18, y - 4, e.color, 2, "5,3");
       break;
+    case LegendEntry::kDotted:
+      svg.line(x, y - 4, x + 18, y - 4, e.color, 2, "1.5,3");
+      break;
     case LegendEntry::kDiamond:
       svg.diamond(x + 9, y - 4, 5, e.color);
       break;
@@ -211,22 +214,26 @@ std::vector<std::string> wrap(const std::string& text, double size, double width
 
 double draw_header(Svg& svg, const Run& run, const std::string& summary,
                    const std::vector<LegendEntry>& legend, double width) {
+  std::vector<HeadingLine> lines = {{summary, {12}}, {facts_line(run), {11, "start", "#555"}}};
+  if (!run.options.empty()) lines.push_back({"command: " + run.options, {11, "start", "#555"}});
+  return draw_heading(svg,
+                      "moekit-bench · " + (run.device.empty() ? "unknown GPU" : run.device) +
+                          " · commit " + (run.commit.empty() ? "unknown" : run.commit) + " · " +
+                          (run.date.empty() ? "undated" : run.date),
+                      lines, legend, width);
+}
+
+double draw_heading(Svg& svg, const std::string& title, const std::vector<HeadingLine>& lines,
+                    const std::vector<LegendEntry>& legend, double width) {
   const double left = 14, usable = width - 2 * left;
-  std::string title = "moekit-bench · " + (run.device.empty() ? "unknown GPU" : run.device) +
-                      " · commit " + (run.commit.empty() ? "unknown" : run.commit) + " · " +
-                      (run.date.empty() ? "undated" : run.date);
   svg.title(title);
   svg.text(left, 24, fit(title, 15, usable), {15, "start", "#111", true});
   double y = 26;
-  auto lines = [&](const std::string& text, const TextStyle& style) {
-    for (const std::string& l : wrap(text, style.size, usable)) {
-      y += style.size + 4;
-      svg.text(left, y, l, style);
+  for (const HeadingLine& line : lines)
+    for (const std::string& l : wrap(line.text, line.style.size, usable)) {
+      y += line.style.size + 4;
+      svg.text(left, y, l, line.style);
     }
-  };
-  lines(summary, {12});
-  lines(facts_line(run), {11, "start", "#555"});
-  if (!run.options.empty()) lines("command: " + run.options, {11, "start", "#555"});
   y += 22;
   svg.open_group("class=\"legend\"");
   double x = left;

@@ -40,7 +40,7 @@ extern const char* const kRooflineColor;
 std::string alternative_color(size_t i);
 
 struct LegendEntry {
-  enum Kind { kBar, kLine, kDashed, kDiamond, kMark, kNote };  // kNote: text alone
+  enum Kind { kBar, kLine, kDashed, kDotted, kDiamond, kMark, kNote };  // kNote: text alone
   Kind kind;
   std::string series, label, color;  // series: the data-series attribute (tests find it)
 };
@@ -50,6 +50,14 @@ struct LegendEntry {
 constexpr double kMinFigureWidth = 680;
 double draw_header(Svg& svg, const Run& run, const std::string& summary,
                    const std::vector<LegendEntry>& legend, double width);
+// The same from its parts: `title` (also the document's <title>), lines of text wrapped to
+// the width, the legend.
+struct HeadingLine {
+  std::string text;
+  TextStyle style;
+};
+double draw_heading(Svg& svg, const std::string& title, const std::vector<HeadingLine>& lines,
+                    const std::vector<LegendEntry>& legend, double width);
 
 // "accuracy: 132 pass, 1 fail" over the measured records.
 std::string accuracy_summary(const std::vector<Record>& records);

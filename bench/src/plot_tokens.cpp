@@ -3,71 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "plot_axes.h"
 #include "plot_run.h"
 #include "report.h"
 
 namespace moekit::bench::plot {
 namespace {
-
-// Data range [lo, hi] onto pixels [p0, p1], linear or logarithmic, with its ticks.
-struct Axis {
-  double lo = 0, hi = 1, p0 = 0, p1 = 1;
-  bool log = false;
-  std::vector<double> ticks;
-  double at(double v) const {
-    const double t = log ? std::log(v / lo) / std::log(hi / lo) : (v - lo) / (hi - lo);
-    return p0 + (p1 - p0) * t;
-  }
-};
-
-// 1, 2, 2.5 or 5 times a power of ten (no 2.5 for token counts), about `target` per range.
-double nice_step(double range, double target, bool integer) {
-  const double raw = range / target, mag = std::pow(10, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 2.5, 5.0})
-    if (m * mag >= raw && !(integer && m == 2.5)) return m * mag;
-  return 10 * mag;
-}
-
-Axis linear_axis(double hi, double target_ticks, bool integer) {
-  Axis a;
-  a.lo = 0;
-  double step = nice_step(hi > 0 ? hi : 1, target_ticks, integer);
-  if (integer) step = std::max(1.0, step);
-  const int n = static_cast<int>(std::ceil(hi / step - 1e-9));
-  a.hi = std::max(1, n) * step;
-  for (int i = 0; i <= std::max(1, n); ++i) a.ticks.push_back(i * step);
-  return a;
-}
-
-// Powers of `base` around [lo, hi], at most `max_ticks` of them labelled.
-Axis log_axis(double lo, double hi, double base, size_t max_ticks) {
-  Axis a;
-  a.log = true;
-  const double elo = std::floor(std::log(lo) / std::log(base) + 1e-9);
-  double ehi = std::ceil(std::log(hi) / std::log(base) - 1e-9);
-  if (ehi <= elo) ehi = elo + 1;
-  a.lo = std::pow(base, elo);
-  a.hi = std::pow(base, ehi);
-  const size_t count = static_cast<size_t>(ehi - elo) + 1;
-  const size_t every = (count + max_ticks - 1) / max_ticks;
-  for (size_t i = 0; i < count; i += every) a.ticks.push_back(std::pow(base, elo + double(i)));
-  return a;
-}
-
-// "0.25", "1e-5" (not "1e-05").
-std::string ms_tick(double v) {
-  if (v == 0 || v >= 1e-3) return format("%g", v);
-  std::string s = format("%.0e", v);
-  const size_t e = s.find("e-0");
-  return e == std::string::npos ? s : s.erase(e + 2, 1);
-}
-
-struct Curve {
-  std::string name, color, dash;
-  double width = 1.5, marker = 2.5;
-  std::vector<std::pair<int64_t, double>> points;  // tokens, ms (-1: a gap)
-  std::vector<std::string> tips;
-};
 
 struct TokenPanel {
   std::string op, workload, dtype;
@@ -79,7 +20,7 @@ constexpr double kPanelW = 400, kPlotL = 66, kPlotR = 18, kPlotT = 46, kPlotH = 
 std::vector<Curve> panel_curves(const TokenPanel& p, const std::vector<std::string>& alts) {
   Curve roof{"roofline", kRooflineColor, "5,3", 1.5, 0, {}, {}};
   Curve ours{"moekit", kOursColor, "", 2, 3, {}, {}};
-  Curve page{"page", kPageColor, "", 0, 4.5, {}, {}};
+  Curve page{"page", kPageColor, "", 0, 4.5, {}, {}, true, {}};
   std::vector<Curve> alt_curves;
   for (size_t i = 0; i < alts.size(); ++i)
     alt_curves.push_back({alts[i], alternative_color(i), "", 1.5, 2.5, {}, {}});
@@ -107,32 +48,6 @@ std::vector<Curve> panel_curves(const TokenPanel& p, const std::vector<std::stri
   curves.push_back(ours);
   curves.push_back(page);
   return curves;
-}
-
-void draw_curve(Svg& svg, const Curve& c, const Axis& x, const Axis& y) {
-  std::vector<std::pair<double, double>> run;
-  auto flush = [&] {
-    if (c.width > 0) svg.polyline(run, c.color, c.width, c.dash);
-    run.clear();
-  };
-  for (size_t i = 0; i < c.points.size(); ++i) {
-    const auto [t, ms] = c.points[i];
-    if (ms <= 0) {
-      flush();
-      continue;
-    }
-    run.emplace_back(x.at(double(t)), y.at(ms));
-  }
-  flush();
-  for (size_t i = 0; i < c.points.size(); ++i) {
-    const auto [t, ms] = c.points[i];
-    if (ms <= 0 || c.marker <= 0) continue;
-    const double px = x.at(double(t)), py = y.at(ms);
-    if (c.name == "page")
-      svg.diamond(px, py, c.marker, c.color, c.tips[i]);
-    else
-      svg.circle(px, py, c.marker, c.color, c.tips[i]);
-  }
 }
 
 void draw_panel(Svg& svg, const TokenPanel& p, const std::vector<std::string>& alts, double x0,
@@ -168,20 +83,10 @@ void draw_panel(Svg& svg, const TokenPanel& p, const std::vector<std::string>& a
   x.p1 = right;
   y.p0 = bottom;
   y.p1 = top;
-  for (double v : y.ticks) {
-    svg.line(left, y.at(v), right, y.at(v), "#e3e3e3");
-    svg.text(left - 5, y.at(v) + 3.5, ms_tick(v), {10, "end", "#444"});
-  }
-  for (double v : x.ticks) {
-    svg.line(x.at(v), top, x.at(v), bottom, "#e3e3e3");
-    svg.text(x.at(v), bottom + 14, format("%g", v), {10, "middle", "#444"});
-  }
-  svg.line(left, bottom, right, bottom, "#555");
-  svg.line(left, top, left, bottom, "#555");
-  svg.vtext(x0 + 14, (top + bottom) / 2, y.log ? "time (ms, log)" : "time (ms)",
-            {11, "middle", "#333"});
-  svg.text((left + right) / 2, bottom + 32, x.log ? "tokens (log)" : "tokens",
-           {11, "middle", "#333"});
+  draw_frame(svg,
+             {left, right, top, bottom, x0 + 14, x.log ? "tokens (log)" : "tokens",
+              y.log ? "time (ms, log)" : "time (ms)"},
+             x, y);
   for (const Curve& c : curves) draw_curve(svg, c, x, y);
   svg.close_group();
 }

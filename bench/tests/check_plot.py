@@ -5,11 +5,13 @@
 
 Draws the committed H200 run (results/h200/full.json, no alternatives), a table run with
 alternatives, an accuracy failure and a row not measured (bench/tests/data/plot_table_run.json)
-and a --tokens run (bench/tests/data/plot_tokens_run.json; both synthetic), then checks each
+a --tokens run (bench/tests/data/plot_tokens_run.json) and a tuned layer (moekit-plot --tune:
+plot_tune_layer.table.partial, its table and plot_tune_bench.json; all synthetic), then checks each
 SVG as a browser would read it: well-formed XML, a title with the GPU, commit and date, one
 panel per op (table) or per op / workload / dtype (tokens), every row's label, the legend's
 entries, and every coordinate finite and inside the picture. Also: the default output path
-(RUN.svg next to RUN.json) and a clear failure on a file that is not a run.
+(RUN.svg next to RUN.json, NAME.svg next to a partial file) and a clear failure on a file that
+is not a run, or a partial file's line that does not parse (naming the file and line).
 """
 import json
 import math
@@ -40,7 +42,7 @@ def numbers(value):
     return [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", value)]
 
 
-def check_svg(svg_path, doc):
+def check_svg(svg_path, doc, title_keys=("device", "commit", "date")):
     name = os.path.basename(svg_path)
     text = open(svg_path, encoding="utf-8").read()
     try:
@@ -70,7 +72,7 @@ def check_svg(svg_path, doc):
             check(float(el.get("x")) + est <= width + 4,
                   f"{name}: text past the right edge: {el.text!r}")
     title = root.find(NS + "title")
-    for key in ("device", "commit", "date"):
+    for key in title_keys:
         check(title is not None and doc[key] in title.text, f"{name}: the title lacks the {key}")
     return root
 
@@ -153,6 +155,44 @@ def check_tokens(svg_path, doc):
           f"{name}: {len(tips)} moekit points for {len(doc['records'])} rows")
 
 
+def check_tune(plot, outdir):
+    data = os.path.join(ROOT, "bench/tests/data")
+    partial = os.path.join(data, "plot_tune_layer.table.partial")
+    svg = os.path.join(outdir, "tune.svg")
+    args = ["--table", os.path.join(data, "plot_tune_layer.table"),
+            "--bench", os.path.join(data, "plot_tune_bench.json"), "--workload", "qwen3-30b"]
+    out = subprocess.run([plot, "--tune", partial] + args + [svg], capture_output=True, text=True)
+    if not check(out.returncode == 0, f"moekit-plot --tune: exit {out.returncode}: {out.stderr}"):
+        return
+    root = check_svg(svg, {"device": "NVIDIA H200"}, ("device",))
+    if root is None:
+        return
+    got = [g.get("data-panel") for g in panels(root)]
+    check(got == ["time", "ratio"], f"tune.svg: panels {got}")
+    series = {g.get("data-series") for g in root.iter(NS + "g") if g.get("class") == "series"}
+    want = {f"{s}-{r}" for s in ("tuned", "default", "speedup") for r in ("uniform", "skewed")}
+    want |= {"best-alternative", "roofline", "guardrail"}
+    check(series == want, f"tune.svg: series {sorted(series)}, want {sorted(want)}")
+    check({"tuned", "default", "best-alternative", "roofline"} <= legend_series(root),
+          f"tune.svg: legend {legend_series(root)}")
+    lines = open(partial).read().splitlines()[1:]
+    counts = {int(l.split("|")[0]) for l in lines}
+    tips = [t.text for t in root.iter(NS + "title") if t.text and " uniform: default " in t.text]
+    check(len(tips) == 2 * len(counts),  # a default point and a ratio point per count
+          f"tune.svg: {len(tips)} uniform default tips, {len(counts)} counts")
+    # Without OUT: NAME.svg next to the partial file; a bad line: its file and line named.
+    copy = os.path.join(outdir, "layer.table.partial")
+    head = open(partial).read().splitlines()[:3]
+    open(copy, "w").write("\n".join(head + ["7 | uniform"]) + "\n")
+    out = subprocess.run([plot, "--tune", copy], capture_output=True, text=True)
+    check(out.returncode == 1 and f"{copy}:4: expected 6" in out.stderr,
+          f"a bad partial line: exit {out.returncode}, {out.stderr!r}")
+    open(copy, "w").write("\n".join(head) + "\n")
+    subprocess.run([plot, "--tune", copy], capture_output=True)
+    check(os.path.exists(os.path.join(outdir, "layer.svg")),
+          "no layer.svg next to the partial file")
+
+
 def main(plot, outdir):
     os.makedirs(outdir, exist_ok=True)
     runs = [("results/h200/full.json", check_table),
@@ -177,6 +217,7 @@ def main(plot, outdir):
                          capture_output=True, text=True)
     check(out.returncode == 1 and "records" in out.stderr,
           f"not a run: exit {out.returncode}, {out.stderr!r}")
+    check_tune(plot, outdir)
     for f in failures:
         print("FAIL:", f)
     print(f"check_plot: {len(failures)} failures")

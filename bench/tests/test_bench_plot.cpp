@@ -8,17 +8,12 @@
 #include <string>
 
 #include "plot.h"
+#include "plot_test_support.h"
 #include "report.h"
 #include "svg.h"
 
 namespace moekit::bench {
 namespace {
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
-  return n;
-}
 
 RowResult row(const std::string& op, const std::string& workload, double ours_ms) {
   RowResult r;

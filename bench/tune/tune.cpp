@@ -343,17 +343,10 @@ std::vector<LayerPlan> layer_candidates(const TuneOptions& o, int64_t T, LayerPl
 
 std::string partial_header(const TuneOptions& o) {
   const TuningShape s = o.shape();
-  return "# moekit-tune partial: " + s.op + " " + s.dtype + " E=" + std::to_string(s.E) +
+  return kPartialHeaderPrefix + s.op + " " + s.dtype + " E=" + std::to_string(s.E) +
          " H=" + std::to_string(s.H) + " F=" + std::to_string(s.F) +
          " K=" + std::to_string(s.top_k) + " " + s.routing + " S=" + std::to_string(s.S) +
          " experts=" + o.experts_field() + " seed=" + std::to_string(o.seed);
-}
-
-std::string format_measurement(const Measurement& m) {
-  char us[32];
-  std::snprintf(us, sizeof us, "%.4f", m.us);
-  return std::to_string(m.tokens) + " | " + m.routing + " | " + m.plan + " | " + us + " | " +
-         (m.accurate ? "accurate" : "inaccurate") + " | " + (m.is_default ? "default" : "-");
 }
 
 std::vector<Measurement> read_partial(const std::string& text, const std::string& header,
@@ -372,31 +365,11 @@ std::vector<Measurement> read_partial(const std::string& text, const std::string
       continue;
     }
     if (line.empty()) continue;
-    std::vector<std::string> f;
-    std::stringstream ls(line);
-    std::string field;
-    while (std::getline(ls, field, '|')) {
-      const size_t b = field.find_first_not_of(' '), e = field.find_last_not_of(' ');
-      f.push_back(b == std::string::npos ? "" : field.substr(b, e - b + 1));
-    }
-    if (f.size() != 6) fail("expected 6 '|'-separated fields, got " + std::to_string(f.size()));
     Measurement m;
-    try {
-      m.tokens = integer("tokens", f[0], 1);
-      m.us = std::stod(f[3]);
-    } catch (const std::exception& e) {
-      fail(e.what());
-    }
-    m.routing = f[1];
-    m.plan = f[2];
-    LayerPlan plan;
     std::string why;
+    if (!parse_measurement(line, &m, &why)) fail(why);
+    LayerPlan plan;
     if (!parse_plan(m.plan, &plan, &why)) fail("plan: " + why);
-    if ((f[4] != "accurate" && f[4] != "inaccurate") || (f[5] != "default" && f[5] != "-") ||
-        (m.routing != "uniform" && m.routing != "skewed"))
-      fail("expected 'T | uniform/skewed | plan | us | accurate/inaccurate | default/-'");
-    m.accurate = f[4] == "accurate";
-    m.is_default = f[5] == "default";
     out.push_back(m);
   }
   return out;

@@ -11,6 +11,7 @@
 
 #include "moekit/plan.h"
 #include "moekit/tuning.h"
+#include "tune_partial.h"
 #include "workload.h"
 
 namespace moekit::tune {
@@ -78,21 +79,10 @@ bench::Row layer_row(const TuneOptions& o, int64_t T);
 // device: without a GPU, those of arch 0) and, given planned, the library's plan.
 std::vector<LayerPlan> layer_candidates(const TuneOptions& o, int64_t T, LayerPlan* planned);
 
-// One measurement: a candidate's median at T under one routing.
-struct Measurement {
-  int64_t tokens = 0;
-  std::string routing;  // "uniform" / "skewed"
-  std::string plan;
-  double us = -1;  // < 0: not timed (failed)
-  bool accurate = false;
-  bool is_default = false;  // the plan the library runs today (plan_*)
-};
-
 // The partial-results file: a header naming the run, then one line per measurement; a run
 // resumes from the (count, routing) pairs it holds. Throws std::runtime_error (file:line)
-// on a line that does not parse, or a header of another run.
+// on a line that does not parse, or a header of another run. A line: tune_partial.h.
 std::string partial_header(const TuneOptions& o);
-std::string format_measurement(const Measurement& m);
 std::vector<Measurement> read_partial(const std::string& text, const std::string& header,
                                       const std::string& name);
 
