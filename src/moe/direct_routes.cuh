@@ -63,6 +63,20 @@ struct RouteIds {
   __device__ __forceinline__ int operator()(int r) const { return ids[r]; }
 };
 
+// The per-warp counts in sm.warp_tmp (after a barrier): `before`, the sum over the warps
+// below `warp`; `total`, over all warps.
+__device__ __forceinline__ void sum_warp_counts(const DecodeSmem& sm, int warp, int& before,
+                                                int& total) {
+  before = 0;
+  total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const int v = sm.warp_tmp[w];
+    before += w < warp ? v : 0;
+    total += v;
+  }
+}
+
 // Loads the ids, marks the experts present and counts them. Active experts are
 // numbered ("slots") in ascending id order.
 // `ids(r)` is route r's expert id (RouteIds: topk_ids[r]).
@@ -87,13 +101,8 @@ __device__ void decode_experts(const Ids& ids, int R, int E, DecodeSmem& sm) {
   }
   if (lane == 31) sm.warp_tmp[warp] = incl;
   __syncthreads();
-  int before = 0, total = 0;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    const int v = sm.warp_tmp[w];
-    before += w < warp ? v : 0;
-    total += v;
-  }
+  int before, total;
+  sum_warp_counts(sm, warp, before, total);
   if (t < words) sm.word_prefix[t] = before + incl - c;
   if (t == 0) sm.num_active = total;
   __syncthreads();
@@ -125,13 +134,8 @@ __device__ int collect_routes(int e, int R, DecodeSmem& sm) {
     const unsigned bal = __ballot_sync(0xffffffffu, match);
     if (lane == 0) sm.warp_tmp[warp] = __popc(bal);
     __syncthreads();
-    int before = 0, total = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const int v = sm.warp_tmp[w];
-      before += w < warp ? v : 0;
-      total += v;
-    }
+    int before, total;
+    sum_warp_counts(sm, warp, before, total);
     if (match) sm.routes[count + before + __popc(bal & ((1u << lane) - 1u))] = r;
     count += total;
     __syncthreads();
