@@ -1,6 +1,7 @@
-// Device pieces the direct ("indexed") small-batch kernels share (moe_kernels.cu: bf16 /
-// f16 weights; moe_kernels_fp8.cu: e4m3 weights): weight-stream loads, the mma, and the
-// per-block decoding of routes from topk_ids in shared memory.
+// Device pieces of the direct ("indexed") small-batch kernel (direct_tiles.cuh; bf16 / f16
+// weights in moe_kernels.cu, e4m3 weights in moe_kernels_fp8.cu): weight-stream loads, the
+// mma, the per-block decoding of routes from topk_ids in shared memory, a tile's rows and the
+// host's persistent grid.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -143,7 +144,7 @@ __device__ int collect_routes(int e, int R, DecodeSmem& sm) {
   return count;
 }
 
-// ---- the tile walk and its epilogue (both kernels) ----
+// ---- the tile walk ----
 
 // This lane's weight rows of a tile starting at output column n0 (col0 = n0 + g): m-tile mt,
 // half h -> tile row mt*16 + h*8 + g (gate/up: h*8 + g of the gate or the up block), as

@@ -31,7 +31,6 @@ namespace moekit::detail {
 namespace {
 
 using direct::kThreads;
-using direct::kWarps;
 using direct::persistent_grid;
 
 // Route r's expert: topk_ids[r], or expert 0 in the dense form (topk_ids == nullptr: the
