@@ -12,6 +12,7 @@
 #include "core/dtype.cuh"
 #include "mlp/activation.cuh"
 #include "mlp/activation.h"
+#include "mlp/row_groups.cuh"
 
 namespace moekit::detail {
 namespace {
@@ -77,22 +78,11 @@ __device__ __forceinline__ void store8(TOut* p, const float (&v)[8]) {
   }
 }
 
-// The expert of permuted row r (the first e with ends[e] > r), or -1 for a padding row or
-// one past the last block.
+// The expert of permuted row r, or -1 for a padding row or one past the last group.
 __device__ __forceinline__ int expert_of_row(const int32_t* ends, int E, int alignment, int64_t r) {
-  int lo = 0, hi = E;
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (ends[mid] > r) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  if (lo == E) return -1;
-  const int64_t prev = lo > 0 ? ends[lo - 1] : 0;
-  const int64_t start = (prev + alignment - 1) / alignment * alignment;
-  return r >= start ? lo : -1;
+  const int e = group_ending_after(ends, E, r);
+  if (e == E) return -1;
+  return past_group_start(ends, e, alignment, r) ? e : -1;
 }
 
 // Not __restrict__: the bias pass may run in place (out == in, f32).

@@ -1,6 +1,7 @@
-// Device pieces the direct ("indexed") small-batch kernels share (moe_kernels.cu: bf16 /
-// f16 weights; moe_kernels_fp8.cu: e4m3 weights): weight-stream loads, the mma, and the
-// per-block decoding of routes from topk_ids in shared memory.
+// Device pieces of the direct ("indexed") small-batch kernel (direct_tiles.cuh; bf16 / f16
+// weights in moe_kernels.cu, e4m3 weights in moe_kernels_fp8.cu): weight-stream loads, the
+// mma, the per-block decoding of routes from topk_ids in shared memory, a tile's rows and the
+// host's persistent grid.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -63,6 +64,20 @@ struct RouteIds {
   __device__ __forceinline__ int operator()(int r) const { return ids[r]; }
 };
 
+// The per-warp counts in sm.warp_tmp (after a barrier): `before`, the sum over the warps
+// below `warp`; `total`, over all warps.
+__device__ __forceinline__ void sum_warp_counts(const DecodeSmem& sm, int warp, int& before,
+                                                int& total) {
+  before = 0;
+  total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const int v = sm.warp_tmp[w];
+    before += w < warp ? v : 0;
+    total += v;
+  }
+}
+
 // Loads the ids, marks the experts present and counts them. Active experts are
 // numbered ("slots") in ascending id order.
 // `ids(r)` is route r's expert id (RouteIds: topk_ids[r]).
@@ -87,13 +102,8 @@ __device__ void decode_experts(const Ids& ids, int R, int E, DecodeSmem& sm) {
   }
   if (lane == 31) sm.warp_tmp[warp] = incl;
   __syncthreads();
-  int before = 0, total = 0;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    const int v = sm.warp_tmp[w];
-    before += w < warp ? v : 0;
-    total += v;
-  }
+  int before, total;
+  sum_warp_counts(sm, warp, before, total);
   if (t < words) sm.word_prefix[t] = before + incl - c;
   if (t == 0) sm.num_active = total;
   __syncthreads();
@@ -125,13 +135,8 @@ __device__ int collect_routes(int e, int R, DecodeSmem& sm) {
     const unsigned bal = __ballot_sync(0xffffffffu, match);
     if (lane == 0) sm.warp_tmp[warp] = __popc(bal);
     __syncthreads();
-    int before = 0, total = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const int v = sm.warp_tmp[w];
-      before += w < warp ? v : 0;
-      total += v;
-    }
+    int before, total;
+    sum_warp_counts(sm, warp, before, total);
     if (match) sm.routes[count + before + __popc(bal & ((1u << lane) - 1u))] = r;
     count += total;
     __syncthreads();
@@ -139,7 +144,7 @@ __device__ int collect_routes(int e, int R, DecodeSmem& sm) {
   return count;
 }
 
-// ---- the tile walk and its epilogue (both kernels) ----
+// ---- the tile walk ----
 
 // This lane's weight rows of a tile starting at output column n0 (col0 = n0 + g): m-tile mt,
 // half h -> tile row mt*16 + h*8 + g (gate/up: h*8 + g of the gate or the up block), as

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/check.h"
+#include "mlp/row_groups.cuh"
 #include "moe/fp8_mlp.h"
 
 namespace moekit::detail {
@@ -23,23 +24,13 @@ __device__ __forceinline__ float to_f32(__half v) {
 }
 
 // Whether row r holds data: all rows without `ends`; else r lies in a group of the
-// contiguous(alignment) layout, [align_up(ends[e-1]), ends[e]) (ends sorted).
+// contiguous(alignment) layout (row_groups.cuh).
 __device__ __forceinline__ bool row_in_groups(int64_t r, const int32_t* ends, int E,
                                               int alignment) {
   if (ends == nullptr) return true;
-  int lo = 0, hi = E;  // the first group whose end is past r
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (ends[mid] > r) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  if (lo == E) return false;
-  const int64_t prev = lo > 0 ? ends[lo - 1] : 0;
-  const int64_t start = (prev + alignment - 1) / alignment * alignment;
-  return r >= start;
+  const int e = group_ending_after(ends, E, r);
+  if (e == E) return false;
+  return past_group_start(ends, e, alignment, r);
 }
 
 // amax (the f32 bits of max |x|; non-negative floats order as their bits) over the rows of

@@ -1,14 +1,10 @@
 // FP8-weight decoding (docs/moe.md "FP8-weight decoding"): the direct path's two stages with
 // e4m3 weights, bf16 / f16 activations, the weights dequantized in registers and the sums in
-// f32. The same work split and route decoding as the bf16 kernel (moe_kernels.cu,
-// direct_routes.cuh), reading half the weight bytes:
-//
-// Work item = (active expert slot, tile of output columns), walked round-robin by a
-// persistent grid. A warp step covers 64 k: lane (g, q) loads 16 B (16 consecutive e4m3 k)
-// of weight rows g and g+8 of each m-tile and 32 B (the same 16 k) of route g's input, and
-// feeds them to four mma.m16n8k16 as k slot pairs (2j, 2j+1) of the 16: any k permutation
-// shared by A and B leaves the dot product unchanged. U steps are loaded before any is used
-// (16*U B of weights per row per lane in flight).
+// f32. The tile walk of the bf16 kernel (direct_tiles.cuh) with e4m3 weights and their
+// scales as its two policies, reading half the weight bytes: a warp step covers 64 k, lane
+// (g, q) loads 16 B (16 consecutive e4m3 k) of weight rows g and g+8 of each m-tile and 32 B
+// (the same 16 k) of route g's input, and feeds them to four mma.m16n8k16. U steps are loaded
+// before any is used (16*U B of weights per row per lane in flight).
 //
 // e4m3 -> bf16, exact: a byte s.eeee.mmm placed as the bf16 bits s.0000eeee.mmm0000 is the
 // e4m3 value times 2^-120 (normal and subnormal alike: bf16's exponent bias is 120 more),
@@ -27,6 +23,7 @@
 #include "core/device.h"
 #include "core/dtype.cuh"
 #include "moe/direct_routes.cuh"
+#include "moe/direct_tiles.cuh"
 #include "moe/moe_internal.h"
 #include "moe/weight_quant.h"
 
@@ -34,7 +31,6 @@ namespace moekit::detail {
 namespace {
 
 using direct::kThreads;
-using direct::kWarps;
 using direct::persistent_grid;
 
 // Route r's expert: topk_ids[r], or expert 0 in the dense form (topk_ids == nullptr: the
@@ -79,176 +75,65 @@ __device__ __forceinline__ void e4m3x16_to_pairs<__half>(const uint4& v, uint32_
   }
 }
 
-// kGateUp (stage 1): w [E, 2F, kdim=H] e4m3; a tile is 16 output columns n: gate rows
-//   [n0, n0+16) (m-tile 0) and up rows F + [n0, n0+16) (m-tile 1); route r's input row is
-//   in[r / topk]; out = act [R, F] (T), round(silu(gate) * up).
-// else (stage 2): w [E, H, kdim=F]; a tile is 16*MT rows (MT m-tiles); route r's input row is
-//   in[r]; out = [R, H] in TOut (f32 for the routed combine, T for a dense MLP's output).
-// scale: the scheme's scales of this weight set (moekit/quant.h), scheme = per tensor or
-// per channel (kBlock: 128 x 128 blocks).
-template <class T, bool kGateUp, bool kBlock, class TOut, int MT, int U>
-__global__ void __launch_bounds__(kThreads, 2)
-    direct_fp8_kernel(const T* __restrict__ in, const uint8_t* __restrict__ w,
-                      const float* __restrict__ scale, bool per_channel,
-                      const int32_t* __restrict__ topk_ids, TOut* __restrict__ out, int R, int topk,
-                      int E, int64_t n_out, int64_t kdim, int64_t tiles) {
-  static_assert(!kGateUp || MT == 2, "a gate/up tile is one gate and one up m-tile");
-  __shared__ direct::DecodeSmem sm;
-  __shared__ __align__(16) float red[kWarps][MT][32][4];
+// e4m3 weights for direct_tiles.cuh: a 16-byte load is 16 consecutive k.
+template <class T>
+struct E4m3Weights {
+  using Elem = uint8_t;
+  static constexpr int kPerLoad = 16;
+  __device__ __forceinline__ static void to_pairs(const uint4& v, uint32_t (&out)[8]) {
+    e4m3x16_to_pairs<T>(v, out);
+  }
+};
 
-  direct::decode_experts(IdsOrDense{topk_ids}, R, E, sm);
-  const int64_t num_items = static_cast<int64_t>(sm.num_active) * tiles;
+// The scales of an e4m3 weight set (moekit/quant.h): per tensor or per channel (kBlock false,
+// `per_channel` tells) multiply the f32 sum once; 128 x 128 blocks (kBlock) multiply each
+// step's partial sum (a step's 64 k and a tile's rows lie in one block: H and F are
+// multiples of 128).
+template <bool kGateUp, bool kBlock>
+struct Fp8Scales {
+  static constexpr bool kPerStep = kBlock;
+  const float* scale;
+  bool per_channel;
+  int64_t rows_per_expert = 0, kblocks = 0, row_blocks = 0;  // begin()
+  // kBlock: the scale row of the tile's 128-row block (gate/up: the gate's and the up's).
+  static constexpr int kScaleRows = kGateUp ? 2 : 1;
+  const float* block_scale[kScaleRows];
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, q = lane & 3;
-  const int kc = static_cast<int>(kdim / 16);  // 16-byte chunks per weight row
-  const int nsteps = (kc + 3) / 4;             // a warp step covers 4 chunks (64 k)
-  const int64_t rows_per_expert = kGateUp ? 2 * n_out : n_out;
-  const int64_t kblocks = (kdim + 127) / 128;
-  const int64_t row_blocks = (rows_per_expert + 127) / 128;
-  constexpr int kTileCols = kGateUp ? 16 : 16 * MT;
+  __device__ __forceinline__ void begin(int64_t kdim, int64_t rows) {
+    rows_per_expert = rows;
+    kblocks = (kdim + 127) / 128;
+    row_blocks = (rows + 127) / 128;
+  }
 
-  int cached_expert = -1, m = 0;
-  for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x) {
-    const int slot = static_cast<int>(item / tiles);
-    const int64_t tile = item - static_cast<int64_t>(slot) * tiles;
-    const int e = direct::expert_of_slot(slot, E, sm);
-    if (e != cached_expert) {  // block-uniform
-      m = direct::collect_routes(e, R, sm);
-      cached_expert = e;
-    }
-    const int64_t n0 = tile * kTileCols;
-
-    // This lane's weight rows (direct::tile_rows), rows past n_out masked.
-    const int64_t col0 = n0 + g;
-    const uint8_t* wbase = w + (static_cast<int64_t>(e) * rows_per_expert + col0) * kdim;
-    int32_t woff[MT][2];
-    unsigned wmask;
-    direct::tile_rows<kGateUp, MT>(col0, n_out, kdim, woff, wmask);
-    // kBlock: the scale row of the tile's 128-row block (gate/up: the gate's and the up's;
-    // a tile never straddles a block: H and F are multiples of 128).
-    constexpr int kScaleRows = kGateUp ? 2 : 1;
-    const float* block_scale[kScaleRows];
+  __device__ __forceinline__ void begin_tile(int e, int64_t n0, int64_t n_out) {
+    const int64_t rb = row_blocks, kb = kblocks;  // locals: members here reorder an add
 #pragma unroll
     for (int i = 0; i < kScaleRows; ++i) {
       const int64_t first_row = i == 1 ? n_out + n0 : n0;
-      block_scale[i] = scale + (static_cast<int64_t>(e) * row_blocks + first_row / 128) * kblocks;
-    }
-
-    for (int c0 = 0; c0 < m; c0 += 8) {
-      const int nr = min(8, m - c0);
-      const T* xrow = nullptr;
-      if (g < nr) {
-        const int r = sm.routes[c0 + g];
-        xrow = in + static_cast<int64_t>(kGateUp ? r / topk : r) * kdim;
-      }
-      float acc[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
-
-      for (int s0 = warp; s0 < nsteps; s0 += kWarps * U) {
-        uint4 wv[U][MT][2];
-        uint4 xv[U][2];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int ch = (s0 + u * kWarps) * 4 + q;
-          const bool in_k = ch < kc;
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              wv[u][mt][half] = (in_k && (wmask >> (mt * 2 + half) & 1u))
-                                    ? direct::ld_stream(wbase + woff[mt][half] + ch * 16)
-                                    : make_uint4(0u, 0u, 0u, 0u);
-            }
-          }
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            xv[u][j] = (in_k && xrow != nullptr)
-                           ? __ldg(reinterpret_cast<const uint4*>(xrow + ch * 16 + j * 8))
-                           : make_uint4(0u, 0u, 0u, 0u);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const uint32_t xw[8] = {xv[u][0].x, xv[u][0].y, xv[u][0].z, xv[u][0].w,
-                                  xv[u][1].x, xv[u][1].y, xv[u][1].z, xv[u][1].w};
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            uint32_t a0[8], a1[8];
-            e4m3x16_to_pairs<T>(wv[u][mt][0], a0);
-            e4m3x16_to_pairs<T>(wv[u][mt][1], a1);
-            float part[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int p = 0; p < 4; ++p)
-              direct::mma_16816<T>(kBlock ? part : acc[mt], a0[2 * p], a1[2 * p], a0[2 * p + 1],
-                                   a1[2 * p + 1], xw[2 * p], xw[2 * p + 1]);
-            if constexpr (kBlock) {
-              // Step s covers k [64 s, 64 s + 64): block s / 2 (steps past k are all zeros).
-              const int s = s0 + u * kWarps;
-              const float sc = s < nsteps ? __ldg(block_scale[kGateUp ? mt : 0] + s / 2) : 0.f;
-#pragma unroll
-              for (int i = 0; i < 4; ++i) acc[mt][i] = fmaf(part[i], sc, acc[mt][i]);
-            }
-          }
-        }
-      }
-
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        *reinterpret_cast<float4*>(&red[warp][mt][lane][0]) =
-            make_float4(acc[mt][0], acc[mt][1], acc[mt][2], acc[mt][3]);
-      }
-      __syncthreads();
-      // The scale of weight row `row` of expert e (per tensor / per channel; 1 for blocks).
-      const auto row_scale = [&](int64_t row) {
-        if constexpr (kBlock) {
-          return 1.f;
-        } else {
-          return __ldg(scale + (per_channel ? static_cast<int64_t>(e) * rows_per_expert + row
-                                            : static_cast<int64_t>(e)));
-        }
-      };
-      // Accumulator element i of lane ln: row (ln/4) + 8*(i/2) of the m-tile, route
-      // column n = 2*(ln%4) + i%2 of the chunk.
-      if constexpr (kGateUp) {
-        if (threadIdx.x < 128) {
-          const int ln = threadIdx.x >> 2, i = threadIdx.x & 3;
-          float gs = 0.f, us = 0.f;
-#pragma unroll
-          for (int ww = 0; ww < kWarps; ++ww) {
-            gs += red[ww][0][ln][i];
-            us += red[ww][1][ln][i];
-          }
-          const int rr = (ln >> 2) + (i >> 1) * 8;
-          const int n = (ln & 3) * 2 + (i & 1);
-          const int64_t col = n0 + rr;
-          if (n < nr && col < n_out) {
-            gs *= row_scale(col);
-            us *= row_scale(n_out + col);
-            const int r = sm.routes[c0 + n];
-            out[static_cast<int64_t>(r) * n_out + col] = from_float<TOut>(silu(gs) * us);
-          }
-        }
-      } else {
-        for (int idx = threadIdx.x; idx < MT * 128; idx += kThreads) {
-          const int mt = idx >> 7, ln = (idx >> 2) & 31, i = idx & 3;
-          float s = 0.f;
-#pragma unroll
-          for (int ww = 0; ww < kWarps; ++ww) s += red[ww][mt][ln][i];
-          const int rr = mt * 16 + (ln >> 2) + (i >> 1) * 8;
-          const int n = (ln & 3) * 2 + (i & 1);
-          const int64_t col = n0 + rr;
-          if (n < nr && col < n_out) {
-            const int r = sm.routes[c0 + n];
-            out[static_cast<int64_t>(r) * n_out + col] = from_float<TOut>(s * row_scale(col));
-          }
-        }
-      }
-      __syncthreads();  // red and sm.routes are reused by the next chunk / item
+      block_scale[i] = scale + (static_cast<int64_t>(e) * rb + first_row / 128) * kb;
     }
   }
-}
+  // Step s covers k [64 s, 64 s + 64): block s / 2 (steps past k are all zeros).
+  __device__ __forceinline__ float step(int mt, int s, int nsteps) const {
+    return s < nsteps ? __ldg(block_scale[kGateUp ? mt : 0] + s / 2) : 0.f;
+  }
+  __device__ __forceinline__ float row(int e, int64_t row) const {
+    if constexpr (kBlock) {
+      return 1.f;
+    } else {
+      return __ldg(scale + (per_channel ? static_cast<int64_t>(e) * rows_per_expert + row
+                                        : static_cast<int64_t>(e)));
+    }
+  }
+};
+
+// direct_gemv_kernel (direct_tiles.cuh) with e4m3 weights: arguments (in, w, scale,
+// per_channel, topk_ids, out, ...); out: act [R, F] (T) with kGateUp, else [R, H] in TOut (f32
+// for the routed combine, T for a dense MLP's output).
+template <class T, bool kGateUp, bool kBlock, class TOut, int MT, int U>
+constexpr auto direct_fp8_kernel =
+    direct::direct_gemv_kernel<T, E4m3Weights<T>, Fp8Scales<kGateUp, kBlock>, IdsOrDense, kGateUp,
+                               MT, U, TOut, TOut, const float*, bool>;
 
 // Tiles and steps in flight (warp steps of 64 k loaded before any is used): gate/up 16
 // columns (16 gate + 16 up rows), 3 steps; down 64 rows, 2 steps: 12 and 16 weight loads of
