@@ -319,6 +319,24 @@ void scale_input_rows(const detail::MoEShapes& s, const EngineBuffers& b, detail
   p.topk_weights = b.unit_weights;
 }
 
+// The routed experts of an op's arguments (FusedMoEExpertsArgs or FusedMoEArgs) by `plan`;
+// the caller sets the routing (topk_weights, topk_ids) and the addend.
+template <class Args>
+detail::RoutedExperts routed_experts(const Args& a, const detail::MoEShapes& s,
+                                     const LayerPlan& plan) {
+  detail::RoutedExperts p;
+  p.s = s;
+  p.routed = plan.routed;
+  p.experts = plan.experts;
+  p.hidden = a.hidden_states.data;
+  p.w_gate_up = a.w_gate_up.data;
+  p.w_down = a.w_down.data;
+  p.scales = detail::weight_scales(a.quant);
+  p.biases = detail::mlp_biases(a.gate_up_bias, a.down_bias);
+  p.output = a.output.data;
+  return p;
+}
+
 // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
 
 detail::RoutedOp experts_op(bool allow_direct) {
@@ -360,7 +378,18 @@ LayerPlan experts_plan(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a, 
   return plan;
 }
 
-size_t experts_workspace_size(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct) {
+// FusedMoEExpertsFwd or IndexedExpertMLPFwd (allow_direct: the op has the direct path): the
+// four entry points' bodies (MOEKIT_MOE_OP_ENTRY_POINTS).
+struct ExpertsOp {
+  const char* op;
+  bool allow_direct;
+  size_t workspace_size(const FusedMoEExpertsArgs& a) const;
+  void run(const FusedMoEExpertsArgs& a, cudaStream_t stream) const;
+  LayerPlan plan(const FusedMoEExpertsArgs& a) const;
+  std::vector<LayerPlan> candidates(const FusedMoEExpertsArgs& a) const;
+};
+
+size_t ExpertsOp::workspace_size(const FusedMoEExpertsArgs& a) const {
   return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
     detail::MoEShapes s;
     const LayerPlan plan = experts_plan(c, a, allow_direct, s);
@@ -368,7 +397,7 @@ size_t experts_workspace_size(const char* op, const FusedMoEExpertsArgs& a, bool
   });
 }
 
-LayerPlan plan_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct) {
+LayerPlan ExpertsOp::plan(const FusedMoEExpertsArgs& a) const {
   const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_experts_shapes(c, a);
   const detail::LayerProblem p{s, experts_op(allow_direct), 0};
@@ -378,16 +407,14 @@ LayerPlan plan_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool all
   return plan;
 }
 
-std::vector<LayerPlan> experts_op_candidates(const char* op, const FusedMoEExpertsArgs& a,
-                                             bool allow_direct) {
+std::vector<LayerPlan> ExpertsOp::candidates(const FusedMoEExpertsArgs& a) const {
   const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_experts_shapes(c, a);
   return detail::layer_plan_candidates({s, experts_op(allow_direct), 0},
                                        detail::current_gemm_device());
 }
 
-void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct,
-                    cudaStream_t stream) {
+void ExpertsOp::run(const FusedMoEExpertsArgs& a, cudaStream_t stream) const {
   detail::ArgCheck c(op);
   detail::MoEShapes s;
   const LayerPlan plan = experts_plan(c, a, allow_direct, s);
@@ -419,18 +446,9 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
                      a.workspace, &out, &in);
   if (s.T == 0) return;
   c.launch_target(stream, "output", a.output);
-  detail::RoutedExperts p;
-  p.s = s;
-  p.routed = plan.routed;
-  p.experts = plan.experts;
-  p.hidden = a.hidden_states.data;
-  p.w_gate_up = a.w_gate_up.data;
-  p.w_down = a.w_down.data;
-  p.scales = detail::weight_scales(a.quant);
+  detail::RoutedExperts p = routed_experts(a, s, plan);
   p.topk_weights = static_cast<const float*>(a.topk_weights.data);
   p.topk_ids = static_cast<const int32_t*>(a.topk_ids.data);
-  p.biases = detail::mlp_biases(a.gate_up_bias, a.down_bias);
-  p.output = a.output.data;
   detail::run_composite(op, [&] {
     detail::WorkspaceCarver ws(a.workspace.data);
     const EngineBuffers eb = carve_engine(s, needs, ws);
@@ -440,46 +458,7 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
   });
 }
 
-constexpr const char* kExpertsOp = "fused_moe_experts";
-constexpr const char* kIndexedOp = "indexed_expert_mlp";
-
-}  // namespace
-
-size_t fused_moe_experts_workspace_size(const FusedMoEExpertsArgs& args) {
-  return experts_workspace_size(kExpertsOp, args, /*allow_direct=*/false);
-}
-
-void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream) {
-  run_experts_op(kExpertsOp, args, /*allow_direct=*/false, stream);
-}
-
-LayerPlan plan_fused_moe_experts(const FusedMoEExpertsArgs& args) {
-  return plan_experts_op(kExpertsOp, args, /*allow_direct=*/false);
-}
-
-std::vector<LayerPlan> fused_moe_experts_plan_candidates(const FusedMoEExpertsArgs& args) {
-  return experts_op_candidates(kExpertsOp, args, /*allow_direct=*/false);
-}
-
-size_t indexed_expert_mlp_workspace_size(const IndexedExpertMLPArgs& args) {
-  return experts_workspace_size(kIndexedOp, args, /*allow_direct=*/true);
-}
-
-void indexed_expert_mlp(const IndexedExpertMLPArgs& args, cudaStream_t stream) {
-  run_experts_op(kIndexedOp, args, /*allow_direct=*/true, stream);
-}
-
-LayerPlan plan_indexed_expert_mlp(const IndexedExpertMLPArgs& args) {
-  return plan_experts_op(kIndexedOp, args, /*allow_direct=*/true);
-}
-
-std::vector<LayerPlan> indexed_expert_mlp_plan_candidates(const IndexedExpertMLPArgs& args) {
-  return experts_op_candidates(kIndexedOp, args, /*allow_direct=*/true);
-}
-
 // ---- FusedMoEFwd / FusedMoESharedExpertFwd ----
-
-namespace {
 
 struct LayerBuffers {
   float* topk_weights = nullptr;        // [T, K]
@@ -711,31 +690,15 @@ void run_layer(const char* op, const FusedMoEArgs& a, const LayerPlan& plan,
     detail::run_shared_mlp(plan.shared, s, sh.S, DType::kF32, a.hidden_states.data, w, sb,
                            b.shared_out, stream, op);
   }
-  detail::RoutedExperts p;
-  p.s = s;
-  p.routed = plan.routed;
-  p.experts = plan.experts;
-  p.hidden = a.hidden_states.data;
-  p.w_gate_up = a.w_gate_up.data;
-  p.w_down = a.w_down.data;
-  p.scales = detail::weight_scales(a.quant);
+  detail::RoutedExperts p = routed_experts(a, s, plan);
   p.topk_weights = b.topk_weights;
   p.topk_ids = b.topk_ids;
   p.addend = b.shared_out;
-  p.biases = detail::mlp_biases(a.gate_up_bias, a.down_bias);
-  p.output = a.output.data;
   // apply_router_weight_on_input: the input rows scaled by the top-1 weights (the shared
   // expert above read the unscaled x).
   if (needs.scale) scale_input_rows(s, engine, p, stream);
   detail::run_routed_experts(p, ws, stream);
 }
-
-}  // namespace
-
-namespace {
-
-constexpr const char* kLayerOp = "fused_moe";
-constexpr const char* kSharedLayerOp = "fused_moe_shared_expert";
 
 detail::LayerProblem layer_problem(const char* op, const FusedMoEArgs& a,
                                    const FusedMoESharedExpertArgs* shared) {
@@ -744,69 +707,89 @@ detail::LayerProblem layer_problem(const char* op, const FusedMoEArgs& a,
   return layer_problem_of(s, shared ? check_shared(c, s, *shared) : SharedShape());
 }
 
+// A layer op's arguments: the routed layer's, and the shared expert's (none: fused_moe).
+const FusedMoEArgs& moe_args(const FusedMoEArgs& a) {
+  return a;
+}
+const FusedMoEArgs& moe_args(const FusedMoESharedExpertArgs& a) {
+  return a.moe;
+}
+const FusedMoESharedExpertArgs* shared_args(const FusedMoEArgs&) {
+  return nullptr;
+}
+const FusedMoESharedExpertArgs* shared_args(const FusedMoESharedExpertArgs& a) {
+  return &a;
+}
+
+// FusedMoEFwd or FusedMoESharedExpertFwd (Args: FusedMoEArgs or FusedMoESharedExpertArgs): the
+// four entry points' bodies (MOEKIT_MOE_OP_ENTRY_POINTS).
+struct LayerOp {
+  const char* op;
+
+  template <class Args>
+  size_t workspace_size(const Args& args) const {
+    return layer_workspace_query(op, moe_args(args), shared_args(args));
+  }
+
+  template <class Args>
+  LayerPlan plan(const Args& args) const {
+    const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
+    const TunedOp tuned{op, moe_args(args).params};
+    return layer_plan(c, nullptr, layer_problem(op, moe_args(args), shared_args(args)), &tuned);
+  }
+
+  template <class Args>
+  std::vector<LayerPlan> candidates(const Args& args) const {
+    return detail::layer_plan_candidates(layer_problem(op, moe_args(args), shared_args(args)),
+                                         detail::current_gemm_device());
+  }
+
+  template <class Args>
+  void run(const Args& args, cudaStream_t stream) const {
+    const FusedMoEArgs& a = moe_args(args);
+    const FusedMoESharedExpertArgs* shared = shared_args(args);
+    detail::ArgCheck c(op);
+    const detail::MoEShapes s = check_layer_args(c, a);
+    // Both shared weights absent: no shared expert, the routed layer alone (a model whose
+    // layer has none can call one entry point). One of the two alone is an error.
+    const SharedShape sh = shared ? check_shared(c, s, *shared, /*with_down=*/true) : SharedShape();
+    const TunedOp tuned{op, a.params};
+    const LayerPlan plan = layer_plan(c, a.plan, layer_problem_of(s, sh), &tuned);
+    detail::log_op_plan(op, s, sh.S, plan);
+    const size_t needed = layer_workspace_size(s, sh, layer_needs(a), plan.routed);
+    c.workspace(a.workspace, needed);
+    check_layer_memory(c, a, shared);
+    if (s.T == 0) return;
+    c.launch_target(stream, "output", a.output);
+    detail::run_composite(op, [&] { run_layer(op, a, plan, s, shared, sh, stream); });
+  }
+};
+
 }  // namespace
 
-size_t fused_moe_workspace_size(const FusedMoEArgs& args) {
-  return layer_workspace_query(kLayerOp, args, nullptr);
-}
+// The four entry points of op NAME (moe.h: NAME_workspace_size, NAME, plan_NAME,
+// NAME_plan_candidates) on ARGS, by OP's members.
+#define MOEKIT_MOE_OP_ENTRY_POINTS(NAME, ARGS, OP)                  \
+  size_t NAME##_workspace_size(const ARGS& args) {                  \
+    return OP.workspace_size(args);                                 \
+  }                                                                 \
+  void NAME(const ARGS& args, cudaStream_t stream) {                \
+    OP.run(args, stream);                                           \
+  }                                                                 \
+  LayerPlan plan_##NAME(const ARGS& args) {                         \
+    return OP.plan(args);                                           \
+  }                                                                 \
+  std::vector<LayerPlan> NAME##_plan_candidates(const ARGS& args) { \
+    return OP.candidates(args);                                     \
+  }
 
-LayerPlan plan_fused_moe(const FusedMoEArgs& args) {
-  const detail::ArgCheck c(kLayerOp, detail::ArgCheck::Mode::kShapesOnly);
-  const TunedOp tuned{kLayerOp, args.params};
-  return layer_plan(c, nullptr, layer_problem(kLayerOp, args, nullptr), &tuned);
-}
-
-std::vector<LayerPlan> fused_moe_plan_candidates(const FusedMoEArgs& args) {
-  return detail::layer_plan_candidates(layer_problem(kLayerOp, args, nullptr),
-                                       detail::current_gemm_device());
-}
-
-void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
-  detail::ArgCheck c(kLayerOp);
-  const detail::MoEShapes s = check_layer_args(c, args);
-  const TunedOp tuned{kLayerOp, args.params};
-  const LayerPlan plan = layer_plan(c, args.plan, layer_problem_of(s, {}), &tuned);
-  detail::log_op_plan(kLayerOp, s, 0, plan);
-  const size_t needed = layer_workspace_size(s, {}, layer_needs(args), plan.routed);
-  c.workspace(args.workspace, needed);
-  check_layer_memory(c, args, nullptr);
-  if (s.T == 0) return;
-  c.launch_target(stream, "output", args.output);
-  detail::run_composite(kLayerOp, [&] { run_layer(kLayerOp, args, plan, s, nullptr, {}, stream); });
-}
-
-size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args) {
-  return layer_workspace_query(kSharedLayerOp, args.moe, &args);
-}
-
-LayerPlan plan_fused_moe_shared_expert(const FusedMoESharedExpertArgs& args) {
-  const detail::ArgCheck c(kSharedLayerOp, detail::ArgCheck::Mode::kShapesOnly);
-  const TunedOp tuned{kSharedLayerOp, args.moe.params};
-  return layer_plan(c, nullptr, layer_problem(kSharedLayerOp, args.moe, &args), &tuned);
-}
-
-std::vector<LayerPlan> fused_moe_shared_expert_plan_candidates(
-    const FusedMoESharedExpertArgs& args) {
-  return detail::layer_plan_candidates(layer_problem(kSharedLayerOp, args.moe, &args),
-                                       detail::current_gemm_device());
-}
-
-void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream) {
-  detail::ArgCheck c(kSharedLayerOp);
-  const detail::MoEShapes s = check_layer_args(c, args.moe);
-  // Both shared weights absent: no shared expert, the routed layer alone (a model whose
-  // layer has none can call one entry point). One of the two alone is an error.
-  const SharedShape sh = check_shared(c, s, args, /*with_down=*/true);
-  const TunedOp tuned{kSharedLayerOp, args.moe.params};
-  const LayerPlan plan = layer_plan(c, args.moe.plan, layer_problem_of(s, sh), &tuned);
-  detail::log_op_plan(kSharedLayerOp, s, sh.S, plan);
-  const size_t needed = layer_workspace_size(s, sh, layer_needs(args.moe), plan.routed);
-  c.workspace(args.moe.workspace, needed);
-  check_layer_memory(c, args.moe, &args);
-  if (s.T == 0) return;
-  c.launch_target(stream, "output", args.moe.output);
-  detail::run_composite(kSharedLayerOp,
-                        [&] { run_layer(kSharedLayerOp, args.moe, plan, s, &args, sh, stream); });
-}
+MOEKIT_MOE_OP_ENTRY_POINTS(fused_moe_experts, FusedMoEExpertsArgs,
+                           (ExpertsOp{"fused_moe_experts", /*allow_direct=*/false}))
+MOEKIT_MOE_OP_ENTRY_POINTS(indexed_expert_mlp, IndexedExpertMLPArgs,
+                           (ExpertsOp{"indexed_expert_mlp", /*allow_direct=*/true}))
+MOEKIT_MOE_OP_ENTRY_POINTS(fused_moe, FusedMoEArgs, LayerOp{"fused_moe"})
+MOEKIT_MOE_OP_ENTRY_POINTS(fused_moe_shared_expert, FusedMoESharedExpertArgs,
+                           LayerOp{"fused_moe_shared_expert"})
+#undef MOEKIT_MOE_OP_ENTRY_POINTS
 
 }  // namespace moekit
