@@ -129,10 +129,7 @@ void run_sorted_fp8(const RoutedExperts& p, const RoutedBuffers& b, CombineProbl
 }  // namespace
 
 size_t routed_experts_workspace_size(const MoEShapes& s, RoutedPath routed) {
-  if (s.T == 0) return 0;
-  WorkspaceCarver ws(nullptr);
-  carve_routed(s, routed, ws);
-  return ws.bytes();
+  return carved_bytes(s, [&](WorkspaceCarver& ws) { carve_routed(s, routed, ws); });
 }
 
 void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_t stream) {
@@ -282,10 +279,7 @@ EngineBuffers carve_engine(const detail::MoEShapes& s, EngineNeeds n, detail::Wo
 }
 
 size_t engine_bytes(const detail::MoEShapes& s, EngineNeeds n) {
-  if (s.T == 0) return 0;
-  detail::WorkspaceCarver ws(nullptr);
-  carve_engine(s, n, ws);
-  return ws.bytes();
+  return detail::carved_bytes(s, [&](detail::WorkspaceCarver& ws) { carve_engine(s, n, ws); });
 }
 
 // ids into `local` (map: global to local; i64 read as i64), which p then reads.
@@ -503,12 +497,11 @@ EngineNeeds layer_needs(const FusedMoEArgs& a) {
 
 size_t layer_workspace_size(const detail::MoEShapes& s, const SharedShape& sh, EngineNeeds needs,
                             RoutedPath routed) {
-  if (s.T == 0) return 0;
-  detail::WorkspaceCarver ws(nullptr);
-  EngineBuffers engine;
-  carve_layer(s, sh, needs, engine, ws);
-  ws.take(detail::routed_experts_workspace_size(s, routed));
-  return ws.bytes();
+  return detail::carved_bytes(s, [&](detail::WorkspaceCarver& ws) {
+    EngineBuffers engine;
+    carve_layer(s, sh, needs, engine, ws);
+    ws.take(detail::routed_experts_workspace_size(s, routed));
+  });
 }
 
 // The experts the routing picks from: the global ones with an expert map, else the local.
