@@ -105,15 +105,21 @@ RouteIds route_ids(const TensorView& ids, const TensorView& expert_map = TensorV
   return r;
 }
 
+// fn(c) for every column c < cols of this thread (strided over the threads of blockIdx.y).
+template <class Fn>
+__device__ __forceinline__ void for_cols(int64_t cols, Fn fn) {
+  for (int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.y) * blockDim.x)
+    fn(c);
+}
+
 // apply_router_weight_on_input (top-1): y[t, h] = round(round(w[t]) * x[t, h]).
 template <class T>
 __global__ void scale_rows_kernel(const T* x, const float* w, int64_t H, T* y) {
   const int64_t t = blockIdx.x;
   const T w_rounded = cvt<T>(w[t]);
   const float wt = ld(&w_rounded, 0);
-  for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
-       h += static_cast<int64_t>(gridDim.y) * blockDim.x)
-    y[t * H + h] = cvt<T>(wt * ld(x, t * H + h));
+  for_cols(H, [&](int64_t h) { y[t * H + h] = cvt<T>(wt * ld(x, t * H + h)); });
 }
 
 // ---- routing ----------------------------------------------------------------------------
@@ -436,23 +442,29 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// fn(r, c) for every listed row r of this block (rows[blockIdx.x * kRowsPerBlock + i]; -1:
+// none) and every column c < cols of this thread (strided over the threads of blockIdx.y).
+template <class Fn>
+__device__ __forceinline__ void for_listed_rows(const int32_t* rows, int64_t cols, Fn fn) {
+#pragma unroll 1
+  for (int i = 0; i < kRowsPerBlock; ++i) {
+    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
+    if (r < 0) continue;
+    for_cols(cols, [&](int64_t c) { fn(r, c); });
+  }
+}
+
 // out[r, f] = (silu(h[r, f]) * h[r, F + f] with act, else h[r, f]; h rows of 2F or F) divided
 // by scale[0] when a scale is given, rounded to TOut, for the listed rows.
 template <class TOut>
 __global__ void act_rows_kernel(const float* h, int64_t F, const int32_t* rows, TOut* out,
                                 bool act = true, const float* scale = nullptr) {
   const float s = scale ? scale[0] : 1.f;
-#pragma unroll 1
-  for (int i = 0; i < kRowsPerBlock; ++i) {
-    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
-    if (r < 0) continue;
-    for (int64_t f = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; f < F;
-         f += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-      const float* hr = h + static_cast<int64_t>(r) * (act ? 2 * F : F);
-      const float v = act ? silu_ref(hr[f]) * hr[F + f] : hr[f];
-      out[static_cast<int64_t>(r) * F + f] = cvt<TOut>(scale ? v / s : v);
-    }
-  }
+  for_listed_rows(rows, F, [&](int32_t r, int64_t f) {
+    const float* hr = h + static_cast<int64_t>(r) * (act ? 2 * F : F);
+    const float v = act ? silu_ref(hr[f]) * hr[F + f] : hr[f];
+    out[static_cast<int64_t>(r) * F + f] = cvt<TOut>(scale ? v / s : v);
+  });
 }
 
 // An MLP's activation and optional biases (f32 or the op's dtype T; null: none).
@@ -499,22 +511,16 @@ __global__ void mlp_act_rows_kernel(const float* h, int64_t F, const int32_t* ro
   const bool inter = spec.act == Activation::kSwigluOai;
   const int64_t cols = single ? F : 2 * F;
   const int64_t e = block_expert ? block_expert[blockIdx.x] : 0;
-#pragma unroll 1
-  for (int i = 0; i < kRowsPerBlock; ++i) {
-    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
-    if (r < 0) continue;
-    for (int64_t f = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; f < F;
-         f += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-      const float* hr = h + static_cast<int64_t>(r) * cols;
-      const int64_t gi = single ? f : (inter ? 2 * f : f), ui = inter ? 2 * f + 1 : F + f;
-      float g = hr[gi], u = single ? 0.0f : hr[ui];
-      if (spec.gate_up_bias) {
-        g += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + gi);
-        if (!single) u += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + ui);
-      }
-      out[static_cast<int64_t>(r) * F + f] = cvt<T>(act_ref(spec.act, g, u));
+  for_listed_rows(rows, F, [&](int32_t r, int64_t f) {
+    const float* hr = h + static_cast<int64_t>(r) * cols;
+    const int64_t gi = single ? f : (inter ? 2 * f : f), ui = inter ? 2 * f + 1 : F + f;
+    float g = hr[gi], u = single ? 0.0f : hr[ui];
+    if (spec.gate_up_bias) {
+      g += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + gi);
+      if (!single) u += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + ui);
     }
-  }
+    out[static_cast<int64_t>(r) * F + f] = cvt<T>(act_ref(spec.act, g, u));
+  });
 }
 
 // y[r, :] += down_bias[e] for the listed rows (e: the block's expert).
@@ -522,27 +528,16 @@ template <class T>
 __global__ void down_bias_rows_kernel(float* y, int64_t H, const int32_t* rows,
                                       const int32_t* block_expert, MlpSpec spec) {
   const int64_t e = block_expert ? block_expert[blockIdx.x] : 0;
-#pragma unroll 1
-  for (int i = 0; i < kRowsPerBlock; ++i) {
-    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
-    if (r < 0) continue;
-    for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
-         h += static_cast<int64_t>(gridDim.y) * blockDim.x)
-      y[static_cast<int64_t>(r) * H + h] +=
-          ld_bias<T>(spec.down_bias, spec.down_bias_f32, e * H + h);
-  }
+  for_listed_rows(rows, H, [&](int32_t r, int64_t h) {
+    y[static_cast<int64_t>(r) * H + h] += ld_bias<T>(spec.down_bias, spec.down_bias_f32, e * H + h);
+  });
 }
 
 template <class TOut>
 __global__ void round_rows_kernel(const float* y, int64_t H, const int32_t* rows, TOut* out) {
-#pragma unroll 1
-  for (int i = 0; i < kRowsPerBlock; ++i) {
-    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
-    if (r < 0) continue;
-    for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
-         h += static_cast<int64_t>(gridDim.y) * blockDim.x)
-      out[static_cast<int64_t>(r) * H + h] = cvt<TOut>(y[static_cast<int64_t>(r) * H + h]);
-  }
+  for_listed_rows(rows, H, [&](int32_t r, int64_t h) {
+    out[static_cast<int64_t>(r) * H + h] = cvt<TOut>(y[static_cast<int64_t>(r) * H + h]);
+  });
 }
 
 // out[t] = sum_k valid w[t,k] * y[t*K+k] (+ shared[t]), in f32, k order; rounded once
@@ -591,9 +586,7 @@ __global__ void gather_rows_kernel(const uint16_t* src, const int32_t* inverse, 
   const int64_t r = blockIdx.x;
   const int32_t p = inverse[r];
   if (p < 0) return;
-  for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
-       h += static_cast<int64_t>(gridDim.y) * blockDim.x)
-    dst[static_cast<int64_t>(p) * H + h] = src[(r / K) * H + h];
+  for_cols(H, [&](int64_t h) { dst[static_cast<int64_t>(p) * H + h] = src[(r / K) * H + h]; });
 }
 
 // ---- host helpers -------------------------------------------------------------------------
@@ -1117,29 +1110,26 @@ void moe_grouped_gemm(const GroupedGemmArgs& args, Workspace scratch, cudaStream
                                args.layout_metadata, act, scratch, row_mask, stream);
   const GemmLayout& g = c.g;
   if (g.rows_total == 0) return;
-  int32_t* rows = c.s.rows;
-  int32_t* be = c.s.be;
-  float* h = c.s.h;
   const int64_t kd = args.b.shape[2], nb = args.b.shape[1], n = act ? nb / 2 : nb;
   dispatch_half(args.a.dtype, "moe_grouped_gemm", [&](auto tag) {
     using T = decltype(tag);
     const T* a = args.a.ptr<T>();
     const T* b = args.b.ptr<T>();
     if (act) {
-      launch_gemm<T, T, float, false>(a, kd, 1, b, nb, kd, ScaleStrides{}, rows, be, g.num_blocks,
-                                      h, nb, stream);
+      launch_gemm<T, T, float, false>(a, kd, 1, b, nb, kd, ScaleStrides{}, c.s.rows, c.s.be,
+                                      g.num_blocks, c.s.h, nb, stream);
       dim3 grid(static_cast<unsigned>(g.num_blocks), grid_y(n, 256));
       if (args.c.dtype == DType::kF32)
-        act_rows_kernel<float><<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<float>());
+        act_rows_kernel<float><<<grid, 256, 0, stream>>>(c.s.h, n, c.s.rows, args.c.ptr<float>());
       else
-        act_rows_kernel<T><<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<T>());
+        act_rows_kernel<T><<<grid, 256, 0, stream>>>(c.s.h, n, c.s.rows, args.c.ptr<T>());
       check_launch("moe_grouped_gemm.act");
     } else if (args.c.dtype == DType::kF32) {
-      launch_gemm<T, T, float, false>(a, kd, 1, b, n, kd, ScaleStrides{}, rows, be, g.num_blocks,
-                                      args.c.ptr<float>(), n, stream);
+      launch_gemm<T, T, float, false>(a, kd, 1, b, n, kd, ScaleStrides{}, c.s.rows, c.s.be,
+                                      g.num_blocks, args.c.ptr<float>(), n, stream);
     } else {
-      launch_gemm<T, T, T, false>(a, kd, 1, b, n, kd, ScaleStrides{}, rows, be, g.num_blocks,
-                                  args.c.ptr<T>(), n, stream);
+      launch_gemm<T, T, T, false>(a, kd, 1, b, n, kd, ScaleStrides{}, c.s.rows, c.s.be,
+                                  g.num_blocks, args.c.ptr<T>(), n, stream);
     }
   });
 }
@@ -1190,28 +1180,25 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, Workspace scratch, cud
                                args.layout_metadata, act || fp8_out, scratch, row_mask, stream);
   const GemmLayout& g = c.g;
   if (g.rows_total == 0) return;
-  int32_t* rows = c.s.rows;
-  int32_t* be = c.s.be;
-  float* h = c.s.h;
   const int64_t kd = args.b.shape[2], nb = args.b.shape[1], n = act ? nb / 2 : nb;
   const auto* a = args.a.ptr<__nv_fp8_e4m3>();
   const auto* b = args.b.ptr<__nv_fp8_e4m3>();
   if (act || fp8_out) {
-    launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, float, true>(a, kd, 1, b, nb, kd, fp8_strides(args),
-                                                           rows, be, g.num_blocks, h, nb, stream);
+    launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, float, true>(
+        a, kd, 1, b, nb, kd, fp8_strides(args), c.s.rows, c.s.be, g.num_blocks, c.s.h, nb, stream);
     dim3 grid(static_cast<unsigned>(g.num_blocks), grid_y(n, 256));
     if (fp8_out) {
       act_rows_kernel<__nv_fp8_e4m3><<<grid, 256, 0, stream>>>(
-          h, n, rows, args.c.ptr<__nv_fp8_e4m3>(), act, args.c_scale.ptr<float>());
+          c.s.h, n, c.s.rows, args.c.ptr<__nv_fp8_e4m3>(), act, args.c_scale.ptr<float>());
     } else {
       act_rows_kernel<__nv_bfloat16>
-          <<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<__nv_bfloat16>());
+          <<<grid, 256, 0, stream>>>(c.s.h, n, c.s.rows, args.c.ptr<__nv_bfloat16>());
     }
     check_launch("moe_grouped_gemm_fp8.out");
   } else {
     launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, __nv_bfloat16, true>(
-        a, kd, 1, b, n, kd, fp8_strides(args), rows, be, g.num_blocks, args.c.ptr<__nv_bfloat16>(),
-        n, stream);
+        a, kd, 1, b, n, kd, fp8_strides(args), c.s.rows, c.s.be, g.num_blocks,
+        args.c.ptr<__nv_bfloat16>(), n, stream);
   }
 }
 
@@ -1240,34 +1227,27 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_
   Carver cv = scratch_carver(args.workspace, expert_mlp_scratch_bytes(args), "moe_expert_mlp");
   if (P == 0) return;
   const MlpScratch s = carve_expert_mlp(cv, args);
-  int32_t* rows = s.rows;
-  int32_t* be = s.block_expert;
-  const int64_t nb = s.num_blocks;
-  float* h = s.h;
-  void* act = s.act;
-  float* y = s.y;
-  void* xq = s.xq;
-  float* qscratch = s.qscratch;
   launch_layout_blocks(args.layout_metadata.ptr<int32_t>(), static_cast<int>(E),
-                       std::max(args.layout.alignment, 1), 0, P, -1, row_mask, rows, be, nb,
-                       stream);
+                       std::max(args.layout.alignment, 1), 0, P, -1, row_mask, s.rows,
+                       s.block_expert, s.num_blocks, stream);
   dispatch_half(args.expert_input.dtype, "moe_expert_mlp", [&](auto tag) {
     using T = decltype(tag);
     const T* x = args.expert_input.ptr<T>();
-    const ActQuant in_q = input_quant(args.quant, acts, qscratch);
+    const ActQuant in_q = input_quant(args.quant, acts, s.qscratch);
     if (in_q.scheme != QuantScheme::kNone) {  // the rows in the groups, quantized in a copy
-      require(cudaMemcpyAsync(xq, x, static_cast<size_t>(P * H) * sizeof(T),
+      require(cudaMemcpyAsync(s.xq, x, static_cast<size_t>(P * H) * sizeof(T),
                               cudaMemcpyDeviceToDevice, stream) == cudaSuccess,
               "moe_expert_mlp", "cudaMemcpyAsync failed");
-      fp8_round_trip_rows(static_cast<T*>(xq), H, rows, nb, 0, in_q, stream);
-      x = static_cast<const T*>(xq);
+      fp8_round_trip_rows(static_cast<T*>(s.xq), H, s.rows, s.num_blocks, 0, in_q, stream);
+      x = static_cast<const T*>(s.xq);
     }
-    mlp_rows_quant<T>(x, 1, args.w_gate_up, args.w_down, args.quant, F, H, rows, be, nb, h,
-                      static_cast<T*>(act), y,
+    mlp_rows_quant<T>(x, 1, args.w_gate_up, args.w_down, args.quant, F, H, s.rows, s.block_expert,
+                      s.num_blocks, s.h, static_cast<T*>(s.act), s.y,
                       mlp_spec(args.activation, args.gate_up_bias, args.down_bias), false, stream,
-                      act_quant(args.quant, acts, qscratch));
-    round_rows_kernel<T><<<dim3(static_cast<unsigned>(nb), grid_y(H, 256)), 256, 0, stream>>>(
-        y, H, rows, args.expert_output.ptr<T>());
+                      act_quant(args.quant, acts, s.qscratch));
+    round_rows_kernel<T>
+        <<<dim3(static_cast<unsigned>(s.num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
+            s.y, H, s.rows, args.expert_output.ptr<T>());
     check_launch("moe_expert_mlp.round");
   });
 }
