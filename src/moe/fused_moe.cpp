@@ -282,21 +282,6 @@ size_t engine_bytes(const detail::MoEShapes& s, EngineNeeds n) {
   return detail::carved_bytes(s, [&](detail::WorkspaceCarver& ws) { carve_engine(s, n, ws); });
 }
 
-// ids into `local` (map: global to local; i64 read as i64), which p then reads.
-void translate_ids(const detail::MoEShapes& s, const TensorView& ids, const TensorView& expert_map,
-                   int32_t* local, detail::RoutedExperts& p, cudaStream_t stream) {
-  detail::IdTranslation t;
-  t.ids = ids.data;
-  t.ids_dtype = ids.dtype;
-  t.num_routes = s.T * s.K;
-  t.expert_map = expert_map.defined() ? expert_map.ptr<const int32_t>() : nullptr;
-  t.map_size = expert_map.defined() ? expert_map.size(0) : 0;
-  t.num_local = static_cast<int>(s.E);
-  t.local_ids = local;
-  detail::launch_translate_ids(t, stream);
-  p.topk_ids = local;
-}
-
 // apply_router_weight_on_input: p runs on the scaled rows with unit weights.
 void scale_input_rows(const detail::MoEShapes& s, const EngineBuffers& b, detail::RoutedExperts& p,
                       cudaStream_t stream) {
@@ -452,7 +437,9 @@ void ExpertsOp::run(const FusedMoEExpertsArgs& a, cudaStream_t stream) const {
   detail::run_composite(op, [&] {
     detail::WorkspaceCarver ws(a.workspace.data);
     const EngineBuffers eb = carve_engine(s, needs, ws);
-    if (needs.ids) translate_ids(s, a.topk_ids, a.expert_map, eb.ids, p, stream);
+    if (needs.ids)  // map: global to local; i64 read as i64
+      p.topk_ids = detail::translate_ids_into(a.topk_ids, a.expert_map, static_cast<int>(s.E),
+                                              eb.ids, stream);
     if (needs.scale) scale_input_rows(s, eb, p, stream);
     detail::run_routed_experts(p, ws, stream);
   });

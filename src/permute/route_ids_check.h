@@ -60,7 +60,7 @@ struct SortInputs {
 inline SortInputs sort_inputs(const TensorView& ids, const TensorView& expert_map, int num_local,
                               int64_t routes, const Workspace& ws, cudaStream_t stream) {
   if (!ids_need_translation(ids, expert_map)) return {ids.ptr<const int32_t>(), ws.data};
-  return {translate_into_workspace(ids, expert_map, num_local, ws, stream),
+  return {translate_ids_into(ids, expert_map, num_local, static_cast<int32_t*>(ws.data), stream),
           static_cast<char*>(ws.data) + translated_ids_head(routes)};
 }
 
