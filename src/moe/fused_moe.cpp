@@ -85,6 +85,16 @@ RoutedBuffers carve_routed(const MoEShapes& s, RoutedPath routed, WorkspaceCarve
   return b;
 }
 
+// comb over num_rows rows (route r's row: inverse[r], or r itself without inverse).
+void combine_rows(CombineProblem comb, DType rows_dtype, const void* rows, int64_t num_rows,
+                  const int32_t* inverse, cudaStream_t stream) {
+  comb.rows_dtype = rows_dtype;
+  comb.rows = rows;
+  comb.num_rows = num_rows;
+  comb.inverse = inverse;
+  launch_combine(comb, stream);
+}
+
 // The sorted path with FP8 weights: the FP8 pre-permute (rows quantized by the scheme), the
 // FP8 MLP (fp8_mlp.h) into bf16 rows over the permuted input, the combine.
 void run_sorted_fp8(const RoutedExperts& p, const RoutedBuffers& b, CombineProblem comb,
@@ -119,11 +129,7 @@ void run_sorted_fp8(const RoutedExperts& p, const RoutedBuffers& b, CombineProbl
   run_fp8_mlp({fs, p.experts, b.permuted, b.layout_metadata, p.w_gate_up, p.w_down, p.scales, b.fp8,
                b.permuted},
               stream);
-  comb.rows_dtype = DType::kBF16;
-  comb.rows = b.permuted;
-  comb.num_rows = fs.P;
-  comb.inverse = b.inverse;
-  launch_combine(comb, stream);
+  combine_rows(comb, DType::kBF16, b.permuted, fs.P, b.inverse, stream);
 }
 
 }  // namespace
@@ -157,10 +163,7 @@ void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_
       launch_direct_gate_up(s, p.hidden, p.w_gate_up, p.topk_ids, b.act, stream);
       launch_direct_down(s, b.act, p.w_down, p.topk_ids, b.down, stream);
     }
-    comb.rows_dtype = DType::kF32;
-    comb.rows = b.down;
-    comb.num_rows = s.T * s.K;
-    launch_combine(comb, stream);
+    combine_rows(comb, DType::kF32, b.down, s.T * s.K, nullptr, stream);
     return;
   }
   if (quantized(s.quant)) {
@@ -184,11 +187,7 @@ void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_
     post.out = make_view(p.output, s.dtype, {s.T, s.H});
     moe_post_permute(post, stream);
   } else {
-    comb.rows_dtype = s.dtype;
-    comb.rows = b.permuted;
-    comb.num_rows = P;
-    comb.inverse = b.inverse;
-    launch_combine(comb, stream);
+    combine_rows(comb, s.dtype, b.permuted, P, b.inverse, stream);
   }
 }
 
