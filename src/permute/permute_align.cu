@@ -58,23 +58,19 @@ __global__ void __launch_bounds__(kThreads)
   int* start = warp_cnt + kWarps * num_experts;  // [E]
   int* cnt = start + num_experts;                // [E]
   pdl_wait();                                    // PDL: before any global access (core/pdl.cuh)
-  const int tid = threadIdx.x;
-  const int c0 = blockIdx.x * kRouteChunk;
-  const int len = min(kRouteChunk, num_routes - c0);
+  const route::Chunk ch = route::this_chunk<kRouteChunk>(num_routes);
 #pragma unroll 8
-  for (int i = tid; i < len; i += kThreads) {
-    const int e = __ldg(ids + c0 + i);
-    s_ids[i] = route::valid_id(e, num_experts) ? e : -1;
-  }
-  route::scatter_chunk<kThreads, /*kCounts=*/true>(s_ids, len, num_experts, warp_cnt, start,
+  for (int i = ch.tid; i < ch.len; i += kThreads)
+    s_ids[i] = route::staged_id(__ldg(ids + ch.c0 + i), num_experts);
+  route::scatter_chunk<kThreads, /*kCounts=*/true>(s_ids, ch.len, num_experts, warp_cnt, start,
                                                    g_start, cnt, g_cnt, chunk_offsets,
                                                    [&](int i, int pos) {
-                                                     if (pos >= 0) sorted[pos] = c0 + i;
+                                                     if (pos >= 0) sorted[pos] = ch.c0 + i;
                                                    });
   const int last = num_experts - 1;
   const int total = start[last] + route::align_up(cnt[last], block_size);
-  align_fill(blockIdx.x * kWarps + (tid >> 5), gridDim.x * kWarps, num_experts, block_size, start,
-             cnt, total, num_routes, sorted, sorted_size, expert_ids, num_blocks);
+  align_fill(blockIdx.x * kWarps + (ch.tid >> 5), gridDim.x * kWarps, num_experts, block_size,
+             start, cnt, total, num_routes, sorted, sorted_size, expert_ids, num_blocks);
 }
 
 constexpr int kFusedChunk = kThreads;  // routes per block of the one-launch kernel

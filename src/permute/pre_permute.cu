@@ -159,17 +159,13 @@ __global__ void __launch_bounds__(kScatterThreads)
   int* warp_cnt = s_ids + kRouteChunk;                  // [kScatterWarps][E]
   int* start = warp_cnt + kScatterWarps * num_experts;  // [E]
   pdl_wait();  // PDL: before any global access (core/pdl.cuh)
-  const int tid = threadIdx.x;
-  const int c0 = blockIdx.x * kRouteChunk;
-  const int len = min(kRouteChunk, num_routes - c0);
+  const route::Chunk ch = route::this_chunk<kRouteChunk>(num_routes);
 #pragma unroll 8
-  for (int i = tid; i < len; i += kScatterThreads) {
-    const int e = __ldg(ids + c0 + i);
-    s_ids[i] = route::valid_id(e, num_experts) ? e : -1;
-  }
+  for (int i = ch.tid; i < ch.len; i += kScatterThreads)
+    s_ids[i] = route::staged_id(__ldg(ids + ch.c0 + i), num_experts);
   route::scatter_chunk<kScatterThreads, /*kCounts=*/false>(
-      s_ids, len, num_experts, warp_cnt, start, g_start, nullptr, nullptr, chunk_offsets,
-      [&](int i, int pos) { inverse[c0 + i] = pos; });
+      s_ids, ch.len, num_experts, warp_cnt, start, g_start, nullptr, nullptr, chunk_offsets,
+      [&](int i, int pos) { inverse[ch.c0 + i] = pos; });
 }
 
 __global__ void __launch_bounds__(kCopyThreads)

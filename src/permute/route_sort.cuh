@@ -124,6 +124,21 @@ __device__ inline void warp_scatter(const int* s_ids, int len, int num_experts, 
   }
 }
 
+// This thread and block's chunk of kChunk routes: [c0, c0 + len).
+struct Chunk {
+  int tid, c0, len;
+};
+template <int kChunk>
+__device__ __forceinline__ Chunk this_chunk(int num_routes) {
+  const int tid = threadIdx.x;
+  const int c0 = blockIdx.x * kChunk;
+  return {tid, c0, min(kChunk, num_routes - c0)};
+}
+// An id as the scatter stages it: e when valid, else -1.
+__device__ __forceinline__ int staged_id(int e, int num_experts) {
+  return valid_id(e, num_experts) ? e : -1;
+}
+
 // The scatter of one chunk of routes (block blockIdx.x of kThreads threads) whose ids (valid
 // or -1) s_ids holds, after the chunked count and scan (route_sort.cu): counted per warp
 // into warp_cnt [kThreads / 32][E] and ranked from the expert starts g_start (loaded into
