@@ -176,12 +176,26 @@ PyTypeObject* g_tensor_type = nullptr;
 PyObject* g_workspace_grow = nullptr;
 PyObject* g_launch_ctx_fallback = nullptr;  // the torch layer's Python launch context
 bool g_check_devices = true;                // off only in a CPU-only test of the argument plumbing
-struct Names {
+struct TensorAttrs {
   PyObject* get_device = nullptr;
   PyObject* data_ptr = nullptr;
   PyObject* dtype = nullptr;
   PyObject* shape = nullptr;
   PyObject* is_contiguous = nullptr;
+};
+// The five, for loops: the member, its name, the kind of C descriptor torch.Tensor has.
+struct TensorAttr {
+  PyObject* TensorAttrs::*member;
+  const char* name;
+  PyTypeObject* descr_type;
+};
+const TensorAttr kTensorAttrs[] = {
+    {&TensorAttrs::get_device, "get_device", &PyMethodDescr_Type},
+    {&TensorAttrs::data_ptr, "data_ptr", &PyMethodDescr_Type},
+    {&TensorAttrs::dtype, "dtype", &PyGetSetDescr_Type},
+    {&TensorAttrs::shape, "shape", &PyGetSetDescr_Type},
+    {&TensorAttrs::is_contiguous, "is_contiguous", &PyMethodDescr_Type}};
+struct Names : TensorAttrs {
   PyObject* exchange_api = nullptr;
 } g_names;
 
@@ -189,25 +203,18 @@ struct Names {
 // torch._C.TensorBase), called directly for tensors whose type resolves the five
 // names to these same descriptors (torch.Tensor, nn.Parameter, ...): no attribute
 // lookup per read. Other types use the generic attribute calls.
-struct Descrs {
-  PyObject* get_device = nullptr;
-  PyObject* data_ptr = nullptr;
-  PyObject* dtype = nullptr;
-  PyObject* shape = nullptr;
-  PyObject* is_contiguous = nullptr;
-} g_descrs;
+TensorAttrs g_descrs;
 constexpr int kMaxFastTypes = 8;
 PyTypeObject* g_fast_types[kMaxFastTypes] = {};  // checked once, then kept (strong refs)
 int g_num_fast_types = 0;
 
 bool same_descriptors(PyTypeObject* t) {
-  return g_descrs.get_device && _PyType_Lookup(t, g_names.get_device) == g_descrs.get_device &&
-         _PyType_Lookup(t, g_names.data_ptr) == g_descrs.data_ptr &&
-         _PyType_Lookup(t, g_names.dtype) == g_descrs.dtype &&
-         _PyType_Lookup(t, g_names.shape) == g_descrs.shape &&
-         _PyType_Lookup(t, g_names.is_contiguous) == g_descrs.is_contiguous &&
-         (g_exchange_capsule == nullptr ||
-          _PyType_Lookup(t, g_names.exchange_api) == g_exchange_capsule);
+  if (!g_descrs.get_device) return false;
+  for (const TensorAttr& a : kTensorAttrs) {
+    if (_PyType_Lookup(t, g_names.*a.member) != g_descrs.*a.member) return false;
+  }
+  return g_exchange_capsule == nullptr ||
+         _PyType_Lookup(t, g_names.exchange_api) == g_exchange_capsule;
 }
 
 bool is_fast_type(PyTypeObject* t) {
@@ -1141,27 +1148,17 @@ NB_MODULE(_moekit, m) {
         Py_XDECREF(g_workspace_grow);
         g_tensor_type = reinterpret_cast<PyTypeObject*>(tensor_type.inc_ref().ptr());
         g_workspace_grow = grow.inc_ref().ptr();
-        g_names.get_device = PyUnicode_InternFromString("get_device");
-        g_names.data_ptr = PyUnicode_InternFromString("data_ptr");
-        g_names.dtype = PyUnicode_InternFromString("dtype");
-        g_names.shape = PyUnicode_InternFromString("shape");
-        g_names.is_contiguous = PyUnicode_InternFromString("is_contiguous");
         // The descriptors are those torch.Tensor resolves the names to (borrowed from
         // the type's MRO, which the strong reference to the type keeps alive).
         PyTypeObject* t = g_tensor_type;
-        g_descrs.get_device = _PyType_Lookup(t, g_names.get_device);
-        g_descrs.data_ptr = _PyType_Lookup(t, g_names.data_ptr);
-        g_descrs.dtype = _PyType_Lookup(t, g_names.dtype);
-        g_descrs.shape = _PyType_Lookup(t, g_names.shape);
-        g_descrs.is_contiguous = _PyType_Lookup(t, g_names.is_contiguous);
-        const bool usable =
-            g_descrs.get_device && PyObject_TypeCheck(g_descrs.get_device, &PyMethodDescr_Type) &&
-            g_descrs.data_ptr && PyObject_TypeCheck(g_descrs.data_ptr, &PyMethodDescr_Type) &&
-            g_descrs.is_contiguous &&
-            PyObject_TypeCheck(g_descrs.is_contiguous, &PyMethodDescr_Type) && g_descrs.dtype &&
-            PyObject_TypeCheck(g_descrs.dtype, &PyGetSetDescr_Type) && g_descrs.shape &&
-            PyObject_TypeCheck(g_descrs.shape, &PyGetSetDescr_Type);
-        if (!usable) g_descrs = Descrs{};  // a torch whose attributes are not C descriptors
+        bool usable = true;
+        for (const TensorAttr& a : kTensorAttrs) {
+          g_names.*a.member = PyUnicode_InternFromString(a.name);
+          PyObject* d = _PyType_Lookup(t, g_names.*a.member);
+          g_descrs.*a.member = d;
+          usable = usable && d && PyObject_TypeCheck(d, a.descr_type);
+        }
+        if (!usable) g_descrs = TensorAttrs{};  // a torch whose attributes are not C descriptors
         // torch >= 2.9: the DLPack C exchange API (major version 1, with the DLTensor
         // export); older torch reads attributes only.
         g_names.exchange_api = PyUnicode_InternFromString("__dlpack_c_exchange_api__");

@@ -155,18 +155,10 @@ def test_moe_permute_align(E, bs, T, K, kind):
 
 
 @pytest.mark.parametrize("dtype", [bf16, f16])
-@pytest.mark.parametrize(
-    "T,K,E,A,H,kind",
-    [
-        (32, 2, 4, 1, 128, "distinct"),
-        (1, 8, 16, 1, 2048, "distinct"),
-        (37, 2, 4, 8, 128, "neg"),
-        (100, 8, 32, 16, 512, "dups"),
-        (256, 1, 8, 128, 256, "distinct"),
-        (40, 4, 8, 4, 64, "one_expert"),
-        (0, 2, 4, 1, 128, "distinct"),
-    ],
-)
+@pytest.mark.parametrize("T,K,E,A,H,kind", [
+    (32, 2, 4, 1, 128, "distinct"), (1, 8, 16, 1, 2048, "distinct"), (37, 2, 4, 8, 128, "neg"),
+    (100, 8, 32, 16, 512, "dups"), (256, 1, 8, 128, 256, "distinct"),
+    (40, 4, 8, 4, 64, "one_expert"), (0, 2, 4, 1, 128, "distinct")])  # fmt: skip
 def test_moe_pre_permute(dtype, T, K, E, A, H, kind):
     g = gen(3000 + T + E)
     x = randn((T, H), dtype, g)
@@ -351,18 +343,11 @@ def test_moe_expert_mlp(dtype, E, H, F, A, total):
 
 @pytest.mark.parametrize("op", ["fused_moe_experts", "indexed_expert_mlp"])
 @pytest.mark.parametrize("dtype", [bf16, f16])
-@pytest.mark.parametrize(
-    "T,E,K,H,F,kind",
-    [
-        (1, 16, 4, 256, 96, "distinct"),
-        (5, 16, 4, 256, 96, "distinct"),
-        (64, 8, 2, 512, 128, "distinct"),
-        (130, 16, 4, 256, 96, "neg"),
-        (33, 16, 4, 256, 96, "one_expert"),
-        (20, 8, 8, 128, 64, "dups"),
-        (0, 8, 2, 128, 64, "distinct"),
-    ],
-)
+@pytest.mark.parametrize("T,E,K,H,F,kind", [
+    (1, 16, 4, 256, 96, "distinct"), (5, 16, 4, 256, 96, "distinct"),
+    (64, 8, 2, 512, 128, "distinct"), (130, 16, 4, 256, 96, "neg"),
+    (33, 16, 4, 256, 96, "one_expert"), (20, 8, 8, 128, 64, "dups"),
+    (0, 8, 2, 128, 64, "distinct")])  # fmt: skip
 def test_routed_experts(op, dtype, T, E, K, H, F, kind):
     g = gen(8000 + T + E + K)
     x = randn((T, H), dtype, g)
@@ -949,11 +934,8 @@ def test_runs_on_the_current_stream():
 @requires_real_gpu
 @pytest.mark.parametrize("fast_path", [True, False])
 def test_bad_input_raises_moekit_error(fast_path):
-    g = gen(18)
-    T, E, H, F = 8, 8, 128, 64
-    x = randn((T, H), bf16, g)
-    logits = randn((T, E), f32, g)
-    w13, w2 = weights(E, F, H, bf16, g)
+    T, E = 8, 8
+    x, logits, w13, w2, _, _ = _layer_inputs(T, bf16, "softmax", 18, E=E, H=128, F=64)
     old = moekit.ops.set_eager_fast_path(fast_path)
     try:
         with pytest.raises(moekit.MoekitError, match=r"moekit::fused_moe: argument 'gating_output'"):

@@ -149,30 +149,27 @@ struct ExpertMlpBuffers {
   void* q_in = nullptr;       // FP8 weights: the e4m3 input rows [P, H]
   detail::Fp8MlpBuffers fp8;  // and the FP8 MLP's buffers (instead of the above)
 };
-// The FP8 MLP of `a` (FP8 weights): P rows in the layout's groups.
-detail::Fp8MlpShapes fp8_shapes(const ExpertMLPArgs& a, const detail::MoEShapes& s) {
+// The FP8 MLP (FP8 weights) of P = s.T rows in the groups of a's layout, with a's static
+// scales (a == nullptr: the sizes alone, which depend on neither).
+detail::Fp8MlpShapes fp8_shapes(const detail::MoEShapes& s, const ExpertMLPArgs* a) {
   detail::Fp8MlpShapes f;
   f.dtype = s.dtype;
   f.P = s.T;
   f.E = s.E;
   f.H = s.H;
   f.F = s.F;
-  f.alignment = std::max(a.layout.alignment, 1);
   f.scheme = s.quant;
-  f.static_act = a.quant.a_down_scale.defined();
+  if (a != nullptr) {
+    f.alignment = std::max(a->layout.alignment, 1);
+    f.static_act = a->quant.a_down_scale.defined();
+  }
   return f;
 }
 ExpertMlpBuffers carve_expert_mlp(const detail::MoEShapes& s, detail::WorkspaceCarver& ws) {
   ExpertMlpBuffers b;
   if (detail::quantized(s.quant)) {
     b.q_in = ws.take(static_cast<size_t>(s.T * s.H));
-    detail::Fp8MlpShapes f;  // the sizes do not depend on the layout nor the static scales
-    f.P = s.T;
-    f.E = s.E;
-    f.H = s.H;
-    f.F = s.F;
-    f.scheme = s.quant;
-    b.fp8 = detail::carve_fp8_mlp(f, /*dense=*/false, ws);
+    b.fp8 = detail::carve_fp8_mlp(fp8_shapes(s, nullptr), /*dense=*/false, ws);
     return b;
   }
   b.act = ws.take(static_cast<size_t>(s.T * s.F) * dtype_size(s.dtype));
@@ -182,10 +179,7 @@ ExpertMlpBuffers carve_expert_mlp(const detail::MoEShapes& s, detail::WorkspaceC
 }
 
 size_t expert_mlp_bytes(const detail::MoEShapes& s) {
-  if (s.T == 0) return 0;
-  detail::WorkspaceCarver ws(nullptr);
-  carve_expert_mlp(s, ws);
-  return ws.bytes();
+  return detail::carved_bytes(s, [&](detail::WorkspaceCarver& ws) { carve_expert_mlp(s, ws); });
 }
 
 // The GEMMs of `args` (validated shapes `s`), without their workspace buffers.
@@ -272,7 +266,7 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
                      args.workspace, &out, &in);
   const detail::GemmDevice device = detail::current_gemm_device();
   if (detail::quantized(s.quant)) {
-    const detail::Fp8MlpShapes f = fp8_shapes(args, s);
+    const detail::Fp8MlpShapes f = fp8_shapes(s, &args);
     const MlpPlan plan = fp8_plan(c, args.plan, f, device);
     detail::log_op_plan("moe_expert_mlp", s, 0, plan);
     if (P == 0) return;
@@ -302,7 +296,7 @@ MlpPlan plan_expert_mlp(const ExpertMLPArgs& args) {
   detail::ArgCheck c("moe_expert_mlp");
   const detail::MoEShapes s = check_expert_mlp_shapes(c, args);
   if (detail::quantized(s.quant)) {
-    return fp8_plan(c, nullptr, fp8_shapes(args, s), detail::current_gemm_device());
+    return fp8_plan(c, nullptr, fp8_shapes(s, &args), detail::current_gemm_device());
   }
   return detail::plan_expert_mlp_gemms(expert_mlp_gemms(args, s), detail::current_gemm_device());
 }
@@ -311,7 +305,7 @@ std::vector<MlpPlan> expert_mlp_plan_candidates(const ExpertMLPArgs& args) {
   detail::ArgCheck c("moe_expert_mlp");
   const detail::MoEShapes s = check_expert_mlp_shapes(c, args);
   if (detail::quantized(s.quant))
-    return detail::fp8_mlp_plan_candidates(fp8_shapes(args, s), detail::current_gemm_device());
+    return detail::fp8_mlp_plan_candidates(fp8_shapes(s, &args), detail::current_gemm_device());
   return detail::expert_mlp_gemms_plan_candidates(expert_mlp_gemms(args, s),
                                                   detail::current_gemm_device());
 }

@@ -85,6 +85,16 @@ RoutedBuffers carve_routed(const MoEShapes& s, RoutedPath routed, WorkspaceCarve
   return b;
 }
 
+// comb over num_rows rows (route r's row: inverse[r], or r itself without inverse).
+void combine_rows(CombineProblem comb, DType rows_dtype, const void* rows, int64_t num_rows,
+                  const int32_t* inverse, cudaStream_t stream) {
+  comb.rows_dtype = rows_dtype;
+  comb.rows = rows;
+  comb.num_rows = num_rows;
+  comb.inverse = inverse;
+  launch_combine(comb, stream);
+}
+
 // The sorted path with FP8 weights: the FP8 pre-permute (rows quantized by the scheme), the
 // FP8 MLP (fp8_mlp.h) into bf16 rows over the permuted input, the combine.
 void run_sorted_fp8(const RoutedExperts& p, const RoutedBuffers& b, CombineProblem comb,
@@ -119,20 +129,13 @@ void run_sorted_fp8(const RoutedExperts& p, const RoutedBuffers& b, CombineProbl
   run_fp8_mlp({fs, p.experts, b.permuted, b.layout_metadata, p.w_gate_up, p.w_down, p.scales, b.fp8,
                b.permuted},
               stream);
-  comb.rows_dtype = DType::kBF16;
-  comb.rows = b.permuted;
-  comb.num_rows = fs.P;
-  comb.inverse = b.inverse;
-  launch_combine(comb, stream);
+  combine_rows(comb, DType::kBF16, b.permuted, fs.P, b.inverse, stream);
 }
 
 }  // namespace
 
 size_t routed_experts_workspace_size(const MoEShapes& s, RoutedPath routed) {
-  if (s.T == 0) return 0;
-  WorkspaceCarver ws(nullptr);
-  carve_routed(s, routed, ws);
-  return ws.bytes();
+  return carved_bytes(s, [&](WorkspaceCarver& ws) { carve_routed(s, routed, ws); });
 }
 
 void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_t stream) {
@@ -160,10 +163,7 @@ void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_
       launch_direct_gate_up(s, p.hidden, p.w_gate_up, p.topk_ids, b.act, stream);
       launch_direct_down(s, b.act, p.w_down, p.topk_ids, b.down, stream);
     }
-    comb.rows_dtype = DType::kF32;
-    comb.rows = b.down;
-    comb.num_rows = s.T * s.K;
-    launch_combine(comb, stream);
+    combine_rows(comb, DType::kF32, b.down, s.T * s.K, nullptr, stream);
     return;
   }
   if (quantized(s.quant)) {
@@ -187,11 +187,7 @@ void run_routed_experts(const RoutedExperts& p, WorkspaceCarver& ws, cudaStream_
     post.out = make_view(p.output, s.dtype, {s.T, s.H});
     moe_post_permute(post, stream);
   } else {
-    comb.rows_dtype = s.dtype;
-    comb.rows = b.permuted;
-    comb.num_rows = P;
-    comb.inverse = b.inverse;
-    launch_combine(comb, stream);
+    combine_rows(comb, s.dtype, b.permuted, P, b.inverse, stream);
   }
 }
 
@@ -282,25 +278,7 @@ EngineBuffers carve_engine(const detail::MoEShapes& s, EngineNeeds n, detail::Wo
 }
 
 size_t engine_bytes(const detail::MoEShapes& s, EngineNeeds n) {
-  if (s.T == 0) return 0;
-  detail::WorkspaceCarver ws(nullptr);
-  carve_engine(s, n, ws);
-  return ws.bytes();
-}
-
-// ids into `local` (map: global to local; i64 read as i64), which p then reads.
-void translate_ids(const detail::MoEShapes& s, const TensorView& ids, const TensorView& expert_map,
-                   int32_t* local, detail::RoutedExperts& p, cudaStream_t stream) {
-  detail::IdTranslation t;
-  t.ids = ids.data;
-  t.ids_dtype = ids.dtype;
-  t.num_routes = s.T * s.K;
-  t.expert_map = expert_map.defined() ? expert_map.ptr<const int32_t>() : nullptr;
-  t.map_size = expert_map.defined() ? expert_map.size(0) : 0;
-  t.num_local = static_cast<int>(s.E);
-  t.local_ids = local;
-  detail::launch_translate_ids(t, stream);
-  p.topk_ids = local;
+  return detail::carved_bytes(s, [&](detail::WorkspaceCarver& ws) { carve_engine(s, n, ws); });
 }
 
 // apply_router_weight_on_input: p runs on the scaled rows with unit weights.
@@ -319,6 +297,41 @@ void scale_input_rows(const detail::MoEShapes& s, const EngineBuffers& b, detail
   p.topk_weights = b.unit_weights;
 }
 
+// The routed experts of an op's arguments (FusedMoEExpertsArgs or FusedMoEArgs) by `plan`;
+// the caller sets the routing (topk_weights, topk_ids) and the addend.
+template <class Args>
+detail::RoutedExperts routed_experts(const Args& a, const detail::MoEShapes& s,
+                                     const LayerPlan& plan) {
+  detail::RoutedExperts p;
+  p.s = s;
+  p.routed = plan.routed;
+  p.experts = plan.experts;
+  p.hidden = a.hidden_states.data;
+  p.w_gate_up = a.w_gate_up.data;
+  p.w_down = a.w_down.data;
+  p.scales = detail::weight_scales(a.quant);
+  p.biases = detail::mlp_biases(a.gate_up_bias, a.down_bias);
+  p.output = a.output.data;
+  return p;
+}
+
+// hidden_states, the activation and w_gate_up of a routed op's arguments (FusedMoEExpertsArgs
+// or FusedMoEArgs), then (the call) w_down and the weights' scales.
+template <class Args>
+detail::MoEShapes check_routed_inputs(const detail::ArgCheck& c, const Args& a) {
+  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
+  detail::check_activation(c, s, a.activation);
+  s.quant = a.quant.scheme;
+  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
+                        /*experts=*/true);
+  return s;
+}
+template <class Args>
+void check_routed_weights(const detail::ArgCheck& c, const detail::MoEShapes& s, const Args& a) {
+  detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states, /*experts=*/true);
+  detail::check_quant_scales(c, s, "quant", a.quant, /*experts=*/true);
+}
+
 // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
 
 detail::RoutedOp experts_op(bool allow_direct) {
@@ -327,11 +340,7 @@ detail::RoutedOp experts_op(bool allow_direct) {
 
 // hidden_states, w_gate_up and topk_ids: what the workspace size and the plan depend on.
 detail::MoEShapes check_experts_shapes(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a) {
-  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
-  detail::check_activation(c, s, a.activation);
-  s.quant = a.quant.scheme;
-  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
-                        /*experts=*/true);
+  detail::MoEShapes s = check_routed_inputs(c, a);
   detail::check_topk_ids(c, s, a.topk_ids);
   detail::check_expert_map(c, a.expert_map);
   detail::check_router_weight_on_input(c, a.apply_router_weight_on_input, s.K);
@@ -360,7 +369,18 @@ LayerPlan experts_plan(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a, 
   return plan;
 }
 
-size_t experts_workspace_size(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct) {
+// FusedMoEExpertsFwd or IndexedExpertMLPFwd (allow_direct: the op has the direct path): the
+// four entry points' bodies (MOEKIT_MOE_OP_ENTRY_POINTS).
+struct ExpertsOp {
+  const char* op;
+  bool allow_direct;
+  size_t workspace_size(const FusedMoEExpertsArgs& a) const;
+  void run(const FusedMoEExpertsArgs& a, cudaStream_t stream) const;
+  LayerPlan plan(const FusedMoEExpertsArgs& a) const;
+  std::vector<LayerPlan> candidates(const FusedMoEExpertsArgs& a) const;
+};
+
+size_t ExpertsOp::workspace_size(const FusedMoEExpertsArgs& a) const {
   return detail::workspace_query(op, [&](const detail::ArgCheck& c) {
     detail::MoEShapes s;
     const LayerPlan plan = experts_plan(c, a, allow_direct, s);
@@ -368,33 +388,24 @@ size_t experts_workspace_size(const char* op, const FusedMoEExpertsArgs& a, bool
   });
 }
 
-LayerPlan plan_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct) {
+LayerPlan ExpertsOp::plan(const FusedMoEExpertsArgs& a) const {
   const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
-  const detail::MoEShapes s = check_experts_shapes(c, a);
-  const detail::LayerProblem p{s, experts_op(allow_direct), 0};
-  const detail::GemmDevice device = detail::current_gemm_device();
-  const LayerPlan plan = detail::plan_layer(p, device);
-  detail::check_quantized_plan(c, plan, p, device);
-  return plan;
+  return layer_plan(c, nullptr, {check_experts_shapes(c, a), experts_op(allow_direct), 0});
 }
 
-std::vector<LayerPlan> experts_op_candidates(const char* op, const FusedMoEExpertsArgs& a,
-                                             bool allow_direct) {
+std::vector<LayerPlan> ExpertsOp::candidates(const FusedMoEExpertsArgs& a) const {
   const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_experts_shapes(c, a);
   return detail::layer_plan_candidates({s, experts_op(allow_direct), 0},
                                        detail::current_gemm_device());
 }
 
-void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_direct,
-                    cudaStream_t stream) {
+void ExpertsOp::run(const FusedMoEExpertsArgs& a, cudaStream_t stream) const {
   detail::ArgCheck c(op);
   detail::MoEShapes s;
   const LayerPlan plan = experts_plan(c, a, allow_direct, s);
   detail::log_op_plan(op, s, 0, plan);
-  detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states,
-                     /*experts=*/true);
-  detail::check_quant_scales(c, s, "quant", a.quant, /*experts=*/true);
+  check_routed_weights(c, s, a);
   c.tensor("topk_weights", a.topk_weights, {DType::kF32}, {s.T, s.K});
   detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
   const EngineNeeds needs = experts_needs(a);
@@ -419,67 +430,21 @@ void run_experts_op(const char* op, const FusedMoEExpertsArgs& a, bool allow_dir
                      a.workspace, &out, &in);
   if (s.T == 0) return;
   c.launch_target(stream, "output", a.output);
-  detail::RoutedExperts p;
-  p.s = s;
-  p.routed = plan.routed;
-  p.experts = plan.experts;
-  p.hidden = a.hidden_states.data;
-  p.w_gate_up = a.w_gate_up.data;
-  p.w_down = a.w_down.data;
-  p.scales = detail::weight_scales(a.quant);
+  detail::RoutedExperts p = routed_experts(a, s, plan);
   p.topk_weights = static_cast<const float*>(a.topk_weights.data);
   p.topk_ids = static_cast<const int32_t*>(a.topk_ids.data);
-  p.biases = detail::mlp_biases(a.gate_up_bias, a.down_bias);
-  p.output = a.output.data;
   detail::run_composite(op, [&] {
     detail::WorkspaceCarver ws(a.workspace.data);
     const EngineBuffers eb = carve_engine(s, needs, ws);
-    if (needs.ids) translate_ids(s, a.topk_ids, a.expert_map, eb.ids, p, stream);
+    if (needs.ids)  // map: global to local; i64 read as i64
+      p.topk_ids = detail::translate_ids_into(a.topk_ids, a.expert_map, static_cast<int>(s.E),
+                                              eb.ids, stream);
     if (needs.scale) scale_input_rows(s, eb, p, stream);
     detail::run_routed_experts(p, ws, stream);
   });
 }
 
-constexpr const char* kExpertsOp = "fused_moe_experts";
-constexpr const char* kIndexedOp = "indexed_expert_mlp";
-
-}  // namespace
-
-size_t fused_moe_experts_workspace_size(const FusedMoEExpertsArgs& args) {
-  return experts_workspace_size(kExpertsOp, args, /*allow_direct=*/false);
-}
-
-void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream) {
-  run_experts_op(kExpertsOp, args, /*allow_direct=*/false, stream);
-}
-
-LayerPlan plan_fused_moe_experts(const FusedMoEExpertsArgs& args) {
-  return plan_experts_op(kExpertsOp, args, /*allow_direct=*/false);
-}
-
-std::vector<LayerPlan> fused_moe_experts_plan_candidates(const FusedMoEExpertsArgs& args) {
-  return experts_op_candidates(kExpertsOp, args, /*allow_direct=*/false);
-}
-
-size_t indexed_expert_mlp_workspace_size(const IndexedExpertMLPArgs& args) {
-  return experts_workspace_size(kIndexedOp, args, /*allow_direct=*/true);
-}
-
-void indexed_expert_mlp(const IndexedExpertMLPArgs& args, cudaStream_t stream) {
-  run_experts_op(kIndexedOp, args, /*allow_direct=*/true, stream);
-}
-
-LayerPlan plan_indexed_expert_mlp(const IndexedExpertMLPArgs& args) {
-  return plan_experts_op(kIndexedOp, args, /*allow_direct=*/true);
-}
-
-std::vector<LayerPlan> indexed_expert_mlp_plan_candidates(const IndexedExpertMLPArgs& args) {
-  return experts_op_candidates(kIndexedOp, args, /*allow_direct=*/true);
-}
-
 // ---- FusedMoEFwd / FusedMoESharedExpertFwd ----
-
-namespace {
 
 struct LayerBuffers {
   float* topk_weights = nullptr;        // [T, K]
@@ -524,12 +489,11 @@ EngineNeeds layer_needs(const FusedMoEArgs& a) {
 
 size_t layer_workspace_size(const detail::MoEShapes& s, const SharedShape& sh, EngineNeeds needs,
                             RoutedPath routed) {
-  if (s.T == 0) return 0;
-  detail::WorkspaceCarver ws(nullptr);
-  EngineBuffers engine;
-  carve_layer(s, sh, needs, engine, ws);
-  ws.take(detail::routed_experts_workspace_size(s, routed));
-  return ws.bytes();
+  return detail::carved_bytes(s, [&](detail::WorkspaceCarver& ws) {
+    EngineBuffers engine;
+    carve_layer(s, sh, needs, engine, ws);
+    ws.take(detail::routed_experts_workspace_size(s, routed));
+  });
 }
 
 // The experts the routing picks from: the global ones with an expert map, else the local.
@@ -540,11 +504,7 @@ int64_t routing_experts(const FusedMoEArgs& a, const detail::MoEShapes& s) {
 // hidden_states, w_gate_up, top_k and the engine inputs: what the routed layer's
 // workspace size depends on.
 detail::MoEShapes check_layer_shapes(const detail::ArgCheck& c, const FusedMoEArgs& a) {
-  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
-  detail::check_activation(c, s, a.activation);
-  s.quant = a.quant.scheme;
-  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
-                        /*experts=*/true);
+  detail::MoEShapes s = check_routed_inputs(c, a);
   detail::check_expert_map(c, a.expert_map);
   detail::check_biases(c, s, "gate_up_bias", a.gate_up_bias, "down_bias", a.down_bias,
                        /*experts=*/true);
@@ -623,8 +583,7 @@ size_t layer_workspace_query(const char* op, const FusedMoEArgs& a,
 
 detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs& a) {
   detail::MoEShapes s = check_layer_shapes(c, a);
-  detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states, /*experts=*/true);
-  detail::check_quant_scales(c, s, "quant", a.quant, /*experts=*/true);
+  check_routed_weights(c, s, a);
   if (a.expert_map.defined()) {
     c.tensor("gating_output", a.gating_output, {DType::kBF16, DType::kF16, DType::kF32},
              {s.T, detail::kAnyDim});
@@ -711,31 +670,15 @@ void run_layer(const char* op, const FusedMoEArgs& a, const LayerPlan& plan,
     detail::run_shared_mlp(plan.shared, s, sh.S, DType::kF32, a.hidden_states.data, w, sb,
                            b.shared_out, stream, op);
   }
-  detail::RoutedExperts p;
-  p.s = s;
-  p.routed = plan.routed;
-  p.experts = plan.experts;
-  p.hidden = a.hidden_states.data;
-  p.w_gate_up = a.w_gate_up.data;
-  p.w_down = a.w_down.data;
-  p.scales = detail::weight_scales(a.quant);
+  detail::RoutedExperts p = routed_experts(a, s, plan);
   p.topk_weights = b.topk_weights;
   p.topk_ids = b.topk_ids;
   p.addend = b.shared_out;
-  p.biases = detail::mlp_biases(a.gate_up_bias, a.down_bias);
-  p.output = a.output.data;
   // apply_router_weight_on_input: the input rows scaled by the top-1 weights (the shared
   // expert above read the unscaled x).
   if (needs.scale) scale_input_rows(s, engine, p, stream);
   detail::run_routed_experts(p, ws, stream);
 }
-
-}  // namespace
-
-namespace {
-
-constexpr const char* kLayerOp = "fused_moe";
-constexpr const char* kSharedLayerOp = "fused_moe_shared_expert";
 
 detail::LayerProblem layer_problem(const char* op, const FusedMoEArgs& a,
                                    const FusedMoESharedExpertArgs* shared) {
@@ -744,69 +687,89 @@ detail::LayerProblem layer_problem(const char* op, const FusedMoEArgs& a,
   return layer_problem_of(s, shared ? check_shared(c, s, *shared) : SharedShape());
 }
 
+// A layer op's arguments: the routed layer's, and the shared expert's (none: fused_moe).
+const FusedMoEArgs& moe_args(const FusedMoEArgs& a) {
+  return a;
+}
+const FusedMoEArgs& moe_args(const FusedMoESharedExpertArgs& a) {
+  return a.moe;
+}
+const FusedMoESharedExpertArgs* shared_args(const FusedMoEArgs&) {
+  return nullptr;
+}
+const FusedMoESharedExpertArgs* shared_args(const FusedMoESharedExpertArgs& a) {
+  return &a;
+}
+
+// FusedMoEFwd or FusedMoESharedExpertFwd (Args: FusedMoEArgs or FusedMoESharedExpertArgs): the
+// four entry points' bodies (MOEKIT_MOE_OP_ENTRY_POINTS).
+struct LayerOp {
+  const char* op;
+
+  template <class Args>
+  size_t workspace_size(const Args& args) const {
+    return layer_workspace_query(op, moe_args(args), shared_args(args));
+  }
+
+  template <class Args>
+  LayerPlan plan(const Args& args) const {
+    const detail::ArgCheck c(op, detail::ArgCheck::Mode::kShapesOnly);
+    const TunedOp tuned{op, moe_args(args).params};
+    return layer_plan(c, nullptr, layer_problem(op, moe_args(args), shared_args(args)), &tuned);
+  }
+
+  template <class Args>
+  std::vector<LayerPlan> candidates(const Args& args) const {
+    return detail::layer_plan_candidates(layer_problem(op, moe_args(args), shared_args(args)),
+                                         detail::current_gemm_device());
+  }
+
+  template <class Args>
+  void run(const Args& args, cudaStream_t stream) const {
+    const FusedMoEArgs& a = moe_args(args);
+    const FusedMoESharedExpertArgs* shared = shared_args(args);
+    detail::ArgCheck c(op);
+    const detail::MoEShapes s = check_layer_args(c, a);
+    // Both shared weights absent: no shared expert, the routed layer alone (a model whose
+    // layer has none can call one entry point). One of the two alone is an error.
+    const SharedShape sh = shared ? check_shared(c, s, *shared, /*with_down=*/true) : SharedShape();
+    const TunedOp tuned{op, a.params};
+    const LayerPlan plan = layer_plan(c, a.plan, layer_problem_of(s, sh), &tuned);
+    detail::log_op_plan(op, s, sh.S, plan);
+    const size_t needed = layer_workspace_size(s, sh, layer_needs(a), plan.routed);
+    c.workspace(a.workspace, needed);
+    check_layer_memory(c, a, shared);
+    if (s.T == 0) return;
+    c.launch_target(stream, "output", a.output);
+    detail::run_composite(op, [&] { run_layer(op, a, plan, s, shared, sh, stream); });
+  }
+};
+
 }  // namespace
 
-size_t fused_moe_workspace_size(const FusedMoEArgs& args) {
-  return layer_workspace_query(kLayerOp, args, nullptr);
-}
+// The four entry points of op NAME (moe.h: NAME_workspace_size, NAME, plan_NAME,
+// NAME_plan_candidates) on ARGS, by OP's members.
+#define MOEKIT_MOE_OP_ENTRY_POINTS(NAME, ARGS, OP)                  \
+  size_t NAME##_workspace_size(const ARGS& args) {                  \
+    return OP.workspace_size(args);                                 \
+  }                                                                 \
+  void NAME(const ARGS& args, cudaStream_t stream) {                \
+    OP.run(args, stream);                                           \
+  }                                                                 \
+  LayerPlan plan_##NAME(const ARGS& args) {                         \
+    return OP.plan(args);                                           \
+  }                                                                 \
+  std::vector<LayerPlan> NAME##_plan_candidates(const ARGS& args) { \
+    return OP.candidates(args);                                     \
+  }
 
-LayerPlan plan_fused_moe(const FusedMoEArgs& args) {
-  const detail::ArgCheck c(kLayerOp, detail::ArgCheck::Mode::kShapesOnly);
-  const TunedOp tuned{kLayerOp, args.params};
-  return layer_plan(c, nullptr, layer_problem(kLayerOp, args, nullptr), &tuned);
-}
-
-std::vector<LayerPlan> fused_moe_plan_candidates(const FusedMoEArgs& args) {
-  return detail::layer_plan_candidates(layer_problem(kLayerOp, args, nullptr),
-                                       detail::current_gemm_device());
-}
-
-void fused_moe(const FusedMoEArgs& args, cudaStream_t stream) {
-  detail::ArgCheck c(kLayerOp);
-  const detail::MoEShapes s = check_layer_args(c, args);
-  const TunedOp tuned{kLayerOp, args.params};
-  const LayerPlan plan = layer_plan(c, args.plan, layer_problem_of(s, {}), &tuned);
-  detail::log_op_plan(kLayerOp, s, 0, plan);
-  const size_t needed = layer_workspace_size(s, {}, layer_needs(args), plan.routed);
-  c.workspace(args.workspace, needed);
-  check_layer_memory(c, args, nullptr);
-  if (s.T == 0) return;
-  c.launch_target(stream, "output", args.output);
-  detail::run_composite(kLayerOp, [&] { run_layer(kLayerOp, args, plan, s, nullptr, {}, stream); });
-}
-
-size_t fused_moe_shared_expert_workspace_size(const FusedMoESharedExpertArgs& args) {
-  return layer_workspace_query(kSharedLayerOp, args.moe, &args);
-}
-
-LayerPlan plan_fused_moe_shared_expert(const FusedMoESharedExpertArgs& args) {
-  const detail::ArgCheck c(kSharedLayerOp, detail::ArgCheck::Mode::kShapesOnly);
-  const TunedOp tuned{kSharedLayerOp, args.moe.params};
-  return layer_plan(c, nullptr, layer_problem(kSharedLayerOp, args.moe, &args), &tuned);
-}
-
-std::vector<LayerPlan> fused_moe_shared_expert_plan_candidates(
-    const FusedMoESharedExpertArgs& args) {
-  return detail::layer_plan_candidates(layer_problem(kSharedLayerOp, args.moe, &args),
-                                       detail::current_gemm_device());
-}
-
-void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream) {
-  detail::ArgCheck c(kSharedLayerOp);
-  const detail::MoEShapes s = check_layer_args(c, args.moe);
-  // Both shared weights absent: no shared expert, the routed layer alone (a model whose
-  // layer has none can call one entry point). One of the two alone is an error.
-  const SharedShape sh = check_shared(c, s, args, /*with_down=*/true);
-  const TunedOp tuned{kSharedLayerOp, args.moe.params};
-  const LayerPlan plan = layer_plan(c, args.moe.plan, layer_problem_of(s, sh), &tuned);
-  detail::log_op_plan(kSharedLayerOp, s, sh.S, plan);
-  const size_t needed = layer_workspace_size(s, sh, layer_needs(args.moe), plan.routed);
-  c.workspace(args.moe.workspace, needed);
-  check_layer_memory(c, args.moe, &args);
-  if (s.T == 0) return;
-  c.launch_target(stream, "output", args.moe.output);
-  detail::run_composite(kSharedLayerOp,
-                        [&] { run_layer(kSharedLayerOp, args.moe, plan, s, &args, sh, stream); });
-}
+MOEKIT_MOE_OP_ENTRY_POINTS(fused_moe_experts, FusedMoEExpertsArgs,
+                           (ExpertsOp{"fused_moe_experts", /*allow_direct=*/false}))
+MOEKIT_MOE_OP_ENTRY_POINTS(indexed_expert_mlp, IndexedExpertMLPArgs,
+                           (ExpertsOp{"indexed_expert_mlp", /*allow_direct=*/true}))
+MOEKIT_MOE_OP_ENTRY_POINTS(fused_moe, FusedMoEArgs, LayerOp{"fused_moe"})
+MOEKIT_MOE_OP_ENTRY_POINTS(fused_moe_shared_expert, FusedMoESharedExpertArgs,
+                           LayerOp{"fused_moe_shared_expert"})
+#undef MOEKIT_MOE_OP_ENTRY_POINTS
 
 }  // namespace moekit

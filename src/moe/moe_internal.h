@@ -28,6 +28,16 @@ struct MoEShapes {
   QuantScheme quant = QuantScheme::kNone;  // the weights' (e4m3 when quantized)
 };
 
+// The workspace bytes of shapes s: what carve(ws) takes from a counting carver (none when
+// s.T = 0), so that a size query and the op share one layout.
+template <class Carve>
+size_t carved_bytes(const MoEShapes& s, Carve&& carve) {
+  if (s.T == 0) return 0;
+  WorkspaceCarver ws(nullptr);
+  carve(ws);
+  return ws.bytes();
+}
+
 // Limits of the direct path: routes are decoded per block from topk_ids in shared
 // memory (T*K ids, an E-bit presence bitmap); an expert's weight offsets are 32-bit.
 constexpr int64_t kDirectMaxTokens = 64;

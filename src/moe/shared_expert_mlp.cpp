@@ -39,10 +39,7 @@ detail::SharedMlpBuffers carve_shared_mlp(const detail::MoEShapes& s, detail::Wo
 }
 
 size_t shared_mlp_bytes(const detail::MoEShapes& s) {
-  if (s.T == 0) return 0;
-  detail::WorkspaceCarver ws(nullptr);
-  carve_shared_mlp(s, ws);
-  return ws.bytes();
+  return detail::carved_bytes(s, [&](detail::WorkspaceCarver& ws) { carve_shared_mlp(s, ws); });
 }
 
 detail::DenseMlpProblem shared_problem(const detail::MoEShapes& s) {

@@ -45,8 +45,8 @@ void launch_translate_ids(const IdTranslation& t, cudaStream_t stream) {
   check_launch(t.op);
 }
 
-const int32_t* translate_into_workspace(const TensorView& ids, const TensorView& expert_map,
-                                        int num_local, const Workspace& ws, cudaStream_t stream) {
+const int32_t* translate_ids_into(const TensorView& ids, const TensorView& expert_map,
+                                  int num_local, int32_t* local_ids, cudaStream_t stream) {
   IdTranslation t;
   t.ids = ids.data;
   t.ids_dtype = ids.dtype;
@@ -54,7 +54,7 @@ const int32_t* translate_into_workspace(const TensorView& ids, const TensorView&
   t.expert_map = expert_map.defined() ? expert_map.ptr<const int32_t>() : nullptr;
   t.map_size = expert_map.defined() ? expert_map.size(0) : 0;
   t.num_local = num_local;
-  t.local_ids = static_cast<int32_t*>(ws.data);
+  t.local_ids = local_ids;
   launch_translate_ids(t, stream);
   return t.local_ids;
 }

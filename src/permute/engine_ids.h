@@ -55,9 +55,9 @@ struct IdTranslation {
 };
 void launch_translate_ids(const IdTranslation& t, cudaStream_t stream);
 
-// The translation of validated ids [T, K] (with the optional map) into the head of `ws`
-// (translated_ids_bytes(T*K) of it); returns the local ids there.
-const int32_t* translate_into_workspace(const TensorView& ids, const TensorView& expert_map,
-                                        int num_local, const Workspace& ws, cudaStream_t stream);
+// The translation of validated ids [T, K] (with the optional map) into local_ids [T*K]
+// (translated_ids_bytes(T*K) of workspace); returns local_ids.
+const int32_t* translate_ids_into(const TensorView& ids, const TensorView& expert_map,
+                                  int num_local, int32_t* local_ids, cudaStream_t stream);
 
 }  // namespace moekit::detail

@@ -29,10 +29,8 @@ int64_t check_routes(const detail::ArgCheck& check, const PermuteAlignArgs& args
 // The chunked kernels' scratch, after the translated ids when the call has engine ids.
 size_t workspace_bytes(const PermuteAlignArgs& args, int64_t routes) {
   const int E = args.num_experts;
-  const size_t own =
-      detail::align_one_launch(routes, E) ? 0 : detail::route_chunk_workspace_bytes(routes, E);
-  return detail::with_translated_ids(detail::ids_need_translation(args.topk_ids, args.expert_map),
-                                     routes, own);
+  return detail::sort_workspace_bytes(args.topk_ids, args.expert_map, routes, E,
+                                      detail::align_one_launch(routes, E));
 }
 
 }  // namespace
@@ -65,14 +63,10 @@ void moe_permute_align(const PermuteAlignArgs& args, cudaStream_t stream) {
   check.launch_target(stream, "sorted_token_ids", args.sorted_token_ids);
 
   detail::AlignLaunch l;
-  l.topk_ids = args.topk_ids.ptr<const int32_t>();
-  l.workspace = args.workspace.data;
-  if (detail::ids_need_translation(args.topk_ids, args.expert_map)) {
-    // Engine ids: the local i32 ids into the workspace's head, the kernels' scratch after.
-    l.topk_ids = detail::translate_into_workspace(args.topk_ids, args.expert_map, args.num_experts,
-                                                  args.workspace, stream);
-    l.workspace = static_cast<char*>(args.workspace.data) + detail::with_translated_ids(true, N, 0);
-  }
+  const detail::SortInputs in = detail::sort_inputs(args.topk_ids, args.expert_map,
+                                                    args.num_experts, N, args.workspace, stream);
+  l.topk_ids = in.ids;
+  l.workspace = in.scratch;
   l.num_routes = static_cast<int>(N);
   l.num_experts = args.num_experts;
   l.block_size = bs;

@@ -58,33 +58,19 @@ __global__ void __launch_bounds__(kThreads)
   int* start = warp_cnt + kWarps * num_experts;  // [E]
   int* cnt = start + num_experts;                // [E]
   pdl_wait();                                    // PDL: before any global access (core/pdl.cuh)
-  const int tid = threadIdx.x;
-  const int c0 = blockIdx.x * kRouteChunk;
-  const int len = min(kRouteChunk, num_routes - c0);
+  const route::Chunk ch = route::this_chunk<kRouteChunk>(num_routes);
 #pragma unroll 8
-  for (int i = tid; i < len; i += kThreads) {
-    const int e = __ldg(ids + c0 + i);
-    s_ids[i] = route::valid_id(e, num_experts) ? e : -1;
-  }
-  for (int i = tid; i < kWarps * num_experts; i += kThreads) warp_cnt[i] = 0;
-  for (int e = tid; e < num_experts; e += kThreads) {
-    start[e] = g_start[e];
-    cnt[e] = g_cnt[e];
-  }
-  pdl_trigger();
-  __syncthreads();
-  route::warp_counts(s_ids, len, num_experts, warp_cnt);
-  __syncthreads();
-  route::warp_offsets(warp_cnt, num_experts, start,
-                      chunk_offsets + static_cast<int64_t>(blockIdx.x) * num_experts);
-  __syncthreads();
-  route::warp_scatter(s_ids, len, num_experts, warp_cnt, [&](int i, int pos) {
-    if (pos >= 0) sorted[pos] = c0 + i;
-  });
+  for (int i = ch.tid; i < ch.len; i += kThreads)
+    s_ids[i] = route::staged_id(__ldg(ids + ch.c0 + i), num_experts);
+  route::scatter_chunk<kThreads, /*kCounts=*/true>(s_ids, ch.len, num_experts, warp_cnt, start,
+                                                   g_start, cnt, g_cnt, chunk_offsets,
+                                                   [&](int i, int pos) {
+                                                     if (pos >= 0) sorted[pos] = ch.c0 + i;
+                                                   });
   const int last = num_experts - 1;
   const int total = start[last] + route::align_up(cnt[last], block_size);
-  align_fill(blockIdx.x * kWarps + (tid >> 5), gridDim.x * kWarps, num_experts, block_size, start,
-             cnt, total, num_routes, sorted, sorted_size, expert_ids, num_blocks);
+  align_fill(blockIdx.x * kWarps + (ch.tid >> 5), gridDim.x * kWarps, num_experts, block_size,
+             start, cnt, total, num_routes, sorted, sorted_size, expert_ids, num_blocks);
 }
 
 constexpr int kFusedChunk = kThreads;  // routes per block of the one-launch kernel
@@ -249,16 +235,13 @@ void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
                l.num_routes, E, l.block_size, l.sorted_token_ids, l.sorted_size, l.expert_ids,
                l.num_blocks, l.num_tokens_post_padded);
   } else {
-    launch_route_chunk_count_scan(l.topk_ids, l.num_routes, E, l.block_size, l.workspace, nullptr,
-                                  l.num_tokens_post_padded, stream);
-    const int chunks = (l.num_routes + kRouteChunk - 1) / kRouteChunk;
-    const int32_t* offsets = static_cast<const int32_t*>(l.workspace);
-    const int32_t* start = offsets + static_cast<int64_t>(chunks) * E;
-    const int smem = (kRouteChunk + (kWarps + 2) * E) * 4;
-    const int max_smem = (kRouteChunk + (kWarps + 2) * chunk_experts_cap(E)) * 4;
-    allow_large_smem(reinterpret_cast<const void*>(align_scatter_kernel), max_smem, 0);
-    launch_pdl(align_scatter_kernel, dim3(chunks), dim3(kThreads), smem, stream, l.topk_ids,
-               l.num_routes, E, l.block_size, offsets, start, start + E, l.sorted_token_ids,
+    const RouteChunks rc =
+        launch_route_chunk_count_scan(l.topk_ids, l.num_routes, E, l.block_size, l.workspace,
+                                      nullptr, l.num_tokens_post_padded, stream);
+    const int smem = chunk_scatter_smem(reinterpret_cast<const void*>(align_scatter_kernel),
+                                        kWarps + 2, E, /*slot=*/0);
+    launch_pdl(align_scatter_kernel, dim3(rc.chunks), dim3(kThreads), smem, stream, l.topk_ids,
+               l.num_routes, E, l.block_size, rc.offsets, rc.start, rc.cnt, l.sorted_token_ids,
                l.sorted_size, l.expert_ids, l.num_blocks);
   }
   check_launch("moe_permute_align");

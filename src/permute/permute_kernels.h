@@ -129,11 +129,20 @@ inline uint32_t post_permute_divide(uint32_t n, PostPermuteDivisor dv) {
 // counts[c][e] = routes of chunk c with id e; then, in place, the number of such
 // routes in earlier chunks; start[e] / cnt[e] in the workspace tail; optional
 // layout_metadata[e] = start + cnt and num_tokens_post_padded = padded total.
-void launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_experts,
-                                   int alignment, void* workspace, int32_t* layout_metadata,
-                                   int32_t* num_post_padded, cudaStream_t stream);
+struct RouteChunks {
+  int chunks = 0;                    // of kRouteChunk routes
+  const int32_t* offsets = nullptr;  // [chunks, E] the counts turned offsets
+  const int32_t* start = nullptr;    // [E]
+  const int32_t* cnt = nullptr;      // [E]
+};
+RouteChunks launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_experts,
+                                          int alignment, void* workspace, int32_t* layout_metadata,
+                                          int32_t* num_post_padded, cudaStream_t stream);
 
 // Allows a kernel more than 48 KiB of dynamic shared memory (once per device).
 void allow_large_smem(const void* kernel, int bytes, int slot);
+// The dynamic shared memory of a chunk scatter kernel at E experts: kRouteChunk ids and
+// `per_expert` ints per expert (the kernel allowed the most its E's cap takes, in `slot`).
+int chunk_scatter_smem(const void* kernel, int per_expert, int num_experts, int slot);
 
 }  // namespace moekit::detail

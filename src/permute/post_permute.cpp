@@ -4,18 +4,16 @@
 #include "core/check.h"
 #include "moekit/permute.h"
 #include "permute/permute_kernels.h"
+#include "permute/route_ids_check.h"
 
 namespace moekit {
 
 void moe_post_permute(const PostPermuteArgs& args, cudaStream_t stream) {
   detail::ArgCheck check("moe_post_permute");
-  const auto any = detail::kAnyDim;
-  check.tensor("expert_output", args.expert_output, {DType::kBF16, DType::kF16, DType::kF32},
-               {any, any}, 16);
-  const int64_t P = args.expert_output.size(0), H = args.expert_output.size(1);
-  MOEKIT_REQUIRE(check, H >= 8 && H % 8 == 0, "expert_output",
-                 "a hidden size that is a multiple of 8", args.expert_output.describe());
-  check.tensor("topk_weights", args.topk_weights, {DType::kF32}, {any, any});
+  const int64_t H = detail::check_permute_rows(check, "expert_output", args.expert_output);
+  const int64_t P = args.expert_output.size(0);
+  check.tensor("topk_weights", args.topk_weights, {DType::kF32},
+               {detail::kAnyDim, detail::kAnyDim});
   const int64_t T = args.topk_weights.size(0), K = args.topk_weights.size(1);
   MOEKIT_REQUIRE(check, K >= 1 && K <= INT32_MAX, "topk_weights",
                  "1 to 2^31-1 routes per token (dim 1)", args.topk_weights.describe());

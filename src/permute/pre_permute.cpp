@@ -19,11 +19,8 @@ int64_t check_routes(const detail::ArgCheck& check, const PrePermuteArgs& args, 
 // The chunked kernels' scratch, after the translated ids when the ids are i64.
 size_t workspace_bytes(const PrePermuteArgs& args, int64_t routes) {
   const int E = args.num_local_experts;
-  const size_t own = detail::pre_permute_one_launch(routes, E)
-                         ? 0
-                         : detail::route_chunk_workspace_bytes(routes, E);
-  return detail::with_translated_ids(
-      detail::ids_need_translation(args.local_expert_ids, TensorView{}), routes, own);
+  return detail::sort_workspace_bytes(args.local_expert_ids, TensorView{}, routes, E,
+                                      detail::pre_permute_one_launch(routes, E));
 }
 
 }  // namespace
@@ -35,12 +32,8 @@ size_t pre_permute_workspace_size(const PrePermuteArgs& args) {
 
 void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
   detail::ArgCheck check("moe_pre_permute");
-  const auto any = detail::kAnyDim;
-  check.tensor("hidden_states", args.hidden_states, {DType::kBF16, DType::kF16, DType::kF32},
-               {any, any}, 16);
-  const int64_t T = args.hidden_states.size(0), H = args.hidden_states.size(1);
-  MOEKIT_REQUIRE(check, H >= 8 && H % 8 == 0, "hidden_states",
-                 "a hidden size that is a multiple of 8", args.hidden_states.describe());
+  const int64_t H = detail::check_permute_rows(check, "hidden_states", args.hidden_states);
+  const int64_t T = args.hidden_states.size(0);
   const int64_t row_bytes = H * static_cast<int64_t>(dtype_size(args.hidden_states.dtype));
   MOEKIT_REQUIRE(check, row_bytes / 16 * 64 <= INT32_MAX, "hidden_states",
                  "rows of less than 2^29 bytes", args.hidden_states.describe());
@@ -71,15 +64,10 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream) {
   detail::PrePermuteLaunch l;
   l.hidden = args.hidden_states.data;
   l.row_bytes = row_bytes;
-  l.ids = args.local_expert_ids.ptr<const int32_t>();
-  l.workspace = args.workspace.data;
-  if (detail::ids_need_translation(args.local_expert_ids, TensorView{})) {
-    // i64 ids: as i32 ids into the workspace's head (out-of-range ones as -1), the
-    // kernels' scratch after.
-    l.ids = detail::translate_into_workspace(args.local_expert_ids, TensorView{}, E, args.workspace,
-                                             stream);
-    l.workspace = static_cast<char*>(args.workspace.data) + detail::with_translated_ids(true, N, 0);
-  }
+  const detail::SortInputs in =  // i64 ids translated
+      detail::sort_inputs(args.local_expert_ids, TensorView{}, E, N, args.workspace, stream);
+  l.ids = in.ids;
+  l.workspace = in.scratch;
   l.num_routes = static_cast<int>(N);
   l.top_k = static_cast<int>(K);
   l.num_experts = E;

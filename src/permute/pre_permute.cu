@@ -159,25 +159,13 @@ __global__ void __launch_bounds__(kScatterThreads)
   int* warp_cnt = s_ids + kRouteChunk;                  // [kScatterWarps][E]
   int* start = warp_cnt + kScatterWarps * num_experts;  // [E]
   pdl_wait();  // PDL: before any global access (core/pdl.cuh)
-  const int tid = threadIdx.x;
-  const int c0 = blockIdx.x * kRouteChunk;
-  const int len = min(kRouteChunk, num_routes - c0);
+  const route::Chunk ch = route::this_chunk<kRouteChunk>(num_routes);
 #pragma unroll 8
-  for (int i = tid; i < len; i += kScatterThreads) {
-    const int e = __ldg(ids + c0 + i);
-    s_ids[i] = route::valid_id(e, num_experts) ? e : -1;
-  }
-  for (int i = tid; i < kScatterWarps * num_experts; i += kScatterThreads) warp_cnt[i] = 0;
-  for (int e = tid; e < num_experts; e += kScatterThreads) start[e] = g_start[e];
-  pdl_trigger();
-  __syncthreads();
-  route::warp_counts(s_ids, len, num_experts, warp_cnt);
-  __syncthreads();
-  route::warp_offsets(warp_cnt, num_experts, start,
-                      chunk_offsets + static_cast<int64_t>(blockIdx.x) * num_experts);
-  __syncthreads();
-  route::warp_scatter(s_ids, len, num_experts, warp_cnt,
-                      [&](int i, int pos) { inverse[c0 + i] = pos; });
+  for (int i = ch.tid; i < ch.len; i += kScatterThreads)
+    s_ids[i] = route::staged_id(__ldg(ids + ch.c0 + i), num_experts);
+  route::scatter_chunk<kScatterThreads, /*kCounts=*/false>(
+      s_ids, ch.len, num_experts, warp_cnt, start, g_start, nullptr, nullptr, chunk_offsets,
+      [&](int i, int pos) { inverse[ch.c0 + i] = pos; });
 }
 
 __global__ void __launch_bounds__(kCopyThreads)
@@ -217,16 +205,12 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
     launch_pdl(kernel, dim3(blocks), dim3(kCopyThreads), 0, stream, hidden, V, l.ids, N, l.top_k, E,
                l.alignment, static_cast<int>(rows), permuted, l.layout_metadata, l.inverse_indices);
   } else {
-    launch_route_chunk_count_scan(l.ids, N, E, l.alignment, l.workspace, l.layout_metadata, nullptr,
-                                  stream);
-    const int chunks = (N + kRouteChunk - 1) / kRouteChunk;
-    const int32_t* offsets = static_cast<const int32_t*>(l.workspace);
-    const int32_t* start = offsets + static_cast<int64_t>(chunks) * E;
-    const int smem = (kRouteChunk + (kScatterWarps + 1) * E) * 4;
-    const int max_smem = (kRouteChunk + (kScatterWarps + 1) * chunk_experts_cap(E)) * 4;
-    allow_large_smem(reinterpret_cast<const void*>(pre_permute_scatter_kernel), max_smem, 2);
-    launch_pdl(pre_permute_scatter_kernel, dim3(chunks), dim3(kScatterThreads), smem, stream, l.ids,
-               N, E, offsets, start, l.inverse_indices);
+    const RouteChunks rc = launch_route_chunk_count_scan(l.ids, N, E, l.alignment, l.workspace,
+                                                         l.layout_metadata, nullptr, stream);
+    const int smem = chunk_scatter_smem(reinterpret_cast<const void*>(pre_permute_scatter_kernel),
+                                        kScatterWarps + 1, E, /*slot=*/2);
+    launch_pdl(pre_permute_scatter_kernel, dim3(rc.chunks), dim3(kScatterThreads), smem, stream,
+               l.ids, N, E, rc.offsets, rc.start, l.inverse_indices);
     if (V > 0) {  // routes only (row_bytes 0): no copy
       const int64_t rows = std::min<int64_t>(kMaxCopyRows, std::max<int64_t>(1, 2048 / V));
       const int64_t blocks = (N + rows - 1) / rows;

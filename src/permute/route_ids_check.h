@@ -1,5 +1,6 @@
-// Validation shared by the two ops that sort routes (moe_permute_align, moe_pre_permute)
-// and by their workspace-size queries.
+// Validation, workspace layout and id inputs shared by the two ops that sort routes
+// (moe_permute_align, moe_pre_permute) and by their workspace-size queries; the rows check
+// of the ops that move rows (moe_pre_permute, moe_post_permute).
 #pragma once
 
 #include <cstdint>
@@ -28,11 +29,39 @@ inline int64_t check_route_ids(const ArgCheck& check, const char* ids_name, cons
   return N;
 }
 
+// Rows [any, H] (bf16 / f16 / f32, 16-byte aligned) with H a multiple of 8 (the kernels'
+// 16-byte vectors). Returns H.
+inline int64_t check_permute_rows(const ArgCheck& check, const char* name, const TensorView& rows) {
+  check.tensor(name, rows, {DType::kBF16, DType::kF16, DType::kF32}, {kAnyDim, kAnyDim}, 16);
+  const int64_t H = rows.size(1);
+  MOEKIT_REQUIRE(check, H >= 8 && H % 8 == 0, name, "a hidden size that is a multiple of 8",
+                 rows.describe());
+  return H;
+}
+
 // The workspace of an op that sorts routes: the translated ids first (engine ids,
-// engine_ids.h; 256-byte aligned), then the op's own scratch of `own` bytes.
-inline size_t with_translated_ids(bool translate, int64_t routes, size_t own) {
-  if (!translate) return own;
-  return (translated_ids_bytes(routes) + 255) / 256 * 256 + own;
+// engine_ids.h; 256-byte aligned), then the chunked kernels' scratch (none when the op
+// runs its one-launch kernel).
+inline size_t translated_ids_head(int64_t routes) {
+  return (translated_ids_bytes(routes) + 255) / 256 * 256;
+}
+inline size_t sort_workspace_bytes(const TensorView& ids, const TensorView& expert_map,
+                                   int64_t routes, int num_experts, bool one_launch) {
+  const size_t own = one_launch ? 0 : route_chunk_workspace_bytes(routes, num_experts);
+  return (ids_need_translation(ids, expert_map) ? translated_ids_head(routes) : 0) + own;
+}
+
+// The sorting kernels' i32 local ids and scratch in that workspace: ids as given, or engine
+// ids translated into its head (out-of-range ones as -1).
+struct SortInputs {
+  const int32_t* ids;
+  void* scratch;
+};
+inline SortInputs sort_inputs(const TensorView& ids, const TensorView& expert_map, int num_local,
+                              int64_t routes, const Workspace& ws, cudaStream_t stream) {
+  if (!ids_need_translation(ids, expert_map)) return {ids.ptr<const int32_t>(), ws.data};
+  return {translate_ids_into(ids, expert_map, num_local, static_cast<int32_t*>(ws.data), stream),
+          static_cast<char*>(ws.data) + translated_ids_head(routes)};
 }
 
 }  // namespace moekit::detail

@@ -86,9 +86,9 @@ void launch_count_scan(const int32_t* ids, int num_routes, int num_experts, int 
 
 }  // namespace
 
-void launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_experts,
-                                   int alignment, void* workspace, int32_t* layout_metadata,
-                                   int32_t* num_post_padded, cudaStream_t stream) {
+RouteChunks launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_experts,
+                                          int alignment, void* workspace, int32_t* layout_metadata,
+                                          int32_t* num_post_padded, cudaStream_t stream) {
   const int chunks = (num_routes + kRouteChunk - 1) / kRouteChunk;
   int32_t* counts = static_cast<int32_t*>(workspace);
   int32_t* start = counts + static_cast<int64_t>(chunks) * num_experts;
@@ -101,6 +101,7 @@ void launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_e
     launch_count_scan<kPermuteMaxExperts>(ids, num_routes, num_experts, alignment, counts, start,
                                           cnt, layout_metadata, num_post_padded, stream);
   }
+  return {chunks, counts, start, cnt};
 }
 
 void allow_large_smem(const void* kernel, int bytes, int slot) {
@@ -115,6 +116,11 @@ void allow_large_smem(const void* kernel, int bytes, int slot) {
   if (granted[slot][dev].load(std::memory_order_acquire) >= bytes) return;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   granted[slot][dev].store(bytes, std::memory_order_release);
+}
+
+int chunk_scatter_smem(const void* kernel, int per_expert, int num_experts, int slot) {
+  allow_large_smem(kernel, (kRouteChunk + per_expert * chunk_experts_cap(num_experts)) * 4, slot);
+  return (kRouteChunk + per_expert * num_experts) * 4;
 }
 
 }  // namespace moekit::detail

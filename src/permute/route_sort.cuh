@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "core/pdl.cuh"
+
 namespace moekit::detail::route {
 
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -120,6 +122,49 @@ __device__ inline void warp_scatter(const int* s_ids, int len, int num_experts, 
     if (e >= 0 && below == 0) mine[e] += __popc(peers);  // one leader per expert
     __syncwarp();
   }
+}
+
+// This thread and block's chunk of kChunk routes: [c0, c0 + len).
+struct Chunk {
+  int tid, c0, len;
+};
+template <int kChunk>
+__device__ __forceinline__ Chunk this_chunk(int num_routes) {
+  const int tid = threadIdx.x;
+  const int c0 = blockIdx.x * kChunk;
+  return {tid, c0, min(kChunk, num_routes - c0)};
+}
+// An id as the scatter stages it: e when valid, else -1.
+__device__ __forceinline__ int staged_id(int e, int num_experts) {
+  return valid_id(e, num_experts) ? e : -1;
+}
+
+// The scatter of one chunk of routes (block blockIdx.x of kThreads threads) whose ids (valid
+// or -1) s_ids holds, after the chunked count and scan (route_sort.cu): counted per warp
+// into warp_cnt [kThreads / 32][E] and ranked from the expert starts g_start (loaded into
+// start [E]; kCounts: the counts g_cnt too, into cnt [E]) plus the chunk's offsets;
+// place(i, pos) for every route i of the chunk (pos -1: dropped). The kernels stage s_ids
+// themselves: that loop in a helper compiles to other machine code (sm_90a).
+template <int kThreads, bool kCounts, class Place>
+__device__ __forceinline__ void scatter_chunk(const int* s_ids, int len, int num_experts,
+                                              int* warp_cnt, int* start, const int32_t* g_start,
+                                              int* cnt, const int32_t* g_cnt,
+                                              const int32_t* chunk_offsets, Place place) {
+  constexpr int kWarps = kThreads / 32;
+  const int tid = threadIdx.x;
+  for (int i = tid; i < kWarps * num_experts; i += kThreads) warp_cnt[i] = 0;
+  for (int e = tid; e < num_experts; e += kThreads) {
+    start[e] = g_start[e];
+    if constexpr (kCounts) cnt[e] = g_cnt[e];
+  }
+  pdl_trigger();
+  __syncthreads();
+  warp_counts(s_ids, len, num_experts, warp_cnt);
+  __syncthreads();
+  warp_offsets(warp_cnt, num_experts, start,
+               chunk_offsets + static_cast<int64_t>(blockIdx.x) * num_experts);
+  __syncthreads();
+  warp_scatter(s_ids, len, num_experts, warp_cnt, place);
 }
 
 }  // namespace moekit::detail::route

@@ -8,15 +8,10 @@
 
 #include "core/host_dtype.h"
 #include "moekit/reference.h"
+#include "reference/host_tensor.h"
 
 namespace moekit::reference {
 namespace {
-
-std::vector<double> to_doubles(const TensorView& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[i] = host::load(t, i);
-  return v;
-}
 
 double dot(const double* x, const double* y, int64_t k) {
   double s = 0;

@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
+#include "core/dtype.cuh"
 #include "moekit/error.h"
 #include "reference/gpu_reference.h"
 
@@ -19,36 +21,23 @@ constexpr int kSortThreads = 1024;
 
 // ---- element access --------------------------------------------------------------------
 
-__device__ __forceinline__ float ld(const float* p, int64_t i) {
-  return p[i];
-}
-__device__ __forceinline__ float ld(const __half* p, int64_t i) {
-  return __half2float(p[i]);
-}
-__device__ __forceinline__ float ld(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
-__device__ __forceinline__ float ld(const __nv_fp8_e4m3* p, int64_t i) {
-  return static_cast<float>(p[i]);
+// f32 / f16 / bf16 as the kernels convert them (core/dtype.cuh), and e4m3.
+template <class T>
+__device__ __forceinline__ float ld(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    return static_cast<float>(p[i]);
+  } else {
+    return detail::to_float(p[i]);
+  }
 }
 
 template <class T>
-__device__ __forceinline__ T cvt(float v);
-template <>
-__device__ __forceinline__ float cvt<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half cvt<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 cvt<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_fp8_e4m3 cvt<__nv_fp8_e4m3>(float v) {
-  return __nv_fp8_e4m3(v);  // nearest even, saturated at +-448
+__device__ __forceinline__ T cvt(float v) {
+  if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) {
+    return __nv_fp8_e4m3(v);  // nearest even, saturated at +-448
+  } else {
+    return detail::from_float<T>(v);
+  }
 }
 
 __device__ __forceinline__ float silu_ref(float z) {
@@ -116,15 +105,21 @@ RouteIds route_ids(const TensorView& ids, const TensorView& expert_map = TensorV
   return r;
 }
 
+// fn(c) for every column c < cols of this thread (strided over the threads of blockIdx.y).
+template <class Fn>
+__device__ __forceinline__ void for_cols(int64_t cols, Fn fn) {
+  for (int64_t c = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<int64_t>(gridDim.y) * blockDim.x)
+    fn(c);
+}
+
 // apply_router_weight_on_input (top-1): y[t, h] = round(round(w[t]) * x[t, h]).
 template <class T>
 __global__ void scale_rows_kernel(const T* x, const float* w, int64_t H, T* y) {
   const int64_t t = blockIdx.x;
   const T w_rounded = cvt<T>(w[t]);
   const float wt = ld(&w_rounded, 0);
-  for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
-       h += static_cast<int64_t>(gridDim.y) * blockDim.x)
-    y[t * H + h] = cvt<T>(wt * ld(x, t * H + h));
+  for_cols(H, [&](int64_t h) { y[t * H + h] = cvt<T>(wt * ld(x, t * H + h)); });
 }
 
 // ---- routing ----------------------------------------------------------------------------
@@ -447,23 +442,29 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// fn(r, c) for every listed row r of this block (rows[blockIdx.x * kRowsPerBlock + i]; -1:
+// none) and every column c < cols of this thread (strided over the threads of blockIdx.y).
+template <class Fn>
+__device__ __forceinline__ void for_listed_rows(const int32_t* rows, int64_t cols, Fn fn) {
+#pragma unroll 1
+  for (int i = 0; i < kRowsPerBlock; ++i) {
+    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
+    if (r < 0) continue;
+    for_cols(cols, [&](int64_t c) { fn(r, c); });
+  }
+}
+
 // out[r, f] = (silu(h[r, f]) * h[r, F + f] with act, else h[r, f]; h rows of 2F or F) divided
 // by scale[0] when a scale is given, rounded to TOut, for the listed rows.
 template <class TOut>
 __global__ void act_rows_kernel(const float* h, int64_t F, const int32_t* rows, TOut* out,
                                 bool act = true, const float* scale = nullptr) {
   const float s = scale ? scale[0] : 1.f;
-#pragma unroll 1
-  for (int i = 0; i < kRowsPerBlock; ++i) {
-    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
-    if (r < 0) continue;
-    for (int64_t f = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; f < F;
-         f += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-      const float* hr = h + static_cast<int64_t>(r) * (act ? 2 * F : F);
-      const float v = act ? silu_ref(hr[f]) * hr[F + f] : hr[f];
-      out[static_cast<int64_t>(r) * F + f] = cvt<TOut>(scale ? v / s : v);
-    }
-  }
+  for_listed_rows(rows, F, [&](int32_t r, int64_t f) {
+    const float* hr = h + static_cast<int64_t>(r) * (act ? 2 * F : F);
+    const float v = act ? silu_ref(hr[f]) * hr[F + f] : hr[f];
+    out[static_cast<int64_t>(r) * F + f] = cvt<TOut>(scale ? v / s : v);
+  });
 }
 
 // An MLP's activation and optional biases (f32 or the op's dtype T; null: none).
@@ -510,22 +511,16 @@ __global__ void mlp_act_rows_kernel(const float* h, int64_t F, const int32_t* ro
   const bool inter = spec.act == Activation::kSwigluOai;
   const int64_t cols = single ? F : 2 * F;
   const int64_t e = block_expert ? block_expert[blockIdx.x] : 0;
-#pragma unroll 1
-  for (int i = 0; i < kRowsPerBlock; ++i) {
-    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
-    if (r < 0) continue;
-    for (int64_t f = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; f < F;
-         f += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-      const float* hr = h + static_cast<int64_t>(r) * cols;
-      const int64_t gi = single ? f : (inter ? 2 * f : f), ui = inter ? 2 * f + 1 : F + f;
-      float g = hr[gi], u = single ? 0.0f : hr[ui];
-      if (spec.gate_up_bias) {
-        g += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + gi);
-        if (!single) u += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + ui);
-      }
-      out[static_cast<int64_t>(r) * F + f] = cvt<T>(act_ref(spec.act, g, u));
+  for_listed_rows(rows, F, [&](int32_t r, int64_t f) {
+    const float* hr = h + static_cast<int64_t>(r) * cols;
+    const int64_t gi = single ? f : (inter ? 2 * f : f), ui = inter ? 2 * f + 1 : F + f;
+    float g = hr[gi], u = single ? 0.0f : hr[ui];
+    if (spec.gate_up_bias) {
+      g += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + gi);
+      if (!single) u += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + ui);
     }
-  }
+    out[static_cast<int64_t>(r) * F + f] = cvt<T>(act_ref(spec.act, g, u));
+  });
 }
 
 // y[r, :] += down_bias[e] for the listed rows (e: the block's expert).
@@ -533,27 +528,16 @@ template <class T>
 __global__ void down_bias_rows_kernel(float* y, int64_t H, const int32_t* rows,
                                       const int32_t* block_expert, MlpSpec spec) {
   const int64_t e = block_expert ? block_expert[blockIdx.x] : 0;
-#pragma unroll 1
-  for (int i = 0; i < kRowsPerBlock; ++i) {
-    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
-    if (r < 0) continue;
-    for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
-         h += static_cast<int64_t>(gridDim.y) * blockDim.x)
-      y[static_cast<int64_t>(r) * H + h] +=
-          ld_bias<T>(spec.down_bias, spec.down_bias_f32, e * H + h);
-  }
+  for_listed_rows(rows, H, [&](int32_t r, int64_t h) {
+    y[static_cast<int64_t>(r) * H + h] += ld_bias<T>(spec.down_bias, spec.down_bias_f32, e * H + h);
+  });
 }
 
 template <class TOut>
 __global__ void round_rows_kernel(const float* y, int64_t H, const int32_t* rows, TOut* out) {
-#pragma unroll 1
-  for (int i = 0; i < kRowsPerBlock; ++i) {
-    int32_t r = rows[blockIdx.x * kRowsPerBlock + i];
-    if (r < 0) continue;
-    for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
-         h += static_cast<int64_t>(gridDim.y) * blockDim.x)
-      out[static_cast<int64_t>(r) * H + h] = cvt<TOut>(y[static_cast<int64_t>(r) * H + h]);
-  }
+  for_listed_rows(rows, H, [&](int32_t r, int64_t h) {
+    out[static_cast<int64_t>(r) * H + h] = cvt<TOut>(y[static_cast<int64_t>(r) * H + h]);
+  });
 }
 
 // out[t] = sum_k valid w[t,k] * y[t*K+k] (+ shared[t]), in f32, k order; rounded once
@@ -602,9 +586,7 @@ __global__ void gather_rows_kernel(const uint16_t* src, const int32_t* inverse, 
   const int64_t r = blockIdx.x;
   const int32_t p = inverse[r];
   if (p < 0) return;
-  for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
-       h += static_cast<int64_t>(gridDim.y) * blockDim.x)
-    dst[static_cast<int64_t>(p) * H + h] = src[(r / K) * H + h];
+  for_cols(H, [&](int64_t h) { dst[static_cast<int64_t>(p) * H + h] = src[(r / K) * H + h]; });
 }
 
 // ---- host helpers -------------------------------------------------------------------------
@@ -619,6 +601,20 @@ bool is_half(DType d) {
 
 void require(bool ok, const char* what, const std::string& msg) {
   if (!ok) throw Error(std::string("moekit::gpu_reference::") + what + ": " + msg);
+}
+
+// The bytes carve(cv) takes from a counting Carver.
+template <class Carve>
+size_t carved_bytes(Carve&& carve) {
+  Carver cv{nullptr};
+  carve(cv);
+  return cv.off;
+}
+
+// A carver over an op's scratch of at least `needed` bytes.
+Carver scratch_carver(const Workspace& ws, size_t needed, const char* what) {
+  require(ws.bytes >= needed, what, "scratch too small");
+  return Carver{static_cast<char*>(ws.data)};
 }
 
 // Runs `fn` with scalar_t bound to the CUDA type of a bf16/f16 dtype.
@@ -657,63 +653,58 @@ int64_t layout_num_blocks(int64_t rows_total, int64_t E) {
   return ceil_div(rows_total, kRowsPerBlock) + E;
 }
 
-// The routed-MLP pipeline shared by FusedMoEExperts / FusedMoE / FusedMoESharedExpert.
-struct RoutedScratch {
-  int32_t* sorted;
-  int32_t* block_expert;
-  float* h;
-  void* act;
-  float* y;
-  int64_t num_blocks;
-  void* scaled = nullptr;     // [T, H] (apply_router_weight_on_input only)
-  void* xq = nullptr;         // [T, H] the quantized input (FP8 weights only)
-  float* qscratch = nullptr;  // [2] (FP8 weights only)
-};
-
-// gu_rows: w_gate_up's rows per expert (the pre-activation columns; F <= gu_rows).
-RoutedScratch carve_routed(Carver& cv, int64_t T, int K, int64_t E, int64_t gu_rows, int64_t H,
-                           DType dt, bool apply_on_input, bool fp8) {
-  RoutedScratch s;
-  int64_t routes = T * K;
-  int64_t sorted_len = routes + E * (kRowsPerBlock - 1);
-  s.num_blocks = ceil_div(sorted_len, kRowsPerBlock);
-  s.sorted = cv.take<int32_t>(s.num_blocks * kRowsPerBlock);
-  s.block_expert = cv.take<int32_t>(s.num_blocks);
-  s.h = cv.take<float>(routes * gu_rows);
-  s.act = cv.take<uint8_t>(routes * gu_rows * static_cast<int64_t>(dtype_size(dt)));
-  s.y = cv.take<float>(routes * H);
-  if (apply_on_input) s.scaled = cv.take<uint8_t>(T * H * static_cast<int64_t>(dtype_size(dt)));
-  if (fp8) {
-    s.xq = cv.take<uint8_t>(T * H * static_cast<int64_t>(dtype_size(dt)));
-    s.qscratch = cv.take<float>(2);
-  }
-  return s;
-}
-
-struct DenseScratch {
+// The scratch of an MLP over n rows in num_blocks row blocks (the routed pipeline's rows:
+// its routes sorted by expert): the blocks' rows and experts, f32 pre-activations h [n,
+// h_cols], the activation act [n, act_cols] and f32 outputs y [n, H]; then x_rows input
+// rows of H (dtype dt) scaled (apply_router_weight_on_input) and quantized (FP8 weights,
+// with 2 floats: the amax bits and the dynamic scale).
+struct MlpScratch {
   int32_t* rows;
   int32_t* block_expert;
   float* h;
   void* act;
   float* y;
   int64_t num_blocks;
-  void* xq = nullptr;         // [T, H] the quantized input (FP8 weights only)
-  float* qscratch = nullptr;  // [2] (FP8 weights only)
+  void* scaled = nullptr;
+  void* xq = nullptr;
+  float* qscratch = nullptr;
 };
-
-DenseScratch carve_dense(Carver& cv, int64_t T, int64_t gu_rows, int64_t H, DType dt, bool fp8) {
-  DenseScratch s;
-  s.num_blocks = layout_num_blocks(T, 1);
-  s.rows = cv.take<int32_t>(s.num_blocks * kRowsPerBlock);
-  s.block_expert = cv.take<int32_t>(s.num_blocks);
-  s.h = cv.take<float>(T * gu_rows);
-  s.act = cv.take<uint8_t>(T * gu_rows * static_cast<int64_t>(dtype_size(dt)));
-  s.y = cv.take<float>(T * H);
+MlpScratch carve_mlp(Carver& cv, int64_t num_blocks, int64_t n, int64_t h_cols, int64_t act_cols,
+                     int64_t H, DType dt, int64_t x_rows, bool scaled, bool fp8) {
+  const int64_t dsize = static_cast<int64_t>(dtype_size(dt));
+  MlpScratch s;
+  s.num_blocks = num_blocks;
+  s.rows = cv.take<int32_t>(num_blocks * kRowsPerBlock);
+  s.block_expert = cv.take<int32_t>(num_blocks);
+  s.h = cv.take<float>(n * h_cols);
+  s.act = cv.take<uint8_t>(n * act_cols * dsize);
+  s.y = cv.take<float>(n * H);
+  if (scaled) s.scaled = cv.take<uint8_t>(x_rows * H * dsize);
   if (fp8) {
-    s.xq = cv.take<uint8_t>(T * H * static_cast<int64_t>(dtype_size(dt)));
+    s.xq = cv.take<uint8_t>(x_rows * H * dsize);
     s.qscratch = cv.take<float>(2);
   }
   return s;
+}
+
+// The routed-MLP pipeline's (FusedMoEExperts / FusedMoE / FusedMoESharedExpert) for the
+// arguments a (K routes per token): the routes padded per expert into blocks, w_gate_up's rows
+// per expert as the pre-activation columns.
+template <class Args>
+MlpScratch carve_routed(Carver& cv, const Args& a, int K) {
+  const int64_t T = a.hidden_states.shape[0], E = a.w_gate_up.shape[0];
+  const int64_t gu_rows = a.w_gate_up.shape[1], routes = T * K;
+  return carve_mlp(cv, ceil_div(routes + E * (kRowsPerBlock - 1), kRowsPerBlock), routes, gu_rows,
+                   gu_rows, a.hidden_states.shape[1], a.hidden_states.dtype, T,
+                   a.apply_router_weight_on_input, a.quant.scheme != QuantScheme::kNone);
+}
+
+// A dense MLP's (the shared expert's) over the T rows of hidden [T, H] with w_gate_up [gu_rows, H].
+MlpScratch carve_dense(Carver& cv, const TensorView& hidden, const TensorView& w_gate_up,
+                       const WeightQuant& quant) {
+  const int64_t T = hidden.shape[0], gu_rows = w_gate_up.shape[0];
+  return carve_mlp(cv, layout_num_blocks(T, 1), T, gu_rows, gu_rows, hidden.shape[1], hidden.dtype,
+                   T, false, quant.scheme != QuantScheme::kNone);
 }
 
 // ---- FP8 activation quantization (Fp8Activations::kQuantized) ----
@@ -913,7 +904,7 @@ int64_t mlp_width(Activation act, int64_t rows) {
 template <class scalar_t>
 void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
                 const WeightQuant& quant, RouteIds ids, const float* weights, int K,
-                const uint8_t* token_mask, const RoutedScratch& s, const float* shared_y,
+                const uint8_t* token_mask, const MlpScratch& s, const float* shared_y,
                 const TensorView& out, bool round_routes, const MlpSpec& spec, cudaStream_t stream,
                 Fp8Activations acts) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
@@ -933,10 +924,10 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
   if (T > 0 && K > 0) {
     const int64_t routes = T * K;
     sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
-        ids, routes, K, static_cast<int>(E), kRowsPerBlock, token_mask, s.sorted,
+        ids, routes, K, static_cast<int>(E), kRowsPerBlock, token_mask, s.rows,
         s.num_blocks * kRowsPerBlock, -1, s.block_expert, s.num_blocks, nullptr, nullptr, nullptr);
     check_launch("sort_routes");
-    mlp_rows_quant<scalar_t>(x, K, w_gate_up, w_down, quant, F, H, s.sorted, s.block_expert,
+    mlp_rows_quant<scalar_t>(x, K, w_gate_up, w_down, quant, F, H, s.rows, s.block_expert,
                              s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y, spec, false,
                              stream, act_quant(quant, acts, s.qscratch));
   }
@@ -950,7 +941,7 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
 
 template <class scalar_t>
 void dense_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
-               const WeightQuant& quant, const uint8_t* token_mask, const DenseScratch& s,
+               const WeightQuant& quant, const uint8_t* token_mask, const MlpScratch& s,
                const MlpSpec& spec, cudaStream_t stream, Fp8Activations acts) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
   const int64_t S = mlp_width(spec.act, w_gate_up.shape[0]);
@@ -1064,51 +1055,81 @@ GemmLayout gemm_layout(const TensorView& a, const TensorView& b, const PermutedL
   return g;
 }
 
+// A GEMM's scratch: the row blocks (rows, block_expert), then (with_h) f32 rows h [rows_total,
+// b's rows]; carved from base (null: only sized).
+struct GemmScratch {
+  int32_t* rows;
+  int32_t* be;
+  float* h;
+  size_t bytes;
+};
+GemmScratch carve_gemm(char* base, const GemmLayout& g, const TensorView& b, bool with_h) {
+  Carver cv{base};
+  GemmScratch s;
+  s.rows = cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
+  s.be = cv.take<int32_t>(g.num_blocks);
+  s.h = with_h ? cv.take<float>(g.rows_total * b.shape[1]) : nullptr;
+  s.bytes = cv.off;
+  return s;
+}
+
+// The layout and scratch of a GEMM op's call (scratch checked), its row blocks listed (none
+// when it has no rows).
+struct GemmCall {
+  GemmLayout g;
+  GemmScratch s;
+};
+GemmCall gemm_call(const char* op, const TensorView& a, const TensorView& b,
+                   const PermutedLayout& layout, const TensorView& layout_metadata, bool with_h,
+                   Workspace scratch, const uint8_t* row_mask, cudaStream_t stream) {
+  GemmCall c;
+  c.g = gemm_layout(a, b, layout);
+  check_experts(op, c.g.E);
+  require(scratch.bytes >= carve_gemm(nullptr, c.g, b, with_h).bytes, op, "scratch too small");
+  c.s = carve_gemm(static_cast<char*>(scratch.data), c.g, b, with_h);
+  if (c.g.rows_total > 0) {
+    launch_layout_blocks(layout_metadata.ptr<int32_t>(), static_cast<int>(c.g.E), c.g.alignment,
+                         c.g.max_m, c.g.rows_total, -1, row_mask, c.s.rows, c.s.be, c.g.num_blocks,
+                         stream);
+  }
+  return c;
+}
+
 }  // namespace
 
 size_t grouped_gemm_scratch_bytes(const GroupedGemmArgs& args) {
-  GemmLayout g = gemm_layout(args.a, args.b, args.layout);
-  Carver cv{nullptr};
-  cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
-  cv.take<int32_t>(g.num_blocks);
-  if (args.activation == Activation::kSiluAndMul) cv.take<float>(g.rows_total * args.b.shape[1]);
-  return cv.off;
+  return carve_gemm(nullptr, gemm_layout(args.a, args.b, args.layout), args.b,
+                    args.activation == Activation::kSiluAndMul)
+      .bytes;
 }
 
 void moe_grouped_gemm(const GroupedGemmArgs& args, Workspace scratch, cudaStream_t stream,
                       const uint8_t* row_mask) {
-  GemmLayout g = gemm_layout(args.a, args.b, args.layout);
-  check_experts("moe_grouped_gemm", g.E);
-  require(scratch.bytes >= grouped_gemm_scratch_bytes(args), "moe_grouped_gemm",
-          "scratch too small");
-  if (g.rows_total == 0) return;
-  Carver cv{static_cast<char*>(scratch.data)};
-  int32_t* rows = cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
-  int32_t* be = cv.take<int32_t>(g.num_blocks);
   const bool act = args.activation == Activation::kSiluAndMul;
-  float* h = act ? cv.take<float>(g.rows_total * args.b.shape[1]) : nullptr;
+  const GemmCall c = gemm_call("moe_grouped_gemm", args.a, args.b, args.layout,
+                               args.layout_metadata, act, scratch, row_mask, stream);
+  const GemmLayout& g = c.g;
+  if (g.rows_total == 0) return;
   const int64_t kd = args.b.shape[2], nb = args.b.shape[1], n = act ? nb / 2 : nb;
-  launch_layout_blocks(args.layout_metadata.ptr<int32_t>(), static_cast<int>(g.E), g.alignment,
-                       g.max_m, g.rows_total, -1, row_mask, rows, be, g.num_blocks, stream);
   dispatch_half(args.a.dtype, "moe_grouped_gemm", [&](auto tag) {
     using T = decltype(tag);
     const T* a = args.a.ptr<T>();
     const T* b = args.b.ptr<T>();
     if (act) {
-      launch_gemm<T, T, float, false>(a, kd, 1, b, nb, kd, ScaleStrides{}, rows, be, g.num_blocks,
-                                      h, nb, stream);
+      launch_gemm<T, T, float, false>(a, kd, 1, b, nb, kd, ScaleStrides{}, c.s.rows, c.s.be,
+                                      g.num_blocks, c.s.h, nb, stream);
       dim3 grid(static_cast<unsigned>(g.num_blocks), grid_y(n, 256));
       if (args.c.dtype == DType::kF32)
-        act_rows_kernel<float><<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<float>());
+        act_rows_kernel<float><<<grid, 256, 0, stream>>>(c.s.h, n, c.s.rows, args.c.ptr<float>());
       else
-        act_rows_kernel<T><<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<T>());
+        act_rows_kernel<T><<<grid, 256, 0, stream>>>(c.s.h, n, c.s.rows, args.c.ptr<T>());
       check_launch("moe_grouped_gemm.act");
     } else if (args.c.dtype == DType::kF32) {
-      launch_gemm<T, T, float, false>(a, kd, 1, b, n, kd, ScaleStrides{}, rows, be, g.num_blocks,
-                                      args.c.ptr<float>(), n, stream);
+      launch_gemm<T, T, float, false>(a, kd, 1, b, n, kd, ScaleStrides{}, c.s.rows, c.s.be,
+                                      g.num_blocks, args.c.ptr<float>(), n, stream);
     } else {
-      launch_gemm<T, T, T, false>(a, kd, 1, b, n, kd, ScaleStrides{}, rows, be, g.num_blocks,
-                                  args.c.ptr<T>(), n, stream);
+      launch_gemm<T, T, T, false>(a, kd, 1, b, n, kd, ScaleStrides{}, c.s.rows, c.s.be,
+                                  g.num_blocks, args.c.ptr<T>(), n, stream);
     }
   });
 }
@@ -1146,69 +1167,55 @@ ScaleStrides fp8_strides(const GroupedGemmFP8Args& args) {
 }  // namespace
 
 size_t grouped_gemm_fp8_scratch_bytes(const GroupedGemmFP8Args& args) {
-  GemmLayout g = gemm_layout(args.a, args.b, fp8_layout(args));
-  Carver cv{nullptr};
-  cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
-  cv.take<int32_t>(g.num_blocks);
-  if (args.activation == Activation::kSiluAndMul || args.c.dtype == DType::kFP8E4M3) {
-    cv.take<float>(g.rows_total * args.b.shape[1]);
-  }
-  return cv.off;
+  return carve_gemm(nullptr, gemm_layout(args.a, args.b, fp8_layout(args)), args.b,
+                    args.activation == Activation::kSiluAndMul || args.c.dtype == DType::kFP8E4M3)
+      .bytes;
 }
 
 void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, Workspace scratch, cudaStream_t stream,
                           const uint8_t* row_mask) {
-  GemmLayout g = gemm_layout(args.a, args.b, fp8_layout(args));
-  check_experts("moe_grouped_gemm_fp8", g.E);
-  require(scratch.bytes >= grouped_gemm_fp8_scratch_bytes(args), "moe_grouped_gemm_fp8",
-          "scratch too small");
-  if (g.rows_total == 0) return;
-  Carver cv{static_cast<char*>(scratch.data)};
-  int32_t* rows = cv.take<int32_t>(g.num_blocks * kRowsPerBlock);
-  int32_t* be = cv.take<int32_t>(g.num_blocks);
   const bool act = args.activation == Activation::kSiluAndMul;
   const bool fp8_out = args.c.dtype == DType::kFP8E4M3;
-  float* h = act || fp8_out ? cv.take<float>(g.rows_total * args.b.shape[1]) : nullptr;
+  const GemmCall c = gemm_call("moe_grouped_gemm_fp8", args.a, args.b, fp8_layout(args),
+                               args.layout_metadata, act || fp8_out, scratch, row_mask, stream);
+  const GemmLayout& g = c.g;
+  if (g.rows_total == 0) return;
   const int64_t kd = args.b.shape[2], nb = args.b.shape[1], n = act ? nb / 2 : nb;
-  launch_layout_blocks(args.layout_metadata.ptr<int32_t>(), static_cast<int>(g.E), g.alignment,
-                       g.max_m, g.rows_total, -1, row_mask, rows, be, g.num_blocks, stream);
   const auto* a = args.a.ptr<__nv_fp8_e4m3>();
   const auto* b = args.b.ptr<__nv_fp8_e4m3>();
   if (act || fp8_out) {
-    launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, float, true>(a, kd, 1, b, nb, kd, fp8_strides(args),
-                                                           rows, be, g.num_blocks, h, nb, stream);
+    launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, float, true>(
+        a, kd, 1, b, nb, kd, fp8_strides(args), c.s.rows, c.s.be, g.num_blocks, c.s.h, nb, stream);
     dim3 grid(static_cast<unsigned>(g.num_blocks), grid_y(n, 256));
     if (fp8_out) {
       act_rows_kernel<__nv_fp8_e4m3><<<grid, 256, 0, stream>>>(
-          h, n, rows, args.c.ptr<__nv_fp8_e4m3>(), act, args.c_scale.ptr<float>());
+          c.s.h, n, c.s.rows, args.c.ptr<__nv_fp8_e4m3>(), act, args.c_scale.ptr<float>());
     } else {
       act_rows_kernel<__nv_bfloat16>
-          <<<grid, 256, 0, stream>>>(h, n, rows, args.c.ptr<__nv_bfloat16>());
+          <<<grid, 256, 0, stream>>>(c.s.h, n, c.s.rows, args.c.ptr<__nv_bfloat16>());
     }
     check_launch("moe_grouped_gemm_fp8.out");
   } else {
     launch_gemm<__nv_fp8_e4m3, __nv_fp8_e4m3, __nv_bfloat16, true>(
-        a, kd, 1, b, n, kd, fp8_strides(args), rows, be, g.num_blocks, args.c.ptr<__nv_bfloat16>(),
-        n, stream);
+        a, kd, 1, b, n, kd, fp8_strides(args), c.s.rows, c.s.be, g.num_blocks,
+        args.c.ptr<__nv_bfloat16>(), n, stream);
   }
 }
 
+namespace {
+
+// moe_expert_mlp's: the P rows of the layout's blocks, f32 gate/up rows [P, 2F].
+MlpScratch carve_expert_mlp(Carver& cv, const ExpertMLPArgs& args) {
+  const int64_t P = args.expert_input.shape[0], E = args.w_gate_up.shape[0];
+  const int64_t F = mlp_width(args.activation, args.w_gate_up.shape[1]);
+  return carve_mlp(cv, layout_num_blocks(P, E), P, 2 * F, F, args.expert_input.shape[1],
+                   args.expert_input.dtype, P, false, args.quant.scheme != QuantScheme::kNone);
+}
+
+}  // namespace
+
 size_t expert_mlp_scratch_bytes(const ExpertMLPArgs& args) {
-  const int64_t P = args.expert_input.shape[0], H = args.expert_input.shape[1];
-  const int64_t E = args.w_gate_up.shape[0],
-                F = mlp_width(args.activation, args.w_gate_up.shape[1]);
-  const int64_t nb = layout_num_blocks(P, E);
-  Carver cv{nullptr};
-  cv.take<int32_t>(nb * kRowsPerBlock);
-  cv.take<int32_t>(nb);
-  cv.take<float>(P * 2 * F);
-  cv.take<uint8_t>(P * F * static_cast<int64_t>(dtype_size(args.expert_input.dtype)));
-  cv.take<float>(P * H);
-  if (args.quant.scheme != QuantScheme::kNone) {
-    cv.take<uint8_t>(P * H * static_cast<int64_t>(dtype_size(args.expert_input.dtype)));
-    cv.take<float>(2);
-  }
-  return cv.off;
+  return carved_bytes([&](Carver& cv) { carve_expert_mlp(cv, args); });
 }
 
 void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_t* row_mask,
@@ -1217,65 +1224,45 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_
   const int64_t E = args.w_gate_up.shape[0],
                 F = mlp_width(args.activation, args.w_gate_up.shape[1]);
   check_experts("moe_expert_mlp", E);
-  require(args.workspace.bytes >= expert_mlp_scratch_bytes(args), "moe_expert_mlp",
-          "scratch too small");
+  Carver cv = scratch_carver(args.workspace, expert_mlp_scratch_bytes(args), "moe_expert_mlp");
   if (P == 0) return;
-  const int64_t nb = layout_num_blocks(P, E);
-  Carver cv{static_cast<char*>(args.workspace.data)};
-  int32_t* rows = cv.take<int32_t>(nb * kRowsPerBlock);
-  int32_t* be = cv.take<int32_t>(nb);
-  float* h = cv.take<float>(P * 2 * F);
-  void* act = cv.take<uint8_t>(P * F * static_cast<int64_t>(dtype_size(args.expert_input.dtype)));
-  float* y = cv.take<float>(P * H);
-  void* xq = nullptr;
-  float* qscratch = nullptr;
-  if (args.quant.scheme != QuantScheme::kNone) {
-    xq = cv.take<uint8_t>(P * H * static_cast<int64_t>(dtype_size(args.expert_input.dtype)));
-    qscratch = cv.take<float>(2);
-  }
+  const MlpScratch s = carve_expert_mlp(cv, args);
   launch_layout_blocks(args.layout_metadata.ptr<int32_t>(), static_cast<int>(E),
-                       std::max(args.layout.alignment, 1), 0, P, -1, row_mask, rows, be, nb,
-                       stream);
+                       std::max(args.layout.alignment, 1), 0, P, -1, row_mask, s.rows,
+                       s.block_expert, s.num_blocks, stream);
   dispatch_half(args.expert_input.dtype, "moe_expert_mlp", [&](auto tag) {
     using T = decltype(tag);
     const T* x = args.expert_input.ptr<T>();
-    const ActQuant in_q = input_quant(args.quant, acts, qscratch);
+    const ActQuant in_q = input_quant(args.quant, acts, s.qscratch);
     if (in_q.scheme != QuantScheme::kNone) {  // the rows in the groups, quantized in a copy
-      require(cudaMemcpyAsync(xq, x, static_cast<size_t>(P * H) * sizeof(T),
+      require(cudaMemcpyAsync(s.xq, x, static_cast<size_t>(P * H) * sizeof(T),
                               cudaMemcpyDeviceToDevice, stream) == cudaSuccess,
               "moe_expert_mlp", "cudaMemcpyAsync failed");
-      fp8_round_trip_rows(static_cast<T*>(xq), H, rows, nb, 0, in_q, stream);
-      x = static_cast<const T*>(xq);
+      fp8_round_trip_rows(static_cast<T*>(s.xq), H, s.rows, s.num_blocks, 0, in_q, stream);
+      x = static_cast<const T*>(s.xq);
     }
-    mlp_rows_quant<T>(x, 1, args.w_gate_up, args.w_down, args.quant, F, H, rows, be, nb, h,
-                      static_cast<T*>(act), y,
+    mlp_rows_quant<T>(x, 1, args.w_gate_up, args.w_down, args.quant, F, H, s.rows, s.block_expert,
+                      s.num_blocks, s.h, static_cast<T*>(s.act), s.y,
                       mlp_spec(args.activation, args.gate_up_bias, args.down_bias), false, stream,
-                      act_quant(args.quant, acts, qscratch));
-    round_rows_kernel<T><<<dim3(static_cast<unsigned>(nb), grid_y(H, 256)), 256, 0, stream>>>(
-        y, H, rows, args.expert_output.ptr<T>());
+                      act_quant(args.quant, acts, s.qscratch));
+    round_rows_kernel<T>
+        <<<dim3(static_cast<unsigned>(s.num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
+            s.y, H, s.rows, args.expert_output.ptr<T>());
     check_launch("moe_expert_mlp.round");
   });
 }
 
 size_t fused_moe_experts_scratch_bytes(const FusedMoEExpertsArgs& args) {
-  Carver cv{nullptr};
-  carve_routed(cv, args.hidden_states.shape[0], static_cast<int>(args.topk_ids.shape[1]),
-               args.w_gate_up.shape[0], args.w_gate_up.shape[1], args.hidden_states.shape[1],
-               args.hidden_states.dtype, args.apply_router_weight_on_input,
-               args.quant.scheme != QuantScheme::kNone);
-  return cv.off;
+  return carved_bytes(
+      [&](Carver& cv) { carve_routed(cv, args, static_cast<int>(args.topk_ids.shape[1])); });
 }
 
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
                        const uint8_t* row_mask, bool round_routes, Fp8Activations acts) {
-  require(args.workspace.bytes >= fused_moe_experts_scratch_bytes(args), "fused_moe_experts",
-          "scratch too small");
-  Carver cv{static_cast<char*>(args.workspace.data)};
+  Carver cv =
+      scratch_carver(args.workspace, fused_moe_experts_scratch_bytes(args), "fused_moe_experts");
   const int K = static_cast<int>(args.topk_ids.shape[1]);
-  RoutedScratch s =
-      carve_routed(cv, args.hidden_states.shape[0], K, args.w_gate_up.shape[0],
-                   args.w_gate_up.shape[1], args.hidden_states.shape[1], args.hidden_states.dtype,
-                   args.apply_router_weight_on_input, args.quant.scheme != QuantScheme::kNone);
+  const MlpScratch s = carve_routed(cv, args, K);
   dispatch_half(args.hidden_states.dtype, "fused_moe_experts", [&](auto tag) {
     using T = decltype(tag);
     routed_mlp<T>(args.hidden_states, args.w_gate_up, args.w_down, args.quant,
@@ -1286,20 +1273,16 @@ void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
 }
 
 size_t shared_expert_mlp_scratch_bytes(const SharedExpertMLPArgs& args) {
-  Carver cv{nullptr};
-  carve_dense(cv, args.hidden_states.shape[0], args.w_gate_up.shape[0], args.hidden_states.shape[1],
-              args.hidden_states.dtype, args.quant.scheme != QuantScheme::kNone);
-  return cv.off;
+  return carved_bytes(
+      [&](Carver& cv) { carve_dense(cv, args.hidden_states, args.w_gate_up, args.quant); });
 }
 
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream,
                        const uint8_t* row_mask, Fp8Activations acts) {
-  require(args.workspace.bytes >= shared_expert_mlp_scratch_bytes(args), "shared_expert_mlp",
-          "scratch too small");
+  Carver cv =
+      scratch_carver(args.workspace, shared_expert_mlp_scratch_bytes(args), "shared_expert_mlp");
   const int64_t T = args.hidden_states.shape[0], H = args.hidden_states.shape[1];
-  Carver cv{static_cast<char*>(args.workspace.data)};
-  DenseScratch s = carve_dense(cv, T, args.w_gate_up.shape[0], H, args.hidden_states.dtype,
-                               args.quant.scheme != QuantScheme::kNone);
+  const MlpScratch s = carve_dense(cv, args.hidden_states, args.w_gate_up, args.quant);
   if (T == 0) return;
   dispatch_half(args.hidden_states.dtype, "shared_expert_mlp", [&](auto tag) {
     using T_ = decltype(tag);
@@ -1314,18 +1297,25 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream,
 
 namespace {
 
-size_t carve_fused(Carver& cv, const FusedMoEArgs& a, int32_t** ids, float** w, RoutedScratch* rs) {
+// The layer's scratch: the routing's ids and weights [T, K], the routed MLP's, then (a shared
+// expert) the dense MLP's.
+struct FusedScratch {
+  int32_t* ids;
+  float* w;
+  MlpScratch routed;
+  MlpScratch shared{};
+};
+FusedScratch carve_fused(Carver& cv, const FusedMoEArgs& a,
+                         const FusedMoESharedExpertArgs* shared) {
   const int64_t T = a.hidden_states.shape[0];
   const int K = a.params.top_k;
-  int32_t* i = cv.take<int32_t>(T * K);
-  float* ww = cv.take<float>(T * K);
-  RoutedScratch s = carve_routed(
-      cv, T, K, a.w_gate_up.shape[0], a.w_gate_up.shape[1], a.hidden_states.shape[1],
-      a.hidden_states.dtype, a.apply_router_weight_on_input, a.quant.scheme != QuantScheme::kNone);
-  if (ids) *ids = i;
-  if (w) *w = ww;
-  if (rs) *rs = s;
-  return cv.off;
+  FusedScratch s;
+  s.ids = cv.take<int32_t>(T * K);
+  s.w = cv.take<float>(T * K);
+  s.routed = carve_routed(cv, a, K);
+  if (shared && shared->shared_w_gate_up.defined())
+    s.shared = carve_dense(cv, a.hidden_states, shared->shared_w_gate_up, shared->shared_quant);
+  return s;
 }
 
 void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
@@ -1333,15 +1323,12 @@ void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
                Fp8Activations acts, Fp8Activations shared_acts) {
   const int64_t T = a.hidden_states.shape[0];
   const int K = a.params.top_k;
-  int32_t* ids;
-  float* w;
-  RoutedScratch rs;
-  carve_fused(cv, a, &ids, &w, &rs);
-  DenseScratch ds{};
+  const FusedScratch fs = carve_fused(cv, a, shared);
+  int32_t* ids = fs.ids;
+  float* w = fs.w;
+  const MlpScratch& rs = fs.routed;
+  const MlpScratch& ds = fs.shared;
   const bool has_shared = shared && shared->shared_w_gate_up.defined();
-  if (has_shared)
-    ds = carve_dense(cv, T, shared->shared_w_gate_up.shape[0], a.hidden_states.shape[1],
-                     a.hidden_states.dtype, shared->shared_quant.scheme != QuantScheme::kNone);
   FusedTopKArgs tk;
   tk.gating_output = a.gating_output;
   tk.correction_bias = a.correction_bias;
@@ -1370,33 +1357,24 @@ void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
 }  // namespace
 
 size_t fused_moe_scratch_bytes(const FusedMoEArgs& args) {
-  Carver cv{nullptr};
-  return carve_fused(cv, args, nullptr, nullptr, nullptr);
+  return carved_bytes([&](Carver& cv) { carve_fused(cv, args, nullptr); });
 }
 
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row_mask,
                bool round_routes, Fp8Activations acts) {
-  require(args.workspace.bytes >= fused_moe_scratch_bytes(args), "fused_moe", "scratch too small");
-  Carver cv{static_cast<char*>(args.workspace.data)};
+  Carver cv = scratch_carver(args.workspace, fused_moe_scratch_bytes(args), "fused_moe");
   run_fused(args, stream, row_mask, nullptr, round_routes, cv, acts, Fp8Activations::kAsGiven);
 }
 
 size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& args) {
-  Carver cv{nullptr};
-  carve_fused(cv, args.moe, nullptr, nullptr, nullptr);
-  if (args.shared_w_gate_up.defined())
-    carve_dense(cv, args.moe.hidden_states.shape[0], args.shared_w_gate_up.shape[0],
-                args.moe.hidden_states.shape[1], args.moe.hidden_states.dtype,
-                args.shared_quant.scheme != QuantScheme::kNone);
-  return cv.off;
+  return carved_bytes([&](Carver& cv) { carve_fused(cv, args.moe, &args); });
 }
 
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream,
                              const uint8_t* row_mask, bool round_routes, Fp8Activations acts,
                              Fp8Activations shared_acts) {
-  require(args.moe.workspace.bytes >= fused_moe_shared_expert_scratch_bytes(args),
-          "fused_moe_shared_expert", "scratch too small");
-  Carver cv{static_cast<char*>(args.moe.workspace.data)};
+  Carver cv = scratch_carver(args.moe.workspace, fused_moe_shared_expert_scratch_bytes(args),
+                             "fused_moe_shared_expert");
   run_fused(args.moe, stream, row_mask, &args, round_routes, cv, acts, shared_acts);
 }
 

@@ -21,6 +21,12 @@ TensorView HostTensor::view() const {
   return make_view(bytes_.data(), dtype_, static_cast<int>(shape_.size()), shape_.data());
 }
 
+std::vector<double> to_doubles(const TensorView& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = host::load(t, i);
+  return v;
+}
+
 double HostTensor::at(int64_t i) const {
   return host::load(view(), i);
 }

@@ -46,4 +46,7 @@ class HostTensor {
   std::vector<uint8_t> bytes_;
 };
 
+// The elements of a host view, widened to double (the CPU references' f64 inputs).
+std::vector<double> to_doubles(const TensorView& t);
+
 }  // namespace moekit

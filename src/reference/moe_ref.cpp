@@ -12,16 +12,11 @@
 
 #include "core/host_dtype.h"
 #include "moekit/reference.h"
+#include "reference/host_tensor.h"
 #include "reference/route_ids_ref.h"
 
 namespace moekit::reference {
 namespace {
-
-std::vector<double> to_doubles(const TensorView& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) v[i] = host::load(t, i);
-  return v;
-}
 
 std::vector<double> optional_doubles(const TensorView& t) {
   return t.defined() ? to_doubles(t) : std::vector<double>();
