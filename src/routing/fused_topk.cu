@@ -306,8 +306,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     w *= scale;
     out_w[t * K + lane] = w;
     int id = my_id;
-    if constexpr (kMapped) {  // my_id is a picked expert: in [0, E), E = the map's length
-      const int local = __ldg(expert_map + id);
+    if constexpr (kMapped) {
+      // my_id is a picked expert in [0, E) (E = the map's length), or -1 where the loop
+      // stopped early (fewer selectable experts than K, excluded by validation): never
+      // read expert_map[-1].
+      const int local = id >= 0 ? __ldg(expert_map + id) : -1;
       id = local >= 0 && local < num_local ? local : -1;
     }
     out_ids[t * K + lane] = id;
