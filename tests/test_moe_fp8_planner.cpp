@@ -1,7 +1,8 @@
 // CPU tests of the layer planner with FP8 weights (docs/moe.md "Quantized weights"): the
 // direct path wherever it can run (also past 16 routes per expert, where bf16 sorts), past it
 // the sorted path's two FP8 GEMMs (fp8_sm90; refused off sm_90 devices), the shared expert's
-// FP8 plan (direct, split 1 / 1, T <= 64; the FP8 GEMMs past it), the plan-log key.
+// FP8 plan (direct, split 1 / 1, T <= 64 and 2*S*H < 2^31; the FP8 GEMMs past it), the
+// plan-log key.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -120,7 +121,7 @@ TEST(Fp8LayerPlanner, SharedExpertRunsTheDenseDecodeKernelThenTheFp8Gemms) {
   };
   EXPECT_EQ(rejection(plan.shared, 64), "");
   EXPECT_TRUE(contains(rejection(plan.shared, 65),
-                       "FP8 weights at T = 65: FP8 weights run two "
+                       "FP8 weights past the FP8 decode kernel (T = 65 > 64): FP8 weights run two "
                        "FP8 GEMMs (two_gemms)"))
       << rejection(plan.shared, 65);
   MlpPlan gemv;
@@ -138,6 +139,66 @@ TEST(Fp8LayerPlanner, SharedExpertRunsTheDenseDecodeKernelThenTheFp8Gemms) {
   const LayerPlan m = detail::plan_layer(mixed, h200);
   EXPECT_EQ(m.shared.path, MlpPath::kTwoGemms);
   EXPECT_EQ(detail::layer_plan_rejection(m, mixed, h200), "");
+}
+
+// The dense decode kernel addresses weight rows by 32-bit offsets (as the routed form, whose
+// 2*F*H < 2^31 the direct path's eligibility checks): a shared expert with 2*S*H >= 2^31 runs
+// the FP8 GEMMs even at T = 1, and a forced decode plan is refused naming the offsets.
+TEST(Fp8LayerPlanner, SharedExpertPastThe32BitOffsetsRunsTheFp8Gemms) {
+  const detail::DeviceProps h200 = detail::h200_props();
+  struct Case {
+    int64_t H, S;
+    bool decode;
+  };
+  const Case cases[] = {
+      {7168, 2048, true},
+      {16384, 65536 - 128, true},  // 2*S*H = 2^31 - 2^22
+      {16384, 65536, false},       // 2*S*H = 2^31
+      {32768, 65536, false},       // (S + 8) * H > INT32_MAX: the offsets would wrap
+  };
+  for (const QuantScheme q :
+       {QuantScheme::kFp8Block128, QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(std::string(quant_scheme_name(q)) + " H=" + std::to_string(c.H) +
+                   " S=" + std::to_string(c.S));
+      detail::MoEShapes s = fp8_problem(1, c.H, 256, 2048, 8, c.S, RoutedOp::kLayer, q).s;
+      const MlpPlan plan = detail::plan_fp8_dense_mlp(s, c.S, q, h200);
+      EXPECT_EQ(detail::fp8_dense_mlp_plan_rejection(plan, s, c.S, q, h200), "") << to_string(plan);
+      EXPECT_EQ(detail::fp8_dense_uses_gemm(s.T, s.H, c.S), !c.decode);
+      const std::string direct =
+          detail::fp8_dense_mlp_plan_rejection(detail::fp8_dense_mlp_plan(), s, c.S, q, h200);
+      if (c.decode) {
+        EXPECT_EQ(plan, detail::fp8_dense_mlp_plan());
+        EXPECT_EQ(direct, "");
+        continue;
+      }
+      EXPECT_EQ(plan.path, MlpPath::kTwoGemms) << to_string(plan);
+      const std::string offsets =
+          "FP8 weights past the FP8 decode kernel (2*S*H = " + std::to_string(2 * c.S * c.H) +
+          " >= 2^31: its weight offsets are 32-bit): FP8 weights run two FP8 GEMMs (two_gemms), "
+          "not direct";
+      EXPECT_TRUE(contains(direct, offsets.c_str())) << direct;
+      const auto cands = detail::fp8_dense_mlp_plan_candidates(s, c.S, q, h200);
+      ASSERT_FALSE(cands.empty());
+      for (const MlpPlan& m : cands) {
+        EXPECT_EQ(m.path, MlpPath::kTwoGemms) << to_string(m);
+        EXPECT_EQ(detail::fp8_dense_mlp_plan_rejection(m, s, c.S, q, h200), "") << to_string(m);
+      }
+      // In a layer: the routed part (2*F*H small) stays direct, the shared part the GEMMs;
+      // the shared part forced onto the decode kernel is refused.
+      const LayerProblem p = fp8_problem(1, c.H, 256, 2048, 8, c.S, RoutedOp::kLayer, q);
+      LayerPlan layer = detail::plan_layer(p, h200);
+      EXPECT_EQ(layer.routed, RoutedPath::kDirect);
+      EXPECT_EQ(layer.shared.path, MlpPath::kTwoGemms) << to_string(layer);
+      EXPECT_EQ(detail::layer_plan_rejection(layer, p, h200), "") << to_string(layer);
+      for (const LayerPlan& cand : detail::layer_plan_candidates(p, h200))
+        EXPECT_EQ(cand.shared.path, MlpPath::kTwoGemms) << to_string(cand);
+      layer.shared = detail::fp8_dense_mlp_plan();
+      EXPECT_TRUE(contains(detail::layer_plan_rejection(layer, p, h200),
+                           ("the shared expert: " + offsets).c_str()))
+          << detail::layer_plan_rejection(layer, p, h200);
+    }
+  }
 }
 
 TEST(Fp8LayerPlanner, ShapeKeyNamesTheScheme) {

@@ -296,8 +296,23 @@ TEST(QuantBadInputs, FusedMoeSharedExpert) {
   expect_fp8_gemms_or_refusal([&] { fused_moe_shared_expert_workspace_size(a); });
 }
 
+// A shared expert past the decode kernel's 32-bit weight offsets at T = 1: S = 65536,
+// H = 32768 (2*S*H = 2^32; (S + 8) * H > INT32_MAX would wrap them).
+constexpr int64_t kWideH = 32768, kWideS = 65536;
+void wide_shared_expert(SharedExpertMLPArgs& a) {
+  a.hidden_states = fake(kBF, {1, kWideH});
+  a.w_gate_up = fake(kFP8, {2 * kWideS, kWideH});
+  a.w_down = fake(kFP8, {kWideH, kWideS});
+  a.quant = quant_for(QuantScheme::kFp8Block128, 1, kWideH, kWideS, /*experts=*/false);
+  a.output = fake(kBF, {1, kWideH});
+}
+
 TEST(QuantBadInputs, SharedExpertMlp) {
   const auto valid = [] { return fp8_dense_valid(QuantScheme::kFp8Block128); };
+  static MlpPlan decode;  // the FP8 decode kernel's dense plan
+  decode.path = MlpPath::kDirect;
+  decode.split_gate_up = 1;
+  decode.split_down = 1;
   run_table<SharedExpertMLPArgs>(
       "shared_expert_mlp", valid,
       [](const SharedExpertMLPArgs& a) { shared_expert_mlp(a, nullptr); },
@@ -313,7 +328,21 @@ TEST(QuantBadInputs, SharedExpertMlp) {
           a.plan = &gemv;
         },
         "plan", "a plan that can run these arguments",
-        "FP8 weights at T <= 64 run on the FP8 decode kernel"}});
+        "FP8 weights at T <= 64 and 2*S*H < 2^31 run on the FP8 decode kernel"},
+       {"plan",
+        [](auto& a) {
+          wide_shared_expert(a);
+          a.plan = &decode;
+        },
+        "plan", "a plan that can run these arguments",
+        "FP8 weights past the FP8 decode kernel (2*S*H = 4294967296 >= 2^31: its weight "
+        "offsets are 32-bit): FP8 weights run two FP8 GEMMs (two_gemms), not direct"}});
+  SharedExpertMLPArgs wide = valid();
+  wide_shared_expert(wide);
+  EXPECT_EQ(plan_shared_expert_mlp(wide).path, MlpPath::kTwoGemms);
+  for (const MlpPlan& m : shared_expert_mlp_plan_candidates(wide))
+    EXPECT_EQ(m.path, MlpPath::kTwoGemms) << to_string(m);
+  expect_fp8_gemms_or_refusal([&] { shared_expert_mlp_workspace_size(wide); });
   SharedExpertMLPArgs past = valid();
   past.hidden_states = fake(kBF, {65, kH});
   past.output = fake(kBF, {65, kH});

@@ -84,7 +84,7 @@ std::string direct_path_rejection(const MoEShapes& s) {
   if (s.T * s.K > kDirectMaxRoutes)
     return "T*top_k = " + str(s.T * s.K) + " > " + str(kDirectMaxRoutes);
   if (s.E > kDirectMaxExperts) return "E = " + str(s.E) + " > " + str(kDirectMaxExperts);
-  if (2 * s.F * s.H >= (int64_t{1} << 31)) return "2*F*H = " + str(2 * s.F * s.H) + " >= 2^31";
+  if (!direct_weight_offsets_fit(s.F, s.H)) return "2*F*H = " + str(2 * s.F * s.H) + " >= 2^31";
   return {};
 }
 
@@ -147,8 +147,15 @@ MlpPlan fp8_dense_mlp_plan() {
   return m;
 }
 
-bool fp8_dense_uses_gemm(int64_t T) {
-  return T > kDirectMaxTokens;
+std::string fp8_dense_decode_rejection(int64_t T, int64_t H, int64_t S) {
+  if (T > kDirectMaxTokens) return "T = " + str(T) + " > " + str(kDirectMaxTokens);
+  if (!direct_weight_offsets_fit(S, H))
+    return "2*S*H = " + str(2 * S * H) + " >= 2^31: its weight offsets are 32-bit";
+  return {};
+}
+
+bool fp8_dense_uses_gemm(int64_t T, int64_t H, int64_t S) {
+  return !fp8_dense_decode_rejection(T, H, S).empty();
 }
 
 Fp8MlpShapes dense_fp8_shapes(const MoEShapes& s, int64_t S, QuantScheme quant) {
@@ -176,26 +183,27 @@ Fp8MlpShapes sorted_fp8_shapes(const MoEShapes& s) {
 
 MlpPlan plan_fp8_dense_mlp(const MoEShapes& s, int64_t S, QuantScheme quant,
                            const GemmDevice& device) {
-  if (!fp8_dense_uses_gemm(s.T)) return fp8_dense_mlp_plan();
+  if (!fp8_dense_uses_gemm(s.T, s.H, S)) return fp8_dense_mlp_plan();
   return plan_fp8_mlp(dense_fp8_shapes(s, S, quant), device);
 }
 
 std::vector<MlpPlan> fp8_dense_mlp_plan_candidates(const MoEShapes& s, int64_t S, QuantScheme quant,
                                                    const GemmDevice& device) {
-  if (!fp8_dense_uses_gemm(s.T)) return {fp8_dense_mlp_plan()};
+  if (!fp8_dense_uses_gemm(s.T, s.H, S)) return {fp8_dense_mlp_plan()};
   return fp8_mlp_plan_candidates(dense_fp8_shapes(s, S, quant), device);
 }
 
 std::string fp8_dense_mlp_plan_rejection(const MlpPlan& plan, const MoEShapes& s, int64_t S,
                                          QuantScheme quant, const GemmDevice& device) {
-  if (!fp8_dense_uses_gemm(s.T)) {
+  const std::string past_decode = fp8_dense_decode_rejection(s.T, s.H, S);
+  if (past_decode.empty()) {
     if (plan != fp8_dense_mlp_plan())
-      return "FP8 weights at T <= " + str(kDirectMaxTokens) +
+      return "FP8 weights at T <= " + str(kDirectMaxTokens) + " and 2*S*H < 2^31" +
              " run on the FP8 decode kernel, plan " + to_string(fp8_dense_mlp_plan());
     return {};
   }
   const std::string why = fp8_mlp_plan_rejection(plan, dense_fp8_shapes(s, S, quant), device);
-  return why.empty() ? why : "FP8 weights at T = " + str(s.T) + ": " + why;
+  return why.empty() ? why : "FP8 weights past the FP8 decode kernel (" + past_decode + "): " + why;
 }
 
 MlpPlan plan_shared_mlp(const MoEShapes& s, int64_t S, QuantScheme quant, const MlpActivation& mlp,
@@ -235,7 +243,7 @@ void run_shared_mlp(const MlpPlan& plan, const MoEShapes& s, int64_t S, DType ou
 
 void carve_shared_fp8(const MoEShapes& s, int64_t S, QuantScheme quant, DType out_dtype,
                       SharedMlpBuffers& b, WorkspaceCarver& ws) {
-  if (!quantized(quant) || !fp8_dense_uses_gemm(s.T)) return;
+  if (!quantized(quant) || !fp8_dense_uses_gemm(s.T, s.H, S)) return;
   b.q_in = ws.take(static_cast<size_t>(s.T * s.H));
   b.fp8 = carve_fp8_mlp(dense_fp8_shapes(s, S, quant), /*dense=*/true, ws);
   if (out_dtype != DType::kBF16) b.out_bf16 = ws.take(static_cast<size_t>(s.T * s.H) * 2);
@@ -248,8 +256,9 @@ void check_quantized_plan(const ArgCheck& c, const LayerPlan& plan, const LayerP
   if (why.empty()) return;
   c.fail(quantized(p.s.quant) ? "w_gate_up" : "shared_w_gate_up",
          "FP8 weights on a path that runs them (the FP8 decode kernels: T <= " +
-             str(kDirectMaxTokens) + ", T*top_k <= " + str(kDirectMaxRoutes) + ", E <= " +
-             str(kDirectMaxExperts) + ", 2*F*H < 2^31; else the FP8 GEMMs on an sm_90 device)",
+             str(kDirectMaxTokens) + ", T*top_k <= " + str(kDirectMaxRoutes) +
+             ", E <= " + str(kDirectMaxExperts) +
+             ", 2*F*H < 2^31 (shared: 2*S*H); else the FP8 GEMMs on an " + "sm_90 device)",
          why);
 }
 

@@ -50,11 +50,15 @@ DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtyp
                                    const GemmDevice& device, const MlpActivation& mlp);
 
 // ---- a dense MLP (the shared expert) with FP8 weights ----
-// Up to kDirectMaxTokens tokens the FP8 decode kernel in its dense form (launch_direct_fp8_*,
-// topk_ids == nullptr): plan "direct" with no k split (split 1 / 1); past that the FP8 GEMMs
-// on one group of T rows (fp8_mlp.h; plan two_gemms).
+// Up to kDirectMaxTokens tokens with 2*S*H < 2^31 (its 32-bit weight offsets, as the routed
+// form's 2*F*H) the FP8 decode kernel in its dense form (launch_direct_fp8_*, topk_ids ==
+// nullptr): plan "direct" with no k split (split 1 / 1); past that the FP8 GEMMs on one
+// group of T rows (fp8_mlp.h; plan two_gemms).
 MlpPlan fp8_dense_mlp_plan();
-bool fp8_dense_uses_gemm(int64_t T);
+// Empty when the dense FP8 decode kernel can run T tokens of width S, else the limit past
+// ("T = 65 > 64", "2*S*H = ... >= 2^31: ...").
+std::string fp8_dense_decode_rejection(int64_t T, int64_t H, int64_t S);
+bool fp8_dense_uses_gemm(int64_t T, int64_t H, int64_t S);
 Fp8MlpShapes dense_fp8_shapes(const MoEShapes& s, int64_t S, QuantScheme quant);
 MlpPlan plan_fp8_dense_mlp(const MoEShapes& s, int64_t S, QuantScheme quant,
                            const GemmDevice& device);

@@ -44,9 +44,16 @@ constexpr int64_t kDirectMaxTokens = 64;
 constexpr int64_t kDirectMaxRoutes = 1024;
 constexpr int64_t kDirectMaxExperts = 4096;
 
+// The direct kernels address an expert's weight rows by 32-bit element offsets from a
+// tile's first row (direct::tile_rows): the largest, (F + 8) * H into the gate/up block,
+// stays below 2^31 when 2*F*H does (F >= 8).
+inline bool direct_weight_offsets_fit(int64_t F, int64_t H) {
+  return 2 * F * H < (int64_t{1} << 31);
+}
+
 inline bool direct_path_eligible(const MoEShapes& s) {
   return !s.mlp.general() && s.T <= kDirectMaxTokens && s.T * s.K <= kDirectMaxRoutes &&
-         s.E <= kDirectMaxExperts && 2 * s.F * s.H < (int64_t{1} << 31);
+         s.E <= kDirectMaxExperts && direct_weight_offsets_fit(s.F, s.H);
 }
 
 // Empty when the direct path can run s, else the limit s is past ("T = 65 > 64").

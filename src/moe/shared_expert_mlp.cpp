@@ -57,7 +57,7 @@ MlpPlan shared_plan(const detail::ArgCheck& c, const SharedExpertMLPArgs& a,
     MOEKIT_REQUIRE(c, why.empty(), "w_gate_up",
                    "FP8 weights on a path that runs them (the FP8 decode kernel: T <= " +
                        detail::str(detail::kDirectMaxTokens) +
-                       "; else the FP8 GEMMs on an sm_90 device)",
+                       ", 2*S*H < 2^31; else the FP8 GEMMs on an sm_90 device)",
                    why);
     return plan;
   }
