@@ -1,7 +1,8 @@
 // The activation quantization (permute/quantize_fp8.h), standalone and fused into the
 // pre-permute, against the CPU reference bit for bit: every mode, bf16 and f16, k off the
 // 128-column groups, zero rows, rows of extreme magnitude, saturation at a given scale, and
-// (pre-permute) the routes of moe_pre_permute's reference with padding rows untouched.
+// (pre-permute) the routes of moe_pre_permute's reference with padding rows untouched; rows
+// outside a contiguous layout's groups skipped.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "moekit/error.h"
 #include "moekit/permute.h"
 #include "moekit/reference.h"
 #include "permute/permute_kernels.h"
@@ -216,6 +218,98 @@ TEST(QuantizeFp8Gpu, PrePermuteFp8MatchesPrePermuteAndReference) {
       EXPECT_EQ(bad_rows, 0) << "permuted rows that are not their token's quantized row";
       EXPECT_EQ(touched_padding, 0) << "bytes written to padding rows";
     }
+}
+
+// Rows outside the groups of a contiguous layout (padding nothing wrote: NaN here) are
+// neither read nor stored; the groups' rows match the reference bit for bit. Groups of
+// alignment 8 with an empty one and rows past the last end.
+TEST(QuantizeFp8Gpu, SkipsRowsOutsideTheGroups) {
+  MOEKIT_REQUIRE_GPU();
+  const std::vector<int32_t> ends = {5, 19, 19, 33};
+  constexpr int kAlignment = 8;
+  constexpr int64_t kRows = 40;
+  const auto in_groups = [&](int64_t r) {
+    int64_t prev = 0;
+    for (const int32_t e : ends) {
+      const int64_t start = (prev + kAlignment - 1) / kAlignment * kAlignment;
+      if (r >= start && r < e) return true;
+      prev = e;
+    }
+    return false;
+  };
+  for (DType dtype : {DType::kBF16, DType::kF16})
+    for (Fp8ActScales mode :
+         {Fp8ActScales::kGroup128, Fp8ActScales::kPerToken, Fp8ActScales::kPerTensor})
+      for (int64_t k : {16, 400}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + mode_name(mode) +
+                     " k=" + std::to_string(k));
+        HostTensor x = activations(dtype, kRows, k);
+        for (int64_t r = 0; r < kRows; ++r)
+          if (!in_groups(r))
+            for (int64_t c = 0; c < k; ++c) x.set(r * k + c, std::nan(""));
+        const int64_t per_row = scale_count(mode, 1, k);
+        std::vector<uint8_t> q_ref(static_cast<size_t>(kRows * k));
+        std::vector<float> s_ref(static_cast<size_t>(kRows * per_row));
+        reference::quantize_fp8_rows(x.view(), mode, kTensorScale, q_ref.data(), s_ref.data());
+        HostTensor ts(DType::kF32, {1}), ends_h(DType::kI32, {static_cast<int64_t>(ends.size())});
+        ts.set(0, kTensorScale);
+        std::memcpy(ends_h.data(), ends.data(), ends.size() * 4);
+        DeviceTensor x_d(x), ts_d(ts), ends_d(ends_h);
+        DeviceTensor q_d(DType::kFP8E4M3, {kRows, k}, 0xEE);
+        DeviceTensor s_d(DType::kF32, {std::max<int64_t>(kRows * per_row, 1)}, 0xEE);
+        detail::QuantizeFp8Launch l;
+        l.x = x_d.data();
+        l.dtype = dtype;
+        l.src_rows = kRows;
+        l.k = k;
+        l.mode = mode;
+        l.tensor_scale = static_cast<const float*>(ts_d.data());
+        l.q = q_d.data();
+        l.scales = static_cast<float*>(s_d.data());
+        l.group_ends = static_cast<const int32_t*>(ends_d.data());
+        l.groups = static_cast<int64_t>(ends.size());
+        l.alignment = kAlignment;
+        detail::launch_quantize_fp8(l, nullptr);
+        MOEKIT_CUDA_OK(cudaDeviceSynchronize());
+        HostTensor q = q_d.download(), s = s_d.download();
+        int64_t bad_rows = 0, touched_padding = 0, valid_rows = 0;
+        for (int64_t r = 0; r < kRows; ++r) {
+          const uint8_t* qr = q.as<uint8_t>() + r * k;
+          const uint8_t* sr = s.as<uint8_t>() + r * per_row * 4;
+          if (!in_groups(r)) {
+            for (int64_t c = 0; c < k; ++c) touched_padding += qr[c] != 0xEE;
+            for (int64_t c = 0; c < per_row * 4; ++c) touched_padding += sr[c] != 0xEE;
+            continue;
+          }
+          ++valid_rows;
+          bad_rows += std::memcmp(qr, q_ref.data() + r * k, k) != 0 ||
+                      std::memcmp(sr, s_ref.data() + r * per_row, per_row * 4) != 0;
+        }
+        EXPECT_EQ(valid_rows, 5 + 11 + 9);
+        EXPECT_EQ(bad_rows, 0) << "group rows that are not their quantized row";
+        EXPECT_EQ(touched_padding, 0) << "bytes written to rows outside the groups";
+      }
+}
+
+// Groups filter source rows with dest == nullptr only (the pre-permute's fan-out has none).
+TEST(QuantizeFp8, GroupsWithDestinationsAreOutsideTheContract) {
+  static const int32_t ends = 1, dest = 0;
+  float scale = 1.f;
+  detail::QuantizeFp8Launch l;
+  l.src_rows = 1;
+  l.k = 16;
+  l.mode = Fp8ActScales::kPerTensor;
+  l.tensor_scale = &scale;
+  l.group_ends = &ends;
+  l.groups = 1;
+  l.dest = &dest;
+  EXPECT_THROW(detail::launch_quantize_fp8(l, nullptr), Error);
+  l.dest = nullptr;
+  l.groups = 0;
+  EXPECT_THROW(detail::launch_quantize_fp8(l, nullptr), Error);
+  l.groups = 1;
+  l.alignment = 0;
+  EXPECT_THROW(detail::launch_quantize_fp8(l, nullptr), Error);
 }
 
 }  // namespace

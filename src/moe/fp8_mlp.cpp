@@ -144,6 +144,9 @@ void quantize_fp8_input(const Fp8MlpShapes& s, const void* x, const float* stati
   l.dtype = s.dtype;
   l.src_rows = s.P;
   l.k = s.H;
+  l.group_ends = groups.ends;  // moe_expert_mlp: its padding rows are left alone
+  l.groups = groups.E;
+  l.alignment = groups.alignment;
   l.mode = fp8_act_scales(s.scheme);
   if (l.mode == Fp8ActScales::kPerTensor) {
     l.tensor_scale = static_scale;
@@ -186,6 +189,10 @@ void run_fp8_mlp(const Fp8MlpRun& run, cudaStream_t stream) {
     q.dtype = DType::kBF16;
     q.src_rows = s.P;
     q.k = s.F;
+    // Only the groups' rows: the gate/up GEMM wrote no others (dense: one group of all P).
+    q.group_ends = r.layout_metadata;
+    q.groups = s.E;
+    q.alignment = s.alignment;
     q.mode = fp8_act_scales(s.scheme);
     if (per_tensor) {
       // max |act| over the groups' rows (padding rows and rows past them hold no data).

@@ -5,7 +5,8 @@
 //   input rows, e4m3 [P, H] + scales (the FP8 pre-permute, or launch_quantize_fp8 for dense)
 //   -> gate/up FP8 GEMM with silu_and_mul -> act bf16 [P, F] (a static a_down_scale: e4m3
 //      straight from the GEMM's epilogue)
-//   -> act quantized (group 128 / per token / per tensor, dynamic scales)
+//   -> act quantized (group 128 / per token / per tensor, dynamic scales; the groups' rows
+//      only: padding rows the GEMM did not write are neither read nor quantized)
 //   -> down FP8 GEMM -> out bf16 [P, H]
 //
 // Activation scales per scheme: fp8_block128 per token per 128 columns, fp8_per_channel per
@@ -89,8 +90,9 @@ struct Fp8RowGroups {
 void launch_fp8_tensor_scale(const void* x, DType dtype, int64_t rows, int64_t cols,
                              const Fp8RowGroups& groups, uint32_t* amax, float* tensor_scale,
                              cudaStream_t stream);
-// x [P, H] quantized into q / b.in_scales by `s`'s input scheme (per tensor: static_scale, or
-// the dynamic scale computed first over the rows of `groups`).
+// The rows of `groups` of x [P, H] quantized into q / b.in_scales by `s`'s input scheme (per
+// tensor: static_scale, or the dynamic scale computed first over those rows); the other rows
+// of q / b.in_scales are left untouched.
 void quantize_fp8_input(const Fp8MlpShapes& s, const void* x, const float* static_scale,
                         const Fp8RowGroups& groups, const Fp8MlpBuffers& b, void* q,
                         cudaStream_t stream);

@@ -23,16 +23,6 @@ __device__ __forceinline__ float to_f32(__half v) {
   return __half2float(v);
 }
 
-// Whether row r holds data: all rows without `ends`; else r lies in a group of the
-// contiguous(alignment) layout (row_groups.cuh).
-__device__ __forceinline__ bool row_in_groups(int64_t r, const int32_t* ends, int E,
-                                              int alignment) {
-  if (ends == nullptr) return true;
-  const int e = group_ending_after(ends, E, r);
-  if (e == E) return false;
-  return past_group_start(ends, e, alignment, r);
-}
-
 // amax (the f32 bits of max |x|; non-negative floats order as their bits) over the rows of
 // x [rows, cols] that hold data, 8 values (16 bytes) per load; NaN is ignored (fmaxf).
 template <class T>

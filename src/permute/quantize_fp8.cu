@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/pdl.cuh"
+#include "mlp/row_groups.cuh"
 #include "moekit/error.h"
 #include "permute/quantize_fp8.h"
 
@@ -84,6 +85,8 @@ struct QuantParams {
   uint8_t* q;
   float* scales;
   int64_t k_groups;  // ceil(k / 128)
+  const int32_t* group_ends;
+  int groups, alignment;
 };
 
 // Output row of source row r's j-th destination (-1: none).
@@ -96,7 +99,7 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_fp8_kernel(const Quant
   pdl_wait();  // PDL: before any global access (core/pdl.cuh)
   const int lane = threadIdx.x & 31;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-  if (r >= p.src_rows) return;
+  if (r >= p.src_rows || !row_in_groups(r, p.group_ends, p.groups, p.alignment)) return;
   const T* x = static_cast<const T*>(p.x);
   const int fanout = p.dest ? p.fanout : 1;
 
@@ -151,7 +154,8 @@ void launch_quantize_fp8(const QuantizeFp8Launch& l, cudaStream_t stream) {
   if (l.k % 16 != 0 || (l.dest && l.fanout < 1) ||
       (l.mode == Fp8ActScales::kPerTensor && !l.tensor_scale) ||
       (l.mode != Fp8ActScales::kPerTensor && !l.scales) ||
-      (l.dtype != DType::kBF16 && l.dtype != DType::kF16)) {
+      (l.dtype != DType::kBF16 && l.dtype != DType::kF16) ||
+      (l.group_ends && (l.dest || l.groups < 1 || l.groups > INT32_MAX || l.alignment < 1))) {
     throw Error("moekit: internal: launch_quantize_fp8 got arguments outside its contract");
   }
   QuantParams p;
@@ -165,6 +169,9 @@ void launch_quantize_fp8(const QuantizeFp8Launch& l, cudaStream_t stream) {
   p.q = static_cast<uint8_t*>(l.q);
   p.scales = l.scales;
   p.k_groups = (l.k + 127) / 128;
+  p.group_ends = l.group_ends;
+  p.groups = static_cast<int>(l.groups);
+  p.alignment = l.alignment;
   const int64_t blocks = (l.src_rows + kRowsPerBlock - 1) / kRowsPerBlock;
   if (blocks > INT32_MAX) throw Error("moekit: internal: launch_quantize_fp8: too many rows");
   const dim3 grid(static_cast<unsigned>(blocks));

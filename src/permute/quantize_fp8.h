@@ -48,6 +48,12 @@ struct QuantizeFp8Launch {
   int fanout = 1;
   void* q = nullptr;        // device e4m3 [out rows, k]
   float* scales = nullptr;  // device, kGroup128 [out rows, ceil(k/128)], kPerToken [out rows]
+  // dest == nullptr only: the rows that hold data, those in the `groups` groups of a
+  // contiguous(alignment) layout with inclusive ends `group_ends` (device); the others
+  // (padding nothing wrote) are neither read nor stored. nullptr: every row.
+  const int32_t* group_ends = nullptr;
+  int64_t groups = 0;
+  int alignment = 1;
 };
 void launch_quantize_fp8(const QuantizeFp8Launch& l, cudaStream_t stream);
 
