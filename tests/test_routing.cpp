@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -243,6 +244,7 @@ struct TopKCase {
   double stddev = 1.0;
   int int_levels = 0;     // > 0: logits drawn from {0, .., int_levels-1} (many exact ties)
   double bias_std = 0.1;  // 0: an all-zero bias (keeps ties exact, switches group scoring)
+  int num_local = 0;      // > 0: the layer ops' expert map to this many local experts
 };
 
 std::string describe(const TopKCase& c) {
@@ -253,7 +255,24 @@ std::string describe(const TopKCase& c) {
          (c.bias ? " bias" : "") + (p.renormalize ? " renorm" : "") +
          " groups=" + std::to_string(p.num_expert_group) + "/" + std::to_string(p.topk_group) +
          " scale=" + std::to_string(p.routed_scaling_factor) +
-         (c.int_levels ? " int-levels=" + std::to_string(c.int_levels) : "");
+         (c.int_levels ? " int-levels=" + std::to_string(c.int_levels) : "") +
+         (c.num_local ? " mapped to " + std::to_string(c.num_local) : "");
+}
+
+// An expert map of E global experts onto num_local local ones as an engine's rank holds
+// them: num_local global ids at random places get a random permutation of the local ids,
+// the others -1, except a few out of range (>= num_local, < -1), which the kernel writes as
+// -1 (docs/moe.md "Engine inputs").
+std::vector<int32_t> random_expert_map(int E, int num_local, std::mt19937_64& rng) {
+  std::vector<int32_t> globals(E), locals(num_local), map(E, -1);
+  std::iota(globals.begin(), globals.end(), 0);
+  std::iota(locals.begin(), locals.end(), 0);
+  std::shuffle(globals.begin(), globals.end(), rng);
+  std::shuffle(locals.begin(), locals.end(), rng);
+  for (int i = 0; i < num_local; ++i) map[globals[i]] = locals[i];
+  const int32_t bad[] = {num_local, num_local + 7, -2, INT32_MIN, INT32_MAX};
+  for (int i = 0; i < 5 && num_local + i < E; ++i) map[globals[num_local + i]] = bad[i];
+  return map;
 }
 
 void fill_row(HostTensor& g, int64_t t, const TopKCase& c, std::mt19937_64& rng) {
@@ -278,8 +297,19 @@ void check_topk_case(const TopKCase& c, uint64_t seed) {
     } while (!row_is_tie_free(g, bias_p, t, c.p));
   }
   TopKOut ref = run_reference(g, bias_p, c.p);
+  // With a map the kernel writes the picked expert's local id (or -1): the layer ops' instance.
+  HostTensor map(DType::kI32, {c.E});
+  if (c.num_local > 0) {
+    const std::vector<int32_t> m = random_expert_map(c.E, c.num_local, rng);
+    std::memcpy(map.data(), m.data(), m.size() * 4);
+    int32_t* ids = ref.ids.as<int32_t>();
+    for (int64_t i = 0; i < c.T * c.p.top_k; ++i) {
+      const int32_t local = m[ids[i]];
+      ids[i] = local >= 0 && local < c.num_local ? local : -1;
+    }
+  }
 
-  testing::DeviceTensor dg(g), dbias(bias);
+  testing::DeviceTensor dg(g), dbias(bias), dmap(map);
   testing::DeviceTensor dw(DType::kF32, {c.T, c.p.top_k}, 0xFF);    // NaN poison
   testing::DeviceTensor dids(DType::kI32, {c.T, c.p.top_k}, 0x5A);  // 0x5a5a5a5a poison
   FusedTopKArgs a;
@@ -288,7 +318,22 @@ void check_topk_case(const TopKCase& c, uint64_t seed) {
   a.params = c.p;
   a.topk_weights = dw.view();
   a.topk_ids = dids.view();
-  fused_topk(a, nullptr);
+  const auto run = [&] {
+    if (c.num_local == 0) return fused_topk(a, nullptr);
+    detail::FusedTopKLaunch l;  // as fused_moe launches it with an expert map
+    l.gating = dg.data();
+    l.dtype = c.dtype;
+    l.bias = c.bias ? static_cast<const float*>(dbias.data()) : nullptr;
+    l.num_tokens = c.T;
+    l.num_experts = c.E;
+    l.params = c.p;
+    l.topk_weights = static_cast<float*>(dw.data());
+    l.topk_ids = static_cast<int32_t*>(dids.data());
+    l.expert_map = static_cast<const int32_t*>(dmap.data());
+    l.num_local = c.num_local;
+    detail::launch_fused_topk(l, nullptr);
+  };
+  run();
   MOEKIT_CUDA_OK(cudaDeviceSynchronize());
   HostTensor w = dw.download(), ids = dids.download();
 
@@ -310,7 +355,7 @@ void check_topk_case(const TopKCase& c, uint64_t seed) {
   EXPECT_EQ(w_mismatch, 0);
 
   // Bit-identical on a second run.
-  fused_topk(a, nullptr);
+  run();
   MOEKIT_CUDA_OK(cudaDeviceSynchronize());
   HostTensor w2 = dw.download(), ids2 = dids.download();
   EXPECT_EQ(std::memcmp(w.data(), w2.data(), w.nbytes()), 0);
@@ -447,6 +492,44 @@ TEST(FusedTopKGpu, ManyAndOddExperts) {
   };
   cases.insert(cases.end(), extra.begin(), extra.end());
   uint64_t seed = 800;
+  for (const TopKCase& c : cases) check_topk_case(c, seed++);
+}
+
+// The mapped instances (the layer ops with an expert map) on every slot count (E_global 96,
+// 160, 300, 400, 512, 1024: 4, 8, 12, 16, 16, 32 slots), softmax and sigmoid with a bias,
+// DeepSeek-V3's grouped routing (E = 256, 8 groups, 4 kept, correction_bias, K = 8) and
+// ties, one and many tokens (both PDL trigger instances): the local ids of the reference's
+// picks, -1 for remote experts and out-of-range map entries, the reference's weights.
+TEST(FusedTopKGpu, ExpertMapWritesLocalIdsOnEverySlotCount) {
+  MOEKIT_REQUIRE_GPU();
+  std::vector<TopKCase> cases;
+  const DType dts[] = {DType::kBF16, DType::kF16, DType::kF32};
+  int i = 0;
+  for (int E : {96, 160, 300, 400, 512, 1024}) {
+    for (int64_t T : {1, 77, 4096}) {
+      const DType dt = dts[i++ % 3];
+      TopKCase soft{dt, T, E, params(8, kSoftmax, true)};
+      soft.num_local = E / 8;
+      TopKCase sig{dt, T, E, params(16, kSigmoid, true, 0, 0, 2.5f), true};
+      sig.num_local = E / 4;
+      cases.push_back(soft);
+      cases.push_back(sig);
+    }
+  }
+  for (int64_t T : {1, 64, 333, 4096}) {
+    for (const DType dt : dts) {
+      TopKCase ds{dt, T, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true};
+      ds.num_local = 32;  // EP 8: one rank's experts
+      cases.push_back(ds);
+    }
+  }
+  TopKCase ties{DType::kBF16, 200, 256, params(8, kSigmoid, true, 8, 4, 2.5f), true, 1.0, 4, 0.0};
+  ties.num_local = 64;
+  cases.push_back(ties);
+  TopKCase all_local{DType::kF32, 100, 300, params(8, kSoftmax, false)};
+  all_local.num_local = 300;  // every expert local (a permutation of the ids)
+  cases.push_back(all_local);
+  uint64_t seed = 4242;
   for (const TopKCase& c : cases) check_topk_case(c, seed++);
 }
 
