@@ -1093,6 +1093,70 @@ std::vector<Fp8ModeCase> fp8_masked_cases() {
   return v;
 }
 
+// The a boxes' boundaries (fp8_grouped_gemm.cu): a tile of <= 48 valid rows loads 1..3
+// 16-row boxes, of 49..64 one 64-row box, of more two; a stage's rows no box writes hold an
+// earlier stage's bytes. Groups on both sides of each boundary: masked with max_m 49 (48
+// rows: 3 small boxes; 49: the 64-row box, its last 15 rows past the slab), 5 (one small
+// box, 11 rows past the slab) and 72 (no count clamped), and contiguous groups that all
+// start at rows = 15 mod 16 (boxes straddle into the next group; fillers realign), NaN
+// padding rows after the last.
+std::vector<Fp8ModeCase> fp8_small_box_cases() {
+  const std::vector<int> counts = {15, 16, 17, 32, 47, 48, 49, 63, 64, 65};
+  std::vector<Fp8ModeCase> v;
+  for (const int64_t max_m : {49, 5, 72}) {
+    Fp8ModeCase c;
+    c.name = "masked_boxes_max_m" + std::to_string(max_m);
+    c.contiguous = false;
+    c.counts = counts;
+    c.max_m = max_m;
+    c.n = 256;
+    c.k = 384;
+    v.push_back(c);
+  }
+  Fp8ModeCase c;
+  c.name = "contig_starts_15_mod_16";
+  c.counts = {15};  // the first boundary group starts at row 15
+  for (const int count : counts) {
+    c.counts.push_back(count);
+    c.counts.push_back((16 - count % 16) % 16);  // the next one starts at 15 mod 16 again
+  }
+  c.tail = 15;
+  c.n = 256;
+  c.k = 384;
+  v.push_back(c);
+  return v;
+}
+
+TEST(GemmGpu, Fp8SmallBoxBoundariesMatchReference) {
+  MOEKIT_REQUIRE_GPU();
+  for (const Fp8ModeCase& c : fp8_small_box_cases())
+    for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor})
+      for (Activation act : {Activation::kNone, Activation::kSiluAndMul}) {
+        run_fp8_mode_case(c, s, act);
+      }
+}
+
+// Stale stage rows under NaN poison: 80 masked groups alternating 17, 5, 40 and 1 valid
+// rows (2, 1, 3 and 1 small boxes) of max_m 64, n 256 (2 n-tiles): 160 tiles, more than an
+// H200's 132 SMs, so CTAs reuse stages across tiles and a stage's rows past its boxes hold
+// an earlier tile's bytes, NaN padding rows (data and scales) among them. The valid rows
+// must stay finite and match the reference; the padding rows' outputs keep their poison.
+TEST(GemmGpu, Fp8StaleStageRowsUnderNanPoisonMatchReference) {
+  MOEKIT_REQUIRE_GPU();
+  Fp8ModeCase c;
+  c.name = "masked_stale_rows_nan_padding";
+  c.contiguous = false;
+  const int pattern[] = {17, 5, 40, 1};
+  for (int e = 0; e < 80; ++e) c.counts.push_back(pattern[e % 4]);
+  c.max_m = 64;
+  c.n = 256;
+  c.k = 512;
+  for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor})
+    for (Activation act : {Activation::kNone, Activation::kSiluAndMul}) {
+      run_fp8_mode_case(c, s, act);
+    }
+}
+
 TEST(GemmGpu, Fp8EveryCandidateMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   for (const Fp8ModeCase& c : fp8_masked_cases()) {
