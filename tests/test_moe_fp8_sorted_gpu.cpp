@@ -329,7 +329,7 @@ TEST(MoEFp8SortedGpu, SharedExpertMlpPastTheDecodeKernel) {
 }
 
 // moe_expert_mlp with FP8 weights: ragged counts with empty experts on alignments 1 and 8
-// (padding rows untouched), in place, every scheme.
+// (padding rows NaN in the input, untouched in the output), in place, every scheme.
 TEST(MoEFp8SortedGpu, ExpertMlpOnRaggedLayouts) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 34000;
@@ -345,7 +345,13 @@ TEST(MoEFp8SortedGpu, ExpertMlpOnRaggedLayouts) {
         const int64_t counts[E] = {37, 0, 129, 1, 0, 70};  // empty and one-row experts
         const moetest::RaggedRows rows =
             moetest::ragged_rows(E, alignment, [&](int64_t e) { return counts[e]; });
-        const HostTensor x = moetest::normal(rng, DType::kBF16, {rows.P, H}, 1.0);
+        HostTensor x = moetest::normal(rng, DType::kBF16, {rows.P, H}, 1.0);
+        // Padding rows hold NaN: never read (their quantization is skipped), never mixed in.
+        for (int64_t r = 0; r < rows.P; ++r) {
+          if (r < static_cast<int64_t>(rows.expert_of_row.size()) && rows.expert_of_row[r] >= 0)
+            continue;
+          for (int64_t c = 0; c < H; ++c) x.set(r * H + c, std::nan(""));
+        }
         const Fp8Set w(rng, s, E, H, F);
         const DeviceFp8 dw(w, s, false);
         DeviceTensor dx(x), dmeta(rows.meta), dout(DType::kBF16, {rows.P, H});
