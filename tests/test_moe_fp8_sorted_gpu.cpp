@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "moekit/moe.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"
+#include "reference/fp8_quant_ref.h"
 #include "reference/gpu_reference.h"
 #include "support/gpu.h"
 #include "test_moe_common.h"
@@ -326,6 +328,132 @@ TEST(MoEFp8SortedGpu, SharedExpertMlpPastTheDecodeKernel) {
       expect_fp8_close(dout.download(), ref, what);
     }
   }
+}
+
+// A shared expert with fp8_block128 weights whose row r holds one e4m3 value, kRowCodes[r %
+// 13] (13 is coprime to the 128-row blocks, so rows of a block differ), and random 128 x 128
+// block scales: its reference is sums over blocks (no S*H product), so it scales to weights
+// of 2^32 elements.
+struct RowCodedSharedExpert {
+  static constexpr float kRowCodes[13] = {1.f,    -0.75f, 1.5f,   -1.25f,  0.5f,  2.f, -1.f,
+                                          0.875f, -1.5f,  1.125f, -0.625f, 1.75f, -2.f};
+  int64_t H, S;
+  HostTensor sgu, sd;  // [2S/128, H/128], [H/128, S/128]
+  RowCodedSharedExpert(std::mt19937_64& rng, int64_t h, int64_t s)
+      : H(h), S(s), sgu(DType::kF32, {2 * s / 128, h / 128}), sd(DType::kF32, {h / 128, s / 128}) {
+    std::uniform_real_distribution<double> u(0.5, 1.5);
+    for (int64_t i = 0; i < sgu.numel(); ++i) sgu.set(i, u(rng) / std::sqrt(double(H)));
+    for (int64_t i = 0; i < sd.numel(); ++i) sd.set(i, u(rng) / std::sqrt(double(S)));
+  }
+  static float row_value(int64_t r) { return kRowCodes[r % 13]; }
+  static HostTensor weights(int64_t rows, int64_t cols) {
+    HostTensor w(DType::kFP8E4M3, {rows, cols});
+    for (int64_t r = 0; r < rows; ++r)
+      std::memset(w.as<uint8_t>() + r * cols, host::float_to_fp8e4m3(row_value(r)),
+                  static_cast<size_t>(cols));
+    return w;
+  }
+  HostTensor w_gate_up() const { return weights(2 * S, H); }
+  HostTensor w_down() const { return weights(H, S); }
+
+  // Per row and 128-column block: the sum of v's values quantized per 128-column group
+  // (e4m3 code times its group's scale), as the FP8 GEMM path quantizes its inputs.
+  static std::vector<double> quantized_block_sums(const HostTensor& v) {
+    const int64_t rows = v.shape()[0], cols = v.shape()[1], groups = cols / 128;
+    std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
+    std::vector<float> sc(static_cast<size_t>(rows * groups));
+    reference::quantize_fp8_rows(v.view(), detail::Fp8ActScales::kGroup128, 0.f, q.data(),
+                                 sc.data());
+    std::vector<double> sums(static_cast<size_t>(rows * groups), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        sums[r * groups + c / 128] +=
+            double(host::fp8e4m3_to_float(q[r * cols + c])) * sc[r * groups + c / 128];
+    return sums;
+  }
+
+  // out [T, H] bf16 of x [T, H] bf16: the gate/up sums, silu(gate) * up rounded to bf16,
+  // quantized likewise, the down sums.
+  HostTensor reference(const HostTensor& x) const {
+    const int64_t T = x.shape()[0], KB = H / 128, SB = S / 128;
+    const std::vector<double> xsum = quantized_block_sums(x);
+    HostTensor act(DType::kBF16, {T, S}), out(DType::kBF16, {T, H});
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < S; ++j) {
+        double g = 0, up = 0;
+        for (int64_t kb = 0; kb < KB; ++kb) {
+          g += sgu.at((j / 128) * KB + kb) * xsum[t * KB + kb];
+          up += sgu.at(((S + j) / 128) * KB + kb) * xsum[t * KB + kb];
+        }
+        g *= row_value(j);
+        up *= row_value(S + j);
+        act.set(t * S + j, g / (1.0 + std::exp(-g)) * up);
+      }
+    }
+    const std::vector<double> asum = quantized_block_sums(act);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        double o = 0;
+        for (int64_t sb = 0; sb < SB; ++sb) o += sd.at((h / 128) * SB + sb) * asum[t * SB + sb];
+        out.set(t * H + h, o * row_value(h));
+      }
+    }
+    return out;
+  }
+};
+
+// The block-sum reference above is the quantizing CPU reference's value (small shape, CPU).
+TEST(MoEFp8SortedRef, RowCodedSharedExpertReferenceIsTheQuantizingReference) {
+  std::mt19937_64 rng(35001);
+  const int64_t T = 3, H = 384, S = 512;
+  const RowCodedSharedExpert w(rng, H, S);
+  const HostTensor x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+  const HostTensor wgu = w.w_gate_up(), wd = w.w_down();
+  HostTensor ref(DType::kBF16, {T, H});
+  SharedExpertMLPArgs h;
+  h.hidden_states = x.view();
+  h.w_gate_up = wgu.view();
+  h.w_down = wd.view();
+  h.quant.scheme = QuantScheme::kFp8Block128;
+  h.quant.w_gate_up_scale = w.sgu.view();
+  h.quant.w_down_scale = w.sd.view();
+  h.output = ref.view();
+  reference::shared_expert_mlp(h, Fp8Activations::kQuantized);
+  const HostTensor got = w.reference(x);
+  const Tolerance tol = tolerance_for(DType::kBF16);
+  const Accuracy acc = compare(got.view(), ref.view(), tol);
+  EXPECT_EQ(acc.nonfinite, 0);
+  EXPECT_TRUE(acc.pass(tol)) << acc.str() << " over " << acc.count;
+}
+
+// A shared expert whose weights are past the FP8 decode kernel's 32-bit offsets, T = 2
+// (S = 65536, H = 32768: 2*S*H = 2^32, 6 GiB of e4m3): planned on the FP8 GEMMs, which read
+// every row where it lies (a wrapped offset reads another row's value).
+TEST(MoEFp8SortedGpu, SharedExpertPastThe32BitOffsetsRunsTheFp8Gemms) {
+  MOEKIT_REQUIRE_GPU();
+  constexpr int64_t T = 2, H = 32768, S = 65536;
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  if (free_bytes < (size_t{7} << 30)) GTEST_SKIP() << "needs 7 GiB of device memory";
+  std::mt19937_64 rng(35000);
+  const RowCodedSharedExpert w(rng, H, S);
+  const HostTensor x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+  DeviceTensor dx(x), dsgu(w.sgu), dsd(w.sd), dout(DType::kBF16, {T, H});  // out poisoned
+  DeviceTensor dwgu(w.w_gate_up()), dwd(w.w_down());
+  SharedExpertMLPArgs a;
+  a.hidden_states = dx.view();
+  a.w_gate_up = dwgu.view();
+  a.w_down = dwd.view();
+  a.quant.scheme = QuantScheme::kFp8Block128;
+  a.quant.w_gate_up_scale = dsgu.view();
+  a.quant.w_down_scale = dsd.view();
+  a.output = dout.view();
+  ASSERT_EQ(plan_shared_expert_mlp(a).path, MlpPath::kTwoGemms);
+  DeviceWorkspace ws(shared_expert_mlp_workspace_size(a));
+  a.workspace = ws.get();
+  shared_expert_mlp(a, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  expect_fp8_close(dout.download(), w.reference(x), "S=65536 H=32768 T=2");
 }
 
 // moe_expert_mlp with FP8 weights: ragged counts with empty experts on alignments 1 and 8
