@@ -118,6 +118,15 @@ void expect_fp8_close(const HostTensor& out, const HostTensor& ref, const std::s
   EXPECT_TRUE(acc.pass(tol)) << what << ": " << acc.str() << " over " << acc.count;
 }
 
+// shared_expert_mlp on the planner's plan, which must be the FP8 GEMMs (two_gemms).
+void run_on_the_fp8_gemms(SharedExpertMLPArgs a) {
+  ASSERT_EQ(plan_shared_expert_mlp(a).path, MlpPath::kTwoGemms);
+  DeviceWorkspace ws(shared_expert_mlp_workspace_size(a));
+  a.workspace = ws.get();
+  shared_expert_mlp(a, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 struct SortedCase {
   DType dt;
   int64_t T, E, K;
@@ -312,11 +321,7 @@ TEST(MoEFp8SortedGpu, SharedExpertMlpPastTheDecodeKernel) {
       a.w_down = dw.wd.view();
       a.quant = dw.device();
       a.output = dout.view();
-      ASSERT_EQ(plan_shared_expert_mlp(a).path, MlpPath::kTwoGemms);
-      DeviceWorkspace ws(shared_expert_mlp_workspace_size(a));
-      a.workspace = ws.get();
-      shared_expert_mlp(a, nullptr);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_NO_FATAL_FAILURE(run_on_the_fp8_gemms(a));
       HostTensor ref(dt, {T, H});
       SharedExpertMLPArgs h = a;
       h.hidden_states = x.view();
@@ -448,11 +453,7 @@ TEST(MoEFp8SortedGpu, SharedExpertPastThe32BitOffsetsRunsTheFp8Gemms) {
   a.quant.w_gate_up_scale = dsgu.view();
   a.quant.w_down_scale = dsd.view();
   a.output = dout.view();
-  ASSERT_EQ(plan_shared_expert_mlp(a).path, MlpPath::kTwoGemms);
-  DeviceWorkspace ws(shared_expert_mlp_workspace_size(a));
-  a.workspace = ws.get();
-  shared_expert_mlp(a, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(run_on_the_fp8_gemms(a));
   expect_fp8_close(dout.download(), w.reference(x), "S=65536 H=32768 T=2");
 }
 

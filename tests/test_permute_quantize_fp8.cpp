@@ -63,6 +63,22 @@ int64_t scale_count(Fp8ActScales mode, int64_t rows, int64_t k) {
 
 constexpr float kTensorScale = 0.05f;  // values past 448 * 0.05 = 22.4 saturate
 
+// The standalone launch of x [rows, k] into q / scales (kPerTensor: tensor_scale's value).
+detail::QuantizeFp8Launch standalone(const DeviceTensor& x, DType dtype, int64_t rows, int64_t k,
+                                     Fp8ActScales mode, const DeviceTensor& tensor_scale,
+                                     const DeviceTensor& q, const DeviceTensor& scales) {
+  detail::QuantizeFp8Launch l;
+  l.x = x.data();
+  l.dtype = dtype;
+  l.src_rows = rows;
+  l.k = k;
+  l.mode = mode;
+  l.tensor_scale = static_cast<const float*>(tensor_scale.data());
+  l.q = q.data();
+  l.scales = static_cast<float*>(scales.data());
+  return l;
+}
+
 TEST(QuantizeFp8Gpu, MatchesReferenceBitExactly) {
   MOEKIT_REQUIRE_GPU();
   for (DType dtype : {DType::kBF16, DType::kF16})
@@ -82,16 +98,7 @@ TEST(QuantizeFp8Gpu, MatchesReferenceBitExactly) {
         DeviceTensor x_d(x), ts_d(ts);
         DeviceTensor q_d(DType::kFP8E4M3, {rows, k}, 0xEE);
         DeviceTensor s_d(DType::kF32, {std::max<int64_t>(ns, 1)}, 0xEE);
-        detail::QuantizeFp8Launch l;
-        l.x = x_d.data();
-        l.dtype = dtype;
-        l.src_rows = rows;
-        l.k = k;
-        l.mode = mode;
-        l.tensor_scale = static_cast<const float*>(ts_d.data());
-        l.q = q_d.data();
-        l.scales = static_cast<float*>(s_d.data());
-        detail::launch_quantize_fp8(l, nullptr);
+        detail::launch_quantize_fp8(standalone(x_d, dtype, rows, k, mode, ts_d, q_d, s_d), nullptr);
         MOEKIT_CUDA_OK(cudaDeviceSynchronize());
         HostTensor q = q_d.download(), s = s_d.download();
         int64_t q_diff = 0, s_diff = 0, nonfinite = 0;
@@ -257,15 +264,7 @@ TEST(QuantizeFp8Gpu, SkipsRowsOutsideTheGroups) {
         DeviceTensor x_d(x), ts_d(ts), ends_d(ends_h);
         DeviceTensor q_d(DType::kFP8E4M3, {kRows, k}, 0xEE);
         DeviceTensor s_d(DType::kF32, {std::max<int64_t>(kRows * per_row, 1)}, 0xEE);
-        detail::QuantizeFp8Launch l;
-        l.x = x_d.data();
-        l.dtype = dtype;
-        l.src_rows = kRows;
-        l.k = k;
-        l.mode = mode;
-        l.tensor_scale = static_cast<const float*>(ts_d.data());
-        l.q = q_d.data();
-        l.scales = static_cast<float*>(s_d.data());
+        detail::QuantizeFp8Launch l = standalone(x_d, dtype, kRows, k, mode, ts_d, q_d, s_d);
         l.group_ends = static_cast<const int32_t*>(ends_d.data());
         l.groups = static_cast<int64_t>(ends.size());
         l.alignment = kAlignment;
