@@ -284,15 +284,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           if (kb + 1 < k_blocks) load_scales(kb + 1, next);
 
           pipeline.consumer_wait(read);
-          warpgroup_fence_operand(blk);
-          warpgroup_arrive();
-          mma.accumulate_ = GMMA::ScaleOut::Zero;
-          CUTE_UNROLL
-          for (int ks = 0; ks < size<2>(tCrA); ++ks) {
-            cute::gemm(mma, tCrA(_, _, ks, read.index()), tCrB(_, _, ks, read.index()), blk);
-            mma.accumulate_ = GMMA::ScaleOut::One;
-          }
-          warpgroup_commit_batch();
+          mma.accumulate_ = GMMA::ScaleOut::Zero;  // a fresh block accumulator
+          issue_stage_wgmmas(mma, tCrA, tCrB, blk, read.index());
           warpgroup_wait<0>();
           warpgroup_fence_operand(blk);
           pipeline.consumer_release(read);

@@ -163,34 +163,18 @@ template <class Cfg, class T, class Out>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ Params<Cfg, T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using namespace cute;
-  using Pipeline = typename Cfg::Pipeline;
-  using PipelineState = typename Cfg::PipelineState;
-  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<SharedStorage<Cfg, T>*>(smem_raw);
   const int warp_group = threadIdx.x / 128;
   const int G = p.rows.num_groups;
 
   // Tile schedule (schedule.cuh): tile_start[G + 1] in shared memory.
-  build_tile_schedule<Cfg::THREADS, BM, Cfg::PAIR == kPairAuto>(p.rows, p.n_tiles, p.tile_bound,
-                                                                ss.tile_start);
-  // Both consumer warpgroups (8 warps) read every tile id; paired, rank 1's producer
-  // receives the pair ids from rank 0's.
-  if (threadIdx.x == 0) {
-    channel_init(ss.channel, 8);
-    if constexpr (Cfg::CLUSTER > 1) mailbox_init(ss.mailbox);
-  }
-
-  const auto pp = pipeline_params<Pipeline>(warp_group, Cfg::STAGE_BYTES, Cfg::CONSUMER_THREADS);
-  // Warp 0 inits the barriers; with a pair, each consumer warpgroup's releases arrive on
-  // both CTAs' empty barriers (the partner multicasts into this CTA's stages).
-  Pipeline pipeline(ss.pipeline, pp, Shape<Int<Cfg::CLUSTER>, _1, _1>{});
-  __syncthreads();  // barrier init and the tile schedule are visible to all
-  if constexpr (Cfg::CLUSTER > 1) cute::cluster_sync();  // and to the partner CTA
+  build_tile_schedule<Cfg::THREADS, Cfg::BM, Cfg::PAIR == kPairAuto>(p.rows, p.n_tiles,
+                                                                     p.tile_bound, ss.tile_start);
+  auto pipeline = start_pipeline<Cfg>(ss, warp_group);
 
   const int total = ss.tile_start[G];
-  const int k_tiles = (p.k + BK - 1) / BK;
+  const int k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
   const Walk walk = tile_walk<Cfg>();
 
   if (warp_group == 0) {
@@ -200,48 +184,26 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles, walk);
     }
   } else {
-    // Consumers: two warpgroups, 64 rows each, of the 128 x 256 tile.
-    cutlass::arch::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
-    const int ctid = threadIdx.x - 128;
-    typename Cfg::TiledMma mma;
-    auto thr = mma.get_thread_slice(ctid);
-    Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutB{});
-    Tensor tCsA = thr.partition_A(sA);        // (MMA, MMA_M, MMA_K, STAGES)
-    Tensor tCsB = thr.partition_B(sB);        // (MMA, MMA_N, MMA_K, STAGES)
-    Tensor tCrA = thr.make_fragment_A(tCsA);  // smem descriptors
-    Tensor tCrB = thr.make_fragment_B(tCsB);
-    Tensor acc = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
-    // Tile coordinates (row, col) of each accumulator element, for predication.
-    Tensor tCcC = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
-    constexpr int ACC = decltype(size(acc))::value;
-    static_assert(ACC == BM * BN / Cfg::CONSUMER_THREADS, "accumulator fragment size");
-    PipelineState read;  // stage 0, phase 0
-
-    Out* c = static_cast<Out*>(p.c);
-    const bool silu = p.silu != 0;
-    const int wg = warp_group - 1;  // this warpgroup's tile rows: 64 wg .. 64 wg + 63
-    const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
-    check_accumulator_layout(tCcC, wg, q);
-    // Tile ids: the producer's channel.
-    int j = 0;
-    for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
-      // Paired: this warpgroup's lagging warps catch up (mainloop.cuh).
-      pair_warpgroup_sync<Cfg::CLUSTER>(wg);
+    // Consumers: two warpgroups, 64 rows each, of the 128 x BN tile.
+    typename Cfg::PipelineState read;
+    struct Output {
+      Out* c;
+      bool silu;
+    };
+    const auto output = [&]() __attribute__((always_inline)) {
+      return Output{static_cast<Out*>(p.c), p.silu != 0};
+    };
+    const auto tile = [&](int id, int wg, auto& read, const auto& run, const auto& out)
+        __attribute__((always_inline)) {
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       // Nothing to store: no valid row in this warpgroup's half (a group's last tile with
       // <= 64 rows), or a pair's second n-tile past n.
       const bool skip = 64 * wg >= t.rows || (Cfg::PAIR == kPairAuto && t.n0 >= p.n);
-      run_cooperative_tile<BN, Cfg::B_BOX, Cfg::CLUSTER>(mma, tCrA, tCrB, acc, tCcC, pipeline, read,
-                                                         t, skip, k_tiles, c, p.n, silu, q, wg);
-    }
+      run(read, t, skip, k_tiles, out.c, p.n, out.silu);
+    };
+    consume_tiles<Cfg>(ss, pipeline, read, total, warp_group, output, tile);
   }
-  // Paired CTAs write into each other's shared memory (multicast stages, the pair
-  // mailbox's ids and remote arrives): neither exits while the other may still do so.
-  if constexpr (Cfg::CLUSTER > 1) {
-    __syncwarp();
-    cute::cluster_sync();
-  }
+  pair_exit_sync<Cfg>();
 #endif
 }
 
