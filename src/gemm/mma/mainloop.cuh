@@ -6,6 +6,7 @@
 
 #include "gemm/common/ptx.cuh"
 #include "gemm/mma/tile_config.cuh"
+#include "gemm/mma/tile_scheduler.cuh"  // TileCoord
 
 namespace moekit::detail::gemm {
 
@@ -57,6 +58,29 @@ struct TileLoader {
     }
   }
 };
+
+// Sets up the loader of thread threadIdx.x for tile t: its chunk and first row, b's L2
+// policy (evict-first with b_evict_first) and the rows of a (rows of k_bytes from a; null past
+// the tile's valid rows: zero-filled). The caller points the b rows.
+template <class Cfg>
+__device__ __forceinline__ void setup_loader_a(TileLoader<Cfg>& loader, const void* a,
+                                               int64_t k_bytes, const TileCoord& t,
+                                               bool b_evict_first) {
+  const int tid = threadIdx.x;
+  loader.fallback = static_cast<const char*>(a);
+  loader.k_bytes = k_bytes;
+  loader.chunk = tid % Cfg::CHUNKS;
+  loader.row_base = tid / Cfg::CHUNKS;
+  if (b_evict_first) {
+    loader.b_hint = true;
+    loader.b_policy = l2_evict_first_policy();
+  }
+#pragma unroll
+  for (int i = 0; i < Cfg::A_ITERS; ++i) {
+    const int r = loader.row_base + i * Cfg::ROW_STEP;
+    loader.a_row[i] = r < t.rows ? static_cast<const char*>(a) + (t.row0 + r) * k_bytes : nullptr;
+  }
+}
 
 // Classic multistage loop: STAGES-1 slices in flight while one is consumed.
 // load(stage, kt) issues the copies of k-slice kt; compute(stage, kt) consumes it.
@@ -120,6 +144,17 @@ __device__ __forceinline__ void warp_mma_tile(uint32_t s_a, uint32_t s_b,
       }
     }
   }
+}
+
+// acc = 0 (a tile's or a stage's accumulators).
+template <class Cfg>
+__device__ __forceinline__ void zero_accumulators(float (&acc)[Cfg::MF][Cfg::NF][4]) {
+#pragma unroll
+  for (int mf = 0; mf < Cfg::MF; ++mf)
+#pragma unroll
+    for (int nf = 0; nf < Cfg::NF; ++nf)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mf][nf][i] = 0.f;
 }
 
 // Fragments of warp row wm that hold at least one of the tile's `rows` valid rows.
