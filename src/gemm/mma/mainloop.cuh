@@ -31,29 +31,29 @@ struct TileLoader {
   }
 
   __device__ __forceinline__ void load_a(uint32_t s_a, int kt) const {
-    const int64_t kofs = static_cast<int64_t>(kt) * Cfg::BK_BYTES + chunk * 16;
-    const bool k_ok = kofs < k_bytes;
-#pragma unroll
-    for (int i = 0; i < Cfg::A_ITERS; ++i) {
-      const int row = row_base + i * Cfg::ROW_STEP;
-      const bool ok = k_ok && a_row[i] != nullptr;
-      cp_async_16(s_a + swizzle_offset<Cfg::BK_BYTES>(row, chunk), ok ? a_row[i] + kofs : fallback,
-                  ok);
-    }
+    load_rows(s_a, a_row, kt, /*hint=*/false);
   }
 
   __device__ __forceinline__ void load_b(uint32_t s_b, int kt) const {
+    load_rows(s_b, b_row, kt, b_hint);
+  }
+
+  // The chunks of k-slice kt of `rows` (this thread's rows of a or b) into the stage at s,
+  // with b_policy when `hint`.
+  template <int ITERS>
+  __device__ __forceinline__ void load_rows(uint32_t s, const char* const (&rows)[ITERS], int kt,
+                                            bool hint) const {
     const int64_t kofs = static_cast<int64_t>(kt) * Cfg::BK_BYTES + chunk * 16;
     const bool k_ok = kofs < k_bytes;
 #pragma unroll
-    for (int i = 0; i < Cfg::B_ITERS; ++i) {
+    for (int i = 0; i < ITERS; ++i) {
       const int row = row_base + i * Cfg::ROW_STEP;
-      const bool ok = k_ok && b_row[i] != nullptr;
-      const uint32_t dst = s_b + swizzle_offset<Cfg::BK_BYTES>(row, chunk);
-      if (b_hint) {
-        cp_async_16_hint(dst, ok ? b_row[i] + kofs : fallback, ok, b_policy);
+      const bool ok = k_ok && rows[i] != nullptr;
+      const uint32_t dst = s + swizzle_offset<Cfg::BK_BYTES>(row, chunk);
+      if (hint) {
+        cp_async_16_hint(dst, ok ? rows[i] + kofs : fallback, ok, b_policy);
       } else {
-        cp_async_16(dst, ok ? b_row[i] + kofs : fallback, ok);
+        cp_async_16(dst, ok ? rows[i] + kofs : fallback, ok);
       }
     }
   }
