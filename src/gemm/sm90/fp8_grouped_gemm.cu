@@ -74,11 +74,7 @@ struct Cfg {
   using SmemLayoutB = SmemLayoutA;
   static_assert(BM == BN && A_BOX == B_BOX, "a and b stages share one box layout");
   // Two consumer warpgroups stacked along M, each 64 x 128 (wgmma 64x128x32 e4m3).
-  using TiledMma = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<E4M3, E4M3, float,
-                                 cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<BK>>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
-      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  using TiledMma = CooperativeTiledMma<E4M3, BN, BK>;
   using Pipeline = cutlass::PipelineTmaAsync<STAGES>;
   using PipelineState = typename Pipeline::PipelineState;
 };

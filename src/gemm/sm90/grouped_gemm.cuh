@@ -48,6 +48,7 @@
 
 #include "core/device.h"
 #include "core/dtype.cuh"
+#include "gemm/common/cluster_launch.h"
 #include "gemm/common/tma_desc.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/mma/epilogue.cuh"
@@ -84,6 +85,16 @@ CUtensorMap make_tma(const T* ptr, int64_t rows, int64_t k, int64_t l, int box_r
   return encode_tma(tma_rows_args(tma_dtype<T>(), sizeof(T), ptr, rows, k, l, box_rows, Cfg::BK));
 }
 
+// The wgmmas of two consumer warpgroups stacked along M (config 2's and the FP8 kernel's
+// BM = 128): each computes 64 x BN, one 64 x BN x k-step wgmma per k-step of BK, both
+// operands K-major from shared memory.
+template <class T, int BN, int BK>
+using CooperativeTiledMma = decltype(cute::make_tiled_mma(
+    cute::GMMA::ss_op_selector<T, T, float,
+                               cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<BK>>,
+                               cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+    cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+
 // T: the CuTe element type (cutlass::bfloat16_t / cutlass::half_t; the GMMA selector
 // keys on these, not on __nv_bfloat16 / __half).
 // PAIR_ (schedule.cuh): kPairNone, or kPairAuto (the adaptive pairs: 2-CTA clusters, the
@@ -119,11 +130,7 @@ struct Config {
   // box is the next 8 / 16 KB with the same swizzle phase (a multiple of the 1 KB period).
   // Two consumer warpgroups stacked along M: each computes 64 x BN with one
   // 64xBNx16 wgmma per 16 k.
-  using TiledMma = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<T, T, float,
-                                 cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<BK>>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
-      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  using TiledMma = CooperativeTiledMma<T, BN, BK>;
   using Pipeline = cutlass::PipelineTmaAsync<STAGES>;
   using PipelineState = typename Pipeline::PipelineState;
 };
@@ -253,33 +260,15 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   return tiles;
 }
 
-// A launch of `blocks` blocks of Cfg in clusters of Cfg::CLUSTER along x; `attr` (the
-// cluster dimension) must outlive the launch.
-template <class Cfg>
-cudaLaunchConfig_t cluster_launch_config(int64_t blocks, int smem, cudaStream_t stream,
-                                         cudaLaunchAttribute (&attr)[1]) {
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = Cfg::CLUSTER;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(Cfg::THREADS);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cfg;
-}
-
 // Co-resident 2-CTA clusters of Kernel (Cfg's block, kSmem bytes of shared memory) on
 // the current device (cudaOccupancyMaxActiveClusters); 0 when the query fails.
 template <class Cfg, auto Kernel, int kSmem>
 int resident_clusters() {
   cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = cluster_launch_config<Cfg>(
-      device_props().sms / Cfg::CLUSTER * Cfg::CLUSTER, kSmem, nullptr, attr);
+  const cudaLaunchConfig_t cfg =
+      cluster_launch_config(device_props().sms / Cfg::CLUSTER * Cfg::CLUSTER, Cfg::THREADS, kSmem,
+                            Cfg::CLUSTER, nullptr, attr);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, Kernel, &cfg) != cudaSuccess) {
     cudaGetLastError();
@@ -309,8 +298,8 @@ void launch_persistent(const P& p, int64_t tiles, DeviceSlot slot, cudaStream_t 
     }
     const int64_t grid_clusters = tiles < clusters ? tiles : clusters;
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg =
-        cluster_launch_config<Cfg>(grid_clusters * Cfg::CLUSTER, kSmem, stream, attr);
+    const cudaLaunchConfig_t cfg = cluster_launch_config(grid_clusters * Cfg::CLUSTER, Cfg::THREADS,
+                                                         kSmem, Cfg::CLUSTER, stream, attr);
     cudaLaunchKernelEx(&cfg, Kernel, p);
   }
 }
