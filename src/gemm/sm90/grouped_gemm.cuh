@@ -53,10 +53,10 @@
 #include "gemm/grouped_gemm.h"
 #include "gemm/mma/epilogue.cuh"
 #include "gemm/mma/tile_scheduler.cuh"
-#include "gemm/sm90/consumer.cuh"  // run_cooperative_tile
+#include "gemm/sm90/consumer.cuh"  // consume_tiles
 #include "gemm/sm90/device.h"
 #include "gemm/sm90/epilogue.cuh"  // quad_transpose, store_4_blocks, store_accumulators
-#include "gemm/sm90/mainloop.cuh"  // produce_tiles, issue_tile_wgmmas
+#include "gemm/sm90/mainloop.cuh"  // start_pipeline, produce_tiles, pair_exit_sync
 #include "gemm/sm90/schedule.cuh"  // build_tile_schedule, Tile, locate_tile
 #include "gemm/sm90/tile_math.h"
 #include "moekit/error.h"

@@ -1,5 +1,6 @@
 // Mainloop of the SM90 bf16/f16 grouped-GEMM kernels (grouped_gemm.cuh, mlp_chain.cuh):
-// the producer thread's TMA loads and one consumer warpgroup's wgmmas.
+// their pipeline's start and the paired exit, the producer thread's TMA loads and one
+// consumer warpgroup's wgmmas (a stage's batch also the FP8 kernel's).
 #pragma once
 
 #include <cute/tensor.hpp>
