@@ -1,4 +1,5 @@
 // bf16-input instantiations of the grouped-GEMM engine's mma.sync kernels.
+#include "gemm/common/cluster_launch.h"
 #include "gemm/launch.h"
 #include "gemm/mma/launch.cuh"
 
@@ -19,17 +20,9 @@ int splitk_co_resident_clusters(int split) {
     cudaGetLastError();
     return 0;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(split * 64));
-  config.blockDim = dim3(Cfg::THREADS);
-  config.dynamicSmemBytes = Cfg::SMEM_BYTES;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(split);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
+  const cudaLaunchConfig_t config = gemm::cluster_launch_config(
+      int64_t{split} * 64, Cfg::THREADS, Cfg::SMEM_BYTES, split, nullptr, attr);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
     cudaGetLastError();

@@ -46,15 +46,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   const int gid = lane >> 2;
 
   TileLoader<Cfg> loader;
-  loader.fallback = static_cast<const char*>(p.a);
-  loader.k_bytes = p.k;
-  loader.chunk = tid % Cfg::CHUNKS;
-  loader.row_base = tid / Cfg::CHUNKS;
-#pragma unroll
-  for (int i = 0; i < Cfg::A_ITERS; ++i) {
-    const int r = loader.row_base + i * Cfg::ROW_STEP;
-    loader.a_row[i] = r < t.rows ? static_cast<const char*>(p.a) + (t.row0 + r) * p.k : nullptr;
-  }
+  setup_loader_a(loader, p.a, p.k, t, /*b_evict_first=*/false);
   const char* b_group = static_cast<const char*>(p.b) + t.group * p.n * p.k;
 #pragma unroll
   for (int i = 0; i < Cfg::B_ITERS; ++i) {
@@ -64,12 +56,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
   }
 
   float acc[Cfg::MF][Cfg::NF][4];
-#pragma unroll
-  for (int mf = 0; mf < Cfg::MF; ++mf)
-#pragma unroll
-    for (int nf = 0; nf < Cfg::NF; ++nf)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mf][nf][i] = 0.f;
+  zero_accumulators<Cfg>(acc);
 
   const int valid_mf = valid_fragments<Cfg>(t.rows, wm);
   // Scale rows of this thread's accumulator rows (0 for rows past the group: their
@@ -103,12 +90,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
           for (int h = 0; h < 2; ++h)
             sa[mf][h] = a_scale_row[mf][h] ? __ldg(a_scale_row[mf][h] + kt) : 0.f;
         float part[Cfg::MF][Cfg::NF][4];
-#pragma unroll
-        for (int mf = 0; mf < Cfg::MF; ++mf)
-#pragma unroll
-          for (int nf = 0; nf < Cfg::NF; ++nf)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) part[mf][nf][i] = 0.f;
+        zero_accumulators<Cfg>(part);
         warp_mma_tile<Cfg, MmaE4M3>(s_a0 + stage * Cfg::A_STAGE_BYTES,
                                     s_b0 + stage * Cfg::B_STAGE_BYTES, part, wm, wn, lane,
                                     valid_mf);

@@ -31,22 +31,9 @@ struct GemmParams {
 template <class Cfg, class In>
 __device__ __forceinline__ void setup_loader(const GemmParams& p, const TileCoord& t,
                                              TileLoader<Cfg>& loader) {
-  const int tid = threadIdx.x;
   const bool silu = p.silu != 0;
   const int64_t k_bytes = p.k * static_cast<int64_t>(sizeof(In));
-  loader.fallback = static_cast<const char*>(p.a);
-  loader.k_bytes = k_bytes;
-  loader.chunk = tid % Cfg::CHUNKS;
-  loader.row_base = tid / Cfg::CHUNKS;
-  if (p.b_evict_first) {
-    loader.b_hint = true;
-    loader.b_policy = l2_evict_first_policy();
-  }
-#pragma unroll
-  for (int i = 0; i < Cfg::A_ITERS; ++i) {
-    const int r = loader.row_base + i * Cfg::ROW_STEP;
-    loader.a_row[i] = r < t.rows ? static_cast<const char*>(p.a) + (t.row0 + r) * k_bytes : nullptr;
-  }
+  setup_loader_a(loader, p.a, k_bytes, t, p.b_evict_first != 0);
   const int64_t b_group_rows = silu ? 2 * p.n : p.n;
   const char* b_group = static_cast<const char*>(p.b) + t.group * b_group_rows * k_bytes;
 #pragma unroll
@@ -79,12 +66,7 @@ __device__ __forceinline__ void tile_mainloop(const GemmParams& p, const TileCoo
   TileLoader<Cfg> loader;
   setup_loader<Cfg, In>(p, t, loader);
 
-#pragma unroll
-  for (int mf = 0; mf < Cfg::MF; ++mf)
-#pragma unroll
-    for (int nf = 0; nf < Cfg::NF; ++nf)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mf][nf][i] = 0.f;
+  zero_accumulators<Cfg>(acc);
 
   const int valid_mf = valid_fragments<Cfg>(t.rows, wm);
   const uint32_t s_a0 = smem_addr(smem);

@@ -6,6 +6,7 @@
 
 #include "gemm/common/ptx.cuh"
 #include "gemm/mma/tile_config.cuh"
+#include "gemm/mma/tile_scheduler.cuh"  // TileCoord
 
 namespace moekit::detail::gemm {
 
@@ -30,33 +31,56 @@ struct TileLoader {
   }
 
   __device__ __forceinline__ void load_a(uint32_t s_a, int kt) const {
-    const int64_t kofs = static_cast<int64_t>(kt) * Cfg::BK_BYTES + chunk * 16;
-    const bool k_ok = kofs < k_bytes;
-#pragma unroll
-    for (int i = 0; i < Cfg::A_ITERS; ++i) {
-      const int row = row_base + i * Cfg::ROW_STEP;
-      const bool ok = k_ok && a_row[i] != nullptr;
-      cp_async_16(s_a + swizzle_offset<Cfg::BK_BYTES>(row, chunk), ok ? a_row[i] + kofs : fallback,
-                  ok);
-    }
+    load_rows(s_a, a_row, kt, /*hint=*/false);
   }
 
   __device__ __forceinline__ void load_b(uint32_t s_b, int kt) const {
+    load_rows(s_b, b_row, kt, b_hint);
+  }
+
+  // The chunks of k-slice kt of `rows` (this thread's rows of a or b) into the stage at s,
+  // with b_policy when `hint`.
+  template <int ITERS>
+  __device__ __forceinline__ void load_rows(uint32_t s, const char* const (&rows)[ITERS], int kt,
+                                            bool hint) const {
     const int64_t kofs = static_cast<int64_t>(kt) * Cfg::BK_BYTES + chunk * 16;
     const bool k_ok = kofs < k_bytes;
 #pragma unroll
-    for (int i = 0; i < Cfg::B_ITERS; ++i) {
+    for (int i = 0; i < ITERS; ++i) {
       const int row = row_base + i * Cfg::ROW_STEP;
-      const bool ok = k_ok && b_row[i] != nullptr;
-      const uint32_t dst = s_b + swizzle_offset<Cfg::BK_BYTES>(row, chunk);
-      if (b_hint) {
-        cp_async_16_hint(dst, ok ? b_row[i] + kofs : fallback, ok, b_policy);
+      const bool ok = k_ok && rows[i] != nullptr;
+      const uint32_t dst = s + swizzle_offset<Cfg::BK_BYTES>(row, chunk);
+      if (hint) {
+        cp_async_16_hint(dst, ok ? rows[i] + kofs : fallback, ok, b_policy);
       } else {
-        cp_async_16(dst, ok ? b_row[i] + kofs : fallback, ok);
+        cp_async_16(dst, ok ? rows[i] + kofs : fallback, ok);
       }
     }
   }
 };
+
+// Sets up the loader of thread threadIdx.x for tile t: its chunk and first row, b's L2
+// policy (evict-first with b_evict_first) and the rows of a (rows of k_bytes from a; null past
+// the tile's valid rows: zero-filled). The caller points the b rows.
+template <class Cfg>
+__device__ __forceinline__ void setup_loader_a(TileLoader<Cfg>& loader, const void* a,
+                                               int64_t k_bytes, const TileCoord& t,
+                                               bool b_evict_first) {
+  const int tid = threadIdx.x;
+  loader.fallback = static_cast<const char*>(a);
+  loader.k_bytes = k_bytes;
+  loader.chunk = tid % Cfg::CHUNKS;
+  loader.row_base = tid / Cfg::CHUNKS;
+  if (b_evict_first) {
+    loader.b_hint = true;
+    loader.b_policy = l2_evict_first_policy();
+  }
+#pragma unroll
+  for (int i = 0; i < Cfg::A_ITERS; ++i) {
+    const int r = loader.row_base + i * Cfg::ROW_STEP;
+    loader.a_row[i] = r < t.rows ? static_cast<const char*>(a) + (t.row0 + r) * k_bytes : nullptr;
+  }
+}
 
 // Classic multistage loop: STAGES-1 slices in flight while one is consumed.
 // load(stage, kt) issues the copies of k-slice kt; compute(stage, kt) consumes it.
@@ -120,6 +144,17 @@ __device__ __forceinline__ void warp_mma_tile(uint32_t s_a, uint32_t s_b,
       }
     }
   }
+}
+
+// acc = 0 (a tile's or a stage's accumulators).
+template <class Cfg>
+__device__ __forceinline__ void zero_accumulators(float (&acc)[Cfg::MF][Cfg::NF][4]) {
+#pragma unroll
+  for (int mf = 0; mf < Cfg::MF; ++mf)
+#pragma unroll
+    for (int nf = 0; nf < Cfg::NF; ++nf)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mf][nf][i] = 0.f;
 }
 
 // Fragments of warp row wm that hold at least one of the tile's `rows` valid rows.

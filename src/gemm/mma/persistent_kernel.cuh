@@ -156,12 +156,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     if (kt == 0) {
       t = locate<Cfg>(tab, groups, p.n_tiles, start + static_cast<int>(s / kt_count) * stride);
       valid_mf = valid_fragments<Cfg>(t.rows, wm);
-#pragma unroll
-      for (int mf = 0; mf < Cfg::MF; ++mf)
-#pragma unroll
-        for (int nf = 0; nf < Cfg::NF; ++nf)
-#pragma unroll
-          for (int j = 0; j < 4; ++j) acc[mf][nf][j] = 0.f;
+      zero_accumulators<Cfg>(acc);
     }
     cp_async_wait<Cfg::STAGES - 2>();
     __syncthreads();  // slice s visible; every warp is done with the stage refilled below

@@ -15,6 +15,7 @@
 #include <climits>
 #include <string>
 
+#include "gemm/common/cluster_launch.h"
 #include "gemm/mma/grouped_gemm_kernel.cuh"
 #include "gemm/mma/split_k.h"
 #include "moekit/error.h"
@@ -108,18 +109,9 @@ void launch_grouped_gemm_splitk(GemmParams p, int split, cudaStream_t stream, co
   if (tiles <= 0) return;
   void (*kernel)(GemmParams, int) = grouped_gemm_splitk_kernel<Cfg, In, Out, Mma>;
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(tiles * split));
-  config.blockDim = dim3(Cfg::THREADS);
-  config.dynamicSmemBytes = Cfg::SMEM_BYTES;
-  config.stream = stream;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(split);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
+  const cudaLaunchConfig_t config =
+      cluster_launch_config(tiles * split, Cfg::THREADS, Cfg::SMEM_BYTES, split, stream, attr);
   cudaLaunchKernelEx(&config, kernel, p, split);
 }
 

@@ -74,11 +74,7 @@ struct Cfg {
   using SmemLayoutB = SmemLayoutA;
   static_assert(BM == BN && A_BOX == B_BOX, "a and b stages share one box layout");
   // Two consumer warpgroups stacked along M, each 64 x 128 (wgmma 64x128x32 e4m3).
-  using TiledMma = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<E4M3, E4M3, float,
-                                 cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<BK>>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
-      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  using TiledMma = CooperativeTiledMma<E4M3, BN, BK>;
   using Pipeline = cutlass::PipelineTmaAsync<STAGES>;
   using PipelineState = typename Pipeline::PipelineState;
 };
@@ -284,15 +280,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           if (kb + 1 < k_blocks) load_scales(kb + 1, next);
 
           pipeline.consumer_wait(read);
-          warpgroup_fence_operand(blk);
-          warpgroup_arrive();
-          mma.accumulate_ = GMMA::ScaleOut::Zero;
-          CUTE_UNROLL
-          for (int ks = 0; ks < size<2>(tCrA); ++ks) {
-            cute::gemm(mma, tCrA(_, _, ks, read.index()), tCrB(_, _, ks, read.index()), blk);
-            mma.accumulate_ = GMMA::ScaleOut::One;
-          }
-          warpgroup_commit_batch();
+          mma.accumulate_ = GMMA::ScaleOut::Zero;  // a fresh block accumulator
+          issue_stage_wgmmas(mma, tCrA, tCrB, blk, read.index());
           warpgroup_wait<0>();
           warpgroup_fence_operand(blk);
           pipeline.consumer_release(read);

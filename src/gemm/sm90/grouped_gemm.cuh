@@ -48,14 +48,15 @@
 
 #include "core/device.h"
 #include "core/dtype.cuh"
+#include "gemm/common/cluster_launch.h"
 #include "gemm/common/tma_desc.h"
 #include "gemm/grouped_gemm.h"
 #include "gemm/mma/epilogue.cuh"
 #include "gemm/mma/tile_scheduler.cuh"
-#include "gemm/sm90/consumer.cuh"  // run_cooperative_tile
+#include "gemm/sm90/consumer.cuh"  // consume_tiles
 #include "gemm/sm90/device.h"
 #include "gemm/sm90/epilogue.cuh"  // quad_transpose, store_4_blocks, store_accumulators
-#include "gemm/sm90/mainloop.cuh"  // produce_tiles, issue_tile_wgmmas
+#include "gemm/sm90/mainloop.cuh"  // start_pipeline, produce_tiles, pair_exit_sync
 #include "gemm/sm90/schedule.cuh"  // build_tile_schedule, Tile, locate_tile
 #include "gemm/sm90/tile_math.h"
 #include "moekit/error.h"
@@ -83,6 +84,16 @@ template <class Cfg, class T>
 CUtensorMap make_tma(const T* ptr, int64_t rows, int64_t k, int64_t l, int box_rows) {
   return encode_tma(tma_rows_args(tma_dtype<T>(), sizeof(T), ptr, rows, k, l, box_rows, Cfg::BK));
 }
+
+// The wgmmas of two consumer warpgroups stacked along M (config 2's and the FP8 kernel's
+// BM = 128): each computes 64 x BN, one 64 x BN x k-step wgmma per k-step of BK, both
+// operands K-major from shared memory.
+template <class T, int BN, int BK>
+using CooperativeTiledMma = decltype(cute::make_tiled_mma(
+    cute::GMMA::ss_op_selector<T, T, float,
+                               cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<BK>>,
+                               cute::GMMA::Major::K, cute::GMMA::Major::K>(),
+    cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
 
 // T: the CuTe element type (cutlass::bfloat16_t / cutlass::half_t; the GMMA selector
 // keys on these, not on __nv_bfloat16 / __half).
@@ -119,11 +130,7 @@ struct Config {
   // box is the next 8 / 16 KB with the same swizzle phase (a multiple of the 1 KB period).
   // Two consumer warpgroups stacked along M: each computes 64 x BN with one
   // 64xBNx16 wgmma per 16 k.
-  using TiledMma = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<T, T, float,
-                                 cute::Shape<cute::Int<64>, cute::Int<BN>, cute::Int<BK>>,
-                                 cute::GMMA::Major::K, cute::GMMA::Major::K>(),
-      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  using TiledMma = CooperativeTiledMma<T, BN, BK>;
   using Pipeline = cutlass::PipelineTmaAsync<STAGES>;
   using PipelineState = typename Pipeline::PipelineState;
 };
@@ -163,34 +170,18 @@ template <class Cfg, class T, class Out>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_grouped_gemm_kernel(const __grid_constant__ Params<Cfg, T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using namespace cute;
-  using Pipeline = typename Cfg::Pipeline;
-  using PipelineState = typename Cfg::PipelineState;
-  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<SharedStorage<Cfg, T>*>(smem_raw);
   const int warp_group = threadIdx.x / 128;
   const int G = p.rows.num_groups;
 
   // Tile schedule (schedule.cuh): tile_start[G + 1] in shared memory.
-  build_tile_schedule<Cfg::THREADS, BM, Cfg::PAIR == kPairAuto>(p.rows, p.n_tiles, p.tile_bound,
-                                                                ss.tile_start);
-  // Both consumer warpgroups (8 warps) read every tile id; paired, rank 1's producer
-  // receives the pair ids from rank 0's.
-  if (threadIdx.x == 0) {
-    channel_init(ss.channel, 8);
-    if constexpr (Cfg::CLUSTER > 1) mailbox_init(ss.mailbox);
-  }
-
-  const auto pp = pipeline_params<Pipeline>(warp_group, Cfg::STAGE_BYTES, Cfg::CONSUMER_THREADS);
-  // Warp 0 inits the barriers; with a pair, each consumer warpgroup's releases arrive on
-  // both CTAs' empty barriers (the partner multicasts into this CTA's stages).
-  Pipeline pipeline(ss.pipeline, pp, Shape<Int<Cfg::CLUSTER>, _1, _1>{});
-  __syncthreads();  // barrier init and the tile schedule are visible to all
-  if constexpr (Cfg::CLUSTER > 1) cute::cluster_sync();  // and to the partner CTA
+  build_tile_schedule<Cfg::THREADS, Cfg::BM, Cfg::PAIR == kPairAuto>(p.rows, p.n_tiles,
+                                                                     p.tile_bound, ss.tile_start);
+  auto pipeline = start_pipeline<Cfg>(ss, warp_group);
 
   const int total = ss.tile_start[G];
-  const int k_tiles = (p.k + BK - 1) / BK;
+  const int k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
   const Walk walk = tile_walk<Cfg>();
 
   if (warp_group == 0) {
@@ -200,48 +191,26 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles, walk);
     }
   } else {
-    // Consumers: two warpgroups, 64 rows each, of the 128 x 256 tile.
-    cutlass::arch::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
-    const int ctid = threadIdx.x - 128;
-    typename Cfg::TiledMma mma;
-    auto thr = mma.get_thread_slice(ctid);
-    Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutB{});
-    Tensor tCsA = thr.partition_A(sA);        // (MMA, MMA_M, MMA_K, STAGES)
-    Tensor tCsB = thr.partition_B(sB);        // (MMA, MMA_N, MMA_K, STAGES)
-    Tensor tCrA = thr.make_fragment_A(tCsA);  // smem descriptors
-    Tensor tCrB = thr.make_fragment_B(tCsB);
-    Tensor acc = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
-    // Tile coordinates (row, col) of each accumulator element, for predication.
-    Tensor tCcC = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
-    constexpr int ACC = decltype(size(acc))::value;
-    static_assert(ACC == BM * BN / Cfg::CONSUMER_THREADS, "accumulator fragment size");
-    PipelineState read;  // stage 0, phase 0
-
-    Out* c = static_cast<Out*>(p.c);
-    const bool silu = p.silu != 0;
-    const int wg = warp_group - 1;  // this warpgroup's tile rows: 64 wg .. 64 wg + 63
-    const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
-    check_accumulator_layout(tCcC, wg, q);
-    // Tile ids: the producer's channel.
-    int j = 0;
-    for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
-      // Paired: this warpgroup's lagging warps catch up (mainloop.cuh).
-      pair_warpgroup_sync<Cfg::CLUSTER>(wg);
+    // Consumers: two warpgroups, 64 rows each, of the 128 x BN tile.
+    typename Cfg::PipelineState read;
+    struct Output {
+      Out* c;
+      bool silu;
+    };
+    const auto output = [&]() __attribute__((always_inline)) {
+      return Output{static_cast<Out*>(p.c), p.silu != 0};
+    };
+    const auto tile = [&](int id, int wg, auto& read, const auto& run, const auto& out)
+        __attribute__((always_inline)) {
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
       // Nothing to store: no valid row in this warpgroup's half (a group's last tile with
       // <= 64 rows), or a pair's second n-tile past n.
       const bool skip = 64 * wg >= t.rows || (Cfg::PAIR == kPairAuto && t.n0 >= p.n);
-      run_cooperative_tile<BN, Cfg::B_BOX, Cfg::CLUSTER>(mma, tCrA, tCrB, acc, tCcC, pipeline, read,
-                                                         t, skip, k_tiles, c, p.n, silu, q, wg);
-    }
+      run(read, t, skip, k_tiles, out.c, p.n, out.silu);
+    };
+    consume_tiles<Cfg>(ss, pipeline, read, total, warp_group, output, tile);
   }
-  // Paired CTAs write into each other's shared memory (multicast stages, the pair
-  // mailbox's ids and remote arrives): neither exits while the other may still do so.
-  if constexpr (Cfg::CLUSTER > 1) {
-    __syncwarp();
-    cute::cluster_sync();
-  }
+  pair_exit_sync<Cfg>();
 #endif
 }
 
@@ -291,33 +260,15 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   return tiles;
 }
 
-// A launch of `blocks` blocks of Cfg in clusters of Cfg::CLUSTER along x; `attr` (the
-// cluster dimension) must outlive the launch.
-template <class Cfg>
-cudaLaunchConfig_t cluster_launch_config(int64_t blocks, int smem, cudaStream_t stream,
-                                         cudaLaunchAttribute (&attr)[1]) {
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = Cfg::CLUSTER;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(Cfg::THREADS);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cfg;
-}
-
 // Co-resident 2-CTA clusters of Kernel (Cfg's block, kSmem bytes of shared memory) on
 // the current device (cudaOccupancyMaxActiveClusters); 0 when the query fails.
 template <class Cfg, auto Kernel, int kSmem>
 int resident_clusters() {
   cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = cluster_launch_config<Cfg>(
-      device_props().sms / Cfg::CLUSTER * Cfg::CLUSTER, kSmem, nullptr, attr);
+  const cudaLaunchConfig_t cfg =
+      cluster_launch_config(device_props().sms / Cfg::CLUSTER * Cfg::CLUSTER, Cfg::THREADS, kSmem,
+                            Cfg::CLUSTER, nullptr, attr);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, Kernel, &cfg) != cudaSuccess) {
     cudaGetLastError();
@@ -347,8 +298,8 @@ void launch_persistent(const P& p, int64_t tiles, DeviceSlot slot, cudaStream_t 
     }
     const int64_t grid_clusters = tiles < clusters ? tiles : clusters;
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg =
-        cluster_launch_config<Cfg>(grid_clusters * Cfg::CLUSTER, kSmem, stream, attr);
+    const cudaLaunchConfig_t cfg = cluster_launch_config(grid_clusters * Cfg::CLUSTER, Cfg::THREADS,
+                                                         kSmem, Cfg::CLUSTER, stream, attr);
     cudaLaunchKernelEx(&cfg, Kernel, p);
   }
 }

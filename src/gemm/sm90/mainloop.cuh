@@ -1,5 +1,6 @@
 // Mainloop of the SM90 bf16/f16 grouped-GEMM kernels (grouped_gemm.cuh, mlp_chain.cuh):
-// the producer thread's TMA loads and one consumer warpgroup's wgmmas.
+// their pipeline's start and the paired exit, the producer thread's TMA loads and one
+// consumer warpgroup's wgmmas (a stage's batch also the FP8 kernel's).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -37,6 +38,27 @@ __device__ __forceinline__ typename Pipeline::Params pipeline_params(int warp_gr
   pp.is_leader = threadIdx.x == 0;
   pp.num_consumers = consumer_threads;
   return pp;
+}
+
+// The start of the bf16/f16 persistent kernels (grouped_gemm.cuh, mlp_chain.cuh), after the
+// block built its tile schedule(s): thread 0 sets up the tile channel (both consumer
+// warpgroups' 8 warps read every id) and, paired, the mailbox (rank 1's producer receives
+// the pair ids from rank 0's); warp 0 inits the stage barriers (paired: each consumer
+// warpgroup's releases arrive on both CTAs' empty barriers, as the partner multicasts into
+// this CTA's stages). Returns once the barriers and the schedules are visible to the
+// block and, paired, to the partner CTA.
+template <class Cfg, class Shared>
+__device__ __forceinline__ typename Cfg::Pipeline start_pipeline(Shared& ss, int warp_group) {
+  using Pipeline = typename Cfg::Pipeline;
+  if (threadIdx.x == 0) {
+    channel_init(ss.channel, 8);
+    if constexpr (Cfg::CLUSTER > 1) mailbox_init(ss.mailbox);
+  }
+  const auto pp = pipeline_params<Pipeline>(warp_group, Cfg::STAGE_BYTES, Cfg::CONSUMER_THREADS);
+  Pipeline pipeline(ss.pipeline, pp, cute::Shape<cute::Int<Cfg::CLUSTER>, cute::_1, cute::_1>{});
+  __syncthreads();
+  if constexpr (Cfg::CLUSTER > 1) cute::cluster_sync();
+  return pipeline;
 }
 
 template <bool MULTICAST>
@@ -175,6 +197,17 @@ __device__ __forceinline__ void pair_warpgroup_sync(int wg) {
   if constexpr (CLUSTER > 1) cutlass::arch::NamedBarrier::sync(128, wg);
 }
 
+// The end of a persistent kernel of Cfg: paired CTAs write into each other's shared memory
+// (multicast stages, the pair mailbox's ids and remote arrives), so neither exits while the
+// other may still do so.
+template <class Cfg>
+__device__ __forceinline__ void pair_exit_sync() {
+  if constexpr (Cfg::CLUSTER > 1) {
+    __syncwarp();
+    cute::cluster_sync();
+  }
+}
+
 // Waits for and releases a tile's k_tiles stages from `read` without reading them: a
 // warpgroup with nothing to compute keeps the pipeline in step (paired: with its own warps
 // too, pair_warpgroup_sync).
@@ -188,6 +221,24 @@ __device__ __forceinline__ void skip_tile_stages(Pipeline& pipeline, State& read
     pipeline.consumer_release(read);
     ++read;
   }
+}
+
+// Issues one wgmma batch: the wgmmas of pipeline stage `stage` (its BK in k-steps of 16 or
+// 32) into acc, each after the first accumulating (the caller sets mma.accumulate_ for the
+// first), then commits the batch. The bf16 mainloop (issue_tile_wgmmas) and the FP8 kernel's
+// block-scale loop share it.
+template <class Mma, class FragA, class FragB, class Acc>
+__device__ __forceinline__ void issue_stage_wgmmas(Mma& mma, FragA& tCrA, FragB& tCrB, Acc& acc,
+                                                   int stage) {
+  using namespace cute;
+  warpgroup_fence_operand(acc);
+  warpgroup_arrive();
+  CUTE_UNROLL
+  for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+    cute::gemm(mma, tCrA(_, _, kb, stage), tCrB(_, _, kb, stage), acc);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
 }
 
 // Issues one tile's wgmmas over k_tiles >= 1 pipeline stages starting at `read`, keeping
@@ -207,14 +258,7 @@ __device__ __forceinline__ State issue_tile_wgmmas(Mma& mma, FragA& tCrA, FragB&
   CUTE_NO_UNROLL
   for (int kt = 0; kt < k_tiles; ++kt) {
     pipeline.consumer_wait(read);
-    warpgroup_fence_operand(acc);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int kb = 0; kb < size<2>(tCrA); ++kb) {
-      cute::gemm(mma, tCrA(_, _, kb, read.index()), tCrB(_, _, kb, read.index()), acc);
-      mma.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
+    issue_stage_wgmmas(mma, tCrA, tCrB, acc, read.index());
     warpgroup_wait<1>();
     warpgroup_fence_operand(acc);
     if (kt > 0) {

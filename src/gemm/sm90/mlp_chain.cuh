@@ -82,11 +82,9 @@ template <class Cfg, class T, class Out>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_mlp_chain_kernel(const __grid_constant__ ChainParams<Cfg, T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using namespace cute;
   using Pipeline = typename Cfg::Pipeline;
-  using PipelineState = typename Cfg::PipelineState;
-  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK;
-  static_assert((Cfg::PAIR == kPairNone || Cfg::PAIR == kPairAuto) && BN == 256,
+  constexpr int BM = Cfg::BM, BK = Cfg::BK;
+  static_assert((Cfg::PAIR == kPairNone || Cfg::PAIR == kPairAuto) && Cfg::BN == 256,
                 "the chain runs config 2's or config 11's 256-wide tiles");
   constexpr bool kAuto = Cfg::PAIR == kPairAuto;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -101,15 +99,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                                                ss.tile_start);
   build_tile_schedule<Cfg::THREADS, BM, kAuto>(p.down.rows, p.down.n_tiles, p.down.tile_bound,
                                                cs.down_tile_start);
-  if (threadIdx.x == 0) {
-    channel_init(ss.channel, 8);
-    if constexpr (kAuto) mailbox_init(ss.mailbox);
-  }
-
-  const auto pp = pipeline_params<Pipeline>(warp_group, Cfg::STAGE_BYTES, Cfg::CONSUMER_THREADS);
-  Pipeline pipeline(ss.pipeline, pp, Shape<Int<Cfg::CLUSTER>, _1, _1>{});
-  __syncthreads();  // barrier init and both schedules are visible to all
-  if constexpr (Cfg::CLUSTER > 1) cute::cluster_sync();  // and to the partner CTA
+  auto pipeline = start_pipeline<Cfg>(ss, warp_group);
   const int rank = tile_walk<Cfg>().rank;
 
   const int total0 = ss.tile_start[G];
@@ -168,23 +158,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     }
   } else {
     // Consumers: as config 2's (grouped_gemm.cuh), plus the gate_up tiles' publish.
-    cutlass::arch::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
-    const int ctid = threadIdx.x - 128;
-    typename Cfg::TiledMma mma;
-    auto thr = mma.get_thread_slice(ctid);
-    Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
-    Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutB{});
-    Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));  // smem descriptors
-    Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));
-    Tensor acc = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
-    Tensor tCcC = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
-    PipelineState read;
-    const int wg = warp_group - 1;
-    const int q = threadIdx.x & 3;
-    check_accumulator_layout(tCcC, wg, q);
-    int j = 0;
-    for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
-      pair_warpgroup_sync<Cfg::CLUSTER>(wg);  // paired: lagging warps catch up
+    typename Cfg::PipelineState read;
+    const auto tile = [&](int id, int wg, auto& read, const auto& run, int)
+        __attribute__((always_inline)) {
       const bool down = id >= total0;
       const Params<Cfg, T>& g = down ? p.down : p.up;
       const Tile t = locate_tile<Cfg>(g, down ? cs.down_tile_start : ss.tile_start,
@@ -193,21 +169,16 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // No valid row in this warpgroup's half, or a pair's second n-tile past n: the
       // pipeline kept in step, nothing stored (nor, for gate_up, counted).
       const bool none = kAuto && t.n0 >= g.n;
-      run_cooperative_tile<BN, Cfg::B_BOX, Cfg::CLUSTER>(
-          mma, tCrA, tCrB, acc, tCcC, pipeline, read, t, 64 * wg >= t.rows || none, k_tiles,
-          static_cast<Out*>(g.c), g.n, g.silu != 0, q, wg);
+      run(read, t, 64 * wg >= t.rows || none, k_tiles, static_cast<Out*>(g.c), g.n, g.silu != 0);
       if (!down && !none) {
         cutlass::arch::NamedBarrier::sync(Cfg::CONSUMER_THREADS, kChainConsumerBarrier);
-        if (ctid == 0) publish_up_done(p.up_done + t.group);
+        if (threadIdx.x == 128) publish_up_done(p.up_done + t.group);  // consumer thread 0
       }
-    }
+    };
+    const auto no_block_values = [] { return 0; };
+    consume_tiles<Cfg>(ss, pipeline, read, total, warp_group, no_block_values, tile);
   }
-  // Paired CTAs write into each other's shared memory (multicast stages, the pair
-  // mailbox's ids and remote arrives): neither exits while the other may still do so.
-  if constexpr (Cfg::CLUSTER > 1) {
-    __syncwarp();
-    cute::cluster_sync();
-  }
+  pair_exit_sync<Cfg>();
 #endif
 }
 
