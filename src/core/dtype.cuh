@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cstdint>
+
 #include "moekit/error.h"
 #include "moekit/tensor.h"
 
@@ -33,6 +35,17 @@ __device__ __forceinline__ __half from_float<__half>(float v) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
+}
+
+// Two floats -> one 32-bit word of two 16-bit values, x in the low half (round to nearest
+// even); the pointer argument only picks the type. For 32-bit-wide stores of pairs.
+__device__ __forceinline__ uint32_t pack2(float x, float y, __nv_bfloat16*) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint32_t pack2(float x, float y, __half*) {
+  const __half2 v = __floats2half2_rn(x, y);
+  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // silu(z) = z / (1 + e^-z) with the approximate division (MUFU.RCP and a multiply, ~2 ulp):

@@ -47,16 +47,8 @@ struct Pack8 {
   }
 };
 
-// 8 floats -> 8 elements of T as 16-byte vectors built from 32-bit words (so the
+// 8 floats -> 8 elements of T as 16-byte vectors built from 32-bit words (pack2, so the
 // stores are 16 bytes wide; the byte-wise Pack8::set gave four 4-byte stores).
-__device__ __forceinline__ uint32_t pack2(float a, float b, __nv_bfloat16*) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-__device__ __forceinline__ uint32_t pack2(float a, float b, __half*) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
 template <class T>
 __device__ __forceinline__ void store8(T* p, const float (&a)[8]) {
   if constexpr (sizeof(T) == 4) {

@@ -45,14 +45,7 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&x)[4], int q) {
   }
 }
 
-__device__ __forceinline__ uint32_t pack2(float x, float y, __nv_bfloat16*) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-__device__ __forceinline__ uint32_t pack2(float x, float y, __half*) {
-  const __half2 v = __floats2half2_rn(x, y);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
+using detail::pack2;  // bf16 / f16 (core/dtype.cuh), beside the e4m3 one below
 
 // e4m3 x 2 (saturated, rounded to nearest even) in the low 16 bits, x in the low byte.
 __device__ __forceinline__ uint32_t pack2(float x, float y, __nv_fp8_e4m3*) {
