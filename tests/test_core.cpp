@@ -1,8 +1,11 @@
 // CPU tests of the core: views, host dtype conversions, validation messages, accuracy.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "core/host_dtype.h"
@@ -109,6 +112,75 @@ TEST(ArgCheck, NamesArgumentExpectationAndValue) {
   TensorView misaligned = make_view(reinterpret_cast<char*>(buf) + 2, DType::kF32, {1});
   EXPECT_THROW(check.tensor("x", misaligned, {DType::kF32}, {1}), Error);
   EXPECT_THROW(check.workspace(Workspace{}, 16), Error);
+}
+
+// The message of the overlap outputs_disjoint reports ("" when none).
+template <class Inputs>
+std::string overlap_error(const detail::ArgCheck::Arg& out, const Inputs& inputs,
+                          const detail::ArgCheck::Arg* in_place_in = nullptr) {
+  try {
+    detail::ArgCheck("op").outputs_disjoint({out}, inputs, Workspace{},
+                                            in_place_in ? &out : nullptr, in_place_in);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ArgCheck, OutputsDisjointJoinsPartsInOrder) {
+  using Arg = detail::ArgCheck::Arg;
+  float buf[16];
+  const TensorView a = make_view(buf, DType::kF32, {4}), b = make_view(buf + 2, DType::kF32, {4});
+  const TensorView c = make_view(buf + 8, DType::kF32, {4});
+  const TensorView out = make_view(buf + 3, DType::kF32, {1});  // overlaps a and b
+  const Arg o{"out", out}, ia{"a", a}, ib{"b", b}, ic{"c", c};
+  const std::array<Arg, 2> bc{{ib, ic}};
+  const auto ab_c = detail::ArgCheck::join(ia, bc);
+  ASSERT_EQ(ab_c.size(), 3u);
+  EXPECT_STREQ(ab_c[1].name, "b");
+  EXPECT_EQ(&ab_c[1].t, &b);  // the Args still name the caller's views
+  EXPECT_NE(overlap_error(o, ab_c).find("memory disjoint from 'a'"), std::string::npos);
+  EXPECT_NE(overlap_error(o, detail::ArgCheck::join(bc, ia)).find("memory disjoint from 'b'"),
+            std::string::npos);
+  // In place through a joined list: the output may be the input itself, not a part of it.
+  const Arg c_out{"c_out", c}, c_in{"c", c};
+  EXPECT_EQ(overlap_error(c_out, detail::ArgCheck::join(ia, c_in), &c_in), "");
+  const TensorView part = make_view(buf + 9, DType::kF32, {1});
+  const Arg c_part{"c_part", part};
+  EXPECT_NE(overlap_error(c_part, detail::ArgCheck::join(ia, c_in), &c_in)
+                .find("memory disjoint from 'c' or 'c' itself (in place)"),
+            std::string::npos);
+}
+
+TEST(ArgCheck, OutputsDisjointChecksEveryInputOfALongList) {
+  using Arg = detail::ArgCheck::Arg;
+  // 40 one-float inputs (past the stack ranges), the output on the last one only.
+  float buf[48];
+  std::vector<TensorView> views;
+  std::vector<std::string> names;
+  for (int i = 0; i < 40; ++i) {
+    views.push_back(make_view(buf + i, DType::kF32, {1}));
+    names.push_back("in" + std::to_string(i));
+  }
+  const TensorView out = make_view(buf + 39, DType::kF32, {1});
+  std::vector<Arg> in;
+  for (int i = 0; i < 40; ++i) in.push_back({names[i].c_str(), views[i]});
+  const std::array<Arg, 4> tail{{in[36], in[37], in[38], in[39]}};
+  const auto inputs =
+      detail::ArgCheck::join(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9],
+                             in[10], in[11], in[12], in[13], in[14], in[15], in[16], in[17], in[18],
+                             in[19], in[20], in[21], in[22], in[23], in[24], in[25], in[26], in[27],
+                             in[28], in[29], in[30], in[31], in[32], in[33], in[34], in[35], tail);
+  ASSERT_EQ(inputs.size(), 40u);
+  EXPECT_NE(overlap_error(Arg{"out", out}, inputs).find("memory disjoint from 'in39'"),
+            std::string::npos);
+  // 17 inputs (one past the old fixed limit of 16), the output on the 17th.
+  const TensorView out16 = make_view(buf + 16, DType::kF32, {1});
+  const auto first17 =
+      detail::ArgCheck::join(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], in[8], in[9],
+                             in[10], in[11], in[12], in[13], in[14], in[15], in[16]);
+  EXPECT_NE(overlap_error(Arg{"out", out16}, first17).find("memory disjoint from 'in16'"),
+            std::string::npos);
 }
 
 TEST(Accuracy, FlagsErrorsAndNonFinite) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <vector>
 
 namespace moekit::detail {
 
@@ -154,9 +155,9 @@ void ArgCheck::disjoint_workspace(const Workspace& ws, const char* name,
   }
 }
 
-void ArgCheck::outputs_disjoint(std::initializer_list<Arg> outputs,
-                                std::initializer_list<Arg> inputs, const Workspace& ws,
-                                const Arg* in_place_out, const Arg* in_place_in) const {
+void ArgCheck::disjoint_lists(const Arg* outputs, size_t n_outputs, const Arg* inputs,
+                              size_t n_inputs, const Workspace& ws, const Arg* in_place_out,
+                              const Arg* in_place_in) const {
   if (mode_ == Mode::kShapesOnly) return;
   // Each argument's byte range once (empty: lo == hi), then plain comparisons; the
   // messages are built by the disjoint* calls, on failure only.
@@ -168,42 +169,39 @@ void ArgCheck::outputs_disjoint(std::initializer_list<Arg> outputs,
     const auto p = reinterpret_cast<uintptr_t>(t.data);
     return Range{p, t.data ? p + view_bytes(t) : p};
   };
-  constexpr int kMax = 16;
-  Range in_r[kMax];
-  int n_in = 0;
-  for (const Arg& in : inputs) {
-    if (n_in < kMax) in_r[n_in++] = range(in.t);
+  // On the stack for the ops' lists (a call allocates nothing), on the heap beyond.
+  constexpr size_t kOnStack = 32;
+  Range on_stack[kOnStack];
+  std::vector<Range> on_heap;
+  Range* in_r = on_stack;
+  if (n_inputs + n_outputs > kOnStack) {
+    on_heap.resize(n_inputs + n_outputs);
+    in_r = on_heap.data();
   }
+  Range* out_r = in_r + n_inputs;
+  for (size_t i = 0; i < n_inputs; ++i) in_r[i] = range(inputs[i].t);
   const auto w = reinterpret_cast<uintptr_t>(ws.data);
   const Range ws_r{w, ws.data ? w + ws.bytes : w};
-  Range out_r[kMax];
-  int n_out = 0;
-  for (const Arg& out : outputs) {
+  for (size_t o = 0; o < n_outputs; ++o) {
+    const Arg& out = outputs[o];
     const Range r = range(out.t);
-    int i = 0;
-    for (const Arg& in : inputs) {
-      if (i < kMax && r.meets(in_r[i])) {
-        if (in_place_out && &in_place_out->t == &out.t && &in_place_in->t == &in.t) {
-          disjoint_or_same(out.name, out.t, in.name, in.t);
-        } else {
-          disjoint(out.name, out.t, in.name, in.t);
-        }
+    for (size_t i = 0; i < n_inputs; ++i) {
+      if (!r.meets(in_r[i])) continue;
+      const Arg& in = inputs[i];
+      if (in_place_out && &in_place_out->t == &out.t && &in_place_in->t == &in.t) {
+        disjoint_or_same(out.name, out.t, in.name, in.t);
+      } else {
+        disjoint(out.name, out.t, in.name, in.t);
       }
-      ++i;
     }
-    i = 0;
-    for (const Arg& other : outputs) {
-      if (i == n_out) break;
-      if (r.meets(out_r[i])) disjoint(out.name, out.t, other.name, other.t);
-      ++i;
+    for (size_t i = 0; i < o; ++i) {
+      if (r.meets(out_r[i])) disjoint(out.name, out.t, outputs[i].name, outputs[i].t);
     }
     if (r.meets(ws_r)) disjoint_workspace(ws, out.name, out.t);
-    if (n_out < kMax) out_r[n_out++] = r;
+    out_r[o] = r;
   }
-  int i = 0;
-  for (const Arg& in : inputs) {
-    if (i < kMax && in_r[i].meets(ws_r)) disjoint_workspace(ws, in.name, in.t);
-    ++i;
+  for (size_t i = 0; i < n_inputs; ++i) {
+    if (in_r[i].meets(ws_r)) disjoint_workspace(ws, inputs[i].name, inputs[i].t);
   }
 }
 

@@ -5,9 +5,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <tuple>
 
 #include "moekit/error.h"
 #include "moekit/tensor.h"
@@ -84,10 +86,29 @@ class ArgCheck {
   };
   // The memory rule of most ops: no output shares a byte with an input or another
   // output, and the workspace none with any of them. `in_place` (optional): an output
-  // and an input it may also be exactly (disjoint_or_same).
+  // and an input it may also be exactly (disjoint_or_same). Pairs are checked in list
+  // order; the first overlap found is reported.
   void outputs_disjoint(std::initializer_list<Arg> outputs, std::initializer_list<Arg> inputs,
                         const Workspace& ws = Workspace{}, const Arg* in_place_out = nullptr,
-                        const Arg* in_place_in = nullptr) const;
+                        const Arg* in_place_in = nullptr) const {
+    disjoint_lists(outputs.begin(), outputs.size(), inputs.begin(), inputs.size(), ws, in_place_out,
+                   in_place_in);
+  }
+  // The same with the inputs built by join().
+  template <size_t N>
+  void outputs_disjoint(std::initializer_list<Arg> outputs, const std::array<Arg, N>& inputs,
+                        const Workspace& ws = Workspace{}, const Arg* in_place_out = nullptr,
+                        const Arg* in_place_in = nullptr) const {
+    disjoint_lists(outputs.begin(), outputs.size(), inputs.data(), N, ws, in_place_out,
+                   in_place_in);
+  }
+  // An argument list joined in order from parts, each an Arg or a std::array of Args: ops
+  // whose lists share a group of arguments splice it in (moe_validate.h weight_args).
+  template <class... Parts>
+  static auto join(const Parts&... parts) {
+    return std::apply([](const auto&... a) { return std::array<Arg, sizeof...(a)>{a...}; },
+                      std::tuple_cat(as_tuple(parts)...));
+  }
 
   // Before an op's first launch (call it only when something will be launched): there
   // is a current CUDA device, `stream` belongs to it (a launch into another device's
@@ -101,6 +122,15 @@ class ArgCheck {
   const char* op() const { return op_; }
 
  private:
+  // outputs_disjoint over arrays (any length).
+  void disjoint_lists(const Arg* outputs, size_t n_outputs, const Arg* inputs, size_t n_inputs,
+                      const Workspace& ws, const Arg* in_place_out, const Arg* in_place_in) const;
+  static std::tuple<Arg> as_tuple(const Arg& a) { return std::tuple<Arg>(a); }
+  template <size_t N>
+  static const std::array<Arg, N>& as_tuple(const std::array<Arg, N>& a) {
+    return a;
+  }
+
   // Bytes of a validated view (inline: these run for every pair of every call).
   static uint64_t view_bytes(const TensorView& t) {
     static constexpr uint8_t kSize[] = {0, 2, 2, 4, 4, 1, 8};  // by DType
