@@ -252,17 +252,12 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
   c.workspace(args.workspace, needed);
   // In place (expert_output == expert_input) works: a group's input rows are dead once
   // its gate/up GEMM tiles have run, before any down tile of the group stores.
-  const detail::ArgCheck::Arg out{"expert_output", args.expert_output};
-  const detail::ArgCheck::Arg in{"expert_input", args.expert_input};
+  using Arg = detail::ArgCheck::Arg;
+  const Arg out{"expert_output", args.expert_output};
+  const Arg in{"expert_input", args.expert_input};
   c.outputs_disjoint({out},
-                     {in,
-                      {"layout_metadata", args.layout_metadata},
-                      {"w_gate_up", args.w_gate_up},
-                      {"w_down", args.w_down},
-                      {"quant.w_gate_up_scale", args.quant.w_gate_up_scale},
-                      {"quant.w_down_scale", args.quant.w_down_scale},
-                      {"gate_up_bias", args.gate_up_bias},
-                      {"down_bias", args.down_bias}},
+                     c.join(in, Arg{"layout_metadata", args.layout_metadata},
+                            detail::weight_args(args), detail::bias_args(args)),
                      args.workspace, &out, &in);
   const detail::GemmDevice device = detail::current_gemm_device();
   if (detail::quantized(s.quant)) {

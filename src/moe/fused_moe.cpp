@@ -2,6 +2,7 @@
 // compositions of routing, permutation, grouped GEMMs and the direct small-batch
 // kernels. See docs/moe.md for the workspace layouts and the path heuristics.
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "gemm/gemm_planner.h"
@@ -414,20 +415,14 @@ void ExpertsOp::run(const FusedMoEExpertsArgs& a, cudaStream_t stream) const {
   // In place (output == hidden_states) works: the hidden states are read by the first
   // kernel (the gather, the direct gate/up stage or the input scaling), the output
   // written by the last.
-  const detail::ArgCheck::Arg out{"output", a.output};
-  const detail::ArgCheck::Arg in{"hidden_states", a.hidden_states};
-  c.outputs_disjoint({out},
-                     {in,
-                      {"w_gate_up", a.w_gate_up},
-                      {"w_down", a.w_down},
-                      {"quant.w_gate_up_scale", a.quant.w_gate_up_scale},
-                      {"quant.w_down_scale", a.quant.w_down_scale},
-                      {"topk_weights", a.topk_weights},
-                      {"topk_ids", a.topk_ids},
-                      {"gate_up_bias", a.gate_up_bias},
-                      {"down_bias", a.down_bias},
-                      {"expert_map", a.expert_map}},
-                     a.workspace, &out, &in);
+  using Arg = detail::ArgCheck::Arg;
+  const Arg out{"output", a.output};
+  const Arg in{"hidden_states", a.hidden_states};
+  c.outputs_disjoint(
+      {out},
+      c.join(in, detail::weight_args(a), Arg{"topk_weights", a.topk_weights},
+             Arg{"topk_ids", a.topk_ids}, detail::bias_args(a), Arg{"expert_map", a.expert_map}),
+      a.workspace, &out, &in);
   if (s.T == 0) return;
   c.launch_target(stream, "output", a.output);
   detail::RoutedExperts p = routed_experts(a, s, plan);
@@ -601,6 +596,16 @@ detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs
   return s;
 }
 
+// The shared expert's weights, scales and biases in the layer's memory rule.
+std::array<detail::ArgCheck::Arg, 6> shared_weight_args(const FusedMoESharedExpertArgs& sh) {
+  return {{{"shared_w_gate_up", sh.shared_w_gate_up},
+           {"shared_w_down", sh.shared_w_down},
+           {"shared_quant.w_gate_up_scale", sh.shared_quant.w_gate_up_scale},
+           {"shared_quant.w_down_scale", sh.shared_quant.w_down_scale},
+           {"shared_gate_up_bias", sh.shared_gate_up_bias},
+           {"shared_down_bias", sh.shared_down_bias}}};
+}
+
 // The layer's memory rule: output may be hidden_states itself (every kernel that reads
 // the hidden states runs before the last one, which writes the output), else disjoint
 // from every input and the workspace.
@@ -608,26 +613,15 @@ void check_layer_memory(const detail::ArgCheck& c, const FusedMoEArgs& a,
                         const FusedMoESharedExpertArgs* shared) {
   const FusedMoESharedExpertArgs none;
   const FusedMoESharedExpertArgs& sh = shared ? *shared : none;
-  const detail::ArgCheck::Arg out{"output", a.output};
-  const detail::ArgCheck::Arg in{"hidden_states", a.hidden_states};
-  c.outputs_disjoint({out},
-                     {in,
-                      {"gating_output", a.gating_output},
-                      {"correction_bias", a.correction_bias},
-                      {"w_gate_up", a.w_gate_up},
-                      {"w_down", a.w_down},
-                      {"quant.w_gate_up_scale", a.quant.w_gate_up_scale},
-                      {"quant.w_down_scale", a.quant.w_down_scale},
-                      {"gate_up_bias", a.gate_up_bias},
-                      {"down_bias", a.down_bias},
-                      {"shared_w_gate_up", sh.shared_w_gate_up},
-                      {"shared_w_down", sh.shared_w_down},
-                      {"shared_quant.w_gate_up_scale", sh.shared_quant.w_gate_up_scale},
-                      {"shared_quant.w_down_scale", sh.shared_quant.w_down_scale},
-                      {"shared_gate_up_bias", sh.shared_gate_up_bias},
-                      {"shared_down_bias", sh.shared_down_bias},
-                      {"expert_map", a.expert_map}},
-                     a.workspace, &out, &in);
+  using Arg = detail::ArgCheck::Arg;
+  const Arg out{"output", a.output};
+  const Arg in{"hidden_states", a.hidden_states};
+  c.outputs_disjoint(
+      {out},
+      c.join(in, Arg{"gating_output", a.gating_output}, Arg{"correction_bias", a.correction_bias},
+             detail::weight_args(a), detail::bias_args(a), shared_weight_args(sh),
+             Arg{"expert_map", a.expert_map}),
+      a.workspace, &out, &in);
 }
 
 // Routing (the FusedTopK kernel into the workspace), optional shared MLP, routed experts.

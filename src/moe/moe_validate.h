@@ -1,6 +1,7 @@
 // Argument validation shared by the MoE ops.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -265,6 +266,22 @@ inline void check_output(const ArgCheck& c, const char* name, const TensorView& 
                          const MoEShapes& s, const char* hidden_name, const TensorView& hidden) {
   c.tensor(name, out, {DType::kBF16, DType::kF16}, {s.T, s.H}, 16);
   c.same_dtype(name, out, hidden_name, hidden);
+}
+
+// The routed experts' weights and quant scales in an op's memory rule (outputs_disjoint,
+// spliced in with ArgCheck::join), named as the args structs name them (ExpertMLPArgs,
+// FusedMoEExpertsArgs, FusedMoEArgs): one list for the three ops.
+template <class Args>
+std::array<ArgCheck::Arg, 4> weight_args(const Args& a) {
+  return {{{"w_gate_up", a.w_gate_up},
+           {"w_down", a.w_down},
+           {"quant.w_gate_up_scale", a.quant.w_gate_up_scale},
+           {"quant.w_down_scale", a.quant.w_down_scale}}};
+}
+// Their biases (the experts op lists the routing inputs in between).
+template <class Args>
+std::array<ArgCheck::Arg, 2> bias_args(const Args& a) {
+  return {{{"gate_up_bias", a.gate_up_bias}, {"down_bias", a.down_bias}}};
 }
 
 }  // namespace moekit::detail
