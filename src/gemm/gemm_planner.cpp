@@ -264,7 +264,8 @@ std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Pr
   }
   switch (plan.kernel) {
     case GemmKernel::kFp8Decode:
-      if (p.scales != Fp8Scales::kBlock) return "fp8_decode runs block scales only";
+      // k == 0 reads no scale (c = 0): any scale mode, as no other FP8 kernel takes k == 0.
+      if (p.scales != Fp8Scales::kBlock && p.k > 0) return "fp8_decode runs block scales only";
       if (p.activation != Activation::kNone) return "fp8_decode runs no activation";
       if (p.c_scale) return "fp8_decode writes bf16 only";
       return expect_tiles(plan, 32, 128);

@@ -27,6 +27,11 @@ constexpr int64_t kAlignFusedMaxRoutes = 32768;
 // many routes; above it, count / scan / scatter / copy kernels.
 constexpr int64_t kPrePermuteFusedMaxRoutes = 4096;
 constexpr int kRouteChunk = 8192;
+// Chunks of the multi-kernel paths: at least one, so that without routes (T = 0 above 512
+// experts) the scan and the fill still run (a grid of 0 blocks is a launch error).
+inline int64_t route_chunks(int64_t num_routes) {
+  return num_routes > 0 ? (num_routes + kRouteChunk - 1) / kRouteChunk : 1;
+}
 
 // Whether each op runs its one-launch kernel (else the chunked kernels, which need
 // route_chunk_workspace_bytes of workspace).
@@ -46,7 +51,7 @@ inline int chunk_experts_cap(int num_experts) {
 // Scratch of the multi-kernel paths: per-chunk expert counts [chunks, E], then
 // expert starts [E] and counts [E] (i32), rounded up to 256 bytes.
 inline size_t route_chunk_workspace_bytes(int64_t num_routes, int num_experts) {
-  const int64_t chunks = (num_routes + kRouteChunk - 1) / kRouteChunk;
+  const int64_t chunks = route_chunks(num_routes);
   const size_t bytes = static_cast<size_t>(chunks + 2) * static_cast<size_t>(num_experts) * 4;
   return (bytes + 255) / 256 * 256;
 }

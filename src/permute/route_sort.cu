@@ -77,7 +77,7 @@ template <int kMaxE>
 void launch_count_scan(const int32_t* ids, int num_routes, int num_experts, int alignment,
                        int32_t* counts, int32_t* start, int32_t* cnt, int32_t* layout_metadata,
                        int32_t* num_post_padded, cudaStream_t stream) {
-  const int chunks = (num_routes + kRouteChunk - 1) / kRouteChunk;
+  const int chunks = static_cast<int>(route_chunks(num_routes));
   launch_pdl(chunk_count_kernel<kMaxE>, dim3(chunks), dim3(kCountThreads), 0, stream, ids,
              num_routes, num_experts, counts);
   launch_pdl(chunk_scan_kernel<kMaxE>, dim3(1), dim3(kMaxE), 0, stream, counts, chunks, num_experts,
@@ -89,7 +89,7 @@ void launch_count_scan(const int32_t* ids, int num_routes, int num_experts, int 
 RouteChunks launch_route_chunk_count_scan(const int32_t* ids, int num_routes, int num_experts,
                                           int alignment, void* workspace, int32_t* layout_metadata,
                                           int32_t* num_post_padded, cudaStream_t stream) {
-  const int chunks = (num_routes + kRouteChunk - 1) / kRouteChunk;
+  const int chunks = static_cast<int>(route_chunks(num_routes));
   int32_t* counts = static_cast<int32_t*>(workspace);
   int32_t* start = counts + static_cast<int64_t>(chunks) * num_experts;
   int32_t* cnt = start + num_experts;
