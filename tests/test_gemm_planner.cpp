@@ -226,6 +226,18 @@ TEST(GemmPlanner, BadPlansAreRejectedWithAReason) {
   p.k = 1024;
   expect_rejected(plan, p, h200, "1024 groups");
 
+  // Swapped tail tiles: the bf16 / f16 SM90 kernels at 256 wide only.
+  p = gemm(GemmRows::kContiguous, 256, 32768, 2048, 7168, true, false, &g_counters[0]);
+  plan = {GemmKernel::kSm90, 128, 192, 1, GemmSchedule::kStatic};
+  plan.swap_tails = true;
+  expect_rejected(plan, p, h200, "swap_tails runs on sm90 / sm90_pairs 128x256");
+  plan = {GemmKernel::kDecodeStream, 32, 128, 1, GemmSchedule::kStatic};
+  plan.swap_tails = true;
+  expect_rejected(plan, p, h200, "swap_tails runs on sm90 / sm90_pairs 128x256");
+  plan = {GemmKernel::kSm90Pairs, 128, 256, 1, GemmSchedule::kDynamic};
+  plan.swap_tails = true;
+  EXPECT_EQ(detail::gemm_plan_rejection(plan, p, h200), "");
+
   // The MLP chain: one kernel for both GEMMs, and only an expert MLP's GEMMs.
   const MlpGemms g = mlp(GemmRows::kContiguous, 256, 32768, 7168, 2048, false);
   MlpPlan m = detail::plan_mlp_gemms(g.up, g.down, h200);
@@ -241,6 +253,40 @@ TEST(GemmPlanner, BadPlansAreRejectedWithAReason) {
             std::string::npos);
   m.path = MlpPath::kDirect;
   EXPECT_NE(detail::mlp_gemms_plan_rejection(m, dense.up, dense.down, h200), "");
+  // A chain swaps both GEMMs' tails or neither.
+  m = detail::plan_mlp_gemms(g.up, g.down, h200);
+  m.gate_up.swap_tails = true;
+  EXPECT_NE(detail::mlp_gemms_plan_rejection(m, g.up, g.down, h200).find("swap_tails"),
+            std::string::npos);
+  m.down.swap_tails = true;
+  EXPECT_EQ(detail::mlp_gemms_plan_rejection(m, g.up, g.down, h200), "");
+}
+
+// swap_tails is a candidate (bench --candidates, moekit-tune) of every 256-wide SM90 plan,
+// never the planner's pick until an interleaved A/B shows it wins (docs/gemm.md).
+TEST(GemmPlanner, SwappedTailsAreCandidatesNotPicks) {
+  const GemmDevice h200(detail::h200_props());
+  for (const GemmSeed& s : gemm_seeds()) {
+    EXPECT_FALSE(detail::plan_gemm(s.p, h200).swap_tails) << s.name;
+    const std::vector<GemmPlan> all = detail::gemm_plan_candidates(s.p, h200);
+    bool sm90_256 = false, swapped = false;
+    for (const GemmPlan& plan : all) {
+      sm90_256 |= plan.kernel == GemmKernel::kSm90 && plan.tile_n == 256 && !plan.swap_tails;
+      swapped |= plan.swap_tails;
+      if (plan.swap_tails) EXPECT_EQ(plan.tile_n, 256) << s.name;
+    }
+    EXPECT_EQ(sm90_256, swapped) << s.name;
+  }
+  for (const MlpSeed& s : mlp_seeds()) {
+    const MlpPlan pick = detail::plan_mlp_gemms(s.g.up, s.g.down, h200);
+    EXPECT_FALSE(pick.gate_up.swap_tails || pick.down.swap_tails) << s.name;
+    bool chain = false, swapped_chain = false;
+    for (const MlpPlan& plan : detail::mlp_gemms_plan_candidates(s.g.up, s.g.down, h200)) {
+      chain |= plan.path == MlpPath::kChain && !plan.gate_up.swap_tails;
+      swapped_chain |= plan.path == MlpPath::kChain && plan.gate_up.swap_tails;
+    }
+    EXPECT_EQ(swapped_chain, chain) << s.name;
+  }
 }
 
 TEST(GemmPlanner, WithoutTheSm90KernelsEveryPlanRunsOnTheMmaSyncKernels) {

@@ -92,6 +92,13 @@ TEST(PlanParse, HandWrittenForms) {
   ASSERT_TRUE(parse_plan("sm90 128x224 dynamic", &g));
   EXPECT_EQ(g.tile_n, 224);
   EXPECT_EQ(g.schedule, GemmSchedule::kDynamic);
+  EXPECT_FALSE(g.swap_tails);
+  ASSERT_TRUE(parse_plan("sm90_pairs 128x256 dynamic swap_tails", &g));
+  EXPECT_TRUE(g.swap_tails);
+  EXPECT_EQ(to_string(g), "sm90_pairs 128x256 dynamic swap_tails");
+  ASSERT_TRUE(parse_plan("sm90 128x256 swap_tails", &g));
+  EXPECT_TRUE(g.swap_tails);
+  EXPECT_EQ(g.schedule, GemmSchedule::kStatic);
   LayerPlan l;
   ASSERT_TRUE(parse_plan("direct + shared streamk{split 132/132}", &l));
   EXPECT_EQ(l.routed, RoutedPath::kDirect);

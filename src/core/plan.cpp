@@ -34,6 +34,7 @@ std::string to_string(const GemmPlan& p) {
       to_string(p.kernel) + " " + std::to_string(p.tile_m) + "x" + std::to_string(p.tile_n);
   if (p.split > 1) s += " split" + std::to_string(p.split);
   if (p.schedule == GemmSchedule::kDynamic) s += " dynamic";
+  if (p.swap_tails) s += " swap_tails";
   return s;
 }
 
@@ -64,7 +65,7 @@ std::string to_string(const LayerPlan& p) {
 
 bool operator==(const GemmPlan& a, const GemmPlan& b) {
   return a.kernel == b.kernel && a.tile_m == b.tile_m && a.tile_n == b.tile_n &&
-         a.split == b.split && a.schedule == b.schedule;
+         a.split == b.split && a.schedule == b.schedule && a.swap_tails == b.swap_tails;
 }
 
 bool operator==(const MlpPlan& a, const MlpPlan& b) {

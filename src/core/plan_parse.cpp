@@ -122,6 +122,7 @@ bool read_gemm(Reader& r, GemmPlan* out) {
     if (p.split < 2) return r.fail("a split of 2 or more (to_string omits split 1)");
   }
   if (r.accept(" dynamic")) p.schedule = GemmSchedule::kDynamic;
+  if (r.accept(" swap_tails")) p.swap_tails = true;
   *out = p;
   return true;
 }

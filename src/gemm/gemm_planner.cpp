@@ -188,6 +188,9 @@ std::string gemm_plan_rejection(const GemmPlan& plan, const GroupedGemmProblem& 
     return to_string(plan.kernel) + " does not split k";
   }
   const bool sm90 = plan.kernel == GemmKernel::kSm90 || plan.kernel == GemmKernel::kSm90Pairs;
+  if (plan.swap_tails && !(sm90 && plan.tile_n == 256)) {
+    return "swap_tails runs on sm90 / sm90_pairs 128x256 tiles only";
+  }
   if (plan.schedule == GemmSchedule::kDynamic) {
     if (!sm90) return to_string(plan.kernel) + " has a static schedule only";
     if (!p.tile_counter) return "a dynamic schedule needs the workspace's tile counter";
@@ -239,6 +242,11 @@ std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const Ge
       all.push_back(make(GemmKernel::kSm90, 128, tile_n, 1, schedule));
     }
     all.push_back(make(GemmKernel::kSm90Pairs, 128, 256, 1, schedule));
+    for (GemmKernel kernel : {GemmKernel::kSm90, GemmKernel::kSm90Pairs}) {
+      GemmPlan swapped = make(kernel, 128, 256, 1, schedule);
+      swapped.swap_tails = true;
+      all.push_back(swapped);
+    }
   }
   std::vector<GemmPlan> out;
   for (const GemmPlan& plan : all) {
@@ -259,6 +267,7 @@ GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
 std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Problem& p,
                                     const GemmDevice& d) {
   if (plan.split != 1) return to_string(plan.kernel) + " does not split k";
+  if (plan.swap_tails) return "swap_tails runs on the bf16 / f16 SM90 kernels only";
   if (plan.schedule != GemmSchedule::kStatic) {
     return to_string(plan.kernel) + " has a static schedule only";
   }
@@ -320,12 +329,20 @@ std::string chain_limits(const GroupedGemmProblem& up, const GroupedGemmProblem&
   return {};
 }
 
-MlpPlan chain_plan(GemmKernel kernel) {
+MlpPlan chain_plan(GemmKernel kernel, bool swap_tails = false) {
   MlpPlan m;
   m.path = MlpPath::kChain;
   m.gate_up = make(kernel, 128, 256, 1, GemmSchedule::kDynamic);
+  m.gate_up.swap_tails = swap_tails;
   m.down = m.gate_up;
   return m;
+}
+
+bool is_chain_plan(const MlpPlan& plan) {
+  for (GemmKernel kernel : {GemmKernel::kSm90, GemmKernel::kSm90Pairs})
+    for (bool swap : {false, true})
+      if (plan == chain_plan(kernel, swap)) return true;
+  return false;
 }
 
 }  // namespace
@@ -357,8 +374,9 @@ std::string mlp_gemms_plan_rejection(const MlpPlan& plan, const GroupedGemmProbl
     return why.empty() ? why : "down: " + why;
   }
   if (plan.path != MlpPath::kChain) return "not a GEMM path of an MLP";
-  if (plan != chain_plan(GemmKernel::kSm90) && plan != chain_plan(GemmKernel::kSm90Pairs)) {
-    return "the chain runs both GEMMs on sm90 or sm90_pairs 128x256 tiles, dynamic";
+  if (!is_chain_plan(plan)) {
+    return "the chain runs both GEMMs on sm90 or sm90_pairs 128x256 tiles, dynamic (both with "
+           "or both without swap_tails)";
   }
   return chain_limits(up, down, d);
 }
@@ -375,8 +393,10 @@ std::vector<MlpPlan> mlp_gemms_plan_candidates(const GroupedGemmProblem& up,
       if (o == m) return;
     out.push_back(m);
   };
-  for (GemmKernel kernel : {GemmKernel::kSm90, GemmKernel::kSm90Pairs}) {
-    if (chain_limits(up, down, d).empty()) add(chain_plan(kernel));
+  for (bool swap : {false, true}) {
+    for (GemmKernel kernel : {GemmKernel::kSm90, GemmKernel::kSm90Pairs}) {
+      if (chain_limits(up, down, d).empty()) add(chain_plan(kernel, swap));
+    }
   }
   MlpPlan planned;
   planned.gate_up = plan_gemm(up, d);

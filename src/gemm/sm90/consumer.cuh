@@ -8,6 +8,7 @@
 #include "gemm/sm90/epilogue.cuh"
 #include "gemm/sm90/mainloop.cuh"
 #include "gemm/sm90/schedule.cuh"
+#include "gemm/sm90/swap_tile.cuh"
 
 namespace moekit::detail::gemm::sm90 {
 
@@ -43,8 +44,9 @@ __device__ __forceinline__ void run_cooperative_tile(Mma& mma, FragA& tCrA, Frag
 // and wgmma operands, then block = block_values() (the kernel's per-block values), then for
 // each id < total from the block's tile channel (the producer's order),
 // tile(id, wg, read, run, block) locates the tile and calls run(read, t, skip, k_tiles, c, n,
-// silu) once: warpgroup wg's part of tile t over k_tiles pipeline stages from `read`, stored
-// to c (n output columns, silu pairs) unless `skip`.
+// silu, swapped) once: warpgroup wg's part of tile t over k_tiles pipeline stages from `read`,
+// stored to c (n output columns, silu pairs) unless `skip`; with `swapped` (runs_swapped) both
+// warpgroups' swapped tile instead (swap_tile.cuh).
 //
 // `read` is the kernel's own variable (the consumers' pipeline state, at stage 0 and phase
 // 0), passed down as an argument, and the kernels' lambdas are always_inline: a lambda
@@ -74,9 +76,13 @@ __device__ __forceinline__ void consume_tiles(Shared& ss, Pipeline& pipeline, St
   const int q = threadIdx.x & 3;  // lane within the quad that shares a D row
   check_accumulator_layout(tCcC, wg, q);
   const auto run = [&](auto& read, const Tile& t, bool skip, int k_tiles, auto* c, int64_t n,
-                       bool silu) __attribute__((always_inline)) {
-    run_cooperative_tile<Cfg::BN, Cfg::B_BOX, Cfg::CLUSTER>(
-        mma, tCrA, tCrB, acc, tCcC, pipeline, read, t, skip, k_tiles, c, n, silu, q, wg);
+                       bool silu, bool swapped) __attribute__((always_inline)) {
+    if (swapped) {
+      run_swap_tile<Cfg>(ss.a, ss.b, pipeline, read, t, k_tiles, c, n, silu, ctid);
+    } else {
+      run_cooperative_tile<Cfg::BN, Cfg::B_BOX, Cfg::CLUSTER>(
+          mma, tCrA, tCrB, acc, tCcC, pipeline, read, t, skip, k_tiles, c, n, silu, q, wg);
+    }
   };
   int j = 0;
   for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {

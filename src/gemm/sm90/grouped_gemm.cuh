@@ -159,6 +159,7 @@ struct Params {
   int n;  // output columns
   int n_tiles;
   int silu;
+  int swap_tails;  // the plan's swap_tails: tiles of <= kSwapMaxRows rows run swapped
   int tile_bound;  // the host's upper bound of (pair) tiles (the grid walks at most this many)
   // nullptr = the static walk; else a zeroed counter the producers (paired: rank 0) take
   // tile ids from (the dynamic schedule, schedule.cuh next_tile_id).
@@ -206,7 +207,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // Nothing to store: no valid row in this warpgroup's half (a group's last tile with
       // <= 64 rows), or a pair's second n-tile past n.
       const bool skip = 64 * wg >= t.rows || (Cfg::PAIR == kPairAuto && t.n0 >= p.n);
-      run(read, t, skip, k_tiles, out.c, p.n, out.silu);
+      run(read, t, skip, k_tiles, out.c, p.n, out.silu,
+          runs_swapped<Cfg>(p.swap_tails != 0, t, p.n));
     };
     consume_tiles<Cfg>(ss, pipeline, read, total, warp_group, output, tile);
   }
@@ -254,6 +256,7 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
   p.n = static_cast<int>(prob.n);
   p.n_tiles = static_cast<int>(n_tiles);
   p.silu = silu ? 1 : 0;
+  p.swap_tails = prob.plan.swap_tails ? 1 : 0;
   p.tile_bound = static_cast<int>(tiles);
   p.tile_counter = nullptr;
   p.dynamic_waves = -1;

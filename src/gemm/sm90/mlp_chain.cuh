@@ -169,7 +169,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       // No valid row in this warpgroup's half, or a pair's second n-tile past n: the
       // pipeline kept in step, nothing stored (nor, for gate_up, counted).
       const bool none = kAuto && t.n0 >= g.n;
-      run(read, t, 64 * wg >= t.rows || none, k_tiles, static_cast<Out*>(g.c), g.n, g.silu != 0);
+      run(read, t, 64 * wg >= t.rows || none, k_tiles, static_cast<Out*>(g.c), g.n, g.silu != 0,
+          runs_swapped<Cfg>(g.swap_tails != 0, t, g.n));
       if (!down && !none) {
         cutlass::arch::NamedBarrier::sync(Cfg::CONSUMER_THREADS, kChainConsumerBarrier);
         if (threadIdx.x == 128) publish_up_done(p.up_done + t.group);  // consumer thread 0
