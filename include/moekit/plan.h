@@ -43,8 +43,8 @@ struct GemmPlan {
   int tile_n = 0;  // output columns per tile (b rows)
   int split = 1;   // CTAs per output tile along k (kDecodeSplitK: a cluster), else 1
   GemmSchedule schedule = GemmSchedule::kStatic;
-  // kSm90 / kSm90Pairs at tile_n 256: tiles with at most 64 valid rows run transposed
-  // (weight rows as wgmma's M, rows as N of 16, 32 or 64; docs/gemm.md "Swapped tail tiles").
+  // kSm90 / kSm90Pairs at tile_n 256: tiles with at most 32 valid rows run transposed
+  // (weight rows as wgmma's M, rows as N of 16 or 32; docs/gemm.md "Swapped tail tiles").
   bool swap_tails = false;
 };
 

@@ -6,8 +6,9 @@
 // routed prefill counts (128-256 rows per expert, each count different) that is 12-49% more
 // tensor work than the rows need (docs/gemm.md, "Swapped tail tiles"). wgmma's N is any
 // multiple of 8, so the transposed product D^T = W X^T, the tile's 256 weight rows as M
-// and its r <= 64 valid rows as N (rounded up to 16, 32 or 64), costs r rounded up to
-// 16 or 32 where the normal tile costs 64 (one warpgroup's half; the other skips).
+// and its r <= 32 valid rows as N (16 or 32), costs 16 or 32 rows where the normal tile
+// costs 64 (one warpgroup's half; the other skips). From 33 rows on it would cost as much
+// as the normal tile.
 //
 // Nothing changes for the producer: the stage holds the tile's a rows (128) and b rows
 // (256) as for a normal tile. Both consumer warpgroups issue, per 16 k, two
@@ -29,12 +30,11 @@
 namespace moekit::detail::gemm::sm90 {
 
 // Tiles with at most this many valid rows run swapped (the widest N below).
-constexpr int kSwapMaxRows = 64;
+constexpr int kSwapMaxRows = 32;
 
-// The swapped product's N for r valid rows (1 <= r <= kSwapMaxRows): wgmma shapes CuTe has
-// without its extended set.
+// The swapped product's N for r valid rows (1 <= r <= kSwapMaxRows).
 __host__ __device__ constexpr int swap_tile_n(int rows) {
-  return rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+  return rows <= 16 ? 16 : 32;
 }
 
 // Cfg's a stages seen as their first N rows: the same swizzled atoms (8 rows x 128 bytes,
@@ -86,8 +86,8 @@ __device__ __forceinline__ void store_swapped(const Acc& acc, const Coords& tCcC
 // One swapped tile of N columns (both consumer warpgroups; ctid = consumer thread 0..255):
 // its wgmmas over the k_tiles stages from `read` (released as they are consumed), then
 // its stores. Its N accumulators per thread sit beside the normal tile's 128: at N = 96
-// they no longer fit (ptxas serializes every wgmma of the kernel, C7512), and as a view
-// of the normal tile's registers ptxas serializes them too (C7511); so N <= 64.
+// they no longer fit (ptxas serializes every wgmma of the kernel, C7512; as a view of the
+// normal tile's registers too, C7511), at N = 64 the chain kernel spills; N <= 32 does not.
 template <class Cfg, int N, class T, class Out, class Pipeline, class State>
 __device__ __forceinline__ void run_swap_tile_n(T* smem_a, T* smem_b, Pipeline& pipeline,
                                                 State& read, const Tile& t, int k_tiles, Out* c,
@@ -122,11 +122,8 @@ __device__ __forceinline__ void run_swap_tile(T* smem_a, T* smem_b, Pipeline& pi
       case 16:
         run_swap_tile_n<Cfg, 16>(smem_a, smem_b, pipeline, read, t, k_tiles, c, n, silu, ctid);
         break;
-      case 32:
-        run_swap_tile_n<Cfg, 32>(smem_a, smem_b, pipeline, read, t, k_tiles, c, n, silu, ctid);
-        break;
       default:
-        run_swap_tile_n<Cfg, 64>(smem_a, smem_b, pipeline, read, t, k_tiles, c, n, silu, ctid);
+        run_swap_tile_n<Cfg, 32>(smem_a, smem_b, pipeline, read, t, k_tiles, c, n, silu, ctid);
         break;
     }
   }
