@@ -1083,7 +1083,7 @@ TEST(GemmSm90TileN, PlannerTakesTheDenseRuleAndKeepsGroupedRowsAt256) {
   p.n = 18432;
   p.k = 7168;
   p.activation = Activation::kSiluAndMul;
-  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90_pairs 128x256");
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90_pairs 128x256 swap_tails");
   p.rows = detail::GemmRows::kDense;
   p.num_groups = 1;
   p.m = 512;
@@ -1105,17 +1105,17 @@ TEST(GemmSm90Dynamic, PlannedOnGroupedRowsWithACounterOnly) {
   p.m = 256 * 64;
   p.n = 4096;
   p.k = 7168;
-  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256");
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256 swap_tails");
   p.tile_counter = &counter;
-  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256 dynamic");
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256 dynamic swap_tails");
   p.rows = detail::GemmRows::kMasked;  // 80 tiles, one wave: nothing to balance
   p.num_groups = 5;
   p.max_m = 128;
-  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256");
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256 swap_tails");
   p.rows = detail::GemmRows::kDense;
   p.num_groups = 1;
   p.m = 8192;
-  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256");
+  EXPECT_EQ(to_string(detail::plan_gemm(p, h200)), "sm90 128x256 swap_tails");
   int waves = 0;
   EXPECT_EQ(detail::sm90_tile_counter(nullptr, nullptr, "test", &waves), nullptr);
   EXPECT_EQ(waves, -1);

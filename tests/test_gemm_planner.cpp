@@ -64,13 +64,13 @@ std::vector<GemmSeed> gemm_seeds() {
       {"ds-v3-decode-mlp-up", gemm(C, 256, 4096, 4096, 7168, false, false, c),
        "decode_stream_deep 32x128"},
       {"ds-v3-prefill-mlp-up", gemm(C, 256, 32768, 4096, 7168, false, false, c),
-       "sm90_pairs 128x256 dynamic"},
+       "sm90_pairs 128x256 dynamic swap_tails"},
       {"ds-v3-prefill-mlp-up without workspace",
-       gemm(C, 256, 32768, 4096, 7168, false, false, nullptr), "sm90_pairs 128x256"},
+       gemm(C, 256, 32768, 4096, 7168, false, false, nullptr), "sm90_pairs 128x256 swap_tails"},
       {"ds-v3-decode-down", gemm(C, 256, 4096, 7168, 2048, false, false, c),
        "decode_persistent 32x128"},
       {"ds-v3-prefill-down", gemm(C, 256, 32768, 7168, 2048, false, false, c),
-       "sm90_pairs 128x256 dynamic"},
+       "sm90_pairs 128x256 dynamic swap_tails"},
       {"qwen3-30b-ep8-decode", gemm(C, 16, 8, 1536, 2048, false, false, c),
        "decode_stream_narrow 32x64"},
       {"qwen3-30b-ep8-routed256", gemm(C, 16, 256, 1536, 2048, false, false, c),
@@ -78,9 +78,9 @@ std::vector<GemmSeed> gemm_seeds() {
       {"ds-v3-decode-swiglu", gemm(C, 256, 4096, 2048, 7168, true, false, c),
        "decode_stream_deep 32x128"},
       {"ds-v3-prefill-swiglu", gemm(C, 256, 32768, 2048, 7168, true, false, c),
-       "sm90_pairs 128x256 dynamic"},
+       "sm90_pairs 128x256 dynamic swap_tails"},
       {"ds-v3-ep8-masked", gemm(GemmRows::kMasked, 32, 128, 4096, 7168, false, false, c),
-       "sm90 128x256 dynamic"},
+       "sm90 128x256 dynamic swap_tails"},
   };
 }
 
@@ -97,35 +97,38 @@ std::vector<MlpSeed> mlp_seeds() {
       {"expert_mlp qwen3-235b-decode", mlp(C, 128, 4096, 4096, 1536, false),
        "two_gemms{gate_up: decode_stream 32x128, down: decode_persistent 32x128}"},
       {"expert_mlp qwen3-235b-prefill", mlp(C, 128, 32768, 4096, 1536, false),
-       "chain{gate_up: sm90_pairs 128x256 dynamic, down: sm90_pairs 128x256 dynamic}"},
+       "chain{gate_up: sm90_pairs 128x256 dynamic swap_tails, down: sm90_pairs 128x256 dynamic "
+       "swap_tails}"},
       {"expert_mlp ds-v3-decode", mlp(C, 256, 4096, 7168, 2048, false),
        "two_gemms{gate_up: decode_stream_deep 32x128, down: decode_persistent 32x128}"},
       {"expert_mlp ds-v3-prefill", mlp(C, 256, 32768, 7168, 2048, false),
-       "chain{gate_up: sm90_pairs 128x256 dynamic, down: sm90_pairs 128x256 dynamic}"},
+       "chain{gate_up: sm90_pairs 128x256 dynamic swap_tails, down: sm90_pairs 128x256 dynamic "
+       "swap_tails}"},
       // The fused layers' sorted path: T * 8 routed rows, routed counts.
       {"fused kimi-k2-t128", mlp(C, 384, 128 * 8, 7168, 2048, true),
        "two_gemms{gate_up: decode_stream_deep 32x128, down: decode_persistent 32x128}"},
       {"fused kimi-k2-t512", mlp(C, 384, 512 * 8, 7168, 2048, true),
        "two_gemms{gate_up: decode_stream_deep 32x128, down: decode_persistent 32x128}"},
       {"fused kimi-k2-t2048", mlp(C, 384, 2048 * 8, 7168, 2048, true),
-       "chain{gate_up: sm90 128x256 dynamic, down: sm90 128x256 dynamic}"},
+       "chain{gate_up: sm90 128x256 dynamic swap_tails, down: sm90 128x256 dynamic swap_tails}"},
       {"fused kimi-k2-t4096", mlp(C, 384, 4096 * 8, 7168, 2048, true),
-       "chain{gate_up: sm90 128x256 dynamic, down: sm90 128x256 dynamic}"},
+       "chain{gate_up: sm90 128x256 dynamic swap_tails, down: sm90 128x256 dynamic swap_tails}"},
       {"fused ds-v3-grouped-t128", mlp(C, 256, 128 * 8, 7168, 2048, true),
        "two_gemms{gate_up: decode_stream_deep 32x128, down: decode_persistent 32x128}"},
       {"fused ds-v3-grouped-t512", mlp(C, 256, 512 * 8, 7168, 2048, true),
-       "chain{gate_up: sm90 128x256 dynamic, down: sm90 128x256 dynamic}"},
+       "chain{gate_up: sm90 128x256 dynamic swap_tails, down: sm90 128x256 dynamic swap_tails}"},
       {"fused ds-v3-grouped-t4096", mlp(C, 256, 4096 * 8, 7168, 2048, true),
-       "chain{gate_up: sm90_pairs 128x256 dynamic, down: sm90_pairs 128x256 dynamic}"},
+       "chain{gate_up: sm90_pairs 128x256 dynamic swap_tails, down: sm90_pairs 128x256 dynamic "
+       "swap_tails}"},
       {"fused glm45-t512", mlp(C, 160, 512 * 8, 5120, 1536, true),
-       "chain{gate_up: sm90 128x256 dynamic, down: sm90 128x256 dynamic}"},
+       "chain{gate_up: sm90 128x256 dynamic swap_tails, down: sm90 128x256 dynamic swap_tails}"},
       {"fused qwen3-235b-t512", mlp(C, 128, 512 * 8, 4096, 1536, true),
-       "chain{gate_up: sm90 128x256 dynamic, down: sm90 128x256 dynamic}"},
+       "chain{gate_up: sm90 128x256 dynamic swap_tails, down: sm90 128x256 dynamic swap_tails}"},
       // Dense shared experts on two GEMMs (the split from the CPU's capacity model).
       {"shared kimi-k2-t512", mlp(D, 1, 512, 7168, 18432, false),
        "two_gemms{gate_up: sm90 128x192, down: sm90 128x224}"},
       {"shared ds-v3-t4096", mlp(D, 1, 4096, 7168, 2048, false),
-       "two_gemms{gate_up: sm90 128x256, down: sm90 128x256}"},
+       "two_gemms{gate_up: sm90 128x256 swap_tails, down: sm90 128x256 swap_tails}"},
       {"shared ds-v3-t128", mlp(D, 1, 128, 7168, 2048, false),
        "two_gemms{gate_up: decode 32x128, down: decode 32x128}"},
       {"shared ds-v3-t32", mlp(D, 1, 32, 7168, 2048, false),
@@ -255,31 +258,28 @@ TEST(GemmPlanner, BadPlansAreRejectedWithAReason) {
   EXPECT_NE(detail::mlp_gemms_plan_rejection(m, dense.up, dense.down, h200), "");
   // A chain swaps both GEMMs' tails or neither.
   m = detail::plan_mlp_gemms(g.up, g.down, h200);
-  m.gate_up.swap_tails = true;
+  ASSERT_TRUE(m.gate_up.swap_tails && m.down.swap_tails);
+  m.gate_up.swap_tails = false;
   EXPECT_NE(detail::mlp_gemms_plan_rejection(m, g.up, g.down, h200).find("swap_tails"),
             std::string::npos);
-  m.down.swap_tails = true;
+  m.down.swap_tails = false;
   EXPECT_EQ(detail::mlp_gemms_plan_rejection(m, g.up, g.down, h200), "");
 }
 
-// swap_tails is a candidate (bench --candidates, moekit-tune) of every 256-wide SM90 plan,
-// never the planner's pick until an interleaved A/B shows it wins (docs/gemm.md).
-TEST(GemmPlanner, SwappedTailsAreCandidatesNotPicks) {
+// Every 256-wide SM90 pick swaps its tails; the plain tiles stay candidates (the A/B).
+TEST(GemmPlanner, SwappedTailsArePickedAt256Wide) {
   const GemmDevice h200(detail::h200_props());
   for (const GemmSeed& s : gemm_seeds()) {
-    EXPECT_FALSE(detail::plan_gemm(s.p, h200).swap_tails) << s.name;
-    const std::vector<GemmPlan> all = detail::gemm_plan_candidates(s.p, h200);
-    bool sm90_256 = false, swapped = false;
-    for (const GemmPlan& plan : all) {
-      sm90_256 |= plan.kernel == GemmKernel::kSm90 && plan.tile_n == 256 && !plan.swap_tails;
-      swapped |= plan.swap_tails;
-      if (plan.swap_tails) EXPECT_EQ(plan.tile_n, 256) << s.name;
-    }
-    EXPECT_EQ(sm90_256, swapped) << s.name;
+    const GemmPlan pick = detail::plan_gemm(s.p, h200);
+    const bool sm90 = pick.kernel == GemmKernel::kSm90 || pick.kernel == GemmKernel::kSm90Pairs;
+    EXPECT_EQ(pick.swap_tails, sm90 && pick.tile_n == 256) << s.name;
+    GemmPlan plain = pick;
+    plain.swap_tails = false;
+    EXPECT_TRUE(contains(detail::gemm_plan_candidates(s.p, h200), plain)) << s.name;
   }
   for (const MlpSeed& s : mlp_seeds()) {
     const MlpPlan pick = detail::plan_mlp_gemms(s.g.up, s.g.down, h200);
-    EXPECT_FALSE(pick.gate_up.swap_tails || pick.down.swap_tails) << s.name;
+    if (pick.path == MlpPath::kChain) EXPECT_TRUE(pick.gate_up.swap_tails) << s.name;
     bool chain = false, swapped_chain = false;
     for (const MlpPlan& plan : detail::mlp_gemms_plan_candidates(s.g.up, s.g.down, h200)) {
       chain |= plan.path == MlpPath::kChain && !plan.gate_up.swap_tails;

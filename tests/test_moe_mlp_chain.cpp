@@ -33,15 +33,16 @@ using testing::DeviceWorkspace;
 constexpr uint8_t kPoison = 0xFF;  // a NaN in bf16 and f16
 
 // The chain on both GEMMs' `kernel` tiles, and the same tiles as two static launches.
-MlpPlan chain_plan(GemmKernel kernel) {
+// The planner's chains swap their tails (docs/gemm.md "Swapped tail tiles").
+MlpPlan chain_plan(GemmKernel kernel, bool swap_tails = true) {
   MlpPlan m;
   m.path = MlpPath::kChain;
-  m.gate_up = m.down = GemmPlan{kernel, 128, 256, 1, GemmSchedule::kDynamic};
+  m.gate_up = m.down = GemmPlan{kernel, 128, 256, 1, GemmSchedule::kDynamic, swap_tails};
   return m;
 }
-MlpPlan two_launches(GemmKernel kernel) {
+MlpPlan two_launches(GemmKernel kernel, bool swap_tails = true) {
   MlpPlan m;
-  m.gate_up = m.down = GemmPlan{kernel, 128, 256, 1, GemmSchedule::kStatic};
+  m.gate_up = m.down = GemmPlan{kernel, 128, 256, 1, GemmSchedule::kStatic, swap_tails};
   return m;
 }
 

@@ -86,7 +86,10 @@ GemmPlan make(GemmKernel kernel, int tile_m, int tile_n, int split = 1,
 GemmPlan sm90_plan(GemmKernel kernel, const GroupedGemmProblem& p, const GemmDevice& d) {
   const bool pairs = kernel == GemmKernel::kSm90Pairs;
   const int tile_n = pairs ? 256 : sm90_planned_tile_n(p, d);
-  return make(kernel, 128, tile_n, 1, sm90_schedule(p, d, tile_n, pairs ? 2 : 1));
+  GemmPlan plan = make(kernel, 128, tile_n, 1, sm90_schedule(p, d, tile_n, pairs ? 2 : 1));
+  // Tiles of <= 32 rows transposed (docs/gemm.md "Swapped tail tiles"); 256 wide only.
+  plan.swap_tails = tile_n == 256;
+  return plan;
 }
 
 // Why the SM90 kernels cannot take `p` (empty: they can).
@@ -358,7 +361,9 @@ MlpPlan plan_mlp_gemms(const GroupedGemmProblem& up, const GroupedGemmProblem& d
   const bool same_sm90 =
       m.gate_up.kernel == m.down.kernel && m.gate_up.tile_n == 256 && m.down.tile_n == 256 &&
       (m.gate_up.kernel == GemmKernel::kSm90 || m.gate_up.kernel == GemmKernel::kSm90Pairs);
-  if (same_sm90 && chain_limits(up, down, d).empty()) return chain_plan(m.gate_up.kernel);
+  if (same_sm90 && chain_limits(up, down, d).empty()) {
+    return chain_plan(m.gate_up.kernel, m.gate_up.swap_tails && m.down.swap_tails);
+  }
   return m;
 }
 
