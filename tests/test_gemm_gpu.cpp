@@ -522,9 +522,12 @@ TEST(GemmGpu, Sm90DynamicScheduleMatchesStatic) {
                320});
   for (const GemmCase& c : v) {
     // The cooperative pairs: rank 0 claims, rank 1 receives the pair ids.
+    // Swapped tail tiles (<= 32 rows) on the 256-wide tiles too.
     for (const GemmPlan& plan :
          {GemmPlan{GemmKernel::kSm90, 128, 256}, GemmPlan{GemmKernel::kSm90, 128, 192},
-          GemmPlan{GemmKernel::kSm90Pairs, 128, 256}}) {
+          GemmPlan{GemmKernel::kSm90Pairs, 128, 256},
+          GemmPlan{GemmKernel::kSm90, 128, 256, 1, GemmSchedule::kStatic, true},
+          GemmPlan{GemmKernel::kSm90Pairs, 128, 256, 1, GemmSchedule::kStatic, true}}) {
       run_case(c, &plan, true);
     }
   }
@@ -552,37 +555,40 @@ TEST(GemmGpu, Sm90ScheduleStress) {
     DeviceTensor a_d(a), b_d(b), meta_d(meta_h), c_d(DType::kBF16, {std::max<int64_t>(rows, 1), n});
     DeviceTensor counter(DType::kI32, {static_cast<int64_t>(detail::kTileCounterBytes / 4)});
     for (GemmKernel kernel : {GemmKernel::kSm90, GemmKernel::kSm90Pairs}) {
-      HostTensor first;
-      for (int it = 0; it < 100; ++it) {
-        // Alternately dynamic and static.
-        const GemmPlan plan{kernel, 128, 256, 1,
-                            it % 2 ? GemmSchedule::kStatic : GemmSchedule::kDynamic};
-        SCOPED_TRACE(to_string(plan) + ", launch " + std::to_string(it) + ", rows " +
-                     std::to_string(rows));
-        detail::GroupedGemmProblem p;
-        p.a = a_d.data();
-        p.b = b_d.data();
-        p.c = c_d.data();
-        p.num_groups = static_cast<int>(counts.size());
-        p.n = n;
-        p.k = k;
-        p.rows = detail::GemmRows::kContiguous;
-        p.layout_metadata = static_cast<const int32_t*>(meta_d.data());
-        p.m = rows;
-        p.plan = plan;
-        p.tile_counter = static_cast<unsigned*>(counter.data());
-        const bool compare = it % 10 == 9;
-        // Poison the output of each compared launch: a tile it lost would keep the bytes.
-        const size_t c_bytes = static_cast<size_t>(std::max<int64_t>(rows, 1) * n) * 2;
-        if (compare) ASSERT_EQ(cudaMemset(c_d.data(), 0xFF, c_bytes), cudaSuccess);
-        detail::run_grouped_gemm(p, nullptr);
-        if (!compare) continue;
-        ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
-        HostTensor out = c_d.download();
-        if (first.nbytes() == 0) {
-          first = std::move(out);
-        } else {
-          ASSERT_EQ(std::memcmp(out.data(), first.data(), out.nbytes()), 0) << "outputs differ";
+      for (bool swap_tails : {false, true}) {  // the shapes have many tiles of <= 32 rows
+        HostTensor first;
+        for (int it = 0; it < 100; ++it) {
+          // Alternately dynamic and static.
+          const GemmPlan plan{
+              kernel,    128, 256, 1, it % 2 ? GemmSchedule::kStatic : GemmSchedule::kDynamic,
+              swap_tails};
+          SCOPED_TRACE(to_string(plan) + ", launch " + std::to_string(it) + ", rows " +
+                       std::to_string(rows));
+          detail::GroupedGemmProblem p;
+          p.a = a_d.data();
+          p.b = b_d.data();
+          p.c = c_d.data();
+          p.num_groups = static_cast<int>(counts.size());
+          p.n = n;
+          p.k = k;
+          p.rows = detail::GemmRows::kContiguous;
+          p.layout_metadata = static_cast<const int32_t*>(meta_d.data());
+          p.m = rows;
+          p.plan = plan;
+          p.tile_counter = static_cast<unsigned*>(counter.data());
+          const bool compare = it % 10 == 9;
+          // Poison the output of each compared launch: a tile it lost would keep the bytes.
+          const size_t c_bytes = static_cast<size_t>(std::max<int64_t>(rows, 1) * n) * 2;
+          if (compare) ASSERT_EQ(cudaMemset(c_d.data(), 0xFF, c_bytes), cudaSuccess);
+          detail::run_grouped_gemm(p, nullptr);
+          if (!compare) continue;
+          ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
+          HostTensor out = c_d.download();
+          if (first.nbytes() == 0) {
+            first = std::move(out);
+          } else {
+            ASSERT_EQ(std::memcmp(out.data(), first.data(), out.nbytes()), 0) << "outputs differ";
+          }
         }
       }
     }

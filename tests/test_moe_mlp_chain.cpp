@@ -255,18 +255,23 @@ std::vector<Case> chain_cases() {
 }
 
 // The chain against the reference, and bit for bit against two sm90 launches (the static
-// walk): the same 128 x 256 tiles, the same k order, on sm90's or sm90_pairs' tiles.
+// walk): the same 128 x 256 tiles, the same k order, on sm90's or sm90_pairs' tiles; with
+// and without swapped tail tiles (the planner's chain swaps them).
 void check_chain_matches_reference_and_two_launches(const Case& c, const Inputs& in) {
-  const MlpPlan forced = chain_plan(GemmKernel::kSm90);
-  int64_t chained = 0;
-  const auto chain = run(c, in, 2, false, &chained, c.forced ? &forced : nullptr);
-  EXPECT_EQ(chained, 2) << "the chain did not run";
-  expect_reference(c, in, 0, chain[0]);
-  expect_reference(c, in, 1, chain[1]);
-  const MlpPlan plain_plan = two_launches(GemmKernel::kSm90);
-  const auto plain = run(c, in, 2, false, &chained, &plain_plan);
-  EXPECT_EQ(chained, 0);
-  for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "chain vs two launches");
+  for (bool swap_tails : {true, false}) {
+    SCOPED_TRACE(swap_tails ? "swap_tails" : "plain tiles");
+    const MlpPlan forced = chain_plan(GemmKernel::kSm90, swap_tails);
+    int64_t chained = 0;
+    const bool planner = !c.forced && swap_tails;
+    const auto chain = run(c, in, 2, false, &chained, planner ? nullptr : &forced);
+    EXPECT_EQ(chained, 2) << "the chain did not run";
+    expect_reference(c, in, 0, chain[0]);
+    expect_reference(c, in, 1, chain[1]);
+    const MlpPlan plain_plan = two_launches(GemmKernel::kSm90, swap_tails);
+    const auto plain = run(c, in, 2, false, &chained, &plain_plan);
+    EXPECT_EQ(chained, 0);
+    for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "chain vs two launches");
+  }
 }
 
 TEST(MlpChainGpu, MatchesReferenceAndTheTwoLaunches) {
@@ -291,20 +296,22 @@ TEST(MlpChainGpu, PairTilesMatchReferenceAndTwoPairLaunches) {
   };
   uint64_t seed = 9150;
   for (const Case& c : cases) {
-    SCOPED_TRACE(case_name(c));
-    const Inputs in(c, ++seed);
-    const MlpPlan pair_chain = chain_plan(GemmKernel::kSm90Pairs);
-    const MlpPlan pair_launches = two_launches(GemmKernel::kSm90Pairs);
-    int64_t chained = 0;
-    for (int rep = 0; rep < 3; ++rep) {  // the exit hazard was a race: a few launches
-      const auto chain = run(c, in, 2, false, &chained, &pair_chain);
-      EXPECT_EQ(chained, 2) << "the chain did not run";
-      expect_reference(c, in, 0, chain[0]);
-      expect_reference(c, in, 1, chain[1]);
-      if (rep > 0) continue;
-      const auto plain = run(c, in, 2, false, &chained, &pair_launches);
-      EXPECT_EQ(chained, 0);
-      for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "pair chain vs launches");
+    for (bool swap_tails : {true, false}) {
+      SCOPED_TRACE(case_name(c) + (swap_tails ? " swap_tails" : " plain tiles"));
+      const Inputs in(c, ++seed);
+      const MlpPlan pair_chain = chain_plan(GemmKernel::kSm90Pairs, swap_tails);
+      const MlpPlan pair_launches = two_launches(GemmKernel::kSm90Pairs, swap_tails);
+      int64_t chained = 0;
+      for (int rep = 0; rep < 3; ++rep) {  // the exit hazard was a race: a few launches
+        const auto chain = run(c, in, 2, false, &chained, &pair_chain);
+        EXPECT_EQ(chained, 2) << "the chain did not run";
+        expect_reference(c, in, 0, chain[0]);
+        expect_reference(c, in, 1, chain[1]);
+        if (rep > 0) continue;
+        const auto plain = run(c, in, 2, false, &chained, &pair_launches);
+        EXPECT_EQ(chained, 0);
+        for (int i = 0; i < 2; ++i) expect_same_bytes(chain[i], plain[i], "pair chain vs launches");
+      }
     }
   }
 }

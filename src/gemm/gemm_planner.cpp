@@ -245,6 +245,9 @@ std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const Ge
       all.push_back(make(GemmKernel::kSm90, 128, tile_n, 1, schedule));
     }
     all.push_back(make(GemmKernel::kSm90Pairs, 128, 256, 1, schedule));
+  }
+  // Swapped tail tiles last (the other candidates keep their indices: --candidate I).
+  for (GemmSchedule schedule : {GemmSchedule::kStatic, GemmSchedule::kDynamic}) {
     for (GemmKernel kernel : {GemmKernel::kSm90, GemmKernel::kSm90Pairs}) {
       GemmPlan swapped = make(kernel, 128, 256, 1, schedule);
       swapped.swap_tails = true;
@@ -398,10 +401,9 @@ std::vector<MlpPlan> mlp_gemms_plan_candidates(const GroupedGemmProblem& up,
       if (o == m) return;
     out.push_back(m);
   };
-  for (bool swap : {false, true}) {
-    for (GemmKernel kernel : {GemmKernel::kSm90, GemmKernel::kSm90Pairs}) {
-      if (chain_limits(up, down, d).empty()) add(chain_plan(kernel, swap));
-    }
+  const bool chains = chain_limits(up, down, d).empty();
+  for (GemmKernel kernel : {GemmKernel::kSm90, GemmKernel::kSm90Pairs}) {
+    if (chains) add(chain_plan(kernel));
   }
   MlpPlan planned;
   planned.gate_up = plan_gemm(up, d);
@@ -416,6 +418,12 @@ std::vector<MlpPlan> mlp_gemms_plan_candidates(const GroupedGemmProblem& up,
     MlpPlan m = planned;
     m.down = w;
     add(m);
+  }
+  // Last, as in the GEMM candidates: the plain and swapped chains (the planner's is one).
+  for (bool swap : {false, true}) {
+    for (GemmKernel kernel : {GemmKernel::kSm90, GemmKernel::kSm90Pairs}) {
+      if (chains) add(chain_plan(kernel, swap));
+    }
   }
   return out;
 }

@@ -51,8 +51,9 @@ __device__ __forceinline__ void run_cooperative_tile(Mma& mma, FragA& tCrA, Frag
 // `read` is the kernel's own variable (the consumers' pipeline state, at stage 0 and phase
 // 0), passed down as an argument, and the kernels' lambdas are always_inline: a lambda
 // inlined late, one that captured `read`, or a kernel value loaded at another point changed
-// the order of ptxas' input and so the kernels' machine code, which stays as it was when each
-// kernel wrote this loop out (the cubins' code sections compare equal).
+// the order of ptxas' input and so the kernels' machine code (when this loop was shared,
+// every kernel's code sections compared equal to those of its own loop before). The
+// swapped tiles (a runtime flag of the plan) add their code to the 256-wide kernels.
 template <class Cfg, class Shared, class Pipeline, class State, class BlockFn, class TileFn>
 __device__ __forceinline__ void consume_tiles(Shared& ss, Pipeline& pipeline, State& read,
                                               int total, int warp_group, BlockFn&& block_values,

@@ -3,12 +3,15 @@
 //
 // Why: wgmma's M is 64 rows per warpgroup, so a tile computes its rows in halves of 64; a
 // group's last tile with r valid rows costs the tensor time of ceil(r / 64) * 64 rows. On
-// routed prefill counts (128-256 rows per expert, each count different) that is 12-49% more
-// tensor work than the rows need (docs/gemm.md, "Swapped tail tiles"). wgmma's N is any
-// multiple of 8, so the transposed product D^T = W X^T, the tile's 256 weight rows as M
-// and its r <= 32 valid rows as N (16 or 32), costs 16 or 32 rows where the normal tile
-// costs 64 (one warpgroup's half; the other skips). From 33 rows on it would cost as much
-// as the normal tile.
+// routed prefill counts (each expert's count different) that is 12-25% more tensor work
+// than the rows need at 128-256 rows per expert (docs/gemm.md, "Swapped tail tiles").
+// wgmma's N is any multiple of 8, so the transposed product D^T = W X^T, the tile's 256
+// weight rows as M and its r <= 32 valid rows as N (16 or 32), does the MACs of 16 or 32
+// rows where the normal tile does 64 (one warpgroup's half; the other skips); its small-N
+// wgmmas are bound by shared-memory reads instead, so the tail's mainloop is expected
+// ~1.6x (N = 16) / ~1.3x (N = 32) faster, not 4x / 2x. From 33 rows on it would not gain.
+//
+// Include after cute/atom/mma_traits_sm90_gmma.hpp (grouped_gemm.cuh's include order).
 //
 // Nothing changes for the producer: the stage holds the tile's a rows (128) and b rows
 // (256) as for a normal tile. Both consumer warpgroups issue, per 16 k, two
