@@ -40,6 +40,13 @@ __device__ __forceinline__ T cvt(float v) {
   }
 }
 
+// v rounded to T and widened back.
+template <class T>
+__device__ __forceinline__ float rounded(float v) {
+  const T r = cvt<T>(v);
+  return ld(&r, 0);
+}
+
 __device__ __forceinline__ float silu_ref(float z) {
   return z / (1.0f + expf(-z));
 }
@@ -501,12 +508,14 @@ __device__ float act_ref(Activation act, float g, float u) {
   }
 }
 
-// out[r, f] = act(h[r, gate cols] + bias, h[r, up cols] + bias) rounded to T, for the listed
-// rows (bias row: the block's expert). Gate/up columns: f and F + f (concatenated), 2f and
-// 2f + 1 (kSwigluOai), f (kRelu2).
-template <class T>
+// out[r, f] = act(h[r, gate cols] + bias, h[r, up cols] + bias) rounded to TOut (through
+// bf16 first when round_bf16), for the listed rows (bias row: the block's expert; biases of
+// the op's type T). Gate/up columns: f and F + f (concatenated), 2f and 2f + 1 (kSwigluOai),
+// f (kRelu2).
+template <class T, class TOut = T>
 __global__ void mlp_act_rows_kernel(const float* h, int64_t F, const int32_t* rows,
-                                    const int32_t* block_expert, MlpSpec spec, T* out) {
+                                    const int32_t* block_expert, MlpSpec spec, TOut* out,
+                                    bool round_bf16 = false) {
   const bool single = spec.act == Activation::kRelu2;
   const bool inter = spec.act == Activation::kSwigluOai;
   const int64_t cols = single ? F : 2 * F;
@@ -519,7 +528,9 @@ __global__ void mlp_act_rows_kernel(const float* h, int64_t F, const int32_t* ro
       g += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + gi);
       if (!single) u += ld_bias<T>(spec.gate_up_bias, spec.gate_up_bias_f32, e * cols + ui);
     }
-    out[static_cast<int64_t>(r) * F + f] = cvt<T>(act_ref(spec.act, g, u));
+    float v = act_ref(spec.act, g, u);
+    if (round_bf16) v = rounded<__nv_bfloat16>(v);
+    out[static_cast<int64_t>(r) * F + f] = cvt<TOut>(v);
   });
 }
 
@@ -555,10 +566,7 @@ __global__ void combine_kernel(RouteIds ids, const float* w, const float* y, con
     for (int k = 0; k < K; ++k) {
       if (ids.local(t * K + k, E) < 0) continue;
       float v = y[(t * K + k) * H + h];
-      if (round_routes) {
-        const TOut r = cvt<TOut>(v);
-        v = ld(&r, 0);
-      }
+      if (round_routes) v = rounded<TOut>(v);
       acc += (w != nullptr ? w[t * K + k] : 1.0f) * v;
     }
     if (shared) acc += shared[t * H + h];
@@ -656,8 +664,9 @@ int64_t layout_num_blocks(int64_t rows_total, int64_t E) {
 // The scratch of an MLP over n rows in num_blocks row blocks (the routed pipeline's rows:
 // its routes sorted by expert): the blocks' rows and experts, f32 pre-activations h [n,
 // h_cols], the activation act [n, act_cols] and f32 outputs y [n, H]; then x_rows input
-// rows of H (dtype dt) scaled (apply_router_weight_on_input) and quantized (FP8 weights,
-// with 2 floats: the amax bits and the dynamic scale).
+// rows of H (dtype dt) scaled (apply_router_weight_on_input) and, FP8 weights, f32 copies of
+// the input rows and the activation quantized (exact dequantized values, as the FP8 GEMMs
+// multiply them) with 2 floats: the amax bits and the dynamic scale.
 struct MlpScratch {
   int32_t* rows;
   int32_t* block_expert;
@@ -666,7 +675,8 @@ struct MlpScratch {
   float* y;
   int64_t num_blocks;
   void* scaled = nullptr;
-  void* xq = nullptr;
+  float* xq = nullptr;
+  float* actq = nullptr;
   float* qscratch = nullptr;
 };
 MlpScratch carve_mlp(Carver& cv, int64_t num_blocks, int64_t n, int64_t h_cols, int64_t act_cols,
@@ -681,7 +691,8 @@ MlpScratch carve_mlp(Carver& cv, int64_t num_blocks, int64_t n, int64_t h_cols, 
   s.y = cv.take<float>(n * H);
   if (scaled) s.scaled = cv.take<uint8_t>(x_rows * H * dsize);
   if (fp8) {
-    s.xq = cv.take<uint8_t>(x_rows * H * dsize);
+    s.xq = cv.take<float>(x_rows * H);
+    s.actq = cv.take<float>(n * act_cols);
     s.qscratch = cv.take<float>(2);
   }
   return s;
@@ -746,11 +757,12 @@ __global__ void amax_scale_kernel(const unsigned* amax, float* scale) {
   *scale = __fdiv_rn(fmaxf(__uint_as_float(*amax), 1e-10f), 448.f);
 }
 
-// In place: the listed rows of x [.., cols] quantized to e4m3 and back, each `group` columns
-// with their own scale max(amax, 1e-10) / 448, or all with *tensor_scale when given.
+// The listed rows of x [.., cols] quantized to e4m3 and back into the same rows of y (f32:
+// the exact dequantized values; y may be x), each `group` columns with their own scale
+// max(amax, 1e-10) / 448, or all with *tensor_scale when given.
 template <class T>
-__global__ void fp8_rows_kernel(T* x, int64_t cols, const int32_t* rows, int64_t n_rows,
-                                int64_t group, const float* tensor_scale) {
+__global__ void fp8_rows_kernel(const T* x, float* y, int64_t cols, const int32_t* rows,
+                                int64_t n_rows, int64_t group, const float* tensor_scale) {
   __shared__ float part[kQuantThreads / 32];
   for (int i = 0; i < kRowsPerBlock; ++i) {
     const int64_t r = listed_row(rows, n_rows, i);
@@ -773,7 +785,7 @@ __global__ void fp8_rows_kernel(T* x, int64_t cols, const int32_t* rows, int64_t
         s = __fdiv_rn(fmaxf(m, 1e-10f), 448.f);
       }
       for (int64_t c = g0 + threadIdx.x; c < g1; c += kQuantThreads)
-        x[r * cols + c] = cvt<T>(fp8_round_trip(ld(x, r * cols + c), s));
+        y[r * cols + c] = fp8_round_trip(ld(x, r * cols + c), s);
     }
   }
 }
@@ -787,10 +799,11 @@ struct ActQuant {
 };
 
 // The listed rows (num_blocks blocks of `rows`, or n_rows rows without a list) of x [.., cols]
-// quantized to e4m3 and back by q's scheme, in place.
+// quantized to e4m3 by q's scheme and back into y (f32; may be x).
 template <class T>
-void fp8_round_trip_rows(T* x, int64_t cols, const int32_t* rows, int64_t num_blocks,
-                         int64_t n_rows, const ActQuant& q, cudaStream_t stream) {
+void fp8_round_trip_rows(const T* x, float* y, int64_t cols, const int32_t* rows,
+                         int64_t num_blocks, int64_t n_rows, const ActQuant& q,
+                         cudaStream_t stream) {
   if (q.scheme == QuantScheme::kNone || num_blocks <= 0) return;
   const float* tensor_scale = nullptr;
   if (q.scheme == QuantScheme::kFp8PerTensor) {
@@ -808,19 +821,8 @@ void fp8_round_trip_rows(T* x, int64_t cols, const int32_t* rows, int64_t num_bl
   }
   const int64_t group = q.scheme == QuantScheme::kFp8Block128 ? 128 : cols;
   fp8_rows_kernel<T><<<static_cast<unsigned>(num_blocks), kQuantThreads, 0, stream>>>(
-      x, cols, rows, n_rows, group, tensor_scale);
+      x, y, cols, rows, n_rows, group, tensor_scale);
   check_launch("fp8 round trip");
-}
-
-// x [T, H] copied into xq and quantized as a FP8 GEMM's input rows (all T rows).
-template <class T>
-const T* quantized_copy(const T* x, int64_t rows, int64_t cols, T* xq, const ActQuant& q,
-                        cudaStream_t stream) {
-  require(cudaMemcpyAsync(xq, x, static_cast<size_t>(rows * cols) * sizeof(T),
-                          cudaMemcpyDeviceToDevice, stream) == cudaSuccess,
-          "fp8 input copy", "cudaMemcpyAsync failed");
-  fp8_round_trip_rows(xq, cols, nullptr, ceil_div(rows, kRowsPerBlock), rows, q, stream);
-  return xq;
 }
 
 // The input's and the activation's quantization of weights q (acts kQuantized, a FP8 scheme).
@@ -834,54 +836,90 @@ ActQuant act_quant(const WeightQuant& q, Fp8Activations acts, float* scratch) {
   return {q.scheme, q.a_down_scale.defined() ? q.a_down_scale.ptr<float>() : nullptr, scratch};
 }
 
-// y[r] = MLP(x[r / a_div]) in f32 for the rows of the blocks (f32 gate/up plus bias, the
+// y[r] = MLP(x[r / a_div]) in f32 for the rows of the blocks of s (f32 gate/up plus bias, the
 // activation rounded to scalar_t, f32 down plus bias). `dense`: one expert (bias row 0).
-// FP8 weights (WT = e4m3) with their scales: dequantized as they are read.
-template <class scalar_t, class WT = scalar_t>
-void mlp_rows(const scalar_t* x, int a_div, const WT* w_gate_up, const WT* w_down, int64_t F,
-              int64_t H, const int32_t* rows, const int32_t* block_expert, int64_t num_blocks,
-              float* h, scalar_t* act, float* y, const MlpSpec& spec, bool dense,
-              cudaStream_t stream, ScaleStrides s_gate_up = {}, ScaleStrides s_down = {},
-              const ActQuant& act_q = {}) {
+// FP8 weights (WT = e4m3) with their scales: dequantized as they are read; act_q: the
+// activation quantized as the FP8 GEMM paths do (x then is the quantized f32 input, TX =
+// float): rounded to bf16 as the gate/up epilogue stores it (not with a static scale: the
+// epilogue writes e4m3 from f32), then to e4m3 and back into s.actq, which the down GEMM reads.
+template <class scalar_t, class WT = scalar_t, class TX = scalar_t>
+void mlp_rows(const TX* x, int a_div, const WT* w_gate_up, const WT* w_down, int64_t F, int64_t H,
+              const MlpScratch& s, const MlpSpec& spec, bool dense, cudaStream_t stream,
+              ScaleStrides s_gate_up = {}, ScaleStrides s_down = {}, const ActQuant& act_q = {}) {
   const int64_t up_cols = spec.act == Activation::kRelu2 ? F : 2 * F;
-  launch_gemm<scalar_t, WT, float, false>(x, H, a_div, w_gate_up, up_cols, H, s_gate_up, rows,
-                                          block_expert, num_blocks, h, up_cols, stream);
-  const int32_t* bias_expert = dense ? nullptr : block_expert;
-  if (num_blocks > 0) {
-    mlp_act_rows_kernel<scalar_t>
-        <<<dim3(static_cast<unsigned>(num_blocks), grid_y(F, 256)), 256, 0, stream>>>(
-            h, F, rows, bias_expert, spec, act);
-    check_launch("act");
+  launch_gemm<TX, WT, float, false>(x, H, a_div, w_gate_up, up_cols, H, s_gate_up, s.rows,
+                                    s.block_expert, s.num_blocks, s.h, up_cols, stream);
+  if (s.num_blocks <= 0) return;
+  const int32_t* bias_expert = dense ? nullptr : s.block_expert;
+  const dim3 act_grid(static_cast<unsigned>(s.num_blocks), grid_y(F, 256));
+  if constexpr (std::is_same_v<WT, __nv_fp8_e4m3>) {
+    if (act_q.scheme != QuantScheme::kNone) {
+      mlp_act_rows_kernel<scalar_t, float><<<act_grid, 256, 0, stream>>>(
+          s.h, F, s.rows, bias_expert, spec, s.actq, act_q.static_scale == nullptr);
+      check_launch("act");
+      fp8_round_trip_rows<float>(s.actq, s.actq, F, s.rows, s.num_blocks, 0, act_q, stream);
+      launch_gemm<float, WT, float, false>(s.actq, F, 1, w_down, H, F, s_down, s.rows,
+                                           s.block_expert, s.num_blocks, s.y, H, stream);
+    }
   }
-  fp8_round_trip_rows(act, F, rows, num_blocks, 0, act_q, stream);
-  launch_gemm<scalar_t, WT, float, false>(act, F, 1, w_down, H, F, s_down, rows, block_expert,
-                                          num_blocks, y, H, stream);
-  if (num_blocks > 0 && spec.down_bias) {
+  if (act_q.scheme == QuantScheme::kNone) {
+    scalar_t* act = static_cast<scalar_t*>(s.act);
+    mlp_act_rows_kernel<scalar_t>
+        <<<act_grid, 256, 0, stream>>>(s.h, F, s.rows, bias_expert, spec, act);
+    check_launch("act");
+    launch_gemm<scalar_t, WT, float, false>(act, F, 1, w_down, H, F, s_down, s.rows, s.block_expert,
+                                            s.num_blocks, s.y, H, stream);
+  }
+  if (spec.down_bias) {
     down_bias_rows_kernel<scalar_t>
-        <<<dim3(static_cast<unsigned>(num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
-            y, H, rows, bias_expert, spec);
+        <<<dim3(static_cast<unsigned>(s.num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
+            s.y, H, s.rows, bias_expert, spec);
     check_launch("down_bias");
   }
 }
 
-// mlp_rows with the weights of `q`'s scheme (bf16 / f16 as scalar_t, or e4m3 and scales).
-template <class scalar_t>
-void mlp_rows_quant(const scalar_t* x, int a_div, const TensorView& w_gate_up,
-                    const TensorView& w_down, const WeightQuant& q, int64_t F, int64_t H,
-                    const int32_t* rows, const int32_t* block_expert, int64_t num_blocks, float* h,
-                    scalar_t* act, float* y, const MlpSpec& spec, bool dense, cudaStream_t stream,
+// mlp_rows with the weights of `q`'s scheme (bf16 / f16 as scalar_t, or e4m3 and scales). TX:
+// float for the quantized input (FP8 weights only).
+template <class scalar_t, class TX = scalar_t>
+void mlp_rows_quant(const TX* x, int a_div, const TensorView& w_gate_up, const TensorView& w_down,
+                    const WeightQuant& q, int64_t F, int64_t H, const MlpScratch& s,
+                    const MlpSpec& spec, bool dense, cudaStream_t stream,
                     const ActQuant& act_q = {}) {
-  if (q.scheme == QuantScheme::kNone) {
-    mlp_rows<scalar_t>(x, a_div, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(), F, H, rows,
-                       block_expert, num_blocks, h, act, y, spec, dense, stream);
-    return;
+  if constexpr (std::is_same_v<TX, scalar_t>) {
+    if (q.scheme == QuantScheme::kNone) {
+      mlp_rows<scalar_t>(x, a_div, w_gate_up.ptr<scalar_t>(), w_down.ptr<scalar_t>(), F, H, s, spec,
+                         dense, stream);
+      return;
+    }
   }
   const int64_t up_cols = spec.act == Activation::kRelu2 ? F : 2 * F;
-  mlp_rows<scalar_t, __nv_fp8_e4m3>(x, a_div, w_gate_up.ptr<__nv_fp8_e4m3>(),
-                                    w_down.ptr<__nv_fp8_e4m3>(), F, H, rows, block_expert,
-                                    num_blocks, h, act, y, spec, dense, stream,
-                                    weight_scale_strides(q.scheme, q.w_gate_up_scale, up_cols, H),
-                                    weight_scale_strides(q.scheme, q.w_down_scale, H, F), act_q);
+  mlp_rows<scalar_t, __nv_fp8_e4m3, TX>(
+      x, a_div, w_gate_up.ptr<__nv_fp8_e4m3>(), w_down.ptr<__nv_fp8_e4m3>(), F, H, s, spec, dense,
+      stream, weight_scale_strides(q.scheme, q.w_gate_up_scale, up_cols, H),
+      weight_scale_strides(q.scheme, q.w_down_scale, H, F), act_q);
+}
+
+// mlp_rows_quant over x [x_rows, H] (a_div: row r reads x row r / a_div) or, when the input
+// is quantized (FP8 weights, Fp8Activations::kQuantized), over its f32 round trip in s.xq:
+// all x_rows rows (x_rows < 0: the rows of s's blocks).
+template <class scalar_t>
+void quantizing_mlp_rows(const scalar_t* x, int64_t x_rows, int a_div, const TensorView& w_gate_up,
+                         const TensorView& w_down, const WeightQuant& q, Fp8Activations acts,
+                         int64_t F, int64_t H, const MlpScratch& s, const MlpSpec& spec, bool dense,
+                         cudaStream_t stream) {
+  const ActQuant in_q = input_quant(q, acts, s.qscratch);
+  const ActQuant act_q = act_quant(q, acts, s.qscratch);
+  if (in_q.scheme == QuantScheme::kNone) {
+    mlp_rows_quant<scalar_t>(x, a_div, w_gate_up, w_down, q, F, H, s, spec, dense, stream, act_q);
+    return;
+  }
+  if (x_rows < 0) {
+    fp8_round_trip_rows(x, s.xq, H, s.rows, s.num_blocks, 0, in_q, stream);
+  } else {
+    fp8_round_trip_rows(x, s.xq, H, nullptr, ceil_div(x_rows, kRowsPerBlock), x_rows, in_q, stream);
+  }
+  mlp_rows_quant<scalar_t, float>(s.xq, a_div, w_gate_up, w_down, q, F, H, s, spec, dense, stream,
+                                  act_q);
 }
 
 MlpSpec mlp_spec(Activation act, const TensorView& gate_up_bias, const TensorView& down_bias) {
@@ -918,18 +956,15 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
     x = static_cast<const scalar_t*>(s.scaled);
     weights = nullptr;
   }
-  const ActQuant in_q = input_quant(quant, acts, s.qscratch);
-  if (in_q.scheme != QuantScheme::kNone && T > 0)  // all T rows, after the scaling
-    x = quantized_copy(x, T, H, static_cast<scalar_t*>(s.xq), in_q, stream);
   if (T > 0 && K > 0) {
     const int64_t routes = T * K;
     sort_routes_kernel<<<1, kSortThreads, 0, stream>>>(
         ids, routes, K, static_cast<int>(E), kRowsPerBlock, token_mask, s.rows,
         s.num_blocks * kRowsPerBlock, -1, s.block_expert, s.num_blocks, nullptr, nullptr, nullptr);
     check_launch("sort_routes");
-    mlp_rows_quant<scalar_t>(x, K, w_gate_up, w_down, quant, F, H, s.rows, s.block_expert,
-                             s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y, spec, false,
-                             stream, act_quant(quant, acts, s.qscratch));
+    // Quantizing: all T rows, after the scaling.
+    quantizing_mlp_rows<scalar_t>(x, T, K, w_gate_up, w_down, quant, acts, F, H, s, spec, false,
+                                  stream);
   }
   if (T > 0 && H > 0) {
     combine_kernel<scalar_t><<<dim3(static_cast<unsigned>(T), grid_y(H, 256)), 256, 0, stream>>>(
@@ -948,13 +983,8 @@ void dense_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Tens
   if (T == 0) return;
   launch_layout_blocks(nullptr, 1, 1, 0, T, T, token_mask, s.rows, s.block_expert, s.num_blocks,
                        stream);
-  const scalar_t* x = hidden.ptr<scalar_t>();
-  const ActQuant in_q = input_quant(quant, acts, s.qscratch);
-  if (in_q.scheme != QuantScheme::kNone)
-    x = quantized_copy(x, T, H, static_cast<scalar_t*>(s.xq), in_q, stream);
-  mlp_rows_quant<scalar_t>(x, 1, w_gate_up, w_down, quant, S, H, s.rows, s.block_expert,
-                           s.num_blocks, s.h, static_cast<scalar_t*>(s.act), s.y, spec, true,
-                           stream, act_quant(quant, acts, s.qscratch));
+  quantizing_mlp_rows<scalar_t>(hidden.ptr<scalar_t>(), T, 1, w_gate_up, w_down, quant, acts, S, H,
+                                s, spec, true, stream);
 }
 
 }  // namespace
@@ -1232,19 +1262,10 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_
                        s.block_expert, s.num_blocks, stream);
   dispatch_half(args.expert_input.dtype, "moe_expert_mlp", [&](auto tag) {
     using T = decltype(tag);
-    const T* x = args.expert_input.ptr<T>();
-    const ActQuant in_q = input_quant(args.quant, acts, s.qscratch);
-    if (in_q.scheme != QuantScheme::kNone) {  // the rows in the groups, quantized in a copy
-      require(cudaMemcpyAsync(s.xq, x, static_cast<size_t>(P * H) * sizeof(T),
-                              cudaMemcpyDeviceToDevice, stream) == cudaSuccess,
-              "moe_expert_mlp", "cudaMemcpyAsync failed");
-      fp8_round_trip_rows(static_cast<T*>(s.xq), H, s.rows, s.num_blocks, 0, in_q, stream);
-      x = static_cast<const T*>(s.xq);
-    }
-    mlp_rows_quant<T>(x, 1, args.w_gate_up, args.w_down, args.quant, F, H, s.rows, s.block_expert,
-                      s.num_blocks, s.h, static_cast<T*>(s.act), s.y,
-                      mlp_spec(args.activation, args.gate_up_bias, args.down_bias), false, stream,
-                      act_quant(args.quant, acts, s.qscratch));
+    // Quantizing: the rows in the groups (padding rows hold no data).
+    quantizing_mlp_rows<T>(
+        args.expert_input.ptr<T>(), -1, 1, args.w_gate_up, args.w_down, args.quant, acts, F, H, s,
+        mlp_spec(args.activation, args.gate_up_bias, args.down_bias), false, stream);
     round_rows_kernel<T>
         <<<dim3(static_cast<unsigned>(s.num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
             s.y, H, s.rows, args.expert_output.ptr<T>());

@@ -165,9 +165,11 @@ std::vector<double> mlp_rows(const Mlp& m, const MlpWeights& w, const std::vecto
   return y;
 }
 
-// The MLP's rounding point: the op's dtype; the FP8 GEMMs' bf16 act when quantizing.
-Mlp mlp_of(Activation act, int64_t H, int64_t F, DType dtype, bool quantize) {
-  return Mlp{act, H, F, quantize ? DType::kBF16 : dtype};
+// The MLP's rounding point: the op's dtype; when quantizing, the FP8 GEMMs' bf16 act, or f32
+// with a static a_down_scale (the gate/up epilogue writes e4m3 straight from its f32 values).
+Mlp mlp_of(Activation act, int64_t H, int64_t F, DType dtype, bool quantize, const WeightQuant& q) {
+  if (!quantize) return Mlp{act, H, F, dtype};
+  return Mlp{act, H, F, q.a_down_scale.defined() ? DType::kF32 : DType::kBF16};
 }
 
 // acc[t, h] (f64, not rounded) = sum over valid routes of w * MLP_id(x_t), the id read
@@ -181,7 +183,7 @@ std::vector<double> routed_sum(const FusedMoEExpertsArgs& args, Fp8Activations a
   const int64_t K = args.topk_ids.ndim == 2 ? args.topk_ids.size(1) : 0;
   const DType dt = args.hidden_states.dtype;
   const bool quantize = quantizes(acts, args.quant);
-  const Mlp m = mlp_of(args.activation, H, F, dt, quantize);
+  const Mlp m = mlp_of(args.activation, H, F, dt, quantize, args.quant);
   const MlpWeights w(args.w_gate_up, args.w_down, args.quant, args.gate_up_bias, args.down_bias);
   std::vector<double> x = to_doubles(args.hidden_states);
   const float* tw = static_cast<const float*>(args.topk_weights.data);
@@ -221,7 +223,7 @@ std::vector<double> shared_sum(const TensorView& hidden, const TensorView& w_gat
                                Fp8Activations acts) {
   const int64_t T = hidden.size(0), H = hidden.size(1);
   const bool quantize = quantizes(acts, q);
-  const Mlp m = mlp_of(act, H, mlp_width(act, w_gate_up.size(0)), hidden.dtype, quantize);
+  const Mlp m = mlp_of(act, H, mlp_width(act, w_gate_up.size(0)), hidden.dtype, quantize, q);
   const MlpWeights w(w_gate_up, w_down, q, gate_up_bias, down_bias);
   std::vector<double> x = to_doubles(hidden);
   if (quantize && T > 0) x = fp8_round_trip(q.scheme, x, T, H, q.a_gate_up_scale);
@@ -242,7 +244,7 @@ void moe_expert_mlp(const ExpertMLPArgs& args, Fp8Activations acts) {
   const int64_t F = mlp_width(args.activation, args.w_gate_up.size(1));
   const int64_t A = args.layout.alignment > 0 ? args.layout.alignment : 1;
   const bool quantize = quantizes(acts, args.quant);
-  const Mlp m = mlp_of(args.activation, H, F, args.expert_input.dtype, quantize);
+  const Mlp m = mlp_of(args.activation, H, F, args.expert_input.dtype, quantize, args.quant);
   const MlpWeights w(args.w_gate_up, args.w_down, args.quant, args.gate_up_bias, args.down_bias);
   const std::vector<double> x = to_doubles(args.expert_input);
   const int32_t* ends = static_cast<const int32_t*>(args.layout_metadata.data);
