@@ -56,9 +56,22 @@ __device__ __forceinline__ float from_ordered_bits(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-__device__ __forceinline__ float warp_max(float v) {
+// max / min that return NaN when either operand is NaN (fmaxf / fminf skip it): the group
+// scores carry a NaN sel through their reductions at no extra instruction.
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+__device__ __forceinline__ float min_nan(float a, float b) {
+  float d;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+__device__ __forceinline__ float warp_max_nan(float v) {
 #pragma unroll
-  for (int off = 16; off; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, off));
+  for (int off = 16; off; off >>= 1) v = max_nan(v, __shfl_xor_sync(kFullMask, v, off));
   return v;
 }
 
@@ -157,7 +170,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 
   if (num_groups > 0 && topk_group < num_groups) {
     if (E == num_groups * 32) {
-      // Group g is slot g: a warp reduction per slot gives every lane all group scores.
+      // Group g is slot g: a warp reduction per slot gives every lane all group scores. A
+      // group holding a NaN sel scores NaN (the reductions propagate it), which sel_key
+      // ranks above every number.
       float gs[kSlots];
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
@@ -167,22 +182,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
           for (int off = 16; off; off >>= 1) {
             const float a2 = __shfl_xor_sync(kFullMask, a, off);
             const float b2 = __shfl_xor_sync(kFullMask, b, off);
-            b = fmaxf(fminf(a, a2), fmaxf(b, b2));  // second best of the union
-            a = fmaxf(a, a2);
+            b = max_nan(min_nan(a, a2), max_nan(b, b2));  // second best of the union
+            a = max_nan(a, a2);
           }
           gs[s] = a + b;
         } else {
-          gs[s] = warp_max(a);
+          gs[s] = warp_max_nan(a);
         }
       }
-      // The group keys: a group holding a NaN sel scores NaN (its best sel is the NaN),
-      // which the fmaxf reductions above skip.
       uint32_t gk[kSlots];
 #pragma unroll
-      for (int s = 0; s < kSlots; ++s) {
-        const bool nan_in_group = __any_sync(kFullMask, s < num_groups && isnan(sel[s]));
-        gk[s] = nan_in_group ? 0xffffffffu : sel_key(gs[s]);
-      }
+      for (int s = 0; s < kSlots; ++s) gk[s] = sel_key(gs[s]);
       // Rank: group s is kept when fewer than topk_group groups beat it (a larger
       // score, or an equal one at a lower index). All comparisons are independent.
       uint32_t kept = 0;
