@@ -60,11 +60,11 @@ MOEKIT_BENCH_WEAK void moe_post_permute(const PostPermuteArgs&);
 MOEKIT_BENCH_WEAK void moe_grouped_gemm(const GroupedGemmArgs&);
 MOEKIT_BENCH_WEAK void moe_grouped_gemm_fp8(const GroupedGemmFP8Args&);
 MOEKIT_BENCH_WEAK void moe_expert_mlp(const ExpertMLPArgs&, Fp8Activations);
-MOEKIT_BENCH_WEAK void fused_moe_experts(const FusedMoEExpertsArgs&, Fp8Activations);
-MOEKIT_BENCH_WEAK void indexed_expert_mlp(const IndexedExpertMLPArgs&, Fp8Activations);
-MOEKIT_BENCH_WEAK void fused_moe(const FusedMoEArgs&, Fp8Activations);
+MOEKIT_BENCH_WEAK void fused_moe_experts(const FusedMoEExpertsArgs&, Fp8Activations, bool);
+MOEKIT_BENCH_WEAK void indexed_expert_mlp(const IndexedExpertMLPArgs&, Fp8Activations, bool);
+MOEKIT_BENCH_WEAK void fused_moe(const FusedMoEArgs&, Fp8Activations, bool);
 MOEKIT_BENCH_WEAK void fused_moe_shared_expert(const FusedMoESharedExpertArgs&, Fp8Activations,
-                                               Fp8Activations);
+                                               Fp8Activations, bool);
 MOEKIT_BENCH_WEAK void shared_expert_mlp(const SharedExpertMLPArgs&, Fp8Activations);
 }  // namespace reference
 }  // namespace moekit

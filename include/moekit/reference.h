@@ -31,15 +31,20 @@ enum class Fp8Activations : uint8_t {
                // quantized by quantize_activations_e4m3 with the scheme, a_*_scale when given
 };
 void moe_expert_mlp(const ExpertMLPArgs& args, Fp8Activations acts = Fp8Activations::kAsGiven);
+// round_routes: each route's expert output rounded before the weighted sum, as the sorted
+// path stores its rows (the op's dtype; bf16 with kQuantized FP8 activations); the SPEC's
+// math (false) rounds only the output.
 void fused_moe_experts(const FusedMoEExpertsArgs& args,
-                       Fp8Activations acts = Fp8Activations::kAsGiven);
+                       Fp8Activations acts = Fp8Activations::kAsGiven, bool round_routes = false);
 void indexed_expert_mlp(const IndexedExpertMLPArgs& args,
-                        Fp8Activations acts = Fp8Activations::kAsGiven);
-void fused_moe(const FusedMoEArgs& args, Fp8Activations acts = Fp8Activations::kAsGiven);
+                        Fp8Activations acts = Fp8Activations::kAsGiven, bool round_routes = false);
+void fused_moe(const FusedMoEArgs& args, Fp8Activations acts = Fp8Activations::kAsGiven,
+               bool round_routes = false);
 // acts: the routed experts'; shared_acts: the shared expert's.
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args,
                              Fp8Activations acts = Fp8Activations::kAsGiven,
-                             Fp8Activations shared_acts = Fp8Activations::kAsGiven);
+                             Fp8Activations shared_acts = Fp8Activations::kAsGiven,
+                             bool round_routes = false);
 void shared_expert_mlp(const SharedExpertMLPArgs& args,
                        Fp8Activations acts = Fp8Activations::kAsGiven);
 

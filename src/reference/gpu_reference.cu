@@ -551,13 +551,17 @@ __global__ void round_rows_kernel(const float* y, int64_t H, const int32_t* rows
   });
 }
 
-// out[t] = sum_k valid w[t,k] * y[t*K+k] (+ shared[t]), in f32, k order; rounded once
-// (round_routes: each y rounded to TOut first, as the library's sorted path stores them).
-// w == nullptr: weight 1 (apply_router_weight_on_input weighted the input instead).
+// How the combine reads each route's MLP output: as computed (f32), or rounded as the
+// library's sorted path stores its rows (the op's dtype; bf16 on the FP8 GEMM path).
+enum class RouteRows : uint8_t { kF32, kOpDtype, kBF16 };
+
+// out[t] = sum_k valid w[t,k] * y[t*K+k] (+ shared[t]), in f32, k order, each y read as
+// `rows` says; rounded once. w == nullptr: weight 1 (apply_router_weight_on_input weighted
+// the input instead).
 template <class TOut>
 __global__ void combine_kernel(RouteIds ids, const float* w, const float* y, const float* shared,
-                               int64_t H, int K, int E, const uint8_t* token_mask,
-                               bool round_routes, TOut* out) {
+                               int64_t H, int K, int E, const uint8_t* token_mask, RouteRows rows,
+                               TOut* out) {
   const int64_t t = blockIdx.x;
   if (token_mask && !token_mask[t]) return;
   for (int64_t h = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x; h < H;
@@ -566,7 +570,8 @@ __global__ void combine_kernel(RouteIds ids, const float* w, const float* y, con
     for (int k = 0; k < K; ++k) {
       if (ids.local(t * K + k, E) < 0) continue;
       float v = y[(t * K + k) * H + h];
-      if (round_routes) v = rounded<TOut>(v);
+      if (rows == RouteRows::kOpDtype) v = rounded<TOut>(v);
+      if (rows == RouteRows::kBF16) v = rounded<__nv_bfloat16>(v);
       acc += (w != nullptr ? w[t * K + k] : 1.0f) * v;
     }
     if (shared) acc += shared[t * H + h];
@@ -967,8 +972,12 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
                                   stream);
   }
   if (T > 0 && H > 0) {
+    const bool bf16_rows = input_quant(quant, acts, nullptr).scheme != QuantScheme::kNone;
+    const RouteRows rows = !round_routes ? RouteRows::kF32
+                           : bf16_rows   ? RouteRows::kBF16
+                                         : RouteRows::kOpDtype;
     combine_kernel<scalar_t><<<dim3(static_cast<unsigned>(T), grid_y(H, 256)), 256, 0, stream>>>(
-        ids, weights, s.y, shared_y, H, K, static_cast<int>(E), token_mask, round_routes,
+        ids, weights, s.y, shared_y, H, K, static_cast<int>(E), token_mask, rows,
         out.ptr<scalar_t>());
     check_launch("combine");
   }

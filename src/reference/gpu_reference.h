@@ -68,8 +68,9 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream,
                     reference::Fp8Activations acts = reference::Fp8Activations::kAsGiven);
 
 // FusedMoEExpertsFwd and IndexedExpertMLPFwd (scratch: args.workspace). round_routes:
-// each route's expert output rounded to the dtype before the weighted sum, as the
-// library's sorted path keeps them (docs/moe.md); the SPEC's math rounds only the output.
+// each route's expert output rounded before the weighted sum as the library's sorted path
+// keeps them (docs/moe.md): to the op's dtype, to bf16 when FP8 activations are quantized;
+// the SPEC's math rounds only the output.
 size_t fused_moe_experts_scratch_bytes(const FusedMoEExpertsArgs& args);
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
                        const uint8_t* row_mask = nullptr, bool round_routes = false,

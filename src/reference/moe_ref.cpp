@@ -176,7 +176,8 @@ Mlp mlp_of(Activation act, int64_t H, int64_t F, DType dtype, bool quantize, con
 // through the expert map when given; apply_router_weight_on_input (K = 1): MLP_id(x'_t)
 // with x'_t = round(round(w) * x_t) (docs/moe.md, "Engine inputs"). Quantizing: x (after the
 // scaling, all T rows) and the routes' activations quantized as the FP8 sorted path does.
-std::vector<double> routed_sum(const FusedMoEExpertsArgs& args, Fp8Activations acts) {
+std::vector<double> routed_sum(const FusedMoEExpertsArgs& args, Fp8Activations acts,
+                               bool round_routes) {
   const int64_t T = args.hidden_states.size(0), H = args.hidden_states.size(1);
   const int64_t E = args.w_gate_up.size(0);
   const int64_t F = mlp_width(args.activation, args.w_gate_up.size(1));
@@ -206,7 +207,11 @@ std::vector<double> routed_sum(const FusedMoEExpertsArgs& args, Fp8Activations a
       routes.push_back(t * K + k);
     }
   }
-  const std::vector<double> y = mlp_rows(m, w, rows, experts, args.quant, quantize);
+  std::vector<double> y = mlp_rows(m, w, rows, experts, args.quant, quantize);
+  if (round_routes) {  // the sorted path's stored rows
+    const DType rows_dtype = quantize ? DType::kBF16 : dt;
+    for (double& v : y) v = host::round_to(rows_dtype, v);
+  }
   std::vector<double> acc(static_cast<size_t>(T * H), 0.0);
   for (size_t i = 0; i < routes.size(); ++i) {
     const int64_t t = routes[i] / K;
@@ -271,12 +276,12 @@ void moe_expert_mlp(const ExpertMLPArgs& args, Fp8Activations acts) {
     for (int64_t h = 0; h < H; ++h) host::store(args.expert_output, rows[i] * H + h, y[i * H + h]);
 }
 
-void fused_moe_experts(const FusedMoEExpertsArgs& args, Fp8Activations acts) {
-  store_all(args.output, routed_sum(args, acts));
+void fused_moe_experts(const FusedMoEExpertsArgs& args, Fp8Activations acts, bool round_routes) {
+  store_all(args.output, routed_sum(args, acts, round_routes));
 }
 
-void indexed_expert_mlp(const IndexedExpertMLPArgs& args, Fp8Activations acts) {
-  fused_moe_experts(args, acts);
+void indexed_expert_mlp(const IndexedExpertMLPArgs& args, Fp8Activations acts, bool round_routes) {
+  fused_moe_experts(args, acts, round_routes);
 }
 
 namespace {
@@ -318,19 +323,19 @@ HostRouting route(const FusedMoEArgs& args) {
 
 }  // namespace
 
-void fused_moe(const FusedMoEArgs& args, Fp8Activations acts) {
+void fused_moe(const FusedMoEArgs& args, Fp8Activations acts, bool round_routes) {
   HostRouting r = route(args);
-  fused_moe_experts(r.experts, acts);
+  fused_moe_experts(r.experts, acts, round_routes);
 }
 
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, Fp8Activations acts,
-                             Fp8Activations shared_acts) {
+                             Fp8Activations shared_acts, bool round_routes) {
   if (!args.shared_w_gate_up.defined() && !args.shared_w_down.defined()) {
-    fused_moe(args.moe, acts);  // no shared expert: the routed layer alone
+    fused_moe(args.moe, acts, round_routes);  // no shared expert: the routed layer alone
     return;
   }
   HostRouting r = route(args.moe);
-  std::vector<double> acc = routed_sum(r.experts, acts);
+  std::vector<double> acc = routed_sum(r.experts, acts, round_routes);
   std::vector<double> shared = shared_sum(
       args.moe.hidden_states, args.shared_w_gate_up, args.shared_w_down, args.shared_quant,
       args.moe.activation, args.shared_gate_up_bias, args.shared_down_bias, shared_acts);
