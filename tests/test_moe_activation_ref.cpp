@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/host_dtype.h"
 #include "mlp/activation.h"
 #include "moekit/reference.h"
 #include "reference/host_tensor.h"
@@ -146,6 +147,45 @@ TEST(ActivationReference, RoutedExpertsTakeEachExpertsBiasRows) {
       }
       EXPECT_NEAR(out.at(j), want, 1e-5 * (1 + std::fabs(want))) << "column " << j;
     }
+  }
+}
+
+// round_routes (the sorted path's stored rows): each route's output is rounded to the op's
+// dtype before the weighted sum; without it only the sum is. One bf16 expert whose down
+// projection scales by 0.3, so the route outputs are not bf16 values.
+TEST(ReferenceRoutes, RoundRoutesRoundsEachRouteBeforeTheWeightedSum) {
+  HostTensor x(DType::kBF16, {1, kH});
+  for (int64_t h = 0; h < kH; ++h) x.set(h, kX[h]);
+  const HostTensor wgu32 = gate_up_weights(Activation::kSiluAndMul, 1.0);
+  HostTensor wgu(DType::kBF16, {1, 2 * kH, kH}), wd(DType::kBF16, {1, kH, kH});
+  for (int64_t i = 0; i < 2 * kH * kH; ++i) wgu.set(i, wgu32.at(i));
+  for (int64_t h = 0; h < kH; ++h) wd.set(h * kH + h, 0.3);
+  HostTensor w(DType::kF32, {1, 1}), ids(DType::kI32, {1, 1});
+  w.set(0, 1.0 / 3.0);
+  ids.as<int32_t>()[0] = 0;
+  const double wt = static_cast<double>(static_cast<float>(1.0 / 3.0));
+  const double d = host::round_to(DType::kBF16, 0.3);
+  for (bool round_routes : {false, true}) {
+    HostTensor out(DType::kBF16, {1, kH});
+    FusedMoEExpertsArgs args;
+    args.hidden_states = x.view();
+    args.w_gate_up = wgu.view();
+    args.w_down = wd.view();
+    args.topk_weights = w.view();
+    args.topk_ids = ids.view();
+    args.output = out.view();
+    reference::fused_moe_experts(args, reference::Fp8Activations::kAsGiven, round_routes);
+    int differ = 0;
+    for (int64_t j = 0; j < kH; ++j) {
+      const double g = x.at(j), u = x.at(j) / 2;
+      const double y =
+          d * host::round_to(DType::kBF16, expected_act(Activation::kSiluAndMul, g, u));
+      const double unrounded = host::round_to(DType::kBF16, wt * y);
+      const double rounded = host::round_to(DType::kBF16, wt * host::round_to(DType::kBF16, y));
+      EXPECT_EQ(out.at(j), round_routes ? rounded : unrounded) << "column " << j;
+      differ += rounded != unrounded;
+    }
+    EXPECT_GT(differ, 0) << "the case does not tell the two apart";
   }
 }
 
