@@ -163,7 +163,14 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False,
     if activation not in _ACTIVATIONS:
         _unsupported(fn, "activation", activation,
                      "moekit runs " + ", ".join(repr(a) for a in _ACTIVATIONS))  # fmt: skip
-    args = locals()
+    # The quantization arguments by name (spelled out: torch.compile's tracer in torch 2.11
+    # cannot trace locals()).
+    args = dict(use_fp8_w8a8=use_fp8_w8a8, use_int8_w8a8=use_int8_w8a8,
+                use_int8_w8a16=use_int8_w8a16, use_int4_w4a16=use_int4_w4a16,
+                use_mxfp4_w4a4=use_mxfp4_w4a4, per_channel_quant=per_channel_quant,
+                w1_scale=w1_scale, w2_scale=w2_scale, w1_zp=w1_zp, w2_zp=w2_zp,
+                a1_scale=a1_scale, a2_scale=a2_scale, block_shape=block_shape,
+                quant_config=quant_config)  # fmt: skip
     quant = _fp8_quant(fn, args)
     if topk_weights.shape != topk_ids.shape:
         raise ValueError(
