@@ -103,7 +103,11 @@ writes a tuning table (docs/tuning.md).
   --out FILE              the table (default tuned.table); FILE.partial keeps the
                           measurements a re-run resumes from (--partial FILE to name it)
   --no-skew               uniform routing only (default: uniform and skewed)
-  --rounds N --max-ms MS --seed N    the bench's timing settings
+  --rounds N --max-ms MS --seed N    the bench's timing settings (the finalists')
+  --finalists N           per count and routing, every candidate is screened (one round
+                          of --screen-ms MS, default 20) and the default plus the N
+                          fastest accurate ones (default 4) are timed with the full
+                          method; 0 times every candidate with it
   --dry-run               print the candidates each count would measure and exit
   --verify-builtin        no tuning: run every plan the built-in tables name for this GPU,
                           at the ends of each entry's served counts, against the reference
@@ -176,6 +180,10 @@ TuneOptions parse_tune_options(const std::vector<std::string>& args) {
       o.rounds = static_cast<int>(integer(a, val(), 1));
     } else if (a == "--max-ms") {
       o.max_ms = number(a, val());
+    } else if (a == "--finalists") {
+      o.finalists = static_cast<int>(integer(a, val(), 0));
+    } else if (a == "--screen-ms") {
+      o.screen_ms = number(a, val());
     } else if (a == "--seed") {
       o.seed = static_cast<uint64_t>(integer(a, val(), 0));
     } else if (a == "--dry-run") {
@@ -339,6 +347,27 @@ std::vector<LayerPlan> layer_candidates(const TuneOptions& o, int64_t T, LayerPl
   return fused_moe_shared_expert_plan_candidates(a);
 }
 
+// ---- screening ------------------------------------------------------------------------------
+
+std::vector<bool> pick_finalists(const std::vector<Measurement>& screened, int n,
+                                 const std::set<std::string>& keep) {
+  std::vector<bool> pick(screened.size(), n <= 0);
+  if (n <= 0) return pick;
+  std::vector<size_t> order;
+  for (size_t i = 0; i < screened.size(); ++i) {
+    const Measurement& m = screened[i];
+    if (m.is_default || (m.accurate && keep.count(m.plan))) {
+      pick[i] = true;
+    } else if (m.accurate && m.us > 0) {
+      order.push_back(i);
+    }
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return screened[a].us < screened[b].us; });
+  for (size_t j = 0; j < order.size() && j < static_cast<size_t>(n); ++j) pick[order[j]] = true;
+  return pick;
+}
+
 // ---- the partial-results file -------------------------------------------------------------
 
 std::string partial_header(const TuneOptions& o) {
@@ -364,7 +393,7 @@ std::vector<Measurement> read_partial(const std::string& text, const std::string
              "'): delete it or pass another --partial");
       continue;
     }
-    if (line.empty()) continue;
+    if (line.empty() || line[0] == '#') continue;  // '#': a step's screening summary
     Measurement m;
     std::string why;
     if (!parse_measurement(line, &m, &why)) fail(why);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,11 @@ struct TuneOptions {
   bool skewed = true;  // also measure skewed routing
   int rounds = 3;
   double max_ms = 200;
+  // Screening (successive halving): every candidate timed once, briefly (one round of
+  // screen_ms), then only the default and the `finalists` fastest accurate ones with the
+  // full method (rounds x max_ms). 0: every candidate with the full method.
+  int finalists = 4;
+  double screen_ms = 20;
   uint64_t seed = 1;
   bool help = false;
 
@@ -78,6 +84,13 @@ bench::Row layer_row(const TuneOptions& o, int64_t T);
 // The layer's plan candidates at T (the public *_plan_candidates of its op, on the current
 // device: without a GPU, those of arch 0) and, given planned, the library's plan.
 std::vector<LayerPlan> layer_candidates(const TuneOptions& o, int64_t T, LayerPlan* planned);
+
+// After a step's screening (one measurement per candidate, in candidate order): which
+// candidates the full method times. The default, the accurate plans named in `keep` (the
+// finalists of the count's other routing, so both routings time them), and the `n` fastest
+// accurate others (ties by candidate order); inaccurate or failed ones never. n <= 0: all.
+std::vector<bool> pick_finalists(const std::vector<Measurement>& screened, int n,
+                                 const std::set<std::string>& keep);
 
 // The partial-results file: a header naming the run, then one line per measurement; a run
 // resumes from the (count, routing) pairs it holds. Throws std::runtime_error (file:line)

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -45,10 +46,14 @@ std::string read_text(const std::string& path, bool* exists) {
   return s.str();
 }
 
-// One (count, routing) step: the bench's case of the layer, every candidate checked and
-// timed in the same interleaved rounds.
+// One (count, routing) step: the bench's case of the layer, every candidate checked, then
+// screened (one short round, all candidates interleaved) and the finalists (pick_finalists:
+// the default, `keep`, the fastest accurate others) timed in the same interleaved rounds of
+// the full method. Returns the finalists' measurements; `screen` gets a one-line summary.
 std::vector<Measurement> measure(const TuneOptions& o, int64_t T, const std::string& routing,
-                                 double alpha, const bench::Device& dev, cudaStream_t stream) {
+                                 double alpha, const std::set<std::string>& keep,
+                                 const bench::Device& dev, cudaStream_t stream,
+                                 std::string* screen) {
   bench::Options bo;
   bo.seed = o.seed;
   bo.rounds = o.rounds;
@@ -66,18 +71,44 @@ std::vector<Measurement> measure(const TuneOptions& o, int64_t T, const std::str
   c->set_copies(plan.copies);
   bench::RowResult rr;
   std::vector<bench::Impl> impls = bench::candidate_impls(*c, env, rr);
-  const std::vector<bench::TimingResult> tr = bench::time_impls(impls, plan, dev, stream);
-  std::vector<Measurement> out;
-  for (size_t k = 0; k < rr.candidates.size() && k < tr.size(); ++k) {
-    Measurement m;
-    m.tokens = T;
-    m.routing = routing;
-    m.plan = rr.candidates[k].plan;
-    m.us = impls[k].available && tr[k].ms > 0 ? tr[k].ms * 1000 : -1;
-    m.accurate = rr.candidates[k].checked && rr.candidates[k].acc_pass;
-    m.is_default = m.plan == planned;
-    out.push_back(m);
+  const auto measurements = [&](const std::vector<bench::TimingResult>& tr) {
+    std::vector<Measurement> out;
+    for (size_t k = 0; k < rr.candidates.size() && k < tr.size(); ++k) {
+      Measurement m;
+      m.tokens = T;
+      m.routing = routing;
+      m.plan = rr.candidates[k].plan;
+      m.us = impls[k].available && tr[k].ms > 0 ? tr[k].ms * 1000 : -1;
+      m.accurate = rr.candidates[k].checked && rr.candidates[k].acc_pass;
+      m.is_default = m.plan == planned;
+      out.push_back(m);
+    }
+    return out;
+  };
+  std::vector<bool> final_ones(impls.size(), true);
+  if (o.finalists > 0 && impls.size() > static_cast<size_t>(o.finalists) + 1) {
+    bench::TimingPlan brief = plan;
+    brief.rounds = 1;
+    brief.max_ms = o.screen_ms;
+    const std::vector<Measurement> screened =
+        measurements(bench::time_impls(impls, brief, dev, stream));
+    final_ones = pick_finalists(screened, o.finalists, keep);
+    int accurate = 0, picked = 0;
+    for (size_t k = 0; k < screened.size(); ++k) {
+      accurate += screened[k].accurate && screened[k].us > 0;
+      picked += final_ones[k];
+      impls[k].skip_timing = !final_ones[k];
+    }
+    char b[160];
+    std::snprintf(b, sizeof b,
+                  "# screened T=%lld %s: %zu candidates, %d accurate and timed, %d finalists",
+                  static_cast<long long>(T), routing.c_str(), screened.size(), accurate, picked);
+    *screen = b;
   }
+  const std::vector<Measurement> timed = measurements(bench::time_impls(impls, plan, dev, stream));
+  std::vector<Measurement> out;
+  for (size_t k = 0; k < timed.size(); ++k)
+    if (final_ones[k]) out.push_back(timed[k]);
   return out;
 }
 
@@ -204,7 +235,18 @@ int run(const TuneOptions& o) {
     std::fprintf(stderr, "[%zu/%zu] T=%lld %s (elapsed %s, left %s)\n", i + 1, todo.size(),
                  static_cast<long long>(T), routing.c_str(), duration(elapsed).c_str(),
                  eta.c_str());
-    for (const Measurement& m : measure(o, T, routing, alpha, dev, stream)) {
+    // The other routing's finalists at T (measured earlier, or before a resume) are timed
+    // here too, so a plan can win on its mean over both routings.
+    std::set<std::string> keep;
+    for (const Measurement& m : all)
+      if (m.tokens == T && m.routing != routing) keep.insert(m.plan);
+    std::string screen;
+    const std::vector<Measurement> step = measure(o, T, routing, alpha, keep, dev, stream, &screen);
+    if (!screen.empty()) {
+      std::fprintf(stderr, "  %s\n", screen.c_str() + 2);
+      log << screen << "\n";
+    }
+    for (const Measurement& m : step) {
       log << format_measurement(m) << "\n";
       all.push_back(m);
     }

@@ -42,6 +42,11 @@ TEST(TuneOptions, ParsesAModel) {
   EXPECT_EQ(o.partial_path(), "x.table.partial");
   EXPECT_FALSE(o.skewed);
   EXPECT_TRUE(o.dry_run);
+  EXPECT_EQ(o.finalists, 4);
+  EXPECT_EQ(o.screen_ms, 20);
+  const TuneOptions f = parse(with({"--finalists", "0", "--screen-ms", "5"}));
+  EXPECT_EQ(f.finalists, 0);
+  EXPECT_EQ(f.screen_ms, 5);
   const TuningShape s = o.shape();
   EXPECT_EQ(s.E, 16);
   EXPECT_EQ(s.routing, "sigmoid groups 8/4");
@@ -68,6 +73,8 @@ TEST(TuneOptions, RejectsWithTheOptionNamed) {
       {with({"--tokens", "4-2"}), "--tokens: expected an integer >= 4, got '2'"},
       {with({"--tokens", ""}), "--tokens"},
       {with({"--max-ms", "-1"}), "--max-ms: expected a number > 0"},
+      {with({"--finalists", "-1"}), "--finalists: expected an integer >= 0"},
+      {with({"--screen-ms", "0"}), "--screen-ms: expected a number > 0"},
       {with({"--bogus"}), "unknown option '--bogus'"},
       {with({"--out"}), "--out: expected a value"},
   };
@@ -164,6 +171,31 @@ TEST(TunePartial, RoundTripsAndRefusesOtherRuns) {
   refused("1 | uniform | direkt | 1.0 | accurate | -", "p:2: plan: at character 1");
   refused("1 | sideways | direct | 1.0 | accurate | -", "p:2: expected 'T | uniform/skewed");
   refused("x | uniform | direct | 1.0 | accurate | -", "p:2: tokens");
+  // A step's screening summary is a comment line.
+  EXPECT_EQ(
+      read_partial(text + "# screened T=1 uniform: 46 candidates\n", partial_header(o), "p").size(),
+      2u);
+}
+
+// Screening keeps the default (even inaccurate or slow), the other routing's finalists when
+// accurate, and the n fastest accurate timed others; never an inaccurate or failed one.
+TEST(TuneScreen, PicksTheDefaultTheKeptAndTheFastestAccurate) {
+  const auto m = [](const std::string& plan, double us, bool accurate, bool is_default) {
+    return Measurement{8, "uniform", plan, us, accurate, is_default};
+  };
+  const std::vector<Measurement> screened = {
+      m("d", 50, true, true),  m("a", 10, true, false), m("b", 9, false, false),
+      m("c", 30, true, false), m("e", -1, true, false), m("f", 20, true, false),
+      m("g", 20, true, false), m("k", 90, true, false), m("x", 99, false, false)};
+  EXPECT_EQ(pick_finalists(screened, 2, {}),
+            (std::vector<bool>{true, true, false, false, false, true, false, false, false}));
+  // Ties keep the candidate order; a kept plan costs no slot; an inaccurate kept one is out.
+  EXPECT_EQ(pick_finalists(screened, 3, {"k", "x"}),
+            (std::vector<bool>{true, true, false, false, false, true, true, true, false}));
+  EXPECT_EQ(pick_finalists(screened, 0, {}), std::vector<bool>(screened.size(), true));
+  std::vector<Measurement> slow_default = screened;
+  slow_default[0].accurate = false;
+  EXPECT_TRUE(pick_finalists(slow_default, 1, {})[0]);
 }
 
 // Synthetic timings: plan A wins 1-4 by 10%, plan B wins 8 by 5% uniform but is 3% slower
