@@ -934,7 +934,8 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act,
   fill_fp8_normal(a);
   fill_fp8_normal(b);
   std::uniform_real_distribution<double> u(0.25, 2.0);
-  for (int64_t i = 0; i < as.numel(); ++i) as.set(i, cs.a_mag * u(rng()) / std::sqrt(double(cs.k)));
+  const double k_root = std::sqrt(static_cast<double>(std::max<int64_t>(cs.k, 1)));
+  for (int64_t i = 0; i < as.numel(); ++i) as.set(i, cs.a_mag * u(rng()) / k_root);
   for (int64_t i = 0; i < bs.numel(); ++i) bs.set(i, cs.b_mag * u(rng()));
   // Rows outside every expert: NaN data and (per-row modes) NaN scales, never read.
   const int64_t as_per_row =
@@ -977,7 +978,9 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act,
   da.layout_metadata = meta_d.view();
   std::vector<GemmPlan> plans = grouped_gemm_fp8_plan_candidates(da);
   EXPECT_FALSE(plans.empty());
-  EXPECT_EQ(plan_grouped_gemm_fp8(da).kernel, GemmKernel::kFp8Sm90);
+  // k == 0 (no scale read, the empty sums' value): fp8_decode's fill.
+  EXPECT_EQ(plan_grouped_gemm_fp8(da).kernel,
+            cs.k > 0 ? GemmKernel::kFp8Sm90 : GemmKernel::kFp8Decode);
   plans.push_back(GemmPlan{});  // marker: the planner's (args.plan = nullptr)
   for (size_t pi = 0; pi < plans.size(); ++pi) {
     const bool planner = pi + 1 == plans.size();
@@ -1192,6 +1195,32 @@ TEST(GemmGpu, Fp8OutputWithAGivenScaleMatchesReference) {
         run_fp8_mode_case(c, s, act, /*fp8_out=*/true);
       }
   }
+}
+
+// k == 0: every valid row is act(0) = 0, as bf16 or e4m3 (0 / c_scale), in every scale mode,
+// layout and activation; padding rows keep their poison (fp8_decode's fill; the planner's
+// only FP8 plan for it).
+TEST(GemmGpu, Fp8EmptySumsAreZeroInEveryModeAndOutput) {
+  MOEKIT_REQUIRE_GPU();
+  std::vector<Fp8ModeCase> cases;
+  Fp8ModeCase c;
+  c.name = "contig_k0";
+  c.alignment = 8;
+  c.counts = {0, 70, 1, 200, 0, 33};
+  c.tail = 5;
+  c.n = 128;
+  cases.push_back(c);
+  c = Fp8ModeCase{};
+  c.name = "masked_k0";
+  c.contiguous = false;
+  c.counts = {0, 70, 1, 100, -3};
+  c.max_m = 72;
+  c.n = 64;
+  cases.push_back(c);
+  for (const Fp8ModeCase& k0 : cases)
+    for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor})
+      for (Activation act : {Activation::kNone, Activation::kSiluAndMul})
+        for (bool fp8_out : {false, true}) run_fp8_mode_case(k0, s, act, fp8_out);
 }
 
 }  // namespace

@@ -337,18 +337,22 @@ TEST(GemmPlanner, Fp8PlansTheSm90KernelWhereItTakesTheProblem) {
   EXPECT_NE(detail::gemm_fp8_plan_rejection(
                 GemmPlan{GemmKernel::kDecode, 32, 128, 1, GemmSchedule::kStatic}, p, h200),
             "");
-  // k == 0 with silu_and_mul or an e4m3 output: no kernel, and the reason says so.
+  // k == 0 with silu_and_mul or an e4m3 output: fp8_decode's fill of the empty sums.
   const GemmPlan decode{GemmKernel::kFp8Decode, 32, 128, 1, GemmSchedule::kStatic};
   for (bool e4m3 : {false, true}) {
     detail::GroupedGemmFP8Problem q = p;
+    q.scales = Fp8Scales::kPerChannel;
     if (e4m3) {
       static const float scale = 1.f;
       q.c_scale = &scale;
     } else {
       q.activation = Activation::kSiluAndMul;
     }
-    EXPECT_NE(detail::gemm_fp8_plan_rejection(decode, q, h200).find("k == 0"), std::string::npos);
-    EXPECT_TRUE(detail::gemm_fp8_plan_candidates(q, h200).empty());
+    EXPECT_EQ(detail::gemm_fp8_plan_rejection(decode, q, h200), "");
+    ASSERT_EQ(detail::gemm_fp8_plan_candidates(q, h200).size(), 1u);
+    EXPECT_EQ(to_string(detail::plan_gemm_fp8(q, h200)), "fp8_decode 32x128");
+    q.k = 128;  // with k, fp8_decode takes block scales without an activation only
+    EXPECT_NE(detail::gemm_fp8_plan_rejection(decode, q, h200), "");
   }
 }
 

@@ -279,12 +279,10 @@ std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Pr
   }
   switch (plan.kernel) {
     case GemmKernel::kFp8Decode:
-      // k == 0 reads no scale (c = 0): any scale mode, as no other FP8 kernel takes k == 0.
-      if (p.scales != Fp8Scales::kBlock && p.k > 0) return "fp8_decode runs block scales only";
-      if (p.k == 0 && (p.activation != Activation::kNone || p.c_scale)) {
-        return "k == 0 with silu_and_mul or an e4m3 output: no FP8 kernel takes it (fp8_sm90 "
-               "needs k > 0; fp8_decode writes bf16 without an activation)";
-      }
+      // k == 0 reads no scale and fills the empty sums' value (act(0) = 0, as bf16 or
+      // e4m3): any scale mode, activation and output, as no other FP8 kernel takes k == 0.
+      if (p.k == 0) return expect_tiles(plan, 32, 128);
+      if (p.scales != Fp8Scales::kBlock) return "fp8_decode runs block scales only";
       if (p.activation != Activation::kNone) return "fp8_decode runs no activation";
       if (p.c_scale) return "fp8_decode writes bf16 only";
       return expect_tiles(plan, 32, 128);

@@ -5,8 +5,12 @@
 // m16n8k32 partial sums go into a fresh f32 accumulator, which is then promoted
 // into the running f32 accumulator with a_scale[row, kb] * b_scale[n/128, kb]:
 // the scales apply per block, as the SPEC's formula does, and the tensor core's
-// reduced-precision fp8 accumulation spans only 128 k.
+// reduced-precision fp8 accumulation spans only 128 k. k == 0 (any scale mode, activation or
+// output) is a fill of the empty sums' value.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
 
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/launch.h"
@@ -143,10 +147,47 @@ void launch_fp8(const GroupedGemmFP8Problem& prob, cudaStream_t stream) {
   kernel<<<static_cast<unsigned>(tiles), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
 }
 
+// k == 0: every row of every group is the empty sum's output, act(0) = 0 (silu(0) * 0 with
+// silu_and_mul), as bf16 or as e4m3(0 / c_scale) (the SM90 epilogue's value * rcp(c_scale):
+// +-0, or NaN for a zero or NaN scale); other rows untouched. Blocks (x, y) walk groups y,
+// y + gridDim.y, ..., each group's elements from x, one per thread per step.
+__global__ void fill_empty_sums_kernel(RowsDesc rows, void* c, const float* c_scale, int64_t n) {
+  const uint8_t e4m3 = c_scale ? static_cast<uint8_t>(__nv_cvt_float_to_fp8(
+                                     0.f * __frcp_rn(__ldg(c_scale)), __NV_SATFINITE, __NV_E4M3))
+                               : 0;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  for (int g = blockIdx.y; g < rows.num_groups; g += gridDim.y) {
+    int64_t first, count;
+    group_rows(rows, g, first, count);
+    const int64_t elems = count * n;
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < elems; i += step) {
+      if (c_scale) {
+        static_cast<uint8_t*>(c)[first * n + i] = e4m3;
+      } else {
+        static_cast<__nv_bfloat16*>(c)[first * n + i] = __float2bfloat16_rn(0.f);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gemm
 
 void launch_grouped_gemm_fp8(const GroupedGemmFP8Problem& problem, cudaStream_t stream) {
+  if (problem.k == 0) {
+    // Any scale mode, activation and output: no scale is read (gemm_fp8_plan_rejection).
+    gemm::RowsDesc rows;
+    rows.mode = problem.contiguous ? gemm::kRowsContiguous : gemm::kRowsMasked;
+    rows.num_groups = problem.num_groups;
+    rows.meta = problem.layout_metadata;
+    rows.alignment = problem.alignment;
+    rows.total_rows = problem.contiguous ? problem.m : 0;
+    rows.max_m = problem.contiguous ? 0 : problem.max_m;
+    const unsigned groups = static_cast<unsigned>(std::min(problem.num_groups, 65535));
+    gemm::fill_empty_sums_kernel<<<dim3(8, groups), 256, 0, stream>>>(rows, problem.c,
+                                                                      problem.c_scale, problem.n);
+    return;
+  }
   gemm::launch_fp8<gemm::Fp8DecodeConfig>(problem, stream);
 }
 
