@@ -76,7 +76,8 @@ TunedLayer read_tuned_layer(const std::string& text, const std::string& name) {
               "|" + value_of(w[4], "F") + "|" + value_of(w[5], "K") + "|" + routing + "|" +
               value_of(w[s], "S") + "|" + value_of(w[s + 1], "experts");
   for (int n = 2; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;  // a step's screening note
     tune::Measurement m;
     std::string why;
     if (!tune::parse_measurement(line, &m, &why)) fail(name, n, why);

@@ -49,8 +49,14 @@ struct Synthetic {
         ms.push_back({T, routing, kA, d * (T >= 16 ? 0.9 : 1.05), true, false});
         ms.push_back({T, routing, kFastButWrong, d * 0.5, false, false});
       }
+    // As moekit-tune writes it: each step's screening summary, a comment, before its lines.
     partial = kHeader + "\n";
-    for (const tune::Measurement& m : ms) partial += tune::format_measurement(m) + "\n";
+    for (size_t i = 0; i < ms.size(); ++i) {
+      if (i % 3 == 0)
+        partial += "# screened T=" + std::to_string(ms[i].tokens) + " " + ms[i].routing +
+                   ": 46 candidates, 40 accurate and timed, 5 finalists\n";
+      partial += tune::format_measurement(ms[i]) + "\n";
+    }
   }
   double us(int64_t T, const std::string& routing, const std::string& plan) const {
     for (const tune::Measurement& m : ms)
