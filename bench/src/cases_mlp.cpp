@@ -3,6 +3,7 @@
 // compositions (per-expert cublasGemmEx + a silu_and_mul kernel; routing, permutation
 // and the weighted combine by plain kernels) and the plain GPU reference.
 #include <cmath>
+#include <map>
 #include <memory>
 #include <stdexcept>
 
@@ -166,6 +167,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
   }
 
   void setup(Env& env) override {
+    references_.clear();
     const TensorSpec* x = row_.w.tensor("hidden_states");
     T_ = x->shape[0];
     H_ = x->shape[1];
@@ -531,22 +533,45 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     run_ours(0, env.stream);
     sync(env.stream);
     HostTensor out = find("output").download();
-    double weight_bytes =
-        find("w_gate_up").bytes() * 1.5 + (shared() ? find("shared_w_gate_up").bytes() * 1.5 : 0.0);
-    // FP8 weights: the GPU reference (it dequantizes them as it reads; the args' scales are
-    // device views).
-    const bool cpu = cpu_reference_linked() && quant_ == QuantScheme::kNone &&
-                     cpu_reference_affordable(flops(), weight_bytes);
-    // Quantized activations (the FP8 GEMM paths) are checked at the fp8 tolerance; a dynamic
-    // per-tensor scale spans every row, so the reference runs them all.
     const auto [acts, shared_acts] = reference_acts();
     const bool quantizes =
         acts == Fp8Activations::kQuantized || shared_acts == Fp8Activations::kQuantized;
-    const bool all_rows = cpu || (quantizes && quant_ == QuantScheme::kFp8PerTensor);
-    std::vector<uint8_t> mask = sample_rows(T_, all_rows ? T_ : opt_.check_rows);
+    const Reference& r = reference(env, acts, shared_acts);
+    return compare_tensors(out, r.out, quantizes ? DType::kFP8E4M3 : dt_, &r.mask,
+                           describe_ref(r.cpu, r.checked, T_));
+  }
+
+  // The reference output, the rows it holds and how it was made. It depends on the inputs
+  // (set once by setup) and on whether the plan quantizes the activations (reference_acts),
+  // not otherwise on the plan: kept per that key, so checking every candidate of a layer
+  // (--candidates, moekit-tune) computes it once or twice, not once per candidate.
+  struct Reference {
+    HostTensor out;
+    std::vector<uint8_t> mask;
+    bool cpu = false;
     int64_t checked = 0;
-    for (uint8_t m : mask) checked += m;
-    HostTensor ref(dt_, {T_, H_});
+  };
+  const Reference& reference(Env& env, Fp8Activations acts, Fp8Activations shared_acts) {
+    const std::pair<int, int> key{static_cast<int>(acts), static_cast<int>(shared_acts)};
+    const auto found = references_.find(key);
+    if (found != references_.end()) return found->second;
+    Reference r;  // cached once complete (a failed run throws past the cache)
+    const double weight_bytes =
+        find("w_gate_up").bytes() * 1.5 + (shared() ? find("shared_w_gate_up").bytes() * 1.5 : 0.0);
+    // FP8 weights: the GPU reference (it dequantizes them as it reads; the args' scales are
+    // device views).
+    r.cpu = cpu_reference_linked() && quant_ == QuantScheme::kNone &&
+            cpu_reference_affordable(flops(), weight_bytes);
+    const bool cpu = r.cpu;
+    // Quantized activations (the FP8 GEMM paths) are checked at the fp8 tolerance; a dynamic
+    // per-tensor scale spans every row, so the reference runs them all.
+    const bool quantizes =
+        acts == Fp8Activations::kQuantized || shared_acts == Fp8Activations::kQuantized;
+    const bool all_rows = cpu || (quantizes && quant_ == QuantScheme::kFp8PerTensor);
+    r.mask = sample_rows(T_, all_rows ? T_ : opt_.check_rows);
+    for (uint8_t m : r.mask) r.checked += m;
+    HostTensor& ref = r.out;
+    ref = HostTensor(dt_, {T_, H_});
     if (cpu) {
       std::vector<HostTensor> keep;
       auto host = [&](const char* n) {
@@ -589,14 +614,13 @@ class RoutedCase : public PlannedCase<LayerPlan> {
           moekit::reference::fused_moe_experts(a);
       }
     } else {
-      DTensor o(dt_, {T_, H_}), dm = upload_mask(mask);
+      DTensor o(dt_, {T_, H_}), dm = upload_mask(r.mask);
       DBuffer ws(reference_scratch());
       run_reference(0, ws.workspace(), o.view(), dm.ptr<uint8_t>(), env.stream);
       sync(env.stream);
       ref = o.download();
     }
-    return compare_tensors(out, ref, quantizes ? DType::kFP8E4M3 : dt_, &mask,
-                           describe_ref(cpu, checked, T_));
+    return references_.emplace(key, std::move(r)).first->second;
   }
 
   std::vector<AltFactory> alternatives() override {
@@ -716,6 +740,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
   DTensor ref_ids_, ref_w_;
   std::vector<int64_t> start_, count_;
   DBuffer* ws_ = nullptr;
+  std::map<std::pair<int, int>, Reference> references_;  // reference(): by activation modes
 };
 
 // ---- SharedExpertMLPFwd ------------------------------------------------------------------------
