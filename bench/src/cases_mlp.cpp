@@ -645,6 +645,8 @@ class RoutedCase : public PlannedCase<LayerPlan> {
                    im.skip_timing = ref_cuda_too_slow(flops(), &im.note);
                    return im;
                  }});
+    if (quant_ != QuantScheme::kNone)
+      f.push_back({"moekit-bf16-weights", [this](Env& env) { return make_bf16_twin(env); }});
     if (kind_ == Kind::kIndexed && quant_ == QuantScheme::kNone)
       f.push_back({"moekit-fused-experts", [this](Env&) {
                      Impl im{"moekit-fused-experts", nullptr};
@@ -667,6 +669,92 @@ class RoutedCase : public PlannedCase<LayerPlan> {
   }
 
  private:
+  // FP8 rows: moekit's own op, planned by its planner, with bf16 / f16 weights of the same
+  // shapes (drawn as a bf16 row's, in as many rotating copies as the FP8 ones) on the same
+  // inputs and routing: what the FP8 weights gain over the same layer in the row's dtype.
+  Impl make_bf16_twin(Env& env) {
+    Impl im{"moekit-bf16-weights", nullptr};
+    const bool ops_linked = kind_ == Kind::kExperts   ? linked(&moekit::fused_moe_experts)
+                            : kind_ == Kind::kIndexed ? linked(&moekit::indexed_expert_mlp)
+                            : kind_ == Kind::kFused   ? linked(&moekit::fused_moe)
+                                                      : linked(&moekit::fused_moe_shared_expert);
+    if (!ops_linked) {
+      im.available = false;
+      im.note = "not linked";
+      return im;
+    }
+    const int copies = find("w_gate_up").copies();
+    const auto twin = [&](const std::string& name) -> const DTensor* {
+      if (!has(name)) return nullptr;
+      const DTensor& q = find(name);
+      auto t = std::make_unique<DTensor>(dt_, q.shape());
+      fill_normal(*t, seed(name + "_twin"), 1.f / std::sqrt(float(q.shape().back())), 0.f,
+                  env.stream);
+      sync(env.stream);  // set_copies copies copy 0 on the default stream
+      t->set_copies(copies);
+      twins_.push_back(std::move(t));
+      return twins_.back().get();
+    };
+    const DTensor* w13 = twin("w_gate_up");
+    const DTensor* w2 = twin("w_down");
+    const DTensor* s13 = shared() ? twin("shared_w_gate_up") : nullptr;
+    const DTensor* s2 = shared() ? twin("shared_w_down") : nullptr;
+    // The op's arguments on copy c with the twins in place of the FP8 weights, the planner's
+    // plan (a forced plan is one of the FP8 row's).
+    const auto with_twins = [=](auto a, int c) {
+      a.w_gate_up = w13->view(c);
+      a.w_down = w2->view(c);
+      a.quant = WeightQuant{};
+      a.plan = nullptr;
+      return a;
+    };
+    const auto shared_args_of = [=](int c, Workspace ws) {
+      FusedMoESharedExpertArgs a = shared_args(c, ws);
+      a.moe = with_twins(a.moe, c);
+      if (s13 != nullptr) {
+        a.shared_w_gate_up = s13->view(c);
+        a.shared_w_down = s2->view(c);
+        a.shared_quant = WeightQuant{};
+      }
+      return a;
+    };
+    size_t bytes = 0;
+    switch (kind_) {
+      case Kind::kExperts:
+        bytes = moekit::fused_moe_experts_workspace_size(with_twins(experts_args(0, {}), 0));
+        break;
+      case Kind::kIndexed:
+        bytes = moekit::indexed_expert_mlp_workspace_size(with_twins(experts_args(0, {}), 0));
+        break;
+      case Kind::kFused:
+        bytes = moekit::fused_moe_workspace_size(with_twins(fused_args(0, {}), 0));
+        break;
+      case Kind::kFusedShared:
+        bytes = moekit::fused_moe_shared_expert_workspace_size(shared_args_of(0, {}));
+        break;
+    }
+    DBuffer* ws = &scratch("twin_ws", bytes);
+    im.run = [=](int c, cudaStream_t s) {
+      switch (kind_) {
+        case Kind::kExperts:
+          moekit::fused_moe_experts(with_twins(experts_args(c, ws->workspace()), c), s);
+          break;
+        case Kind::kIndexed:
+          moekit::indexed_expert_mlp(with_twins(experts_args(c, ws->workspace()), c), s);
+          break;
+        case Kind::kFused:
+          moekit::fused_moe(with_twins(fused_args(c, ws->workspace()), c), s);
+          break;
+        case Kind::kFusedShared:
+          moekit::fused_moe_shared_expert(shared_args_of(c, ws->workspace()), s);
+          break;
+      }
+    };
+    im.note = std::string("moekit with ") + dtype_name(dt_) +
+              " weights of the same shapes, same inputs and routing";
+    return im;
+  }
+
   QuantScheme quant_ = QuantScheme::kNone;  // the row's weight_quant
   // Routing (fused ops) and permutation by the plain reference kernels, per-expert
   // cublasGemmEx with the counts of the (deterministic) reference routing, a
@@ -741,6 +829,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
   std::vector<int64_t> start_, count_;
   DBuffer* ws_ = nullptr;
   std::map<std::pair<int, int>, Reference> references_;  // reference(): by activation modes
+  std::vector<std::unique_ptr<DTensor>> twins_;          // make_bf16_twin's weights
 };
 
 // ---- SharedExpertMLPFwd ------------------------------------------------------------------------
