@@ -674,10 +674,15 @@ class RoutedCase : public PlannedCase<LayerPlan> {
   // inputs and routing: what the FP8 weights gain over the same layer in the row's dtype.
   Impl make_bf16_twin(Env& env) {
     Impl im{"moekit-bf16-weights", nullptr};
-    const bool ops_linked = kind_ == Kind::kExperts   ? linked(&moekit::fused_moe_experts)
-                            : kind_ == Kind::kIndexed ? linked(&moekit::indexed_expert_mlp)
-                            : kind_ == Kind::kFused   ? linked(&moekit::fused_moe)
-                                                      : linked(&moekit::fused_moe_shared_expert);
+    const bool ops_linked =
+        kind_ == Kind::kExperts ? linked(&moekit::fused_moe_experts) &&
+                                      linked(&moekit::fused_moe_experts_workspace_size)
+        : kind_ == Kind::kIndexed ? linked(&moekit::indexed_expert_mlp) &&
+                                        linked(&moekit::indexed_expert_mlp_workspace_size)
+        : kind_ == Kind::kFused
+            ? linked(&moekit::fused_moe) && linked(&moekit::fused_moe_workspace_size)
+            : linked(&moekit::fused_moe_shared_expert) &&
+                  linked(&moekit::fused_moe_shared_expert_workspace_size);
     if (!ops_linked) {
       im.available = false;
       im.note = "not linked";
