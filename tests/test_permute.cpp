@@ -541,10 +541,15 @@ void check_align_case(const AlignCase& c, uint64_t seed) {
       << "sorted_token_ids differ first at " << first_diff(sorted, r_sorted);
   EXPECT_TRUE(same_bytes(eids, r_eids))
       << "expert_ids differ first at " << first_diff(eids, r_eids);
-  // Deterministic: a second run gives the same bytes.
+  // Deterministic: a second run into freshly poisoned outputs gives the same bytes.
+  MOEKIT_CUDA_OK(cudaMemset(d.sorted.data(), 0x5A, sorted.nbytes()));
+  MOEKIT_CUDA_OK(cudaMemset(d.eids.data(), 0x5A, eids.nbytes()));
+  MOEKIT_CUDA_OK(cudaMemset(d.npp.data(), 0x5A, npp.nbytes()));
   moe_permute_align(d.args, nullptr);
   MOEKIT_CUDA_OK(cudaDeviceSynchronize());
   EXPECT_TRUE(same_bytes(d.sorted.download(), sorted));
+  EXPECT_TRUE(same_bytes(d.eids.download(), eids));
+  EXPECT_TRUE(same_bytes(d.npp.download(), npp));
 }
 
 // ---------------------------------------------------------------- GPU: PrePermute
@@ -692,6 +697,7 @@ void check_post_case(const PostCase& c, uint64_t seed) {
       EXPECT_EQ(out.at((c.T - 1) * c.H + h), 0.0);
     }
   }
+  MOEKIT_CUDA_OK(cudaMemset(dout.data(), 0xFF, out.nbytes()));  // a fresh poison for the rerun
   moe_post_permute(a, nullptr);
   MOEKIT_CUDA_OK(cudaDeviceSynchronize());
   EXPECT_TRUE(same_bytes(dout.download(), out));
@@ -704,10 +710,22 @@ double graph_time_us(cudaStream_t s, const std::function<void()>& launch) {
   constexpr int kReps = 50;
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) != cudaSuccess) return -1;
+  // The timing tests print their times; what they check is that every launch captures and
+  // replays (a failure here fails the test).
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) != cudaSuccess) {
+    ADD_FAILURE() << "cudaStreamBeginCapture failed";
+    return -1;
+  }
   for (int i = 0; i < kReps; ++i) launch();
-  if (cudaStreamEndCapture(s, &graph) != cudaSuccess) return -1;
-  if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return -1;
+  if (cudaStreamEndCapture(s, &graph) != cudaSuccess) {
+    ADD_FAILURE() << "the launches did not capture into a graph";
+    return -1;
+  }
+  if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    ADD_FAILURE() << "cudaGraphInstantiate failed";
+    cudaGraphDestroy(graph);
+    return -1;
+  }
   cudaGraphLaunch(exec, s);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
@@ -715,7 +733,7 @@ double graph_time_us(cudaStream_t s, const std::function<void()>& launch) {
   cudaEventRecord(e0, s);
   for (int i = 0; i < 5; ++i) cudaGraphLaunch(exec, s);
   cudaEventRecord(e1, s);
-  cudaEventSynchronize(e1);
+  EXPECT_EQ(cudaEventSynchronize(e1), cudaSuccess) << "the graph's replays failed";
   float ms = 0;
   cudaEventElapsedTime(&ms, e0, e1);
   cudaEventDestroy(e0);

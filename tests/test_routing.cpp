@@ -354,7 +354,10 @@ void check_topk_case(const TopKCase& c, uint64_t seed) {
   EXPECT_EQ(id_mismatch, 0);
   EXPECT_EQ(w_mismatch, 0);
 
-  // Bit-identical on a second run.
+  // Bit-identical on a second run, into freshly poisoned outputs (a run that wrote nothing
+  // would otherwise pass).
+  MOEKIT_CUDA_OK(cudaMemset(dw.data(), 0xFF, w.nbytes()));
+  MOEKIT_CUDA_OK(cudaMemset(dids.data(), 0x5A, ids.nbytes()));
   run();
   MOEKIT_CUDA_OK(cudaDeviceSynchronize());
   HostTensor w2 = dw.download(), ids2 = dids.download();
@@ -603,6 +606,16 @@ TEST(FusedTopKGpu, TimingOfSeedShapes) {
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     printf("[timing] fused_topk %-22s %7.2f us/call\n", sh.name, 1000.0 * ms / (5 * kReps));
+    // The replays' output: ids of experts, distinct per token, finite weights.
+    HostTensor ids = di.download(), w = dw.download();
+    for (int64_t t = 0; t < sh.T; ++t) {
+      for (int k = 0; k < 8; ++k) {
+        const int32_t e = ids.as<int32_t>()[t * 8 + k];
+        ASSERT_TRUE(e >= 0 && e < sh.E) << sh.name << " token " << t << " id " << e;
+        for (int j = 0; j < k; ++j) ASSERT_NE(e, ids.as<int32_t>()[t * 8 + j]) << sh.name;
+        ASSERT_TRUE(std::isfinite(w.as<float>()[t * 8 + k])) << sh.name << " token " << t;
+      }
+    }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cudaGraphExecDestroy(exec);

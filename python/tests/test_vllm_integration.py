@@ -968,7 +968,8 @@ def test_fused_experts_fp8_against_vllm_semantics(gpu_ops, case):
         assert out is h
     else:
         assert out is not h and torch.equal(h, x)
-    if ref.rel_l2(out, want) > FP8_LIMIT:
+    assert torch.isfinite(out).all(), f"fused_experts fp8 {case}: non-finite output"
+    if not ref.rel_l2(out, want) <= FP8_LIMIT:  # NaN-safe: a NaN rel_l2 takes this branch
         # moekit's FP8 decode kernels (the smallest batches) quantize no activation
         # (docs/moe.md "Quantized weights"): they meet the unquantized semantics at the
         # hidden dtype's own limit, while e4m3 noise alone can put them past the fp8 limit
