@@ -310,11 +310,18 @@ struct LayerInputs {
 
 // fused_moe_shared_expert with FP8 routed and shared weights (the schemes of `routed` and
 // `shared`) on device copies of the inputs, against the reference; the direct path (T <= 64).
+// Without shared weights (sw == nullptr): fused_moe, the routed layer alone.
 void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& in,
-                     const Fp8Weights& rw, const Fp8Weights& sw) {
+                     const Fp8Weights& rw, const Fp8Weights* sw) {
   const int64_t T = in.x.shape()[0], H = in.x.shape()[1];
-  DeviceTensor dx(in.x), dl(in.logits), dwgu(rw.wgu), dwd(rw.wd), dsgu(rw.sgu), dsd(rw.sd),
-      swgu(sw.wgu), swd(sw.wd), ssgu(sw.sgu), ssd(sw.sd), db, dmap;
+  DeviceTensor dx(in.x), dl(in.logits), dwgu(rw.wgu), dwd(rw.wd), dsgu(rw.sgu), dsd(rw.sd), swgu,
+      swd, ssgu, ssd, db, dmap;
+  if (sw != nullptr) {
+    swgu = DeviceTensor(sw->wgu);
+    swd = DeviceTensor(sw->wd);
+    ssgu = DeviceTensor(sw->sgu);
+    ssd = DeviceTensor(sw->sd);
+  }
   if (in.bias) db = DeviceTensor(*in.bias);
   if (in.map) dmap = DeviceTensor(*in.map);
   DeviceTensor dout(DType::kBF16, {T, H}, kPoison);
@@ -329,13 +336,23 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
   a.moe.output = dout.view();
   if (in.map) a.moe.expert_map = dmap.view();
   a.moe.apply_router_weight_on_input = in.apply;
-  a.shared_w_gate_up = swgu.view();
-  a.shared_w_down = swd.view();
-  a.shared_quant = quant_of(shared, ssgu, ssd);
-  ASSERT_EQ(plan_fused_moe_shared_expert(a).routed, RoutedPath::kDirect);
-  DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(a));
+  if (sw != nullptr) {
+    a.shared_w_gate_up = swgu.view();
+    a.shared_w_down = swd.view();
+    a.shared_quant = quant_of(shared, ssgu, ssd);
+  }
+  if (T > 0) {
+    ASSERT_EQ(sw != nullptr ? plan_fused_moe_shared_expert(a).routed : plan_fused_moe(a.moe).routed,
+              RoutedPath::kDirect);
+  }
+  DeviceWorkspace ws(sw != nullptr ? fused_moe_shared_expert_workspace_size(a)
+                                   : fused_moe_workspace_size(a.moe));
   a.moe.workspace = ws.get();
-  fused_moe_shared_expert(a, nullptr);
+  if (sw != nullptr) {
+    fused_moe_shared_expert(a, nullptr);
+  } else {
+    fused_moe(a.moe, nullptr);
+  }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   HostTensor ref(DType::kBF16, {T, H});
   FusedMoESharedExpertArgs h = a;
@@ -347,11 +364,27 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
   h.moe.quant = host_quant_of(routed, rw.sgu, rw.sd);
   h.moe.output = ref.view();
   h.moe.expert_map = in.map ? in.map->view() : TensorView{};
-  h.shared_w_gate_up = sw.wgu.view();
-  h.shared_w_down = sw.wd.view();
-  h.shared_quant = host_quant_of(shared, sw.sgu, sw.sd);
-  reference::fused_moe_shared_expert(h);
-  expect_close(dout.download(), ref, DType::kBF16, "fused_moe_shared_expert");
+  h.moe.workspace = {};
+  if (sw != nullptr) {
+    h.shared_w_gate_up = sw->wgu.view();
+    h.shared_w_down = sw->wd.view();
+    h.shared_quant = host_quant_of(shared, sw->sgu, sw->sd);
+    reference::fused_moe_shared_expert(h);
+  } else {
+    reference::fused_moe(h.moe);
+  }
+  const HostTensor out = dout.download();
+  expect_close(out, ref, DType::kBF16, sw != nullptr ? "fused_moe_shared_expert" : "fused_moe");
+  // Deterministic: a rerun into a freshly poisoned output gives the same bytes.
+  MOEKIT_CUDA_OK(cudaMemset(dout.data(), kPoison, out.nbytes()));
+  if (sw != nullptr) {
+    fused_moe_shared_expert(a, nullptr);
+  } else {
+    fused_moe(a.moe, nullptr);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const HostTensor again = dout.download();
+  EXPECT_EQ(std::memcmp(again.data(), out.data(), out.nbytes()), 0) << "not deterministic";
 }
 
 // fused_moe_shared_expert: routed experts and the shared expert both FP8 (different schemes),
@@ -377,7 +410,38 @@ TEST(MoEFp8Gpu, FusedMoeSharedExpertMatchesReference) {
       in.params.num_expert_group = 4;
       in.params.topk_group = 2;
       in.params.renormalize = true;
-      check_fp8_layer(routed, shared, in, rw, sw);
+      check_fp8_layer(routed, shared, in, rw, &sw);
+    }
+  }
+}
+
+// fused_moe (no shared expert) with FP8 routed weights on the direct path: softmax and
+// grouped sigmoid routing, T = 0 (nothing launched, nothing written), 1, 17 and 64.
+TEST(MoEFp8Gpu, FusedMoeMatchesReference) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 4300;
+  const int64_t H = 256, E = 16, F = 128;
+  for (QuantScheme routed : kSchemes) {
+    for (int64_t T : {0, 1, 17, 64}) {
+      for (bool grouped : {false, true}) {
+        SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T) +
+                     (grouped ? " grouped sigmoid" : " softmax"));
+        std::mt19937_64 rng(++seed);
+        LayerInputs in;
+        in.x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+        in.logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
+        const HostTensor bias = moetest::normal(rng, DType::kF32, {E}, 0.1);
+        const Fp8Weights rw(rng, routed, E, H, F);
+        in.params.top_k = 4;
+        in.params.renormalize = true;
+        if (grouped) {
+          in.bias = &bias;
+          in.params.scoring_func = ScoringFunc::kSigmoid;
+          in.params.num_expert_group = 4;
+          in.params.topk_group = 2;
+        }
+        check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr);
+      }
     }
   }
 }
@@ -464,7 +528,7 @@ TEST(MoEFp8Gpu, LayerWithAMapAndRouterWeightOnInput) {
       in.params.renormalize = K > 1;
       in.apply = apply;
       const Fp8Weights rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
-      check_fp8_layer(routed, shared, in, rw, sw);
+      check_fp8_layer(routed, shared, in, rw, &sw);
     }
   }
 }

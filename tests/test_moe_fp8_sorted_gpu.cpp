@@ -238,6 +238,7 @@ TEST(MoEFp8SortedGpu, RoutedExpertsMatchTheQuantizingReference) {
 
 // The layer past the decode kernels: routed (sorted) and shared (one-group GEMMs) both FP8,
 // grouped sigmoid routing with a bias; T = 65 and 300; an f16 layer with a bf16-free output.
+// Then the routed layer alone (fused_moe) on the same inputs.
 TEST(MoEFp8SortedGpu, LayerWithSharedExpertMatchesTheQuantizingReference) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 32000;
@@ -294,6 +295,20 @@ TEST(MoEFp8SortedGpu, LayerWithSharedExpertMatchesTheQuantizingReference) {
       r.shared_quant = dsw.host(sw);
       reference::fused_moe_shared_expert(r, Fp8Activations::kQuantized, Fp8Activations::kQuantized);
       expect_fp8_close(dout.download(), ref, what);
+
+      // The routed layer alone (fused_moe) on the same inputs, into a fresh poisoned output.
+      DeviceTensor dout2(dt, {T, H});
+      a.moe.output = dout2.view();
+      const LayerPlan routed_plan = plan_fused_moe(a.moe);
+      ASSERT_EQ(routed_plan.routed, RoutedPath::kSorted) << to_string(routed_plan);
+      DeviceWorkspace ws2(fused_moe_workspace_size(a.moe));
+      a.moe.workspace = ws2.get();
+      fused_moe(a.moe, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      HostTensor ref2(dt, {T, H});
+      r.moe.output = ref2.view();
+      reference::fused_moe(r.moe, Fp8Activations::kQuantized);
+      expect_fp8_close(dout2.download(), ref2, what + " fused_moe");
     }
   }
 }
