@@ -137,6 +137,13 @@ std::vector<Row<FusedMoEExpertsArgs>> quant_rows() {
        "a non-null data pointer", "nullptr"},
       {"overlap", [](auto& a) { a.output = at(a.output, a.quant.w_down_scale.data); }, "output",
        "memory disjoint from 'quant.w_down_scale'", "sharing"},
+      {"overlap",
+       [](auto& a) {
+         a.quant = quant_for(QuantScheme::kFp8PerTensor, kE, kH, kF);
+         a.quant.a_down_scale = fake(kF32, {1});
+         a.output = at(a.output, a.quant.a_down_scale.data);
+       },
+       "output", "memory disjoint from 'quant.a_down_scale'", "sharing"},
   };
 }
 

@@ -597,11 +597,13 @@ detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs
 }
 
 // The shared expert's weights, scales and biases in the layer's memory rule.
-std::array<detail::ArgCheck::Arg, 6> shared_weight_args(const FusedMoESharedExpertArgs& sh) {
+std::array<detail::ArgCheck::Arg, 8> shared_weight_args(const FusedMoESharedExpertArgs& sh) {
   return {{{"shared_w_gate_up", sh.shared_w_gate_up},
            {"shared_w_down", sh.shared_w_down},
            {"shared_quant.w_gate_up_scale", sh.shared_quant.w_gate_up_scale},
            {"shared_quant.w_down_scale", sh.shared_quant.w_down_scale},
+           {"shared_quant.a_gate_up_scale", sh.shared_quant.a_gate_up_scale},
+           {"shared_quant.a_down_scale", sh.shared_quant.a_down_scale},
            {"shared_gate_up_bias", sh.shared_gate_up_bias},
            {"shared_down_bias", sh.shared_down_bias}}};
 }

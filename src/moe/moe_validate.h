@@ -272,11 +272,13 @@ inline void check_output(const ArgCheck& c, const char* name, const TensorView& 
 // spliced in with ArgCheck::join), named as the args structs name them (ExpertMLPArgs,
 // FusedMoEExpertsArgs, FusedMoEArgs): one list for the three ops.
 template <class Args>
-std::array<ArgCheck::Arg, 4> weight_args(const Args& a) {
+std::array<ArgCheck::Arg, 6> weight_args(const Args& a) {
   return {{{"w_gate_up", a.w_gate_up},
            {"w_down", a.w_down},
            {"quant.w_gate_up_scale", a.quant.w_gate_up_scale},
-           {"quant.w_down_scale", a.quant.w_down_scale}}};
+           {"quant.w_down_scale", a.quant.w_down_scale},
+           {"quant.a_gate_up_scale", a.quant.a_gate_up_scale},
+           {"quant.a_down_scale", a.quant.a_down_scale}}};
 }
 // Their biases (the experts op lists the routing inputs in between).
 template <class Args>

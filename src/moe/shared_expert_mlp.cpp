@@ -119,7 +119,9 @@ void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
                       {"gate_up_bias", args.gate_up_bias},
                       {"down_bias", args.down_bias},
                       {"quant.w_gate_up_scale", args.quant.w_gate_up_scale},
-                      {"quant.w_down_scale", args.quant.w_down_scale}},
+                      {"quant.w_down_scale", args.quant.w_down_scale},
+                      {"quant.a_gate_up_scale", args.quant.a_gate_up_scale},
+                      {"quant.a_down_scale", args.quant.a_down_scale}},
                      args.workspace);
   if (s.T == 0) return;
   c.launch_target(stream, "output", args.output);
