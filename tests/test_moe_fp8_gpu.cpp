@@ -263,7 +263,7 @@ TEST(MoEFp8Gpu, SharedExpertMlpMatchesReference) {
   uint64_t seed = 77;
   for (QuantScheme s : kSchemes) {
     const bool block = s == QuantScheme::kFp8Block128;
-    for (int64_t T : {1, 2, 31, 64}) {
+    for (int64_t T : {0, 1, 2, 31, 64}) {
       const int64_t H = block ? 512 : 112, S = block ? 384 : 48;
       for (DType dt : {DType::kBF16, DType::kF16}) {
         SCOPED_TRACE(std::string(quant_scheme_name(s)) + " " + dtype_name(dt) +
@@ -394,7 +394,7 @@ TEST(MoEFp8Gpu, FusedMoeSharedExpertMatchesReference) {
   uint64_t seed = 4242;
   const int64_t H = 256, E = 16, F = 128, S = 256;
   for (QuantScheme routed : kSchemes) {
-    for (int64_t T : {1, 17, 64}) {
+    for (int64_t T : {0, 1, 17, 64}) {
       SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T));
       const QuantScheme shared = routed == QuantScheme::kFp8Block128 ? QuantScheme::kFp8PerChannel
                                                                      : QuantScheme::kFp8Block128;

@@ -187,7 +187,8 @@ TEST(MoEGpu, ExpertMLPMatchesReferenceAndLeavesPaddingUntouched) {
   const Case cases[] = {{DType::kBF16, 16, 256, 128, 40, 1},
                         {DType::kF16, 16, 256, 128, 40, 8},
                         {DType::kBF16, 64, 136, 72, 9, 64},
-                        {DType::kF16, 5, 64, 32, 0, 4}};  // every expert empty
+                        {DType::kF16, 5, 64, 32, 0, 4},        // every expert empty
+                        {DType::kBF16, 1, 256, 128, 300, 8}};  // every row in one expert
   uint64_t seed = 500;
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(dtype_name(c.dt)) + " E=" + std::to_string(c.E) +
@@ -409,6 +410,10 @@ TEST(MoEGpu, FusedMoELayersMatchReference) {
           {b, f, 40, 256, 8, 128, 4, 128, false},
           {b, f, 37, 256, 64, 128, 8, -1, false},
           {b, f, 100, 256, 64, 128, 8, -1, true},
+          // Every route to one expert (E = 1, top-1): the direct and the sorted path.
+          {b, f, 37, 256, 1, 128, 1, 0, false},
+          {h, f, 300, 256, 1, 128, 1, 0, false},
+          {b, f, 100, 256, 1, 128, 1, 128, false},
       },
       3000);
 }
