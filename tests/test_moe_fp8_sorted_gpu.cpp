@@ -136,10 +136,14 @@ struct SortedCase {
   // apply_router_weight_on_input (K = 1).
   bool engine = false;
   bool apply = false;
+  // Widths off the 128 tiles (H = 144, F = 80: per-tensor and per-channel only, block scales
+  // take whole 128 x 128 blocks); 0: H = 256, F = 128.
+  int64_t H = 0, F = 0;
 };
 
 std::string name(QuantScheme s, bool stat, const SortedCase& c) {
   return std::string(quant_scheme_name(s)) + (stat ? " static" : "") + " " + dtype_name(c.dt) +
+         (c.H ? " H=" + std::to_string(c.H) + " F=" + std::to_string(c.F) : std::string()) +
          " T=" + std::to_string(c.T) + " E=" + std::to_string(c.E) + " K=" + std::to_string(c.K) +
          " ids=" + moetest::ids_name(c.ids) + (c.indexed ? " indexed" : " fused_moe_experts") +
          (c.engine ? " map+i64" : "") + (c.apply ? " apply" : "");
@@ -149,7 +153,7 @@ std::string name(QuantScheme s, bool stat, const SortedCase& c) {
 void check_sorted(QuantScheme scheme, bool stat, const SortedCase& c, uint64_t seed) {
   const std::string what = name(scheme, stat, c);
   SCOPED_TRACE(what);
-  const int64_t H = 256, F = 128;
+  const int64_t H = c.H ? c.H : 256, F = c.F ? c.F : 128;
   std::mt19937_64 rng(seed);
   const HostTensor x = moetest::normal(rng, c.dt, {c.T, H}, 1.0);
   const Fp8Set w(rng, scheme, c.E, H, F);
@@ -231,6 +235,16 @@ TEST(MoEFp8SortedGpu, RoutedExpertsMatchTheQuantizingReference) {
   };
   for (QuantScheme s : kSchemes) {
     for (const SortedCase& c : cases) check_sorted(s, false, c, ++seed);
+  }
+  // Widths off the tiles (n and k tails of both FP8 GEMMs), row-wise schemes.
+  SortedCase odd{b, 150, 8, 4, Ids::kMixed, false};
+  odd.H = 144;
+  odd.F = 80;
+  for (QuantScheme s : {QuantScheme::kFp8PerTensor, QuantScheme::kFp8PerChannel}) {
+    check_sorted(s, false, odd, ++seed);
+    odd.indexed = true;
+    check_sorted(s, false, odd, ++seed);
+    odd.indexed = false;
   }
   for (const SortedCase& c : {cases[0], cases[1], cases[2]})
     check_sorted(QuantScheme::kFp8PerTensor, true, c, ++seed);
