@@ -1072,6 +1072,56 @@ def test_out_equals_the_allocating_call_bit_for_bit(case, fast_path):
 
 @requires_real_gpu
 @pytest.mark.parametrize("fast_path", [True, False])
+def test_out_keeps_the_callers_padding_rows_and_takes_empty_batches(fast_path):
+    """out= on a padded layout (alignment 16) writes the experts' rows as the allocating call
+    does and leaves every other row as the caller had it (moe_pre_permute's permuted rows,
+    moe_grouped_gemm's and moe_expert_mlp's outputs); with T = 0 the layer ops and
+    fused_topk take out= buffers of zero rows and return them."""
+    g = gen(43)
+    T, E, K, H, F, A = 20, 6, 2, 128, 64, 16
+    x = randn((T, H), bf16, g)
+    w13, w2 = weights(E, F, H, bf16, g)
+    ids = topk_ids(T, E, K, g)
+    old = moekit.ops.set_eager_fast_path(fast_path)
+    try:
+        permuted, ends, inv = moekit.moe_pre_permute(x, ids, E, A)
+        valid = torch.zeros(permuted.shape[0], dtype=torch.bool, device=DEVICE)
+        prev = 0
+        for e in range(E):  # expert e's rows: [align_up(end_{e-1}, A), end_e)
+            end = int(ends[e])
+            valid[-(-prev // A) * A:end] = True
+            prev = end
+        assert (~valid).any()  # the case has padding rows
+
+        def check(expected, buf):
+            assert _same_bits(expected[valid], buf[valid])
+            assert (buf[~valid].reshape(-1).view(torch.uint8) == 0xA5).all(), "padding written"
+
+        bufs = (_poisoned_like(permuted), _poisoned_like(ends), _poisoned_like(inv))
+        assert moekit.moe_pre_permute(x, ids, E, A, out=bufs)[0] is bufs[0]
+        check(permuted, bufs[0])
+        for name, args in (("moe_grouped_gemm", (permuted, w13, ends, False, A)),
+                           ("moe_expert_mlp", (permuted, ends, w13, w2, A))):
+            fn = getattr(moekit, name)
+            expected = fn(*args)
+            buf = _poisoned_like(expected)
+            assert fn(*args, out=buf) is buf
+            check(expected, buf)
+        x0, logits0 = x[:0], randn((0, E), f32, g)
+        for name, args in (("fused_moe", (x0, logits0, w13, w2, K, True)),
+                           ("fused_moe_experts", (x0, w13, w2, uniform((0, K), g), ids[:0])),
+                           ("shared_expert_mlp", (x0, w13[0], w2[0]))):
+            buf = torch.empty((0, H), dtype=bf16, device=DEVICE)
+            assert getattr(moekit, name)(*args, out=buf) is buf, name
+        w0, ids0 = torch.empty((0, K), dtype=f32, device=DEVICE), ids[:0].clone()
+        got = moekit.fused_topk(logits0, K, True, out=(w0, ids0))
+        assert got[0] is w0 and got[1] is ids0
+    finally:
+        moekit.ops.set_eager_fast_path(old)
+
+
+@requires_real_gpu
+@pytest.mark.parametrize("fast_path", [True, False])
 def test_out_in_place_layer(fast_path):
     """fused_moe(..., out=hidden_states) (allowed in place) equals the allocating call."""
     x, logits, w13, w2, (s13, s2), p = _layer_inputs(40, bf16, "grouped_bias", 42, S=128)
