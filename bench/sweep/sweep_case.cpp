@@ -425,10 +425,16 @@ void draw_engine_inputs(SweepCase& c) {
   const bool experts = c.op == Op::kFusedMoeExperts || c.op == Op::kIndexedExpertMlp;
   if (experts && rng.chance(0.25)) c.ep_ranks = static_cast<int>(rng.pick({2, 4, 8, 16}));
   if (experts && rng.chance(0.2)) c.ids64 = true;
-  if ((experts || c.op == Op::kFusedMoe || c.op == Op::kFusedMoeSharedExpert) && c.K == 1 &&
-      rng.chance(0.5))
-    c.on_input = true;
+  const bool layer = c.op == Op::kFusedMoe || c.op == Op::kFusedMoeSharedExpert;
+  if ((experts || layer) && c.K == 1 && rng.chance(0.5)) c.on_input = true;
+  // Drawn last, so the fields above stay what they were before layers took maps. Layers
+  // route over the global experts: ungrouped routing within fused_topk's expert limit.
+  if (layer && rng.chance(0.2)) {
+    const int ranks = static_cast<int>(rng.pick({2, 4, 8}));
+    if (c.groups == 0 && c.E * ranks <= kTopKMaxExperts) c.ep_ranks = ranks;
+  }
 }
+
 
 // Halves a width (a multiple of `unit`, at least `unit`); false when at its minimum.
 bool halve(int64_t* w, int64_t unit) {
@@ -781,7 +787,7 @@ double case_flops(const SweepCase& c) {
       return 6 * T * K * N * H;
     case Op::kFusedMoe:
     case Op::kFusedMoeSharedExpert:
-      return 6 * T * K * N * H + 6 * T * S * H + 10 * T * E;
+      return 6 * T * K * N * H + 6 * T * S * H + 10 * T * double(routing_case(c).E);
     case Op::kSharedExpertMlp:
       return 6 * T * N * H;
   }
@@ -854,8 +860,8 @@ double case_bytes(const SweepCase& c) {
     case Op::kFusedMoeSharedExpert:
       // hidden, weights, 3 outputs; the sorted path's permuted rows, activations and the
       // reference's f32 scratch.
-      return T * H * ds * 4 + E * 3 * N * H * ds + T * E * 4 + S * 3 * H * ds +
-             T * K * (H * (ds + 8) + N * (ds + 12)) + T * (S + H) * 8 + general;
+      return T * H * ds * 4 + E * 3 * N * H * ds + T * double(routing_case(c).E) * 4 +
+             S * 3 * H * ds + T * K * (H * (ds + 8) + N * (ds + 12)) + T * (S + H) * 8 + general;
     case Op::kSharedExpertMlp:
       return T * H * ds * 4 + 3 * N * H * ds + T * (N + H) * 12 + general;
   }
@@ -973,7 +979,9 @@ std::string invalid_reason(const SweepCase& c) {
   }
   if (c.scale_milli <= 0 || c.levels < 0) return "topk parameters";
   const bool experts = c.op == Op::kFusedMoeExperts || c.op == Op::kIndexedExpertMlp;
-  if (c.ep_ranks < 0 || (c.ep_ranks > 0 && !experts) || c.E * c.ep_ranks > INT32_MAX)
+  const bool layer_map = (c.op == Op::kFusedMoe || c.op == Op::kFusedMoeSharedExpert) &&
+                         c.groups == 0 && c.E * c.ep_ranks <= kTopKMaxExperts;
+  if (c.ep_ranks < 0 || (c.ep_ranks > 0 && !experts && !layer_map) || c.E * c.ep_ranks > INT32_MAX)
     return "ep_ranks";
   if (c.ids64 && !experts) return "ids64";
   if (c.on_input &&
@@ -1347,6 +1355,15 @@ std::vector<int32_t> draw_expert_map(const SweepCase& c) {
   }
   if (rng.chance(0.2)) map[rng.uniform(0, G - 1)] = static_cast<int32_t>(c.E);  // skipped
   return map;
+}
+
+SweepCase routing_case(const SweepCase& c) {
+  SweepCase r = c;
+  if (c.ep_ranks > 1 && (c.op == Op::kFusedMoe || c.op == Op::kFusedMoeSharedExpert)) {
+    r.E = c.E * c.ep_ranks;
+    r.ep_ranks = 0;
+  }
+  return r;
 }
 
 std::vector<int32_t> draw_inverse(const SweepCase& c) {

@@ -97,9 +97,9 @@ struct SweepCase {
   bool silu = false;
   bool workspace = true;  // moe_grouped_gemm: pass the optional workspace
   // Engine inputs (docs/moe.md, "Engine inputs"). ep_ranks >= 2 (fused_moe_experts,
-  // indexed_expert_mlp): ids over E * ep_ranks global experts and an expert_map holding
-  // this rank's E; ids64: the ids as i64; on_input (top_k 1, the routed ops):
-  // apply_router_weight_on_input.
+  // indexed_expert_mlp; the layers without grouped routing): ids (the layers: gating
+  // logits) over E * ep_ranks global experts and an expert_map holding this rank's E; ids64:
+  // the ids as i64; on_input (top_k 1, the routed ops): apply_router_weight_on_input.
   int ep_ranks = 0;
   bool ids64 = false, on_input = false;
   // The MLP ops' activation and optional biases (docs/moe.md, "Activations"); a bias is
@@ -181,6 +181,9 @@ std::vector<int32_t> draw_topk_ids(const SweepCase& c);
 // The expert map [E * ep_ranks] of an ep_ranks case (empty otherwise): this rank's E experts
 // as a block (rank data_seed % ep_ranks) or scattered, some entries past E (skipped).
 std::vector<int32_t> draw_expert_map(const SweepCase& c);
+// The case whose routing a layer runs: E * ep_ranks experts with an expert map (the
+// gating logits, the correction bias, the skew and the ambiguity test span them), else c.
+SweepCase routing_case(const SweepCase& c);
 // inverse indices [T*K] of MoEPostPermuteFwd over P = T*K + tail rows: distinct rows, with
 // -1, repeats and out-of-range values at the case's rates.
 std::vector<int32_t> draw_inverse(const SweepCase& c);

@@ -169,9 +169,16 @@ std::vector<int64_t> unambiguous_tokens(Context& ctx, const SweepCase& c, const 
 
 void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
   const Experts x = expert_inputs(ctx, c);
-  const DevTensor gating = ctx.tensor(c.gating, {c.T, c.E});
-  fill_logits(ctx, c, gating);
-  const DevTensor bias = correction_bias(ctx, c);
+  // With an expert map the routing spans every rank's experts (rc.E), the weights this
+  // rank's (c.E).
+  const SweepCase rc = routing_case(c);
+  const DevTensor gating = ctx.tensor(c.gating, {c.T, rc.E});
+  fill_logits(ctx, rc, gating);
+  const DevTensor bias = correction_bias(ctx, rc);
+  const std::vector<int32_t> map_h = draw_expert_map(c);
+  const DevTensor map =
+      map_h.empty() ? DevTensor{}
+                    : ctx.upload(DType::kI32, {static_cast<int64_t>(map_h.size())}, map_h.data());
   const bool shared = c.op == Op::kFusedMoeSharedExpert && c.S > 0;
   MlpWeights sw;
   MlpBiases sb;
@@ -191,6 +198,7 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
   m.quant = x.w.quant;
   m.output = out.view();
   m.apply_router_weight_on_input = c.on_input;
+  m.expert_map = map.view();
   m.activation = c.act;
   m.gate_up_bias = x.bias.gate_up.view();
   m.down_bias = x.bias.down.view();
@@ -222,12 +230,13 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
             o);
   scan_output(ctx, o, "output", out, nullptr);
   check_tokens(
-      ctx, o, c, out, unambiguous_tokens(ctx, c, gating, bias, o), ref_check(c, acts, shared_acts),
+      ctx, o, c, out, unambiguous_tokens(ctx, rc, gating, bias, o), ref_check(c, acts, shared_acts),
       [&](HostMirror& h) {
         FusedMoESharedExpertArgs r = args;
         r.moe.hidden_states = h.in(m.hidden_states);
         r.moe.gating_output = h.in(m.gating_output);
         r.moe.correction_bias = h.in(m.correction_bias);
+        r.moe.expert_map = h.in(m.expert_map);
         r.moe.w_gate_up = h.in(m.w_gate_up);
         r.moe.w_down = h.in(m.w_down);
         r.shared_w_gate_up = h.in(args.shared_w_gate_up);

@@ -129,6 +129,10 @@ TEST(SweepCases, CoversTheEdges) {
     seen["no workspace"] += !c.workspace;
     seen["expert map"] += c.ep_ranks > 1 && c.op == Op::kFusedMoeExperts;
     seen["expert map, direct"] += c.ep_ranks > 1 && c.op == Op::kIndexedExpertMlp && c.T <= 64;
+    seen["expert map, fused_moe"] += c.ep_ranks > 1 && c.op == Op::kFusedMoe;
+    seen["expert map, shared-expert layer"] +=
+        c.ep_ranks > 1 && c.op == Op::kFusedMoeSharedExpert && c.S > 0;
+    seen["expert map, layer with a bias"] += c.ep_ranks > 1 && c.op == Op::kFusedMoe && c.bias;
     seen["i64 ids"] += c.ids64;
     seen["on_input experts"] += c.on_input && c.op == Op::kIndexedExpertMlp;
     seen["on_input layer"] += c.on_input && c.op == Op::kFusedMoe;
@@ -516,6 +520,20 @@ TEST(SweepCases, InvalidCasesAreNamed) {
   c = drawn()[static_cast<int>(Op::kGroupedGemm)];
   c.ep_ranks = 4;  // engine inputs on an op without them
   EXPECT_NE(invalid_reason(c), "");
+  // A layer takes a map with ungrouped routing over at most 1024 global experts.
+  c = drawn()[static_cast<int>(Op::kFusedMoe)];
+  c.groups = c.topk_group = 0;
+  c.E = 128;
+  c.K = std::min<int64_t>(c.K, 8);
+  c.ep_ranks = 8;
+  EXPECT_EQ(invalid_reason(c), "");
+  EXPECT_EQ(routing_case(c).E, 1024);
+  c.ep_ranks = 16;
+  EXPECT_EQ(invalid_reason(c), "ep_ranks");
+  c.ep_ranks = 2;
+  c.groups = 4;
+  c.topk_group = 2;
+  EXPECT_EQ(invalid_reason(c), "ep_ranks");
   c = drawn()[static_cast<int>(Op::kFusedMoeExperts)];
   c.K = 2;
   c.on_input = true;
