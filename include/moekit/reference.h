@@ -28,7 +28,8 @@ enum class Fp8Activations : uint8_t {
   kQuantized,  // as the FP8 GEMM paths: the gate/up input rows (after
                // apply_router_weight_on_input's scaling; fp8_per_tensor's amax over all T rows)
                // and the F-wide activation (bf16, then quantized over every valid route / row)
-               // quantized by quantize_activations_e4m3 with the scheme, a_*_scale when given
+               // quantized by quantize_activations_e4m3 with the scheme, a_*_scale when given;
+               // each MLP's output rows in bf16, as the FP8 down GEMM stores them
 };
 void moe_expert_mlp(const ExpertMLPArgs& args, Fp8Activations acts = Fp8Activations::kAsGiven);
 // round_routes: each route's expert output rounded before the weighted sum, as the sorted

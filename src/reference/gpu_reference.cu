@@ -544,6 +544,14 @@ __global__ void down_bias_rows_kernel(float* y, int64_t H, const int32_t* rows,
   });
 }
 
+// In place: the listed rows of y [.., H] rounded to bf16 (the FP8 GEMMs' stored rows).
+__global__ void bf16_rows_kernel(float* y, int64_t H, const int32_t* rows) {
+  for_listed_rows(rows, H, [&](int32_t r, int64_t h) {
+    float& v = y[static_cast<int64_t>(r) * H + h];
+    v = rounded<__nv_bfloat16>(v);
+  });
+}
+
 template <class TOut>
 __global__ void round_rows_kernel(const float* y, int64_t H, const int32_t* rows, TOut* out) {
   for_listed_rows(rows, H, [&](int32_t r, int64_t h) {
@@ -925,6 +933,12 @@ void quantizing_mlp_rows(const scalar_t* x, int64_t x_rows, int a_div, const Ten
   }
   mlp_rows_quant<scalar_t, float>(s.xq, a_div, w_gate_up, w_down, q, F, H, s, spec, dense, stream,
                                   act_q);
+  // The FP8 down GEMM stores its rows in bf16 (then cast where the op's dtype is f16).
+  if (s.num_blocks > 0) {
+    bf16_rows_kernel<<<dim3(static_cast<unsigned>(s.num_blocks), grid_y(H, 256)), 256, 0, stream>>>(
+        s.y, H, s.rows);
+    check_launch("fp8 rows");
+  }
 }
 
 MlpSpec mlp_spec(Activation act, const TensorView& gate_up_bias, const TensorView& down_bias) {

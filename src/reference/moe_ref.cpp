@@ -162,6 +162,9 @@ std::vector<double> mlp_rows(const Mlp& m, const MlpWeights& w, const std::vecto
   if (quantize && n > 0) act = fp8_round_trip(q.scheme, act, n, F, q.a_down_scale);
   for (int64_t i = 0; i < n; ++i)
     down_proj(m, &act[i * F], &w.wd[e[i] * H * F], bias_row(w.bd, e[i], H), &y[i * H]);
+  // Quantizing, the rows are the FP8 down GEMM's output, which it stores in bf16.
+  if (quantize)
+    for (double& v : y) v = host::round_to(DType::kBF16, v);
   return y;
 }
 
