@@ -4,7 +4,8 @@
 Merges the records of one or more `moekit-bench --json` files (later files win for
 the same op/workload/dtype), then prints markdown: the geometric mean of page time /
 our time overall and per op, the rows furthest behind the page, accuracy counts, and
-one line per row (ours, page, ratio).
+one line per row (ours, page, ratio); for runs with alternatives, each row's alternatives
+over ours (the slowest margin first) beside its SOL.
 
     python3 bench/summarize.py run1.json [run2.json ...] > summary.md
 
@@ -64,6 +65,19 @@ def main(paths):
               f"{ours:.4g} | {page} | {ratio} | {sol} | {r.get('accuracy', '-')} |"
               if ours else f"| {r['op']} | {r['workload']} | {r['dtype']} | - | {page} | - | - | "
               f"{r.get('status', '-')} |")
+    with_alts = [r for r in recs if r.get("ours_ms") and r.get("alternatives")]
+    if with_alts:
+        # Each live alternative's time over ours (> 1: moekit faster), the slowest margin
+        # first: "faster than every live alternative" reads off the first column.
+        print("\n| op | workload | dtype | ours ms | SOL | bound | alternative / ours (each) |")
+        print("| --- | --- | --- | ---: | ---: | --- | --- |")
+        for r in with_alts:
+            alts = {k: v for k, v in r["alternatives"].items() if v}
+            each = ", ".join(f"{k} {v / r['ours_ms']:.2f}x"
+                             for k, v in sorted(alts.items(), key=lambda kv: kv[1]))
+            sol = f"{100 * r['sol']:.0f}%" if r.get("sol") else "-"
+            print(f"| {r['op']} | {r['workload']} | {r['dtype']} | {r['ours_ms']:.4g} | {sol} | "
+                  f"{r.get('bound', '-')} | {each or 'none timed'} |")
     return 0
 
 
