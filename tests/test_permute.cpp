@@ -632,6 +632,15 @@ void check_pre_case(const PreCase& c, uint64_t seed) {
         bad_row = i;
     ADD_FAILURE() << "permuted differs first at row " << bad_row;
   }
+  // The same ids as int64 (an engine's topk_ids): the same bytes.
+  HostTensor ids64(DType::kI64, ids.shape());
+  for (int64_t i = 0; i < ids.numel(); ++i) ids64.as<int64_t>()[i] = ids.as<int32_t>()[i];
+  PreBuffers d64(x, ids64, c.E, c.A, poison);
+  moe_pre_permute(d64.args, nullptr);
+  MOEKIT_CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(same_bytes(d64.permuted.download(), perm)) << "int64 ids: permuted differs";
+  EXPECT_TRUE(same_bytes(d64.meta.download(), meta)) << "int64 ids: layout_metadata differs";
+  EXPECT_TRUE(same_bytes(d64.inv.download(), inv)) << "int64 ids: inverse_indices differs";
 }
 
 // ---------------------------------------------------------------- GPU: PostPermute
