@@ -435,7 +435,6 @@ void draw_engine_inputs(SweepCase& c) {
   }
 }
 
-
 // Halves a width (a multiple of `unit`, at least `unit`); false when at its minimum.
 bool halve(int64_t* w, int64_t unit) {
   if (*w <= unit) return false;
