@@ -277,6 +277,14 @@ TEST(MoEActivationGpu, LayersMatchReference) {
       {Activation::kRelu2, Bias::kDtype, 70, 128, 8, 64, 4, 128},
       {Activation::kRelu2, Bias::kNone, 5, 264, 9, 40, 2, 0},
       {Activation::kSiluAndMul, Bias::kF32, 17, 128, 8, 64, 2, 64},
+      // fused_moe (no shared expert) with the other activations, past the direct path too,
+      // and T = 0 on each kind of layer.
+      {Activation::kGeluTanhAndMul, Bias::kF32, 90, 128, 8, 64, 2, 0},
+      {Activation::kSiluAndMul, Bias::kDtype, 9, 128, 8, 64, 2, 0},
+      {Activation::kGeluAndMul, Bias::kDtype, 300, 136, 12, 72, 3, 0},
+      {Activation::kSwigluOai, Bias::kF32, 0, 256, 16, 128, 4, 0},
+      {Activation::kSwigluOai, Bias::kDtype, 70, 256, 16, 128, 4, 64},
+      {Activation::kRelu2, Bias::kF32, 0, 128, 8, 64, 4, 128},
   };
   uint64_t seed = 8100;
   for (const Case& c : cases) {
