@@ -38,13 +38,6 @@ __device__ __forceinline__ uint32_t ordered_bits(float f) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// The selection key of a sel value or a group score: ordered_bits, except that every NaN,
-// whatever its sign and payload, ranks above every number (as torch.topk ranks NaN), so a
-// NaN is picked first and its NaN weight shows in the output (docs/routing-permute.md).
-__device__ __forceinline__ uint32_t sel_key(float f) {
-  return isnan(f) ? 0xffffffffu : ordered_bits(f);
-}
-
 // Correctly rounded 1/x for x in [1, 2^126): the fast path of __frcp_rn.
 __device__ __forceinline__ float rcp_rn_normal(float x) {
   float r;
@@ -67,6 +60,16 @@ __device__ __forceinline__ float min_nan(float a, float b) {
   float d;
   asm("min.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
   return d;
+}
+
+// The selection key of a sel value or a group score: ordered_bits, except that every NaN,
+// whatever its sign and payload, ranks above every number (as torch.topk ranks NaN), so a
+// NaN is picked first and its NaN weight shows in the output (docs/routing-permute.md).
+// max.NaN turns any NaN into the canonical 0x7fffffff (PTX), whose ordered bits are
+// 0xffffffff, and returns every number unchanged (-0 included): one FMNMX instead of a
+// NaN test and a select.
+__device__ __forceinline__ uint32_t sel_key(float f) {
+  return ordered_bits(max_nan(f, -INFINITY));
 }
 
 __device__ __forceinline__ float warp_max_nan(float v) {
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const int e = s * 32 + lane;
     sel[s] = score[s];
     if (bias != nullptr && e < E) sel[s] += bv[s];
-    key[s] = max(sel_key(sel[s]), 1u);
+    key[s] = sel_key(sel[s]);  // >= 0x007fffff (the key of -inf): never "nothing"
   }
 
   if (num_groups > 0 && topk_group < num_groups) {
