@@ -1,4 +1,4 @@
-// GPU tests of FP8-weight decoding (docs/moe.md "FP8-weight decoding") against the CPU
+// GPU tests of the FP8 direct kernels (docs/moe.md "FP8 direct kernels") against the CPU
 // references on the dequantized weights: every scheme, bf16 and f16 activations, odd shapes,
 // T = 0, 1 and up to the direct path's 64, -1 / out-of-range ids and empty experts, e4m3
 // subnormals, scales of extreme magnitude (2^-40 .. 2^40); the engine inputs (expert maps,

@@ -1,10 +1,10 @@
 // The MoE ops with NaN / Inf in the activations, the routing weights, the logits and one
 // weight element of an expert (IEEE arithmetic, no check), on the paths each op takes
-// (expert MLP: the heuristic's GEMMs, the SM90 chain, the decode tiles with and without
-// the GEMM PDL chain; dense MLP: GEMV, direct, stream-K, the GEMMs; routed layers: the
-// indexed and the sorted path). Each run against a clean run of the same inputs: a NaN
-// reaches NaN exactly where the math says (a token row, an expert's rows, a column), an
-// Inf reaches non-finite elements, and every other element keeps the clean run's bits
+// (expert MLP: the planner's GEMMs, then every candidate that runs one plan for both
+// GEMMs: the decode tiles, sm90 and the SM90 chains; dense MLP: GEMV, direct, stream-K,
+// the GEMMs; routed layers: the indexed and the sorted path). Each run against a clean run of the
+// same inputs: a NaN reaches NaN exactly where the math says (a token row, an expert's rows, a
+// column), an Inf reaches non-finite elements, and every other element keeps the clean run's bits
 // (padding rows their poison). Skipped without a GPU.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>

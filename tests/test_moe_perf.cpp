@@ -144,7 +144,7 @@ TEST(MoEPerf, DeepSeekV3RoutedExperts) {
   cudaFree(wd);
 }
 
-// FP8-weight decoding (docs/moe.md "FP8-weight decoding"): indexed_expert_mlp and the layer
+// The FP8 direct kernels (docs/moe.md "FP8 direct kernels"): indexed_expert_mlp and the layer
 // with a FP8 shared expert on DeepSeek-V3's FP8 checkpoint layout (128 x 128 block scales);
 // prints the bandwidth of the active experts' e4m3 weights (the target: >= 90% of the
 // H200's ~4.54 TB/s read rate at T = 1 to 32).

@@ -1,14 +1,16 @@
 // Plans: what an op runs, decided by one planner per level (docs/architecture.md).
-//   GemmPlan   one grouped GEMM: which kernel, its tile, split and schedule.
+//   GemmPlan   one grouped GEMM: which kernel, its tile, split, schedule and swap_tails.
 //   MlpPlan    a gated MLP's two GEMMs (two launches, or one chained launch), or one of
 //              the dense small-batch MLP kernels.
 //   LayerPlan  a routed MoE layer: the direct (sort-free) or the sorted path for the
 //              routed experts, the expert MLP's plan, and the shared expert's.
 // Planners are pure functions of the arguments' shapes and dtypes and of the device's
 // properties. plan_*(args) returns the plan an op would run, without running it;
-// *_plan_candidates(args) lists every plan this build can run for those arguments (the
-// planner's pick among them). An op runs the plan its args name (args.plan), else the
-// planner's; a named plan that cannot run the arguments throws moekit::Error saying why.
+// *_plan_candidates(args) lists the candidate plans (the planner's pick among them): every
+// GEMM plan that runs; for MLP and layer plans, each part's alternatives with the other
+// parts as planned (not their product); stream-K at one CTA per SM only. An op runs the
+// plan its args name (args.plan), else the planner's; a named plan that cannot run the
+// arguments throws moekit::Error saying why.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +29,8 @@ enum class GemmKernel : uint8_t {
   kDecodePersistent,    // kDecodeStream's tiles on a persistent grid (short k, grouped)
   kSm90,                // TMA + wgmma, 128 x tile_n tiles, warp-specialized, persistent
   kSm90Pairs,           // kSm90 on 2-CTA clusters sharing an operand tile (multicast)
-  kFp8Decode,           // FP8 block-scaled, mma.sync, 32 x 128 tiles
-  kFp8Sm90,             // FP8 block-scaled, TMA + wgmma
+  kFp8Decode,           // FP8 block-scaled (any scales at k == 0), mma.sync, 32 x 128 tiles
+  kFp8Sm90,             // FP8 e4m3, TMA + wgmma: every layout, scale mode and activation
 };
 
 // How a kernel's CTAs find their tiles.
@@ -40,7 +42,7 @@ enum class GemmSchedule : uint8_t {
 struct GemmPlan {
   GemmKernel kernel = GemmKernel::kDecode;
   int tile_m = 0;  // rows per tile
-  int tile_n = 0;  // output columns per tile (b rows)
+  int tile_n = 0;  // b rows per tile (with kSiluAndMul a tile makes tile_n / 2 output columns)
   int split = 1;   // CTAs per output tile along k (kDecodeSplitK: a cluster), else 1
   GemmSchedule schedule = GemmSchedule::kStatic;
   // kSm90 / kSm90Pairs at tile_n 256: tiles with at most 32 valid rows run transposed
@@ -61,7 +63,8 @@ struct MlpPlan {
   MlpPath path = MlpPath::kTwoGemms;
   GemmPlan gate_up;  // kTwoGemms / kChain
   GemmPlan down;     // kTwoGemms / kChain
-  // kDirect / kStreamK: the k split (CTAs per cluster / k slices) of each GEMM; 0 = n/a.
+  // kDirect: each GEMM's cluster ranks over k; kStreamK: the grid (CTAs), equal for both;
+  // 0 = n/a.
   int split_gate_up = 0;
   int split_down = 0;
 };
@@ -79,8 +82,8 @@ struct LayerPlan {
   MlpPlan shared;           // its dense MLP (has_shared)
 };
 
-// One line each, e.g. "sm90_pairs 128x256 dynamic",
-// "chain{gate_up: sm90_pairs 128x256 dynamic, down: sm90_pairs 128x256 dynamic}".
+// One line each, e.g. "sm90_pairs 128x256 dynamic swap_tails", "chain{gate_up: sm90_pairs
+// 128x256 dynamic swap_tails, down: sm90_pairs 128x256 dynamic swap_tails}".
 std::string to_string(GemmKernel kernel);
 std::string to_string(const GemmPlan& plan);
 std::string to_string(const MlpPlan& plan);

@@ -1,6 +1,6 @@
 // parse_plan: the inverse of to_string (include/moekit/plan.h), for plans named in text
 // (tuning tables, tool flags). A small recursive-descent reader over to_string's grammar:
-//   gemm  := KERNEL " " M "x" N [" split" S] [" dynamic"]
+//   gemm  := KERNEL " " M "x" N [" split" S] [" dynamic"] [" swap_tails"]
 //   mlp   := ("two_gemms" | "chain") "{gate_up: " gemm ", down: " gemm "}" | "gemv"
 //          | ("direct" | "streamk") "{split " A "/" B "}"
 //   layer := ("direct" | "sorted " mlp) [" + shared " mlp]

@@ -1,5 +1,5 @@
 // The GEMM planner: the rules that pick a grouped GEMM's kernel, tile, split and schedule
-// (docs/gemm.md "The heuristic" has the measurements behind each rule), the candidates and
+// (docs/gemm.md "The GEMM planner" has the measurements behind each rule), the candidates and
 // their limits, and the expert-MLP GEMMs' chain rule.
 #include "gemm/gemm_planner.h"
 
@@ -141,14 +141,14 @@ GemmPlan plan_gemm(const GroupedGemmProblem& p, const GemmDevice& d) {
   const int sms = rule_sms(d);
   // Few rows per group: the decode tiles (32 rows, the weights streamed once). Routed
   // counts (the fused layers) are ragged and skewed, so their groups outgrow the decode
-  // tiles at a lower average (docs/gemm.md "The heuristic").
+  // tiles at a lower average (docs/gemm.md "The GEMM planner").
   const int64_t decode_max_rows = p.routed_counts ? 12 : 48;
   // Many rows: 128-row tiles, unless they would leave SMs without a tile.
   const int64_t wide_tiles = groups * cdiv(rows_per_group, 128) * cdiv(p.n, silu(p) ? 64 : 128);
   const bool many_rows = rows_per_group > decode_max_rows && wide_tiles >= sms;
   if (many_rows) {
     // Contiguous groups of >= 128 rows: the adaptive pairs, whose multicast cuts the
-    // L2 -> SM traffic that bounds these GEMMs (docs/gemm.md "Paired SM90 configs and
+    // L2 -> SM traffic that bounds these GEMMs (docs/gemm.md "`sm90_pairs`:
     // adaptive pairs").
     const bool pairs = p.rows == GemmRows::kContiguous && groups > 1 && rows_per_group >= 128;
     const GemmPlan plan = sm90_plan(pairs ? GemmKernel::kSm90Pairs : GemmKernel::kSm90, p, d);

@@ -75,7 +75,7 @@ void run_dense_mlp(const MlpPlan& plan, const DenseMlpProblem& p, const void* x,
     case MlpPath::kChain: {
       GroupedGemmProblem up, down;
       dense_mlp_gemms(p, x, w_gate_up, w_down, act, out, &up, &down);
-      // Two launches (a PDL chain with gemm_pdl_override() on: up writes only act).
+      // The GEMM planner's plan on dense rows: two launches (two_gemms); dense rows never chain.
       run_mlp_gemms(plan, up, down, nullptr, stream);
       return;
     }

@@ -51,11 +51,12 @@ DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtyp
 
 // ---- a dense MLP (the shared expert) with FP8 weights ----
 // Up to kDirectMaxTokens tokens with 2*S*H < 2^31 (its 32-bit weight offsets, as the routed
-// form's 2*F*H) the FP8 decode kernel in its dense form (launch_direct_fp8_*, topk_ids ==
-// nullptr): plan "direct" with no k split (split 1 / 1); past that the FP8 GEMMs on one
-// group of T rows (fp8_mlp.h; plan two_gemms).
+// form's 2*F*H) the FP8 direct kernels (moe_kernels_fp8.cu; their messages and the names
+// below say "decode") in their dense form (launch_direct_fp8_*, topk_ids == nullptr): plan "direct"
+// with no k split (split 1 / 1); past that the FP8 GEMMs on one group of T rows (fp8_mlp.h; plan
+// two_gemms).
 MlpPlan fp8_dense_mlp_plan();
-// Empty when the dense FP8 decode kernel can run T tokens of width S, else the limit past
+// Empty when the dense FP8 direct kernels can run T tokens of width S, else the limit past
 // ("T = 65 > 64", "2*S*H = ... >= 2^31: ...").
 std::string fp8_dense_decode_rejection(int64_t T, int64_t H, int64_t S);
 bool fp8_dense_uses_gemm(int64_t T, int64_t H, int64_t S);
@@ -83,7 +84,7 @@ struct SharedMlpWeights {
   MlpBiases biases;
 };
 // Its workspace buffers: act [T, S] in the dtype, the dense MLP's stream-K scratch and (the
-// general path) the f32 pre-activations; FP8 weights past the decode kernel (carve_shared_fp8):
+// general path) the f32 pre-activations; FP8 weights past the direct kernels (carve_shared_fp8):
 // the e4m3 input rows, the FP8 MLP's buffers and (an output not bf16) its bf16 output.
 struct SharedMlpBuffers {
   void* act = nullptr;
@@ -96,7 +97,7 @@ struct SharedMlpBuffers {
 void carve_shared_fp8(const MoEShapes& s, int64_t S, QuantScheme quant, DType out_dtype,
                       SharedMlpBuffers& b, WorkspaceCarver& ws);
 // out [T, H] = the shared MLP of x (out_dtype: f32 or the dtype), by `plan` (bf16 / f16
-// weights: run_dense_mlp; FP8 weights: the dense FP8 decode kernel or the FP8 GEMMs).
+// weights: run_dense_mlp; FP8 weights: the dense FP8 direct kernels or the FP8 GEMMs).
 void run_shared_mlp(const MlpPlan& plan, const MoEShapes& s, int64_t S, DType out_dtype,
                     const void* x, const SharedMlpWeights& w, const SharedMlpBuffers& b, void* out,
                     cudaStream_t stream, const char* op);

@@ -1,4 +1,4 @@
-// FP8-weight decoding (docs/moe.md "FP8-weight decoding"): the direct path's two stages with
+// The FP8 direct kernels (docs/moe.md "FP8 direct kernels"): the direct path's two stages with
 // e4m3 weights, bf16 / f16 activations, the weights dequantized in registers and the sums in
 // f32. The tile walk of the bf16 kernel (direct_tiles.cuh) with e4m3 weights and their
 // scales as its two policies, reading half the weight bytes: a warp step covers 64 k, lane

@@ -189,7 +189,7 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
 // still in the previous tile's epilogue (a slow path on some lanes) lets the others
 // release stages it has not waited for, can fall a whole phase behind on a stage's
 // barrier and then waits forever: paired kernels hung so when some warps lagged in the
-// epilogue (docs/gemm.md, "Paired SM90 configs and adaptive pairs"). So the four warps meet (named
+// epilogue (docs/gemm.md, "`sm90_pairs`: adaptive pairs"). So the four warps meet (named
 // barrier `wg`, 128 threads) at each tile's start and, when skipping, before each
 // release. Unpaired configs count every consumer thread's release: nothing to do.
 template <int CLUSTER>
