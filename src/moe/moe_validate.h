@@ -174,14 +174,6 @@ inline void check_down(const ArgCheck& c, const MoEShapes& s, const char* name,
   }
 }
 
-inline void check_mlp_weights(const ArgCheck& c, MoEShapes& s, const char* gu_name,
-                              const TensorView& w_gate_up, const char* down_name,
-                              const TensorView& w_down, const char* dtype_ref_name,
-                              const TensorView& dtype_ref, bool experts) {
-  check_gate_up(c, s, gu_name, w_gate_up, dtype_ref_name, dtype_ref, experts);
-  check_down(c, s, down_name, w_down, dtype_ref_name, dtype_ref, experts);
-}
-
 // The scales of `q` (named "<prefix>.w_gate_up_scale", ...) for shapes s (E, H, F; `experts`:
 // with the E axis) under q.scheme, laid out as moekit/quant.h says.
 inline void check_quant_scales(const ArgCheck& c, const MoEShapes& s, const char* prefix,
