@@ -228,27 +228,33 @@ struct TunedOp {
 LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
                      const detail::LayerProblem& p, const TunedOp* tuned = nullptr) {
   const detail::GemmDevice device = detail::current_gemm_device();
-  if (given != nullptr) {
-    detail::check_plan(c, *given, detail::layer_plan_rejection(*given, p, device));
-    return *given;
-  }
-  LayerPlan plan;
-  // The tuning tables hold bf16 / f16 silu_and_mul layers' plans.
-  if (tuned != nullptr && !p.s.mlp.general() && !p.shared_mlp.general() &&
-      !detail::quantized(p.s.quant) && !detail::quantized(p.shared_quant) &&
-      detail::tuning_tables_present() &&
-      detail::tuned_layer_plan(detail::current_device_name(),
-                               detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
-                               p.s.T, device, &plan))
-    return plan;
-  detail::DirectCapacity capacity;
-  if (p.S > 0 && !detail::quantized(p.shared_quant)) {
-    capacity = detail::device_direct_capacity(
-        detail::shared_mlp_problem(p.s, p.S, DType::kF32, device, p.shared_mlp));
-  }
-  plan = detail::plan_layer(p, device, capacity);
-  detail::check_quantized_plan(c, plan, p, device);
-  return plan;
+  static const std::string fp8_paths =
+      "FP8 weights on a path that runs them (the FP8 decode kernels: T <= " +
+      detail::str(detail::kDirectMaxTokens) +
+      ", T*top_k <= " + detail::str(detail::kDirectMaxRoutes) +
+      ", E <= " + detail::str(detail::kDirectMaxExperts) +
+      ", 2*F*H < 2^31 (shared: 2*S*H); else the FP8 GEMMs on an sm_90 device)";
+  const char* fp8_weights = detail::quantized(p.s.quant)        ? "w_gate_up"
+                            : detail::quantized(p.shared_quant) ? "shared_w_gate_up"
+                                                                : nullptr;
+  const auto planned = [&] {
+    LayerPlan plan;
+    // The tuning tables hold bf16 / f16 silu_and_mul layers' plans.
+    if (tuned != nullptr && !p.s.mlp.general() && !p.shared_mlp.general() &&
+        !detail::quantized(p.s.quant) && !detail::quantized(p.shared_quant) &&
+        detail::tuning_tables_present() &&
+        detail::tuned_layer_plan(detail::current_device_name(),
+                                 detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
+                                 p.s.T, device, &plan))
+      return plan;
+    return detail::plan_layer(
+        p, device,
+        detail::shared_mlp_capacity(p.s, p.S, p.shared_quant, p.shared_mlp, DType::kF32, device));
+  };
+  return detail::resolve_plan(
+      c, given,
+      [&](const LayerPlan& plan) { return detail::layer_plan_rejection(plan, p, device); }, planned,
+      fp8_weights, fp8_paths.c_str());
 }
 
 // ---- engine inputs (docs/moe.md, "Engine inputs") ----

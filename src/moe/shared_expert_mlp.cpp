@@ -42,31 +42,28 @@ size_t shared_mlp_bytes(const detail::MoEShapes& s) {
   return detail::carved_bytes(s, [&](detail::WorkspaceCarver& ws) { carve_shared_mlp(s, ws); });
 }
 
-detail::DenseMlpProblem shared_problem(const detail::MoEShapes& s) {
-  return detail::shared_mlp_problem(s, s.F, s.dtype, detail::current_gemm_device(), s.mlp);
+// The planner's plan on this device (s.F = S; the output in the dtype).
+MlpPlan planned(const detail::MoEShapes& s, const detail::GemmDevice& device) {
+  return detail::plan_shared_mlp(
+      s, s.F, s.quant, s.mlp, s.dtype, device,
+      detail::shared_mlp_capacity(s, s.F, s.quant, s.mlp, s.dtype, device));
 }
 
-// args.plan checked against the shapes, else the planner's.
+// args.plan checked against the shapes, else the planner's (FP8 weights: one that runs them).
 MlpPlan shared_plan(const detail::ArgCheck& c, const SharedExpertMLPArgs& a,
                     const detail::MoEShapes& s) {
-  if (detail::quantized(s.quant)) {
-    const detail::GemmDevice device = detail::current_gemm_device();
-    const MlpPlan plan = a.plan ? *a.plan : detail::plan_fp8_dense_mlp(s, s.F, s.quant, device);
-    const std::string why = detail::fp8_dense_mlp_plan_rejection(plan, s, s.F, s.quant, device);
-    if (a.plan != nullptr) detail::check_plan(c, plan, why);
-    MOEKIT_REQUIRE(c, why.empty(), "w_gate_up",
-                   "FP8 weights on a path that runs them (the FP8 decode kernel: T <= " +
-                       detail::str(detail::kDirectMaxTokens) +
-                       ", 2*S*H < 2^31; else the FP8 GEMMs on an sm_90 device)",
-                   why);
-    return plan;
-  }
-  const detail::DenseMlpProblem p = shared_problem(s);
+  static const std::string fp8_paths =
+      "FP8 weights on a path that runs them (the FP8 decode kernel: T <= " +
+      detail::str(detail::kDirectMaxTokens) +
+      ", 2*S*H < 2^31; else the FP8 GEMMs on an sm_90 device)";
   const detail::GemmDevice device = detail::current_gemm_device();
-  if (a.plan == nullptr)
-    return detail::plan_dense_mlp(p, device, detail::device_direct_capacity(p));
-  detail::check_plan(c, *a.plan, detail::dense_mlp_plan_rejection(*a.plan, p, device));
-  return *a.plan;
+  return detail::resolve_plan(
+      c, a.plan,
+      [&](const MlpPlan& plan) {
+        return detail::shared_mlp_plan_rejection(plan, s, s.F, s.quant, s.mlp, s.dtype, device);
+      },
+      [&] { return planned(s, device); }, detail::quantized(s.quant) ? "w_gate_up" : nullptr,
+      fp8_paths.c_str());
 }
 
 }  // namespace
@@ -81,20 +78,14 @@ size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args) {
 
 MlpPlan plan_shared_expert_mlp(const SharedExpertMLPArgs& args) {
   const detail::ArgCheck c(kOp, detail::ArgCheck::Mode::kShapesOnly);
-  const detail::MoEShapes s = check_shared_mlp_shapes(c, args);
-  if (detail::quantized(s.quant))
-    return detail::plan_fp8_dense_mlp(s, s.F, s.quant, detail::current_gemm_device());
-  const detail::DenseMlpProblem p = shared_problem(s);
-  return detail::plan_dense_mlp(p, detail::current_gemm_device(),
-                                detail::device_direct_capacity(p));
+  return planned(check_shared_mlp_shapes(c, args), detail::current_gemm_device());
 }
 
 std::vector<MlpPlan> shared_expert_mlp_plan_candidates(const SharedExpertMLPArgs& args) {
   const detail::ArgCheck c(kOp, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_shared_mlp_shapes(c, args);
-  if (detail::quantized(s.quant))
-    return detail::fp8_dense_mlp_plan_candidates(s, s.F, s.quant, detail::current_gemm_device());
-  return detail::dense_mlp_plan_candidates(shared_problem(s), detail::current_gemm_device());
+  return detail::shared_mlp_plan_candidates(s, s.F, s.quant, s.mlp, s.dtype,
+                                            detail::current_gemm_device());
 }
 
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
