@@ -122,11 +122,8 @@ constexpr int64_t kExpertMlpMaxExperts = 1024;
 
 // expert_input [P, H] and w_gate_up [E, 2F, H]: what the workspace size depends on.
 detail::MoEShapes check_expert_mlp_shapes(const detail::ArgCheck& c, const ExpertMLPArgs& a) {
-  detail::MoEShapes s = detail::check_hidden(c, "expert_input", a.expert_input);
-  detail::check_activation(c, s, a.activation);
-  s.quant = a.quant.scheme;
-  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "expert_input", a.expert_input,
-                        /*experts=*/true);
+  detail::MoEShapes s =
+      detail::check_mlp_inputs(c, a, "expert_input", a.expert_input, /*experts=*/true);
   MOEKIT_REQUIRE(c, s.E <= kExpertMlpMaxExperts, "w_gate_up",
                  "at most " + detail::str(kExpertMlpMaxExperts) + " experts (dim 0)",
                  a.w_gate_up.describe());
@@ -228,9 +225,7 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
   detail::ArgCheck c("moe_expert_mlp");
   detail::MoEShapes s = check_expert_mlp_shapes(c, args);
   const int64_t P = s.T;
-  detail::check_down(c, s, "w_down", args.w_down, "expert_input", args.expert_input,
-                     /*experts=*/true);
-  detail::check_quant_scales(c, s, "quant", args.quant, /*experts=*/true);
+  detail::check_mlp_down(c, s, args, "expert_input", args.expert_input, /*experts=*/true);
   c.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {s.E});
   MOEKIT_REQUIRE(c, args.layout.kind == PermutedLayout::Kind::kContiguous, "layout",
                  "a contiguous(alignment) layout", "masked");

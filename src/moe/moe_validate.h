@@ -227,6 +227,25 @@ inline void check_quant_scales(const ArgCheck& c, const MoEShapes& s, const char
   }
 }
 
+// An MLP op's (Args: its arguments) input rows `x` (named x_name), activation and w_gate_up
+// (`experts`: with the E axis) under a.quant.scheme: the shapes they fix, before the rest.
+template <class Args>
+MoEShapes check_mlp_inputs(const ArgCheck& c, const Args& a, const char* x_name,
+                           const TensorView& x, bool experts) {
+  MoEShapes s = check_hidden(c, x_name, x);
+  check_activation(c, s, a.activation);
+  s.quant = a.quant.scheme;
+  check_gate_up(c, s, "w_gate_up", a.w_gate_up, x_name, x, experts);
+  return s;
+}
+// Then its w_down and the weights' scales (a.quant).
+template <class Args>
+void check_mlp_down(const ArgCheck& c, const MoEShapes& s, const Args& a, const char* x_name,
+                    const TensorView& x, bool experts) {
+  check_down(c, s, "w_down", a.w_down, x_name, x, experts);
+  check_quant_scales(c, s, "quant", a.quant, experts);
+}
+
 // topk_ids [T, K] i32 or i64 (K >= 1, T*K routes within 32 bits); fills s.K.
 inline void check_topk_ids(const ArgCheck& c, MoEShapes& s, const TensorView& topk_ids) {
   c.tensor("topk_ids", topk_ids, {DType::kI32, DType::kI64}, {s.T, kAnyDim});

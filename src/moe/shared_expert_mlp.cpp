@@ -16,11 +16,8 @@ constexpr const char* kOp = "shared_expert_mlp";
 
 // hidden_states [T, H] and w_gate_up [2S, H]: what the workspace size and the plan depend on.
 detail::MoEShapes check_shared_mlp_shapes(const detail::ArgCheck& c, const SharedExpertMLPArgs& a) {
-  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
-  detail::check_activation(c, s, a.activation);
-  s.quant = a.quant.scheme;
-  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
-                        /*experts=*/false);
+  detail::MoEShapes s =
+      detail::check_mlp_inputs(c, a, "hidden_states", a.hidden_states, /*experts=*/false);
   detail::check_biases(c, s, "gate_up_bias", a.gate_up_bias, "down_bias", a.down_bias,
                        /*experts=*/false);
   return s;
@@ -91,9 +88,7 @@ std::vector<MlpPlan> shared_expert_mlp_plan_candidates(const SharedExpertMLPArgs
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
   detail::ArgCheck c(kOp);
   detail::MoEShapes s = check_shared_mlp_shapes(c, args);
-  detail::check_down(c, s, "w_down", args.w_down, "hidden_states", args.hidden_states,
-                     /*experts=*/false);
-  detail::check_quant_scales(c, s, "quant", args.quant, /*experts=*/false);
+  detail::check_mlp_down(c, s, args, "hidden_states", args.hidden_states, /*experts=*/false);
   detail::check_output(c, "output", args.output, s, "hidden_states", args.hidden_states);
   const MlpPlan plan = shared_plan(c, args, s);
   detail::MoEShapes dense = s;
