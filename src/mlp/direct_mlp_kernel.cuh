@@ -28,6 +28,7 @@
 #include "core/dtype.cuh"
 #include "core/pdl.cuh"
 #include "gemm/common/ptx.cuh"
+#include "mlp/pdl_roles.h"
 
 namespace moekit::detail::gemm::direct {
 
@@ -40,7 +41,7 @@ constexpr int kMaxSplit = 8;  // ranks per cluster (portable clusters)
 // quarter-warp's 16-byte fragment reads touch (g, g + 1) in disjoint bank halves
 // (conflict-free x reads: docs/dense-mlp.md "Direct dense MLP").
 constexpr int kXPad = 32;
-constexpr int kPdlNone = 0, kPdlFirst = 1, kPdlSecond = 2;
+using namespace pdl_roles;  // kPdlNone / kPdlFirst / kPdlSecond
 
 struct Params {
   const void* x;  // [T, K]
