@@ -1,31 +1,13 @@
 // Plans' one-line form and equality (include/moekit/plan.h).
 #include "moekit/plan.h"
 
+#include "core/plan_names.h"
+
 namespace moekit {
 
 std::string to_string(GemmKernel kernel) {
-  switch (kernel) {
-    case GemmKernel::kDecode:
-      return "decode";
-    case GemmKernel::kDecodeSplitK:
-      return "decode_splitk";
-    case GemmKernel::kDecodeStream:
-      return "decode_stream";
-    case GemmKernel::kDecodeStreamDeep:
-      return "decode_stream_deep";
-    case GemmKernel::kDecodeStreamNarrow:
-      return "decode_stream_narrow";
-    case GemmKernel::kDecodePersistent:
-      return "decode_persistent";
-    case GemmKernel::kSm90:
-      return "sm90";
-    case GemmKernel::kSm90Pairs:
-      return "sm90_pairs";
-    case GemmKernel::kFp8Decode:
-      return "fp8_decode";
-    case GemmKernel::kFp8Sm90:
-      return "fp8_sm90";
-  }
+  for (const detail::GemmKernelName& k : detail::kGemmKernelNames)
+    if (k.kernel == kernel) return k.name;
   return "?";
 }
 

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <string>
 
+#include "core/plan_names.h"
 #include "moekit/plan.h"
 
 namespace moekit {
@@ -82,22 +83,10 @@ class Reader {
   std::string error_;
 };
 
-constexpr GemmKernel kKernels[] = {
-    GemmKernel::kDecode,
-    GemmKernel::kDecodeSplitK,
-    GemmKernel::kDecodeStream,
-    GemmKernel::kDecodeStreamDeep,
-    GemmKernel::kDecodeStreamNarrow,
-    GemmKernel::kDecodePersistent,
-    GemmKernel::kSm90,
-    GemmKernel::kSm90Pairs,
-    GemmKernel::kFp8Decode,
-    GemmKernel::kFp8Sm90,
-};
-
 std::string kernel_names() {
   std::string names;
-  for (GemmKernel k : kKernels) names += (names.empty() ? "" : " / ") + to_string(k);
+  for (const detail::GemmKernelName& k : detail::kGemmKernelNames)
+    names += (names.empty() ? "" : " / ") + std::string(k.name);
   return names;
 }
 
@@ -105,9 +94,9 @@ bool read_gemm(Reader& r, GemmPlan* out) {
   GemmPlan p;
   const std::string name = r.peek_word();
   bool known = false;
-  for (GemmKernel k : kKernels) {
-    if (to_string(k) == name) {
-      p.kernel = k;
+  for (const detail::GemmKernelName& k : detail::kGemmKernelNames) {
+    if (name == k.name) {
+      p.kernel = k.kernel;
       known = true;
     }
   }

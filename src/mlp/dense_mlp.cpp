@@ -71,14 +71,15 @@ void run_dense_mlp(const MlpPlan& plan, const DenseMlpProblem& p, const void* x,
       run_streamk_mlp(p.dtype, x, p.T, p.H, p.S, w_gate_up, w_down, act, out, p.out_dtype,
                       plan.split_gate_up, streamk_scratch, stream);
       return;
-    case MlpPath::kTwoGemms:
-    case MlpPath::kChain: {
+    case MlpPath::kTwoGemms: {
       GroupedGemmProblem up, down;
       dense_mlp_gemms(p, x, w_gate_up, w_down, act, out, &up, &down);
       // The GEMM planner's plan on dense rows: two launches (two_gemms); dense rows never chain.
       run_mlp_gemms(plan, up, down, nullptr, stream);
       return;
     }
+    case MlpPath::kChain:  // dense rows: dense_mlp_plan_rejection refuses every chain
+      throw Error(std::string("moekit::") + op + ": internal: a chain plan reached the dense MLP");
   }
 }
 

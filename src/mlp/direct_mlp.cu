@@ -240,11 +240,4 @@ void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
   }
 }
 
-#if defined(MOEKIT_DIRECT_TRACE)
-// The timeline probe's buffer (bench/tools/direct_trace): nullptr turns the stamps off.
-void set_direct_trace_buffer(unsigned long long* buffer) {
-  cudaMemcpyToSymbol(dg::g_direct_trace, &buffer, sizeof(buffer));
-}
-#endif
-
 }  // namespace moekit::detail

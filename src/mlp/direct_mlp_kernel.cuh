@@ -28,6 +28,7 @@
 #include "core/dtype.cuh"
 #include "core/pdl.cuh"
 #include "gemm/common/ptx.cuh"
+#include "mlp/pdl_roles.h"
 
 namespace moekit::detail::gemm::direct {
 
@@ -40,32 +41,7 @@ constexpr int kMaxSplit = 8;  // ranks per cluster (portable clusters)
 // quarter-warp's 16-byte fragment reads touch (g, g + 1) in disjoint bank halves
 // (conflict-free x reads: docs/dense-mlp.md "Direct dense MLP").
 constexpr int kXPad = 32;
-constexpr int kPdlNone = 0, kPdlFirst = 1, kPdlSecond = 2;
-
-// Timeline probe (bench/tools/direct_trace; compiled in only with MOEKIT_DIRECT_TRACE):
-// thread 0 of each CTA writes %globaltimer at kTraceStamps points into
-// g_direct_trace[(kernel * kTraceMaxCtas + cta) * kTraceStamps + point], kernel 0 = gate_up
-// (silu), 1 = down. Points: 0 start, 1 after the PDL wait (down: and its first weight
-// batch's loads issued), 2 x staged, 3 k loop done,
-// 4 cluster reduction done, 5 stores done (ranks that do not store leave 5 at 0).
-constexpr int kTraceStamps = 6, kTraceMaxCtas = 2048;
-#if defined(MOEKIT_DIRECT_TRACE)
-__device__ unsigned long long* g_direct_trace;
-#define MOEKIT_DIRECT_STAMP(point)                                                              \
-  do {                                                                                          \
-    if (threadIdx.x == 0 && g_direct_trace != nullptr) {                                        \
-      const int cta_ = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);                   \
-      unsigned long long t_;                                                                    \
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                    \
-      if (cta_ < kTraceMaxCtas)                                                                 \
-        g_direct_trace[((kSilu ? 0 : 1) * kTraceMaxCtas + cta_) * kTraceStamps + (point)] = t_; \
-    }                                                                                           \
-  } while (0)
-#else
-#define MOEKIT_DIRECT_STAMP(point) \
-  do {                             \
-  } while (0)
-#endif
+using namespace pdl_roles;  // kPdlNone / kPdlFirst / kPdlSecond
 
 struct Params {
   const void* x;  // [T, K]
@@ -197,7 +173,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
       load_with(std::integral_constant<int, 128>{}, a, b, c);
   };
 
-  MOEKIT_DIRECT_STAMP(0);
   // Push: peers' shared memory may only be written once they run; arrive now, wait before
   // the first remote store (long done by then).
   const bool push = split > 1;
@@ -217,7 +192,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
   const bool x_first = TN == 32 && p.pdl != kPdlSecond;
   if (!x_first) load(cur0, cur1, 0);
   if (p.pdl == kPdlSecond) pdl_wait();  // x is the previous kernel's output
-  MOEKIT_DIRECT_STAMP(1);
 
   // Stage x[0 .. TN)[k0 .. k0 + k_slice) (zeros past T and K).
   const T* x = static_cast<const T*>(p.x);
@@ -234,7 +208,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
   if (x_first) load(cur0, cur1, 0);
   cp_async_wait<0>();
   __syncthreads();
-  MOEKIT_DIRECT_STAMP(2);
   if (p.pdl == kPdlFirst) pdl_trigger();  // the dependent only prefetches weights early
 
   float acc[NG][4];
@@ -288,7 +261,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
     if (c + B < chunks) compute(nxt0, nxt1, c + B);
   }
 
-  MOEKIT_DIRECT_STAMP(3);
   // Cluster sum: rank (warp % split) sums the warp's tile over all ranks.
   float4* slots = reinterpret_cast<float4*>(smem + TN * p.x_stride * 2);
   if (push) {
@@ -300,7 +272,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
     for (int n = 0; n < NG; ++n)
       dst[n * 32] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
     cluster.sync();  // release / acquire: every partial is in its owner's slots
-    MOEKIT_DIRECT_STAMP(4);
     if (warp % split != rank) return;
 #pragma unroll
     for (int n = 0; n < NG; ++n)
@@ -316,8 +287,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
         acc[n][3] += v.w;
       }
     }
-  } else {
-    MOEKIT_DIRECT_STAMP(4);
   }
 
   // Epilogue: acc[n][0..1] = row g, tokens 8n + 2q, + 1; acc[n][2..3] = row g + 8.
@@ -337,7 +306,6 @@ __global__ void __launch_bounds__(kThreads, 2) direct_gemm_kernel(const Params p
       }
     }
   }
-  MOEKIT_DIRECT_STAMP(5);
 }
 
 }  // namespace moekit::detail::gemm::direct

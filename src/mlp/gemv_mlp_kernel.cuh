@@ -22,13 +22,15 @@
 #include "core/dtype.cuh"
 #include "core/pdl.cuh"
 #include "gemm/common/ptx.cuh"
+#include "mlp/pdl_roles.h"
 
 namespace moekit::detail::gemm::gemv {
+
+using namespace pdl_roles;  // kPdlNone / kPdlFirst / kPdlSecond
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kLoads = 8;  // 16-byte weight loads in flight per thread per batch
-constexpr int kPdlNone = 0, kPdlFirst = 1, kPdlSecond = 2;
 
 struct Params {
   const void* x;  // [K]: the token (gate_up) or h (down)

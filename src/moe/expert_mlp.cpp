@@ -122,11 +122,8 @@ constexpr int64_t kExpertMlpMaxExperts = 1024;
 
 // expert_input [P, H] and w_gate_up [E, 2F, H]: what the workspace size depends on.
 detail::MoEShapes check_expert_mlp_shapes(const detail::ArgCheck& c, const ExpertMLPArgs& a) {
-  detail::MoEShapes s = detail::check_hidden(c, "expert_input", a.expert_input);
-  detail::check_activation(c, s, a.activation);
-  s.quant = a.quant.scheme;
-  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "expert_input", a.expert_input,
-                        /*experts=*/true);
+  detail::MoEShapes s =
+      detail::check_mlp_inputs(c, a, "expert_input", a.expert_input, /*experts=*/true);
   MOEKIT_REQUIRE(c, s.E <= kExpertMlpMaxExperts, "w_gate_up",
                  "at most " + detail::str(kExpertMlpMaxExperts) + " experts (dim 0)",
                  a.w_gate_up.describe());
@@ -152,17 +149,9 @@ struct ExpertMlpBuffers {
 // The FP8 MLP (FP8 weights) of P = s.T rows in the groups of a's layout, with a's static
 // scales (a == nullptr: the sizes alone, which depend on neither).
 detail::Fp8MlpShapes fp8_shapes(const detail::MoEShapes& s, const ExpertMLPArgs* a) {
-  detail::Fp8MlpShapes f;
-  f.dtype = s.dtype;
-  f.P = s.T;
-  f.E = s.E;
-  f.H = s.H;
-  f.F = s.F;
-  f.scheme = s.quant;
-  if (a != nullptr) {
-    f.alignment = std::max(a->layout.alignment, 1);
-    f.static_act = a->quant.a_down_scale.defined();
-  }
+  detail::Fp8MlpShapes f = detail::fp8_mlp_shapes(
+      s, s.T, s.E, s.F, s.quant, a != nullptr ? std::max(a->layout.alignment, 1) : 1);
+  f.static_act = a != nullptr && a->quant.a_down_scale.defined();
   return f;
 }
 ExpertMlpBuffers carve_expert_mlp(const detail::MoEShapes& s, detail::WorkspaceCarver& ws) {
@@ -201,16 +190,14 @@ detail::ExpertMlpGemms expert_mlp_gemms(const ExpertMLPArgs& args, const detail:
   return g;
 }
 
-// `forced` (checked) or the FP8 planner's plan, which must run f (an sm_90 device).
-MlpPlan fp8_plan(const detail::ArgCheck& c, const MlpPlan* forced, const detail::Fp8MlpShapes& f,
+// `given` (checked) or the FP8 planner's plan, which must run f (an sm_90 device).
+MlpPlan fp8_plan(const detail::ArgCheck& c, const MlpPlan* given, const detail::Fp8MlpShapes& f,
                  const detail::GemmDevice& device) {
-  if (forced != nullptr)
-    detail::check_plan(c, *forced, detail::fp8_mlp_plan_rejection(*forced, f, device));
-  const MlpPlan plan = forced ? *forced : detail::plan_fp8_mlp(f, device);
-  const std::string why = detail::fp8_mlp_plan_rejection(plan, f, device);
-  MOEKIT_REQUIRE(c, why.empty(), "w_gate_up", "FP8 weights on the FP8 GEMMs (an sm_90 device)",
-                 why);
-  return plan;
+  return detail::resolve_plan(
+      c, given,
+      [&](const MlpPlan& plan) { return detail::fp8_mlp_plan_rejection(plan, f, device); },
+      [&] { return detail::plan_fp8_mlp(f, device); }, "w_gate_up",
+      "FP8 weights on the FP8 GEMMs (an sm_90 device)");
 }
 
 // The FP8 run: the input rows quantized (in place works: expert_input is read first), the
@@ -238,9 +225,7 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream) {
   detail::ArgCheck c("moe_expert_mlp");
   detail::MoEShapes s = check_expert_mlp_shapes(c, args);
   const int64_t P = s.T;
-  detail::check_down(c, s, "w_down", args.w_down, "expert_input", args.expert_input,
-                     /*experts=*/true);
-  detail::check_quant_scales(c, s, "quant", args.quant, /*experts=*/true);
+  detail::check_mlp_down(c, s, args, "expert_input", args.expert_input, /*experts=*/true);
   c.tensor("layout_metadata", args.layout_metadata, {DType::kI32}, {s.E});
   MOEKIT_REQUIRE(c, args.layout.kind == PermutedLayout::Kind::kContiguous, "layout",
                  "a contiguous(alignment) layout", "masked");

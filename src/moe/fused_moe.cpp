@@ -228,27 +228,33 @@ struct TunedOp {
 LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
                      const detail::LayerProblem& p, const TunedOp* tuned = nullptr) {
   const detail::GemmDevice device = detail::current_gemm_device();
-  if (given != nullptr) {
-    detail::check_plan(c, *given, detail::layer_plan_rejection(*given, p, device));
-    return *given;
-  }
-  LayerPlan plan;
-  // The tuning tables hold bf16 / f16 silu_and_mul layers' plans.
-  if (tuned != nullptr && !p.s.mlp.general() && !p.shared_mlp.general() &&
-      !detail::quantized(p.s.quant) && !detail::quantized(p.shared_quant) &&
-      detail::tuning_tables_present() &&
-      detail::tuned_layer_plan(detail::current_device_name(),
-                               detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
-                               p.s.T, device, &plan))
-    return plan;
-  detail::DirectCapacity capacity;
-  if (p.S > 0 && !detail::quantized(p.shared_quant)) {
-    capacity = detail::device_direct_capacity(
-        detail::shared_mlp_problem(p.s, p.S, DType::kF32, device, p.shared_mlp));
-  }
-  plan = detail::plan_layer(p, device, capacity);
-  detail::check_quantized_plan(c, plan, p, device);
-  return plan;
+  static const std::string fp8_paths =
+      "FP8 weights on a path that runs them (the FP8 decode kernels: T <= " +
+      detail::str(detail::kDirectMaxTokens) +
+      ", T*top_k <= " + detail::str(detail::kDirectMaxRoutes) +
+      ", E <= " + detail::str(detail::kDirectMaxExperts) +
+      ", 2*F*H < 2^31 (shared: 2*S*H); else the FP8 GEMMs on an sm_90 device)";
+  const char* fp8_weights = detail::quantized(p.s.quant)        ? "w_gate_up"
+                            : detail::quantized(p.shared_quant) ? "shared_w_gate_up"
+                                                                : nullptr;
+  const auto planned = [&] {
+    LayerPlan plan;
+    // The tuning tables hold bf16 / f16 silu_and_mul layers' plans.
+    if (tuned != nullptr && !p.s.mlp.general() && !p.shared_mlp.general() &&
+        !detail::quantized(p.s.quant) && !detail::quantized(p.shared_quant) &&
+        detail::tuning_tables_present() &&
+        detail::tuned_layer_plan(detail::current_device_name(),
+                                 detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
+                                 p.s.T, device, &plan))
+      return plan;
+    return detail::plan_layer(
+        p, device,
+        detail::shared_mlp_capacity(p.s, p.S, p.shared_quant, p.shared_mlp, DType::kF32, device));
+  };
+  return detail::resolve_plan(
+      c, given,
+      [&](const LayerPlan& plan) { return detail::layer_plan_rejection(plan, p, device); }, planned,
+      fp8_weights, fp8_paths.c_str());
 }
 
 // ---- engine inputs (docs/moe.md, "Engine inputs") ----
@@ -316,23 +322,6 @@ detail::RoutedExperts routed_experts(const Args& a, const detail::MoEShapes& s,
   return p;
 }
 
-// hidden_states, the activation and w_gate_up of a routed op's arguments (FusedMoEExpertsArgs
-// or FusedMoEArgs), then (the call) w_down and the weights' scales.
-template <class Args>
-detail::MoEShapes check_routed_inputs(const detail::ArgCheck& c, const Args& a) {
-  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
-  detail::check_activation(c, s, a.activation);
-  s.quant = a.quant.scheme;
-  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
-                        /*experts=*/true);
-  return s;
-}
-template <class Args>
-void check_routed_weights(const detail::ArgCheck& c, const detail::MoEShapes& s, const Args& a) {
-  detail::check_down(c, s, "w_down", a.w_down, "hidden_states", a.hidden_states, /*experts=*/true);
-  detail::check_quant_scales(c, s, "quant", a.quant, /*experts=*/true);
-}
-
 // ---- FusedMoEExpertsFwd / IndexedExpertMLPFwd ----
 
 detail::RoutedOp experts_op(bool allow_direct) {
@@ -341,7 +330,8 @@ detail::RoutedOp experts_op(bool allow_direct) {
 
 // hidden_states, w_gate_up and topk_ids: what the workspace size and the plan depend on.
 detail::MoEShapes check_experts_shapes(const detail::ArgCheck& c, const FusedMoEExpertsArgs& a) {
-  detail::MoEShapes s = check_routed_inputs(c, a);
+  detail::MoEShapes s =
+      detail::check_mlp_inputs(c, a, "hidden_states", a.hidden_states, /*experts=*/true);
   detail::check_topk_ids(c, s, a.topk_ids);
   detail::check_expert_map(c, a.expert_map);
   detail::check_router_weight_on_input(c, a.apply_router_weight_on_input, s.K);
@@ -406,7 +396,7 @@ void ExpertsOp::run(const FusedMoEExpertsArgs& a, cudaStream_t stream) const {
   detail::MoEShapes s;
   const LayerPlan plan = experts_plan(c, a, allow_direct, s);
   detail::log_op_plan(op, s, 0, plan);
-  check_routed_weights(c, s, a);
+  detail::check_mlp_down(c, s, a, "hidden_states", a.hidden_states, /*experts=*/true);
   c.tensor("topk_weights", a.topk_weights, {DType::kF32}, {s.T, s.K});
   detail::check_output(c, "output", a.output, s, "hidden_states", a.hidden_states);
   const EngineNeeds needs = experts_needs(a);
@@ -499,7 +489,8 @@ int64_t routing_experts(const FusedMoEArgs& a, const detail::MoEShapes& s) {
 // hidden_states, w_gate_up, top_k and the engine inputs: what the routed layer's
 // workspace size depends on.
 detail::MoEShapes check_layer_shapes(const detail::ArgCheck& c, const FusedMoEArgs& a) {
-  detail::MoEShapes s = check_routed_inputs(c, a);
+  detail::MoEShapes s =
+      detail::check_mlp_inputs(c, a, "hidden_states", a.hidden_states, /*experts=*/true);
   detail::check_expert_map(c, a.expert_map);
   detail::check_biases(c, s, "gate_up_bias", a.gate_up_bias, "down_bias", a.down_bias,
                        /*experts=*/true);
@@ -578,7 +569,7 @@ size_t layer_workspace_query(const char* op, const FusedMoEArgs& a,
 
 detail::MoEShapes check_layer_args(const detail::ArgCheck& c, const FusedMoEArgs& a) {
   detail::MoEShapes s = check_layer_shapes(c, a);
-  check_routed_weights(c, s, a);
+  detail::check_mlp_down(c, s, a, "hidden_states", a.hidden_states, /*experts=*/true);
   if (a.expert_map.defined()) {
     c.tensor("gating_output", a.gating_output, {DType::kBF16, DType::kF16, DType::kF32},
              {s.T, detail::kAnyDim});

@@ -38,17 +38,6 @@ ExpertMlpGemms planning_gemms(const MoEShapes& s) {
                              &weights, nullptr);
 }
 
-DenseMlpProblem shared_problem(const LayerProblem& p, const GemmDevice& device) {
-  return shared_mlp_problem(p.s, p.S, DType::kF32, device, p.shared_mlp);
-}
-
-std::vector<MlpPlan> shared_candidates(const LayerProblem& p, const GemmDevice& device) {
-  if (p.S == 0) return {MlpPlan()};
-  if (quantized(p.shared_quant))
-    return fp8_dense_mlp_plan_candidates(p.s, p.S, p.shared_quant, device);
-  return dense_mlp_plan_candidates(shared_problem(p, device), device);
-}
-
 std::string direct_rejection(const LayerProblem& p);
 
 std::string sorted_rejection(const LayerPlan& plan, const LayerProblem& p,
@@ -158,27 +147,25 @@ bool fp8_dense_uses_gemm(int64_t T, int64_t H, int64_t S) {
   return !fp8_dense_decode_rejection(T, H, S).empty();
 }
 
-Fp8MlpShapes dense_fp8_shapes(const MoEShapes& s, int64_t S, QuantScheme quant) {
+Fp8MlpShapes fp8_mlp_shapes(const MoEShapes& s, int64_t P, int64_t E, int64_t F, QuantScheme scheme,
+                            int alignment) {
   Fp8MlpShapes f;
   f.dtype = s.dtype;
-  f.P = s.T;
-  f.E = 1;
+  f.P = P;
+  f.E = E;
   f.H = s.H;
-  f.F = S;
-  f.scheme = quant;
+  f.F = F;
+  f.scheme = scheme;
+  f.alignment = alignment;
   return f;
 }
 
+Fp8MlpShapes dense_fp8_shapes(const MoEShapes& s, int64_t S, QuantScheme quant) {
+  return fp8_mlp_shapes(s, s.T, 1, S, quant, 1);
+}
+
 Fp8MlpShapes sorted_fp8_shapes(const MoEShapes& s) {
-  Fp8MlpShapes f;
-  f.dtype = s.dtype;
-  f.P = sorted_rows(s);
-  f.E = s.E;
-  f.H = s.H;
-  f.F = s.F;
-  f.scheme = s.quant;
-  f.alignment = kSortedAlignment;
-  return f;
+  return fp8_mlp_shapes(s, sorted_rows(s), s.E, s.F, s.quant, kSortedAlignment);
 }
 
 MlpPlan plan_fp8_dense_mlp(const MoEShapes& s, int64_t S, QuantScheme quant,
@@ -210,6 +197,27 @@ MlpPlan plan_shared_mlp(const MoEShapes& s, int64_t S, QuantScheme quant, const 
                         DType out_dtype, const GemmDevice& device, const DirectCapacity& capacity) {
   if (quantized(quant)) return plan_fp8_dense_mlp(s, S, quant, device);
   return plan_dense_mlp(shared_mlp_problem(s, S, out_dtype, device, mlp), device, capacity);
+}
+
+std::vector<MlpPlan> shared_mlp_plan_candidates(const MoEShapes& s, int64_t S, QuantScheme quant,
+                                                const MlpActivation& mlp, DType out_dtype,
+                                                const GemmDevice& device) {
+  if (quantized(quant)) return fp8_dense_mlp_plan_candidates(s, S, quant, device);
+  return dense_mlp_plan_candidates(shared_mlp_problem(s, S, out_dtype, device, mlp), device);
+}
+
+std::string shared_mlp_plan_rejection(const MlpPlan& plan, const MoEShapes& s, int64_t S,
+                                      QuantScheme quant, const MlpActivation& mlp, DType out_dtype,
+                                      const GemmDevice& device) {
+  if (quantized(quant)) return fp8_dense_mlp_plan_rejection(plan, s, S, quant, device);
+  return dense_mlp_plan_rejection(plan, shared_mlp_problem(s, S, out_dtype, device, mlp), device);
+}
+
+DirectCapacity shared_mlp_capacity(const MoEShapes& s, int64_t S, QuantScheme quant,
+                                   const MlpActivation& mlp, DType out_dtype,
+                                   const GemmDevice& device) {
+  if (S == 0 || quantized(quant)) return {};
+  return device_direct_capacity(shared_mlp_problem(s, S, out_dtype, device, mlp));
 }
 
 void run_shared_mlp(const MlpPlan& plan, const MoEShapes& s, int64_t S, DType out_dtype,
@@ -247,19 +255,6 @@ void carve_shared_fp8(const MoEShapes& s, int64_t S, QuantScheme quant, DType ou
   b.q_in = ws.take(static_cast<size_t>(s.T * s.H));
   b.fp8 = carve_fp8_mlp(dense_fp8_shapes(s, S, quant), /*dense=*/true, ws);
   if (out_dtype != DType::kBF16) b.out_bf16 = ws.take(static_cast<size_t>(s.T * s.H) * 2);
-}
-
-void check_quantized_plan(const ArgCheck& c, const LayerPlan& plan, const LayerProblem& p,
-                          const GemmDevice& device) {
-  if (!quantized(p.s.quant) && !quantized(p.shared_quant)) return;
-  const std::string why = layer_plan_rejection(plan, p, device);
-  if (why.empty()) return;
-  c.fail(quantized(p.s.quant) ? "w_gate_up" : "shared_w_gate_up",
-         "FP8 weights on a path that runs them (the FP8 decode kernels: T <= " +
-             str(kDirectMaxTokens) + ", T*top_k <= " + str(kDirectMaxRoutes) +
-             ", E <= " + str(kDirectMaxExperts) +
-             ", 2*F*H < 2^31 (shared: 2*S*H); else the FP8 GEMMs on an " + "sm_90 device)",
-         why);
 }
 
 LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
@@ -305,8 +300,10 @@ std::vector<LayerPlan> layer_plan_candidates(const LayerProblem& p, const GemmDe
       add(sorted);
     }
   }
+  if (p.S == 0) return out;
   const size_t routed = out.size();
-  for (const MlpPlan& shared : p.S > 0 ? shared_candidates(p, device) : std::vector<MlpPlan>()) {
+  for (const MlpPlan& shared :
+       shared_mlp_plan_candidates(p.s, p.S, p.shared_quant, p.shared_mlp, DType::kF32, device)) {
     for (size_t i = 0; i < routed; ++i) {
       if (out[i].routed != planned.routed || out[i].experts != planned.experts) continue;
       LayerPlan plan = out[i];
@@ -326,10 +323,8 @@ std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
     return p.S > 0 ? "the layer has a shared expert: the plan needs its MLP"
                    : "the layer has no shared expert";
   if (!plan.has_shared) return {};
-  const std::string shared =
-      quantized(p.shared_quant)
-          ? fp8_dense_mlp_plan_rejection(plan.shared, p.s, p.S, p.shared_quant, device)
-          : dense_mlp_plan_rejection(plan.shared, shared_problem(p, device), device);
+  const std::string shared = shared_mlp_plan_rejection(plan.shared, p.s, p.S, p.shared_quant,
+                                                       p.shared_mlp, DType::kF32, device);
   return shared.empty() ? shared : "the shared expert: " + shared;
 }
 

@@ -69,10 +69,25 @@ std::string fp8_dense_mlp_plan_rejection(const MlpPlan& plan, const MoEShapes& s
                                          QuantScheme quant, const GemmDevice& device);
 // The sorted path's FP8 expert MLP (s.quant a FP8 scheme): the permuted rows of s.
 Fp8MlpShapes sorted_fp8_shapes(const MoEShapes& s);
+// A FP8 MLP of P rows (dtype s.dtype) in E groups, contiguous(alignment), of hidden size s.H
+// and width F, weights `scheme` (no static activation scale).
+Fp8MlpShapes fp8_mlp_shapes(const MoEShapes& s, int64_t P, int64_t E, int64_t F, QuantScheme scheme,
+                            int alignment);
 // The planner's plan of a shared expert of width S, weights `quant` and activation `mlp`
 // (out_dtype: f32 in a layer, the dtype alone): the dense-MLP planner's, or the FP8 one above.
 MlpPlan plan_shared_mlp(const MoEShapes& s, int64_t S, QuantScheme quant, const MlpActivation& mlp,
                         DType out_dtype, const GemmDevice& device, const DirectCapacity& capacity);
+// Its candidates, why `plan` cannot run it (empty: it can) and, for plan_shared_mlp, the
+// current device's direct-MLP capacity (none at S = 0 or with FP8 weights: unused there).
+std::vector<MlpPlan> shared_mlp_plan_candidates(const MoEShapes& s, int64_t S, QuantScheme quant,
+                                                const MlpActivation& mlp, DType out_dtype,
+                                                const GemmDevice& device);
+std::string shared_mlp_plan_rejection(const MlpPlan& plan, const MoEShapes& s, int64_t S,
+                                      QuantScheme quant, const MlpActivation& mlp, DType out_dtype,
+                                      const GemmDevice& device);
+DirectCapacity shared_mlp_capacity(const MoEShapes& s, int64_t S, QuantScheme quant,
+                                   const MlpActivation& mlp, DType out_dtype,
+                                   const GemmDevice& device);
 // A shared expert's weights as run_shared_mlp reads them (validated; FP8 weights come with
 // silu_and_mul and no biases).
 struct SharedMlpWeights {
@@ -102,12 +117,6 @@ void run_shared_mlp(const MlpPlan& plan, const MoEShapes& s, int64_t S, DType ou
                     const void* x, const SharedMlpWeights& w, const SharedMlpBuffers& b, void* out,
                     cudaStream_t stream, const char* op);
 
-// Throws (naming `c`'s op and the quantized weights) when the planner's `plan` for p, with FP8
-// weights, takes a path that cannot run them (the FP8 GEMMs off an sm_90 device, more experts
-// than the sorted path takes).
-void check_quantized_plan(const ArgCheck& c, const LayerPlan& plan, const LayerProblem& p,
-                          const GemmDevice& device);
-
 // The sorted path's expert MLP GEMMs over the permuted rows [P, H] (P = T*K, alignment 1):
 // gate_up from `permuted` into `act`, down from `act` over `permuted` (dead by then).
 // tile_counters: kExpertMlpCounterBytes of workspace; the chain's scratch follows the two
@@ -134,6 +143,26 @@ template <class Plan>
 void check_plan(const ArgCheck& c, const Plan& plan, const std::string& reason) {
   if (!reason.empty())
     c.fail("plan", "a plan that can run these arguments", to_string(plan) + " (" + reason + ")");
+}
+
+// The plan an op runs: `given` (args.plan) when set, refused by check_plan unless
+// rejection(*given) is empty; else planned(). With FP8 weights (`fp8_weights` names them)
+// the planner's plan must pass too (its path may not run on this device: the FP8 GEMMs need
+// sm_90), else the op fails on fp8_weights, which expect `fp8_paths`.
+template <class Plan, class Rejection, class Planned>
+Plan resolve_plan(const ArgCheck& c, const Plan* given, const Rejection& rejection,
+                  const Planned& planned, const char* fp8_weights = nullptr,
+                  const char* fp8_paths = nullptr) {
+  if (given != nullptr) {
+    check_plan(c, *given, rejection(*given));
+    return *given;
+  }
+  const Plan plan = planned();
+  if (fp8_weights != nullptr) {
+    const std::string why = rejection(plan);
+    if (!why.empty()) c.fail(fp8_weights, fp8_paths, why);
+  }
+  return plan;
 }
 
 }  // namespace moekit::detail

@@ -174,14 +174,6 @@ inline void check_down(const ArgCheck& c, const MoEShapes& s, const char* name,
   }
 }
 
-inline void check_mlp_weights(const ArgCheck& c, MoEShapes& s, const char* gu_name,
-                              const TensorView& w_gate_up, const char* down_name,
-                              const TensorView& w_down, const char* dtype_ref_name,
-                              const TensorView& dtype_ref, bool experts) {
-  check_gate_up(c, s, gu_name, w_gate_up, dtype_ref_name, dtype_ref, experts);
-  check_down(c, s, down_name, w_down, dtype_ref_name, dtype_ref, experts);
-}
-
 // The scales of `q` (named "<prefix>.w_gate_up_scale", ...) for shapes s (E, H, F; `experts`:
 // with the E axis) under q.scheme, laid out as moekit/quant.h says.
 inline void check_quant_scales(const ArgCheck& c, const MoEShapes& s, const char* prefix,
@@ -233,6 +225,25 @@ inline void check_quant_scales(const ArgCheck& c, const MoEShapes& s, const char
     absent(agu, q.a_gate_up_scale, "(static activation scales go with fp8_per_tensor only)");
     absent(adn, q.a_down_scale, "(static activation scales go with fp8_per_tensor only)");
   }
+}
+
+// An MLP op's (Args: its arguments) input rows `x` (named x_name), activation and w_gate_up
+// (`experts`: with the E axis) under a.quant.scheme: the shapes they fix, before the rest.
+template <class Args>
+MoEShapes check_mlp_inputs(const ArgCheck& c, const Args& a, const char* x_name,
+                           const TensorView& x, bool experts) {
+  MoEShapes s = check_hidden(c, x_name, x);
+  check_activation(c, s, a.activation);
+  s.quant = a.quant.scheme;
+  check_gate_up(c, s, "w_gate_up", a.w_gate_up, x_name, x, experts);
+  return s;
+}
+// Then its w_down and the weights' scales (a.quant).
+template <class Args>
+void check_mlp_down(const ArgCheck& c, const MoEShapes& s, const Args& a, const char* x_name,
+                    const TensorView& x, bool experts) {
+  check_down(c, s, "w_down", a.w_down, x_name, x, experts);
+  check_quant_scales(c, s, "quant", a.quant, experts);
 }
 
 // topk_ids [T, K] i32 or i64 (K >= 1, T*K routes within 32 bits); fills s.K.

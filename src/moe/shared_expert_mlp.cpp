@@ -16,11 +16,8 @@ constexpr const char* kOp = "shared_expert_mlp";
 
 // hidden_states [T, H] and w_gate_up [2S, H]: what the workspace size and the plan depend on.
 detail::MoEShapes check_shared_mlp_shapes(const detail::ArgCheck& c, const SharedExpertMLPArgs& a) {
-  detail::MoEShapes s = detail::check_hidden(c, "hidden_states", a.hidden_states);
-  detail::check_activation(c, s, a.activation);
-  s.quant = a.quant.scheme;
-  detail::check_gate_up(c, s, "w_gate_up", a.w_gate_up, "hidden_states", a.hidden_states,
-                        /*experts=*/false);
+  detail::MoEShapes s =
+      detail::check_mlp_inputs(c, a, "hidden_states", a.hidden_states, /*experts=*/false);
   detail::check_biases(c, s, "gate_up_bias", a.gate_up_bias, "down_bias", a.down_bias,
                        /*experts=*/false);
   return s;
@@ -42,31 +39,28 @@ size_t shared_mlp_bytes(const detail::MoEShapes& s) {
   return detail::carved_bytes(s, [&](detail::WorkspaceCarver& ws) { carve_shared_mlp(s, ws); });
 }
 
-detail::DenseMlpProblem shared_problem(const detail::MoEShapes& s) {
-  return detail::shared_mlp_problem(s, s.F, s.dtype, detail::current_gemm_device(), s.mlp);
+// The planner's plan on this device (s.F = S; the output in the dtype).
+MlpPlan planned(const detail::MoEShapes& s, const detail::GemmDevice& device) {
+  return detail::plan_shared_mlp(
+      s, s.F, s.quant, s.mlp, s.dtype, device,
+      detail::shared_mlp_capacity(s, s.F, s.quant, s.mlp, s.dtype, device));
 }
 
-// args.plan checked against the shapes, else the planner's.
+// args.plan checked against the shapes, else the planner's (FP8 weights: one that runs them).
 MlpPlan shared_plan(const detail::ArgCheck& c, const SharedExpertMLPArgs& a,
                     const detail::MoEShapes& s) {
-  if (detail::quantized(s.quant)) {
-    const detail::GemmDevice device = detail::current_gemm_device();
-    const MlpPlan plan = a.plan ? *a.plan : detail::plan_fp8_dense_mlp(s, s.F, s.quant, device);
-    const std::string why = detail::fp8_dense_mlp_plan_rejection(plan, s, s.F, s.quant, device);
-    if (a.plan != nullptr) detail::check_plan(c, plan, why);
-    MOEKIT_REQUIRE(c, why.empty(), "w_gate_up",
-                   "FP8 weights on a path that runs them (the FP8 decode kernel: T <= " +
-                       detail::str(detail::kDirectMaxTokens) +
-                       ", 2*S*H < 2^31; else the FP8 GEMMs on an sm_90 device)",
-                   why);
-    return plan;
-  }
-  const detail::DenseMlpProblem p = shared_problem(s);
+  static const std::string fp8_paths =
+      "FP8 weights on a path that runs them (the FP8 decode kernel: T <= " +
+      detail::str(detail::kDirectMaxTokens) +
+      ", 2*S*H < 2^31; else the FP8 GEMMs on an sm_90 device)";
   const detail::GemmDevice device = detail::current_gemm_device();
-  if (a.plan == nullptr)
-    return detail::plan_dense_mlp(p, device, detail::device_direct_capacity(p));
-  detail::check_plan(c, *a.plan, detail::dense_mlp_plan_rejection(*a.plan, p, device));
-  return *a.plan;
+  return detail::resolve_plan(
+      c, a.plan,
+      [&](const MlpPlan& plan) {
+        return detail::shared_mlp_plan_rejection(plan, s, s.F, s.quant, s.mlp, s.dtype, device);
+      },
+      [&] { return planned(s, device); }, detail::quantized(s.quant) ? "w_gate_up" : nullptr,
+      fp8_paths.c_str());
 }
 
 }  // namespace
@@ -81,28 +75,20 @@ size_t shared_expert_mlp_workspace_size(const SharedExpertMLPArgs& args) {
 
 MlpPlan plan_shared_expert_mlp(const SharedExpertMLPArgs& args) {
   const detail::ArgCheck c(kOp, detail::ArgCheck::Mode::kShapesOnly);
-  const detail::MoEShapes s = check_shared_mlp_shapes(c, args);
-  if (detail::quantized(s.quant))
-    return detail::plan_fp8_dense_mlp(s, s.F, s.quant, detail::current_gemm_device());
-  const detail::DenseMlpProblem p = shared_problem(s);
-  return detail::plan_dense_mlp(p, detail::current_gemm_device(),
-                                detail::device_direct_capacity(p));
+  return planned(check_shared_mlp_shapes(c, args), detail::current_gemm_device());
 }
 
 std::vector<MlpPlan> shared_expert_mlp_plan_candidates(const SharedExpertMLPArgs& args) {
   const detail::ArgCheck c(kOp, detail::ArgCheck::Mode::kShapesOnly);
   const detail::MoEShapes s = check_shared_mlp_shapes(c, args);
-  if (detail::quantized(s.quant))
-    return detail::fp8_dense_mlp_plan_candidates(s, s.F, s.quant, detail::current_gemm_device());
-  return detail::dense_mlp_plan_candidates(shared_problem(s), detail::current_gemm_device());
+  return detail::shared_mlp_plan_candidates(s, s.F, s.quant, s.mlp, s.dtype,
+                                            detail::current_gemm_device());
 }
 
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream) {
   detail::ArgCheck c(kOp);
   detail::MoEShapes s = check_shared_mlp_shapes(c, args);
-  detail::check_down(c, s, "w_down", args.w_down, "hidden_states", args.hidden_states,
-                     /*experts=*/false);
-  detail::check_quant_scales(c, s, "quant", args.quant, /*experts=*/false);
+  detail::check_mlp_down(c, s, args, "hidden_states", args.hidden_states, /*experts=*/false);
   detail::check_output(c, "output", args.output, s, "hidden_states", args.hidden_states);
   const MlpPlan plan = shared_plan(c, args, s);
   detail::MoEShapes dense = s;

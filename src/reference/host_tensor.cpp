@@ -41,12 +41,6 @@ void HostTensor::fill_normal(std::mt19937_64& rng, double stddev, double mean) {
   for (int64_t i = 0, n = numel(); i < n; ++i) host::store(v, i, dist(rng));
 }
 
-void HostTensor::fill_int(std::mt19937_64& rng, int lo, int hi) {
-  std::uniform_int_distribution<int> dist(lo, hi);
-  int32_t* p = as<int32_t>();
-  for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = dist(rng);
-}
-
 void HostTensor::fill_bytes(uint8_t byte) {
   std::memset(bytes_.data(), byte, bytes_.size());
 }

@@ -35,8 +35,6 @@ class HostTensor {
 
   // Every element ~ N(mean, stddev^2), rounded to the dtype.
   void fill_normal(std::mt19937_64& rng, double stddev = 1.0, double mean = 0.0);
-  // Integers uniform in [lo, hi] (i32 only).
-  void fill_int(std::mt19937_64& rng, int lo, int hi);
   // Every byte set to `byte` (poison).
   void fill_bytes(uint8_t byte);
 
