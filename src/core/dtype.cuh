@@ -51,7 +51,7 @@ __device__ __forceinline__ uint32_t pack2(float x, float y, __half*) {
 // silu(z) = z / (1 + e^-z) with the approximate division (MUFU.RCP and a multiply, ~2 ulp):
 // IEEE division calls a slow-path subroutine for NaN, infinite or huge operands (the
 // padding rows of a permuted buffer, gates below -88), and that call, taken by some lanes
-// of an SM90 epilogue, hung the paired GEMM configs 7 and 8 on the H200 (2026-12-03,
+// of an SM90 epilogue, hung the (since removed) paired GEMM kernels on the H200 (2026-12-03,
 // docs/JOURNAL.md (the paired configs' hang)). Here no branch: z < -88 gives -0, NaN NaN.
 __device__ __forceinline__ float silu(float z) {
   return __fdividef(z, 1.0f + __expf(-z));

@@ -1,9 +1,9 @@
-// Persistent decode GEMM (config 9, docs/gemm.md "Persistent decode tiles"): the stream
-// tiles of config 4 (32 x 128, 256 bytes of k per stage) on a grid of at most 2 CTAs
+// Persistent decode GEMM (decode_persistent, docs/gemm.md "Persistent decode tiles"): the
+// decode_stream tiles (32 x 128, 256 bytes of k per stage) on a grid of at most 2 CTAs
 // per SM, each walking tiles blockIdx.x, + gridDim.x, ... The group table (first tile,
 // first row, row count per group) is built once per CTA in shared memory, and the cp.async
 // pipeline runs over the CTA's k slices of all its tiles as one stream, so the next
-// tile's first loads are in flight while the current tile's epilogue stores. Config 4
+// tile's first loads are in flight while the current tile's epilogue stores. decode_stream
 // launches one CTA per tile and pays a CTA start, a scan of every group and a pipeline
 // fill per tile (ds-v3 decode down: 14336 tiles of 512 KB of weights, 93-94% of the
 // read rate).
@@ -23,7 +23,7 @@
 
 namespace moekit::detail::gemm {
 
-// Groups the shared-memory table holds; more groups take config 4 (the host decides).
+// Groups the shared-memory table holds; more groups take decode_stream (the planner decides).
 constexpr int kPersistentMaxGroups = kGemmPersistentMaxGroups;
 
 struct PersistentGroupTable {

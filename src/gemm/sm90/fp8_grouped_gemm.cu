@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
           // Boxes stacked along rows (sm90_fp8_layout_mismatch checks the offsets).
           E4M3* a_box = ss.a + 2 * s * (Cfg::A_BOX * BK);
           E4M3* b_box = ss.b + 2 * s * (Cfg::B_BOX * BK);
-          // Config 2's policies for grouped rows (docs/gemm.md, "FP8 SM90").
+          // sm90's policies for grouped rows (docs/gemm.md, "FP8 SM90").
           const uint64_t hint_b = b_policy(kb, /*dense_rows=*/false);
           ptx90::tma_load_3d_hint(b_box, &p.tma_b, bar, k0, t.b_row0, t.group, hint_b);
           ptx90::tma_load_3d_hint(b_box + Cfg::B_BOX * BK, &p.tma_b, bar, k0, t.b_row1, t.group,

@@ -3,8 +3,8 @@
 // atoms) from two consumer warpgroups, one producer warp, a persistent grid walking a
 // device-side tile schedule built from the layout metadata (no host sync).
 //
-// Config 2: the heuristic picks it where rows per group are many (docs/gemm.md, "The SM90
-// engine").
+// The sm90 kernel: the GEMM planner picks it where rows per group are many (docs/gemm.md,
+// "The SM90 engine").
 //
 // Design (docs/gemm.md has the rationale):
 // - Block tile 128 x 256 x 64, 4 stages (48 KB each): a [128 x 64], b [256 x 64] as two
@@ -85,7 +85,7 @@ CUtensorMap make_tma(const T* ptr, int64_t rows, int64_t k, int64_t l, int box_r
   return encode_tma(tma_rows_args(tma_dtype<T>(), sizeof(T), ptr, rows, k, l, box_rows, Cfg::BK));
 }
 
-// The wgmmas of two consumer warpgroups stacked along M (config 2's and the FP8 kernel's
+// The wgmmas of two consumer warpgroups stacked along M (sm90's and the FP8 kernel's
 // BM = 128): each computes 64 x BN, one 64 x BN x k-step wgmma per k-step of BK, both
 // operands K-major from shared memory.
 template <class T, int BN, int BK>
@@ -164,7 +164,7 @@ struct Params {
   // nullptr = the static walk; else a zeroed counter the producers (paired: rank 0) take
   // tile ids from (the dynamic schedule, schedule.cuh next_tile_id).
   unsigned* tile_counter;
-  int dynamic_waves;  // with a counter: trailing waves taken dynamically (sm90_dynamic_waves)
+  int dynamic_waves;  // with a counter: trailing waves taken dynamically (always all: 1 << 20)
 };
 
 template <class Cfg, class T, class Out>

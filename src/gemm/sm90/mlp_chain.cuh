@@ -1,9 +1,9 @@
 // Both GEMMs of an expert MLP (gate_up with silu_and_mul into act, then down) in one
-// persistent launch of config 2's tiles, or of config 11's pair tiles on 2-CTA clusters
+// persistent launch of sm90's tiles, or of sm90_pairs' pair tiles on 2-CTA clusters
 // (grouped_gemm.cuh; rank 0 claims each pair id and hands it to rank 1 through the
 // mailbox, and waits for the last receipt before it exits): tile ids [0, total0) are
 // gate_up's, [total0, total0 + total1) down's, claimed in increasing order from a counter
-// (config 2's dynamic schedule, schedule.cuh, from the first tile on). A down tile of
+// (sm90's dynamic schedule, schedule.cuh, from the first tile on). A down tile of
 // group g reads act rows that group g's gate_up tiles write, so its producer waits, before
 // the tile's first load, until a per-group counter says every gate_up tile of g is stored.
 // Down's tiles of the first groups then start while the last gate_up tiles are still
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   using Pipeline = typename Cfg::Pipeline;
   constexpr int BM = Cfg::BM, BK = Cfg::BK;
   static_assert((Cfg::PAIR == kPairNone || Cfg::PAIR == kPairAuto) && Cfg::BN == 256,
-                "the chain runs config 2's or config 11's 256-wide tiles");
+                "the chain runs sm90's or sm90_pairs' 256-wide tiles");
   constexpr bool kAuto = Cfg::PAIR == kPairAuto;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& cs = *reinterpret_cast<ChainSharedStorage<Cfg, T>*>(smem_raw);
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   const int G = p.up.rows.num_groups;
 
   // Both GEMMs' schedules (same rows, their own n-tile counts and bounds).
-  // Config 11: pair tiles; rank 0 of each 2-CTA cluster claims the ids, rank 1 receives them.
+  // sm90_pairs: pair tiles; rank 0 of each 2-CTA cluster claims the ids, rank 1 receives them.
   build_tile_schedule<Cfg::THREADS, BM, kAuto>(p.up.rows, p.up.n_tiles, p.up.tile_bound,
                                                ss.tile_start);
   build_tile_schedule<Cfg::THREADS, BM, kAuto>(p.down.rows, p.down.n_tiles, p.down.tile_bound,
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       pipeline.producer_tail(write);
     }
   } else {
-    // Consumers: as config 2's (grouped_gemm.cuh), plus the gate_up tiles' publish.
+    // Consumers: as sm90's (grouped_gemm.cuh), plus the gate_up tiles' publish.
     typename Cfg::PipelineState read;
     const auto tile = [&](int id, int wg, auto& read, const auto& run, int)
         __attribute__((always_inline)) {
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 }
 
 // Launches the chain of `up` (contiguous rows, silu_and_mul, out = act) and `down` (a =
-// act, same rows and groups) on `stream`. The caller checked sm90_mlp_chain_applies.
+// act, same rows and groups) on `stream`. The caller checked mlp_gemms_plan_rejection.
 template <class T, class Out, int PAIR>
 void launch_mlp_chain(const GroupedGemmProblem& up, const GroupedGemmProblem& down, void* scratch,
                       cudaStream_t stream, const char* op) {
