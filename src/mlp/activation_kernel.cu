@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/dtype.cuh"
+#include "core/vec8.cuh"
 #include "mlp/activation.cuh"
 #include "mlp/activation.h"
 #include "mlp/row_groups.cuh"
@@ -39,43 +40,20 @@ struct Params {
   void* out;
 };
 
-__device__ __forceinline__ void load_f32x8(const float* p, float (&v)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0];
-  const float4 b = reinterpret_cast<const float4*>(p)[1];
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-
 // 8 consecutive values of x (f32 pre-activations) plus 8 of the bias row (f32 or T).
 template <class T>
 __device__ __forceinline__ void load_biased8(const float* x, const void* bias, bool bias_f32,
                                              int64_t i, float (&v)[8]) {
-  load_f32x8(x + i, v);
+  load8(x + i, v);
   if (bias == nullptr) return;
   float b[8];
   if (bias_f32) {
-    load_f32x8(static_cast<const float*>(bias) + i, b);
+    load8(static_cast<const float*>(bias) + i, b);
   } else {
-    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(bias) + i);
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) b[j] = to_float(e[j]);
+    load8(static_cast<const T*>(bias) + i, b);
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] += b[j];
-}
-
-template <class TOut>
-__device__ __forceinline__ void store8(TOut* p, const float (&v)[8]) {
-  if constexpr (sizeof(TOut) == 4) {
-    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
-    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
-  } else {
-    uint4 raw;
-    TOut* e = reinterpret_cast<TOut*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) e[j] = from_float<TOut>(v[j]);
-    *reinterpret_cast<uint4*>(p) = raw;
-  }
 }
 
 // The expert of permuted row r, or -1 for a padding row or one past the last group.

@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "core/device.h"
 #include "core/dtype.cuh"
+#include "core/vec8.cuh"
 #include "moe/direct_routes.cuh"
 #include "moe/direct_tiles.cuh"
 #include "moe/moe_internal.h"
@@ -69,27 +70,6 @@ void launch_direct(const MoEShapes& s, const void* in, const void* w, const int3
 }
 
 // ---- combine ----
-
-__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  const float4 b = *reinterpret_cast<const float4*>(p + 4);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-template <class T>
-__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = to_float(e[j]);
-}
-template <class T>
-__device__ __forceinline__ void store8(T* p, const float (&v)[8]) {
-  uint4 raw;
-  T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) e[j] = from_float<T>(v[j]);
-  *reinterpret_cast<uint4*>(p) = raw;
-}
 
 constexpr int kCombineThreads = 128;
 
