@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/dtype.cuh"
+#include "core/dtype_dispatch.h"
 #include "core/vec8.cuh"
 #include "mlp/activation.cuh"
 #include "mlp/activation.h"
@@ -132,13 +133,10 @@ void launch_activation(const ActivationLaunch& a, cudaStream_t stream, const cha
   const int64_t col_blocks = (a.cols / 8 + kThreads - 1) / kThreads;
   const dim3 grid(static_cast<unsigned>(col_blocks),
                   static_cast<unsigned>(std::min<int64_t>(a.rows, kMaxGridRows)));
-  const bool f32_out = a.out_dtype == DType::kF32;
-  MOEKIT_DISPATCH_HALF(a.dtype, op, [&] {
-    if (f32_out) {
-      activation_kernel<scalar_t, float><<<grid, kThreads, 0, stream>>>(p);
-    } else {
-      activation_kernel<scalar_t, scalar_t><<<grid, kThreads, 0, stream>>>(p);
-    }
+  dispatch_in_out(a.dtype, a.out_dtype, op, [&](auto in_type, auto out_type) {
+    using T = typename decltype(in_type)::type;
+    using TOut = typename decltype(out_type)::type;
+    activation_kernel<T, TOut><<<grid, kThreads, 0, stream>>>(p);
   });
   check_launch(op);
 }

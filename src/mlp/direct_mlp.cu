@@ -1,7 +1,9 @@
 // Host side of the direct dense MLP: per-GEMM plan (k split over a cluster, k slice,
 // tokens per tile) and the two launches. Kernel: direct_mlp_kernel.cuh.
 #include <algorithm>
+#include <type_traits>
 
+#include "core/dtype_dispatch.h"
 #include "core/kernel_launch.h"
 #include "core/pdl.h"
 #include "mlp/direct_mlp.h"
@@ -15,6 +17,10 @@ namespace dg = gemm::direct;
 
 constexpr int kSliceAlign = dg::kBatch * dg::kChunkK;  // whole load batches per slice
 static_assert(dg::kMaxSplit == kDirectMlpMaxSplit, "one cluster limit");
+
+// The mma.sync instruction of an element type.
+template <typename E>
+using MmaOf = std::conditional_t<std::is_same_v<E, __half>, gemm::MmaF16, gemm::MmaBF16>;
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -115,17 +121,12 @@ bool direct_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S, const De
 }
 
 ClusterCapacity direct_cluster_capacity(DType dtype, DType out_dtype, int64_t T, bool silu) {
-  const bool f32 = out_dtype == DType::kF32;
-  if (dtype == DType::kBF16) {
-    using E = __nv_bfloat16;
-    if (silu) return typed_capacity<E, gemm::MmaBF16, E, true>(T);
-    return f32 ? typed_capacity<E, gemm::MmaBF16, float, false>(T)
-               : typed_capacity<E, gemm::MmaBF16, E, false>(T);
-  }
-  using E = __half;
-  if (silu) return typed_capacity<E, gemm::MmaF16, E, true>(T);
-  return f32 ? typed_capacity<E, gemm::MmaF16, float, false>(T)
-             : typed_capacity<E, gemm::MmaF16, E, false>(T);
+  if (dtype != DType::kBF16 && dtype != DType::kF16) return {};  // no direct MLP: unknown
+  return dispatch_in_out(dtype, out_dtype, "direct_mlp", [&](auto in_type, auto out_type) {
+    using E = typename decltype(in_type)::type;
+    if (silu) return typed_capacity<E, MmaOf<E>, E, true>(T);
+    return typed_capacity<E, MmaOf<E>, typename decltype(out_type)::type, false>(T);
+  });
 }
 
 namespace {
@@ -167,23 +168,11 @@ void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                     DType out_dtype, int split_gate_up, int split_down, cudaStream_t stream) {
   if (!direct_mlp_supported(dtype, T, H, S, device_props()))
     throw Error("moekit: direct MLP called for a shape or device it does not support");
-  const bool f32 = out_dtype == DType::kF32;
-  const int su = split_gate_up, sd = split_down;
-  if (dtype == DType::kBF16) {
-    if (f32)
-      run_typed<__nv_bfloat16, gemm::MmaBF16, float>(x, T, H, S, w_gate_up, w_down, act, out, su,
-                                                     sd, stream);
-    else
-      run_typed<__nv_bfloat16, gemm::MmaBF16, __nv_bfloat16>(x, T, H, S, w_gate_up, w_down, act,
-                                                             out, su, sd, stream);
-  } else {
-    if (f32)
-      run_typed<__half, gemm::MmaF16, float>(x, T, H, S, w_gate_up, w_down, act, out, su, sd,
-                                             stream);
-    else
-      run_typed<__half, gemm::MmaF16, __half>(x, T, H, S, w_gate_up, w_down, act, out, su, sd,
-                                              stream);
-  }
+  dispatch_in_out(dtype, out_dtype, "direct_mlp", [&](auto in_type, auto out_type) {
+    using E = typename decltype(in_type)::type;
+    run_typed<E, MmaOf<E>, typename decltype(out_type)::type>(x, T, H, S, w_gate_up, w_down, act, out,
+                                                         split_gate_up, split_down, stream);
+  });
 }
 
 #if defined(MOEKIT_DIRECT_TRACE)

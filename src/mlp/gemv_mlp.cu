@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/dtype_dispatch.h"
 #include "core/kernel_launch.h"
 #include "core/pdl.cuh"
 #include "mlp/gemv_mlp.h"
@@ -57,18 +58,10 @@ void run_gemv_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                   cudaStream_t stream) {
   if (!gemv_mlp_supported(dtype, T, H, S, device_props()))
     throw Error("moekit: GEMV MLP called for a shape or device it does not support");
-  const bool f32 = out_dtype == DType::kF32;
-  if (dtype == DType::kBF16) {
-    if (f32)
-      run_typed<__nv_bfloat16, float>(x, H, S, w_gate_up, w_down, act, out, stream);
-    else
-      run_typed<__nv_bfloat16, __nv_bfloat16>(x, H, S, w_gate_up, w_down, act, out, stream);
-  } else {
-    if (f32)
-      run_typed<__half, float>(x, H, S, w_gate_up, w_down, act, out, stream);
-    else
-      run_typed<__half, __half>(x, H, S, w_gate_up, w_down, act, out, stream);
-  }
+  dispatch_in_out(dtype, out_dtype, "gemv_mlp", [&](auto in_type, auto out_type) {
+    run_typed<typename decltype(in_type)::type, typename decltype(out_type)::type>(
+        x, H, S, w_gate_up, w_down, act, out, stream);
+  });
 }
 
 }  // namespace moekit::detail

@@ -1,7 +1,9 @@
 // Host side of the stream-K dense MLP: plan (tiles, grid, scratch), TMA descriptors,
 // cooperative launch. Kernel: streamk_mlp_kernel.cuh.
 #include <string>
+#include <type_traits>
 
+#include "core/dtype_dispatch.h"
 #include "core/kernel_launch.h"
 #include "gemm/common/tma_desc.h"
 #include "mlp/streamk_mlp.h"
@@ -108,10 +110,11 @@ void run_streamk_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S
   pl.p.out_f32 = out_dtype == DType::kF32;
   pl.p.counters = static_cast<int*>(scratch);
   pl.p.partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + pl.counter_bytes);
-  if (dtype == DType::kBF16)
-    launch_tn<__nv_bfloat16, gemm::MmaBF16>(pl, x, w_gate_up, w_down, stream);
-  else
-    launch_tn<__half, gemm::MmaF16>(pl, x, w_gate_up, w_down, stream);
+  dispatch_float(dtype, "streamk_mlp", [&](auto in_type) {
+    using E = typename decltype(in_type)::type;
+    using Mma = std::conditional_t<std::is_same_v<E, __half>, gemm::MmaF16, gemm::MmaBF16>;
+    launch_tn<E, Mma>(pl, x, w_gate_up, w_down, stream);
+  });
 }
 
 }  // namespace moekit::detail

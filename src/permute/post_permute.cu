@@ -10,9 +10,9 @@
 //  * post_permute_kernel: any shape (64-bit indices, K in chunks of 8); the larger,
 //    bandwidth-bound grids use it (see launch_typed).
 #include <cstdint>
-#include <string>
 
 #include "core/check.h"
+#include "core/dtype_dispatch.h"
 #include "core/pdl.cuh"
 #include "core/vec8.cuh"
 #include "permute/permute_kernels.h"
@@ -156,33 +156,14 @@ void launch_typed(const PostPermuteLaunch& l, cudaStream_t stream) {
              l.inverse_indices, l.num_tokens, l.top_k, static_cast<Tout*>(l.out));
 }
 
-template <class Tin>
-void launch_out(const PostPermuteLaunch& l, cudaStream_t stream) {
-  if (l.out_dtype == DType::kF32) {
-    launch_typed<Tin, float>(l, stream);
-  } else {
-    launch_typed<Tin, Tin>(l, stream);
-  }
-}
-
 }  // namespace
 
 void launch_post_permute(const PostPermuteLaunch& l, cudaStream_t stream) {
   if (l.num_tokens == 0) return;
-  switch (l.in_dtype) {
-    case DType::kBF16:
-      launch_out<__nv_bfloat16>(l, stream);
-      break;
-    case DType::kF16:
-      launch_out<__half>(l, stream);
-      break;
-    case DType::kF32:
-      launch_out<float>(l, stream);
-      break;
-    default:
-      throw Error(std::string("moekit::moe_post_permute: unsupported dtype ") +
-                  dtype_name(l.in_dtype));
-  }
+  const auto launch = [&](auto in_type, auto out_type) {
+    launch_typed<typename decltype(in_type)::type, typename decltype(out_type)::type>(l, stream);
+  };
+  dispatch_in_out</*kWithF32=*/true>(l.in_dtype, l.out_dtype, "moe_post_permute", launch);
   check_launch("moe_post_permute");
 }
 

@@ -15,11 +15,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "core/check.h"
 #include "core/device.h"
 #include "core/dtype.cuh"
+#include "core/dtype_dispatch.h"
 #include "core/kernel_launch.h"
 #include "core/pdl.cuh"
 #include "routing/fused_topk_kernel.h"
@@ -392,19 +392,9 @@ void launch_mapped_or_not(const FusedTopKLaunch& l, cudaStream_t stream) {
 
 void launch_fused_topk(const FusedTopKLaunch& l, cudaStream_t stream) {
   if (l.num_tokens == 0) return;
-  switch (l.dtype) {
-    case DType::kBF16:
-      launch_mapped_or_not<__nv_bfloat16>(l, stream);
-      break;
-    case DType::kF16:
-      launch_mapped_or_not<__half>(l, stream);
-      break;
-    case DType::kF32:
-      launch_mapped_or_not<float>(l, stream);
-      break;
-    default:
-      throw Error(std::string("moekit::fused_topk: unsupported dtype ") + dtype_name(l.dtype));
-  }
+  dispatch_float</*kWithF32=*/true>(l.dtype, "fused_topk", [&](auto in_type) {
+    launch_mapped_or_not<typename decltype(in_type)::type>(l, stream);
+  });
   check_launch("fused_topk");
 }
 
