@@ -41,7 +41,8 @@ int blocks_per_sm(const void* kernel, int threads, size_t smem);
 // query fails (the error cleared).
 int co_resident_clusters(const void* kernel, int cluster, int threads, size_t smem);
 
-// A cudaLaunchKernelEx configuration and the attributes asked for, in the order asked.
+// A cudaLaunchKernelEx configuration and the attributes asked for (each at most once), in
+// the order asked.
 // config() points into this object: keep it alive through the launch.
 class LaunchConfig {
  public:
