@@ -336,7 +336,7 @@ TEST(TuningRegistry, LayerOpsUseLoadedEntriesGpu) {
   for (const LayerPlan& c : all)
     if (c != planned) other = &c;
   ASSERT_NE(other, nullptr);
-  const std::string name = detail::current_device_name();
+  const std::string name = detail::device_name();
   load_tuning_table_text(std::string(kHeader) + name +
                          " | fused_moe | bf16 | 128 | 2048 | 768 | 8 | softmax | 0 | all | 512 | " +
                          to_string(*other) + " | 1 | 2\n");

@@ -2,9 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdio>
 #include <vector>
+
+#include "core/device.h"
 
 namespace moekit::detail {
 
@@ -236,25 +237,6 @@ struct TargetCache {
 thread_local TargetCache t_good_streams;
 thread_local TargetCache t_good_outputs;
 
-// cudaDevAttrPageableMemoryAccess per device (-1: not yet asked).
-constexpr int kMaxDevices = 64;
-std::atomic<int> g_pageable_access[kMaxDevices] = {};
-
-bool pageable_access(int dev) {
-  if (dev < 0 || dev >= kMaxDevices) return false;
-  int v = g_pageable_access[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    int attr = 0;
-    if (cudaDeviceGetAttribute(&attr, cudaDevAttrPageableMemoryAccess, dev) != cudaSuccess) {
-      cudaGetLastError();
-      attr = 0;
-    }
-    v = attr ? 2 : 1;  // 0 = unknown
-    g_pageable_access[dev].store(v, std::memory_order_relaxed);
-  }
-  return v == 2;
-}
-
 std::string cuda_device(int dev) {
   return "cuda:" + std::to_string(dev);
 }
@@ -340,7 +322,7 @@ void ArgCheck::launch_target(cudaStream_t stream, const char* out_name,
     RelaxedCapture relaxed;
     err = cudaPointerGetAttributes(&attr, out.data);
     if (err == cudaSuccess && attr.type == cudaMemoryTypeUnregistered) {
-      host_reachable = pageable_access(dev);
+      host_reachable = device_props().pageable_access;
     }
   }
   if (err != cudaSuccess) {

@@ -7,7 +7,50 @@
 namespace moekit::detail {
 namespace {
 
-constexpr int kMaxDevices = 64;
+// query(device) once per device, thread-safe; `none` without a usable device.
+template <class T, class Query>
+const T& per_device(Query query) {
+  static T values[kMaxDevices];
+  static std::once_flag once[kMaxDevices];
+  static const T none{};
+  const int device = current_device();
+  if (device < 0) return none;
+  std::call_once(once[device], [&] { values[device] = query(device); });
+  return values[device];
+}
+
+DeviceProps query_props(int device) {
+  DeviceProps p;
+  int major = 0, minor = 0, sms = 0;
+  const bool ok =
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
+  if (!ok) {
+    cudaGetLastError();
+    return p;
+  }
+  p.arch = major * 10 + minor;
+  p.sms = sms;
+  int pageable = 0;
+  if (cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device) != cudaSuccess) {
+    cudaGetLastError();
+    pageable = 0;
+  }
+  p.pageable_access = pageable != 0;
+  return p;
+}
+
+std::string query_name(int device) {
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return prop.name;
+}
+
+}  // namespace
 
 int current_device() {
   int device = -1;
@@ -18,50 +61,19 @@ int current_device() {
   return device;
 }
 
-DeviceProps query(int device) {
-  DeviceProps p;
-  int major = 0, minor = 0, sms = 0, l2 = 0, smem_sm = 0, smem_block = 0;
-  const bool ok =
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) == cudaSuccess &&
-      cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) ==
-          cudaSuccess &&
-      cudaDeviceGetAttribute(&smem_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
-          cudaSuccess;
-  if (!ok) {
-    cudaGetLastError();
-    return p;
-  }
-  p.arch = major * 10 + minor;
-  p.sms = sms;
-  p.l2_bytes = l2;
-  p.smem_per_sm = smem_sm;
-  p.smem_per_block = smem_block;
-  return p;
-}
-
-}  // namespace
-
 DeviceProps h200_props() {
   DeviceProps p;
   p.arch = 90;
   p.sms = 132;
-  p.l2_bytes = 60 * 1024 * 1024;
-  p.smem_per_sm = 233472;
-  p.smem_per_block = 232448;
   return p;
 }
 
 const DeviceProps& device_props() {
-  static DeviceProps props[kMaxDevices];
-  static std::once_flag once[kMaxDevices];
-  static const DeviceProps none{};
-  const int device = current_device();
-  if (device < 0) return none;
-  std::call_once(once[device], [device] { props[device] = query(device); });
-  return props[device];
+  return per_device<DeviceProps>(query_props);
+}
+
+const std::string& device_name() {
+  return per_device<std::string>(query_name);
 }
 
 int device_cached(int slot, int (*query_fn)()) {

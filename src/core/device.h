@@ -2,26 +2,36 @@
 // only view of the hardware (they take a DeviceProps, so CPU tests pass made-up ones).
 #pragma once
 
-#include <cstdint>
+#include <string>
 
 namespace moekit::detail {
 
 struct DeviceProps {
-  int arch = 0;            // compute capability major * 10 + minor (90 on H100 / H200)
-  int sms = 0;             // streaming multiprocessors
-  int64_t l2_bytes = 0;    // L2 cache size
-  int smem_per_sm = 0;     // shared memory per SM (bytes)
-  int smem_per_block = 0;  // shared memory a block can opt in to (bytes)
+  int arch = 0;  // compute capability major * 10 + minor (90 on H100 / H200)
+  int sms = 0;   // streaming multiprocessors
+  // Kernels may read pageable host memory (cudaDevAttrPageableMemoryAccess: HMM or ATS).
+  bool pageable_access = false;
   // The hand-written Hopper kernels (TMA, wgmma, clusters) are built for sm_90a only.
   bool sm90() const { return arch == 90; }
 };
 
-// An H200 (132 SMs, 60 MB L2, 228 KB shared memory per SM): for planner tests.
+// An H200 (132 SMs): for planner tests.
 DeviceProps h200_props();
 
 // The current device's (cudaGetDevice), cached per device. Without a usable device:
 // all zeros (arch 0: the planners then pick only what runs anywhere).
 const DeviceProps& device_props();
+
+// The current device's name (cudaDeviceProp::name, the tuning tables' key), cached per
+// device; empty without a usable device.
+const std::string& device_name();
+
+// The per-device caches hold devices 0 .. kMaxDevices - 1.
+constexpr int kMaxDevices = 64;
+
+// The current device (cudaGetDevice), or -1 without one or past kMaxDevices (the CUDA
+// error cleared).
+int current_device();
 
 // A per-device cache of one integer the owner measures once (for example a kernel's
 // co-resident clusters, cudaOccupancyMaxActiveClusters): slot in [0, kDeviceCacheSlots).

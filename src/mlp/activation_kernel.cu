@@ -10,6 +10,8 @@
 
 #include "core/check.h"
 #include "core/dtype.cuh"
+#include "core/dtype_dispatch.h"
+#include "core/vec8.cuh"
 #include "mlp/activation.cuh"
 #include "mlp/activation.h"
 #include "mlp/row_groups.cuh"
@@ -39,43 +41,20 @@ struct Params {
   void* out;
 };
 
-__device__ __forceinline__ void load_f32x8(const float* p, float (&v)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0];
-  const float4 b = reinterpret_cast<const float4*>(p)[1];
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-
 // 8 consecutive values of x (f32 pre-activations) plus 8 of the bias row (f32 or T).
 template <class T>
 __device__ __forceinline__ void load_biased8(const float* x, const void* bias, bool bias_f32,
                                              int64_t i, float (&v)[8]) {
-  load_f32x8(x + i, v);
+  load8(x + i, v);
   if (bias == nullptr) return;
   float b[8];
   if (bias_f32) {
-    load_f32x8(static_cast<const float*>(bias) + i, b);
+    load8(static_cast<const float*>(bias) + i, b);
   } else {
-    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(bias) + i);
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) b[j] = to_float(e[j]);
+    load8(static_cast<const T*>(bias) + i, b);
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) v[j] += b[j];
-}
-
-template <class TOut>
-__device__ __forceinline__ void store8(TOut* p, const float (&v)[8]) {
-  if constexpr (sizeof(TOut) == 4) {
-    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
-    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
-  } else {
-    uint4 raw;
-    TOut* e = reinterpret_cast<TOut*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) e[j] = from_float<TOut>(v[j]);
-    *reinterpret_cast<uint4*>(p) = raw;
-  }
 }
 
 // The expert of permuted row r, or -1 for a padding row or one past the last group.
@@ -154,13 +133,10 @@ void launch_activation(const ActivationLaunch& a, cudaStream_t stream, const cha
   const int64_t col_blocks = (a.cols / 8 + kThreads - 1) / kThreads;
   const dim3 grid(static_cast<unsigned>(col_blocks),
                   static_cast<unsigned>(std::min<int64_t>(a.rows, kMaxGridRows)));
-  const bool f32_out = a.out_dtype == DType::kF32;
-  MOEKIT_DISPATCH_HALF(a.dtype, op, [&] {
-    if (f32_out) {
-      activation_kernel<scalar_t, float><<<grid, kThreads, 0, stream>>>(p);
-    } else {
-      activation_kernel<scalar_t, scalar_t><<<grid, kThreads, 0, stream>>>(p);
-    }
+  dispatch_in_out(a.dtype, a.out_dtype, op, [&](auto in_type, auto out_type) {
+    using T = typename decltype(in_type)::type;
+    using TOut = typename decltype(out_type)::type;
+    activation_kernel<T, TOut><<<grid, kThreads, 0, stream>>>(p);
   });
   check_launch(op);
 }

@@ -1,10 +1,10 @@
 // Host side of the direct dense MLP: per-GEMM plan (k split over a cluster, k slice,
 // tokens per tile) and the two launches. Kernel: direct_mlp_kernel.cuh.
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <tuple>
+#include <type_traits>
 
+#include "core/dtype_dispatch.h"
+#include "core/kernel_launch.h"
 #include "core/pdl.h"
 #include "mlp/direct_mlp.h"
 #include "mlp/direct_mlp_kernel.cuh"
@@ -15,63 +15,30 @@ namespace {
 
 namespace dg = gemm::direct;
 
-constexpr int kMaxDevices = 64;
 constexpr int kSliceAlign = dg::kBatch * dg::kChunkK;  // whole load batches per slice
 static_assert(dg::kMaxSplit == kDirectMlpMaxSplit, "one cluster limit");
+
+// The mma.sync instruction of an element type.
+template <typename E>
+using MmaOf = std::conditional_t<std::is_same_v<E, __half>, gemm::MmaF16, gemm::MmaBF16>;
 
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// The kernel of a plan's tile width, its shared-memory limit raised (once per device).
-template <typename T, typename Mma, typename Out, bool kSilu>
-const void* prepared_kernel(int tn) {
-  const void* kernel =
-      tn == 8 ? reinterpret_cast<const void*>(dg::direct_gemm_kernel<T, Mma, Out, 8, kSilu>)
-              : reinterpret_cast<const void*>(dg::direct_gemm_kernel<T, Mma, Out, 32, kSilu>);
-  static bool attr_set[2][kMaxDevices] = {};  // per instantiation and device
-  int device = 0;
-  cudaGetDevice(&device);
-  if (device < 0 || device >= kMaxDevices) device = 0;
-  bool& set = attr_set[tn == 8 ? 0 : 1][device];
-  if (!set) {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kDirectMlpMaxSmem) != cudaSuccess)
-      throw Error("moekit: direct MLP: cannot reserve its shared memory on this device");
-    set = true;
-  }
-  return kernel;
+// Kernel, its shared-memory limit raised (once per device).
+template <auto Kernel>
+const void* with_smem_limit() {
+  if (raise_smem_limit<Kernel>(kDirectMlpMaxSmem) != cudaSuccess)
+    throw Error("moekit: direct MLP: cannot reserve its shared memory on this device");
+  return reinterpret_cast<const void*>(Kernel);
 }
 
-// Clusters of `split` CTAs with `smem` bytes each of `kernel` the device holds at once
-// (cached: the query costs a driver call).
-int cluster_capacity(const void* kernel, int split, int smem) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, const void*, int, int>, int> cache;
-  int device = 0;
-  cudaGetDevice(&device);
-  const auto key = std::make_tuple(device, kernel, split, smem);
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(split));
-  cfg.blockDim = dim3(dg::kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(split);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
-    cudaGetLastError();  // not fatal: the plan keeps its first choice
-    clusters = 0;
-  }
-  cache[key] = clusters;
-  return clusters;
+// The kernel of a plan's tile width, its shared-memory limit raised.
+template <typename T, typename Mma, typename Out, bool kSilu>
+const void* prepared_kernel(int tn) {
+  return tn == 8 ? with_smem_limit<dg::direct_gemm_kernel<T, Mma, Out, 8, kSilu>>()
+                 : with_smem_limit<dg::direct_gemm_kernel<T, Mma, Out, 32, kSilu>>();
 }
 
 // How the direct kernels load weight lines: paired lanes (a warp instruction reads 4 whole
@@ -83,33 +50,18 @@ template <typename E, typename Mma, typename Out, bool kSilu>
 ClusterCapacity typed_capacity(int64_t T) {
   const int tn = T <= 8 ? 8 : 32;
   return [tn](int split, int smem) {
-    return cluster_capacity(prepared_kernel<E, Mma, Out, kSilu>(tn), split, smem);
+    return co_resident_clusters(prepared_kernel<E, Mma, Out, kSilu>(tn), split, dg::kThreads,
+                                static_cast<size_t>(smem));
   };
 }
 
 void launch(const void* kernel, const DirectGemmPlan& pl, const dg::Params& p,
             cudaStream_t stream) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(pl.split), static_cast<unsigned>(pl.row_groups));
-  cfg.blockDim = dim3(dg::kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(pl.smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int n = 0;
-  if (pl.split > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = static_cast<unsigned>(pl.split);
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (p.pdl != dg::kPdlNone) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
+  LaunchConfig config(dim3(static_cast<unsigned>(pl.split), static_cast<unsigned>(pl.row_groups)),
+                      dim3(dg::kThreads), static_cast<size_t>(pl.smem), stream);
+  if (pl.split > 1) config.cluster(pl.split);
+  if (p.pdl != dg::kPdlNone) config.pdl();
+  const cudaLaunchConfig_t cfg = config.config();
   void* args[] = {const_cast<dg::Params*>(&p)};
   cudaLaunchKernelExC(&cfg, kernel, args);
 }
@@ -169,17 +121,12 @@ bool direct_mlp_supported(DType dtype, int64_t T, int64_t H, int64_t S, const De
 }
 
 ClusterCapacity direct_cluster_capacity(DType dtype, DType out_dtype, int64_t T, bool silu) {
-  const bool f32 = out_dtype == DType::kF32;
-  if (dtype == DType::kBF16) {
-    using E = __nv_bfloat16;
-    if (silu) return typed_capacity<E, gemm::MmaBF16, E, true>(T);
-    return f32 ? typed_capacity<E, gemm::MmaBF16, float, false>(T)
-               : typed_capacity<E, gemm::MmaBF16, E, false>(T);
-  }
-  using E = __half;
-  if (silu) return typed_capacity<E, gemm::MmaF16, E, true>(T);
-  return f32 ? typed_capacity<E, gemm::MmaF16, float, false>(T)
-             : typed_capacity<E, gemm::MmaF16, E, false>(T);
+  if (dtype != DType::kBF16 && dtype != DType::kF16) return {};  // no direct MLP: unknown
+  return dispatch_in_out(dtype, out_dtype, "direct_mlp", [&](auto in_type, auto out_type) {
+    using E = typename decltype(in_type)::type;
+    if (silu) return typed_capacity<E, MmaOf<E>, E, true>(T);
+    return typed_capacity<E, MmaOf<E>, typename decltype(out_type)::type, false>(T);
+  });
 }
 
 namespace {
@@ -221,23 +168,11 @@ void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                     DType out_dtype, int split_gate_up, int split_down, cudaStream_t stream) {
   if (!direct_mlp_supported(dtype, T, H, S, device_props()))
     throw Error("moekit: direct MLP called for a shape or device it does not support");
-  const bool f32 = out_dtype == DType::kF32;
-  const int su = split_gate_up, sd = split_down;
-  if (dtype == DType::kBF16) {
-    if (f32)
-      run_typed<__nv_bfloat16, gemm::MmaBF16, float>(x, T, H, S, w_gate_up, w_down, act, out, su,
-                                                     sd, stream);
-    else
-      run_typed<__nv_bfloat16, gemm::MmaBF16, __nv_bfloat16>(x, T, H, S, w_gate_up, w_down, act,
-                                                             out, su, sd, stream);
-  } else {
-    if (f32)
-      run_typed<__half, gemm::MmaF16, float>(x, T, H, S, w_gate_up, w_down, act, out, su, sd,
-                                             stream);
-    else
-      run_typed<__half, gemm::MmaF16, __half>(x, T, H, S, w_gate_up, w_down, act, out, su, sd,
-                                              stream);
-  }
+  dispatch_in_out(dtype, out_dtype, "direct_mlp", [&](auto in_type, auto out_type) {
+    using E = typename decltype(in_type)::type;
+    run_typed<E, MmaOf<E>, typename decltype(out_type)::type>(x, T, H, S, w_gate_up, w_down, act, out,
+                                                         split_gate_up, split_down, stream);
+  });
 }
 
 }  // namespace moekit::detail

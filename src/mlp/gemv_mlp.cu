@@ -1,12 +1,10 @@
 // Host side of the one-token dense MLP: grid size and the two PDL-chained launches.
 // Kernel: gemv_mlp_kernel.cuh.
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <tuple>
-#include <utility>
 
 #include "core/check.h"
+#include "core/dtype_dispatch.h"
+#include "core/kernel_launch.h"
 #include "core/pdl.cuh"
 #include "mlp/gemv_mlp.h"
 #include "mlp/gemv_mlp_kernel.cuh"
@@ -24,43 +22,17 @@ bool dims_fit(int64_t T, int64_t H, int64_t S) {
          2 * S <= kMaxSmem;
 }
 
-// CTAs of `kernel` with `smem` bytes that one SM holds (cached per device: a driver call),
-// after raising the kernel's dynamic shared-memory limit once per device.
-int blocks_per_sm(const void* kernel, int smem) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, const void*>, bool> raised;
-  static std::map<std::tuple<int, const void*, int>, int> cache;
-  int device = 0;
-  cudaGetDevice(&device);
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!raised[{device, kernel}]) {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(kMaxSmem)) != cudaSuccess)
-      throw Error("moekit: GEMV MLP: cannot reserve its shared memory on this device");
-    raised[{device, kernel}] = true;
-  }
-  const auto key = std::make_tuple(device, kernel, smem);
-  const auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, gv::kThreads, smem) !=
-          cudaSuccess ||
-      n < 1) {
-    cudaGetLastError();
-    n = 1;
-  }
-  cache[key] = n;
-  return n;
-}
-
 // out [n_out] = x [K] . w^T: one CTA per column at a time, as many CTAs as fit at once.
 template <typename E, typename Out, bool kSilu>
 void launch_gemv(const void* x, const void* w, void* out, int64_t K, int64_t n_out, int pdl,
                  cudaStream_t stream) {
-  const auto kernel = gv::gemv_kernel<E, Out, kSilu>;
+  constexpr auto kernel = gv::gemv_kernel<E, Out, kSilu>;
+  if (raise_smem_limit<kernel>(static_cast<int>(kMaxSmem)) != cudaSuccess)
+    throw Error("moekit: GEMV MLP: cannot reserve its shared memory on this device");
   const int smem = static_cast<int>(2 * K);
   const int64_t resident =
-      int64_t{device_props().sms} * blocks_per_sm(reinterpret_cast<const void*>(kernel), smem);
+      int64_t{device_props().sms} *
+      blocks_per_sm(reinterpret_cast<const void*>(kernel), gv::kThreads, static_cast<size_t>(smem));
   const int grid = static_cast<int>(std::min(n_out, std::max<int64_t>(resident, 1)));
   const gv::Params p{x, w, out, static_cast<int>(K), static_cast<int>(n_out), pdl};
   launch_pdl(kernel, dim3(grid), dim3(gv::kThreads), static_cast<size_t>(smem), stream, p);
@@ -86,18 +58,10 @@ void run_gemv_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
                   cudaStream_t stream) {
   if (!gemv_mlp_supported(dtype, T, H, S, device_props()))
     throw Error("moekit: GEMV MLP called for a shape or device it does not support");
-  const bool f32 = out_dtype == DType::kF32;
-  if (dtype == DType::kBF16) {
-    if (f32)
-      run_typed<__nv_bfloat16, float>(x, H, S, w_gate_up, w_down, act, out, stream);
-    else
-      run_typed<__nv_bfloat16, __nv_bfloat16>(x, H, S, w_gate_up, w_down, act, out, stream);
-  } else {
-    if (f32)
-      run_typed<__half, float>(x, H, S, w_gate_up, w_down, act, out, stream);
-    else
-      run_typed<__half, __half>(x, H, S, w_gate_up, w_down, act, out, stream);
-  }
+  dispatch_in_out(dtype, out_dtype, "gemv_mlp", [&](auto in_type, auto out_type) {
+    run_typed<typename decltype(in_type)::type, typename decltype(out_type)::type>(
+        x, H, S, w_gate_up, w_down, act, out, stream);
+  });
 }
 
 }  // namespace moekit::detail

@@ -1,7 +1,10 @@
 // Host side of the stream-K dense MLP: plan (tiles, grid, scratch), TMA descriptors,
 // cooperative launch. Kernel: streamk_mlp_kernel.cuh.
 #include <string>
+#include <type_traits>
 
+#include "core/dtype_dispatch.h"
+#include "core/kernel_launch.h"
 #include "gemm/common/tma_desc.h"
 #include "mlp/streamk_mlp.h"
 #include "mlp/streamk_mlp_kernel.cuh"
@@ -11,8 +14,6 @@ namespace moekit::detail {
 namespace {
 
 namespace sk = gemm::streamk;
-
-constexpr int kMaxDevices = 64;
 
 int tokens_per_tile(int64_t T) {
   return T <= 16 ? 16 : (T <= 32 ? 32 : 64);
@@ -55,17 +56,11 @@ template <typename T, typename Mma, int TN>
 void launch(const Plan& pl, const void* x, const void* w_gate_up, const void* w_down,
             cudaStream_t stream) {
   using L = sk::Layout<TN>;
-  auto kernel = sk::streamk_mlp_kernel<T, Mma, TN>;
-  static bool attr_set[kMaxDevices] = {};
-  int device = 0;
-  cudaGetDevice(&device);
-  if (!attr_set[device]) {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes) !=
-        cudaSuccess) {
-      throw Error("moekit: stream-K MLP: cannot reserve " + std::to_string(L::kSmemBytes) +
-                  " bytes of shared memory: " + cudaGetErrorString(cudaGetLastError()));
-    }
-    attr_set[device] = true;
+  constexpr auto kernel = sk::streamk_mlp_kernel<T, Mma, TN>;
+  const cudaError_t smem_err = raise_smem_limit<kernel>(L::kSmemBytes);
+  if (smem_err != cudaSuccess) {
+    throw Error("moekit: stream-K MLP: cannot reserve " + std::to_string(L::kSmemBytes) +
+                " bytes of shared memory: " + cudaGetErrorString(smem_err));
   }
   const sk::Params& p = pl.p;
   const char* w = static_cast<const char*>(w_gate_up);
@@ -76,16 +71,8 @@ void launch(const Plan& pl, const void* x, const void* w_gate_up, const void* w_
   const CUtensorMap act_map = make_tma_2d_b16(p.act, p.T, p.S, TN);
   const CUtensorMap down_map = make_tma_2d_b16(w_down, p.H, p.S, sk::kTileRows);
 
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(pl.grid);
-  cfg.blockDim = dim3(sk::kThreads);
-  cfg.dynamicSmemBytes = L::kSmemBytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  LaunchConfig config(dim3(pl.grid), dim3(sk::kThreads), L::kSmemBytes, stream);
+  const cudaLaunchConfig_t cfg = config.cooperative().config();
   const cudaError_t err =
       cudaLaunchKernelEx(&cfg, kernel, x_map, gate_map, up_map, act_map, down_map, p);
   if (err != cudaSuccess) {
@@ -123,10 +110,11 @@ void run_streamk_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S
   pl.p.out_f32 = out_dtype == DType::kF32;
   pl.p.counters = static_cast<int*>(scratch);
   pl.p.partials = reinterpret_cast<float*>(static_cast<char*>(scratch) + pl.counter_bytes);
-  if (dtype == DType::kBF16)
-    launch_tn<__nv_bfloat16, gemm::MmaBF16>(pl, x, w_gate_up, w_down, stream);
-  else
-    launch_tn<__half, gemm::MmaF16>(pl, x, w_gate_up, w_down, stream);
+  dispatch_float(dtype, "streamk_mlp", [&](auto in_type) {
+    using E = typename decltype(in_type)::type;
+    using Mma = std::conditional_t<std::is_same_v<E, __half>, gemm::MmaF16, gemm::MmaBF16>;
+    launch_tn<E, Mma>(pl, x, w_gate_up, w_down, stream);
+  });
 }
 
 }  // namespace moekit::detail

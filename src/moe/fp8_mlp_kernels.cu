@@ -4,9 +4,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <type_traits>
 
 #include "core/check.h"
+#include "core/dtype.cuh"
 #include "mlp/row_groups.cuh"
 #include "moe/fp8_mlp.h"
 
@@ -15,13 +15,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 1024;
-
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float to_f32(__half v) {
-  return __half2float(v);
-}
 
 // amax (the f32 bits of max |x|; non-negative floats order as their bits) over the rows of
 // x [rows, cols] that hold data, 8 values (16 bytes) per load; NaN is ignored (fmaxf).
@@ -37,7 +30,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(x) + i);
     const T* v = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(to_f32(v[j])));
+    for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(to_float(v[j])));
   }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -54,12 +47,7 @@ __global__ void __launch_bounds__(kThreads)
     cast_bf16_kernel(const __nv_bfloat16* __restrict__ in, int64_t n, TOut* __restrict__ out) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const float v = __bfloat162float(in[i]);
-    if constexpr (std::is_same_v<TOut, float>) {
-      out[i] = v;
-    } else {
-      out[i] = __float2half_rn(v);
-    }
+    out[i] = from_float<TOut>(__bfloat162float(in[i]));
   }
 }
 

@@ -243,7 +243,7 @@ LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
     if (tuned != nullptr && !p.s.mlp.general() && !p.shared_mlp.general() &&
         !detail::quantized(p.s.quant) && !detail::quantized(p.shared_quant) &&
         detail::tuning_tables_present() &&
-        detail::tuned_layer_plan(detail::current_device_name(),
+        detail::tuned_layer_plan(detail::device_name(),
                                  detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
                                  p.s.T, device, &plan))
       return plan;

@@ -15,6 +15,8 @@
 #include "core/check.h"
 #include "core/device.h"
 #include "core/dtype.cuh"
+#include "core/dtype_dispatch.h"
+#include "core/vec8.cuh"
 #include "moe/direct_routes.cuh"
 #include "moe/direct_tiles.cuh"
 #include "moe/moe_internal.h"
@@ -69,27 +71,6 @@ void launch_direct(const MoEShapes& s, const void* in, const void* w, const int3
 }
 
 // ---- combine ----
-
-__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  const float4 b = *reinterpret_cast<const float4*>(p + 4);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-template <class T>
-__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = to_float(e[j]);
-}
-template <class T>
-__device__ __forceinline__ void store8(T* p, const float (&v)[8]) {
-  uint4 raw;
-  T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) e[j] = from_float<T>(v[j]);
-  *reinterpret_cast<uint4*>(p) = raw;
-}
 
 constexpr int kCombineThreads = 128;
 
@@ -146,23 +127,20 @@ void launch_combine(const CombineProblem& p, cudaStream_t stream) {
   if (p.T == 0 || p.H == 0) return;
   const dim3 grid(static_cast<unsigned>((p.H / 8 + kCombineThreads - 1) / kCombineThreads),
                   static_cast<unsigned>(std::min<int64_t>(p.T, 65535)));
-  MOEKIT_DISPATCH_HALF(p.out_dtype, "moe_combine", [&] {
+  const auto launch = [&](auto out_type, auto rows_type) {
+    using TOut = typename decltype(out_type)::type;
+    using TRow = typename decltype(rows_type)::type;
+    combine_kernel<TOut, TRow><<<grid, kCombineThreads, 0, stream>>>(
+        static_cast<const TRow*>(p.rows), p.num_rows, p.inverse, p.topk_ids, static_cast<int>(p.E),
+        p.topk_weights, p.addend, static_cast<TOut*>(p.out), p.T, static_cast<int>(p.K), p.H);
+  };
+  dispatch_float(p.out_dtype, "moe_combine", [&](auto out_type) {
     if (p.rows_dtype == DType::kF32) {
-      combine_kernel<scalar_t, float><<<grid, kCombineThreads, 0, stream>>>(
-          static_cast<const float*>(p.rows), p.num_rows, p.inverse, p.topk_ids,
-          static_cast<int>(p.E), p.topk_weights, p.addend, static_cast<scalar_t*>(p.out), p.T,
-          static_cast<int>(p.K), p.H);
+      launch(out_type, TypeTag<float>{});
     } else if (p.rows_dtype == DType::kBF16 && p.out_dtype != DType::kBF16) {
-      // The FP8 GEMMs' bf16 rows under an f16 output.
-      combine_kernel<scalar_t, __nv_bfloat16><<<grid, kCombineThreads, 0, stream>>>(
-          static_cast<const __nv_bfloat16*>(p.rows), p.num_rows, p.inverse, p.topk_ids,
-          static_cast<int>(p.E), p.topk_weights, p.addend, static_cast<scalar_t*>(p.out), p.T,
-          static_cast<int>(p.K), p.H);
+      launch(out_type, TypeTag<__nv_bfloat16>{});  // the FP8 GEMMs' bf16 rows under an f16 output
     } else {
-      combine_kernel<scalar_t, scalar_t><<<grid, kCombineThreads, 0, stream>>>(
-          static_cast<const scalar_t*>(p.rows), p.num_rows, p.inverse, p.topk_ids,
-          static_cast<int>(p.E), p.topk_weights, p.addend, static_cast<scalar_t*>(p.out), p.T,
-          static_cast<int>(p.K), p.H);
+      launch(out_type, out_type);
     }
   });
   check_launch("moe_combine");

@@ -1,7 +1,6 @@
 // The tuning tables' registry (include/moekit/tuning.h): the built-in tables, parsed once on
 // first use, and the loaded ones; the layer ops' lookup. Thread-safe: a mutex guards the
 // loaded tables, and a lookup with no table at all costs one atomic load.
-#include <cuda_runtime_api.h>
 
 #include <atomic>
 #include <fstream>
@@ -52,7 +51,7 @@ const ParsedEntry* find_entry(const std::vector<ParsedEntry>& entries, const std
 }
 
 TuningDevice current_tuning_device() {
-  return {current_device_name(), current_gemm_device()};
+  return {device_name(), current_gemm_device()};
 }
 
 }  // namespace
@@ -85,26 +84,6 @@ bool tuned_layer_plan(const std::string& device_name, const TuningShape& shape, 
     return true;
   }
   return false;
-}
-
-const std::string& current_device_name() {
-  constexpr int kMaxDevices = 64;
-  static std::string names[kMaxDevices];
-  static std::once_flag once[kMaxDevices];
-  static const std::string none;
-  int device = -1;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
-    cudaGetLastError();
-    return none;
-  }
-  std::call_once(once[device], [device] {
-    cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
-      names[device] = prop.name;
-    else
-      cudaGetLastError();
-  });
-  return names[device];
 }
 
 }  // namespace detail

@@ -56,8 +56,6 @@ bool tuning_tables_present();
 // the problem (a stale entry is skipped); false when none.
 bool tuned_layer_plan(const std::string& device_name, const TuningShape& shape, int64_t T,
                       const GemmDevice& device, LayerPlan* out);
-// cudaDeviceProp::name of the current device, cached per device; "" without one.
-const std::string& current_device_name();
 
 // The built-in tables: (name, text) pairs, generated from CMake's list.
 struct BuiltinTable {

@@ -238,8 +238,7 @@ void launch_permute_align(const AlignLaunch& l, cudaStream_t stream) {
     const RouteChunks rc =
         launch_route_chunk_count_scan(l.topk_ids, l.num_routes, E, l.block_size, l.workspace,
                                       nullptr, l.num_tokens_post_padded, stream);
-    const int smem = chunk_scatter_smem(reinterpret_cast<const void*>(align_scatter_kernel),
-                                        kWarps + 2, E, /*slot=*/0);
+    const int smem = chunk_scatter_smem<align_scatter_kernel>(kWarps + 2, E);
     launch_pdl(align_scatter_kernel, dim3(rc.chunks), dim3(kThreads), smem, stream, l.topk_ids,
                l.num_routes, E, l.block_size, rc.offsets, rc.start, rc.cnt, l.sorted_token_ids,
                l.sorted_size, l.expert_ids, l.num_blocks);

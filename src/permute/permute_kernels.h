@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/kernel_launch.h"
 #include "moekit/tensor.h"
 
 namespace moekit::detail {
@@ -144,10 +145,12 @@ RouteChunks launch_route_chunk_count_scan(const int32_t* ids, int num_routes, in
                                           int alignment, void* workspace, int32_t* layout_metadata,
                                           int32_t* num_post_padded, cudaStream_t stream);
 
-// Allows a kernel more than 48 KiB of dynamic shared memory (once per device).
-void allow_large_smem(const void* kernel, int bytes, int slot);
-// The dynamic shared memory of a chunk scatter kernel at E experts: kRouteChunk ids and
-// `per_expert` ints per expert (the kernel allowed the most its E's cap takes, in `slot`).
-int chunk_scatter_smem(const void* kernel, int per_expert, int num_experts, int slot);
+// The dynamic shared memory of chunk scatter Kernel at E experts: kRouteChunk ids and
+// `per_expert` ints per expert (the kernel allowed the most its E's cap takes).
+template <auto Kernel>
+int chunk_scatter_smem(int per_expert, int num_experts) {
+  raise_smem_limit<Kernel>((kRouteChunk + per_expert * chunk_experts_cap(num_experts)) * 4);
+  return (kRouteChunk + per_expert * num_experts) * 4;
+}
 
 }  // namespace moekit::detail

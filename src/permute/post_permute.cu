@@ -10,11 +10,11 @@
 //  * post_permute_kernel: any shape (64-bit indices, K in chunks of 8); the larger,
 //    bandwidth-bound grids use it (see launch_typed).
 #include <cstdint>
-#include <string>
 
 #include "core/check.h"
-#include "core/dtype.cuh"
+#include "core/dtype_dispatch.h"
 #include "core/pdl.cuh"
+#include "core/vec8.cuh"
 #include "permute/permute_kernels.h"
 
 namespace moekit::detail {
@@ -23,44 +23,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kInFlight = 8;  // route rows loaded before the first FMA (K = 8 in one round trip)
 constexpr int64_t kPostSmallMaxThreads = 32768;  // larger grids take the generic kernel
-
-// 8 consecutive elements of T as 16-byte vectors (one for 16-bit types, two for f32).
-template <class T>
-struct Pack8 {
-  static constexpr int kVecs = sizeof(T) * 8 / 16;
-  uint4 v[kVecs];
-  __device__ __forceinline__ void load(const T* p) {
-    const uint4* q = reinterpret_cast<const uint4*>(p);
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i) v[i] = __ldg(q + i);
-  }
-  __device__ __forceinline__ float get(int i) const {
-    return to_float(reinterpret_cast<const T*>(v)[i]);
-  }
-  __device__ __forceinline__ void set(int i, float x) {
-    reinterpret_cast<T*>(v)[i] = from_float<T>(x);
-  }
-  __device__ __forceinline__ void store(T* p) const {
-    uint4* q = reinterpret_cast<uint4*>(p);
-#pragma unroll
-    for (int i = 0; i < kVecs; ++i) q[i] = v[i];
-  }
-};
-
-// 8 floats -> 8 elements of T as 16-byte vectors built from 32-bit words (pack2, so the
-// stores are 16 bytes wide; the byte-wise Pack8::set gave four 4-byte stores).
-template <class T>
-__device__ __forceinline__ void store8(T* p, const float (&a)[8]) {
-  if constexpr (sizeof(T) == 4) {
-    float4* q = reinterpret_cast<float4*>(p);
-    q[0] = make_float4(a[0], a[1], a[2], a[3]);
-    q[1] = make_float4(a[4], a[5], a[6], a[7]);
-  } else {
-    *reinterpret_cast<uint4*>(p) = make_uint4(
-        pack2(a[0], a[1], static_cast<T*>(nullptr)), pack2(a[2], a[3], static_cast<T*>(nullptr)),
-        pack2(a[4], a[5], static_cast<T*>(nullptr)), pack2(a[6], a[7], static_cast<T*>(nullptr)));
-  }
-}
 
 // Fast path: top_k <= kMaxK <= 8; T*H, P*H and T*K below 2^31. Thread g handles
 // token t = g / V (V = H / 8 vectors per row), computed as
@@ -151,10 +113,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   pdl_trigger();  // every load is issued; only the store is left
-  Pack8<Tout> o;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) o.set(i, acc[i]);
-  o.store(out + t * hidden + col);
+  store8(out + t * hidden + col, acc);
 }
 
 // Threads per block of the small kernel: 128 (64 for <= 256 threads), so a small
@@ -197,33 +156,14 @@ void launch_typed(const PostPermuteLaunch& l, cudaStream_t stream) {
              l.inverse_indices, l.num_tokens, l.top_k, static_cast<Tout*>(l.out));
 }
 
-template <class Tin>
-void launch_out(const PostPermuteLaunch& l, cudaStream_t stream) {
-  if (l.out_dtype == DType::kF32) {
-    launch_typed<Tin, float>(l, stream);
-  } else {
-    launch_typed<Tin, Tin>(l, stream);
-  }
-}
-
 }  // namespace
 
 void launch_post_permute(const PostPermuteLaunch& l, cudaStream_t stream) {
   if (l.num_tokens == 0) return;
-  switch (l.in_dtype) {
-    case DType::kBF16:
-      launch_out<__nv_bfloat16>(l, stream);
-      break;
-    case DType::kF16:
-      launch_out<__half>(l, stream);
-      break;
-    case DType::kF32:
-      launch_out<float>(l, stream);
-      break;
-    default:
-      throw Error(std::string("moekit::moe_post_permute: unsupported dtype ") +
-                  dtype_name(l.in_dtype));
-  }
+  const auto launch = [&](auto in_type, auto out_type) {
+    launch_typed<typename decltype(in_type)::type, typename decltype(out_type)::type>(l, stream);
+  };
+  dispatch_in_out</*kWithF32=*/true>(l.in_dtype, l.out_dtype, "moe_post_permute", launch);
   check_launch("moe_post_permute");
 }
 

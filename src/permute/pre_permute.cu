@@ -207,8 +207,7 @@ void launch_pre_permute(const PrePermuteLaunch& l, cudaStream_t stream) {
   } else {
     const RouteChunks rc = launch_route_chunk_count_scan(l.ids, N, E, l.alignment, l.workspace,
                                                          l.layout_metadata, nullptr, stream);
-    const int smem = chunk_scatter_smem(reinterpret_cast<const void*>(pre_permute_scatter_kernel),
-                                        kScatterWarps + 1, E, /*slot=*/2);
+    const int smem = chunk_scatter_smem<pre_permute_scatter_kernel>(kScatterWarps + 1, E);
     launch_pdl(pre_permute_scatter_kernel, dim3(rc.chunks), dim3(kScatterThreads), smem, stream,
                l.ids, N, E, rc.offsets, rc.start, l.inverse_indices);
     if (V > 0) {  // routes only (row_bytes 0): no copy

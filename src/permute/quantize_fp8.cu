@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/pdl.cuh"
+#include "core/vec8.cuh"
 #include "mlp/row_groups.cuh"
 #include "moekit/error.h"
 #include "permute/quantize_fp8.h"
@@ -20,31 +21,15 @@ constexpr int kQuantThreads = 256;  // 8 warps, one source row each
 constexpr int kRowsPerBlock = kQuantThreads / 32;
 constexpr int kStepCols = 32 * 8;
 
-__device__ __forceinline__ void widen(const uint4& u, __nv_bfloat16*, float (&v)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
-__device__ __forceinline__ void widen(const uint4& u, __half*, float (&v)[8]) {
-  const __half2* h = reinterpret_cast<const __half2*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
-
 // Columns c .. c + 7 of row `row` (zeros past k: they never raise a max nor get stored).
 template <class T>
 __device__ __forceinline__ void load8(const T* x, int64_t row, int64_t k, int64_t c,
                                       float (&v)[8]) {
   if (c < k) {
-    widen(__ldg(reinterpret_cast<const uint4*>(x + row * k + c)), static_cast<T*>(nullptr), v);
+    Pack8<T> u;
+    u.load(x + row * k + c);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = u.get(i);
   } else {
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = 0.f;

@@ -1,8 +1,6 @@
 // Multi-block route counting shared by PermuteAlign and PrePermute (large T*K):
 // kernel 1 counts each chunk's routes per expert, kernel 2 (one block) turns the
 // [chunks, E] counts into per-chunk offsets and the expert starts.
-#include <atomic>
-
 #include "core/check.h"
 #include "core/pdl.cuh"
 #include "permute/permute_kernels.h"
@@ -102,25 +100,6 @@ RouteChunks launch_route_chunk_count_scan(const int32_t* ids, int num_routes, in
                                           cnt, layout_metadata, num_post_padded, stream);
   }
   return {chunks, counts, start, cnt};
-}
-
-void allow_large_smem(const void* kernel, int bytes, int slot) {
-  constexpr int kSlots = 8, kDevices = 64;
-  static std::atomic<int> granted[kSlots][kDevices];  // zero-initialized
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices || slot < 0 ||
-      slot >= kSlots) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    return;
-  }
-  if (granted[slot][dev].load(std::memory_order_acquire) >= bytes) return;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  granted[slot][dev].store(bytes, std::memory_order_release);
-}
-
-int chunk_scatter_smem(const void* kernel, int per_expert, int num_experts, int slot) {
-  allow_large_smem(kernel, (kRouteChunk + per_expert * chunk_experts_cap(num_experts)) * 4, slot);
-  return (kRouteChunk + per_expert * num_experts) * 4;
 }
 
 }  // namespace moekit::detail

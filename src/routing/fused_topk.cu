@@ -15,14 +15,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <string>
-#include <utility>
 
 #include "core/check.h"
 #include "core/device.h"
 #include "core/dtype.cuh"
+#include "core/dtype_dispatch.h"
+#include "core/kernel_launch.h"
 #include "core/pdl.cuh"
 #include "routing/fused_topk_kernel.h"
 
@@ -334,25 +332,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // than any Hopper part has SMs).
 constexpr int64_t kTopKSmallGridBlocks = 64;
 
-// Resident CTAs per SM of `kernel` with `smem` dynamic shared bytes (cached; it
-// depends only on the architecture).
-int blocks_per_sm(const void* kernel, int threads, size_t smem) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, size_t>, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(kernel, smem);
-  const auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  int n = 1;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess ||
-      n < 1) {
-    cudaGetLastError();  // not sticky: leave no error for check_launch
-    n = 1;
-  }
-  cache.emplace(key, n);
-  return n;
-}
-
 template <class T, int kSlots, bool kMapped>
 void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
   const TopKParams& p = l.params;
@@ -366,11 +345,8 @@ void launch_typed(const FusedTopKLaunch& l, cudaStream_t stream) {
   // occupancy query, which counts the same bytes.
   if constexpr (kSlots > 16) {
     if (smem > 48 * 1024) {
-      for (const void* k :
-           {reinterpret_cast<const void*>(fused_topk_kernel<T, kSlots, true, kMapped>),
-            reinterpret_cast<const void*>(fused_topk_kernel<T, kSlots, false, kMapped>)})
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
+      raise_smem_limit<fused_topk_kernel<T, kSlots, true, kMapped>>(static_cast<int>(smem));
+      raise_smem_limit<fused_topk_kernel<T, kSlots, false, kMapped>>(static_cast<int>(smem));
     }
   }
   auto kernel = fused_topk_kernel<T, kSlots, true, kMapped>;
@@ -416,19 +392,9 @@ void launch_mapped_or_not(const FusedTopKLaunch& l, cudaStream_t stream) {
 
 void launch_fused_topk(const FusedTopKLaunch& l, cudaStream_t stream) {
   if (l.num_tokens == 0) return;
-  switch (l.dtype) {
-    case DType::kBF16:
-      launch_mapped_or_not<__nv_bfloat16>(l, stream);
-      break;
-    case DType::kF16:
-      launch_mapped_or_not<__half>(l, stream);
-      break;
-    case DType::kF32:
-      launch_mapped_or_not<float>(l, stream);
-      break;
-    default:
-      throw Error(std::string("moekit::fused_topk: unsupported dtype ") + dtype_name(l.dtype));
-  }
+  dispatch_float</*kWithF32=*/true>(l.dtype, "fused_topk", [&](auto in_type) {
+    launch_mapped_or_not<typename decltype(in_type)::type>(l, stream);
+  });
   check_launch("fused_topk");
 }
 
