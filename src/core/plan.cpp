@@ -21,8 +21,6 @@ std::string to_string(GemmKernel kernel) {
       return "sm90";
     case GemmKernel::kSm90Pairs:
       return "sm90_pairs";
-    case GemmKernel::kFp8Decode:
-      return "fp8_decode";
     case GemmKernel::kFp8Sm90:
       return "fp8_sm90";
   }

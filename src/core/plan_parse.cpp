@@ -91,7 +91,6 @@ constexpr GemmKernel kKernels[] = {
     GemmKernel::kDecodePersistent,
     GemmKernel::kSm90,
     GemmKernel::kSm90Pairs,
-    GemmKernel::kFp8Decode,
     GemmKernel::kFp8Sm90,
 };
 
