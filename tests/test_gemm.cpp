@@ -654,6 +654,30 @@ TEST(GemmValidation, Fp8ContiguousRejectsEachBadInput) {
   expect_arg_error([&] { moe_grouped_gemm_fp8(masked, nullptr); }, "layout.max_m");
 }
 
+// Kd past 2^31 (the SM90 kernel's 32-bit TMA coordinates), as moe_grouped_gemm refuses it:
+// an argument error naming a's dim, in both layouts.
+TEST(GemmValidation, Fp8RejectsKdPast32Bits) {
+  const int64_t kd = (int64_t{1} << 31) + 16;
+  const auto error = [](const GroupedGemmFP8Args& args) -> std::string {
+    try {
+      moe_grouped_gemm_fp8(args, nullptr);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  GroupedGemmFP8Args masked = good_fp8();
+  masked.a = view(DType::kFP8E4M3, {2, 4, kd});
+  EXPECT_NE(error(masked).find("argument 'a': expected at most 2^31-1 columns Kd (dim 2)"),
+            std::string::npos)
+      << error(masked);
+  GroupedGemmFP8Args contiguous = good_fp8_contiguous(Fp8Scales::kBlock);
+  contiguous.a = view(DType::kFP8E4M3, {40, kd});
+  EXPECT_NE(error(contiguous).find("argument 'a': expected at most 2^31-1 columns Kd (dim 1)"),
+            std::string::npos)
+      << error(contiguous);
+}
+
 // Valid FP8 arguments of every layout, scale mode and activation pass validation (no rows:
 // nothing launches, so no GPU is needed).
 TEST(GemmValidation, Fp8AcceptsEveryModeAndLayout) {
@@ -850,10 +874,12 @@ TEST(GemmPlannerRules, DecodeForFewRowsPerGroupSm90ForMany) {
   f.k = 7168;
   const detail::GemmDevice h200(detail::h200_props());
   EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Sm90);
-  f.k = 0;  // no TMA descriptor: the mma.sync decode tiles
-  EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Decode);
+  f.k = 0;  // no TMA descriptor: the same plan, which then fills the empty sums
+  EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Sm90);
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(detail::plan_gemm_fp8(f, h200), f, h200), "");
   f.max_m = 512;
-  EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Decode);
+  EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Sm90);
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(detail::plan_gemm_fp8(f, h200), f, h200), "");
 }
 
 // Where the kernels read each mode's scales (gemm.h Fp8Scales as strides): b_rows 272
@@ -888,8 +914,8 @@ TEST(GemmSm90Fp8, LayoutsMatchTheKernelsAssumptions) {
   EXPECT_EQ(detail::sm90_fp8_layout_mismatch(), "");
 }
 
-// The FP8 planner: the SM90 kernel wherever it takes the problem, the mma.sync decode tiles
-// elsewhere; a plan that cannot run is refused before any launch.
+// The FP8 planner: the SM90 kernel (k == 0: its fill of the empty sums); a plan that cannot
+// run is refused before any launch.
 TEST(GemmPlannerRules, Fp8PlansTheSm90KernelWhereItApplies) {
   const detail::GemmDevice h200(detail::h200_props());
   for (int groups : {1, 8, 32, 256, 1024, 1025})
@@ -901,10 +927,13 @@ TEST(GemmPlannerRules, Fp8PlansTheSm90KernelWhereItApplies) {
           f.max_m = max_m;
           f.n = n;
           f.k = k;
-          const GemmKernel c = detail::plan_gemm_fp8(f, h200).kernel;
+          const GemmPlan plan = detail::plan_gemm_fp8(f, h200);
           const bool sm90 = k > 0 && groups <= 1024;
           EXPECT_EQ(detail::sm90_fp8_supports(f), sm90) << groups << " " << max_m << " " << k;
-          EXPECT_EQ(c, sm90 ? GemmKernel::kFp8Sm90 : GemmKernel::kFp8Decode) << to_string(c);
+          EXPECT_EQ(plan.kernel, GemmKernel::kFp8Sm90) << to_string(plan);
+          // Runs where the kernel takes the problem, and at k == 0 (the fill).
+          EXPECT_EQ(detail::gemm_fp8_plan_rejection(plan, f, h200).empty(), sm90 || k == 0)
+              << groups << " " << max_m << " " << k;
         }
   detail::GroupedGemmFP8Problem f;
   f.num_groups = 1025;
@@ -919,8 +948,7 @@ TEST(GemmPlannerRules, Fp8PlansTheSm90KernelWhereItApplies) {
 }
 
 // Contiguous rows, per-channel / per-tensor scales and silu_and_mul: the SM90 kernel takes
-// them all; the mma.sync decode tiles only block scales without an activation (off sm_90
-// nothing runs the others, and a run says why).
+// them all, its plan the only candidate (off sm_90 none: a run says why).
 TEST(GemmPlannerRules, Fp8CoversEveryLayoutAndScaleMode) {
   const detail::GemmDevice h200(detail::h200_props());
   detail::DeviceProps old_props = detail::h200_props();
@@ -942,23 +970,27 @@ TEST(GemmPlannerRules, Fp8CoversEveryLayoutAndScaleMode) {
         const std::string what = std::to_string(contiguous) + " " +
                                  std::to_string(static_cast<int>(s)) + " " +
                                  std::to_string(static_cast<int>(act));
-        EXPECT_EQ(detail::plan_gemm_fp8(f, h200).kernel, GemmKernel::kFp8Sm90) << what;
-        const bool decode = s == Fp8Scales::kBlock && act == Activation::kNone;
+        const GemmPlan plan = detail::plan_gemm_fp8(f, h200);
+        EXPECT_EQ(plan.kernel, GemmKernel::kFp8Sm90) << what;
+        EXPECT_EQ(detail::gemm_fp8_plan_rejection(plan, f, h200), "") << what;
         const std::vector<GemmPlan> cands = detail::gemm_fp8_plan_candidates(f, h200);
-        EXPECT_EQ(cands.size(), decode ? 2u : 1u) << what;
-        const GemmPlan dec{GemmKernel::kFp8Decode, 32, 128, 1, GemmSchedule::kStatic};
-        EXPECT_EQ(detail::gemm_fp8_plan_rejection(dec, f, h200).empty(), decode) << what;
-        EXPECT_EQ(detail::gemm_fp8_plan_candidates(f, a100).size(), decode ? 1u : 0u) << what;
-        EXPECT_EQ(detail::plan_gemm_fp8(f, a100).kernel, GemmKernel::kFp8Decode) << what;
-        // An e4m3 c: the SM90 kernel only.
+        ASSERT_EQ(cands.size(), 1u) << what;
+        EXPECT_EQ(cands[0], plan) << what;
+        EXPECT_TRUE(detail::gemm_fp8_plan_candidates(f, a100).empty()) << what;
+        EXPECT_EQ(detail::plan_gemm_fp8(f, a100), plan) << what;
+        EXPECT_EQ(detail::gemm_fp8_plan_rejection(plan, f, a100), "fp8_sm90 needs an sm_90 device")
+            << what;
+        // An e4m3 c: the same.
         f.c_scale = reinterpret_cast<const float*>(&f);
         EXPECT_EQ(detail::gemm_fp8_plan_candidates(f, h200).size(), 1u) << what;
-        EXPECT_FALSE(detail::gemm_fp8_plan_rejection(dec, f, h200).empty()) << what;
+        EXPECT_EQ(detail::gemm_fp8_plan_rejection(plan, f, h200), "") << what;
         f.c_scale = nullptr;
-        // A contiguous problem past 2^31 rows is the SM90 kernel's limit.
+        // A contiguous problem past 2^31 rows is the SM90 kernel's limit: refused.
         if (contiguous) {
           f.m = int64_t{1} << 31;
           EXPECT_FALSE(detail::sm90_fp8_supports(f)) << what;
+          EXPECT_NE(detail::gemm_fp8_plan_rejection(plan, f, h200), "") << what;
+          EXPECT_TRUE(detail::gemm_fp8_plan_candidates(f, h200).empty()) << what;
         }
       }
 }

@@ -978,9 +978,8 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act,
   da.layout_metadata = meta_d.view();
   std::vector<GemmPlan> plans = grouped_gemm_fp8_plan_candidates(da);
   EXPECT_FALSE(plans.empty());
-  // k == 0 (no scale read, the empty sums' value): fp8_decode's fill.
-  EXPECT_EQ(plan_grouped_gemm_fp8(da).kernel,
-            cs.k > 0 ? GemmKernel::kFp8Sm90 : GemmKernel::kFp8Decode);
+  // k == 0 included (no operand or scale read): the plan's run fills the empty sums.
+  EXPECT_EQ(plan_grouped_gemm_fp8(da).kernel, GemmKernel::kFp8Sm90);
   plans.push_back(GemmPlan{});  // marker: the planner's (args.plan = nullptr)
   for (size_t pi = 0; pi < plans.size(); ++pi) {
     const bool planner = pi + 1 == plans.size();
@@ -1062,7 +1061,7 @@ std::vector<Fp8ModeCase> fp8_mode_cases() {
 }
 
 // The masked layout with block scales (DeepGEMM's contract) on the edges of the SM90 config
-// (128 x 128 x 128 tiles, 6 stages, a as two 64-row boxes) and of fp8_decode.
+// (128 x 128 x 128 tiles, 6 stages, a as two 64-row boxes).
 std::vector<Fp8ModeCase> fp8_masked_cases() {
   struct M {
     const char* name;
@@ -1198,8 +1197,8 @@ TEST(GemmGpu, Fp8OutputWithAGivenScaleMatchesReference) {
 }
 
 // k == 0: every valid row is act(0) = 0, as bf16 or e4m3 (0 / c_scale), in every scale mode,
-// layout and activation; padding rows keep their poison (fp8_decode's fill; the planner's
-// only FP8 plan for it).
+// layout and activation; padding rows keep their poison (the fill run_grouped_gemm_fp8 runs
+// for k == 0, under the planner's plan and each candidate).
 TEST(GemmGpu, Fp8EmptySumsAreZeroInEveryModeAndOutput) {
   MOEKIT_REQUIRE_GPU();
   std::vector<Fp8ModeCase> cases;

@@ -321,39 +321,55 @@ TEST(GemmPlanner, KZeroAndManyGroupsFallBackToTheDecodeTiles) {
 
 TEST(GemmPlanner, Fp8PlansTheSm90KernelWhereItTakesTheProblem) {
   const GemmDevice h200(detail::h200_props());
+  const GemmPlan sm90{GemmKernel::kFp8Sm90, 128, 128, 1, GemmSchedule::kStatic};
   detail::GroupedGemmFP8Problem p;
   p.num_groups = 32;
   p.max_m = 256;
   p.n = 4096;
   p.k = 7168;
   EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, h200)), "fp8_sm90 128x128");
-  EXPECT_EQ(detail::gemm_fp8_plan_candidates(p, h200).size(), 2u);
-  EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, GemmDevice())), "fp8_decode 32x128");
-  p.k = 0;
-  EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, h200)), "fp8_decode 32x128");
-  EXPECT_NE(detail::gemm_fp8_plan_rejection(
-                GemmPlan{GemmKernel::kFp8Sm90, 128, 128, 1, GemmSchedule::kStatic}, p, h200),
-            "");
+  ASSERT_EQ(detail::gemm_fp8_plan_candidates(p, h200).size(), 1u);
+  EXPECT_EQ(detail::gemm_fp8_plan_candidates(p, h200)[0], sm90);
+  // Off sm_90 the same plan, refused with the reason; no candidate.
+  EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, GemmDevice())), "fp8_sm90 128x128");
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(sm90, p, GemmDevice()),
+            "fp8_sm90 needs an sm_90 device");
+  EXPECT_TRUE(detail::gemm_fp8_plan_candidates(p, GemmDevice()).empty());
   EXPECT_NE(detail::gemm_fp8_plan_rejection(
                 GemmPlan{GemmKernel::kDecode, 32, 128, 1, GemmSchedule::kStatic}, p, h200),
             "");
-  // k == 0 with silu_and_mul or an e4m3 output: fp8_decode's fill of the empty sums.
-  const GemmPlan decode{GemmKernel::kFp8Decode, 32, 128, 1, GemmSchedule::kStatic};
-  for (bool e4m3 : {false, true}) {
-    detail::GroupedGemmFP8Problem q = p;
-    q.scales = Fp8Scales::kPerChannel;
-    if (e4m3) {
-      static const float scale = 1.f;
-      q.c_scale = &scale;
-    } else {
-      q.activation = Activation::kSiluAndMul;
+  // More groups than the kernel's group table.
+  p.num_groups = 1025;
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(sm90, p, h200),
+            "fp8_sm90 needs at most 1024 groups and 32-bit extents");
+  EXPECT_TRUE(detail::gemm_fp8_plan_candidates(p, h200).empty());
+  // k == 0 (the fill of the empty sums, run_grouped_gemm_fp8) in every scale mode, with
+  // silu_and_mul or an e4m3 output: the same plan, its only candidate.
+  p.num_groups = 32;
+  p.k = 0;
+  EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, h200)), "fp8_sm90 128x128");
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(sm90, p, h200), "");
+  for (Fp8Scales scales : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor})
+    for (bool e4m3 : {false, true}) {
+      detail::GroupedGemmFP8Problem q = p;
+      q.scales = scales;
+      if (e4m3) {
+        static const float scale = 1.f;
+        q.c_scale = &scale;
+      } else {
+        q.activation = Activation::kSiluAndMul;
+      }
+      EXPECT_EQ(detail::gemm_fp8_plan_rejection(sm90, q, h200), "");
+      ASSERT_EQ(detail::gemm_fp8_plan_candidates(q, h200).size(), 1u);
+      EXPECT_EQ(to_string(detail::plan_gemm_fp8(q, h200)), "fp8_sm90 128x128");
+      // Only its tiles, static, unsplit.
+      GemmPlan other = sm90;
+      other.tile_m = 32;
+      EXPECT_NE(detail::gemm_fp8_plan_rejection(other, q, h200), "");
+      other = sm90;
+      other.schedule = GemmSchedule::kDynamic;
+      EXPECT_NE(detail::gemm_fp8_plan_rejection(other, q, h200), "");
     }
-    EXPECT_EQ(detail::gemm_fp8_plan_rejection(decode, q, h200), "");
-    ASSERT_EQ(detail::gemm_fp8_plan_candidates(q, h200).size(), 1u);
-    EXPECT_EQ(to_string(detail::plan_gemm_fp8(q, h200)), "fp8_decode 32x128");
-    q.k = 128;  // with k, fp8_decode takes block scales without an activation only
-    EXPECT_NE(detail::gemm_fp8_plan_rejection(decode, q, h200), "");
-  }
 }
 
 }  // namespace

@@ -29,7 +29,6 @@ enum class GemmKernel : uint8_t {
   kDecodePersistent,    // kDecodeStream's tiles on a persistent grid (short k, grouped)
   kSm90,                // TMA + wgmma, 128 x tile_n tiles, warp-specialized, persistent
   kSm90Pairs,           // kSm90 on 2-CTA clusters sharing an operand tile (multicast)
-  kFp8Decode,           // FP8 block-scaled (any scales at k == 0), mma.sync, 32 x 128 tiles
   kFp8Sm90,             // FP8 e4m3, TMA + wgmma: every layout, scale mode and activation
 };
 

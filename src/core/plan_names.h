@@ -21,7 +21,6 @@ inline constexpr GemmKernelName kGemmKernelNames[] = {
     {GemmKernel::kDecodePersistent, "decode_persistent"},
     {GemmKernel::kSm90, "sm90"},
     {GemmKernel::kSm90Pairs, "sm90_pairs"},
-    {GemmKernel::kFp8Decode, "fp8_decode"},
     {GemmKernel::kFp8Sm90, "fp8_sm90"},
 };
 static_assert(std::size(kGemmKernelNames) == static_cast<size_t>(GemmKernel::kFp8Sm90) + 1,

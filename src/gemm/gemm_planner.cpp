@@ -227,7 +227,6 @@ std::string gemm_plan_rejection(const GemmPlan& plan, const GroupedGemmProblem& 
       std::string why = expect_tiles(plan, 128, 256);
       return why.empty() ? sm90_limits(p, d, 256) : why;
     }
-    case GemmKernel::kFp8Decode:
     case GemmKernel::kFp8Sm90:
       return "an FP8 kernel runs FP8 inputs only";
   }
@@ -261,13 +260,10 @@ std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const Ge
   return out;
 }
 
-GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
-  // The SM90 kernel beat the mma.sync tiles on every FP8 bench row (docs/gemm.md "FP8 SM90");
-  // the decode tiles run what it does not take (block scales without an activation).
-  if (gemm_fp8_plan_rejection(make(GemmKernel::kFp8Sm90, 128, 128), p, d).empty()) {
-    return make(GemmKernel::kFp8Sm90, 128, 128);
-  }
-  return make(GemmKernel::kFp8Decode, 32, 128);
+GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem&, const GemmDevice&) {
+  // The one FP8 kernel (docs/gemm.md "FP8 SM90"): where it cannot run (off sm_90, past its
+  // limits) gemm_fp8_plan_rejection says why.
+  return make(GemmKernel::kFp8Sm90, 128, 128);
 }
 
 std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Problem& p,
@@ -278,18 +274,12 @@ std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Pr
     return to_string(plan.kernel) + " has a static schedule only";
   }
   switch (plan.kernel) {
-    case GemmKernel::kFp8Decode:
-      // k == 0 reads no scale and fills the empty sums' value (act(0) = 0, as bf16 or
-      // e4m3): any scale mode, activation and output, as no other FP8 kernel takes k == 0.
-      if (p.k == 0) return expect_tiles(plan, 32, 128);
-      if (p.scales != Fp8Scales::kBlock) return "fp8_decode runs block scales only";
-      if (p.activation != Activation::kNone) return "fp8_decode runs no activation";
-      if (p.c_scale) return "fp8_decode writes bf16 only";
-      return expect_tiles(plan, 32, 128);
     case GemmKernel::kFp8Sm90:
       if (!d.props.sm90()) return "fp8_sm90 needs an sm_90 device";
-      if (!sm90_fp8_supports(p)) {
-        return "fp8_sm90 needs k > 0, at most 1024 groups and 32-bit extents";
+      // k == 0 reads no operand: run_grouped_gemm_fp8 fills the empty sums' value (act(0) =
+      // 0, as bf16 or e4m3) in any scale mode, activation and output instead.
+      if (p.k > 0 && !sm90_fp8_supports(p)) {
+        return "fp8_sm90 needs at most 1024 groups and 32-bit extents";
       }
       return expect_tiles(plan, 128, 128);
     default:
@@ -300,10 +290,8 @@ std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Pr
 std::vector<GemmPlan> gemm_fp8_plan_candidates(const GroupedGemmFP8Problem& p,
                                                const GemmDevice& d) {
   std::vector<GemmPlan> out;
-  for (const GemmPlan& plan :
-       {make(GemmKernel::kFp8Decode, 32, 128), make(GemmKernel::kFp8Sm90, 128, 128)}) {
-    if (gemm_fp8_plan_rejection(plan, p, d).empty()) out.push_back(plan);
-  }
+  const GemmPlan plan = plan_gemm_fp8(p, d);
+  if (gemm_fp8_plan_rejection(plan, p, d).empty()) out.push_back(plan);
   return out;
 }
 

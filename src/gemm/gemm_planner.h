@@ -42,8 +42,8 @@ std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const Ge
 std::string gemm_plan_rejection(const GemmPlan& plan, const GroupedGemmProblem& p,
                                 const GemmDevice& device);
 
-// The same for the FP8 grouped GEMM (kFp8Sm90 where it takes the problem, every layout, scale
-// mode and activation; else kFp8Decode, which runs block scales without an activation).
+// The same for the FP8 grouped GEMM: kFp8Sm90, every layout, scale mode and activation (k == 0:
+// the fill of the empty sums).
 GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& device);
 std::vector<GemmPlan> gemm_fp8_plan_candidates(const GroupedGemmFP8Problem& p,
                                                const GemmDevice& device);

@@ -130,10 +130,11 @@ void run_grouped_gemm_fp8(const GroupedGemmFP8Problem& p, cudaStream_t stream) {
   if (fp8_total_rows(p) <= 0 || p.n <= 0 || p.num_groups <= 0) return;
   const std::string why = gemm_fp8_plan_rejection(p.plan, p, current_gemm_device());
   if (!why.empty()) reject(op, p.plan, why);
-  if (p.plan.kernel == GemmKernel::kFp8Sm90) {
-    launch_grouped_gemm_sm90_fp8(p, stream);
+  // k == 0 reads no operand and no scale: the empty sums' value, whatever the plan.
+  if (p.k == 0) {
+    launch_fp8_empty_sums(p, stream);
   } else {
-    launch_grouped_gemm_fp8(p, stream);
+    launch_grouped_gemm_sm90_fp8(p, stream);
   }
   check_launch(op);
 }

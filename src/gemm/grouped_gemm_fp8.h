@@ -19,7 +19,7 @@ namespace moekit::detail {
 //     b_scale[g * b_group + (j / b_row_div) * b_row + kb * b_kb]
 // kBlock: (KB, 1; Bn*KB, 128, KB, 1); kPerChannel: (1, 0; Bn, 1, 1, 0); kPerTensor: (0, 0;
 // 1, 1, 0, 0), with KB = ceil(k / 128) and Bn = b rows per expert. Shared by the SM90
-// kernel, the decode kernel and the f32 GPU reference.
+// kernel and the f32 GPU reference.
 struct Fp8ScaleIndex {
   int64_t a_row = 0, a_kb = 0;
   int64_t b_group = 0, b_row = 0, b_kb = 0;
@@ -51,8 +51,8 @@ struct GroupedGemmFP8Problem {
   int64_t k = 0;
   Fp8Scales scales = Fp8Scales::kBlock;
   Activation activation = Activation::kNone;
-  // What runs: kFp8Sm90 or kFp8Decode (gemm_planner.h plan_gemm_fp8, or a forced plan
-  // that gemm_fp8_plan_rejection accepts).
+  // What runs: kFp8Sm90 (gemm_planner.h plan_gemm_fp8, or a forced plan that
+  // gemm_fp8_plan_rejection accepts).
   GemmPlan plan;
 };
 
@@ -67,13 +67,16 @@ inline int64_t fp8_rows_per_group(const GroupedGemmFP8Problem& p) {
 }
 
 // Validates nothing but the plan (throws moekit::Error when it cannot run the problem);
-// launches problem.plan on `stream`.
+// launches problem.plan on `stream` (k == 0: launch_fp8_empty_sums, whatever the plan).
 void run_grouped_gemm_fp8(const GroupedGemmFP8Problem& problem, cudaStream_t stream);
 
 // kFp8Sm90: whether it takes the problem (k > 0, at most 1024 groups, 32-bit
 // extents), and its launcher (throws outside those limits).
 bool sm90_fp8_supports(const GroupedGemmFP8Problem& problem);
 void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& problem, cudaStream_t stream);
+// k == 0: every valid row of c is the empty sum's value, act(0) = 0 (bf16, or e4m3 of
+// 0 / c_scale), in any scale mode and activation; reads no operand and no scale.
+void launch_fp8_empty_sums(const GroupedGemmFP8Problem& problem, cudaStream_t stream);
 // Host check of the SM90 kernel's shared-memory and accumulator layout assumptions:
 // empty when they hold, else what differs (CPU test).
 std::string sm90_fp8_layout_mismatch();

@@ -6,7 +6,6 @@
 #include <cuda_runtime_api.h>
 
 #include "gemm/grouped_gemm.h"
-#include "gemm/grouped_gemm_fp8.h"
 
 namespace moekit::detail {
 
@@ -30,9 +29,6 @@ void launch_mlp_chain_sm90_bf16(const GroupedGemmProblem& up, const GroupedGemmP
                                 void* scratch, bool pairs, cudaStream_t stream);
 void launch_mlp_chain_sm90_f16(const GroupedGemmProblem& up, const GroupedGemmProblem& down,
                                void* scratch, bool pairs, cudaStream_t stream);
-// kFp8Decode (mma.sync).
-void launch_grouped_gemm_fp8(const GroupedGemmFP8Problem& problem, cudaStream_t stream);
-
 // Co-resident clusters of `split` CTAs of the decode split-K kernel on the current device
 // (cudaOccupancyMaxActiveClusters; 0 when unknown). current_gemm_device() caches it.
 int splitk_co_resident_clusters(int split);

@@ -215,6 +215,9 @@ detail::GroupedGemmFP8Problem checked_fp8_problem(const GroupedGemmFP8Args& args
   const int64_t Kd = args.a.shape[args.a.ndim - 1];
   MOEKIT_REQUIRE(check, Kd % 16 == 0, "a", "Kd (dim " + str(args.a.ndim - 1) + ") a multiple of 16",
                  args.a.describe());
+  // The SM90 kernel holds Kd, b rows and the rows of a in 32-bit TMA coordinates and kernel
+  // parameters (as moe_grouped_gemm's SM90 kernels).
+  check.fits_i32(Kd, "a", masked ? "columns Kd (dim 2)" : "columns Kd (dim 1)", args.a);
   if (masked) {
     MOEKIT_REQUIRE(check, args.a.shape[0] <= kMaxExperts, "a",
                    "at most " + str(kMaxExperts) + " experts (dim 0)", args.a.describe());

@@ -77,18 +77,6 @@ struct MmaF16 {
   }
 };
 
-struct MmaE4M3 {
-  static constexpr int kElemBytes = 1;
-  __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4],
-                                             const uint32_t (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
-
 // 16 weight bytes, or zeros when !valid. The load is predicated inside the asm (no
 // branch): with a branch per load ptxas sank the next batch's loads below the current
 // batch's mmas, leaving one batch in flight.

@@ -23,7 +23,5 @@ using DecodeStreamDeepConfig = TileConfig<32, 128, 256, 5, 1, 4, 1>;  // 200 KB,
 // small standalone GEMMs (under 4 waves of decode tiles, k <= 2048): twice kDecodeStream's
 // tiles, and each CTA keeps two stages of loads in flight where kDecodeStream's keeps one.
 using DecodeStreamNarrowConfig = TileConfig<32, 64, 256, 3, 1, 4, 3>;
-// fp8: one stage = 128 k = one scale block. BN = 128 so a tile sits in one b_scale block.
-using Fp8DecodeConfig = TileConfig<32, 128, 128, 5, 1, 4, 2>;
 
 }  // namespace moekit::detail::gemm

@@ -1,8 +1,7 @@
 // Compile-time tile shape of a grouped-GEMM kernel and its shared-memory layout.
 //
-// Everything is counted in bytes of k so that the same pieces serve 16-bit
-// inputs (one mma step = 16 elements) and fp8 inputs (one mma step = 32
-// elements): one mma k-step is always 32 bytes = two 16-byte chunks.
+// Everything is counted in bytes of k: one mma k-step is 32 bytes = two 16-byte
+// chunks (16 elements of the 16-bit inputs).
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,9 @@
 // The SM90 (Hopper) FP8 grouped GEMM, config kFp8Sm90 (MoEGroupedGemmFP8Fwd: e4m3 x e4m3,
 // bf16 out; masked or contiguous rows; block, per-channel or per-tensor scales; optional
-// silu_and_mul). DeepGEMM-style design, own code.
+// silu_and_mul). DeepGEMM-style design, own code. k == 0 (no TMA extent) runs
+// fill_empty_sums_kernel instead, in every mode.
 //
-// Picked wherever it applies (docs/gemm.md, "FP8 SM90"); tests/test_gemm_gpu.cpp
+// The FP8 planner's only plan (docs/gemm.md, "FP8 SM90"); tests/test_gemm_gpu.cpp
 // (Fp8EveryCandidateMatchesReference, Fp8EveryLayoutScaleModeAndActivationMatchesReference)
 // checks it against the reference.
 //
@@ -34,6 +35,11 @@
 //   the end are zero-filled. Stores (epilogue.cuh store_accumulators): 16-byte bf16 blocks
 //   (8-byte e4m3 blocks for an FP8 c with its given scale, which the scales fold in) for
 //   rows < count and columns < n (n % 8 == 0).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90/grouped_gemm.cuh"  // make_tma, b_policy, consume_tile, store_accumulators
 
@@ -56,7 +62,6 @@ struct Cfg {
   static constexpr uint32_t B_BYTES = BN * BK;             // 16 KB
   static constexpr uint32_t A_SMALL_BYTES = A_SMALL * BK;  // 2 KB
   static constexpr uint32_t BASE_TX_BYTES = B_BYTES;       // b; each stage adds its a boxes' bytes
-  static constexpr uint32_t STAGE_BYTES = B_BYTES + 2 * A_BOX_BYTES;  // 32 KB
 
   using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<E4M3>;  // 8 rows x 128 bytes
   using SmemLayoutA = decltype(cute::tile_to_shape(
@@ -326,6 +331,48 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 
 }  // namespace moekit::detail::gemm::sm90fp8
 
+namespace moekit::detail::gemm {
+namespace {
+
+// k == 0: every row of every group is the empty sum's output, act(0) = 0 (silu(0) * 0 with
+// silu_and_mul), as bf16 or as e4m3(0 / c_scale) (the SM90 epilogue's value * rcp(c_scale):
+// +-0, or NaN for a zero or NaN scale); other rows untouched. Blocks (x, y) walk groups y,
+// y + gridDim.y, ..., each group's elements from x, one per thread per step.
+__global__ void fill_empty_sums_kernel(RowsDesc rows, void* c, const float* c_scale, int64_t n) {
+  const uint8_t e4m3 = c_scale ? static_cast<uint8_t>(__nv_cvt_float_to_fp8(
+                                     0.f * __frcp_rn(__ldg(c_scale)), __NV_SATFINITE, __NV_E4M3))
+                               : 0;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  for (int g = blockIdx.y; g < rows.num_groups; g += gridDim.y) {
+    int64_t first, count;
+    group_rows(rows, g, first, count);
+    const int64_t elems = count * n;
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < elems; i += step) {
+      if (c_scale) {
+        static_cast<uint8_t*>(c)[first * n + i] = e4m3;
+      } else {
+        static_cast<__nv_bfloat16*>(c)[first * n + i] = __float2bfloat16_rn(0.f);
+      }
+    }
+  }
+}
+
+// The groups' rows as the tile schedule and the fill read them: masked counts (a slab of
+// max_m rows per group) or contiguous(alignment) ends over m rows.
+RowsDesc fp8_rows(const GroupedGemmFP8Problem& prob) {
+  RowsDesc rows;
+  rows.mode = prob.contiguous ? kRowsContiguous : kRowsMasked;
+  rows.num_groups = prob.num_groups;
+  rows.meta = prob.layout_metadata;
+  rows.alignment = prob.alignment;
+  rows.total_rows = prob.contiguous ? prob.m : 0;
+  rows.max_m = prob.contiguous ? 0 : prob.max_m;
+  return rows;
+}
+
+}  // namespace
+}  // namespace moekit::detail::gemm
+
 namespace moekit::detail {
 
 // Host check of the layout facts the kernel relies on (tests/test_gemm.cpp runs it on
@@ -397,12 +444,7 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   const int64_t out_cols = silu ? Cfg::B_BOX : Cfg::BN;  // output columns per tile
   const int64_t n_tiles = (prob.n + out_cols - 1) / out_cols;
   Fp8Params p;
-  p.rows.mode = prob.contiguous ? gemm::kRowsContiguous : gemm::kRowsMasked;
-  p.rows.num_groups = static_cast<int>(G);
-  p.rows.meta = prob.layout_metadata;
-  p.rows.alignment = prob.alignment;
-  p.rows.total_rows = prob.contiguous ? prob.m : 0;
-  p.rows.max_m = prob.contiguous ? 0 : prob.max_m;
+  p.rows = gemm::fp8_rows(prob);
   const int64_t tiles = gemm::max_tiles(p.rows, Cfg::BM, static_cast<int>(n_tiles));
   if (tiles <= 0) return;
   if (tiles > INT_MAX) {
@@ -433,6 +475,12 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   const int64_t sms = device_props().sms;
   const int64_t grid = tiles < sms ? tiles : sms;
   kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);
+}
+
+void launch_fp8_empty_sums(const GroupedGemmFP8Problem& problem, cudaStream_t stream) {
+  const unsigned groups = static_cast<unsigned>(std::min(problem.num_groups, 65535));
+  gemm::fill_empty_sums_kernel<<<dim3(8, groups), 256, 0, stream>>>(
+      gemm::fp8_rows(problem), problem.c, problem.c_scale, problem.n);
 }
 
 }  // namespace moekit::detail
