@@ -83,15 +83,7 @@ GroupedGemmFP8Problem fp8_down_problem(const Fp8MlpShapes& s) {
 MlpPlan plan_fp8_mlp(const Fp8MlpShapes& s, const GemmDevice& device) {
   MlpPlan m;
   m.path = MlpPath::kTwoGemms;
-  const GroupedGemmFP8Problem up = fp8_gate_up_problem(s);
-  m.gate_up = plan_gemm_fp8(up, device);
-  // Only the SM90 kernel runs silu_and_mul: name it where it cannot run (its reason then
-  // says why, e.g. no sm_90 device), not the decode tiles' fallback.
-  if (!gemm_fp8_plan_rejection(m.gate_up, up, device).empty()) {
-    m.gate_up.kernel = GemmKernel::kFp8Sm90;
-    m.gate_up.tile_m = 128;
-    m.gate_up.tile_n = 128;
-  }
+  m.gate_up = plan_gemm_fp8(fp8_gate_up_problem(s), device);
   m.down = plan_gemm_fp8(fp8_down_problem(s), device);
   return m;
 }
