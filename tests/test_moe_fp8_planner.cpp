@@ -121,12 +121,12 @@ TEST(Fp8LayerPlanner, SharedExpertRunsTheDenseDecodeKernelThenTheFp8Gemms) {
   };
   EXPECT_EQ(rejection(plan.shared, 64), "");
   EXPECT_TRUE(contains(rejection(plan.shared, 65),
-                       "FP8 weights past the FP8 decode kernel (T = 65 > 64): FP8 weights run two "
+                       "FP8 weights past the FP8 direct kernel (T = 65 > 64): FP8 weights run two "
                        "FP8 GEMMs (two_gemms)"))
       << rejection(plan.shared, 65);
   MlpPlan gemv;
   gemv.path = MlpPath::kGemv;
-  EXPECT_TRUE(contains(rejection(gemv, 1), "FP8 decode kernel"));
+  EXPECT_TRUE(contains(rejection(gemv, 1), "FP8 direct kernel"));
   EXPECT_EQ(candidates(64).size(), 1u);
   ASSERT_FALSE(candidates(65).empty());
   for (const MlpPlan& m : candidates(65)) {
@@ -174,7 +174,7 @@ TEST(Fp8LayerPlanner, SharedExpertPastThe32BitOffsetsRunsTheFp8Gemms) {
       }
       EXPECT_EQ(plan.path, MlpPath::kTwoGemms) << to_string(plan);
       const std::string offsets =
-          "FP8 weights past the FP8 decode kernel (2*S*H = " + std::to_string(2 * c.S * c.H) +
+          "FP8 weights past the FP8 direct kernel (2*S*H = " + std::to_string(2 * c.S * c.H) +
           " >= 2^31: its weight offsets are 32-bit): FP8 weights run two FP8 GEMMs (two_gemms), "
           "not direct";
       EXPECT_TRUE(contains(direct, offsets.c_str())) << direct;

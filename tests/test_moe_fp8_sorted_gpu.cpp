@@ -467,7 +467,7 @@ TEST(MoEFp8SortedRef, RowCodedSharedExpertReferenceIsTheQuantizingReference) {
   EXPECT_TRUE(acc.pass(tol)) << acc.str() << " over " << acc.count;
 }
 
-// A shared expert whose weights are past the FP8 decode kernel's 32-bit offsets, T = 2
+// A shared expert whose weights are past the FP8 direct kernel's 32-bit offsets, T = 2
 // (S = 65536, H = 32768: 2*S*H = 2^32, 6 GiB of e4m3): planned on the FP8 GEMMs, which read
 // every row where it lies (a wrapped offset reads another row's value).
 TEST(MoEFp8SortedGpu, SharedExpertPastThe32BitOffsetsRunsTheFp8Gemms) {

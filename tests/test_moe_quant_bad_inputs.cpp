@@ -316,7 +316,7 @@ void wide_shared_expert(SharedExpertMLPArgs& a) {
 
 TEST(QuantBadInputs, SharedExpertMlp) {
   const auto valid = [] { return fp8_dense_valid(QuantScheme::kFp8Block128); };
-  static MlpPlan decode;  // the FP8 decode kernel's dense plan
+  static MlpPlan decode;  // the FP8 direct kernel's dense plan
   decode.path = MlpPath::kDirect;
   decode.split_gate_up = 1;
   decode.split_down = 1;
@@ -335,14 +335,14 @@ TEST(QuantBadInputs, SharedExpertMlp) {
           a.plan = &gemv;
         },
         "plan", "a plan that can run these arguments",
-        "FP8 weights at T <= 64 and 2*S*H < 2^31 run on the FP8 decode kernel"},
+        "FP8 weights at T <= 64 and 2*S*H < 2^31 run on the FP8 direct kernel"},
        {"plan",
         [](auto& a) {
           wide_shared_expert(a);
           a.plan = &decode;
         },
         "plan", "a plan that can run these arguments",
-        "FP8 weights past the FP8 decode kernel (2*S*H = 4294967296 >= 2^31: its weight "
+        "FP8 weights past the FP8 direct kernel (2*S*H = 4294967296 >= 2^31: its weight "
         "offsets are 32-bit): FP8 weights run two FP8 GEMMs (two_gemms), not direct"}});
   SharedExpertMLPArgs wide = valid();
   wide_shared_expert(wide);
@@ -487,7 +487,7 @@ TEST(QuantBadInputs, Fp8WithAnotherActivationOrABias) {
 }
 
 // FP8 weights with the engine inputs (an expert map, i64 ids, the router weight on the input):
-// valid, the direct (FP8 decode) path planned, stopping at the launch target.
+// valid, the direct (FP8 direct) path planned, stopping at the launch target.
 TEST(QuantBadInputs, Fp8WithEngineInputsIsValid) {
   constexpr int64_t kGlobal = 2 * kE;
   FusedMoEExpertsArgs e = fp8_experts_valid();

@@ -2,7 +2,7 @@
 // They take the same argument structs as the kernels, with HOST pointers, and
 // ignore workspaces. They validate nothing: tests call them on valid input.
 // FP8 weights (args.quant) enter dequantized, float(w) * scale (moekit/quant.h), with the
-// activations as given: what the FP8 decode kernels compute (docs/moe.md "Quantized
+// activations as given: what the FP8 direct kernels compute (docs/moe.md "Quantized
 // weights"). A path that quantizes activations is checked against these references fed the
 // dequantized activations of quantize_activations_e4m3.
 #pragma once
@@ -24,7 +24,7 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args);
 // Which activations the references multiply with FP8 weights (docs/moe.md "Quantized
 // weights"); without FP8 weights both are the same.
 enum class Fp8Activations : uint8_t {
-  kAsGiven,    // as given: the FP8 decode kernels (the direct path, the dense MLP at T <= 64)
+  kAsGiven,    // as given: the FP8 direct kernels (the direct path, the dense MLP at T <= 64)
   kQuantized,  // as the FP8 GEMM paths: the gate/up input rows (after
                // apply_router_weight_on_input's scaling; fp8_per_tensor's amax over all T rows)
                // and the F-wide activation (bf16, then quantized over every valid route / row)

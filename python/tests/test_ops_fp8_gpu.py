@@ -136,7 +136,7 @@ def test_fused_moe_shared_expert_fp8_matches_reference_and_compiles():
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_indexed_expert_mlp_fp8_engine_inputs(scheme):
     """FP8 weights with an expert map over int64 global ids, and with the router weight on
-    the input (top-1): the translated ids / scaled rows feed the FP8 decode kernels."""
+    the input (top-1): the translated ids / scaled rows feed the FP8 direct kernels."""
     g = torch.Generator(device=DEVICE).manual_seed(21)
     T, E, E_global, H, F, K = 19, 8, 20, 256, 128, 2
     x = torch.randn((T, H), generator=g, device=DEVICE).to(bf16)

@@ -191,7 +191,7 @@ def vllm_fused_experts_fp8(x, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids
     [128, 128]); each local route's silu_and_mul activation rounded to x's dtype, then all
     of them quantized likewise (a2_scale); both GEMMs on the dequantized weights; the
     routes weighted (unless on input) and summed. quantize=False: the activations as given
-    (moekit's FP8 decode kernels, docs/moe.md "Quantized weights")."""
+    (moekit's FP8 direct kernels, docs/moe.md "Quantized weights")."""
     groups = {"per_tensor": "tensor", "per_channel": "token", "block": "group"}[scheme]
     d1, d2 = vllm_dequant(w1, w1_scale, scheme), vllm_dequant(w2, w2_scale, scheme)
     T, H = x.shape
@@ -970,7 +970,7 @@ def test_fused_experts_fp8_against_vllm_semantics(gpu_ops, case):
         assert out is not h and torch.equal(h, x)
     assert torch.isfinite(out).all(), f"fused_experts fp8 {case}: non-finite output"
     if not ref.rel_l2(out, want) <= FP8_LIMIT:  # NaN-safe: a NaN rel_l2 takes this branch
-        # moekit's FP8 decode kernels (the smallest batches) quantize no activation
+        # moekit's FP8 direct kernels (the smallest batches) quantize no activation
         # (docs/moe.md "Quantized weights"): they meet the unquantized semantics at the
         # hidden dtype's own limit, while e4m3 noise alone can put them past the fp8 limit
         # of vLLM's quantized semantics (T = 1, K = 2: rel_l2 5.3e-2 on the H200).

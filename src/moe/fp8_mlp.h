@@ -1,6 +1,6 @@
 // The FP8-weight MLP on the contiguous FP8 grouped GEMMs (docs/moe.md "Quantized weights"):
 // the sorted path's expert MLP (E groups of permuted rows) and the dense shared expert past
-// the FP8 decode kernel (one group of T rows).
+// the FP8 direct kernel (one group of T rows).
 //
 //   input rows, e4m3 [P, H] + scales (the FP8 pre-permute, or launch_quantize_fp8 for dense)
 //   -> gate/up FP8 GEMM with silu_and_mul -> act bf16 [P, F] (a static a_down_scale: e4m3

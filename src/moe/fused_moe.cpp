@@ -229,7 +229,7 @@ LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
                      const detail::LayerProblem& p, const TunedOp* tuned = nullptr) {
   const detail::GemmDevice device = detail::current_gemm_device();
   static const std::string fp8_paths =
-      "FP8 weights on a path that runs them (the FP8 decode kernels: T <= " +
+      "FP8 weights on a path that runs them (the FP8 direct kernels: T <= " +
       detail::str(detail::kDirectMaxTokens) +
       ", T*top_k <= " + detail::str(detail::kDirectMaxRoutes) +
       ", E <= " + detail::str(detail::kDirectMaxExperts) +

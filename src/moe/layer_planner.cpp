@@ -15,7 +15,7 @@ namespace {
 // sorted path's GEMM tiles take 64+ rows at once (docs/moe.md "fused_moe").
 constexpr int64_t kDirectMaxRoutesPerExpert = 16;
 
-// FP8 weights take the direct path (the FP8 decode kernels) wherever it can run; past it the
+// FP8 weights take the direct path (the FP8 direct kernels) wherever it can run; past it the
 // sorted path's FP8 GEMMs (fp8_mlp.h).
 bool takes_direct(const LayerProblem& p) {
   switch (p.op) {
@@ -136,7 +136,7 @@ MlpPlan fp8_dense_mlp_plan() {
   return m;
 }
 
-std::string fp8_dense_decode_rejection(int64_t T, int64_t H, int64_t S) {
+std::string fp8_dense_direct_rejection(int64_t T, int64_t H, int64_t S) {
   if (T > kDirectMaxTokens) return "T = " + str(T) + " > " + str(kDirectMaxTokens);
   if (!direct_weight_offsets_fit(S, H))
     return "2*S*H = " + str(2 * S * H) + " >= 2^31: its weight offsets are 32-bit";
@@ -144,7 +144,7 @@ std::string fp8_dense_decode_rejection(int64_t T, int64_t H, int64_t S) {
 }
 
 bool fp8_dense_uses_gemm(int64_t T, int64_t H, int64_t S) {
-  return !fp8_dense_decode_rejection(T, H, S).empty();
+  return !fp8_dense_direct_rejection(T, H, S).empty();
 }
 
 Fp8MlpShapes fp8_mlp_shapes(const MoEShapes& s, int64_t P, int64_t E, int64_t F, QuantScheme scheme,
@@ -182,15 +182,15 @@ std::vector<MlpPlan> fp8_dense_mlp_plan_candidates(const MoEShapes& s, int64_t S
 
 std::string fp8_dense_mlp_plan_rejection(const MlpPlan& plan, const MoEShapes& s, int64_t S,
                                          QuantScheme quant, const GemmDevice& device) {
-  const std::string past_decode = fp8_dense_decode_rejection(s.T, s.H, S);
-  if (past_decode.empty()) {
+  const std::string past_direct = fp8_dense_direct_rejection(s.T, s.H, S);
+  if (past_direct.empty()) {
     if (plan != fp8_dense_mlp_plan())
       return "FP8 weights at T <= " + str(kDirectMaxTokens) + " and 2*S*H < 2^31" +
-             " run on the FP8 decode kernel, plan " + to_string(fp8_dense_mlp_plan());
+             " run on the FP8 direct kernel, plan " + to_string(fp8_dense_mlp_plan());
     return {};
   }
   const std::string why = fp8_mlp_plan_rejection(plan, dense_fp8_shapes(s, S, quant), device);
-  return why.empty() ? why : "FP8 weights past the FP8 decode kernel (" + past_decode + "): " + why;
+  return why.empty() ? why : "FP8 weights past the FP8 direct kernel (" + past_direct + "): " + why;
 }
 
 MlpPlan plan_shared_mlp(const MoEShapes& s, int64_t S, QuantScheme quant, const MlpActivation& mlp,

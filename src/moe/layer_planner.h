@@ -58,7 +58,7 @@ DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtyp
 MlpPlan fp8_dense_mlp_plan();
 // Empty when the dense FP8 direct kernels can run T tokens of width S, else the limit past
 // ("T = 65 > 64", "2*S*H = ... >= 2^31: ...").
-std::string fp8_dense_decode_rejection(int64_t T, int64_t H, int64_t S);
+std::string fp8_dense_direct_rejection(int64_t T, int64_t H, int64_t S);
 bool fp8_dense_uses_gemm(int64_t T, int64_t H, int64_t S);
 Fp8MlpShapes dense_fp8_shapes(const MoEShapes& s, int64_t S, QuantScheme quant);
 MlpPlan plan_fp8_dense_mlp(const MoEShapes& s, int64_t S, QuantScheme quant,

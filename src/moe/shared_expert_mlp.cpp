@@ -50,7 +50,7 @@ MlpPlan planned(const detail::MoEShapes& s, const detail::GemmDevice& device) {
 MlpPlan shared_plan(const detail::ArgCheck& c, const SharedExpertMLPArgs& a,
                     const detail::MoEShapes& s) {
   static const std::string fp8_paths =
-      "FP8 weights on a path that runs them (the FP8 decode kernel: T <= " +
+      "FP8 weights on a path that runs them (the FP8 direct kernel: T <= " +
       detail::str(detail::kDirectMaxTokens) +
       ", 2*S*H < 2^31; else the FP8 GEMMs on an sm_90 device)";
   const detail::GemmDevice device = detail::current_gemm_device();

@@ -2,7 +2,7 @@
 //   MLP_e(x) = w_down[e] . round(silu(w_gate[e] . x) * (w_up[e] . x)); the F-wide
 //   activation is rounded to the op's dtype, the final output once. Other activations and
 //   the biases as docs/moe.md "Activations" defines them. FP8 weights enter dequantized
-//   (float(w) * scale, moekit/quant.h); the activations as given (what the FP8 decode
+//   (float(w) * scale, moekit/quant.h); the activations as given (what the FP8 direct
 //   kernels use) or, Fp8Activations::kQuantized, quantized as the FP8 GEMM paths do
 //   (quantize_activations_e4m3 over the gate/up input and the F-wide activation).
 #include <algorithm>
