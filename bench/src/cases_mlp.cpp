@@ -451,7 +451,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     }
   }
 
-  // FP8 weights on the FP8 GEMMs (the sorted path; the shared expert past the decode kernel)
+  // FP8 weights on the FP8 GEMMs (the sorted path; the shared expert past the FP8 direct kernel)
   // quantize the activations: the reference then does too (routed, shared).
   std::pair<Fp8Activations, Fp8Activations> reference_acts() {
     const LayerPlan* p = quant_ == QuantScheme::kNone ? nullptr : run_plan();

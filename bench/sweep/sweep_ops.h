@@ -49,7 +49,7 @@ MlpWeights mlp_weights(Context& ctx, const SweepCase& c, QuantScheme q, int64_t 
 WeightQuant mirror_quant(HostMirror& m, const WeightQuant& q);
 
 // Which activations a reference quantizes: those of the FP8 GEMM paths (`gemm_path`) of
-// FP8 weights (docs/moe.md, "Activations"); the decode kernels' are as given.
+// FP8 weights (docs/moe.md, "Activations"); the FP8 direct kernels' are as given.
 reference::Fp8Activations reference_acts(QuantScheme q, bool gemm_path);
 // Whether the reference must compute every row for the sampled ones to be right: a dynamic
 // fp8_per_tensor scale spans every row (its amax) on a path that quantizes.

@@ -1,6 +1,6 @@
 """moekit's torch ops with FP8 weights (weight_quant, docs/python.md "Quantized weights") on
 an sm_90 GPU: every scheme through indexed_expert_mlp, fused_moe_shared_expert and
-shared_expert_mlp against a float32 reference on the dequantized weights (the decode kernels
+shared_expert_mlp against a float32 reference on the dequantized weights (the FP8 direct kernels
 do not quantize activations: bf16's tolerance); with the engine inputs (expert_map, int64
 ids, apply_router_weight_on_input); past 64 tokens the FP8 GEMMs against a reference that
 quantizes the activations as they do (fp8 tolerance); torch.compile's fake implementations.
@@ -124,7 +124,7 @@ def test_fused_moe_shared_expert_fp8_matches_reference_and_compiles():
 
     eager = layer(x, logits)
     # Softmax top-4, renormalized (no ties in random logits), the routed experts and the
-    # shared expert on the dequantized weights (T = 8: the decode kernels, bf16's tolerance).
+    # shared expert on the dequantized weights (T = 8: the FP8 direct kernels, bf16's tolerance).
     p = torch.softmax(logits.float(), dim=-1)
     w, ids = p.topk(4, dim=-1)
     w = w / w.sum(dim=-1, keepdim=True)
