@@ -82,6 +82,13 @@ TEST(LaunchConfig, CarriesTheAttributesInTheOrderAsked) {
   EXPECT_EQ(c.attrs[2].val.cooperative, 1);
 }
 
+TEST(LaunchConfig, RefusesAnAttributeAskedTwice) {
+  detail::LaunchConfig launch(dim3(1), dim3(32), 0, nullptr);
+  launch.pdl();
+  EXPECT_THROW(launch.pdl(), Error);
+  EXPECT_EQ(launch.config().numAttrs, 1u);
+}
+
 TEST(DeviceProps, NameAndPageableAccessFollowTheDevice) {
   const std::string& name = detail::device_name();
   EXPECT_EQ(&name, &detail::device_name());  // cached

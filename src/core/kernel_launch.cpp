@@ -1,8 +1,11 @@
 #include "core/kernel_launch.h"
 
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <tuple>
+
+#include "moekit/error.h"
 
 namespace moekit::detail {
 namespace {
@@ -31,18 +34,19 @@ int cached(const void* kernel, int kind, int threads, int cluster, size_t smem, 
 cudaError_t SmemLimit::raise(const void* kernel, int bytes) {
   const int device = current_device();
   if (device >= 0 && granted_[device].load(std::memory_order_acquire) >= bytes) return cudaSuccess;
+  // The check, the driver call and the record under one lock: two threads asking different
+  // sizes could otherwise leave the driver at the smaller one while the record says the
+  // larger (every later launch past the smaller would then fail). The limit only grows.
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int granted = device >= 0 ? granted_[device].load(std::memory_order_relaxed) : 0;
+  if (granted >= bytes) return cudaSuccess;
   const cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();
     return err;
   }
-  if (device >= 0) {
-    int granted = granted_[device].load(std::memory_order_relaxed);
-    while (granted < bytes &&
-           !granted_[device].compare_exchange_weak(granted, bytes, std::memory_order_release)) {
-    }
-  }
+  if (device >= 0) granted_[device].store(bytes, std::memory_order_release);
   return cudaSuccess;
 }
 
@@ -80,6 +84,10 @@ LaunchConfig::LaunchConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stre
 }
 
 cudaLaunchAttribute& LaunchConfig::add(cudaLaunchAttributeID id) {
+  for (unsigned i = 0; i < num_attrs_; ++i) {
+    if (attrs_[i].id == id) throw Error("internal: a launch attribute asked twice");
+  }
+  if (num_attrs_ == std::size(attrs_)) throw Error("internal: more launch attributes than kept");
   cudaLaunchAttribute& a = attrs_[num_attrs_++];
   a.id = id;
   return a;

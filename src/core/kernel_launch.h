@@ -7,13 +7,16 @@
 
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 
 #include "core/device.h"
 
 namespace moekit::detail {
 
 // One kernel's dynamic shared-memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize),
-// raised once per device to each larger size asked. Thread-safe; see raise_smem_limit.
+// raised once per device to each larger size asked. Thread-safe; see raise_smem_limit. The
+// record outlives a cudaDeviceReset (which clears the attribute): a process that resets a
+// device must not launch these kernels on it afterwards.
 class SmemLimit {
  public:
   // cudaSuccess, or the driver's refusal (the CUDA error cleared; the next call asks again).
@@ -21,6 +24,7 @@ class SmemLimit {
 
  private:
   std::atomic<int> granted_[kMaxDevices] = {};  // bytes allowed so far, per device
+  std::mutex mutex_;                            // serializes the driver calls
 };
 
 // Lets Kernel take `bytes` of dynamic shared memory on the current device (over 48 KiB needs

@@ -51,10 +51,9 @@ DenseMlpProblem shared_mlp_problem(const MoEShapes& s, int64_t S, DType out_dtyp
 
 // ---- a dense MLP (the shared expert) with FP8 weights ----
 // Up to kDirectMaxTokens tokens with 2*S*H < 2^31 (its 32-bit weight offsets, as the routed
-// form's 2*F*H) the FP8 direct kernels (moe_kernels_fp8.cu; their messages and the names
-// below say "decode") in their dense form (launch_direct_fp8_*, topk_ids == nullptr): plan "direct"
-// with no k split (split 1 / 1); past that the FP8 GEMMs on one group of T rows (fp8_mlp.h; plan
-// two_gemms).
+// form's 2*F*H) the FP8 direct kernels (moe_kernels_fp8.cu) in their dense form
+// (launch_direct_fp8_*, topk_ids == nullptr): plan "direct" with no k split (split 1 / 1); past
+// that the FP8 GEMMs on one group of T rows (fp8_mlp.h; plan two_gemms).
 MlpPlan fp8_dense_mlp_plan();
 // Empty when the dense FP8 direct kernels can run T tokens of width S, else the limit past
 // ("T = 65 > 64", "2*S*H = ... >= 2^31: ...").
