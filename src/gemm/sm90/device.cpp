@@ -4,15 +4,9 @@
 
 #include <string>
 
-#include "core/device.h"
 #include "moekit/error.h"
 
 namespace moekit::detail {
-
-int sm90_sm_count() {
-  const DeviceProps& d = device_props();
-  return d.sm90() ? d.sms : 0;
-}
 
 unsigned* sm90_tile_counter(unsigned* counter, cudaStream_t stream, const char* op, int* waves) {
   *waves = counter ? kSm90DynamicAll : -1;

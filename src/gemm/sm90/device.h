@@ -1,13 +1,9 @@
-// Host helpers of the SM90 kernels' launches.
+// Host helper of the SM90 kernels' launches: the dynamic schedule's tile counter.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 namespace moekit::detail {
-
-// The current device's SM count when it is an sm_90 part (the hand-written Hopper kernels
-// are built for sm_90a only), else 0: device_props() seen by the dense-MLP kernels.
-int sm90_sm_count();
 
 // Trailing waves a dynamic SM90 launch hands out from its counter: every tile after each
 // block's first (docs/gemm.md "Persistent grid and dynamic schedule").
