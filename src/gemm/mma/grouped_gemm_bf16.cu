@@ -1,5 +1,5 @@
 // bf16-input instantiations of the grouped-GEMM engine's mma.sync kernels.
-#include "gemm/common/cluster_launch.h"
+#include "core/kernel_launch.h"
 #include "gemm/launch.h"
 #include "gemm/mma/launch.cuh"
 
@@ -14,21 +14,11 @@ int splitk_co_resident_clusters(int split) {
     ~Restore() { cudaThreadExchangeStreamCaptureMode(&m); }
   } restore{mode};
   using Cfg = gemm::DecodeConfig;
-  auto kernel = gemm::grouped_gemm_splitk_kernel<Cfg, __nv_bfloat16, __nv_bfloat16, gemm::MmaBF16>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES) !=
-      cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t config = gemm::cluster_launch_config(
-      int64_t{split} * 64, Cfg::THREADS, Cfg::SMEM_BYTES, split, nullptr, attr);
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return clusters;
+  constexpr auto kernel =
+      gemm::grouped_gemm_splitk_kernel<Cfg, __nv_bfloat16, __nv_bfloat16, gemm::MmaBF16>;
+  if (raise_smem_limit<kernel>(Cfg::SMEM_BYTES) != cudaSuccess) return 0;
+  return co_resident_clusters(reinterpret_cast<const void*>(kernel), split, Cfg::THREADS,
+                              Cfg::SMEM_BYTES);
 }
 
 void launch_grouped_gemm_bf16(const GroupedGemmProblem& problem, cudaStream_t stream) {

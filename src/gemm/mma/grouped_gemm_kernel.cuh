@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/kernel_launch.h"
 #include "gemm/mma/epilogue.cuh"
 #include "gemm/mma/mainloop.cuh"
 #include "gemm/mma/tile_scheduler.cuh"
@@ -126,8 +127,8 @@ template <class Cfg, class In, class Out, class Mma>
 void launch_grouped_gemm_kernel(GemmParams p, cudaStream_t stream, const char* op) {
   const int64_t tiles = launch_tile_bound<Cfg>(p, op);
   if (tiles <= 0) return;
-  auto kernel = grouped_gemm_kernel<Cfg, In, Out, Mma>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+  constexpr auto kernel = grouped_gemm_kernel<Cfg, In, Out, Mma>;
+  raise_smem_limit<kernel>(Cfg::SMEM_BYTES);  // a refusal fails the launch (check_launch)
   kernel<<<static_cast<unsigned>(tiles), Cfg::THREADS, Cfg::SMEM_BYTES, stream>>>(p);
 }
 

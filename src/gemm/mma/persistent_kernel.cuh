@@ -15,6 +15,7 @@
 #include <climits>
 #include <string>
 
+#include "core/kernel_launch.h"
 #include "gemm/mma/epilogue.cuh"
 #include "gemm/mma/grouped_gemm_kernel.cuh"
 #include "gemm/mma/mainloop.cuh"
@@ -181,9 +182,9 @@ void launch_grouped_gemm_persistent(GemmParams p, int sms, cudaStream_t stream, 
   const int64_t tiles = launch_tile_bound<Cfg>(p, op);
   if (tiles <= 0) return;
   const int64_t grid = std::min<int64_t>(tiles, static_cast<int64_t>(sms) * Cfg::MIN_BLOCKS);
-  auto kernel = grouped_gemm_persistent_kernel<Cfg, In, Out, Mma>;
+  constexpr auto kernel = grouped_gemm_persistent_kernel<Cfg, In, Out, Mma>;
   constexpr int smem = persistent_smem_bytes<Cfg>();
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  raise_smem_limit<kernel>(smem);  // a refusal fails the launch (check_launch)
   kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);
 }
 

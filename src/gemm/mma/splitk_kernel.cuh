@@ -15,6 +15,7 @@
 #include <climits>
 #include <string>
 
+#include "core/kernel_launch.h"
 #include "gemm/common/cluster_launch.h"
 #include "gemm/mma/grouped_gemm_kernel.cuh"
 #include "gemm/mma/split_k.h"
@@ -107,8 +108,8 @@ template <class Cfg, class In, class Out, class Mma>
 void launch_grouped_gemm_splitk(GemmParams p, int split, cudaStream_t stream, const char* op) {
   const int64_t tiles = launch_tile_bound<Cfg>(p, op, split);
   if (tiles <= 0) return;
-  void (*kernel)(GemmParams, int) = grouped_gemm_splitk_kernel<Cfg, In, Out, Mma>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM_BYTES);
+  constexpr void (*kernel)(GemmParams, int) = grouped_gemm_splitk_kernel<Cfg, In, Out, Mma>;
+  raise_smem_limit<kernel>(Cfg::SMEM_BYTES);  // a refusal fails the launch (check_launch)
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t config =
       cluster_launch_config(tiles * split, Cfg::THREADS, Cfg::SMEM_BYTES, split, stream, attr);

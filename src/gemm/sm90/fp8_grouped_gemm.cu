@@ -40,6 +40,7 @@
 
 #include <algorithm>
 
+#include "core/kernel_launch.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90/grouped_gemm.cuh"  // make_tma, b_policy, consume_tile, store_accumulators
 
@@ -469,9 +470,15 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   p.tile_bound = static_cast<int>(tiles);
   const int smem = static_cast<int>(sizeof(Fp8Storage));
   // Block scales promote every 128 k; per-channel / per-tensor scale once (consume_tile).
-  auto kernel = prob.scales == Fp8Scales::kBlock ? sm90_fp8_grouped_gemm_kernel<true>
-                                                 : sm90_fp8_grouped_gemm_kernel<false>;
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  const bool block_scales = prob.scales == Fp8Scales::kBlock;
+  auto kernel =
+      block_scales ? sm90_fp8_grouped_gemm_kernel<true> : sm90_fp8_grouped_gemm_kernel<false>;
+  // A refusal fails the launch (check_launch).
+  if (block_scales) {
+    raise_smem_limit<sm90_fp8_grouped_gemm_kernel<true>>(smem);
+  } else {
+    raise_smem_limit<sm90_fp8_grouped_gemm_kernel<false>>(smem);
+  }
   const int64_t sms = device_props().sms;
   const int64_t grid = tiles < sms ? tiles : sms;
   kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);

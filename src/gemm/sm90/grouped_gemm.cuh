@@ -48,6 +48,7 @@
 
 #include "core/device.h"
 #include "core/dtype.cuh"
+#include "core/kernel_launch.h"
 #include "gemm/common/cluster_launch.h"
 #include "gemm/common/tma_desc.h"
 #include "gemm/grouped_gemm.h"
@@ -264,20 +265,12 @@ int64_t make_params(const GroupedGemmProblem& prob, const RowsDesc& rows, const 
 }
 
 // Co-resident 2-CTA clusters of Kernel (Cfg's block, kSmem bytes of shared memory) on
-// the current device (cudaOccupancyMaxActiveClusters); 0 when the query fails.
+// the current device (co_resident_clusters); 0 when the limit or the query is refused.
 template <class Cfg, auto Kernel, int kSmem>
 int resident_clusters() {
-  cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg =
-      cluster_launch_config(device_props().sms / Cfg::CLUSTER * Cfg::CLUSTER, Cfg::THREADS, kSmem,
-                            Cfg::CLUSTER, nullptr, attr);
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, Kernel, &cfg) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return clusters;
+  if (raise_smem_limit<Kernel>(kSmem) != cudaSuccess) return 0;
+  return co_resident_clusters(reinterpret_cast<const void*>(Kernel), Cfg::CLUSTER, Cfg::THREADS,
+                              kSmem);
 }
 
 // Launches the persistent kernel Kernel of Cfg over `tiles` (pair) tiles: one block per
@@ -287,7 +280,7 @@ int resident_clusters() {
 template <class Cfg, auto Kernel, int kSmem, class P>
 void launch_persistent(const P& p, int64_t tiles, DeviceSlot slot, cudaStream_t stream,
                        const char* op) {
-  cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  raise_smem_limit<Kernel>(kSmem);  // a refusal fails the launch (check_launch)
   if constexpr (Cfg::CLUSTER == 1) {
     (void)slot;
     const int64_t sms = device_props().sms;
