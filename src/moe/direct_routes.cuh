@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "core/device.h"
+#include "core/kernel_launch.h"
 #include "gemm/common/ptx.cuh"  // MmaBF16, MmaF16
 #include "moe/moe_internal.h"
 
@@ -176,12 +177,7 @@ int num_sms() {
 
 template <class Kernel>
 int64_t persistent_grid(Kernel kernel, int64_t max_items) {
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess ||
-      per_sm <= 0) {
-    cudaGetLastError();
-    per_sm = 1;
-  }
+  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, 0);
   return std::max<int64_t>(1,
                            std::min<int64_t>(max_items, static_cast<int64_t>(per_sm) * num_sms()));
 }
