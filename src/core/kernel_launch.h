@@ -15,8 +15,9 @@ namespace moekit::detail {
 
 // One kernel's dynamic shared-memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize),
 // raised once per device to each larger size asked. Thread-safe; see raise_smem_limit. The
-// record outlives a cudaDeviceReset (which clears the attribute): a process that resets a
-// device must not launch these kernels on it afterwards.
+// record is per device, the driver's attribute per context: it outlives a cudaDeviceReset
+// and does not cover a second context on the device (driver-API or green contexts), where a
+// launch past 48 KiB then fails loudly (check_launch). moekit runs in the primary context.
 class SmemLimit {
  public:
   // cudaSuccess, or the driver's refusal (the CUDA error cleared; the next call asks again).
