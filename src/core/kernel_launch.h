@@ -14,10 +14,8 @@
 namespace moekit::detail {
 
 // One kernel's dynamic shared-memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize),
-// raised once per device to each larger size asked. Thread-safe; see raise_smem_limit. The
-// record is per device, the driver's attribute per context: it outlives a cudaDeviceReset
-// and does not cover a second context on the device (driver-API or green contexts), where a
-// launch past 48 KiB then fails loudly (check_launch). moekit runs in the primary context.
+// raised once per device to each larger size asked; thread-safe. The record is per device and
+// primary context: after a cudaDeviceReset or in another context a launch fails (check_launch).
 class SmemLimit {
  public:
   // cudaSuccess, or the driver's refusal (the CUDA error cleared; the next call asks again).
