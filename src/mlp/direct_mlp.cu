@@ -170,8 +170,8 @@ void run_direct_mlp(DType dtype, const void* x, int64_t T, int64_t H, int64_t S,
     throw Error("moekit: direct MLP called for a shape or device it does not support");
   dispatch_in_out(dtype, out_dtype, "direct_mlp", [&](auto in_type, auto out_type) {
     using E = typename decltype(in_type)::type;
-    run_typed<E, MmaOf<E>, typename decltype(out_type)::type>(x, T, H, S, w_gate_up, w_down, act, out,
-                                                         split_gate_up, split_down, stream);
+    run_typed<E, MmaOf<E>, typename decltype(out_type)::type>(
+        x, T, H, S, w_gate_up, w_down, act, out, split_gate_up, split_down, stream);
   });
 }
 
