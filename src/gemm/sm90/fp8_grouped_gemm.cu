@@ -338,8 +338,8 @@ namespace {
 // k == 0: every row of every group is the empty sum's output, act(0) = 0 (silu(0) * 0 with
 // silu_and_mul), as bf16 or as e4m3(0 / c_scale) (the SM90 epilogue's value * rcp(c_scale):
 // +-0, or NaN where rcp(c_scale) is not finite: a zero, NaN or a denormal scale under 2^-128);
-// other rows untouched. Blocks (x, y) walk groups y,
-// y + gridDim.y, ..., each group's elements from x, one per thread per step.
+// other rows untouched. Blocks (x, y) walk groups y, y + gridDim.y, ..., each group's
+// elements from x, one per thread per step.
 __global__ void fill_empty_sums_kernel(RowsDesc rows, void* c, const float* c_scale, int64_t n) {
   const uint8_t e4m3 = c_scale ? static_cast<uint8_t>(__nv_cvt_float_to_fp8(
                                      0.f * __frcp_rn(__ldg(c_scale)), __NV_SATFINITE, __NV_E4M3))
