@@ -24,8 +24,10 @@
 //   box lies in one scale block: kNone's boxes share n0's, kSiluAndMul needs n % 64 == 0), as
 //   the SPEC's formula; the tensor core's reduced-precision fp8 accumulation spans only
 //   128 k. Scales are loaded (L1/L2) one stage ahead. Per-channel / per-tensor scales are
-//   constant along k: the bf16 kernels' mainloop (mainloop.cuh consume_tile: one wgmma
-//   batch in flight, no promotion) accumulates the whole k, and the epilogue scales once.
+//   constant along k: the same promotion without scales (acc += blk), and the epilogue
+//   scales once. The tensor cores keep about 13 mantissa bits of an fp8 sum (the FP22
+//   accumulator DeepSeek-V3 3.5.2 and DeepGEMM describe): accumulating the whole k there
+//   (CUTLASS's "fast accumulation") gave e4m3 outputs ~3% off one ulp at k = 7552.
 // - Persistent grid over a device-side tile schedule of the masked counts or contiguous
 //   ends (schedule.cuh; no host sync; empty groups have no tiles): group-major, then
 //   n-tile, m-tile fastest.
@@ -42,7 +44,7 @@
 
 #include "core/kernel_launch.h"
 #include "gemm/grouped_gemm_fp8.h"
-#include "gemm/sm90/grouped_gemm.cuh"  // make_tma, b_policy, consume_tile, store_accumulators
+#include "gemm/sm90/grouped_gemm.cuh"  // make_tma, b_policy, issue_stage_wgmmas, store_accumulators
 
 namespace moekit::detail::gemm::sm90fp8 {
 
@@ -114,6 +116,20 @@ struct Fp8Params {
 // and up rows of output column n0 + col % 64 with it.
 __device__ __forceinline__ int b_row_of(const Tile& t, int col) {
   return col < Cfg::B_BOX ? t.b_row0 + col : t.b_row1 + col - Cfg::B_BOX;
+}
+
+// One pipeline stage's wgmmas into a fresh blk, completed, and the stage released (`read`
+// advanced): the caller promotes blk into its f32 accumulators.
+template <class Mma, class FragA, class FragB, class Acc, class Pipeline, class State>
+__device__ __forceinline__ void stage_into(Mma& mma, FragA& tCrA, FragB& tCrB, Acc& blk,
+                                           Pipeline& pipeline, State& read) {
+  pipeline.consumer_wait(read);
+  mma.accumulate_ = cute::GMMA::ScaleOut::Zero;
+  issue_stage_wgmmas(mma, tCrA, tCrB, blk, read.index());
+  cute::warpgroup_wait<0>();
+  cute::warpgroup_fence_operand(blk);
+  pipeline.consumer_release(read);
+  ++read;
 }
 
 // The output's factor of accumulator columns 0..63 ([0]) and 64..127 ([1]): 1 for a bf16 c;
@@ -241,6 +257,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
       }
     }
     const Fp8ScaleIndex& si = p.si;
+    // One stage's wgmmas (128 k) accumulate here, then promote into acc in f32.
+    Tensor blk = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
     float out_f[2];  // output factors of accumulator columns 0..63, 64..127
     output_factors(p, out_f);
 
@@ -257,16 +275,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         sa_ptr[h] = row_h[h] < t.rows ? p.a_scale + (t.c_row + row_h[h]) * si.a_row : nullptr;
       }
       const float* sb_group = p.b_scale + static_cast<int64_t>(t.group) * si.b_group;
+      if (skip) {
+        skip_tile_stages<1>(pipeline, read, k_blocks, wg);
+        continue;
+      }
+      clear(acc);
       if constexpr (kBlockScales) {
-        if (skip) {
-          skip_tile_stages<1>(pipeline, read, k_blocks, wg);
-          continue;
-        }
         // The two b boxes' scale rows (each box lies in one 128-row block).
         const float* sb_ptr[2] = {sb_group + (t.b_row0 / si.b_row_div) * si.b_row,
                                   sb_group + (t.b_row1 / si.b_row_div) * si.b_row};
-        Tensor blk = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
-        clear(acc);
         // Scales one k block ahead (registers): their L2 / DRAM latency is hidden behind a
         // whole stage instead of stalling the promotion.
         auto load_scales = [&](int kb, float(&s)[4]) {
@@ -285,14 +302,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                                  {next[3] * next[0] * out_f[0], next[3] * next[1] * out_f[1]}};
           if (kb + 1 < k_blocks) load_scales(kb + 1, next);
 
-          pipeline.consumer_wait(read);
-          mma.accumulate_ = GMMA::ScaleOut::Zero;  // a fresh block accumulator
-          issue_stage_wgmmas(mma, tCrA, tCrB, blk, read.index());
-          warpgroup_wait<0>();
-          warpgroup_fence_operand(blk);
-          pipeline.consumer_release(read);
-          ++read;
-
+          stage_into(mma, tCrA, tCrB, blk, pipeline, read);
           // Columns 0..63 (i < ACC / 2) come from b box 0, 64..127 from box 1.
           CUTE_UNROLL
           for (int i = 0; i < ACC; ++i) {
@@ -301,10 +311,13 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         }
         store_fp8_tile(p, acc, tCcC, t, q);
       } else {
-        if (!consume_tile<1>(mma, tCrA, tCrB, acc, pipeline, read, k_blocks, skip, wg)) continue;
-        // One scale per (row, b row) after the whole k, into a copy (acc stays defined by
-        // wgmmas alone: ptxas serializes them otherwise, C7515).
-        Tensor scaled = make_fragment_like(acc);
+        CUTE_NO_UNROLL
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          stage_into(mma, tCrA, tCrB, blk, pipeline, read);
+          CUTE_UNROLL
+          for (int i = 0; i < ACC; ++i) acc(i) += blk(i);
+        }
+        // One scale per (row, b row) after the whole k.
         float sa[2];
         CUTE_UNROLL
         for (int h = 0; h < 2; ++h) sa[h] = sa_ptr[h] ? __ldg(sa_ptr[h]) : 0.f;
@@ -319,11 +332,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                           out_f[col >= Cfg::B_BOX]
                     : 0.f;
             CUTE_UNROLL
-            for (int h = 0; h < 2; ++h)
-              scaled(4 * j + 2 * h + e) = acc(4 * j + 2 * h + e) * (sa[h] * sb);
+            for (int h = 0; h < 2; ++h) acc(4 * j + 2 * h + e) *= sa[h] * sb;
           }
         }
-        store_fp8_tile(p, scaled, tCcC, t, q);
+        store_fp8_tile(p, acc, tCcC, t, q);
       }
     }
   }
@@ -470,7 +482,7 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   p.n_tiles = static_cast<int>(n_tiles);
   p.tile_bound = static_cast<int>(tiles);
   const int smem = static_cast<int>(sizeof(Fp8Storage));
-  // Block scales promote every 128 k; per-channel / per-tensor scale once (consume_tile).
+  // Both promote every 128 k; block scales there, per-channel / per-tensor ones once at the end.
   const bool block_scales = prob.scales == Fp8Scales::kBlock;
   auto kernel =
       block_scales ? sm90_fp8_grouped_gemm_kernel<true> : sm90_fp8_grouped_gemm_kernel<false>;
