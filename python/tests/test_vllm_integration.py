@@ -200,7 +200,7 @@ def vllm_fused_experts_fp8(x, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids
     local = expert_map.long()[ids] if expert_map is not None else ids
     if apply_router_weight_on_input:
         x = x * topk_weights.to(x.dtype)
-    xq = quant_act(x, groups, a1_scale) if quantize else x
+    xq = quant_act(x, groups, a1_scale) if quantize else x.float()
     t, k = torch.nonzero(local >= 0, as_tuple=True)
     out = torch.zeros(T, H, dtype=torch.float32, device=x.device)
     if t.numel() == 0:
@@ -208,7 +208,7 @@ def vllm_fused_experts_fp8(x, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids
     e = local[t, k]
     h = torch.bmm(d1[e], xq[t].unsqueeze(2)).squeeze(2)
     act = (ref.silu(h[:, :N]) * h[:, N:]).to(x.dtype)
-    aq = quant_act(act, groups, a2_scale) if quantize else act
+    aq = quant_act(act, groups, a2_scale) if quantize else act.float()
     y = torch.bmm(d2[e], aq.unsqueeze(2)).squeeze(2)
     if not apply_router_weight_on_input:
         y = y * topk_weights[t, k].float().unsqueeze(1)
