@@ -127,6 +127,11 @@ bool reference_needs_all_rows(const SweepCase& c, QuantScheme q, reference::Fp8A
          c.static_act != 3;
 }
 
+bool reference_amax_tie(const SweepCase& c, QuantScheme q, reference::Fp8Activations acts) {
+  return acts == reference::Fp8Activations::kQuantized && q == QuantScheme::kFp8PerTensor &&
+         (c.static_act & 2) == 0;
+}
+
 PermutedRows permuted_rows_of(const SweepCase& c) {
   PermutedRows p;
   const std::vector<int64_t> counts = expert_counts(c);

@@ -54,6 +54,10 @@ reference::Fp8Activations reference_acts(QuantScheme q, bool gemm_path);
 // Whether the reference must compute every row for the sampled ones to be right: a dynamic
 // fp8_per_tensor scale spans every row (its amax) on a path that quantizes.
 bool reference_needs_all_rows(const SweepCase& c, QuantScheme q, reference::Fp8Activations acts);
+// Whether the F-wide activation's scale is a dynamic fp8_per_tensor one on a path that
+// quantizes: its amax may sit one bf16 step from the library's (gpu_reference::Fp8Acts),
+// and a failing GPU-reference comparison is retried there (compare_amax_ties).
+bool reference_amax_tie(const SweepCase& c, QuantScheme q, reference::Fp8Activations acts);
 
 // The rows of a permuted buffer (contiguous(alignment) or masked(max_m)) holding the
 // case's expert_counts: the metadata (ends or counts), the buffer's rows, and which of

@@ -25,9 +25,12 @@ void poison_padding(Context& ctx, const DevTensor& t, const PermutedRows& pr) {
 // Compares the sampled valid rows of `out` with the reference: the CPU f64 one (`cpu`
 // computes it into a host tensor) when the case is small, else the f32 GPU one (`gpu`
 // computes the rows of a device mask into a device tensor).
+// `gpu(ref, mask, ulps)`: ulps, the activation amax's bf16 step where `amax_tie`
+// (compare_amax_ties).
 template <class Cpu, class Gpu>
 void check_reference(Context& ctx, Outcome& o, const SweepCase& c, const DevTensor& out,
-                     const PermutedRows& pr, DType tol, Cpu&& cpu, Gpu&& gpu) {
+                     const PermutedRows& pr, DType tol, Cpu&& cpu, Gpu&& gpu,
+                     bool amax_tie = false) {
   const std::vector<int64_t> rows = sample(pr.members, kCheckRows);
   if (cpu_reference_fits(c)) {
     HostMirror m(ctx);
@@ -37,11 +40,18 @@ void check_reference(Context& ctx, Outcome& o, const SweepCase& c, const DevTens
     return;
   }
   const DevTensor ref = ctx.tensor(out.dtype, out.shape);
-  cuda_ok(cudaMemsetAsync(ref.data, 0xFF, ref.bytes(), ctx.stream()), "poison");
-  gpu(ref, device_mask(ctx, row_mask(pr.rows, rows)));
+  const uint8_t* mask = device_mask(ctx, row_mask(pr.rows, rows));
   o.reference = "gpu-f32, " + std::to_string(rows.size()) + " of " +
                 std::to_string(pr.members.size()) + " rows";
-  compare_rows(o, "output", gather(ctx, out, rows), gather(ctx, ref, rows), tol);
+  compare_amax_ties(
+      o, amax_tie,
+      [&](int ulps) {
+        cuda_ok(cudaMemsetAsync(ref.data, 0xFF, ref.bytes(), ctx.stream()), "poison");
+        gpu(ref, mask, ulps);
+      },
+      [&](Outcome& r) {
+        compare_rows(r, "output", gather(ctx, out, rows), gather(ctx, ref, rows), tol);
+      });
 }
 
 void run_grouped_gemm(Context& ctx, const SweepCase& c, Outcome& o) {
@@ -85,7 +95,7 @@ void run_grouped_gemm(Context& ctx, const SweepCase& c, Outcome& o) {
         reference::moe_grouped_gemm(r);
         return *ref;
       },
-      [&](const DevTensor& ref, const uint8_t* mask) {
+      [&](const DevTensor& ref, const uint8_t* mask, int /*ulps*/) {
         GroupedGemmArgs r = args;
         r.c = ref.view();
         const Workspace scratch = ctx.workspace(gpu_reference::grouped_gemm_scratch_bytes(r));
@@ -173,7 +183,7 @@ void run_grouped_gemm_fp8(Context& ctx, const SweepCase& c, Outcome& o) {
         reference::moe_grouped_gemm_fp8(r);
         return *ref;
       },
-      [&](const DevTensor& ref, const uint8_t* mask) {
+      [&](const DevTensor& ref, const uint8_t* mask, int /*ulps*/) {
         GroupedGemmFP8Args r = args;
         r.c = ref.view();
         const Workspace scratch = ctx.workspace(gpu_reference::grouped_gemm_fp8_scratch_bytes(r));
@@ -230,12 +240,13 @@ void run_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
         reference::moe_expert_mlp(r, acts);
         return *ref;
       },
-      [&](const DevTensor& ref, const uint8_t* mask) {
+      [&](const DevTensor& ref, const uint8_t* mask, int ulps) {
         ExpertMLPArgs r = args;
         r.expert_output = ref.view();
         r.workspace = ctx.workspace(gpu_reference::expert_mlp_scratch_bytes(r));
-        gpu_reference::moe_expert_mlp(r, ctx.stream(), all_rows ? nullptr : mask, acts);
-      });
+        gpu_reference::moe_expert_mlp(r, ctx.stream(), all_rows ? nullptr : mask, {acts, ulps});
+      },
+      reference_amax_tie(c, c.quant, acts));
 }
 
 }  // namespace

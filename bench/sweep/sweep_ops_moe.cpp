@@ -38,11 +38,13 @@ Experts expert_inputs(Context& ctx, const SweepCase& c) {
   return x;
 }
 
-// How the reference is held: the tolerance's dtype (fp8 where a path quantized activations)
-// and whether it computes every row (a dynamic fp8_per_tensor scale spans them all).
+// How the reference is held: the tolerance's dtype (fp8 where a path quantized activations),
+// whether it computes every row (a dynamic fp8_per_tensor scale spans them all), and whether
+// the F-wide activation's dynamic per-tensor amax may sit on a bf16 tie (compare_amax_ties).
 struct RefCheck {
   DType tol;
   bool all_rows = false;
+  bool amax_tie = false;
 };
 RefCheck ref_check(const SweepCase& c, reference::Fp8Activations acts,
                    reference::Fp8Activations shared_acts = reference::Fp8Activations::kAsGiven) {
@@ -52,11 +54,14 @@ RefCheck ref_check(const SweepCase& c, reference::Fp8Activations acts,
   if (quantized) r.tol = DType::kFP8E4M3;
   r.all_rows = reference_needs_all_rows(c, c.quant, acts) ||
                reference_needs_all_rows(c, c.shared_quant, shared_acts);
+  r.amax_tie =
+      reference_amax_tie(c, c.quant, acts) || reference_amax_tie(c, c.shared_quant, shared_acts);
   return r;
 }
 
 // Compares sampled tokens of `out` with the CPU f64 reference (small cases) or the f32 GPU
-// reference over a device token mask (every token with rc.all_rows).
+// reference over a device token mask (every token with rc.all_rows); `gpu(ref, mask, ulps)`
+// with the activation amax's bf16 step (compare_amax_ties).
 template <class Cpu, class Gpu>
 void check_tokens(Context& ctx, Outcome& o, const SweepCase& c, const DevTensor& out,
                   const std::vector<int64_t>& tokens, const RefCheck& rc, Cpu&& cpu, Gpu&& gpu) {
@@ -68,11 +73,18 @@ void check_tokens(Context& ctx, Outcome& o, const SweepCase& c, const DevTensor&
     return;
   }
   const DevTensor ref = ctx.tensor(out.dtype, out.shape);
-  cuda_ok(cudaMemsetAsync(ref.data, 0xFF, ref.bytes(), ctx.stream()), "poison");
-  gpu(ref, rc.all_rows ? nullptr : device_mask(ctx, row_mask(c.T, tokens)));
+  const uint8_t* mask = rc.all_rows ? nullptr : device_mask(ctx, row_mask(c.T, tokens));
   o.reference = "gpu-f32, " + std::to_string(tokens.size()) + " of " + std::to_string(c.T) +
                 " rows" + (rc.all_rows ? " (all computed)" : "");
-  compare_rows(o, "output", gather(ctx, out, tokens), gather(ctx, ref, tokens), rc.tol);
+  compare_amax_ties(
+      o, rc.amax_tie,
+      [&](int ulps) {
+        cuda_ok(cudaMemsetAsync(ref.data, 0xFF, ref.bytes(), ctx.stream()), "poison");
+        gpu(ref, mask, ulps);
+      },
+      [&](Outcome& r) {
+        compare_rows(r, "output", gather(ctx, out, tokens), gather(ctx, ref, tokens), rc.tol);
+      });
 }
 
 void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
@@ -140,11 +152,11 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
         reference::fused_moe_experts(r, acts, sorted_path(o));
         return *ref;
       },
-      [&](const DevTensor& ref, const uint8_t* mask) {
+      [&](const DevTensor& ref, const uint8_t* mask, int ulps) {
         FusedMoEExpertsArgs r = args;
         r.output = ref.view();
         r.workspace = ctx.workspace(gpu_reference::fused_moe_experts_scratch_bytes(r));
-        gpu_reference::fused_moe_experts(r, ctx.stream(), mask, sorted_path(o), acts);
+        gpu_reference::fused_moe_experts(r, ctx.stream(), mask, sorted_path(o), {acts, ulps});
       });
 }
 
@@ -253,16 +265,16 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
                : reference::fused_moe(r.moe, acts, sorted_path(o));
         return *ref;
       },
-      [&](const DevTensor& ref, const uint8_t* mask) {
+      [&](const DevTensor& ref, const uint8_t* mask, int ulps) {
         FusedMoESharedExpertArgs r = args;
         r.moe.output = ref.view();
         if (shared) {
           r.moe.workspace = ctx.workspace(gpu_reference::fused_moe_shared_expert_scratch_bytes(r));
-          gpu_reference::fused_moe_shared_expert(r, ctx.stream(), mask, sorted_path(o), acts,
-                                                 shared_acts);
+          gpu_reference::fused_moe_shared_expert(r, ctx.stream(), mask, sorted_path(o),
+                                                 {acts, ulps}, {shared_acts, ulps});
         } else {
           r.moe.workspace = ctx.workspace(gpu_reference::fused_moe_scratch_bytes(r.moe));
-          gpu_reference::fused_moe(r.moe, ctx.stream(), mask, sorted_path(o), acts);
+          gpu_reference::fused_moe(r.moe, ctx.stream(), mask, sorted_path(o), {acts, ulps});
         }
       });
 }
@@ -308,11 +320,11 @@ void run_shared_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
         reference::shared_expert_mlp(r, acts);
         return *ref;
       },
-      [&](const DevTensor& ref, const uint8_t* mask) {
+      [&](const DevTensor& ref, const uint8_t* mask, int ulps) {
         SharedExpertMLPArgs r = args;
         r.output = ref.view();
         r.workspace = ctx.workspace(gpu_reference::shared_expert_mlp_scratch_bytes(r));
-        gpu_reference::shared_expert_mlp(r, ctx.stream(), mask, acts);
+        gpu_reference::shared_expert_mlp(r, ctx.stream(), mask, {acts, ulps});
       });
 }
 

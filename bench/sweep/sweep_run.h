@@ -102,6 +102,13 @@ void scan_output(Context& ctx, Outcome& o, const char* name, const DevTensor& t,
 // SPEC accuracy rule with the tolerance of `tol`: rel_l2 and err_ratio within its limit.
 void compare_rows(Outcome& o, const char* name, const HostTensor& out, const HostTensor& ref,
                   DType tol);
+// A GPU-reference comparison: `run(ulps)` computes the reference (its F-wide activation's
+// dynamic per-tensor amax moved by `ulps` bf16 steps, gpu_reference::Fp8Acts), `compare(o)`
+// compares it into o. With `amax_tie`, a failure at 0 is retried at +1 and -1 steps and
+// passes there when either does (o.reference names the step); else o gets the first
+// comparison's problems.
+void compare_amax_ties(Outcome& o, bool amax_tie, const std::function<void(int)>& run,
+                       const std::function<void(Outcome&)>& compare);
 // Integer outputs: equal element for element.
 void compare_exact(Outcome& o, const char* name, const int32_t* out, const int32_t* ref, int64_t n);
 

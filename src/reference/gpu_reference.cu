@@ -766,8 +766,12 @@ __global__ void amax_rows_kernel(const T* x, int64_t cols, const int32_t* rows, 
   if (threadIdx.x % 32 == 0) atomicMax(amax, __float_as_uint(m));
 }
 
-__global__ void amax_scale_kernel(const unsigned* amax, float* scale) {
-  *scale = __fdiv_rn(fmaxf(__uint_as_float(*amax), 1e-10f), 448.f);
+// ulps: the amax moved by that many bf16 steps first (Fp8Acts::act_amax_ulps; a bf16 value's
+// f32 bits end in 16 zero bits, so one step is 0x10000), never below zero.
+__global__ void amax_scale_kernel(const unsigned* amax, float* scale, int ulps) {
+  const long long bits = static_cast<long long>(*amax) + static_cast<long long>(ulps) * 0x10000;
+  const float m = __uint_as_float(static_cast<unsigned>(bits < 0 ? 0 : bits));
+  *scale = __fdiv_rn(fmaxf(m, 1e-10f), 448.f);
 }
 
 // The listed rows of x [.., cols] quantized to e4m3 and back into the same rows of y (f32:
@@ -809,6 +813,7 @@ struct ActQuant {
   QuantScheme scheme = QuantScheme::kNone;
   const float* static_scale = nullptr;
   float* scratch = nullptr;
+  int amax_ulps = 0;  // a dynamic per-tensor scale's amax moved by this many bf16 steps
 };
 
 // The listed rows (num_blocks blocks of `rows`, or n_rows rows without a list) of x [.., cols]
@@ -827,7 +832,7 @@ void fp8_round_trip_rows(const T* x, float* y, int64_t cols, const int32_t* rows
               "cudaMemsetAsync failed");
       amax_rows_kernel<T><<<static_cast<unsigned>(num_blocks), kQuantThreads, 0, stream>>>(
           x, cols, rows, n_rows, amax);
-      amax_scale_kernel<<<1, 1, 0, stream>>>(amax, q.scratch + 1);
+      amax_scale_kernel<<<1, 1, 0, stream>>>(amax, q.scratch + 1, q.amax_ulps);
       check_launch("fp8 amax");
       tensor_scale = q.scratch + 1;
     }
@@ -839,14 +844,15 @@ void fp8_round_trip_rows(const T* x, float* y, int64_t cols, const int32_t* rows
 }
 
 // The input's and the activation's quantization of weights q (acts kQuantized, a FP8 scheme).
-ActQuant input_quant(const WeightQuant& q, Fp8Activations acts, float* scratch) {
-  if (acts != Fp8Activations::kQuantized) return {};
+ActQuant input_quant(const WeightQuant& q, Fp8Acts acts, float* scratch) {
+  if (acts.mode != Fp8Activations::kQuantized) return {};
   return {q.scheme, q.a_gate_up_scale.defined() ? q.a_gate_up_scale.ptr<float>() : nullptr,
           scratch};
 }
-ActQuant act_quant(const WeightQuant& q, Fp8Activations acts, float* scratch) {
-  if (acts != Fp8Activations::kQuantized) return {};
-  return {q.scheme, q.a_down_scale.defined() ? q.a_down_scale.ptr<float>() : nullptr, scratch};
+ActQuant act_quant(const WeightQuant& q, Fp8Acts acts, float* scratch) {
+  if (acts.mode != Fp8Activations::kQuantized) return {};
+  return {q.scheme, q.a_down_scale.defined() ? q.a_down_scale.ptr<float>() : nullptr, scratch,
+          acts.act_amax_ulps};
 }
 
 // y[r] = MLP(x[r / a_div]) in f32 for the rows of the blocks of s (f32 gate/up plus bias, the
@@ -917,8 +923,8 @@ void mlp_rows_quant(const TX* x, int a_div, const TensorView& w_gate_up, const T
 // all x_rows rows (x_rows < 0: the rows of s's blocks).
 template <class scalar_t>
 void quantizing_mlp_rows(const scalar_t* x, int64_t x_rows, int a_div, const TensorView& w_gate_up,
-                         const TensorView& w_down, const WeightQuant& q, Fp8Activations acts,
-                         int64_t F, int64_t H, const MlpScratch& s, const MlpSpec& spec, bool dense,
+                         const TensorView& w_down, const WeightQuant& q, Fp8Acts acts, int64_t F,
+                         int64_t H, const MlpScratch& s, const MlpSpec& spec, bool dense,
                          cudaStream_t stream) {
   const ActQuant in_q = input_quant(q, acts, s.qscratch);
   const ActQuant act_q = act_quant(q, acts, s.qscratch);
@@ -963,7 +969,7 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
                 const WeightQuant& quant, RouteIds ids, const float* weights, int K,
                 const uint8_t* token_mask, const MlpScratch& s, const float* shared_y,
                 const TensorView& out, bool round_routes, const MlpSpec& spec, cudaStream_t stream,
-                Fp8Activations acts) {
+                Fp8Acts acts) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
   const int64_t E = w_gate_up.shape[0], F = mlp_width(spec.act, w_gate_up.shape[1]);
   check_experts("routed_mlp", E);
@@ -1000,7 +1006,7 @@ void routed_mlp(const TensorView& hidden, const TensorView& w_gate_up, const Ten
 template <class scalar_t>
 void dense_mlp(const TensorView& hidden, const TensorView& w_gate_up, const TensorView& w_down,
                const WeightQuant& quant, const uint8_t* token_mask, const MlpScratch& s,
-               const MlpSpec& spec, cudaStream_t stream, Fp8Activations acts) {
+               const MlpSpec& spec, cudaStream_t stream, Fp8Acts acts) {
   const int64_t T = hidden.shape[0], H = hidden.shape[1];
   const int64_t S = mlp_width(spec.act, w_gate_up.shape[0]);
   if (T == 0) return;
@@ -1272,7 +1278,7 @@ size_t expert_mlp_scratch_bytes(const ExpertMLPArgs& args) {
 }
 
 void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream, const uint8_t* row_mask,
-                    Fp8Activations acts) {
+                    Fp8Acts acts) {
   const int64_t P = args.expert_input.shape[0], H = args.expert_input.shape[1];
   const int64_t E = args.w_gate_up.shape[0],
                 F = mlp_width(args.activation, args.w_gate_up.shape[1]);
@@ -1302,7 +1308,7 @@ size_t fused_moe_experts_scratch_bytes(const FusedMoEExpertsArgs& args) {
 }
 
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
-                       const uint8_t* row_mask, bool round_routes, Fp8Activations acts) {
+                       const uint8_t* row_mask, bool round_routes, Fp8Acts acts) {
   Carver cv =
       scratch_carver(args.workspace, fused_moe_experts_scratch_bytes(args), "fused_moe_experts");
   const int K = static_cast<int>(args.topk_ids.shape[1]);
@@ -1322,7 +1328,7 @@ size_t shared_expert_mlp_scratch_bytes(const SharedExpertMLPArgs& args) {
 }
 
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream,
-                       const uint8_t* row_mask, Fp8Activations acts) {
+                       const uint8_t* row_mask, Fp8Acts acts) {
   Carver cv =
       scratch_carver(args.workspace, shared_expert_mlp_scratch_bytes(args), "shared_expert_mlp");
   const int64_t T = args.hidden_states.shape[0], H = args.hidden_states.shape[1];
@@ -1363,8 +1369,8 @@ FusedScratch carve_fused(Carver& cv, const FusedMoEArgs& a,
 }
 
 void run_fused(const FusedMoEArgs& a, cudaStream_t stream, const uint8_t* mask,
-               const FusedMoESharedExpertArgs* shared, bool round_routes, Carver& cv,
-               Fp8Activations acts, Fp8Activations shared_acts) {
+               const FusedMoESharedExpertArgs* shared, bool round_routes, Carver& cv, Fp8Acts acts,
+               Fp8Acts shared_acts) {
   const int64_t T = a.hidden_states.shape[0];
   const int K = a.params.top_k;
   const FusedScratch fs = carve_fused(cv, a, shared);
@@ -1405,7 +1411,7 @@ size_t fused_moe_scratch_bytes(const FusedMoEArgs& args) {
 }
 
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row_mask,
-               bool round_routes, Fp8Activations acts) {
+               bool round_routes, Fp8Acts acts) {
   Carver cv = scratch_carver(args.workspace, fused_moe_scratch_bytes(args), "fused_moe");
   run_fused(args, stream, row_mask, nullptr, round_routes, cv, acts, Fp8Activations::kAsGiven);
 }
@@ -1415,8 +1421,8 @@ size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& arg
 }
 
 void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream,
-                             const uint8_t* row_mask, bool round_routes, Fp8Activations acts,
-                             Fp8Activations shared_acts) {
+                             const uint8_t* row_mask, bool round_routes, Fp8Acts acts,
+                             Fp8Acts shared_acts) {
   Carver cv = scratch_carver(args.moe.workspace, fused_moe_shared_expert_scratch_bytes(args),
                              "fused_moe_shared_expert");
   run_fused(args.moe, stream, row_mask, &args, round_routes, cv, acts, shared_acts);

@@ -51,6 +51,21 @@ void moe_pre_permute(const PrePermuteArgs& args, cudaStream_t stream);
 // MoEPostPermuteFwd.
 void moe_post_permute(const PostPermuteArgs& args, cudaStream_t stream);
 
+// How a routed / MLP reference treats FP8 activations: `mode` (reference.h) and, for a
+// dynamic fp8_per_tensor scale of the F-wide activation (no a_down_scale), that
+// activation's amax moved by `act_amax_ulps` bf16 steps before the scale is taken. The
+// library's activation can round its largest element to a neighbouring bf16 value (FP8
+// tensor-core sums, fast silu), and the scale then puts every element on another e4m3 grid:
+// rel_l2 ~2e-2 from the f32 reference on a correct result. The sweep retries a failing case
+// at +-1 (docs/sweep.md, "FP8 per-tensor ties").
+struct Fp8Acts {
+  reference::Fp8Activations mode = reference::Fp8Activations::kAsGiven;
+  int act_amax_ulps = 0;
+  Fp8Acts() = default;
+  Fp8Acts(reference::Fp8Activations m, int ulps = 0)  // NOLINT: implicit from the mode
+      : mode(m), act_amax_ulps(ulps) {}
+};
+
 // MoEGroupedGemmFwd.
 size_t grouped_gemm_scratch_bytes(const GroupedGemmArgs& args);
 void moe_grouped_gemm(const GroupedGemmArgs& args, Workspace scratch, cudaStream_t stream,
@@ -64,8 +79,7 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, Workspace scratch, cud
 // MoEExpertMLPFwd (scratch: args.workspace).
 size_t expert_mlp_scratch_bytes(const ExpertMLPArgs& args);
 void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream,
-                    const uint8_t* row_mask = nullptr,
-                    reference::Fp8Activations acts = reference::Fp8Activations::kAsGiven);
+                    const uint8_t* row_mask = nullptr, Fp8Acts acts = {});
 
 // FusedMoEExpertsFwd and IndexedExpertMLPFwd (scratch: args.workspace). round_routes:
 // each route's expert output rounded before the weighted sum as the library's sorted path
@@ -74,25 +88,22 @@ void moe_expert_mlp(const ExpertMLPArgs& args, cudaStream_t stream,
 size_t fused_moe_experts_scratch_bytes(const FusedMoEExpertsArgs& args);
 void fused_moe_experts(const FusedMoEExpertsArgs& args, cudaStream_t stream,
                        const uint8_t* row_mask = nullptr, bool round_routes = false,
-                       reference::Fp8Activations acts = reference::Fp8Activations::kAsGiven);
+                       Fp8Acts acts = {});
 
 // SharedExpertMLPFwd (scratch: args.workspace).
 size_t shared_expert_mlp_scratch_bytes(const SharedExpertMLPArgs& args);
 void shared_expert_mlp(const SharedExpertMLPArgs& args, cudaStream_t stream,
-                       const uint8_t* row_mask = nullptr,
-                       reference::Fp8Activations acts = reference::Fp8Activations::kAsGiven);
+                       const uint8_t* row_mask = nullptr, Fp8Acts acts = {});
 
 // FusedMoEFwd (scratch: args.workspace).
 size_t fused_moe_scratch_bytes(const FusedMoEArgs& args);
 void fused_moe(const FusedMoEArgs& args, cudaStream_t stream, const uint8_t* row_mask = nullptr,
-               bool round_routes = false,
-               reference::Fp8Activations acts = reference::Fp8Activations::kAsGiven);
+               bool round_routes = false, Fp8Acts acts = {});
 
 // FusedMoESharedExpertFwd (scratch: args.moe.workspace).
 size_t fused_moe_shared_expert_scratch_bytes(const FusedMoESharedExpertArgs& args);
-void fused_moe_shared_expert(
-    const FusedMoESharedExpertArgs& args, cudaStream_t stream, const uint8_t* row_mask = nullptr,
-    bool round_routes = false, reference::Fp8Activations acts = reference::Fp8Activations::kAsGiven,
-    reference::Fp8Activations shared_acts = reference::Fp8Activations::kAsGiven);
+void fused_moe_shared_expert(const FusedMoESharedExpertArgs& args, cudaStream_t stream,
+                             const uint8_t* row_mask = nullptr, bool round_routes = false,
+                             Fp8Acts acts = {}, Fp8Acts shared_acts = {});
 
 }  // namespace moekit::gpu_reference
