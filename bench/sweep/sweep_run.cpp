@@ -222,26 +222,6 @@ void compare_rows(Outcome& o, const char* name, const HostTensor& out, const Hos
   }
 }
 
-void compare_amax_ties(Outcome& o, bool amax_tie, const std::function<void(int)>& run,
-                       const std::function<void(Outcome&)>& compare) {
-  run(0);
-  Outcome first;
-  compare(first);
-  if (!first.passed && amax_tie) {
-    for (const int ulps : {1, -1}) {
-      run(ulps);
-      Outcome retry;
-      compare(retry);
-      if (retry.passed) {
-        o.reference +=
-            ulps > 0 ? ", activation amax +1 bf16 step" : ", activation amax -1 bf16 step";
-        return;
-      }
-    }
-  }
-  for (const std::string& why : first.problems) o.fail(why);
-}
-
 void compare_exact(Outcome& o, const char* name, const int32_t* out, const int32_t* ref,
                    int64_t n) {
   int64_t bad = 0, first = -1;

@@ -6,7 +6,6 @@
 #include <cuda_runtime_api.h>
 
 #include <deque>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,21 +13,9 @@
 #include "reference/host_tensor.h"
 #include "sweep_case.h"
 #include "sweep_device.h"
+#include "sweep_outcome.h"
 
 namespace moekit::sweep {
-
-struct Outcome {
-  bool passed = true;     // the reference comparison and the contract checks
-  bool identical = true;  // the second run gave the first run's bytes
-  std::vector<std::string> problems;
-  std::string reference;       // e.g. "gpu-f32, 512 of 40960 rows"
-  std::string path;            // the path the library took (sweep_paths.h), where it can tell
-  int64_t ambiguous_rows = 0;  // routing near-ties left out of the comparison
-  void fail(const std::string& why) {
-    passed = false;
-    problems.push_back(why);
-  }
-};
 
 // A device tensor of the current case (arena memory).
 struct DevTensor {
@@ -102,13 +89,6 @@ void scan_output(Context& ctx, Outcome& o, const char* name, const DevTensor& t,
 // SPEC accuracy rule with the tolerance of `tol`: rel_l2 and err_ratio within its limit.
 void compare_rows(Outcome& o, const char* name, const HostTensor& out, const HostTensor& ref,
                   DType tol);
-// A GPU-reference comparison: `run(ulps)` computes the reference (its F-wide activation's
-// dynamic per-tensor amax moved by `ulps` bf16 steps, gpu_reference::Fp8Acts), `compare(o)`
-// compares it into o. With `amax_tie`, a failure at 0 is retried at +1 and -1 steps and
-// passes there when either does (o.reference names the step); else o gets the first
-// comparison's problems.
-void compare_amax_ties(Outcome& o, bool amax_tie, const std::function<void(int)>& run,
-                       const std::function<void(Outcome&)>& compare);
 // Integer outputs: equal element for element.
 void compare_exact(Outcome& o, const char* name, const int32_t* out, const int32_t* ref, int64_t n);
 
