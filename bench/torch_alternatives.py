@@ -11,6 +11,11 @@ Alternatives (each where it applies to the op):
                     block scales, else torch-grouped-mm-rowwise (torch._scaled_grouped_mm
                     with per-row scales: a cheaper contract, reported under its own name)
   torch-cublas      dense matmuls (cuBLAS) for SharedExpertMLPFwd
+  torch-scaled-mm-per-expert
+                    FP8 layers: cuBLASLt FP8 GEMMs per active expert (torch._scaled_mm;
+                    row-wise scales for per-tensor / per-channel weights, 1x128 / 128x128
+                    block scales where this torch takes them), activations quantized as the
+                    scheme implies
 
 Timing (BENCH.md): warm-up; ops whose ideal time is under 20 us run as a CUDA graph of
 many back-to-back calls over rotating input copies (eager when an alternative cannot be
@@ -408,6 +413,83 @@ def scaled_grouped_experts(x, w13, w2, s13, s2, w, ids):
     return _combine_routes(y, w, order, tok, valid, ids.shape[0])
 
 
+def _quant_groups(a):
+    """Dynamic e4m3 quantization per row and 128 columns: (q, s [rows, ceil(cols/128)])."""
+    m, k = a.shape
+    g = -(-k // 128)
+    pad = torch.zeros((m, g * 128), dtype=torch.float32, device=a.device)
+    pad[:, :k] = a.float()
+    s = pad.view(m, g, 128).abs().amax(dim=2).clamp(min=1e-10) / 448.0
+    q = (pad.view(m, g, 128) / s.unsqueeze(2)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return q.view(m, g * 128)[:, :k].contiguous(), s
+
+
+def _scaled_mm_rowwise(a, wq, sw):
+    """a [m, K] (any float) times e4m3 wq [N, K]^T with row scales sw [N] on cuBLASLt:
+    per-token activation scales; rows padded to 16 (the FP8 GEMM's shape rule)."""
+    q, sa = _quant_rows(a)
+    m = q.shape[0]
+    mp = -(-m // 16) * 16
+    if mp != m:
+        q = torch.cat([q, torch.zeros((mp - m, q.shape[1]), dtype=q.dtype, device=q.device)])
+        sa = torch.cat([sa, torch.ones(mp - m, dtype=sa.dtype, device=sa.device)])
+    y = torch._scaled_mm(q, wq.t(), scale_a=sa.view(-1, 1), scale_b=sw.view(1, -1),
+                         out_dtype=torch.bfloat16)  # fmt: skip
+    return y[:m]
+
+
+# The block-scale layouts torch._scaled_mm's 1x128 x 128x128 mode takes, tried in this order
+# (torch versions differ): (a's scales [m, K/128] as given or column-major, b's [N/128, K/128]
+# or transposed).
+_BLOCK_LAYOUTS = [(False, True), (True, True), (False, False), (True, False)]
+
+
+def _scaled_mm_blocks(a, wq, sw, layout):
+    """a [m, K] times e4m3 wq [N, K]^T with 128x128 weight scales sw [N/128, K/128], the
+    activations quantized per token and 128 columns (`layout`: _BLOCK_LAYOUTS' entry)."""
+    q, sa = _quant_groups(a)
+    m = q.shape[0]
+    mp = -(-m // 16) * 16
+    if mp != m:
+        q = torch.cat([q, torch.zeros((mp - m, q.shape[1]), dtype=q.dtype, device=q.device)])
+        sa = torch.cat([sa, torch.ones((mp - m, sa.shape[1]), dtype=sa.dtype, device=sa.device)])
+    a_cols, b_t = layout
+    sa_ = sa.t().contiguous().t() if a_cols else sa
+    sb_ = sw.t().contiguous() if b_t else sw
+    y = torch._scaled_mm(q, wq.t(), scale_a=sa_, scale_b=sb_, out_dtype=torch.bfloat16)
+    return y[:m]
+
+
+def scaled_mm_per_expert(x, w13, w2, s13, s2, w, ids, quant, layout=None, mm=None):
+    """The FP8 layer as one cuBLASLt FP8 GEMM per active expert and projection
+    (torch._scaled_mm): routes sorted by expert, per-expert gate/up, silu_and_mul, down,
+    weighted scatter (f32). Scales: per-tensor [E] (broadcast to rows), per-channel [E, N]
+    (row-wise), 128x128 blocks [E, N/128, K/128] (`layout`). `mm(a, wq, sw)` replaces the
+    GEMM (tests)."""
+    E, F2, H = w13.shape
+    order, offs, tok, valid, _ = _sorted_routes(ids, E, x.device)
+    xs = x[tok]
+    y = torch.zeros((xs.shape[0], H), dtype=torch.bfloat16, device=x.device)
+    if mm is None:
+        if quant == "fp8_block128":
+            mm = lambda a, wq, sw: _scaled_mm_blocks(a, wq, sw, layout)  # noqa: E731
+        else:
+            mm = _scaled_mm_rowwise
+
+    def rows(s, e, n):
+        if quant == "fp8_per_tensor":
+            return s[e].view(1).expand(n).contiguous()
+        return s[e]
+
+    start = 0
+    for e, end in enumerate(offs.tolist()):  # the counts on the host: a per-expert loop's sync
+        if end > start:
+            h = mm(xs[start:end], w13[e], rows(s13, e, F2))
+            y[start:end] = mm(silu_mul(h.float(), F2 // 2), w2[e], rows(s2, e, H))
+        start = end
+    return _combine_routes(y, w, order, tok, valid, ids.shape[0])
+
+
 def dense_mlp(x, w13, w2, mlp=SILU):
     """The shared expert: the routed activation, no biases (the workloads give none)."""
     return mlp.act(x @ w13.t()) @ w2.t()
@@ -610,6 +692,32 @@ def setup_case(row, gen, mk):
                         "activations quantized per token (FP8 GEMMs), weights row-wise")
                 except Exception as e:  # not supported by this torch / device
                     c.notes["torch-scaled-grouped-mm-rowwise"] = f"unavailable: {_short(e)}"
+            def per_expert(i, layout=None):
+                w_, ids_ = torch_topk(i["logits"], correction_bias=bias, **p)
+                return scaled_mm_per_expert(i["x"], q13, q2, s13, s2, w_, ids_, quant,
+                                            layout).to(dt)  # fmt: skip
+
+            name = "torch-scaled-mm-per-expert"
+            layouts = _BLOCK_LAYOUTS if quant == "fp8_block128" else [None]
+            want, why = None, "unavailable"
+            for layout in layouts:
+                try:
+                    inp = c.make_inputs()
+                    got = per_expert(inp, layout)
+                    _sync()
+                    if want is None:
+                        want = dequantized(inp).float()
+                    err = float((got.float() - want).norm() / want.norm().clamp(min=1e-30))
+                    if err <= 0.1:  # FP8 activations: a few % from the dequantized bf16 path
+                        c.impls[name] = lambda i, layout=layout: per_expert(i, layout)
+                        c.notes[name] = ("cuBLASLt FP8 per active expert (torch._scaled_mm), "
+                                         "activations quantized as the scheme implies")  # fmt: skip
+                        break
+                    why = f"unavailable: scale layout {layout} gives rel_l2 {err:.2g}"
+                except Exception as e:  # not supported by this torch / device / layout
+                    why = f"unavailable: {_short(e)}"
+            if name not in c.impls:
+                c.notes[name] = why
             if mk:
                 q = dict(weight_quant=quant, w_gate_up_scale=s13, w_down_scale=s2)
                 c.impls["moekit"] = lambda i: mk.fused_moe(i["x"], i["logits"], q13, q2,

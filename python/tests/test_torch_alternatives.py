@@ -3,6 +3,7 @@ list, and a smoke run of every op's setup and torch compositions on tiny shapes 
 CPU (the timing itself needs a GPU)."""
 
 import json
+import math
 import os
 import sys
 
@@ -88,3 +89,45 @@ def test_sample_counts_follow_moekit_bench():
     assert ta.n_samples(7.0, 200, 30) == 28  # 30 calls would take 210 ms
     assert ta.n_samples(40.0, 200, 30) == 5
     assert ta.n_samples(300.0, 200, 30) == 3
+
+
+def test_scaled_mm_per_expert_matches_the_dequantized_layer():
+    """The cuBLASLt per-expert FP8 alternative's routing, per-expert loop and scale handling,
+    with its GEMM emulated on the CPU (dequantized operands): every scheme within FP8 noise
+    of the dequantized bf16 composition; experts without routes and -1 ids skipped."""
+    import torch
+
+    torch.manual_seed(3)
+    T, E, H, F, K = 9, 6, 256, 128, 2
+    x = torch.randn(T, H).to(torch.bfloat16)
+    ids = torch.randint(-1, E - 1, (T, K), dtype=torch.int32)  # expert E-1 gets no route
+    w = torch.rand(T, K)
+
+    def emulated(scheme):
+        def mm(a, wq, sw):
+            N, Kd = wq.shape
+            if scheme == "fp8_block128":
+                q, sa = ta._quant_groups(a)
+                aq = q.float() * sa.repeat_interleave(128, 1)[:, :Kd]
+                wd = wq.float() * sw.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :Kd]
+            else:
+                q, sa = ta._quant_rows(a)
+                aq = q.float() * sa.unsqueeze(1)
+                wd = wq.float() * sw.view(N, 1)
+            return (aq @ wd.t()).to(torch.bfloat16)
+        return mm
+
+    for scheme in ("fp8_per_tensor", "fp8_per_channel", "fp8_block128"):
+        shape13 = {"fp8_per_tensor": (E,), "fp8_per_channel": (E, 2 * F),
+                   "fp8_block128": (E, 2 * F // 128, H // 128)}[scheme]  # fmt: skip
+        shape2 = {"fp8_per_tensor": (E,), "fp8_per_channel": (E, H),
+                  "fp8_block128": (E, H // 128, F // 128)}[scheme]  # fmt: skip
+        q13 = torch.randn(E, 2 * F, H).to(torch.float8_e4m3fn)
+        q2 = torch.randn(E, H, F).to(torch.float8_e4m3fn)
+        s13 = (torch.rand(shape13) + 0.5) / math.sqrt(H)
+        s2 = (torch.rand(shape2) + 0.5) / math.sqrt(F)
+        got = ta.scaled_mm_per_expert(x, q13, q2, s13, s2, w, ids, scheme, mm=emulated(scheme))
+        want = ta.grouped_experts(x.float(), ta.dequant(q13, s13, scheme, torch.float32),
+                                  ta.dequant(q2, s2, scheme, torch.float32), w, ids)  # fmt: skip
+        err = float((got - want).norm() / want.norm())
+        assert 1e-4 < err < 8e-2, f"{scheme}: rel_l2 {err:.3g}"
