@@ -333,10 +333,13 @@ def _sorted_routes(ids, E, device):
 
 
 def _combine_routes(y, w, order, tok, valid, T):
-    """out[t] = sum of w * y over token t's valid sorted routes (f32)."""
+    """out[t] = sum of w * y over token t's valid sorted routes (f32). The invalid routes'
+    rows are masked, not weighted by 0: torch._grouped_mm leaves rows past the last offset
+    unwritten (torch 2.11 returned NaN there), and NaN * 0 is NaN."""
+    keep = valid[order].unsqueeze(1)
     ww = torch.where(valid, w.flatten(), torch.zeros_like(w.flatten()))[order]
     out = torch.zeros(T, y.shape[1], dtype=torch.float32, device=y.device)
-    out.index_add_(0, tok, y.float() * ww.unsqueeze(1))
+    out.index_add_(0, tok, torch.where(keep, y.float() * ww.unsqueeze(1), 0.0))
     return out
 
 
