@@ -1,6 +1,6 @@
 # Built-in tuning tables (docs/tuning.md): every tables/<gpu>/*.table is compiled into the
 # library as text (read at configure time; a changed or added table re-runs CMake), parsed
-# once on first use. None ship yet: the list may be empty.
+# once on first use. The list may be empty (a table matches only its own device's name).
 file(GLOB MOEKIT_TUNING_TABLES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tables/*/*.table)
 list(SORT MOEKIT_TUNING_TABLES)
 set(_moekit_tables_cpp ${PROJECT_BINARY_DIR}/generated/builtin_tuning_tables.cpp)
