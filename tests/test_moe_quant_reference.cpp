@@ -2,7 +2,8 @@
 // op with FP8 weights and scales matches the same op on f32 weights dequantized here
 // (float(w) * scale in each scheme's layout); quantize_activations_e4m3 on hand-checked
 // groups, static scales and all-zero rows; the quantized-activation references
-// (Fp8Activations::kQuantized) agreeing across the ops.
+// (Fp8Activations::kQuantized) agreeing across the ops; kQuantizedTiesFlipped rounding a
+// near-tie activation the other way and nothing else.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -186,6 +187,50 @@ TEST(QuantReference, QuantizedActivationsAgreeAcrossTheOps) {
       EXPECT_EQ(rel_diff(unsorted, routed), 0.0);
     }
   }
+}
+
+// A shared expert of one hidden unit and two relu2 activations, per-tensor FP8 with static
+// scales: x = 1, gate/up codes 1 and 1.5 (act = 1 and 2.25), down codes 1 and 1, and a_down_scale
+// d. Returns the output of `acts`.
+double two_unit_mlp(float d, reference::Fp8Activations acts) {
+  HostTensor x(DType::kBF16, {1, 1}), wgu(DType::kFP8E4M3, {2, 1}), wd(DType::kFP8E4M3, {1, 2});
+  HostTensor one(DType::kF32, {1}), a_down(DType::kF32, {1}), out(DType::kF32, {1, 1});
+  x.set(0, 1.0);
+  one.set(0, 1.0);
+  a_down.set(0, d);
+  wgu.as<uint8_t>()[0] = host::float_to_fp8e4m3(1.0f);
+  wgu.as<uint8_t>()[1] = host::float_to_fp8e4m3(1.5f);
+  wd.as<uint8_t>()[0] = wd.as<uint8_t>()[1] = host::float_to_fp8e4m3(1.0f);
+  SharedExpertMLPArgs a;
+  a.hidden_states = x.view();
+  a.w_gate_up = wgu.view();
+  a.w_down = wd.view();
+  a.quant.scheme = QuantScheme::kFp8PerTensor;
+  a.quant.w_gate_up_scale = one.view();
+  a.quant.w_down_scale = one.view();
+  a.quant.a_gate_up_scale = one.view();
+  a.quant.a_down_scale = a_down.view();
+  a.activation = Activation::kRelu2;
+  a.output = out.view();
+  reference::shared_expert_mlp(a, acts);
+  return out.at(0);
+}
+
+TEST(QuantReference, TiesFlippedRoundsANearTieTheOtherWayAndNothingElse) {
+  using reference::Fp8Activations;
+  // act / d: 1 -> 1.0625 (1 + 2^-14), 2^-14 above the midpoint of e4m3's 1 and 1.125;
+  // 2.25 -> 2.39, 0.7% above the midpoint of 2.25 and 2.5 (outside the 2^-12 band).
+  const float d = static_cast<float>(1.0 / (1.0625 * (1 + 1.0 / 16384)));
+  const double base = two_unit_mlp(d, Fp8Activations::kQuantized);
+  const double flipped = two_unit_mlp(d, Fp8Activations::kQuantizedTiesFlipped);
+  EXPECT_NEAR(base, (1.125 + 2.5) * d, 3.625 * d / 256);  // bf16 output rows
+  EXPECT_NEAR(flipped, (1.0 + 2.5) * d, 3.5 * d / 256);
+  // Away from every midpoint (1 / d = 1.25 and 2.8125, both on e4m3's grid): no change.
+  const float far = 0.8f;
+  EXPECT_EQ(two_unit_mlp(far, Fp8Activations::kQuantizedTiesFlipped),
+            two_unit_mlp(far, Fp8Activations::kQuantized));
+  // kAsGiven does not quantize: the flip has nothing to act on.
+  EXPECT_NEAR(two_unit_mlp(d, Fp8Activations::kAsGiven), 3.25, 1e-6);
 }
 
 }  // namespace

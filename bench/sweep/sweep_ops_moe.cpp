@@ -59,17 +59,28 @@ RefCheck ref_check(const SweepCase& c, reference::Fp8Activations acts,
   return r;
 }
 
-// Compares sampled tokens of `out` with the CPU f64 reference (small cases) or the f32 GPU
-// reference over a device token mask (every token with rc.all_rows); `gpu(ref, mask, ulps)`
-// with the activation amax's bf16 step (compare_amax_ties).
+// The CPU reference's second reading of quantized activations: their near-ties flipped.
+reference::Fp8Activations ties_flipped(reference::Fp8Activations acts) {
+  return acts == reference::Fp8Activations::kQuantized
+             ? reference::Fp8Activations::kQuantizedTiesFlipped
+             : acts;
+}
+
+// Compares sampled tokens of `out` with the CPU f64 reference (small cases; `cpu(mirror,
+// flip_ties)`, retried with the quantized activations' near-ties flipped, compare_fp8_ties) or
+// the f32 GPU reference over a device token mask (every token with rc.all_rows); `gpu(ref,
+// mask, ulps)` with the activation amax's bf16 step (compare_amax_ties).
 template <class Cpu, class Gpu>
 void check_tokens(Context& ctx, Outcome& o, const SweepCase& c, const DevTensor& out,
                   const std::vector<int64_t>& tokens, const RefCheck& rc, Cpu&& cpu, Gpu&& gpu) {
   if (cpu_reference_fits(c)) {
-    HostMirror m(ctx);
-    const HostTensor ref = cpu(m);
     o.reference = "cpu-f64";
-    compare_rows(o, "output", gather(ctx, out, tokens), gather(ref, tokens), rc.tol);
+    const HostTensor got = gather(ctx, out, tokens);
+    compare_fp8_ties(o, rc.tol == DType::kFP8E4M3, [&](bool flip_ties, Outcome& r) {
+      HostMirror m(ctx);
+      const HostTensor ref = cpu(m, flip_ties);
+      compare_rows(r, "output", got, gather(ref, tokens), rc.tol);
+    });
     return;
   }
   const DevTensor ref = ctx.tensor(out.dtype, out.shape);
@@ -136,7 +147,7 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
   scan_output(ctx, o, "output", out, nullptr);
   check_tokens(
       ctx, o, c, out, sample_range(c.T, kCheckRows), ref_check(c, acts),
-      [&](HostMirror& m) {
+      [&](HostMirror& m, bool flip_ties) {
         FusedMoEExpertsArgs r = args;
         r.hidden_states = m.in(args.hidden_states);
         r.w_gate_up = m.in(args.w_gate_up);
@@ -149,7 +160,7 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
         r.down_bias = m.in(args.down_bias);
         HostTensor* ref = nullptr;
         r.output = m.out(args.output, &ref);
-        reference::fused_moe_experts(r, acts, sorted_path(o));
+        reference::fused_moe_experts(r, flip_ties ? ties_flipped(acts) : acts, sorted_path(o));
         return *ref;
       },
       [&](const DevTensor& ref, const uint8_t* mask, int ulps) {
@@ -243,7 +254,7 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
   scan_output(ctx, o, "output", out, nullptr);
   check_tokens(
       ctx, o, c, out, unambiguous_tokens(ctx, rc, gating, bias, o), ref_check(c, acts, shared_acts),
-      [&](HostMirror& h) {
+      [&](HostMirror& h, bool flip_ties) {
         FusedMoESharedExpertArgs r = args;
         r.moe.hidden_states = h.in(m.hidden_states);
         r.moe.gating_output = h.in(m.gating_output);
@@ -261,8 +272,10 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
         r.shared_down_bias = h.in(args.shared_down_bias);
         HostTensor* ref = nullptr;
         r.moe.output = h.out(m.output, &ref);
-        shared ? reference::fused_moe_shared_expert(r, acts, shared_acts, sorted_path(o))
-               : reference::fused_moe(r.moe, acts, sorted_path(o));
+        const reference::Fp8Activations a = flip_ties ? ties_flipped(acts) : acts;
+        const reference::Fp8Activations sa = flip_ties ? ties_flipped(shared_acts) : shared_acts;
+        shared ? reference::fused_moe_shared_expert(r, a, sa, sorted_path(o))
+               : reference::fused_moe(r.moe, a, sorted_path(o));
         return *ref;
       },
       [&](const DevTensor& ref, const uint8_t* mask, int ulps) {
@@ -307,7 +320,7 @@ void run_shared_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
   scan_output(ctx, o, "output", out, nullptr);
   check_tokens(
       ctx, o, c, out, sample_range(c.T, kCheckRows), ref_check(c, acts),
-      [&](HostMirror& m) {
+      [&](HostMirror& m, bool flip_ties) {
         SharedExpertMLPArgs r = args;
         r.hidden_states = m.in(args.hidden_states);
         r.w_gate_up = m.in(args.w_gate_up);
@@ -317,7 +330,7 @@ void run_shared_expert_mlp(Context& ctx, const SweepCase& c, Outcome& o) {
         r.down_bias = m.in(args.down_bias);
         HostTensor* ref = nullptr;
         r.output = m.out(args.output, &ref);
-        reference::shared_expert_mlp(r, acts);
+        reference::shared_expert_mlp(r, flip_ties ? ties_flipped(acts) : acts);
         return *ref;
       },
       [&](const DevTensor& ref, const uint8_t* mask, int ulps) {

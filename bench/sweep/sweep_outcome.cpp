@@ -24,4 +24,19 @@ void compare_amax_ties(Outcome& o, bool amax_tie, const std::function<void(int)>
   for (const std::string& why : first.problems) o.fail(why);
 }
 
+void compare_fp8_ties(Outcome& o, bool fp8_acts,
+                      const std::function<void(bool, Outcome&)>& compare) {
+  Outcome first;
+  compare(false, first);
+  if (!first.passed && fp8_acts) {
+    Outcome retry;
+    compare(true, retry);
+    if (retry.passed) {
+      o.reference += ", FP8 activation near-ties rounded the other way";
+      return;
+    }
+  }
+  for (const std::string& why : first.problems) o.fail(why);
+}
+
 }  // namespace moekit::sweep

@@ -1,5 +1,5 @@
-// One sweep case's outcome and the comparison retry of FP8 per-tensor ties (host code, no
-// device: the case generator's tests check it on the CPU).
+// One sweep case's outcome and the comparison retries of FP8 ties (host code, no device: the
+// case generator's tests check them on the CPU).
 #pragma once
 
 #include <cstdint>
@@ -29,5 +29,13 @@ struct Outcome {
 // comparison's problems.
 void compare_amax_ties(Outcome& o, bool amax_tie, const std::function<void(int)>& run,
                        const std::function<void(Outcome&)>& compare);
+
+// A CPU-reference comparison: `compare(flip_ties, o)` computes the reference (with flip_ties,
+// its quantized F-wide activations' near-ties rounded the other way,
+// Fp8Activations::kQuantizedTiesFlipped) and compares it into o. With `fp8_acts`, a failure is
+// retried with the ties flipped and passes when that does (o.reference says so); else o gets
+// the first comparison's problems.
+void compare_fp8_ties(Outcome& o, bool fp8_acts,
+                      const std::function<void(bool, Outcome&)>& compare);
 
 }  // namespace moekit::sweep

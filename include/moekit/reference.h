@@ -30,6 +30,10 @@ enum class Fp8Activations : uint8_t {
                // and the F-wide activation (bf16, then quantized over every valid route / row)
                // quantized by quantize_activations_e4m3 with the scheme, a_*_scale when given;
                // each MLP's output rows in bf16, as the FP8 down GEMM stores them
+  kQuantizedTiesFlipped,  // (CPU references only) as kQuantized, but every F-wide activation
+                          // value within 2^-12 (relative) of an e4m3 rounding midpoint rounds
+                          // the other way: the second reading a checker may accept where the
+                          // library's f32 sums land on the other side of such a tie
 };
 void moe_expert_mlp(const ExpertMLPArgs& args, Fp8Activations acts = Fp8Activations::kAsGiven);
 // round_routes: each route's expert output rounded before the weighted sum, as the sorted

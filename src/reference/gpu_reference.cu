@@ -845,6 +845,11 @@ void fp8_round_trip_rows(const T* x, float* y, int64_t cols, const int32_t* rows
 
 // The input's and the activation's quantization of weights q (acts kQuantized, a FP8 scheme).
 ActQuant input_quant(const WeightQuant& q, Fp8Acts acts, float* scratch) {
+  if (acts.mode == Fp8Activations::kQuantizedTiesFlipped) {
+    throw Error(
+        "moekit::gpu_reference: Fp8Activations::kQuantizedTiesFlipped is a CPU reference "
+        "reading only");
+  }
   if (acts.mode != Fp8Activations::kQuantized) return {};
   return {q.scheme, q.a_gate_up_scale.defined() ? q.a_gate_up_scale.ptr<float>() : nullptr,
           scratch};

@@ -133,6 +133,52 @@ std::vector<double> fp8_round_trip(QuantScheme scheme, const std::vector<double>
   return std::vector<double>(out.begin(), out.end());
 }
 
+// The scale group of element (r, c) under `scheme`: the tensor, the row, or the row's 128-column
+// group.
+int64_t scale_group(QuantScheme scheme, int64_t r, int64_t c, int64_t cols) {
+  if (scheme == QuantScheme::kFp8PerTensor) return 0;
+  if (scheme == QuantScheme::kFp8PerChannel) return r;
+  return r * ((cols + 127) / 128) + c / 128;
+}
+
+// fp8_round_trip with every value near a rounding midpoint rounded the other way
+// (Fp8Activations::kQuantizedTiesFlipped). Each value but its group's largest (which sets a
+// dynamic scale: the scales stay as they are) is moved by 2^-12 of itself up and down; where
+// either move changes its e4m3 value, it sits within 2^-12 of a midpoint and takes that value.
+std::vector<double> fp8_round_trip_ties_flipped(QuantScheme scheme, const std::vector<double>& x,
+                                                int64_t rows, int64_t cols,
+                                                const TensorView& static_scale) {
+  constexpr double kBand = 1.0 / 4096;
+  const std::vector<double> base = fp8_round_trip(scheme, x, rows, cols, static_scale);
+  if (scheme == QuantScheme::kNone) return base;
+  const int64_t groups = scale_group(scheme, rows - 1, cols - 1, cols) + 1;
+  std::vector<double> group_max(static_cast<size_t>(groups), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      double& m = group_max[scale_group(scheme, r, c, cols)];
+      m = std::max(m, std::fabs(x[r * cols + c]));
+    }
+  std::vector<double> up = x, down = x;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * cols + c;
+      if (std::fabs(x[i]) == group_max[scale_group(scheme, r, c, cols)]) continue;
+      up[i] = x[i] * (1 + kBand);
+      down[i] = x[i] * (1 - kBand);
+    }
+  const std::vector<double> hi = fp8_round_trip(scheme, up, rows, cols, static_scale);
+  const std::vector<double> lo = fp8_round_trip(scheme, down, rows, cols, static_scale);
+  std::vector<double> out = base;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (hi[i] != base[i]) {
+      out[i] = hi[i];
+    } else if (lo[i] != base[i]) {
+      out[i] = lo[i];
+    }
+  }
+  return out;
+}
+
 // A weight set in f64 (FP8 weights dequantized) with its optional biases.
 struct MlpWeights {
   std::vector<double> wgu, wd, bgu, bd;
@@ -148,18 +194,26 @@ struct MlpWeights {
 
 // Whether the activations are quantized: the FP8 GEMM paths' (a FP8 scheme asked so).
 bool quantizes(Fp8Activations acts, const WeightQuant& q) {
-  return acts == Fp8Activations::kQuantized && q.scheme != QuantScheme::kNone;
+  return (acts == Fp8Activations::kQuantized || acts == Fp8Activations::kQuantizedTiesFlipped) &&
+         q.scheme != QuantScheme::kNone;
 }
 
-// y[i] (H values each) = MLP_{e[i]}(x[i]) for n rows; `quantize`: the F-wide activations of
-// all n rows quantized together by q (a_down_scale when given), as the FP8 GEMM paths do.
+// y[i] (H values each) = MLP_{e[i]}(x[i]) for n rows; quantizing (quantizes(acts, q)): the
+// F-wide activations of all n rows quantized together by q (a_down_scale when given), as the
+// FP8 GEMM paths do, their near-ties flipped with kQuantizedTiesFlipped.
 std::vector<double> mlp_rows(const Mlp& m, const MlpWeights& w, const std::vector<const double*>& x,
-                             const std::vector<int64_t>& e, const WeightQuant& q, bool quantize) {
+                             const std::vector<int64_t>& e, const WeightQuant& q,
+                             Fp8Activations acts) {
   const int64_t n = static_cast<int64_t>(x.size()), H = m.H, F = m.F;
+  const bool quantize = quantizes(acts, q);
   std::vector<double> act(static_cast<size_t>(n * F)), y(static_cast<size_t>(n * H));
   for (int64_t i = 0; i < n; ++i)
     gate_up_act(m, x[i], &w.wgu[e[i] * w.R * H], bias_row(w.bgu, e[i], w.R), &act[i * F]);
-  if (quantize && n > 0) act = fp8_round_trip(q.scheme, act, n, F, q.a_down_scale);
+  if (quantize && n > 0) {
+    act = acts == Fp8Activations::kQuantizedTiesFlipped
+              ? fp8_round_trip_ties_flipped(q.scheme, act, n, F, q.a_down_scale)
+              : fp8_round_trip(q.scheme, act, n, F, q.a_down_scale);
+  }
   for (int64_t i = 0; i < n; ++i)
     down_proj(m, &act[i * F], &w.wd[e[i] * H * F], bias_row(w.bd, e[i], H), &y[i * H]);
   // Quantizing, the rows are the FP8 down GEMM's output, which it stores in bf16.
@@ -210,7 +264,7 @@ std::vector<double> routed_sum(const FusedMoEExpertsArgs& args, Fp8Activations a
       routes.push_back(t * K + k);
     }
   }
-  std::vector<double> y = mlp_rows(m, w, rows, experts, args.quant, quantize);
+  std::vector<double> y = mlp_rows(m, w, rows, experts, args.quant, acts);
   if (round_routes) {  // the sorted path's stored rows
     const DType rows_dtype = quantize ? DType::kBF16 : dt;
     for (double& v : y) v = host::round_to(rows_dtype, v);
@@ -237,7 +291,7 @@ std::vector<double> shared_sum(const TensorView& hidden, const TensorView& w_gat
   if (quantize && T > 0) x = fp8_round_trip(q.scheme, x, T, H, q.a_gate_up_scale);
   std::vector<const double*> rows(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) rows[t] = &x[t * H];
-  return mlp_rows(m, w, rows, std::vector<int64_t>(static_cast<size_t>(T), 0), q, quantize);
+  return mlp_rows(m, w, rows, std::vector<int64_t>(static_cast<size_t>(T), 0), q, acts);
 }
 
 void store_all(const TensorView& out, const std::vector<double>& v) {
@@ -274,7 +328,7 @@ void moe_expert_mlp(const ExpertMLPArgs& args, Fp8Activations acts) {
     xin = fp8_round_trip(args.quant.scheme, xin, n, H, args.quant.a_gate_up_scale);
   std::vector<const double*> xs(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) xs[i] = &xin[i * H];
-  const std::vector<double> y = mlp_rows(m, w, xs, experts, args.quant, quantize);
+  const std::vector<double> y = mlp_rows(m, w, xs, experts, args.quant, acts);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t h = 0; h < H; ++h) host::store(args.expert_output, rows[i] * H + h, y[i * H + h]);
 }
