@@ -120,14 +120,51 @@ class Row:
         return "contiguous", align
 
 
+# The tensors whose first dimension is the token count (bench/src/workload.cpp kTokenTensors),
+# and the ops whose every token-shaped tensor is one of them: --tokens rescales those.
+TOKEN_TENSORS = ("hidden_states", "gating_output", "topk_ids", "topk_weights", "output",
+                 "local_expert_ids")  # fmt: skip
+TOKEN_OPS = ("FusedTopKFwd", "FusedMoEFwd", "FusedMoESharedExpertFwd", "FusedMoEExpertsFwd",
+             "IndexedExpertMLPFwd", "SharedExpertMLPFwd")  # fmt: skip
+
+
+def parse_counts(text):
+    """'1-16,24,32' -> [1, ..., 16, 24, 32] (moekit-bench's --tokens)."""
+    out = []
+    for part in str(text).split(","):
+        lo, _, hi = part.strip().partition("-")
+        first, last = int(lo), int(hi or lo)
+        if first < 1 or last < first:
+            raise ValueError(f"--tokens: bad range {part!r}")
+        out.extend(range(first, last + 1))
+    return out
+
+
+def with_tokens(w, tokens):
+    """Workload dict w at `tokens` tokens, named as moekit-bench --tokens names it
+    ("name@T=N", so that its --extra-alternatives merge finds the row); None for ops whose
+    rows --tokens does not rescale here. The page's figures are dropped (other shapes)."""
+    out = json.loads(json.dumps(w))
+    out["name"] = f"{w['name']}@T={tokens}"
+    out.pop("results", None)
+    for name, t in out["tensors"].items():
+        if name in TOKEN_TENSORS and t.get("shape"):
+            t["shape"] = [str(tokens)] + list(t["shape"][1:])
+    return out
+
+
 def load_rows(path, args):
     with open(path) as f:
         doc = json.load(f)
+    counts = parse_counts(args.tokens) if getattr(args, "tokens", None) else None
     rows = []
     for op in doc["ops"]:
-        for w in op["workloads"]:
-            for dt in w["dtypes"]:
-                rows.append(Row(op["op"], w, dt))
+        for w0 in op["workloads"]:
+            if counts is not None and op["op"] not in TOKEN_OPS:
+                continue
+            for w in [with_tokens(w0, n) for n in counts] if counts is not None else [w0]:
+                for dt in w["dtypes"]:
+                    rows.append(Row(op["op"], w, dt))
 
     def match(field, flt):
         return not flt or any(s and s in field for s in flt.split(","))
@@ -1118,6 +1155,9 @@ def main(argv=None):
     ap.add_argument("--max-ms", type=float, default=200.0,
                     help="device time per implementation per round")  # fmt: skip
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--tokens", default=None,
+                    help="each row at these token counts (e.g. 1-16,24,32), named name@T=N as "
+                         "moekit-bench --tokens names them; the layer and routing ops only")
     ap.add_argument("--no-moekit", action="store_true", help="time the torch alternatives only")
     ap.add_argument("--list", action="store_true", help="print the selected rows and exit")
     ap.add_argument("--smoke", action="store_true",

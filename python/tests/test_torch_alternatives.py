@@ -150,3 +150,35 @@ def _check_schemes(ta, x, ids, w, E, H, F, emulated):
                                   ta.dequant(q2, s2, scheme, torch.float32), w, ids)  # fmt: skip
         err = float((got - want).norm() / want.norm())
         assert 1e-4 < err < 8e-2, f"{scheme}: rel_l2 {err:.3g}"
+
+
+def test_tokens_rows_are_named_and_shaped_as_moekit_bench_does(capsys):
+    """--tokens: each layer row at each count, named name@T=N as moekit-bench --tokens names
+    it (its --extra-alternatives merge matches on the name), the token tensors rescaled; ops
+    --tokens does not rescale here are left out; a CPU smoke run of the rescaled rows."""
+    tune = os.path.join(BENCH, "workloads", "tune_seed.json")
+    assert ta.main(["--list", "--workloads", tune, "--workload", "qwen3-30b",
+                    "--tokens", "1-2,8"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.split() == [
+        f"FusedMoEFwd|{name}@T={n}|bf16" for name in ("qwen3-30b", "qwen3-30b-ep8")
+        for n in (1, 2, 8)]  # fmt: skip
+    assert ta.parse_counts("1-3,5") == [1, 2, 3, 5]
+    with pytest.raises(ValueError):
+        ta.parse_counts("4-2")
+    w = {"name": "x", "dtypes": ["bf16"], "results": {"bf16": {}},
+         "tensors": {"hidden_states": {"shape": ["4", "64"]}, "w_down": {"shape": ["8", "64", "32"]},
+                     "gating_output": {"shape": ["4", "8"]}}}  # fmt: skip
+    s = ta.with_tokens(w, 7)
+    assert s["name"] == "x@T=7" and "results" not in s
+    assert s["tensors"]["hidden_states"]["shape"] == ["7", "64"]
+    assert s["tensors"]["gating_output"]["shape"] == ["7", "8"]
+    assert s["tensors"]["w_down"]["shape"] == ["8", "64", "32"]
+    assert w["tensors"]["hidden_states"]["shape"] == ["4", "64"]  # the original untouched
+    with open(MINI) as f:
+        ops = {o["op"] for o in json.load(f)["ops"]}
+    assert ta.main(["--list", "--workloads", MINI, "--tokens", "3"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert listed and all("@T=3|" in k and k.split("|")[0] in ta.TOKEN_OPS for k in listed)
+    assert {k.split("|")[0] for k in listed} == ops & set(ta.TOKEN_OPS)
+    assert ta.main(["--device", "cpu", "--smoke", "--workloads", MINI, "--tokens", "3"]) == 0
+    assert "FAILED" not in capsys.readouterr().out
