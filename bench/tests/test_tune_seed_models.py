@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""CPU tests of scripts/tune-seed-models with a stand-in moekit-tune (no GPU): the layers it
+tunes and their flags, the pack it leaves at every exit, resuming from a pack, the budget, and
+the pictures' bench runs it skips."""
+import os
+import subprocess
+import tarfile
+import tempfile
+import textwrap
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "tune-seed-models")
+
+# Writes --out and --partial as moekit-tune does and logs its arguments to $STUB_CALLS.
+STUB = textwrap.dedent("""\
+    #!/usr/bin/env bash
+    echo "$*" >>"$STUB_CALLS"
+    out="" partial="" model=""
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --out) out=$2; shift 2 ;;
+        --partial) partial=$2; shift 2 ;;
+        --model) model=$2; shift 2 ;;
+        *) shift ;;
+      esac
+    done
+    echo "# moekit-tune partial: stub $model" >"$partial"
+    echo "# moekit tuning table: stub $model" >"$out"
+    echo "moekit-tune: 1 entries -> $out"
+    """)
+
+
+class TuneSeedModels(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.bin = os.path.join(self.tmp.name, "bin")
+        os.makedirs(os.path.join(self.bin, "bench", "tune"))
+        stub = os.path.join(self.bin, "bench", "tune", "moekit-tune")
+        with open(stub, "w") as f:
+            f.write(STUB)
+        os.chmod(stub, 0o755)
+        self.calls = os.path.join(self.tmp.name, "calls.txt")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_script(self, *args):
+        env = dict(os.environ, STUB_CALLS=self.calls)
+        p = subprocess.run([SCRIPT, "--bin", self.bin, *args], capture_output=True, text=True,
+                           env=env, timeout=60)
+        return p.returncode, p.stdout + p.stderr
+
+    def stub_calls(self):
+        if not os.path.exists(self.calls):
+            return []
+        with open(self.calls) as f:
+            return f.read().splitlines()
+
+    def test_tunes_the_layers_named_and_packs_them(self):
+        out = os.path.join(self.tmp.name, "tune")
+        pack = os.path.join(self.tmp.name, "tune.tgz")
+        rc, log = self.run_script("--models", "qwen3-30b,qwen3-30b-ep8", "--pack", pack, out)
+        self.assertEqual(rc, 0, log)
+        calls = self.stub_calls()
+        self.assertEqual(len(calls), 2, calls)
+        self.assertIn("--model qwen3-30b --experts 128 --hidden 2048", calls[0])
+        self.assertNotIn("--local-experts", calls[0])
+        self.assertIn("--model qwen3-30b-ep8 ", calls[1])
+        self.assertIn("--local-experts 0-15", calls[1])
+        for c in calls:
+            self.assertIn("--tokens 1-16,24,32,48,64,96,128,192,256,384,512,1024,2048,4096", c)
+        with tarfile.open(pack) as t:
+            names = sorted(os.path.basename(n) for n in t.getnames())
+        self.assertEqual(names, ["qwen3-30b-ep8.table", "qwen3-30b-ep8.table.log",
+                                 "qwen3-30b-ep8.table.partial", "qwen3-30b.table",
+                                 "qwen3-30b.table.log", "qwen3-30b.table.partial"])
+
+    def test_resumes_from_a_pack_and_skips_finished_layers(self):
+        first = os.path.join(self.tmp.name, "a")
+        pack = os.path.join(self.tmp.name, "a.tgz")
+        rc, log = self.run_script("--models", "glm45", "--pack", pack, first)
+        self.assertEqual(rc, 0, log)
+        # A bench run of the pictures travels in the pack too.
+        with open(os.path.join(first, "bench-glm45.json"), "w") as f:
+            f.write('{"records": []}')
+        rc, log = self.run_script("--models", "glm45", "--pack", pack, first)
+        self.assertEqual(rc, 0, log)
+        os.remove(self.calls)
+        second = os.path.join(self.tmp.name, "b")
+        rc, log = self.run_script("--from", pack, "--models", "glm45,qwen3-235b", "--pictures",
+                                  second)
+        # qwen3-235b's pictures run fails here (no GPU, no moekit-bench): the exit status says so.
+        self.assertEqual(rc, 1, log)
+        self.assertIn("bench-qwen3-235b.json rc=1", log)
+        self.assertIn("glm45.table exists, skipped", log)
+        calls = self.stub_calls()
+        self.assertEqual(len(calls), 1, calls)
+        self.assertIn("--model qwen3-235b ", calls[0])
+        self.assertTrue(os.path.exists(os.path.join(second, "bench-glm45.json")))
+        # glm45's pictures came with the pack: no bench run for it.
+        self.assertFalse(os.path.exists(os.path.join(second, "bench-glm45.log")))
+
+    def test_ep8_layers_have_no_pictures_run(self):
+        out = os.path.join(self.tmp.name, "tune")
+        rc, log = self.run_script("--models", "kimi-k2-ep8", "--pictures", out)
+        self.assertEqual(rc, 0, log)
+        self.assertFalse(os.path.exists(os.path.join(out, "bench-kimi-k2-ep8.log")))
+        self.assertIn("--local-experts 0-47", self.stub_calls()[0])
+
+    def test_a_spent_budget_stops_before_a_layer_and_still_packs(self):
+        out = os.path.join(self.tmp.name, "tune")
+        pack = os.path.join(self.tmp.name, "tune.tgz")
+        rc, log = self.run_script("--budget", "0", "--models", "ds-v3", "--pack", pack, out)
+        self.assertEqual(rc, 3, log)
+        self.assertIn("budget spent before", log)
+        self.assertEqual(self.stub_calls(), [])
+        self.assertTrue(os.path.exists(pack))
+
+    def test_rejects_an_unknown_layer(self):
+        rc, log = self.run_script("--models", "ds-v4", os.path.join(self.tmp.name, "t"))
+        self.assertEqual(rc, 2, log)
+        self.assertIn("unknown layer 'ds-v4'", log)
+        self.assertEqual(self.stub_calls(), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
