@@ -192,7 +192,7 @@ TEST(TuningTable, HeaderAndDeviceChecks) {
               std::string::npos)
         << e.what();
   }
-  // Another device's entry is parsed, not checked against this device's candidates; the same
+  // Another device's entry is parsed, not checked against this device; the same
   // counts on two devices do not overlap.
   const std::string other =
       "Other GPU | fused_moe | bf16 | 128 | 2048 | 768 | 8 | softmax | 0 | all | 128 | direct | 1 "
@@ -310,8 +310,8 @@ TEST(TuningRegistry, PublicLoadNamesTheFile) {
   EXPECT_THROW(load_tuning_table(path), Error);
 }
 
-// Every built-in table parses and names candidates of its shapes (on its device, where this
-// test knows the device's properties).
+// Every built-in table parses and names plans this build can run for its shapes (checked on
+// its device, where this test knows the device's properties).
 TEST(TuningRegistry, BuiltinTablesParseAndNameCandidates) {
   for (const detail::BuiltinTable& t : detail::builtin_tuning_tables()) {
     const detail::TuningDevice d = h200();

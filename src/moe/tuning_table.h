@@ -30,8 +30,8 @@ struct ParsedEntry {
 };
 
 // Parses a table's text. Throws moekit::Error "NAME:LINE: field 'F': expected ..., got ..."
-// on the first bad line. `check`: entries of that device are checked against its candidates
-// (null: parse only).
+// on the first bad line. `check`: entries of that device must name plans it can run at the
+// ends of their served ranges (null: parse only).
 std::vector<ParsedEntry> parse_tuning_table(const std::string& text, const std::string& name,
                                             const TuningDevice* check);
 // The table's text of `entries`: a comment, the header, one line per entry.
