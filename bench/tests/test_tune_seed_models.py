@@ -108,6 +108,20 @@ class TuneSeedModels(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(out, "bench-kimi-k2-ep8.log")))
         self.assertIn("--local-experts 0-47", self.stub_calls()[0])
 
+    def test_the_decoding_prs_layers_run_to_16384_tokens_without_an_ep8_form(self):
+        out = os.path.join(self.tmp.name, "tune")
+        rc, log = self.run_script("--models", "pr-e513-i320", out)
+        self.assertEqual(rc, 0, log)
+        calls = self.stub_calls()
+        self.assertEqual(len(calls), 1, calls)
+        self.assertIn("--experts 513 --hidden 4096 --intermediate 320 --top-k 8 ", calls[0])
+        self.assertNotIn("--local-experts", calls[0])
+        self.assertIn("--tokens 1-16,24,32,48,64,96,128,192,256,384,512,1024,2048,4096,8192,16384",
+                      calls[0])
+        rc, log = self.run_script("--models", "pr-e513-i320-ep8", out)
+        self.assertEqual(rc, 2, log)
+        self.assertIn("unknown layer 'pr-e513-i320-ep8'", log)
+
     def test_a_spent_budget_stops_before_a_layer_and_still_packs(self):
         out = os.path.join(self.tmp.name, "tune")
         pack = os.path.join(self.tmp.name, "tune.tgz")
