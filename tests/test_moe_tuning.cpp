@@ -109,6 +109,51 @@ TEST(TuningTable, WriterRoundTrips) {
   EXPECT_EQ(detail::format_tuning_table({}).find(kHeader) != std::string::npos, true);
 }
 
+// FP8 weights: the scheme follows the dtype in its column, keys a shape of its own, and the
+// entry's plan must run FP8 weights (the FP8 GEMMs on the sorted path, not the bf16 ones).
+TEST(TuningTable, Fp8WeightsKeyTheirOwnShape) {
+  TuningShape fp8 = qwen30_shape();
+  fp8.quant = QuantScheme::kFp8PerChannel;
+  const std::string q =
+      "NVIDIA H200 | fused_moe | bf16 fp8_per_channel | 128 | 2048 | 768 | 8 | softmax | 0 | all "
+      "| ";
+  const std::string sorted = other_candidate(fp8, 32);
+  ASSERT_NE(sorted.find("fp8_sm90"), std::string::npos) << sorted;
+  const auto entries = parse(q + "1-16 | direct | 10 | 11\n" + q + "32 | " + sorted +
+                             " | 90 | 95\n" + kQwen30 + "1-16 | direct | 10 | 11\n");
+  ASSERT_EQ(entries.size(), 3u);  // one count range on two shapes: no overlap
+  EXPECT_TRUE(entries[0].entry.shape == fp8);
+  EXPECT_FALSE(entries[0].entry.shape == qwen30_shape());
+  EXPECT_EQ(detail::tuning_dtype_field(fp8), "bf16 fp8_per_channel");
+  std::vector<TuningEntry> in = {entries[0].entry, entries[1].entry};
+  const detail::TuningDevice d = h200();
+  const auto back = detail::parse_tuning_table(detail::format_tuning_table(in), "w", &d);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_TRUE(back[1].entry.shape == fp8);
+  EXPECT_EQ(back[1].entry.plan, sorted);
+  // The bf16 shape's sorted plan (bf16 GEMMs) cannot run FP8 weights.
+  const std::string bf16_sorted = other_candidate(qwen30_shape(), 32);
+  try {
+    parse(q + "32 | " + bf16_sorted + " | 90 | 95\n");
+    ADD_FAILURE() << "accepted " << bf16_sorted << " for FP8 weights";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t.table:4: field 'plan'"), std::string::npos) << e.what();
+  }
+  // The registry keys on the scheme.
+  clear_tuning_tables();
+  const std::string t = "Test GPU" + q.substr(std::string("NVIDIA H200").size());
+  detail::add_tuning_table(parse(t + "32 | " + sorted + " | 1 | 2\n", false));
+  const detail::GemmDevice g(detail::h200_props());
+  LayerPlan plan;
+  EXPECT_TRUE(detail::tuned_layer_plan("Test GPU", fp8, 32, g, &plan));
+  EXPECT_EQ(to_string(plan), sorted);
+  EXPECT_FALSE(detail::tuned_layer_plan("Test GPU", qwen30_shape(), 32, g, &plan));
+  TuningShape block = fp8;
+  block.quant = QuantScheme::kFp8Block128;
+  EXPECT_FALSE(detail::tuned_layer_plan("Test GPU", block, 32, g, &plan));
+  clear_tuning_tables();
+}
+
 TEST(TuningTable, TokenRanges) {
   EXPECT_EQ(detail::format_token_ranges(detail::token_ranges({1, 2, 3, 5, 8, 9})), "1-3,5,8-9");
   EXPECT_EQ(detail::format_token_ranges(detail::token_ranges({})), "");
@@ -130,7 +175,16 @@ TEST(TuningTable, RejectionsNameFileLineAndField) {
       {"NVIDIA H200 | moe | bf16 | 128 | 2048 | 768 | 8 | softmax | 0 | all | 1" + ok,
        "field 'op': expected 'fused_moe' or 'fused_moe_shared_expert', got 'moe'"},
       {"NVIDIA H200 | fused_moe | fp8 | 128 | 2048 | 768 | 8 | softmax | 0 | all | 1" + ok,
-       "field 'dtype': expected 'bf16' or 'f16', got 'fp8'"},
+       "field 'dtype': expected 'bf16' or 'f16', then the weights' scheme if FP8 "
+       "(fp8_per_tensor, fp8_per_channel, fp8_block128), got 'fp8'"},
+      {"NVIDIA H200 | fused_moe | bf16 none | 128 | 2048 | 768 | 8 | softmax | 0 | all | 1" + ok,
+       "field 'dtype'"},
+      {"NVIDIA H200 | fused_moe | bf16 fp8 | 128 | 2048 | 768 | 8 | softmax | 0 | all | 1" + ok,
+       "got 'bf16 fp8'"},
+      {"NVIDIA H200 | fused_moe | bf16 fp8_block128 x | 128 | 2048 | 768 | 8 | softmax | 0 | all | "
+       "1" +
+           ok,
+       "field 'dtype'"},
       {"NVIDIA H200 | fused_moe | bf16 | 0 | 2048 | 768 | 8 | softmax | 0 | all | 1" + ok,
        "field 'E': expected experts >= 1, got '0'"},
       {"NVIDIA H200 | fused_moe | bf16 | 128 | 2k | 768 | 8 | softmax | 0 | all | 1" + ok,
@@ -348,6 +402,42 @@ TEST(TuningRegistry, LayerOpsUseLoadedEntriesGpu) {
   EXPECT_EQ(plan_fused_moe(a), planned511);
   a.hidden_states = planner_test::null_view(DType::kBF16, {512, 2048});
   a.gating_output = planner_test::null_view(DType::kF32, {512, 128});
+  EXPECT_EQ(plan_fused_moe(a), planned);
+}
+
+// FP8 weights (per channel) at T = 32: the planner's FP8 direct path, replaced by a loaded
+// entry's sorted path on the FP8 GEMMs; the bf16 layer of the same sizes keeps its plan.
+TEST(TuningRegistry, Fp8LayerUsesItsLoadedEntryGpu) {
+  MOEKIT_REQUIRE_GPU();
+  clear_tuning_tables();
+  FusedMoEArgs a;
+  a.hidden_states = planner_test::null_view(DType::kBF16, {32, 2048});
+  a.gating_output = planner_test::null_view(DType::kF32, {32, 128});
+  a.w_gate_up = planner_test::null_view(DType::kFP8E4M3, {128, 2 * 768, 2048});
+  a.w_down = planner_test::null_view(DType::kFP8E4M3, {128, 2048, 768});
+  a.quant.scheme = QuantScheme::kFp8PerChannel;
+  a.quant.w_gate_up_scale = planner_test::null_view(DType::kF32, {128, 2 * 768});
+  a.quant.w_down_scale = planner_test::null_view(DType::kF32, {128, 2048});
+  a.params.top_k = 8;
+  const LayerPlan planned = plan_fused_moe(a);
+  ASSERT_EQ(to_string(planned), "direct");
+  const LayerPlan* sorted = nullptr;
+  const std::vector<LayerPlan> all = fused_moe_plan_candidates(a);
+  for (const LayerPlan& c : all)
+    if (c.routed == RoutedPath::kSorted) sorted = &c;
+  ASSERT_NE(sorted, nullptr);
+  FusedMoEArgs bf16 = a;
+  bf16.w_gate_up = planner_test::null_view(DType::kBF16, {128, 2 * 768, 2048});
+  bf16.w_down = planner_test::null_view(DType::kBF16, {128, 2048, 768});
+  bf16.quant = WeightQuant();
+  const LayerPlan bf16_planned = plan_fused_moe(bf16);
+  load_tuning_table_text(std::string(kHeader) + detail::device_name() +
+                         " | fused_moe | bf16 fp8_per_channel | 128 | 2048 | 768 | 8 | softmax | 0 "
+                         "| all | 32 | " +
+                         to_string(*sorted) + " | 1 | 2\n");
+  EXPECT_EQ(plan_fused_moe(a), *sorted);
+  EXPECT_EQ(plan_fused_moe(bf16), bf16_planned);
+  clear_tuning_tables();
   EXPECT_EQ(plan_fused_moe(a), planned);
 }
 

@@ -2,6 +2,7 @@
 """CPU tests of scripts/tune-seed-models with a stand-in moekit-tune (no GPU): the layers it
 tunes and their flags, the pack it leaves at every exit, resuming from a pack, the budget, and
 the pictures' bench runs it skips."""
+import json
 import os
 import subprocess
 import tarfile
@@ -110,17 +111,37 @@ class TuneSeedModels(unittest.TestCase):
 
     def test_the_decoding_prs_layers_run_to_16384_tokens_without_an_ep8_form(self):
         out = os.path.join(self.tmp.name, "tune")
-        rc, log = self.run_script("--models", "pr-e513-i320", out)
+        rc, log = self.run_script("--models", "qwen3.8-flash-next-e513-i320,hunyuan3-e192-i192-fp8",
+                                  out)
         self.assertEqual(rc, 0, log)
         calls = self.stub_calls()
-        self.assertEqual(len(calls), 1, calls)
+        self.assertEqual(len(calls), 2, calls)
         self.assertIn("--experts 513 --hidden 4096 --intermediate 320 --top-k 8 ", calls[0])
-        self.assertNotIn("--local-experts", calls[0])
-        self.assertIn("--tokens 1-16,24,32,48,64,96,128,192,256,384,512,1024,2048,4096,8192,16384",
-                      calls[0])
-        rc, log = self.run_script("--models", "pr-e513-i320-ep8", out)
+        self.assertNotIn("--weight-quant", calls[0])
+        self.assertIn("--experts 192 --hidden 4096 --intermediate 192 --top-k 8 "
+                      "--weight-quant fp8_per_tensor ", calls[1])
+        for c in calls:
+            self.assertNotIn("--local-experts", c)
+            self.assertIn("--tokens 1-16,24,32,48,64,96,128,192,256,384,512,1024,2048,4096,"
+                          "8192,16384 ", c)
+        rc, log = self.run_script("--models", "hunyuan3-e192-i192-fp8-ep8", out)
         self.assertEqual(rc, 2, log)
-        self.assertIn("unknown layer 'pr-e513-i320-ep8'", log)
+        self.assertIn("unknown layer 'hunyuan3-e192-i192-fp8-ep8'", log)
+
+    def test_the_default_layers_are_the_seed_models_then_the_prs(self):
+        out = os.path.join(self.tmp.name, "tune")
+        rc, log = self.run_script(out)
+        self.assertEqual(rc, 0, log)
+        models = [c.split("--model ")[1].split()[0] for c in self.stub_calls()]
+        self.assertEqual(len(models), 19, models)
+        self.assertEqual(models[:3], ["ds-v3", "kimi-k2", "qwen3-235b"])
+        self.assertEqual(models[5], "ds-v3-ep8")
+        self.assertEqual(models[10], "qwen3.8-flash-next-e513-i192")
+        self.assertEqual(models[-1], "qwen3.5-397b-e513-i128-fp8")
+        # Every layer has its pictures' workload (bench/workloads/tune_seed.json, full layers).
+        with open(os.path.join(ROOT, "bench", "workloads", "tune_seed.json")) as f:
+            names = {w["name"] for op in json.load(f)["ops"] for w in op["workloads"]}
+        self.assertEqual(set(models), names)
 
     def test_a_spent_budget_stops_before_a_layer_and_still_packs(self):
         out = os.path.join(self.tmp.name, "tune")

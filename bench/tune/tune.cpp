@@ -70,6 +70,7 @@ TuningShape TuneOptions::shape() const {
   TuningShape s;
   s.op = op();
   s.dtype = dtype;
+  s.quant = quant;
   s.E = local_experts();
   s.H = H;
   s.F = F;
@@ -90,6 +91,8 @@ writes a tuning table (docs/tuning.md).
   --model NAME            a name for progress lines (default "model")
   --experts E --hidden H --intermediate F --top-k K    the layer's shape (required)
   --dtype bf16|f16        (default bf16)
+  --weight-quant SCHEME   FP8 weights, routed and shared: fp8_per_tensor, fp8_per_channel
+                          or fp8_block128 (default none: weights in --dtype)
   --routing softmax|sigmoid|grouped    grouped: --groups G --topk-group TG (softmax
                           scores unless --scoring sigmoid)
   --scoring softmax|sigmoid
@@ -140,6 +143,13 @@ TuneOptions parse_tune_options(const std::vector<std::string>& args) {
       o.dtype = val();
       if (o.dtype != "bf16" && o.dtype != "f16")
         throw std::invalid_argument("--dtype: expected bf16 or f16, got '" + o.dtype + "'");
+    } else if (a == "--weight-quant") {
+      const std::string v = val();
+      if (!parse_quant_scheme(v, &o.quant))
+        throw std::invalid_argument(
+            "--weight-quant: expected none, fp8_per_tensor, fp8_per_channel or fp8_block128, "
+            "got '" +
+            v + "'");
     } else if (a == "--routing") {
       routing = val();
       if (routing != "softmax" && routing != "sigmoid" && routing != "grouped")
@@ -264,6 +274,7 @@ TuneOptions options_for_entry(const TuningEntry& e) {
   TuneOptions o;
   o.model = e.source;
   o.dtype = e.shape.dtype;
+  o.quant = e.shape.quant;
   o.E = e.shape.E;
   o.H = e.shape.H;
   o.F = e.shape.F;
@@ -321,17 +332,60 @@ bench::Row layer_row(const TuneOptions& o, int64_t T) {
   }
   if (o.routed_scaling_factor != 1)
     w.params["routed_scaling_factor"] = std::to_string(o.routed_scaling_factor);
+  // The bench's FP8 weights (e4m3 codes and the scheme's f32 scales), shared ones too.
+  if (o.quant != QuantScheme::kNone) w.params["weight_quant"] = quant_scheme_name(o.quant);
   return r;
 }
+
+namespace {
+
+int64_t blocks128(int64_t n) {
+  return (n + 127) / 128;
+}
+
+// Null-data scale views of `q` in its layout (moekit/quant.h) for weights [E,] 2F x H and
+// H x F (E = 0: a dense MLP's, no E axis): the planners read shapes only.
+WeightQuant null_scales(QuantScheme q, int64_t E, int64_t F, int64_t H) {
+  WeightQuant w;
+  w.scheme = q;
+  std::vector<int64_t> gu, dn;
+  switch (q) {
+    case QuantScheme::kNone:
+      return w;
+    case QuantScheme::kFp8PerTensor:
+      gu = dn = {1};
+      break;
+    case QuantScheme::kFp8PerChannel:
+      gu = {2 * F};
+      dn = {H};
+      break;
+    case QuantScheme::kFp8Block128:
+      gu = {blocks128(2 * F), blocks128(H)};
+      dn = {blocks128(H), blocks128(F)};
+      break;
+  }
+  if (E > 0) {
+    if (q == QuantScheme::kFp8PerTensor) gu = dn = {};
+    gu.insert(gu.begin(), E);
+    dn.insert(dn.begin(), E);
+  }
+  w.w_gate_up_scale = make_view(nullptr, DType::kF32, static_cast<int>(gu.size()), gu.data());
+  w.w_down_scale = make_view(nullptr, DType::kF32, static_cast<int>(dn.size()), dn.data());
+  return w;
+}
+
+}  // namespace
 
 std::vector<LayerPlan> layer_candidates(const TuneOptions& o, int64_t T, LayerPlan* planned) {
   const int64_t E = o.local_experts();
   const DType dt = o.dtype == "f16" ? DType::kF16 : DType::kBF16;
+  const DType wt = o.quant == QuantScheme::kNone ? dt : DType::kFP8E4M3;
   FusedMoESharedExpertArgs a;
   a.moe.hidden_states = make_view(nullptr, dt, {T, o.H});
   a.moe.gating_output = make_view(nullptr, DType::kF32, {T, E});
-  a.moe.w_gate_up = make_view(nullptr, dt, {E, 2 * o.F, o.H});
-  a.moe.w_down = make_view(nullptr, dt, {E, o.H, o.F});
+  a.moe.w_gate_up = make_view(nullptr, wt, {E, 2 * o.F, o.H});
+  a.moe.w_down = make_view(nullptr, wt, {E, o.H, o.F});
+  a.moe.quant = null_scales(o.quant, E, o.F, o.H);
   a.moe.params.top_k = o.top_k;
   a.moe.params.scoring_func =
       o.scoring == "sigmoid" ? ScoringFunc::kSigmoid : ScoringFunc::kSoftmax;
@@ -341,8 +395,9 @@ std::vector<LayerPlan> layer_candidates(const TuneOptions& o, int64_t T, LayerPl
     if (planned) *planned = plan_fused_moe(a.moe);
     return fused_moe_plan_candidates(a.moe);
   }
-  a.shared_w_gate_up = make_view(nullptr, dt, {2 * o.S, o.H});
-  a.shared_w_down = make_view(nullptr, dt, {o.H, o.S});
+  a.shared_w_gate_up = make_view(nullptr, wt, {2 * o.S, o.H});
+  a.shared_w_down = make_view(nullptr, wt, {o.H, o.S});
+  a.shared_quant = null_scales(o.quant, 0, o.S, o.H);
   if (planned) *planned = plan_fused_moe_shared_expert(a);
   return fused_moe_shared_expert_plan_candidates(a);
 }
@@ -372,8 +427,8 @@ std::vector<bool> pick_finalists(const std::vector<Measurement>& screened, int n
 
 std::string partial_header(const TuneOptions& o) {
   const TuningShape s = o.shape();
-  return kPartialHeaderPrefix + s.op + " " + s.dtype + " E=" + std::to_string(s.E) +
-         " H=" + std::to_string(s.H) + " F=" + std::to_string(s.F) +
+  return kPartialHeaderPrefix + s.op + " " + detail::tuning_dtype_field(s) +
+         " E=" + std::to_string(s.E) + " H=" + std::to_string(s.H) + " F=" + std::to_string(s.F) +
          " K=" + std::to_string(s.top_k) + " " + s.routing + " S=" + std::to_string(s.S) +
          " experts=" + o.experts_field() + " seed=" + std::to_string(o.seed);
 }

@@ -20,6 +20,7 @@ namespace moekit::tune {
 struct TuneOptions {
   std::string model = "model";  // a name for the progress lines and the partial file
   std::string dtype = "bf16";
+  QuantScheme quant = QuantScheme::kNone;  // the weights' (routed and shared alike)
   int64_t E = 0, H = 0, F = 0, S = 0;
   int top_k = 8;
   std::string scoring = "softmax";  // softmax / sigmoid

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "moekit/quant.h"
 #include "moekit/routing.h"
 
 namespace moekit {
@@ -23,6 +24,9 @@ struct TuningShape {
   int top_k = 0;         //
   std::string routing;   // routing_name(params): "softmax", "sigmoid groups 8/4", ...
   int64_t S = 0;         // shared expert width, 0 = none
+  // The weights' scheme, routed and shared alike (a layer whose shared expert's differs has
+  // no entries); a table writes it after the dtype: "bf16 fp8_per_channel".
+  QuantScheme quant = QuantScheme::kNone;
   bool operator==(const TuningShape& o) const;
 };
 
@@ -48,8 +52,8 @@ struct TuningEntry {
 std::string routing_name(const TopKParams& params);
 
 // Loads a table (the format: docs/tuning.md). Throws moekit::Error naming the file, line
-// and field when it does not parse, names a plan that does not parse, names a plan that is
-// not a candidate of its shape (checked where the entry's device is the current one),
+// and field when it does not parse, names a plan that does not parse, names a plan this
+// build cannot run for its shape (checked where the entry's device is the current one),
 // or has entries of one shape whose token counts overlap. All or nothing: a table that
 // throws adds no entry.
 void load_tuning_table(const std::string& path);

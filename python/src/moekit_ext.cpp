@@ -1086,6 +1086,7 @@ NB_MODULE(_moekit, m) {
           d["device"] = e.device;
           d["op"] = e.shape.op;
           d["dtype"] = e.shape.dtype;
+          d["quant"] = quant_scheme_name(e.shape.quant);
           d["E"] = e.shape.E;
           d["H"] = e.shape.H;
           d["F"] = e.shape.F;
@@ -1105,7 +1106,9 @@ NB_MODULE(_moekit, m) {
         return out;
       },
       "Every tuning entry in lookup order (loaded tables, last loaded first, then the built-in "
-      "ones), as dicts; tokens: a list of inclusive (lo, hi) ranges.");
+      "ones), as dicts; quant: the weights' scheme ('none', 'fp8_per_channel', ...); tokens: a "
+      "list "
+      "of inclusive (lo, hi) ranges.");
   m.def("permuted_rows", &permuted_rows, arg("num_tokens"), arg("top_k"), arg("num_local_experts"),
         arg("alignment"),
         "Rows of a contiguous(alignment) permuted buffer: T*K + E*(alignment-1).");

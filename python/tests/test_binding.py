@@ -470,6 +470,7 @@ def test_tuning_tables(tmp_path):
     assert len(entries) == builtin + 1
     e = entries[0]
     assert (e["device"], e["op"], e["E"], e["routing"]) == ("NVIDIA H200", "fused_moe", 128, "softmax")
+    assert (e["dtype"], e["quant"]) == ("bf16", "none")
     assert e["tokens"] == [(1, 16), (24, 24)]
     assert (e["plan"], e["time_us"], e["default_us"], e["source"]) == ("direct", 10.5, 11, "mine:2")
     bad = tmp_path / "bad.table"
@@ -481,6 +482,10 @@ def test_tuning_tables(tmp_path):
     good.write_text(TUNING_HEADER + TUNING_ROW.replace("1-16,24", "32"))
     raw.load_tuning_table(str(good))
     assert raw.tuning_entries()[0]["tokens"] == [(32, 32)]
+    # FP8 weights: the scheme follows the dtype in its column.
+    fp8_row = TUNING_ROW.replace("| bf16 |", "| bf16 fp8_per_channel |")
+    raw.load_tuning_table_text(TUNING_HEADER + fp8_row)
+    assert raw.tuning_entries()[0]["quant"] == "fp8_per_channel"
     raw.clear_tuning_tables()
     assert len(raw.tuning_entries()) == builtin
 

@@ -239,10 +239,10 @@ LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
                                                                 : nullptr;
   const auto planned = [&] {
     LayerPlan plan;
-    // The tuning tables hold bf16 / f16 silu_and_mul layers' plans.
+    // The tuning tables hold silu_and_mul layers' plans, bf16 / f16, with unquantized or FP8
+    // weights (one scheme for the routed and the shared expert's).
     if (tuned != nullptr && !p.s.mlp.general() && !p.shared_mlp.general() &&
-        !detail::quantized(p.s.quant) && !detail::quantized(p.shared_quant) &&
-        detail::tuning_tables_present() &&
+        (p.S == 0 || p.shared_quant == p.s.quant) && detail::tuning_tables_present() &&
         detail::tuned_layer_plan(detail::device_name(),
                                  detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
                                  p.s.T, device, &plan))

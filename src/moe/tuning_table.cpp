@@ -16,8 +16,8 @@
 namespace moekit {
 
 bool TuningShape::operator==(const TuningShape& o) const {
-  return op == o.op && dtype == o.dtype && E == o.E && H == o.H && F == o.F && top_k == o.top_k &&
-         routing == o.routing && S == o.S;
+  return op == o.op && dtype == o.dtype && quant == o.quant && E == o.E && H == o.H && F == o.F &&
+         top_k == o.top_k && routing == o.routing && S == o.S;
 }
 
 std::string routing_name(const TopKParams& params) {
@@ -206,6 +206,22 @@ bool overlaps(const std::vector<TokenRange>& a, const std::vector<TokenRange>& b
   return false;
 }
 
+// "bf16" / "f16", then the weights' FP8 scheme where they are quantized: "bf16 fp8_block128".
+void read_dtype(const LineReader& r, TuningShape* shape) {
+  const std::vector<std::string> words = split(r.text(kDtype), ' ');
+  const auto bad = [&] {
+    r.fail(kDtype,
+           "'bf16' or 'f16', then the weights' scheme if FP8 (fp8_per_tensor, fp8_per_channel, "
+           "fp8_block128)");
+  };
+  if (words.empty() || words.size() > 2 || (words[0] != "bf16" && words[0] != "f16")) bad();
+  shape->dtype = words[0];
+  shape->quant = QuantScheme::kNone;
+  if (words.size() == 2 &&
+      (!parse_quant_scheme(words[1], &shape->quant) || shape->quant == QuantScheme::kNone))
+    bad();
+}
+
 ParsedEntry read_entry(const LineReader& r, const TuningDevice* check) {
   ParsedEntry e;
   TuningEntry& t = e.entry;
@@ -215,8 +231,7 @@ ParsedEntry read_entry(const LineReader& r, const TuningDevice* check) {
   t.shape.op = r.text(kOp);
   if (t.shape.op != "fused_moe" && t.shape.op != "fused_moe_shared_expert")
     r.fail(kOp, "'fused_moe' or 'fused_moe_shared_expert'");
-  t.shape.dtype = r.text(kDtype);
-  if (t.shape.dtype != "bf16" && t.shape.dtype != "f16") r.fail(kDtype, "'bf16' or 'f16'");
+  read_dtype(r, &t.shape);
   t.shape.E = r.integer(kE, 1, kMaxDim, "experts >= 1");
   t.shape.H = r.integer(kH, 1, kMaxDim, "a hidden size >= 1");
   t.shape.F = r.integer(kF, 1, kMaxDim, "an intermediate size >= 1");
@@ -304,6 +319,11 @@ std::string format_token_ranges(const std::vector<TokenRange>& ranges) {
   return s;
 }
 
+std::string tuning_dtype_field(const TuningShape& shape) {
+  return shape.quant == QuantScheme::kNone ? shape.dtype
+                                           : shape.dtype + " " + quant_scheme_name(shape.quant);
+}
+
 std::string format_tuning_table(const std::vector<TuningEntry>& entries) {
   std::ostringstream out;
   out << "# moekit tuning table (docs/tuning.md): times are means over the served counts, us\n";
@@ -313,9 +333,10 @@ std::string format_tuning_table(const std::vector<TuningEntry>& entries) {
     const TuningShape& s = e.shape;
     char times[64];
     std::snprintf(times, sizeof times, "%.3f | %.3f", e.time_us, e.default_us);
-    out << e.device << " | " << s.op << " | " << s.dtype << " | " << s.E << " | " << s.H << " | "
-        << s.F << " | " << s.top_k << " | " << s.routing << " | " << s.S << " | " << e.experts
-        << " | " << format_token_ranges(e.tokens) << " | " << e.plan << " | " << times << "\n";
+    out << e.device << " | " << s.op << " | " << tuning_dtype_field(s) << " | " << s.E << " | "
+        << s.H << " | " << s.F << " | " << s.top_k << " | " << s.routing << " | " << s.S << " | "
+        << e.experts << " | " << format_token_ranges(e.tokens) << " | " << e.plan << " | " << times
+        << "\n";
   }
   return out.str();
 }
@@ -334,8 +355,10 @@ LayerProblem tuning_problem(const TuningShape& shape, int64_t T) {
   p.s.E = shape.E;
   p.s.F = shape.F;
   p.s.K = shape.top_k;
+  p.s.quant = shape.quant;
   p.op = RoutedOp::kLayer;
   p.S = shape.S;
+  if (shape.S > 0) p.shared_quant = shape.quant;
   return p;
 }
 
@@ -344,6 +367,7 @@ TuningShape layer_tuning_shape(const char* op, const MoEShapes& s, const TopKPar
   TuningShape shape;
   shape.op = op;
   shape.dtype = dtype_name(s.dtype);
+  shape.quant = s.quant;
   shape.E = s.E;
   shape.H = s.H;
   shape.F = s.F;

@@ -38,6 +38,8 @@ std::vector<ParsedEntry> parse_tuning_table(const std::string& text, const std::
 std::string format_tuning_table(const std::vector<TuningEntry>& entries);
 // "1-16,24,32" (consecutive counts joined into ranges).
 std::string format_token_ranges(const std::vector<TokenRange>& ranges);
+// A shape's dtype column: "bf16", or "bf16 fp8_per_channel" with FP8 weights.
+std::string tuning_dtype_field(const TuningShape& shape);
 std::vector<TokenRange> token_ranges(const std::vector<int64_t>& sorted_counts);
 
 bool serves(const TuningEntry& entry, int64_t T);

@@ -138,6 +138,36 @@ TEST(TuneDryRun, ListsTheCandidatesPerCount) {
   }
 }
 
+// FP8 weights (--weight-quant): the shape's scheme, the bench row's weight_quant (its e4m3
+// weights and scales), the partial file's header, a table entry's options, and candidates
+// that run FP8 weights (shared expert included).
+TEST(TuneFp8, TheSchemeReachesShapeRowPartialAndCandidates) {
+  const TuneOptions o = parse(with({"--weight-quant", "fp8_per_channel", "--shared", "512"}));
+  EXPECT_EQ(o.quant, QuantScheme::kFp8PerChannel);
+  EXPECT_EQ(o.shape().quant, QuantScheme::kFp8PerChannel);
+  EXPECT_EQ(layer_row(o, 8).w.param("weight_quant"), "fp8_per_channel");
+  EXPECT_EQ(layer_row(parse(kQwen30), 8).w.param("weight_quant", "none"), "none");
+  EXPECT_NE(partial_header(o).find(" bf16 fp8_per_channel E=128 "), std::string::npos)
+      << partial_header(o);
+  EXPECT_NE(partial_header(o), partial_header(parse(with({"--shared", "512"}))));
+  TuningEntry e;
+  e.shape = o.shape();
+  e.source = "t.table:2";
+  EXPECT_EQ(options_for_entry(e).quant, QuantScheme::kFp8PerChannel);
+  EXPECT_EQ(parse(with({"--weight-quant", "none"})).quant, QuantScheme::kNone);
+  for (const char* q : {"fp8_per_tensor", "fp8_per_channel", "fp8_block128"}) {
+    const TuneOptions f = parse(with({"--weight-quant", q, "--shared", "512"}));
+    for (int64_t T : {1, 64}) {
+      LayerPlan planned;
+      const std::vector<LayerPlan> all = layer_candidates(f, T, &planned);
+      ASSERT_FALSE(all.empty()) << q << " T=" << T;
+      for (const LayerPlan& p : all)
+        EXPECT_EQ(to_string(p).find("sm90 "), std::string::npos) << q << ": " << to_string(p);
+    }
+  }
+  EXPECT_THROW(parse(with({"--weight-quant", "int4"})), std::invalid_argument);
+}
+
 TEST(TunePartial, RoundTripsAndRefusesOtherRuns) {
   const TuneOptions o = parse(kQwen30);
   const std::vector<Measurement> ms = {
