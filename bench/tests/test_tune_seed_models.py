@@ -133,11 +133,12 @@ class TuneSeedModels(unittest.TestCase):
         rc, log = self.run_script(out)
         self.assertEqual(rc, 0, log)
         models = [c.split("--model ")[1].split()[0] for c in self.stub_calls()]
-        self.assertEqual(len(models), 19, models)
+        self.assertEqual(len(models), 24, models)
         self.assertEqual(models[:3], ["ds-v3", "kimi-k2", "qwen3-235b"])
         self.assertEqual(models[5], "ds-v3-ep8")
         self.assertEqual(models[10], "qwen3.8-flash-next-e513-i192")
-        self.assertEqual(models[-1], "qwen3.5-397b-e513-i128-fp8")
+        self.assertEqual(models[18], "qwen3.5-397b-e513-i128-fp8")
+        self.assertEqual(models[-1], "qwen3-30b-fp8-tensor")
         # Every layer has its pictures' workload (bench/workloads/tune_seed.json, full layers).
         with open(os.path.join(ROOT, "bench", "workloads", "tune_seed.json")) as f:
             names = {w["name"] for op in json.load(f)["ops"] for w in op["workloads"]}
