@@ -373,17 +373,23 @@ TEST(TuningRegistry, BuiltinTablesParseAndNameCandidates) {
   }
 }
 
+// Qwen3-30B's layer at T tokens (null data: the planners read shapes), weights in `w`.
+FusedMoEArgs qwen30_args(int64_t T, DType w = DType::kBF16) {
+  FusedMoEArgs a;
+  a.hidden_states = planner_test::null_view(DType::kBF16, {T, 2048});
+  a.gating_output = planner_test::null_view(DType::kF32, {T, 128});
+  a.w_gate_up = planner_test::null_view(w, {128, 2 * 768, 2048});
+  a.w_down = planner_test::null_view(w, {128, 2048, 768});
+  a.params.top_k = 8;
+  return a;
+}
+
 // On a GPU the layer op's plan query takes a loaded entry of the current device, and leaves
 // it for the planner's once the tables are cleared.
 TEST(TuningRegistry, LayerOpsUseLoadedEntriesGpu) {
   MOEKIT_REQUIRE_GPU();
   clear_tuning_tables();
-  FusedMoEArgs a;
-  a.hidden_states = planner_test::null_view(DType::kBF16, {512, 2048});
-  a.gating_output = planner_test::null_view(DType::kF32, {512, 128});
-  a.w_gate_up = planner_test::null_view(DType::kBF16, {128, 2 * 768, 2048});
-  a.w_down = planner_test::null_view(DType::kBF16, {128, 2048, 768});
-  a.params.top_k = 8;
+  FusedMoEArgs a = qwen30_args(512);
   const LayerPlan planned = plan_fused_moe(a);
   const std::vector<LayerPlan> all = fused_moe_plan_candidates(a);
   const LayerPlan* other = nullptr;
@@ -395,13 +401,10 @@ TEST(TuningRegistry, LayerOpsUseLoadedEntriesGpu) {
                          " | fused_moe | bf16 | 128 | 2048 | 768 | 8 | softmax | 0 | all | 512 | " +
                          to_string(*other) + " | 1 | 2\n");
   EXPECT_EQ(plan_fused_moe(a), *other);
-  a.hidden_states = planner_test::null_view(DType::kBF16, {511, 2048});
-  a.gating_output = planner_test::null_view(DType::kF32, {511, 128});
-  const LayerPlan planned511 = plan_fused_moe(a);
+  const FusedMoEArgs a511 = qwen30_args(511);
+  const LayerPlan planned511 = plan_fused_moe(a511);
   clear_tuning_tables();
-  EXPECT_EQ(plan_fused_moe(a), planned511);
-  a.hidden_states = planner_test::null_view(DType::kBF16, {512, 2048});
-  a.gating_output = planner_test::null_view(DType::kF32, {512, 128});
+  EXPECT_EQ(plan_fused_moe(a511), planned511);
   EXPECT_EQ(plan_fused_moe(a), planned);
 }
 
@@ -410,15 +413,10 @@ TEST(TuningRegistry, LayerOpsUseLoadedEntriesGpu) {
 TEST(TuningRegistry, Fp8LayerUsesItsLoadedEntryGpu) {
   MOEKIT_REQUIRE_GPU();
   clear_tuning_tables();
-  FusedMoEArgs a;
-  a.hidden_states = planner_test::null_view(DType::kBF16, {32, 2048});
-  a.gating_output = planner_test::null_view(DType::kF32, {32, 128});
-  a.w_gate_up = planner_test::null_view(DType::kFP8E4M3, {128, 2 * 768, 2048});
-  a.w_down = planner_test::null_view(DType::kFP8E4M3, {128, 2048, 768});
+  FusedMoEArgs a = qwen30_args(32, DType::kFP8E4M3);
   a.quant.scheme = QuantScheme::kFp8PerChannel;
   a.quant.w_gate_up_scale = planner_test::null_view(DType::kF32, {128, 2 * 768});
   a.quant.w_down_scale = planner_test::null_view(DType::kF32, {128, 2048});
-  a.params.top_k = 8;
   const LayerPlan planned = plan_fused_moe(a);
   ASSERT_EQ(to_string(planned), "direct");
   const LayerPlan* sorted = nullptr;
@@ -426,10 +424,7 @@ TEST(TuningRegistry, Fp8LayerUsesItsLoadedEntryGpu) {
   for (const LayerPlan& c : all)
     if (c.routed == RoutedPath::kSorted) sorted = &c;
   ASSERT_NE(sorted, nullptr);
-  FusedMoEArgs bf16 = a;
-  bf16.w_gate_up = planner_test::null_view(DType::kBF16, {128, 2 * 768, 2048});
-  bf16.w_down = planner_test::null_view(DType::kBF16, {128, 2048, 768});
-  bf16.quant = WeightQuant();
+  const FusedMoEArgs bf16 = qwen30_args(32);
   const LayerPlan bf16_planned = plan_fused_moe(bf16);
   load_tuning_table_text(std::string(kHeader) + detail::device_name() +
                          " | fused_moe | bf16 fp8_per_channel | 128 | 2048 | 768 | 8 | softmax | 0 "
