@@ -526,6 +526,18 @@ TEST(QuantBadInputs, SchemeNamesRoundTrip) {
   EXPECT_EQ(unchanged, QuantScheme::kFp8Block128);
 }
 
+// The scale layouts of moekit/quant.h's table, with and without the E axis.
+TEST(QuantBadInputs, WeightScaleShapesFollowTheTable) {
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(weight_scale_shape(QuantScheme::kNone, 4, 256, 384), V{});
+  EXPECT_EQ(weight_scale_shape(QuantScheme::kFp8PerTensor, 4, 256, 384), (V{4}));
+  EXPECT_EQ(weight_scale_shape(QuantScheme::kFp8PerTensor, 0, 256, 384, false), (V{1}));
+  EXPECT_EQ(weight_scale_shape(QuantScheme::kFp8PerChannel, 4, 256, 384), (V{4, 256}));
+  EXPECT_EQ(weight_scale_shape(QuantScheme::kFp8PerChannel, 0, 256, 384, false), (V{256}));
+  EXPECT_EQ(weight_scale_shape(QuantScheme::kFp8Block128, 4, 256, 384), (V{4, 2, 3}));
+  EXPECT_EQ(weight_scale_shape(QuantScheme::kFp8Block128, 0, 257, 129, false), (V{3, 2}));
+}
+
 // Valid FP8 calls of every scheme pass every check and stop at the launch target.
 TEST(QuantBadInputs, ValidFp8CallsStopAtTheLaunchTarget) {
   if (cuda_device_present()) GTEST_SKIP() << "a CUDA device is present: valid calls would launch";

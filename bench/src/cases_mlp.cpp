@@ -262,14 +262,7 @@ class RoutedCase : public PlannedCase<LayerPlan> {
       return;
     }
     fill_normal(tensor(name, DType::kFP8E4M3, shape), seed(name), 1.f, 0.f, env.stream);
-    std::vector<int64_t> sshape;
-    if (E > 0) sshape.push_back(E);
-    if (quant_ == QuantScheme::kFp8PerTensor && E == 0) sshape.push_back(1);
-    if (quant_ == QuantScheme::kFp8PerChannel) sshape.push_back(rows);
-    if (quant_ == QuantScheme::kFp8Block128) {
-      sshape.push_back((rows + 127) / 128);
-      sshape.push_back((cols + 127) / 128);
-    }
+    const std::vector<int64_t> sshape = weight_scale_shape(quant_, E, rows, cols, E > 0);
     fill_uniform(tensor(name + "_scale", DType::kF32, sshape), seed(name + "_scale"), 0.5f * s,
                  1.5f * s, env.stream);
   }

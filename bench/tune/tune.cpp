@@ -339,36 +339,14 @@ bench::Row layer_row(const TuneOptions& o, int64_t T) {
 
 namespace {
 
-int64_t blocks128(int64_t n) {
-  return (n + 127) / 128;
-}
-
 // Null-data scale views of `q` in its layout (moekit/quant.h) for weights [E,] 2F x H and
 // H x F (E = 0: a dense MLP's, no E axis): the planners read shapes only.
 WeightQuant null_scales(QuantScheme q, int64_t E, int64_t F, int64_t H) {
   WeightQuant w;
   w.scheme = q;
-  std::vector<int64_t> gu, dn;
-  switch (q) {
-    case QuantScheme::kNone:
-      return w;
-    case QuantScheme::kFp8PerTensor:
-      gu = dn = {1};
-      break;
-    case QuantScheme::kFp8PerChannel:
-      gu = {2 * F};
-      dn = {H};
-      break;
-    case QuantScheme::kFp8Block128:
-      gu = {blocks128(2 * F), blocks128(H)};
-      dn = {blocks128(H), blocks128(F)};
-      break;
-  }
-  if (E > 0) {
-    if (q == QuantScheme::kFp8PerTensor) gu = dn = {};
-    gu.insert(gu.begin(), E);
-    dn.insert(dn.begin(), E);
-  }
+  if (q == QuantScheme::kNone) return w;
+  const std::vector<int64_t> gu = weight_scale_shape(q, E, 2 * F, H, E > 0);
+  const std::vector<int64_t> dn = weight_scale_shape(q, E, H, F, E > 0);
   w.w_gate_up_scale = make_view(nullptr, DType::kF32, static_cast<int>(gu.size()), gu.data());
   w.w_down_scale = make_view(nullptr, DType::kF32, static_cast<int>(dn.size()), dn.data());
   return w;

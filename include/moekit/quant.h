@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "moekit/tensor.h"
 
@@ -32,6 +33,11 @@ enum class QuantScheme : uint8_t {
 const char* quant_scheme_name(QuantScheme scheme);
 // The inverse of quant_scheme_name; false (and *out unchanged) for any other text.
 bool parse_quant_scheme(const std::string& text, QuantScheme* out);
+
+// The shape of the f32 scales of weights [E, rows, cols] under `scheme` (the table above;
+// experts = false: a dense MLP's [rows, cols], no E axis); empty for kNone.
+std::vector<int64_t> weight_scale_shape(QuantScheme scheme, int64_t E, int64_t rows, int64_t cols,
+                                        bool experts = true);
 
 struct WeightQuant {
   QuantScheme scheme = QuantScheme::kNone;

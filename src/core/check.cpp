@@ -9,13 +9,13 @@
 
 namespace moekit::detail {
 
-std::string shape_string(std::initializer_list<int64_t> shape) {
+std::string shape_string(const int64_t* shape, size_t dims) {
   // Plain string appends: no ostringstream (its locale setup costs ~1 us per call).
   std::string s = "[";
   bool first = true;
-  for (int64_t d : shape) {
+  for (const int64_t* d = shape; d != shape + dims; ++d) {
     if (!first) s += ", ";
-    s += d == kAnyDim ? std::string("*") : std::to_string(d);
+    s += *d == kAnyDim ? std::string("*") : std::to_string(*d);
     first = false;
   }
   s += "]";
@@ -45,10 +45,10 @@ void ArgCheck::fail(const std::string& arg, const std::string& expected,
 }
 
 void ArgCheck::tensor(const char* name, const TensorView& t, std::initializer_list<DType> dtypes,
-                      std::initializer_list<int64_t> shape, size_t align_bytes) const {
+                      const int64_t* shape, size_t dims, size_t align_bytes) const {
   // Messages are built only on failure: this runs for every tensor of every call.
   if (!t.defined()) {
-    fail(name, dtype_list(dtypes) + " tensor of shape " + shape_string(shape),
+    fail(name, dtype_list(dtypes) + " tensor of shape " + shape_string(shape, dims),
          "an undefined tensor");
   }
   if (t.ndim < 0 || t.ndim > kMaxDims) {
@@ -57,13 +57,11 @@ void ArgCheck::tensor(const char* name, const TensorView& t, std::initializer_li
   bool dtype_ok = false;
   for (DType d : dtypes) dtype_ok |= (d == t.dtype);
   if (!dtype_ok) fail(name, "dtype " + dtype_list(dtypes), t.describe());
-  bool shape_ok = t.ndim == static_cast<int>(shape.size());
-  int d = 0;
-  for (int64_t want : shape) {
-    if (shape_ok && want != kAnyDim && t.shape[d] != want) shape_ok = false;
-    ++d;
+  bool shape_ok = t.ndim == static_cast<int>(dims);
+  for (size_t d = 0; shape_ok && d < dims; ++d) {
+    if (shape[d] != kAnyDim && t.shape[d] != shape[d]) shape_ok = false;
   }
-  if (!shape_ok) fail(name, "shape " + shape_string(shape), t.describe());
+  if (!shape_ok) fail(name, "shape " + shape_string(shape, dims), t.describe());
   // One pass over the dims: sign, byte count (overflow-checked; an empty tensor has 0
   // bytes whatever its other sizes) and row-major strides.
   bool negative = false, huge_dim = false, too_big = false, empty = false, contiguous = true;

@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "moekit/error.h"
 #include "moekit/tensor.h"
@@ -22,7 +23,7 @@ constexpr int64_t kAnyDim = -1;  // wildcard in an expected shape
 // and small enough that every size product of validated shapes stays inside 64 bits.
 constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
 
-std::string shape_string(std::initializer_list<int64_t> shape);
+std::string shape_string(const int64_t* shape, size_t dims);
 
 class ArgCheck {
  public:
@@ -40,7 +41,14 @@ class ArgCheck {
   // and (kCall) non-null when non-empty with data aligned to `align_bytes` (0 = the
   // dtype's natural alignment).
   void tensor(const char* name, const TensorView& t, std::initializer_list<DType> dtypes,
-              std::initializer_list<int64_t> shape, size_t align_bytes = 0) const;
+              std::initializer_list<int64_t> shape, size_t align_bytes = 0) const {
+    tensor(name, t, dtypes, shape.begin(), shape.size(), align_bytes);
+  }
+  // The same with a computed shape (weight_scale_shape).
+  void tensor(const char* name, const TensorView& t, std::initializer_list<DType> dtypes,
+              const std::vector<int64_t>& shape, size_t align_bytes = 0) const {
+    tensor(name, t, dtypes, shape.data(), shape.size(), align_bytes);
+  }
   // The same checks, only when `t` is defined.
   void optional_tensor(const char* name, const TensorView& t, std::initializer_list<DType> dtypes,
                        std::initializer_list<int64_t> shape, size_t align_bytes = 0) const;
@@ -122,6 +130,8 @@ class ArgCheck {
   const char* op() const { return op_; }
 
  private:
+  void tensor(const char* name, const TensorView& t, std::initializer_list<DType> dtypes,
+              const int64_t* shape, size_t dims, size_t align_bytes) const;
   // outputs_disjoint over arrays (any length).
   void disjoint_lists(const Arg* outputs, size_t n_outputs, const Arg* inputs, size_t n_inputs,
                       const Workspace& ws, const Arg* in_place_out, const Arg* in_place_in) const;

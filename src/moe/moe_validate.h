@@ -193,28 +193,9 @@ inline void check_quant_scales(const ArgCheck& c, const MoEShapes& s, const char
     absent(adn, q.a_down_scale, why);
     return;
   }
-  const int64_t E = experts ? s.E : 1;
   const auto scale = [&](const std::string& name, const TensorView& t, int64_t rows, int64_t cols) {
-    const auto b = [](int64_t n) { return (n + kQuantBlock - 1) / kQuantBlock; };
-    switch (q.scheme) {
-      case QuantScheme::kFp8PerTensor:
-        if (experts)
-          c.tensor(name.c_str(), t, {DType::kF32}, {E});
-        else
-          c.tensor(name.c_str(), t, {DType::kF32}, {1});
-        return;
-      case QuantScheme::kFp8PerChannel:
-        if (experts)
-          c.tensor(name.c_str(), t, {DType::kF32}, {E, rows});
-        else
-          c.tensor(name.c_str(), t, {DType::kF32}, {rows});
-        return;
-      default:
-        if (experts)
-          c.tensor(name.c_str(), t, {DType::kF32}, {E, b(rows), b(cols)});
-        else
-          c.tensor(name.c_str(), t, {DType::kF32}, {b(rows), b(cols)});
-    }
+    c.tensor(name.c_str(), t, {DType::kF32},
+             weight_scale_shape(q.scheme, s.E, rows, cols, experts));
   };
   scale(gu, q.w_gate_up_scale, gate_up_rows(s.mlp.act, s.F), s.H);
   scale(dn, q.w_down_scale, s.H, s.F);

@@ -34,4 +34,28 @@ bool parse_quant_scheme(const std::string& text, QuantScheme* out) {
   return false;
 }
 
+std::vector<int64_t> weight_scale_shape(QuantScheme scheme, int64_t E, int64_t rows, int64_t cols,
+                                        bool experts) {
+  const auto blocks = [](int64_t n) { return (n + 127) / 128; };
+  std::vector<int64_t> shape;
+  switch (scheme) {
+    case QuantScheme::kNone:
+      return shape;
+    case QuantScheme::kFp8PerTensor:
+      shape = {1};  // one scale a matrix: [E] with the E axis
+      break;
+    case QuantScheme::kFp8PerChannel:
+      shape = {rows};
+      break;
+    case QuantScheme::kFp8Block128:
+      shape = {blocks(rows), blocks(cols)};
+      break;
+  }
+  if (experts) {
+    if (scheme == QuantScheme::kFp8PerTensor) shape.clear();
+    shape.insert(shape.begin(), E);
+  }
+  return shape;
+}
+
 }  // namespace moekit
