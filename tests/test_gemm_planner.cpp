@@ -319,6 +319,49 @@ TEST(GemmPlanner, KZeroAndManyGroupsFallBackToTheDecodeTiles) {
   EXPECT_EQ(detail::gemm_plan_rejection(plan, p, h200), "");
 }
 
+// fp8_sm90 128x256 (fp8_fast_gemm.cu): whole-k sums scaled once, so per-tensor and
+// per-channel scales with a bf16 c only; a candidate beside the planner's 128 x 128 there.
+TEST(GemmPlanner, Fp8FastAccumulationTakesConstantScalesAndABf16C) {
+  const GemmDevice h200(detail::h200_props());
+  const GemmPlan fast{GemmKernel::kFp8Sm90, 128, 256, 1, GemmSchedule::kStatic};
+  detail::GroupedGemmFP8Problem p;
+  p.contiguous = true;
+  p.num_groups = 128;
+  p.m = 32768 + 128 * 15;
+  p.alignment = 16;
+  p.n = 768;
+  p.k = 2048;
+  p.activation = Activation::kSiluAndMul;
+  for (Fp8Scales scales : {Fp8Scales::kPerChannel, Fp8Scales::kPerTensor}) {
+    p.scales = scales;
+    EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, h200), "");
+    const std::vector<GemmPlan> all = detail::gemm_fp8_plan_candidates(p, h200);
+    ASSERT_EQ(all.size(), 2u);
+    EXPECT_EQ(to_string(all[0]), "fp8_sm90 128x128");  // the planner's, first
+    EXPECT_EQ(all[1], fast);
+    EXPECT_EQ(detail::plan_gemm_fp8(p, h200), all[0]);
+  }
+  p.scales = Fp8Scales::kBlock;
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, h200),
+            "fp8_sm90 128x256 sums the whole k: per-tensor or per-channel scales only");
+  p.scales = Fp8Scales::kPerChannel;
+  static const float scale = 1.f;
+  p.c_scale = &scale;
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, h200),
+            "fp8_sm90 128x256 writes a bf16 c only (no c_scale)");
+  EXPECT_EQ(detail::gemm_fp8_plan_candidates(p, h200).size(), 1u);
+  p.c_scale = nullptr;
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, GemmDevice()),
+            "fp8_sm90 needs an sm_90 device");
+  GemmPlan other = fast;
+  other.tile_n = 192;
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(other, p, h200), "fp8_sm90 runs 128x128 tiles");
+  GemmPlan parsed;
+  std::string why;
+  ASSERT_TRUE(parse_plan("fp8_sm90 128x256", &parsed, &why)) << why;
+  EXPECT_EQ(parsed, fast);
+}
+
 TEST(GemmPlanner, Fp8PlansTheSm90KernelWhereItTakesTheProblem) {
   const GemmDevice h200(detail::h200_props());
   const GemmPlan sm90{GemmKernel::kFp8Sm90, 128, 128, 1, GemmSchedule::kStatic};

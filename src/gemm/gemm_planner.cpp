@@ -281,6 +281,13 @@ std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Pr
       if (p.k > 0 && !sm90_fp8_supports(p)) {
         return "fp8_sm90 needs at most 1024 groups and 32-bit extents";
       }
+      // 128 x 256: the fast-accumulation form (whole-k sums scaled once in the epilogue).
+      if (same_gemm_tiles(plan, 128, 256)) {
+        if (p.scales == Fp8Scales::kBlock)
+          return "fp8_sm90 128x256 sums the whole k: per-tensor or per-channel scales only";
+        if (p.c_scale != nullptr) return "fp8_sm90 128x256 writes a bf16 c only (no c_scale)";
+        return {};
+      }
       return expect_tiles(plan, 128, 128);
     default:
       return to_string(plan.kernel) + " runs bf16 / f16 inputs only";
@@ -292,6 +299,10 @@ std::vector<GemmPlan> gemm_fp8_plan_candidates(const GroupedGemmFP8Problem& p,
   std::vector<GemmPlan> out;
   const GemmPlan plan = plan_gemm_fp8(p, d);
   if (gemm_fp8_plan_rejection(plan, p, d).empty()) out.push_back(plan);
+  // The fast-accumulation form (k == 0 runs the empty sums' fill whatever the plan: no
+  // second candidate there).
+  const GemmPlan fast = make(GemmKernel::kFp8Sm90, 128, 256);
+  if (p.k > 0 && gemm_fp8_plan_rejection(fast, p, d).empty()) out.push_back(fast);
   return out;
 }
 

@@ -90,14 +90,24 @@ __device__ __forceinline__ void store_4_blocks(Out* dst, const float (&vx)[4], c
   }
 }
 
+// The accumulators' values as stored: acc(i) itself (the bf16 / f16 kernels), or scaled
+// (fp8_fast_gemm.cu's whole-k e4m3 sums).
+struct AccumulatorValue {
+  template <class Acc>
+  __device__ __forceinline__ float operator()(const Acc& acc, int i) const {
+    return acc(i);
+  }
+};
+
 // Stores one consumer warpgroup's accumulators `acc` of tile t (tCcC: the tile
-// coordinates (row, col) of each element; q = lane & 3). BN: accumulator columns (silu:
-// B_BOX gate | B_BOX up). Rows >= t.rows and columns >= n are not written. 16-byte stores of
-// whole 8-column blocks after a quad transpose (store_4_blocks): docs/gemm.md says why.
-template <int BN, int B_BOX, class Out, class Acc, class Coords>
+// coordinates (row, col) of each element; q = lane & 3), each as value(acc, i). BN:
+// accumulator columns (silu: B_BOX gate | B_BOX up). Rows >= t.rows and columns >= n are not
+// written. 16-byte stores of whole 8-column blocks after a quad transpose (store_4_blocks):
+// docs/gemm.md says why.
+template <int BN, int B_BOX, class Out, class Acc, class Coords, class Value = AccumulatorValue>
 __device__ __forceinline__ void store_accumulators(const Acc& acc, const Coords& tCcC,
                                                    const Tile& t, Out* c, int64_t n, bool silu,
-                                                   int q) {
+                                                   int q, const Value& value_of = Value{}) {
   using namespace cute;
   constexpr int ACC = decltype(size(acc))::value;
   // Epilogue: f32 -> (silu(gate) * up) -> one rounding -> predicated stores.
@@ -138,7 +148,7 @@ __device__ __forceinline__ void store_accumulators(const Acc& acc, const Coords&
     // Tiles whose half is not whole 4-block groups (224 b rows) take no silu (the host
     // routes silu GEMMs to 256 / 192).
     if (silu) __trap();
-    epi([&](int i) { return acc(i); }, Int<GROUPS>{});
+    epi([&](int i) { return value_of(acc, i); }, Int<GROUPS>{});
   } else if (silu) {
     static_assert(ACC / 2 == 16 * (B_BOX / 32), "silu halves");
     epi(
@@ -147,11 +157,11 @@ __device__ __forceinline__ void store_accumulators(const Acc& acc, const Coords&
               get<0>(tCcC(i + ACC / 2)) != get<0>(tCcC(i))) {
             __trap();
           }
-          return detail::silu(acc(i)) * acc(i + ACC / 2);
+          return detail::silu(value_of(acc, i)) * value_of(acc, i + ACC / 2);
         },
         Int<B_BOX / 32>{});
   } else {
-    epi([&](int i) { return acc(i); }, Int<GROUPS>{});
+    epi([&](int i) { return value_of(acc, i); }, Int<GROUPS>{});
   }
 }
 

@@ -44,6 +44,7 @@
 
 #include "core/kernel_launch.h"
 #include "gemm/grouped_gemm_fp8.h"
+#include "gemm/sm90/fp8_rows.cuh"
 #include "gemm/sm90/grouped_gemm.cuh"  // make_tma, b_policy, issue_stage_wgmmas, store_accumulators
 
 namespace moekit::detail::gemm::sm90fp8 {
@@ -371,8 +372,8 @@ __global__ void fill_empty_sums_kernel(RowsDesc rows, void* c, const float* c_sc
   }
 }
 
-// The groups' rows as the tile schedule and the fill read them: masked counts (a slab of
-// max_m rows per group) or contiguous(alignment) ends over m rows.
+}  // namespace
+
 RowsDesc fp8_rows(const GroupedGemmFP8Problem& prob) {
   RowsDesc rows;
   rows.mode = prob.contiguous ? kRowsContiguous : kRowsMasked;
@@ -384,7 +385,6 @@ RowsDesc fp8_rows(const GroupedGemmFP8Problem& prob) {
   return rows;
 }
 
-}  // namespace
 }  // namespace moekit::detail::gemm
 
 namespace moekit::detail {

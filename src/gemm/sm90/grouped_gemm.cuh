@@ -107,7 +107,8 @@ using CooperativeTiledMma = decltype(cute::make_tiled_mma(
 template <class T, int PAIR_ = kPairNone, int BN_ = 256>
 struct Config {
   static_assert(BN_ == 256 || BN_ == 224 || BN_ == 192, "SM90 tile widths: 256, 224, 192");
-  static constexpr int BM = 128, BN = BN_, BK = 64;
+  // BK: one 128-byte swizzle atom of k (64 bf16 / f16, 128 e4m3: fp8_fast_gemm.cu).
+  static constexpr int BM = 128, BN = BN_, BK = 128 / static_cast<int>(sizeof(T));
   static constexpr int STAGES = BN == 256 ? 4 : 5;  // 48, 44 or 40 KB each
   static constexpr int B_BOX = BN / 2;              // b rows per TMA box (two boxes per stage)
   static constexpr int PAIR = PAIR_;
@@ -120,7 +121,7 @@ struct Config {
   static constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;  // 128*40 + 256*232 <= 64K
   static constexpr uint32_t STAGE_BYTES = (BM + BN) * BK * sizeof(T);
 
-  // BK = 64 16-bit elements = 128 bytes: exactly one SW128 K-major atom wide.
+  // BK elements = 128 bytes: exactly one SW128 K-major atom wide.
   using SmemAtom = cute::GMMA::Layout_K_SW128_Atom<T>;
   using SmemLayoutA = decltype(cute::tile_to_shape(
       SmemAtom{}, cute::make_shape(cute::Int<BM>{}, cute::Int<BK>{}, cute::Int<STAGES>{})));

@@ -1,0 +1,190 @@
+// The SM90 FP8 grouped GEMM's fast-accumulation form, plan `fp8_sm90 128x256` (docs/gemm.md
+// "FP8 fast accumulation"): the bf16 engine of grouped_gemm.cuh (128 x 256 tiles, TMA into
+// 128-byte-swizzled stages, wgmma from two consumer warpgroups, a persistent static walk of the
+// device-side tile schedule) on e4m3 operands, BK = 128 e4m3 (one swizzle atom, as the bf16
+// kernels' 64), the whole k summed in the wgmma accumulators and each output scaled once in
+// the epilogue: a_scale(row) * b_scale(b row) (per channel: the token's and the weight row's;
+// per tensor: one each). So per-tensor and per-channel scales only (constant along k; block
+// scales change every 128 k) and a bf16 c.
+//
+// Why a second FP8 kernel: the 128 x 128 kernel (fp8_grouped_gemm.cu) promotes a fresh
+// accumulator every 128 k, which holds a second 64 x 128 f32 fragment per warpgroup and
+// caps its tile at 128 columns: each a block is read once per 128 output columns, each b
+// block once per 128 rows, ~2x the operand bytes through the L2 of 256-wide tiles at
+// T = 4096 (docs/PERF.md "FP8 layers at 4,096 tokens"). The price: the tensor cores keep
+// ~13 mantissa bits of an e4m3 sum, so the rounding error grows with k instead of resetting
+// every 128 k (CUTLASS's and vLLM's "fast accumulation"); the planner offers it as a
+// candidate, the tuning tables pick it where it wins, the GPU tests bound its error.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "core/kernel_launch.h"
+#include "gemm/grouped_gemm_fp8.h"
+#include "gemm/sm90/fp8_rows.cuh"
+#include "gemm/sm90/grouped_gemm.cuh"
+
+namespace moekit::detail::gemm::sm90 {
+namespace {
+
+using E4M3 = cutlass::float_e4m3_t;
+using FastCfg = Config<E4M3, kPairNone, 256>;
+
+// The output's scales (Fp8ScaleIndex: per channel a_row = 1, b_row = 1, b_group = b rows;
+// per tensor all 0 but b_group = 1).
+struct Fp8OutputScales {
+  const float* a_scale;
+  const float* b_scale;
+  int64_t a_row, b_group, b_row;
+};
+
+// acc(i) * a_scale(its row) * b_scale(its b row): the value store_accumulators stores. wgmma
+// D layout (checked by check_accumulator_layout and store_accumulators): element
+// i = e + 2 h + 4 j is row 64 wg + 16 (warp % 4) + lane / 4 + 8 h, column 8 j + 2 q + e;
+// columns < B_BOX come from b box 0 (b rows from b_row0), the rest from box 1 (b_row1; with
+// silu the up rows of the same output columns). Rows past the tile's count and columns
+// past n scale by 0 (their outputs are never stored; their scales may lie past the tensors).
+// Per tensor one b scale; per channel the b row's, at a constant offset from this thread's
+// base per element (so no per-element address arithmetic holds registers).
+template <int B_BOX, bool kPerChannel>
+struct ScaledAccumulator {
+  float sa[2];         // this thread's two rows' a scales
+  const float* sb[2];  // box 0's and box 1's b scales of this thread's first column (per
+                       // tensor: sb[0] is the group's one scale)
+  // Per box, its columns (from this thread's first, 2 q) that are output columns < n: box 1
+  // starts at output column n0 + B_BOX without silu, at n0 with it (the up half).
+  int cols_left[2];
+
+  template <class Acc>
+  __device__ __forceinline__ float operator()(const Acc& acc, int i) const {
+    const int c = 8 * (i >> 2) + (i & 1);  // column - 2 q
+    const int box = c < B_BOX ? 0 : 1;     // folds: i is a constant after unrolling
+    const int in_box = c - box * B_BOX;
+    float s;
+    if constexpr (kPerChannel) {
+      s = in_box < cols_left[box] ? __ldg(sb[box] + in_box) : 0.f;
+    } else {
+      s = in_box < cols_left[box] ? __ldg(sb[0]) : 0.f;
+    }
+    return acc(i) * (sa[(i >> 1) & 1] * s);
+  }
+};
+
+template <class Cfg, bool kPerChannel>
+__device__ __forceinline__ ScaledAccumulator<Cfg::B_BOX, kPerChannel> scaled_accumulator(
+    const Fp8OutputScales& s, const Tile& t, int n, bool silu, int wg, int q) {
+  ScaledAccumulator<Cfg::B_BOX, kPerChannel> v;
+  const int row0 = 64 * wg + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
+  for (int h = 0; h < 2; ++h) {
+    const int r = row0 + 8 * h;
+    v.sa[h] = r < t.rows ? __ldg(s.a_scale + (t.c_row + r) * s.a_row) : 0.f;
+  }
+  const float* group = s.b_scale + static_cast<int64_t>(t.group) * s.b_group;
+  v.sb[0] = group + static_cast<int64_t>(t.b_row0 + 2 * q) * s.b_row;
+  v.sb[1] = group + static_cast<int64_t>(t.b_row1 + 2 * q) * s.b_row;
+  v.cols_left[0] = n - t.n0 - 2 * q;
+  v.cols_left[1] = silu ? v.cols_left[0] : v.cols_left[0] - Cfg::B_BOX;
+  return v;
+}
+
+template <class Cfg, bool kPerChannel>
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
+    sm90_fp8_fast_kernel(const __grid_constant__ Params<Cfg, E4M3> p,
+                         const __grid_constant__ Fp8OutputScales scales) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using namespace cute;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  auto& ss = *reinterpret_cast<SharedStorage<Cfg, E4M3>*>(smem_raw);
+  const int warp_group = threadIdx.x / 128;
+
+  build_tile_schedule<Cfg::THREADS, BM, false>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
+  auto pipeline = start_pipeline<Cfg>(ss, warp_group);
+  const int total = ss.tile_start[p.rows.num_groups];
+  const int k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
+  const Walk walk = tile_walk<Cfg>();
+
+  if (warp_group == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
+    if (threadIdx.x == 0) produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles, walk);
+  } else {
+    // The consumers as consume_tiles' (consumer.cuh), with the scaled epilogue and no
+    // swapped tiles.
+    cutlass::arch::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
+    typename Cfg::PipelineState read;
+    const int ctid = threadIdx.x - 128;
+    typename Cfg::TiledMma mma;
+    auto thr = mma.get_thread_slice(ctid);
+    Tensor sA = make_tensor(make_smem_ptr(ss.a), typename Cfg::SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(ss.b), typename Cfg::SmemLayoutB{});
+    Tensor tCrA = thr.make_fragment_A(thr.partition_A(sA));
+    Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));
+    Tensor acc = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
+    Tensor tCcC = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
+    static_assert(decltype(size<2>(tCrA))::value == Cfg::BK / 32, "wgmma k32 steps of e4m3");
+    const int wg = warp_group - 1;
+    const int q = threadIdx.x & 3;
+    check_accumulator_layout(tCcC, wg, q);
+    // The column ScaledAccumulator computes for element i (folds to constants; traps if
+    // CuTe's layout ever differs).
+    CUTE_UNROLL
+    for (int i = 0; i < decltype(size(acc))::value; ++i)
+      if (get<1>(tCcC(i)) != 8 * (i >> 2) + 2 * q + (i & 1)) __trap();
+    auto* c = static_cast<__nv_bfloat16*>(p.c);
+    int j = 0;
+    for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
+      const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
+      if (!consume_tile<1>(mma, tCrA, tCrB, acc, pipeline, read, k_tiles, 64 * wg >= t.rows, wg))
+        continue;
+      store_accumulators<BN, Cfg::B_BOX>(
+          acc, tCcC, t, c, p.n, p.silu != 0, q,
+          scaled_accumulator<Cfg, kPerChannel>(scales, t, p.n, p.silu != 0, wg, q));
+    }
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace moekit::detail::gemm::sm90
+
+namespace moekit::detail {
+
+void launch_grouped_gemm_sm90_fp8_fast(const GroupedGemmFP8Problem& prob, cudaStream_t stream) {
+  using namespace gemm::sm90;
+  using Cfg = FastCfg;
+  const char* op = "moe_grouped_gemm_fp8";
+  if (!sm90_fp8_supports(prob) || prob.scales == Fp8Scales::kBlock || prob.c_scale != nullptr) {
+    throw Error(std::string("moekit::") + op +
+                ": fp8_sm90 128x256 takes per-tensor or per-channel scales and a bf16 c");
+  }
+  // The bf16 engine's parameters (make_params reads a, b, c, n, k, the activation and the
+  // plan's swap_tails, which stays off).
+  GroupedGemmProblem g;
+  g.a = prob.a;
+  g.b = prob.b;
+  g.c = prob.c;
+  g.n = prob.n;
+  g.k = prob.k;
+  g.activation = prob.activation;
+  Params<Cfg, E4M3> p;
+  const int64_t tiles = make_params<Cfg, E4M3>(g, gemm::fp8_rows(prob), op, p);
+  if (tiles <= 0) return;
+  const bool silu = prob.activation == Activation::kSiluAndMul;
+  const Fp8ScaleIndex si = fp8_scale_index(prob.scales, silu ? 2 * prob.n : prob.n, prob.k);
+  const Fp8OutputScales scales{prob.a_scale, prob.b_scale, si.a_row, si.b_group, si.b_row};
+  static_assert(sizeof(SharedStorage<Cfg, E4M3>) <= 227 * 1024, "SM90 shared memory per block");
+  constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<Cfg, E4M3>));
+  const bool per_channel = prob.scales == Fp8Scales::kPerChannel;
+  auto kernel = per_channel ? sm90_fp8_fast_kernel<Cfg, true> : sm90_fp8_fast_kernel<Cfg, false>;
+  // A refusal fails the launch (check_launch).
+  if (per_channel) {
+    raise_smem_limit<sm90_fp8_fast_kernel<Cfg, true>>(kSmem);
+  } else {
+    raise_smem_limit<sm90_fp8_fast_kernel<Cfg, false>>(kSmem);
+  }
+  const int64_t sms = device_props().sms;
+  const int64_t grid = std::min<int64_t>(tiles, sms);
+  kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, kSmem, stream>>>(p, scales);
+}
+
+}  // namespace moekit::detail
