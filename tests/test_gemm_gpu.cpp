@@ -19,6 +19,7 @@
 #include "core/host_dtype.h"
 #include "gemm/gemm_planner.h"
 #include "gemm/grouped_gemm.h"
+#include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90/device.h"
 #include "moekit/gemm.h"
 #include "moekit/reference.h"
@@ -1010,6 +1011,29 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act,
           << "bytes written outside every expert's rows";
       first = std::move(out);
     }
+    // A bf16 c's max |c| gathered by the epilogue (c_amax, the FP8 MLP's per-tensor scale):
+    // bit for bit the max over the valid rows' stored values (NaN ignored, as the amax pass).
+    if (fp8_out || planner) continue;
+    bool launches = false;
+    detail::GroupedGemmFP8Problem prob = detail::fp8_problem_of(da, &launches);
+    DeviceTensor c_d(c_dtype, c_shape, 0xFF), amax_d(DType::kI32, {1}, 0x00);
+    prob.c = c_d.data();
+    prob.c_amax = static_cast<uint32_t*>(amax_d.data());
+    prob.plan = plans[pi];
+    if (launches) detail::run_grouped_gemm_fp8(prob, nullptr);
+    ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
+    const HostTensor out = c_d.download();
+    float want = 0.f;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (!row_valid[r]) continue;
+      for (int64_t j = 0; j < n; ++j)
+        want = std::fmax(want, std::fabs(static_cast<float>(out.at(r * n + j))));
+    }
+    uint32_t want_bits = 0;
+    std::memcpy(&want_bits, &want, sizeof want);
+    const HostTensor got = amax_d.download();
+    EXPECT_EQ(static_cast<uint32_t>(got.at(0)), want_bits)
+        << "c_amax " << got.at(0) << " vs max |c| " << want;
   }
 }
 

@@ -39,8 +39,11 @@ struct GroupedGemmFP8Problem {
   const float* a_scale = nullptr;
   const void* b = nullptr;
   const float* b_scale = nullptr;
-  void* c = nullptr;                         // bf16, or e4m3 with c_scale
-  const float* c_scale = nullptr;            // e4m3 c: device [1], c = e4m3(value / c_scale)
+  void* c = nullptr;               // bf16, or e4m3 with c_scale
+  const float* c_scale = nullptr;  // e4m3 c: device [1], c = e4m3(value / c_scale)
+  // bf16 c: atomicMax of the f32 bits of max |c| over the values written (NaN ignored) into
+  // *c_amax, which the caller zeroes (the FP8 MLP's per-tensor activation scale). nullptr: none.
+  uint32_t* c_amax = nullptr;
   const int32_t* layout_metadata = nullptr;  // device [G]: masked counts or contiguous ends
   bool contiguous = false;                   // else masked
   int alignment = 1;                         // contiguous
@@ -65,6 +68,10 @@ inline int64_t fp8_rows_per_group(const GroupedGemmFP8Problem& p) {
   if (!p.contiguous) return p.max_m;
   return p.num_groups > 0 ? p.m / p.num_groups : 0;
 }
+
+// The problem of public args (checked as moe_grouped_gemm_fp8 checks them; *launches: whether
+// it launches anything). For tests of the internal fields (c_amax).
+GroupedGemmFP8Problem fp8_problem_of(const GroupedGemmFP8Args& args, bool* launches);
 
 // Validates nothing but the plan (throws moekit::Error when it cannot run the problem);
 // launches problem.plan on `stream` (k == 0: launch_fp8_empty_sums, whatever the plan).

@@ -325,4 +325,10 @@ void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream) {
   detail::run_grouped_gemm_fp8(p, stream);
 }
 
+namespace detail {
+GroupedGemmFP8Problem fp8_problem_of(const GroupedGemmFP8Args& args, bool* launches) {
+  return checked_fp8_problem(args, launches);
+}
+}  // namespace detail
+
 }  // namespace moekit

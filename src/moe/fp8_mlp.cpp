@@ -163,7 +163,11 @@ void run_fp8_mlp(const Fp8MlpRun& run, cudaStream_t stream) {
     launch_fill_i32(r.b.ends, static_cast<int32_t>(s.P), stream);
     ends = r.b.ends;
   }
-  // gate/up: silu_and_mul into bf16 act, or (static a_down_scale) e4m3 act directly.
+  // gate/up: silu_and_mul into bf16 act, or (static a_down_scale) e4m3 act directly. A dynamic
+  // per-tensor scale of act: its max |act| gathered by the GEMM's epilogue (c_amax), not by a
+  // pass over act.
+  const bool act_amax = per_tensor && !s.static_act;
+  if (act_amax) launch_fill_i32(reinterpret_cast<int32_t*>(r.b.amax), 0, stream);
   GroupedGemmFP8Problem up = fp8_gate_up_problem(s);
   up.a = r.q_in;
   up.a_scale = r.scales.a_gate_up != nullptr ? r.scales.a_gate_up : r.b.in_scales;
@@ -172,6 +176,7 @@ void run_fp8_mlp(const Fp8MlpRun& run, cudaStream_t stream) {
   up.layout_metadata = ends;
   up.c = s.static_act ? r.b.q_act : r.b.act;
   up.c_scale = s.static_act ? r.scales.a_down : nullptr;
+  up.c_amax = act_amax ? r.b.amax : nullptr;
   up.plan = r.plan.gate_up;
   run_grouped_gemm_fp8(up, stream);
   const float* act_scale = r.scales.a_down;
@@ -187,9 +192,8 @@ void run_fp8_mlp(const Fp8MlpRun& run, cudaStream_t stream) {
     q.alignment = s.alignment;
     q.mode = fp8_act_scales(s.scheme);
     if (per_tensor) {
-      // max |act| over the groups' rows (padding rows and rows past them hold no data).
-      launch_fp8_tensor_scale(r.b.act, DType::kBF16, s.P, s.F, {ends, s.E, s.alignment}, r.b.amax,
-                              r.b.act_scales, stream);
+      // max |act| over the rows the GEMM wrote (the groups' rows), from its epilogue.
+      launch_fp8_scale_from_amax(r.b.amax, r.b.act_scales, stream);
       q.tensor_scale = r.b.act_scales;
     } else {
       q.scales = r.b.act_scales;

@@ -90,6 +90,9 @@ struct Fp8RowGroups {
 void launch_fp8_tensor_scale(const void* x, DType dtype, int64_t rows, int64_t cols,
                              const Fp8RowGroups& groups, uint32_t* amax, float* tensor_scale,
                              cudaStream_t stream);
+// The same scale from an amax already gathered (the f32 bits of max |x|: an FP8 GEMM's
+// c_amax).
+void launch_fp8_scale_from_amax(const uint32_t* amax, float* tensor_scale, cudaStream_t stream);
 // The rows of `groups` of x [P, H] quantized into q / b.in_scales by `s`'s input scheme (per
 // tensor: static_scale, or the dynamic scale computed first over those rows); the other rows
 // of q / b.in_scales are left untouched.

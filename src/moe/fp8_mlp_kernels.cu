@@ -76,6 +76,10 @@ void launch_fp8_tensor_scale(const void* x, DType dtype, int64_t rows, int64_t c
                                                groups.ends, E, groups.alignment, amax);
   }
   check_launch("fp8_tensor_scale.amax");
+  launch_fp8_scale_from_amax(amax, tensor_scale, stream);
+}
+
+void launch_fp8_scale_from_amax(const uint32_t* amax, float* tensor_scale, cudaStream_t stream) {
   tensor_scale_kernel<<<1, 1, 0, stream>>>(amax, tensor_scale);
   check_launch("fp8_tensor_scale");
 }

@@ -99,15 +99,24 @@ struct AccumulatorValue {
   }
 };
 
+// What the stored values are shown to: nothing (the bf16 / f16 kernels), or an observer of
+// every stored value (the FP8 kernels' max |c|, fp8_amax.cuh).
+struct NoObserver {
+  __device__ __forceinline__ void operator()(float, bool) {}
+};
+
 // Stores one consumer warpgroup's accumulators `acc` of tile t (tCcC: the tile
 // coordinates (row, col) of each element; q = lane & 3), each as value(acc, i). BN:
 // accumulator columns (silu: B_BOX gate | B_BOX up). Rows >= t.rows and columns >= n are not
-// written. 16-byte stores of whole 8-column blocks after a quad transpose (store_4_blocks):
+// written; observe(v, stored) sees each output value v (before its rounding) and whether it is
+// stored. 16-byte stores of whole 8-column blocks after a quad transpose (store_4_blocks):
 // docs/gemm.md says why.
-template <int BN, int B_BOX, class Out, class Acc, class Coords, class Value = AccumulatorValue>
+template <int BN, int B_BOX, class Out, class Acc, class Coords, class Value = AccumulatorValue,
+          class Observer = NoObserver>
 __device__ __forceinline__ void store_accumulators(const Acc& acc, const Coords& tCcC,
                                                    const Tile& t, Out* c, int64_t n, bool silu,
-                                                   int q, const Value& value_of = Value{}) {
+                                                   int q, const Value& value_of = Value{},
+                                                   Observer&& observe = Observer{}) {
   using namespace cute;
   constexpr int ACC = decltype(size(acc))::value;
   // Epilogue: f32 -> (silu(gate) * up) -> one rounding -> predicated stores.
@@ -136,6 +145,11 @@ __device__ __forceinline__ void store_accumulators(const Acc& acc, const Coords&
           }
           vx[j] = value(i);
           vy[j] = value(i + 1);
+          // This lane's values of block j: output columns n0 + col0 + 8 j (+ 1), whole
+          // blocks (n % 8 == 0).
+          const bool stored = r < t.rows && t.n0 + col0 + 8 * j < n;
+          observe(vx[j], stored);
+          observe(vy[j], stored);
         }
         // This lane's block after the transpose starts at column 32 J + 8 q.
         const int64_t out_col = t.n0 + 32 * J + 8 * q;

@@ -21,6 +21,7 @@
 
 #include "core/kernel_launch.h"
 #include "gemm/grouped_gemm_fp8.h"
+#include "gemm/sm90/fp8_amax.cuh"
 #include "gemm/sm90/fp8_rows.cuh"
 #include "gemm/sm90/grouped_gemm.cuh"
 
@@ -36,6 +37,7 @@ struct Fp8OutputScales {
   const float* a_scale;
   const float* b_scale;
   int64_t a_row, b_group, b_row;
+  uint32_t* c_amax;  // max |c| (f32 bits) gathered here (fp8_amax.cuh); or nullptr
 };
 
 // acc(i) * a_scale(its row) * b_scale(its b row): the value store_accumulators stores. wgmma
@@ -131,6 +133,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     for (int i = 0; i < decltype(size(acc))::value; ++i)
       if (get<1>(tCcC(i)) != 8 * (i >> 2) + 2 * q + (i & 1)) __trap();
     auto* c = static_cast<__nv_bfloat16*>(p.c);
+    AmaxObserver amax;
     int j = 0;
     for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
@@ -138,8 +141,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         continue;
       store_accumulators<BN, Cfg::B_BOX>(
           acc, tCcC, t, c, p.n, p.silu != 0, q,
-          scaled_accumulator<Cfg, kPerChannel>(scales, t, p.n, p.silu != 0, wg, q));
+          scaled_accumulator<Cfg, kPerChannel>(scales, t, p.n, p.silu != 0, wg, q), amax);
     }
+    if (scales.c_amax != nullptr) publish_amax(amax.m, scales.c_amax);
   }
 #endif
 }
@@ -171,7 +175,8 @@ void launch_grouped_gemm_sm90_fp8_fast(const GroupedGemmFP8Problem& prob, cudaSt
   if (tiles <= 0) return;
   const bool silu = prob.activation == Activation::kSiluAndMul;
   const Fp8ScaleIndex si = fp8_scale_index(prob.scales, silu ? 2 * prob.n : prob.n, prob.k);
-  const Fp8OutputScales scales{prob.a_scale, prob.b_scale, si.a_row, si.b_group, si.b_row};
+  const Fp8OutputScales scales{prob.a_scale, prob.b_scale, si.a_row,
+                               si.b_group,   si.b_row,     prob.c_amax};
   static_assert(sizeof(SharedStorage<Cfg, E4M3>) <= 227 * 1024, "SM90 shared memory per block");
   constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<Cfg, E4M3>));
   const bool per_channel = prob.scales == Fp8Scales::kPerChannel;

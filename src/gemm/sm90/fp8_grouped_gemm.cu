@@ -44,6 +44,7 @@
 
 #include "core/kernel_launch.h"
 #include "gemm/grouped_gemm_fp8.h"
+#include "gemm/sm90/fp8_amax.cuh"
 #include "gemm/sm90/fp8_rows.cuh"
 #include "gemm/sm90/grouped_gemm.cuh"  // make_tma, b_policy, issue_stage_wgmmas, store_accumulators
 
@@ -105,6 +106,7 @@ struct Fp8Params {
   Fp8ScaleIndex si;
   void* c;               // [rows, n] bf16, or e4m3 with c_scale
   const float* c_scale;  // e4m3 c: its given scale ([1]); nullptr: bf16 c
+  uint32_t* c_amax;      // bf16 c: max |c| (f32 bits) gathered here (fp8_amax.cuh); or nullptr
   RowsDesc rows;         // masked counts (clamped to [0, max_m]) or contiguous ends
   int n, k;
   int silu;               // for locate_tile: b_row1 = n + n0, 64 output columns per tile
@@ -142,16 +144,18 @@ __device__ __forceinline__ void output_factors(const Fp8Params& p, float (&f)[2]
   f[1] = inv;
 }
 
-// Stores the tile's accumulators (scaled) as bf16 or e4m3 (epilogue.cuh).
+// Stores the tile's accumulators (scaled) as bf16 or e4m3 (epilogue.cuh); a bf16 c's values
+// are shown to `amax`.
 template <class Acc, class Coords>
 __device__ __forceinline__ void store_fp8_tile(const Fp8Params& p, const Acc& acc,
-                                               const Coords& tCcC, const Tile& t, int q) {
+                                               const Coords& tCcC, const Tile& t, int q,
+                                               AmaxObserver& amax) {
   if (p.c_scale) {
     store_accumulators<Cfg::BN, Cfg::B_BOX>(acc, tCcC, t, static_cast<__nv_fp8_e4m3*>(p.c), p.n,
                                             p.silu != 0, q);
   } else {
     store_accumulators<Cfg::BN, Cfg::B_BOX>(acc, tCcC, t, static_cast<__nv_bfloat16*>(p.c), p.n,
-                                            p.silu != 0, q);
+                                            p.silu != 0, q, AccumulatorValue{}, amax);
   }
 }
 
@@ -262,6 +266,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     Tensor blk = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<BN>{}));
     float out_f[2];  // output factors of accumulator columns 0..63, 64..127
     output_factors(p, out_f);
+    AmaxObserver amax;  // this thread's max |c| (bf16 c with c_amax)
 
     PipelineState read;
     for (int id = blockIdx.x; id < total; id += gridDim.x) {
@@ -310,7 +315,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
             acc(i) = fmaf(blk(i), s[(i >> 1) & 1][i >= ACC / 2], acc(i));
           }
         }
-        store_fp8_tile(p, acc, tCcC, t, q);
+        store_fp8_tile(p, acc, tCcC, t, q, amax);
       } else {
         CUTE_NO_UNROLL
         for (int kb = 0; kb < k_blocks; ++kb) {
@@ -336,9 +341,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
             for (int h = 0; h < 2; ++h) acc(4 * j + 2 * h + e) *= sa[h] * sb;
           }
         }
-        store_fp8_tile(p, acc, tCcC, t, q);
+        store_fp8_tile(p, acc, tCcC, t, q, amax);
       }
     }
+    if (p.c_amax != nullptr) publish_amax(amax.m, p.c_amax);
   }
 #endif
 }
@@ -475,6 +481,9 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   p.si = fp8_scale_index(prob.scales, b_rows, prob.k);
   p.c = prob.c;
   p.c_scale = prob.c_scale;
+  p.c_amax = prob.c_amax;
+  if (prob.c_amax != nullptr && prob.c_scale != nullptr)
+    throw Error(std::string("moekit::") + op + ": internal: c_amax goes with a bf16 c");
   p.n = static_cast<int>(prob.n);
   p.k = static_cast<int>(prob.k);
   p.silu = silu ? 1 : 0;
