@@ -47,6 +47,17 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a
   Mma::mma(c, a, b);
 }
 
+// The threads of a direct kernel's block: Weights::kBlockThreads where the weights' policy
+// names it, else kThreads.
+template <class W, class = void>
+struct BlockThreads {
+  static constexpr int value = kThreads;
+};
+template <class W>
+struct BlockThreads<W, std::void_t<decltype(W::kBlockThreads)>> {
+  static constexpr int value = W::kBlockThreads;
+};
+
 // ---- route decoding (per block, in shared memory) ----
 
 struct DecodeSmem {
@@ -66,13 +77,15 @@ struct RouteIds {
 };
 
 // The per-warp counts in sm.warp_tmp (after a barrier): `before`, the sum over the warps
-// below `warp`; `total`, over all warps.
+// below `warp`; `total`, over all NT / 32 warps of the block.
+template <int NT = kThreads>
 __device__ __forceinline__ void sum_warp_counts(const DecodeSmem& sm, int warp, int& before,
                                                 int& total) {
+  static_assert(NT % 32 == 0 && NT <= kThreads && kMaxWords <= NT, "a block of whole warps");
   before = 0;
   total = 0;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
+  for (int w = 0; w < NT / 32; ++w) {
     const int v = sm.warp_tmp[w];
     before += w < warp ? v : 0;
     total += v;
@@ -82,13 +95,13 @@ __device__ __forceinline__ void sum_warp_counts(const DecodeSmem& sm, int warp, 
 // Loads the ids, marks the experts present and counts them. Active experts are
 // numbered ("slots") in ascending id order.
 // `ids(r)` is route r's expert id (RouteIds: topk_ids[r]).
-template <class Ids>
+template <class Ids, int NT = kThreads>
 __device__ void decode_experts(const Ids& ids, int R, int E, DecodeSmem& sm) {
   const int words = (E + 31) / 32;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  for (int i = t; i < words; i += kThreads) sm.bits[i] = 0u;
+  for (int i = t; i < words; i += NT) sm.bits[i] = 0u;
   __syncthreads();
-  for (int r = t; r < R; r += kThreads) {
+  for (int r = t; r < R; r += NT) {
     const int id = ids(r);
     sm.ids[r] = id;
     if (id >= 0 && id < E) atomicOr(&sm.bits[id >> 5], 1u << (id & 31));  // OR: order-free
@@ -104,7 +117,7 @@ __device__ void decode_experts(const Ids& ids, int R, int E, DecodeSmem& sm) {
   if (lane == 31) sm.warp_tmp[warp] = incl;
   __syncthreads();
   int before, total;
-  sum_warp_counts(sm, warp, before, total);
+  sum_warp_counts<NT>(sm, warp, before, total);
   if (t < words) sm.word_prefix[t] = before + incl - c;
   if (t == 0) sm.num_active = total;
   __syncthreads();
@@ -127,17 +140,18 @@ __device__ int expert_of_slot(int slot, int E, DecodeSmem& sm) {
 }
 
 // Collects the flat indices of the routes to expert e (ascending) into sm.routes.
+template <int NT = kThreads>
 __device__ int collect_routes(int e, int R, DecodeSmem& sm) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int count = 0;
-  for (int r0 = 0; r0 < R; r0 += kThreads) {
+  for (int r0 = 0; r0 < R; r0 += NT) {
     const int r = r0 + threadIdx.x;
     const bool match = r < R && sm.ids[r] == e;
     const unsigned bal = __ballot_sync(0xffffffffu, match);
     if (lane == 0) sm.warp_tmp[warp] = __popc(bal);
     __syncthreads();
     int before, total;
-    sum_warp_counts(sm, warp, before, total);
+    sum_warp_counts<NT>(sm, warp, before, total);
     if (match) sm.routes[count + before + __popc(bal & ((1u << lane) - 1u))] = r;
     count += total;
     __syncthreads();
@@ -176,8 +190,8 @@ int num_sms() {
 }
 
 template <class Kernel>
-int64_t persistent_grid(Kernel kernel, int64_t max_items) {
-  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, 0);
+int64_t persistent_grid(Kernel kernel, int64_t max_items, int threads = kThreads) {
+  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), threads, 0);
   return std::max<int64_t>(1,
                            std::min<int64_t>(max_items, static_cast<int64_t>(per_sm) * num_sms()));
 }

@@ -6,11 +6,11 @@
 //
 // Work item = (active expert slot, tile of output columns); blocks walk the items
 // round-robin (persistent grid), so experts without routes cost nothing.
-// A block's 8 warps split the reduction dimension; a warp step covers four 16-byte chunks of
-// a weight row (Weights::kPerLoad k each). Lane (g = lane/4, q = lane%4) loads chunk q of
-// weight rows g and g+8 of each m-tile and route g's input at the same k, and feeds them to
-// mma.m16n8k16 as k slot pairs (2j, 2j+1): any k permutation shared by A and B leaves the
-// dot product unchanged, so each thread's loads stay 16 B contiguous. U steps are loaded
+// A block's warps (8, or Weights::kBlockThreads / 32) split the reduction dimension; a warp step
+// covers four 16-byte chunks of a weight row (Weights::kPerLoad k each). Lane (g = lane/4, q =
+// lane%4) loads chunk q of weight rows g and g+8 of each m-tile and route g's input at the same k,
+// and feeds them to mma.m16n8k16 as k slot pairs (2j, 2j+1): any k permutation shared by A and B
+// leaves the dot product unchanged, so each thread's loads stay 16 B contiguous. U steps are loaded
 // before any is used. Partial sums are reduced across warps in a fixed order
 // (deterministic).
 //
@@ -55,20 +55,23 @@ struct NoScales {
 // take a void* and cast at the store, as they did before the share: the same machine code).
 template <class T, class Weights, class Scales, class Ids, bool kGateUp, int MT, int U, class TOut,
           class Out, class... ScaleArgs>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(BlockThreads<Weights>::value,
+                                  2 * kThreads / BlockThreads<Weights>::value)
     direct_gemv_kernel(const T* __restrict__ in, const typename Weights::Elem* __restrict__ w,
                        ScaleArgs... scale_args, const int32_t* __restrict__ topk_ids,
                        Out* __restrict__ out, int R, int topk, int E, int64_t n_out, int64_t kdim,
                        int64_t tiles) {
   static_assert(!kGateUp || MT == 2, "a gate/up tile is one gate and one up m-tile");
   __shared__ DecodeSmem sm;
-  __shared__ __align__(16) float red[kWarps][MT][32][4];
+  constexpr int NT = BlockThreads<Weights>::value, NW = NT / 32;  // the block's threads, warps
+  static_assert(NT >= 128, "the gate/up sums are finished by 128 threads");
+  __shared__ __align__(16) float red[NW][MT][32][4];
   Scales scales{scale_args...};
   constexpr int kPerLoad = Weights::kPerLoad;
   constexpr int kInLoads = kPerLoad / 8;  // 16-byte loads of route input per weight load
   constexpr int kMmas = kPerLoad / 4;     // k16 mmas per weight load of two rows
 
-  decode_experts(Ids{topk_ids}, R, E, sm);
+  decode_experts<Ids, NT>(Ids{topk_ids}, R, E, sm);
   const int64_t num_items = static_cast<int64_t>(sm.num_active) * tiles;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -85,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t tile = item - static_cast<int64_t>(slot) * tiles;
     const int e = expert_of_slot(slot, E, sm);
     if (e != cached_expert) {  // block-uniform
-      m = collect_routes(e, R, sm);
+      m = collect_routes<NT>(e, R, sm);
       cached_expert = e;
     }
     const int64_t n0 = tile * kTileCols;
@@ -110,12 +113,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
 
-      for (int s0 = warp; s0 < nsteps; s0 += kWarps * U) {
+      for (int s0 = warp; s0 < nsteps; s0 += NW * U) {
         uint4 wv[U][MT][2];
         uint4 xv[U][kInLoads];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          const int ch = (s0 + u * kWarps) * 4 + q;
+          const int ch = (s0 + u * NW) * 4 + q;
           const bool in_k = ch < kc;
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
@@ -152,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 2)
               mma_16816<T>(Scales::kPerStep ? part : acc[mt], a0[2 * p], a1[2 * p], a0[2 * p + 1],
                            a1[2 * p + 1], xw[2 * p], xw[2 * p + 1]);
             if constexpr (Scales::kPerStep) {
-              const float sc = scales.step(mt, s0 + u * kWarps, nsteps);
+              const float sc = scales.step(mt, s0 + u * NW, nsteps);
 #pragma unroll
               for (int i = 0; i < 4; ++i) acc[mt][i] = fmaf(part[i], sc, acc[mt][i]);
             }
@@ -173,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           const int ln = threadIdx.x >> 2, i = threadIdx.x & 3;
           float gs = 0.f, us = 0.f;
 #pragma unroll
-          for (int ww = 0; ww < kWarps; ++ww) {
+          for (int ww = 0; ww < NW; ++ww) {
             gs += red[ww][0][ln][i];
             us += red[ww][1][ln][i];
           }
@@ -189,11 +192,11 @@ __global__ void __launch_bounds__(kThreads, 2)
           }
         }
       } else {
-        for (int idx = threadIdx.x; idx < MT * 128; idx += kThreads) {
+        for (int idx = threadIdx.x; idx < MT * 128; idx += NT) {
           const int mt = idx >> 7, ln = (idx >> 2) & 31, i = idx & 3;
           float s = 0.f;
 #pragma unroll
-          for (int ww = 0; ww < kWarps; ++ww) s += red[ww][mt][ln][i];
+          for (int ww = 0; ww < NW; ++ww) s += red[ww][mt][ln][i];
           const int rr = mt * 16 + (ln >> 2) + (i >> 1) * 8;
           const int n = (ln & 3) * 2 + (i & 1);
           const int64_t col = n0 + rr;

@@ -30,7 +30,6 @@
 namespace moekit::detail {
 namespace {
 
-using direct::kThreads;
 using direct::persistent_grid;
 
 // Route r's expert: topk_ids[r], or expert 0 in the dense form (topk_ids == nullptr: the
@@ -80,6 +79,10 @@ template <class T>
 struct E4m3Weights {
   using Elem = uint8_t;
   static constexpr int kPerLoad = 16;
+  // Blocks of 4 warps, 4 an SM: a warp covers twice the k steps of an item that 8 warps
+  // would, and an SM's other blocks stream while one reduces (docs/PERF.md, the direct
+  // kernels' short per-warp reductions).
+  static constexpr int kBlockThreads = 128;
   __device__ __forceinline__ static void to_pairs(const uint4& v, uint32_t (&out)[8]) {
     e4m3x16_to_pairs<T>(v, out);
   }
@@ -169,8 +172,9 @@ void launch_fp8(const MoEShapes& s, QuantScheme scheme, const Fp8Stage& st, cuda
   const int E = st.topk_ids != nullptr ? static_cast<int>(s.E) : 1;
   MOEKIT_DISPATCH_HALF(s.dtype, op, [&] {
     const auto go = [&](auto kernel, auto* out) {
-      const int64_t grid = persistent_grid(kernel, slots * tiles);
-      kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
+      constexpr int threads = E4m3Weights<scalar_t>::kBlockThreads;
+      const int64_t grid = persistent_grid(kernel, slots * tiles, threads);
+      kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(
           static_cast<const scalar_t*>(st.in), static_cast<const uint8_t*>(st.w), st.scale,
           per_channel, st.topk_ids, out, static_cast<int>(R), topk, E, n_out, kdim, tiles);
     };
