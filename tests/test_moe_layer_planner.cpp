@@ -56,7 +56,7 @@ const Row kRows[] = {
     {"FusedMoESharedExpert kimi-k2-t32", RoutedOp::kLayer, 32, 7168, 384, 2048, 8, 18432,
      RoutedPath::kDirect},
     {"FusedMoESharedExpert kimi-k2-t64", RoutedOp::kLayer, 64, 7168, 384, 2048, 8, 18432,
-     RoutedPath::kDirect},
+     RoutedPath::kSorted},
     {"FusedMoESharedExpert kimi-k2-t128", RoutedOp::kLayer, 128, 7168, 384, 2048, 8, 18432,
      RoutedPath::kSorted},
     {"FusedMoESharedExpert ds-v3-grouped-t1", RoutedOp::kLayer, 1, 7168, 256, 2048, 8, 2048,
@@ -66,7 +66,7 @@ const Row kRows[] = {
     {"FusedMoESharedExpert ds-v3-grouped-t512", RoutedOp::kLayer, 512, 7168, 256, 2048, 8, 2048,
      RoutedPath::kSorted},
     {"FusedMoESharedExpert glm45-t64", RoutedOp::kLayer, 64, 5120, 160, 1536, 8, 1536,
-     RoutedPath::kDirect},
+     RoutedPath::kSorted},
     {"FusedMoESharedExpert glm45-t4096", RoutedOp::kLayer, 4096, 5120, 160, 1536, 8, 1536,
      RoutedPath::kSorted},
     {"FusedMoESharedExpert qwen3-235b-t512", RoutedOp::kLayer, 512, 4096, 128, 1536, 8, 0,
@@ -148,14 +148,21 @@ TEST(LayerPlanner, ShapeKey) {
   EXPECT_EQ(detail::shape_key(p.s, 2048), "bf16 T=32 H=7168 S=2048");
 }
 
-// The layer ops' direct path also needs at most 16 routes per expert on average;
-// indexed_expert_mlp takes it wherever it runs.
+// The layer ops' direct path also needs T <= 32 and at most 4 routes per expert on
+// average; indexed_expert_mlp takes it wherever it runs.
 TEST(LayerPlanner, LayerRuleNeedsFewRoutesPerExpert) {
   const detail::DeviceProps h200 = detail::h200_props();
   Row few = {"E 4", RoutedOp::kLayer, 16, 256, 4, 64, 8, 0, RoutedPath::kSorted};
-  EXPECT_EQ(detail::plan_layer(problem(few), h200).routed, RoutedPath::kSorted);  // 128 > 64
+  EXPECT_EQ(detail::plan_layer(problem(few), h200).routed, RoutedPath::kSorted);  // 128 > 16
+  few.T = 2;
+  EXPECT_EQ(detail::plan_layer(problem(few), h200).routed, RoutedPath::kDirect);  // 16 <= 16
+  few.T = 3;
+  EXPECT_EQ(detail::plan_layer(problem(few), h200).routed, RoutedPath::kSorted);  // 24 > 16
+  Row many = {"E 256", RoutedOp::kLayer, 32, 256, 256, 64, 8, 0, RoutedPath::kDirect};
+  EXPECT_EQ(detail::plan_layer(problem(many), h200).routed, RoutedPath::kDirect);
+  many.T = 33;  // 264 routes over 256 experts, but past 32 tokens
+  EXPECT_EQ(detail::plan_layer(problem(many), h200).routed, RoutedPath::kSorted);
   few.T = 8;
-  EXPECT_EQ(detail::plan_layer(problem(few), h200).routed, RoutedPath::kDirect);  // 64 <= 64
   few.T = 16;
   few.op = RoutedOp::kIndexed;
   EXPECT_EQ(detail::plan_layer(problem(few), h200).routed, RoutedPath::kDirect);

@@ -369,7 +369,7 @@ TEST(QuantBadInputs, Fp8PlansAreTheDecodeKernels) {
                 cands[i].experts.gate_up.kernel == GemmKernel::kFp8Sm90)
         << to_string(cands[i]);
   }
-  // The layer takes the direct path for FP8 even where bf16 would sort (T*K > 16*E).
+  // The layer takes the direct path for FP8 even where bf16 would sort (T > 32).
   FusedMoESharedExpertArgs a = fp8_layer_valid();
   a.moe.hidden_states = fake(kBF, {64, kH});
   a.moe.gating_output = fake(kF32, {64, kE});

@@ -10,10 +10,13 @@
 namespace moekit::detail {
 namespace {
 
-// The layer ops take the direct path for small batches with few routes per expert: beyond
-// ~16 routes per expert its 8-route chunks re-read each weight tile (from L2) while the
-// sorted path's GEMM tiles take 64+ rows at once (docs/moe.md "fused_moe").
-constexpr int64_t kDirectMaxRoutesPerExpert = 16;
+// The layer ops take the direct path for small batches with few routes per expert: past
+// them the sorted path wins (docs/moe.md "fused_moe"; the tuning runs of the seed models on
+// the H200 and the H100): from T = 48 on large layers (E = 160-384, 5%-18%), and from ~5
+// routes an expert on 16-expert layers (the direct path's 8-route chunks re-read each weight
+// tile). Qwen3-30B sorts from T ~ 10 already (3%-6%), which this rule leaves.
+constexpr int64_t kDirectMaxRoutesPerExpert = 4;
+constexpr int64_t kDirectRuleMaxTokens = 32;
 
 // FP8 weights take the direct path (the FP8 direct kernels) wherever it can run; past it the
 // sorted path's FP8 GEMMs (fp8_mlp.h).
@@ -25,7 +28,8 @@ bool takes_direct(const LayerProblem& p) {
       return direct_path_eligible(p.s);
     case RoutedOp::kLayer:
       return direct_path_eligible(p.s) &&
-             (quantized(p.s.quant) || p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E);
+             (quantized(p.s.quant) || (p.s.T <= kDirectRuleMaxTokens &&
+                                       p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E));
   }
   return false;
 }
