@@ -335,11 +335,20 @@ TEST(GemmPlanner, Fp8FastAccumulationTakesConstantScalesAndABf16C) {
   for (Fp8Scales scales : {Fp8Scales::kPerChannel, Fp8Scales::kPerTensor}) {
     p.scales = scales;
     EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, h200), "");
-    const std::vector<GemmPlan> all = detail::gemm_fp8_plan_candidates(p, h200);
+    // >= 256 rows a group on average: the planner's pick, first.
+    std::vector<GemmPlan> all = detail::gemm_fp8_plan_candidates(p, h200);
     ASSERT_EQ(all.size(), 2u);
-    EXPECT_EQ(to_string(all[0]), "fp8_sm90 128x128");  // the planner's, first
+    EXPECT_EQ(all[0], fast);
+    EXPECT_EQ(to_string(all[1]), "fp8_sm90 128x128");
+    EXPECT_EQ(detail::plan_gemm_fp8(p, h200), fast);
+    // Fewer: 128 x 128 first.
+    p.m = 255 * 128;
+    all = detail::gemm_fp8_plan_candidates(p, h200);
+    ASSERT_EQ(all.size(), 2u);
+    EXPECT_EQ(to_string(all[0]), "fp8_sm90 128x128");
     EXPECT_EQ(all[1], fast);
     EXPECT_EQ(detail::plan_gemm_fp8(p, h200), all[0]);
+    p.m = 32768 + 128 * 15;
   }
   p.scales = Fp8Scales::kBlock;
   EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, h200),
@@ -350,6 +359,7 @@ TEST(GemmPlanner, Fp8FastAccumulationTakesConstantScalesAndABf16C) {
   EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, h200),
             "fp8_sm90 128x256 writes a bf16 c only (no c_scale)");
   EXPECT_EQ(detail::gemm_fp8_plan_candidates(p, h200).size(), 1u);
+  EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, h200)), "fp8_sm90 128x128");
   p.c_scale = nullptr;
   EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, GemmDevice()),
             "fp8_sm90 needs an sm_90 device");

@@ -42,6 +42,8 @@ std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const Ge
 std::string gemm_plan_rejection(const GemmPlan& plan, const GroupedGemmProblem& p,
                                 const GemmDevice& device);
 
+// fp8_sm90 128x256 from this many rows a contiguous group on average (plan_gemm_fp8).
+constexpr int64_t kFp8FastMinRows = 256;
 // The same for the FP8 grouped GEMM: kFp8Sm90, every layout, scale mode and activation (k == 0:
 // the fill of the empty sums).
 GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& device);
