@@ -13,8 +13,9 @@
 // block once per 128 rows, ~2x the operand bytes through the L2 of 256-wide tiles at
 // T = 4096 (docs/PERF.md "FP8 layers at 4,096 tokens"). The price: the tensor cores keep
 // ~13 mantissa bits of an e4m3 sum, so the rounding error grows with k instead of resetting
-// every 128 k (CUTLASS's and vLLM's "fast accumulation"); the planner offers it as a
-// candidate, the tuning tables pick it where it wins, the GPU tests bound its error.
+// every 128 k (CUTLASS's and vLLM's "fast accumulation"); the GPU tests bound its error. The
+// planner picks it on contiguous groups of >= 256 rows on average (plan_gemm_fp8), else it is
+// a candidate the tuning tables may pick.
 #include <cuda_bf16.h>
 
 #include <algorithm>

@@ -3,9 +3,9 @@
 // silu_and_mul). DeepGEMM-style design, own code. k == 0 (no TMA extent) runs
 // fill_empty_sums_kernel instead, in every mode.
 //
-// The FP8 planner's only plan (docs/gemm.md, "FP8 SM90"); tests/test_gemm_gpu.cpp
-// (Fp8EveryCandidateMatchesReference, Fp8EveryLayoutScaleModeAndActivationMatchesReference)
-// checks it against the reference.
+// The FP8 planner's plan except where fp8_sm90 128x256 takes the problem (docs/gemm.md, "FP8
+// SM90"); tests/test_gemm_gpu.cpp (Fp8EveryCandidateMatchesReference,
+// Fp8EveryLayoutScaleModeAndActivationMatchesReference) checks it against the reference.
 //
 // - Block tile 128 x 128 x 128: BK = 128 k = one scale block per pipeline stage.
 //   a [128 x 128] as two TMA boxes of 64 rows, b [128 x 128] as two boxes of 64 rows
