@@ -1065,6 +1065,9 @@ std::vector<Fp8ModeCase> fp8_mode_cases() {
   contig("contig_many_experts", 8, random_counts(40, 0, 100), 0, 512, 256);
   // Long k (56 k blocks, DeepSeek-V3's hidden size).
   contig("contig_long_k7168", 1, {3, 70}, 0, 256, 7168);
+  // The longest k of fp8_sm90 128x256's whole-k sums (kFp8FastMaxK), >= 256 rows a group on
+  // average: the planner's pick in the per-tensor / per-channel modes, at the bf16 tolerance.
+  contig("contig_fast_k4096", 1, {250, 300}, 0, 256, 4096);
   // Scales of extreme magnitude.
   contig("contig_scales_tiny", 4, {17, 90}, 2, 128, 256)->a_mag = 1e-6;
   v.back().b_mag = 1e-6;

@@ -350,6 +350,15 @@ TEST(GemmPlanner, Fp8FastAccumulationTakesConstantScalesAndABf16C) {
     EXPECT_EQ(detail::plan_gemm_fp8(p, h200), all[0]);
     p.m = 32768 + 128 * 15;
   }
+  // Past kFp8FastMaxK (the accumulator's rounding grows with k): 128 x 128 only.
+  p.k = detail::kFp8FastMaxK;
+  EXPECT_EQ(detail::plan_gemm_fp8(p, h200), fast);
+  p.k = detail::kFp8FastMaxK + 128;
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, h200),
+            "fp8_sm90 128x256 sums the whole k in the wgmma accumulator: k <= 4096 only");
+  EXPECT_EQ(detail::gemm_fp8_plan_candidates(p, h200).size(), 1u);
+  EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, h200)), "fp8_sm90 128x128");
+  p.k = 2048;
   p.scales = Fp8Scales::kBlock;
   EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, h200),
             "fp8_sm90 128x256 sums the whole k: per-tensor or per-channel scales only");

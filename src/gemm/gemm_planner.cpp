@@ -265,7 +265,8 @@ GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
   // they run (per-tensor / per-channel scales, a bf16 c) on contiguous groups of >= 256 rows
   // on average (H200, Qwen3-30B FP8 at 4,096 tokens: 0.81x / 0.85x of 128 x 128 per channel
   // / per tensor, the operand traffic of 256-wide tiles); else 128 x 128. Where neither can
-  // run (off sm_90, past its limits) gemm_fp8_plan_rejection says why.
+  // run (off sm_90, past its limits, k > kFp8FastMaxK for 128 x 256) gemm_fp8_plan_rejection
+  // says why.
   const GemmPlan fast = make(GemmKernel::kFp8Sm90, 128, 256);
   if (p.contiguous && p.k > 0 && fp8_rows_per_group(p) >= kFp8FastMinRows &&
       gemm_fp8_plan_rejection(fast, p, d).empty()) {
@@ -294,6 +295,10 @@ std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Pr
         if (p.scales == Fp8Scales::kBlock)
           return "fp8_sm90 128x256 sums the whole k: per-tensor or per-channel scales only";
         if (p.c_scale != nullptr) return "fp8_sm90 128x256 writes a bf16 c only (no c_scale)";
+        if (p.k > kFp8FastMaxK) {
+          return "fp8_sm90 128x256 sums the whole k in the wgmma accumulator: k <= " +
+                 std::to_string(kFp8FastMaxK) + " only";
+        }
         return {};
       }
       return expect_tiles(plan, 128, 128);
