@@ -205,6 +205,38 @@ TEST(Fp8LayerPlanner, SharedExpertPastThe32BitOffsetsRunsTheFp8Gemms) {
   }
 }
 
+// Per-tensor weights with a given a_down_scale (MoEShapes::static_act): the gate/up GEMM
+// writes the down GEMM's e4m3 input (a c_scale), which fp8_sm90 128x256 cannot. The planners
+// pick 128x256 for this shape's GEMMs without the scale, the 128x128 kernel with it, for the
+// routed and the shared expert each by its own scale; every candidate then runs. (moekit-sweep
+// found the layer ops refusing their own plan, 2026-12-06.)
+TEST(Fp8LayerPlanner, StaticActivationScalesKeepTheGateUpGemmOff128x256) {
+  const detail::DeviceProps h200 = detail::h200_props();
+  const QuantScheme tensor = QuantScheme::kFp8PerTensor;
+  LayerProblem p = fp8_problem(4096, 2048, 128, 768, 8, 1024, RoutedOp::kLayer, tensor);
+  const LayerPlan dynamic = detail::plan_layer(p, h200);
+  ASSERT_EQ(dynamic.routed, RoutedPath::kSorted);
+  EXPECT_EQ(to_string(dynamic.experts.gate_up), "fp8_sm90 128x256");
+  EXPECT_EQ(to_string(dynamic.shared.gate_up), "fp8_sm90 128x256");
+  for (bool routed_static : {false, true}) {
+    for (bool shared_static : {false, true}) {
+      SCOPED_TRACE(std::to_string(routed_static) + std::to_string(shared_static));
+      p.s.static_act = routed_static;
+      p.shared_static_act = shared_static;
+      const LayerPlan plan = detail::plan_layer(p, h200);
+      EXPECT_EQ(to_string(plan.experts.gate_up),
+                routed_static ? "fp8_sm90 128x128" : "fp8_sm90 128x256");
+      EXPECT_EQ(to_string(plan.shared.gate_up),
+                shared_static ? "fp8_sm90 128x128" : "fp8_sm90 128x256");
+      EXPECT_EQ(detail::layer_plan_rejection(plan, p, h200), "");
+      for (const LayerPlan& c : detail::layer_plan_candidates(p, h200))
+        EXPECT_EQ(detail::layer_plan_rejection(c, p, h200), "") << to_string(c);
+      if (routed_static)
+        EXPECT_TRUE(contains(detail::layer_plan_rejection(dynamic, p, h200), "no c_scale"));
+    }
+  }
+}
+
 TEST(Fp8LayerPlanner, ShapeKeyNamesTheScheme) {
   EXPECT_EQ(detail::shape_key(fp8_problem(1, 7168, 256, 2048, 8).s, 2048),
             "bf16 T=1 H=7168 E=256 F=2048 K=8 S=2048 w=fp8_block128");

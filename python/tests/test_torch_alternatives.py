@@ -159,9 +159,10 @@ def test_tokens_rows_are_named_and_shaped_as_moekit_bench_does(capsys):
     tune = os.path.join(BENCH, "workloads", "tune_seed.json")
     assert ta.main(["--list", "--workloads", tune, "--workload", "qwen3-30b",
                     "--tokens", "1-2,8"]) == 0  # fmt: skip
+    # --workload matches substrings: the bf16 layer, its ep8 rank and the two FP8 layers.
+    names = ("qwen3-30b", "qwen3-30b-ep8", "qwen3-30b-fp8-channel", "qwen3-30b-fp8-tensor")
     assert capsys.readouterr().out.split() == [
-        f"FusedMoEFwd|{name}@T={n}|bf16" for name in ("qwen3-30b", "qwen3-30b-ep8")
-        for n in (1, 2, 8)]  # fmt: skip
+        f"FusedMoEFwd|{name}@T={n}|bf16" for name in names for n in (1, 2, 8)]  # fmt: skip
     assert ta.parse_counts("1-3,5") == [1, 2, 3, 5]
     with pytest.raises(ValueError):
         ta.parse_counts("4-2")

@@ -446,6 +446,7 @@ struct SharedShape {
   int64_t S = 0;
   detail::MlpActivation mlp;
   QuantScheme quant = QuantScheme::kNone;
+  bool static_act = false;  // MoEShapes::static_act of the shared expert's weights
 };
 
 // Topk buffers, then (apply_router_weight_on_input) the scaled rows, then (shared expert)
@@ -531,6 +532,8 @@ SharedShape check_shared(const detail::ArgCheck& c, const detail::MoEShapes& s,
   shared.mlp = detail::MlpActivation();
   shared.mlp.act = s.mlp.act;
   shared.quant = a.shared_quant.scheme;
+  shared.static_act =
+      shared.quant == QuantScheme::kFp8PerTensor && a.shared_quant.a_down_scale.defined();
   detail::check_gate_up(c, shared, "shared_w_gate_up", a.shared_w_gate_up, "hidden_states",
                         a.moe.hidden_states, /*experts=*/false);
   if (with_down)
@@ -543,6 +546,7 @@ SharedShape check_shared(const detail::ArgCheck& c, const detail::MoEShapes& s,
   sh.S = shared.F;
   sh.mlp = shared.mlp;
   sh.quant = shared.quant;
+  sh.static_act = shared.static_act;
   return sh;
 }
 
@@ -553,6 +557,7 @@ detail::LayerProblem layer_problem_of(const detail::MoEShapes& s, const SharedSh
   p.S = sh.S;
   p.shared_mlp = sh.mlp;
   p.shared_quant = sh.quant;
+  p.shared_static_act = sh.static_act;
   return p;
 }
 
@@ -654,8 +659,8 @@ void run_layer(const char* op, const FusedMoEArgs& a, const LayerPlan& plan,
     sb.act = b.shared_act;
     sb.scratch = b.shared_scratch;
     sb.pre = b.shared_pre;
-    detail::run_shared_mlp(plan.shared, s, sh.S, DType::kF32, a.hidden_states.data, w, sb,
-                           b.shared_out, stream, op);
+    detail::run_shared_mlp(plan.shared, detail::shared_shapes(s, sh.static_act), sh.S, DType::kF32,
+                           a.hidden_states.data, w, sb, b.shared_out, stream, op);
   }
   detail::RoutedExperts p = routed_experts(a, s, plan);
   p.topk_weights = b.topk_weights;

@@ -160,6 +160,7 @@ Fp8MlpShapes fp8_mlp_shapes(const MoEShapes& s, int64_t P, int64_t E, int64_t F,
   f.H = s.H;
   f.F = F;
   f.scheme = scheme;
+  f.static_act = s.static_act;
   f.alignment = alignment;
   return f;
 }
@@ -273,8 +274,8 @@ LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
   }
   plan.has_shared = p.S > 0;
   if (plan.has_shared)
-    plan.shared = plan_shared_mlp(p.s, p.S, p.shared_quant, p.shared_mlp, DType::kF32, device,
-                                  shared_capacity);
+    plan.shared = plan_shared_mlp(shared_shapes(p.s, p.shared_static_act), p.S, p.shared_quant,
+                                  p.shared_mlp, DType::kF32, device, shared_capacity);
   return plan;
 }
 
@@ -307,7 +308,8 @@ std::vector<LayerPlan> layer_plan_candidates(const LayerProblem& p, const GemmDe
   if (p.S == 0) return out;
   const size_t routed = out.size();
   for (const MlpPlan& shared :
-       shared_mlp_plan_candidates(p.s, p.S, p.shared_quant, p.shared_mlp, DType::kF32, device)) {
+       shared_mlp_plan_candidates(shared_shapes(p.s, p.shared_static_act), p.S, p.shared_quant,
+                                  p.shared_mlp, DType::kF32, device)) {
     for (size_t i = 0; i < routed; ++i) {
       if (out[i].routed != planned.routed || out[i].experts != planned.experts) continue;
       LayerPlan plan = out[i];
@@ -327,8 +329,9 @@ std::string layer_plan_rejection(const LayerPlan& plan, const LayerProblem& p,
     return p.S > 0 ? "the layer has a shared expert: the plan needs its MLP"
                    : "the layer has no shared expert";
   if (!plan.has_shared) return {};
-  const std::string shared = shared_mlp_plan_rejection(plan.shared, p.s, p.S, p.shared_quant,
-                                                       p.shared_mlp, DType::kF32, device);
+  const std::string shared =
+      shared_mlp_plan_rejection(plan.shared, shared_shapes(p.s, p.shared_static_act), p.S,
+                                p.shared_quant, p.shared_mlp, DType::kF32, device);
   return shared.empty() ? shared : "the shared expert: " + shared;
 }
 

@@ -32,7 +32,14 @@ struct LayerProblem {
   int64_t S = 0;                                  // the shared expert's width, 0 = none
   MlpActivation shared_mlp;                       // the shared expert's: s.mlp.act, its own biases
   QuantScheme shared_quant = QuantScheme::kNone;  // the shared expert's weights
+  bool shared_static_act = false;                 // MoEShapes::static_act of those
 };
+
+// The layer's shapes s as the shared expert's FP8 MLP plans them: its own static_act.
+inline MoEShapes shared_shapes(MoEShapes s, bool static_act) {
+  s.static_act = static_act;
+  return s;
+}
 
 // The routed path (direct when the op's rule allows), the sorted path's expert MLP
 // (plan_mlp_gemms, routed counts) and the shared expert's dense plan (f32 output).

@@ -26,6 +26,9 @@ struct MoEShapes {
   int64_t T = 0, H = 0, E = 0, F = 0, K = 0;
   MlpActivation mlp;  // the experts' activation and biases (general(): the general path)
   QuantScheme quant = QuantScheme::kNone;  // the weights' (e4m3 when quantized)
+  // fp8_per_tensor with a given a_down_scale: the FP8 gate/up GEMM writes the down GEMM's
+  // e4m3 input itself (a c_scale), which not every FP8 kernel can (the planners must know).
+  bool static_act = false;
 };
 
 // The workspace bytes of shapes s: what carve(ws) takes from a counting carver (none when

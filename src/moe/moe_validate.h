@@ -216,6 +216,7 @@ MoEShapes check_mlp_inputs(const ArgCheck& c, const Args& a, const char* x_name,
   MoEShapes s = check_hidden(c, x_name, x);
   check_activation(c, s, a.activation);
   s.quant = a.quant.scheme;
+  s.static_act = a.quant.scheme == QuantScheme::kFp8PerTensor && a.quant.a_down_scale.defined();
   check_gate_up(c, s, "w_gate_up", a.w_gate_up, x_name, x, experts);
   return s;
 }
