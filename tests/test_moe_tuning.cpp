@@ -154,6 +154,32 @@ TEST(TuningTable, Fp8WeightsKeyTheirOwnShape) {
   clear_tuning_tables();
 }
 
+// A table keys the weights' scheme, not a call's static activation scales: an FP8 per-tensor
+// entry whose gate/up GEMM is fp8_sm90 128x256 cannot write the e4m3 act that a given
+// a_down_scale asks for, so the lookup checks the call's own problem and skips it then.
+TEST(TuningTable, AnEntryTheCallCannotRunIsSkipped) {
+  TuningShape tensor = qwen30_shape();
+  tensor.quant = QuantScheme::kFp8PerTensor;
+  const std::string fast = "sorted two_gemms{gate_up: fp8_sm90 128x256, down: fp8_sm90 128x256}";
+  clear_tuning_tables();
+  detail::add_tuning_table(parse(
+      "Test GPU | fused_moe | bf16 fp8_per_tensor | 128 | 2048 | 768 | 8 | softmax | 0 | all | "
+      "4096 | " +
+          fast + " | 1 | 2\n",
+      false));
+  const detail::GemmDevice g(detail::h200_props());
+  detail::LayerProblem call = detail::tuning_problem(tensor, 4096);
+  EXPECT_EQ(detail::layer_plan_rejection(detail::plan_layer(call, g), call, g), "");
+  LayerPlan plan;
+  EXPECT_TRUE(detail::tuned_layer_plan("Test GPU", tensor, 4096, g, &plan, &call));
+  EXPECT_EQ(to_string(plan), fast);
+  call.s.static_act = true;  // the call gives a_down_scale
+  EXPECT_NE(detail::layer_plan_rejection(plan, call, g).find("no c_scale"), std::string::npos);
+  EXPECT_FALSE(detail::tuned_layer_plan("Test GPU", tensor, 4096, g, &plan, &call));
+  EXPECT_TRUE(detail::tuned_layer_plan("Test GPU", tensor, 4096, g, &plan));  // the table's own
+  clear_tuning_tables();
+}
+
 TEST(TuningTable, TokenRanges) {
   EXPECT_EQ(detail::format_token_ranges(detail::token_ranges({1, 2, 3, 5, 8, 9})), "1-3,5,8-9");
   EXPECT_EQ(detail::format_token_ranges(detail::token_ranges({})), "");

@@ -245,7 +245,7 @@ LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
         (p.S == 0 || p.shared_quant == p.s.quant) && detail::tuning_tables_present() &&
         detail::tuned_layer_plan(detail::device_name(),
                                  detail::layer_tuning_shape(tuned->op, p.s, tuned->routing, p.S),
-                                 p.s.T, device, &plan))
+                                 p.s.T, device, &plan, &p))
       return plan;
     return detail::plan_layer(
         p, device,

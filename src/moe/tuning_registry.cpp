@@ -42,10 +42,12 @@ const std::vector<ParsedEntry>& builtin_entries() {
 }
 
 const ParsedEntry* find_entry(const std::vector<ParsedEntry>& entries, const std::string& device,
-                              const TuningShape& shape, int64_t T, const GemmDevice& gemm) {
+                              const TuningShape& shape, const LayerProblem& problem,
+                              const GemmDevice& gemm) {
   for (const ParsedEntry& e : entries) {
-    if (e.entry.device != device || !(e.entry.shape == shape) || !serves(e.entry, T)) continue;
-    if (layer_plan_rejection(e.plan, tuning_problem(shape, T), gemm).empty()) return &e;
+    if (e.entry.device != device || !(e.entry.shape == shape) || !serves(e.entry, problem.s.T))
+      continue;
+    if (layer_plan_rejection(e.plan, problem, gemm).empty()) return &e;
   }
   return nullptr;
 }
@@ -68,18 +70,19 @@ bool tuning_tables_present() {
 }
 
 bool tuned_layer_plan(const std::string& device_name, const TuningShape& shape, int64_t T,
-                      const GemmDevice& device, LayerPlan* out) {
+                      const GemmDevice& device, LayerPlan* out, const LayerProblem* actual) {
+  const LayerProblem problem = actual != nullptr ? *actual : tuning_problem(shape, T);
   Registry& r = registry();
   if (r.any_loaded.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(r.mutex);
     for (auto t = r.loaded.rbegin(); t != r.loaded.rend(); ++t) {
-      if (const ParsedEntry* e = find_entry(*t, device_name, shape, T, device)) {
+      if (const ParsedEntry* e = find_entry(*t, device_name, shape, problem, device)) {
         *out = e->plan;
         return true;
       }
     }
   }
-  if (const ParsedEntry* e = find_entry(builtin_entries(), device_name, shape, T, device)) {
+  if (const ParsedEntry* e = find_entry(builtin_entries(), device_name, shape, problem, device)) {
     *out = e->plan;
     return true;
   }

@@ -55,9 +55,12 @@ void add_tuning_table(std::vector<ParsedEntry> entries);
 // shape key's strings) altogether.
 bool tuning_tables_present();
 // The plan of the first entry serving (device, shape, T) whose plan `device` can run for
-// the problem (a stale entry is skipped); false when none.
+// the problem (a stale entry is skipped); false when none. The problem is the call's when
+// given (`actual`: what the shape does not key, such as a static activation scale, can
+// refuse a plan), else tuning_problem(shape, T).
 bool tuned_layer_plan(const std::string& device_name, const TuningShape& shape, int64_t T,
-                      const GemmDevice& device, LayerPlan* out);
+                      const GemmDevice& device, LayerPlan* out,
+                      const LayerProblem* actual = nullptr);
 
 // The built-in tables: (name, text) pairs, generated from CMake's list.
 struct BuiltinTable {
