@@ -146,13 +146,12 @@ struct ExpertMlpBuffers {
   void* q_in = nullptr;       // FP8 weights: the e4m3 input rows [P, H]
   detail::Fp8MlpBuffers fp8;  // and the FP8 MLP's buffers (instead of the above)
 };
-// The FP8 MLP (FP8 weights) of P = s.T rows in the groups of a's layout, with a's static
-// scales (a == nullptr: the sizes alone, which depend on neither).
+// The FP8 MLP (FP8 weights) of P = s.T rows in the groups of a's layout (s.static_act: a's
+// static scale, set by check_mlp_inputs; a == nullptr: the sizes alone, which depend on
+// neither).
 detail::Fp8MlpShapes fp8_shapes(const detail::MoEShapes& s, const ExpertMLPArgs* a) {
-  detail::Fp8MlpShapes f = detail::fp8_mlp_shapes(
-      s, s.T, s.E, s.F, s.quant, a != nullptr ? std::max(a->layout.alignment, 1) : 1);
-  f.static_act = a != nullptr && a->quant.a_down_scale.defined();
-  return f;
+  return detail::fp8_mlp_shapes(s, s.T, s.E, s.F, s.quant,
+                                a != nullptr ? std::max(a->layout.alignment, 1) : 1);
 }
 ExpertMlpBuffers carve_expert_mlp(const detail::MoEShapes& s, detail::WorkspaceCarver& ws) {
   ExpertMlpBuffers b;
