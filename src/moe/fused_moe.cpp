@@ -532,8 +532,7 @@ SharedShape check_shared(const detail::ArgCheck& c, const detail::MoEShapes& s,
   shared.mlp = detail::MlpActivation();
   shared.mlp.act = s.mlp.act;
   shared.quant = a.shared_quant.scheme;
-  shared.static_act =
-      shared.quant == QuantScheme::kFp8PerTensor && a.shared_quant.a_down_scale.defined();
+  shared.static_act = detail::static_act_of(a.shared_quant);
   detail::check_gate_up(c, shared, "shared_w_gate_up", a.shared_w_gate_up, "hidden_states",
                         a.moe.hidden_states, /*experts=*/false);
   if (with_down)

@@ -208,6 +208,11 @@ inline void check_quant_scales(const ArgCheck& c, const MoEShapes& s, const char
   }
 }
 
+// MoEShapes::static_act of weights quantized as q: fp8_per_tensor with a given a_down_scale.
+inline bool static_act_of(const WeightQuant& q) {
+  return q.scheme == QuantScheme::kFp8PerTensor && q.a_down_scale.defined();
+}
+
 // An MLP op's (Args: its arguments) input rows `x` (named x_name), activation and w_gate_up
 // (`experts`: with the E axis) under a.quant.scheme: the shapes they fix, before the rest.
 template <class Args>
@@ -216,7 +221,7 @@ MoEShapes check_mlp_inputs(const ArgCheck& c, const Args& a, const char* x_name,
   MoEShapes s = check_hidden(c, x_name, x);
   check_activation(c, s, a.activation);
   s.quant = a.quant.scheme;
-  s.static_act = a.quant.scheme == QuantScheme::kFp8PerTensor && a.quant.a_down_scale.defined();
+  s.static_act = static_act_of(a.quant);
   check_gate_up(c, s, "w_gate_up", a.w_gate_up, x_name, x, experts);
   return s;
 }
