@@ -1002,6 +1002,52 @@ TEST(GemmPlannerRules, Fp8CoversEveryLayoutAndScaleMode) {
       }
 }
 
+// fp8_sm90's schedule: dynamic where a tile counter is given and the tiles take more than
+// one wave (the m-tiles that read one weight tile then start together), else static; a
+// dynamic plan without a counter is refused; the candidates hold both schedules.
+TEST(GemmPlannerRules, Fp8ScheduleIsDynamicWithACounterPastOneWave) {
+  const detail::GemmDevice h200(detail::h200_props());
+  unsigned counter = 0;
+  detail::GroupedGemmFP8Problem f;
+  f.contiguous = true;
+  f.num_groups = 256;
+  f.m = 32768;
+  f.alignment = 128;
+  f.n = 2048;
+  f.k = 7168;
+  f.activation = Activation::kSiluAndMul;
+  EXPECT_EQ(to_string(detail::plan_gemm_fp8(f, h200)), "fp8_sm90 128x128");
+  f.tile_counter = &counter;
+  const GemmPlan plan = detail::plan_gemm_fp8(f, h200);
+  EXPECT_EQ(to_string(plan), "fp8_sm90 128x128 dynamic");
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(plan, f, h200), "");
+  const std::vector<GemmPlan> cands = detail::gemm_fp8_plan_candidates(f, h200);
+  ASSERT_EQ(cands.size(), 2u);  // block scales: 128 x 128 only, in both schedules
+  EXPECT_EQ(cands[0], plan);
+  EXPECT_EQ(to_string(cands[1]), "fp8_sm90 128x128");
+  // One wave (1 group of 128 rows, n = 1024 silu: 16 tiles): static.
+  f.num_groups = 1;
+  f.m = 128;
+  f.n = 1024;
+  EXPECT_EQ(detail::plan_gemm_fp8(f, h200).schedule, GemmSchedule::kStatic);
+  // Per-channel scales on 512 rows a group: 128 x 256, dynamic past one wave.
+  f.num_groups = 64;
+  f.m = 32768;
+  f.scales = Fp8Scales::kPerChannel;
+  f.k = 2048;
+  EXPECT_EQ(to_string(detail::plan_gemm_fp8(f, h200)), "fp8_sm90 128x256 dynamic");
+  EXPECT_EQ(detail::gemm_fp8_plan_candidates(f, h200).size(), 4u);
+  // Without a counter a dynamic plan cannot run.
+  f.tile_counter = nullptr;
+  const std::string why = detail::gemm_fp8_plan_rejection(plan, f, h200);
+  EXPECT_NE(why.find("tile counter"), std::string::npos) << why;
+  EXPECT_EQ(detail::gemm_fp8_plan_candidates(f, h200).size(), 2u);
+  GemmPlan decode{GemmKernel::kDecode, 32, 128, 1, GemmSchedule::kDynamic};
+  f.tile_counter = &counter;
+  EXPECT_NE(detail::gemm_fp8_plan_rejection(decode, f, h200).find("static schedule only"),
+            std::string::npos);
+}
+
 // The adaptive pairs' (sm90_pairs) pair tiles per group: m-tiles two by two on every
 // n-tile, an odd last m-tile's n-tiles two by two; never more than the unpaired tiles
 // (the host's launch bound counts those) and never less than half of them.

@@ -977,6 +977,10 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act,
   da.b = b_d.view();
   da.b_scale = bs_d.view();
   da.layout_metadata = meta_d.view();
+  // The optional workspace: the candidates (both schedules) run with it, the planner's
+  // plan without it (the static walk).
+  DeviceTensor counter(DType::kI32, {static_cast<int64_t>(detail::kTileCounterBytes / 4)}, 0xFF);
+  da.workspace = {counter.data(), grouped_gemm_fp8_workspace_size(da)};
   std::vector<GemmPlan> plans = grouped_gemm_fp8_plan_candidates(da);
   EXPECT_FALSE(plans.empty());
   // k == 0 included (no operand or scale read): the plan's run fills the empty sums.
@@ -990,6 +994,7 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act,
       DeviceTensor c_d(c_dtype, c_shape, 0xFF);
       da.c = c_d.view();
       da.plan = planner ? nullptr : &plans[pi];
+      da.workspace = planner ? Workspace{} : Workspace{counter.data(), detail::kTileCounterBytes};
       moe_grouped_gemm_fp8(da, nullptr);
       ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
       HostTensor out = c_d.download();

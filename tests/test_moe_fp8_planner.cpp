@@ -78,6 +78,8 @@ TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
       MlpPlan want = fp8_gemms;
       if (c.p.s.quant != QuantScheme::kFp8Block128 && c.p.s.T * c.p.s.K >= 256 * c.p.s.E)
         want.gate_up.tile_n = want.down.tile_n = 256;
+      // More tiles than SMs and the layer's workspace holds a counter: the dynamic schedule.
+      want.gate_up.schedule = want.down.schedule = GemmSchedule::kDynamic;
       EXPECT_EQ(plan.experts, want) << to_string(plan.experts);
       // Off sm_90 the FP8 GEMMs cannot run: refused, saying why.
       const LayerPlan off = detail::plan_layer(c.p, a100);
@@ -216,8 +218,8 @@ TEST(Fp8LayerPlanner, StaticActivationScalesKeepTheGateUpGemmOff128x256) {
   LayerProblem p = fp8_problem(4096, 2048, 128, 768, 8, 1024, RoutedOp::kLayer, tensor);
   const LayerPlan dynamic = detail::plan_layer(p, h200);
   ASSERT_EQ(dynamic.routed, RoutedPath::kSorted);
-  EXPECT_EQ(to_string(dynamic.experts.gate_up), "fp8_sm90 128x256");
-  EXPECT_EQ(to_string(dynamic.shared.gate_up), "fp8_sm90 128x256");
+  EXPECT_EQ(to_string(dynamic.experts.gate_up), "fp8_sm90 128x256 dynamic");
+  EXPECT_EQ(to_string(dynamic.shared.gate_up), "fp8_sm90 128x256 dynamic");
   for (bool routed_static : {false, true}) {
     for (bool shared_static : {false, true}) {
       SCOPED_TRACE(std::to_string(routed_static) + std::to_string(shared_static));
@@ -225,9 +227,9 @@ TEST(Fp8LayerPlanner, StaticActivationScalesKeepTheGateUpGemmOff128x256) {
       p.shared_static_act = shared_static;
       const LayerPlan plan = detail::plan_layer(p, h200);
       EXPECT_EQ(to_string(plan.experts.gate_up),
-                routed_static ? "fp8_sm90 128x128" : "fp8_sm90 128x256");
+                routed_static ? "fp8_sm90 128x128 dynamic" : "fp8_sm90 128x256 dynamic");
       EXPECT_EQ(to_string(plan.shared.gate_up),
-                shared_static ? "fp8_sm90 128x128" : "fp8_sm90 128x256");
+                shared_static ? "fp8_sm90 128x128 dynamic" : "fp8_sm90 128x256 dynamic");
       EXPECT_EQ(detail::layer_plan_rejection(plan, p, h200), "");
       for (const LayerPlan& c : detail::layer_plan_candidates(p, h200))
         EXPECT_EQ(detail::layer_plan_rejection(c, p, h200), "") << to_string(c);

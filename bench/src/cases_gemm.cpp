@@ -244,6 +244,8 @@ class GroupedGemmFP8Case : public PlannedCase<GemmPlan> {
     g.scales = scales_;
     g.activation = silu_ ? Activation::kSiluAndMul : Activation::kNone;
     g.c = find("c").view(c);
+    // The optional workspace: the dynamic schedule (GroupedGemmFP8Args).
+    g.workspace = scratch("ws", moekit::grouped_gemm_fp8_workspace_size(g)).workspace();
     g.plan = forced_plan();
     return g;
   }

@@ -71,7 +71,8 @@ enum class Fp8Scales : uint8_t {
 // c = sum over k blocks kb of a_scale[row, kb] * b_scale[e, j / 128, kb] * (a . b_j over kb);
 // per-channel / per-tensor: c = a_scale[row] * b_scale[e, j] * (a . b_j) (one scale after the
 // whole k). Limits: Kd % 16 == 0, N % 8 == 0 (kSiluAndMul with kBlock: N % 64 == 0), at most
-// 1024 experts, c overlapping no input.
+// 1024 experts, c overlapping no input. workspace is optional, as GroupedGemmArgs's
+// (grouped_gemm_fp8_workspace_size(args) bytes: the dynamic tile schedule; same results).
 struct GroupedGemmFP8Args {
   TensorView a;                // fp8e4m3, masked [E, max_m, Kd] or contiguous [P, Kd]
   TensorView a_scale;          // f32, per `scales`
@@ -86,9 +87,11 @@ struct GroupedGemmFP8Args {
   PermutedLayout layout = PermutedLayout::masked(0);
   Fp8Scales scales = Fp8Scales::kBlock;
   Activation activation = Activation::kNone;
+  Workspace workspace;
   const GemmPlan* plan = nullptr;  // nullptr: the planner's (plan_grouped_gemm_fp8)
 };
 
+size_t grouped_gemm_fp8_workspace_size(const GroupedGemmFP8Args& args);
 void moe_grouped_gemm_fp8(const GroupedGemmFP8Args& args, cudaStream_t stream);
 GemmPlan plan_grouped_gemm_fp8(const GroupedGemmFP8Args& args);
 std::vector<GemmPlan> grouped_gemm_fp8_plan_candidates(const GroupedGemmFP8Args& args);

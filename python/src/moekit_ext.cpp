@@ -827,7 +827,11 @@ const auto kOps = std::make_tuple(
        "f32 per `scales` (block: [.., Kd/128] / [E, N/128, Kd/128]; per_channel: [..] / "
        "[E, N]; per_tensor: [1] / [E]), layout_metadata [E] i32 -> c [E, max_m, N] / [P, N] "
        "bf16, or fp8e4m3 with c_scale [1] f32. Keywords: masked (default True), alignment "
-       "(contiguous), scales, activation, c_scale.")
+       "(contiguous), scales, activation, c_scale. The workspace "
+       "(grouped_gemm_fp8_workspace_size() bytes) is optional: with it the Hopper kernel "
+       "balances tiles dynamically.")
+        .with_workspace(&grouped_gemm_fp8_workspace_size, "grouped_gemm_fp8_workspace_size",
+                        WorkspaceUse::kOptional)
         .with_keywords(
             keyword_scalar<bool>("masked",
                                  [](auto& g, bool v, const char*) {

@@ -260,6 +260,30 @@ std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const Ge
   return out;
 }
 
+namespace {
+
+// Upper bound of an fp8_sm90 launch's 128-row tiles (as its launchers count them; silu
+// tiles hold tile_n / 2 output columns).
+int64_t fp8_tiles_upper(const GroupedGemmFP8Problem& p, int tile_n) {
+  const bool silu = p.activation == Activation::kSiluAndMul;
+  const int64_t n_tiles = cdiv(p.n, silu ? tile_n / 2 : tile_n);
+  const int64_t m_tiles =
+      p.contiguous ? cdiv(p.m, 128) + p.num_groups : p.num_groups * cdiv(p.max_m, 128);
+  return m_tiles * n_tiles;
+}
+
+// fp8_sm90's schedule, by sm90_schedule's rule: dynamic where a counter is given and the
+// tiles take more than one wave (the m-tiles of a group that read the same weight tile then
+// start together, whatever the earlier tiles' times), else static.
+GemmPlan with_fp8_schedule(GemmPlan plan, const GroupedGemmFP8Problem& p, const GemmDevice& d) {
+  const bool one_wave = fp8_tiles_upper(p, plan.tile_n) <= rule_sms(d);
+  plan.schedule =
+      p.tile_counter && p.k > 0 && !one_wave ? GemmSchedule::kDynamic : GemmSchedule::kStatic;
+  return plan;
+}
+
+}  // namespace
+
 GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
   // The SM90 FP8 kernel (docs/gemm.md "FP8 SM90"): 128 x 256 tiles with whole-k sums where
   // they run (per-tensor / per-channel scales, a bf16 c) on contiguous groups of >= 256 rows
@@ -267,20 +291,22 @@ GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
   // / per tensor, the operand traffic of 256-wide tiles); else 128 x 128. Where neither can
   // run (off sm_90, past its limits, k > kFp8FastMaxK for 128 x 256) gemm_fp8_plan_rejection
   // says why.
-  const GemmPlan fast = make(GemmKernel::kFp8Sm90, 128, 256);
+  const GemmPlan fast = with_fp8_schedule(make(GemmKernel::kFp8Sm90, 128, 256), p, d);
   if (p.contiguous && p.k > 0 && fp8_rows_per_group(p) >= kFp8FastMinRows &&
       gemm_fp8_plan_rejection(fast, p, d).empty()) {
     return fast;
   }
-  return make(GemmKernel::kFp8Sm90, 128, 128);
+  return with_fp8_schedule(make(GemmKernel::kFp8Sm90, 128, 128), p, d);
 }
 
 std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Problem& p,
                                     const GemmDevice& d) {
   if (plan.split != 1) return to_string(plan.kernel) + " does not split k";
   if (plan.swap_tails) return "swap_tails runs on the bf16 / f16 SM90 kernels only";
-  if (plan.schedule != GemmSchedule::kStatic) {
-    return to_string(plan.kernel) + " has a static schedule only";
+  if (plan.schedule == GemmSchedule::kDynamic) {
+    if (plan.kernel != GemmKernel::kFp8Sm90)
+      return to_string(plan.kernel) + " has a static schedule only";
+    if (!p.tile_counter) return "a dynamic schedule needs the workspace's tile counter";
   }
   switch (plan.kernel) {
     case GemmKernel::kFp8Sm90:
@@ -309,15 +335,18 @@ std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Pr
 
 std::vector<GemmPlan> gemm_fp8_plan_candidates(const GroupedGemmFP8Problem& p,
                                                const GemmDevice& d) {
-  // The planner's plan first, then the other tile shape (k == 0 runs the empty sums' fill
-  // whatever the plan: no second candidate there).
+  // The planner's plan first, then the tile shapes in both schedules (k == 0 runs the empty
+  // sums' fill whatever the plan: no second candidate there).
   std::vector<GemmPlan> out;
   const GemmPlan plan = plan_gemm_fp8(p, d);
   if (gemm_fp8_plan_rejection(plan, p, d).empty()) out.push_back(plan);
-  for (const GemmPlan& other :
-       {make(GemmKernel::kFp8Sm90, 128, 128), make(GemmKernel::kFp8Sm90, 128, 256)}) {
-    if (p.k > 0 && !(other == plan) && gemm_fp8_plan_rejection(other, p, d).empty())
-      out.push_back(other);
+  if (p.k <= 0) return out;
+  for (const int tile_n : {128, 256}) {
+    for (const GemmSchedule schedule : {GemmSchedule::kDynamic, GemmSchedule::kStatic}) {
+      GemmPlan other = make(GemmKernel::kFp8Sm90, 128, tile_n);
+      other.schedule = schedule;
+      if (!(other == plan) && gemm_fp8_plan_rejection(other, p, d).empty()) out.push_back(other);
+    }
   }
   return out;
 }

@@ -54,6 +54,9 @@ struct GroupedGemmFP8Problem {
   int64_t k = 0;
   Fp8Scales scales = Fp8Scales::kBlock;
   Activation activation = Activation::kNone;
+  // The dynamic schedule's counter (kTileCounterBytes, grouped_gemm.h; zeroed by the launch), or
+  // nullptr: the static walk only. As GroupedGemmProblem::tile_counter.
+  unsigned* tile_counter = nullptr;
   // What runs: kFp8Sm90 (gemm_planner.h plan_gemm_fp8, or a forced plan that
   // gemm_fp8_plan_rejection accepts).
   GemmPlan plan;

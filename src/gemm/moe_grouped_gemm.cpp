@@ -26,6 +26,10 @@ size_t grouped_gemm_workspace_size(const GroupedGemmArgs&) {
   return detail::kTileCounterBytes;
 }
 
+size_t grouped_gemm_fp8_workspace_size(const GroupedGemmFP8Args&) {
+  return detail::kTileCounterBytes;
+}
+
 namespace {
 
 // The activation and the layout's own fields (both GEMM ops); returns whether it is masked.
@@ -262,12 +266,18 @@ detail::GroupedGemmFP8Problem checked_fp8_problem(const GroupedGemmFP8Args& args
     MOEKIT_REQUIRE(check, !args.c_scale.defined(), "c_scale",
                    "undefined with a bf16 c (the scale of an fp8e4m3 c)", args.c_scale.describe());
   }
-  check.outputs_disjoint({{"c", args.c}}, {{"a", args.a},
-                                           {"a_scale", args.a_scale},
-                                           {"b", args.b},
-                                           {"b_scale", args.b_scale},
-                                           {"layout_metadata", args.layout_metadata},
-                                           {"c_scale", args.c_scale}});
+  // The workspace is optional; one that is given must be valid.
+  if (args.workspace.data != nullptr || args.workspace.bytes != 0) {
+    check.workspace(args.workspace, grouped_gemm_fp8_workspace_size(args));
+  }
+  check.outputs_disjoint({{"c", args.c}},
+                         {{"a", args.a},
+                          {"a_scale", args.a_scale},
+                          {"b", args.b},
+                          {"b_scale", args.b_scale},
+                          {"layout_metadata", args.layout_metadata},
+                          {"c_scale", args.c_scale}},
+                         args.workspace);
   *launches = !(rows == 0 || N == 0 || E == 0);
 
   detail::GroupedGemmFP8Problem p;
@@ -277,6 +287,7 @@ detail::GroupedGemmFP8Problem checked_fp8_problem(const GroupedGemmFP8Args& args
   p.b_scale = static_cast<const float*>(args.b_scale.data);
   p.c = args.c.data;
   p.c_scale = fp8_out ? static_cast<const float*>(args.c_scale.data) : nullptr;
+  p.tile_counter = static_cast<unsigned*>(args.workspace.data);
   p.layout_metadata = static_cast<const int32_t*>(args.layout_metadata.data);
   p.contiguous = !masked;
   p.alignment = masked ? 1 : args.layout.alignment;

@@ -3,6 +3,7 @@
 #include "moe/fp8_mlp.h"
 
 #include "core/check.h"
+#include "gemm/grouped_gemm.h"  // kTileCounterBytes
 #include "gemm/grouped_gemm_fp8.h"
 
 namespace moekit::detail {
@@ -22,8 +23,15 @@ const float* stand_in() {
   return &v;
 }
 
+// The same for the tile counter, which the MLP's workspace always holds (carve_fp8_mlp).
+unsigned* counter_stand_in() {
+  static unsigned v = 0;
+  return &v;
+}
+
 GroupedGemmFP8Problem problem(const Fp8MlpShapes& s, int64_t n, int64_t k) {
   GroupedGemmFP8Problem p;
+  p.tile_counter = counter_stand_in();
   p.contiguous = true;
   p.alignment = s.alignment;
   p.num_groups = static_cast<int>(s.E);
@@ -125,6 +133,8 @@ Fp8MlpBuffers carve_fp8_mlp(const Fp8MlpShapes& s, bool dense, WorkspaceCarver& 
   if (s.scheme == QuantScheme::kFp8PerTensor)
     b.amax = static_cast<uint32_t*>(ws.take(sizeof(uint32_t)));
   if (dense) b.ends = static_cast<int32_t*>(ws.take(sizeof(int32_t)));
+  // Both GEMMs' (one stream, one after the other; each launch zeroes it).
+  b.tile_counter = static_cast<unsigned*>(ws.take(kTileCounterBytes));
   return b;
 }
 
@@ -177,6 +187,7 @@ void run_fp8_mlp(const Fp8MlpRun& run, cudaStream_t stream) {
   up.c = s.static_act ? r.b.q_act : r.b.act;
   up.c_scale = s.static_act ? r.scales.a_down : nullptr;
   up.c_amax = act_amax ? r.b.amax : nullptr;
+  up.tile_counter = r.b.tile_counter;
   up.plan = r.plan.gate_up;
   run_grouped_gemm_fp8(up, stream);
   const float* act_scale = r.scales.a_down;
@@ -209,6 +220,7 @@ void run_fp8_mlp(const Fp8MlpRun& run, cudaStream_t stream) {
   down.b_scale = r.scales.down;
   down.layout_metadata = ends;
   down.c = r.out;
+  down.tile_counter = r.b.tile_counter;
   down.plan = r.plan.down;
   run_grouped_gemm_fp8(down, stream);
 }

@@ -57,8 +57,9 @@ struct Fp8MlpBuffers {
   void* act = nullptr;
   void* q_act = nullptr;
   float* act_scales = nullptr;
-  uint32_t* amax = nullptr;  // fp8_per_tensor without a static scale
-  int32_t* ends = nullptr;   // dense: [1] = P
+  uint32_t* amax = nullptr;          // fp8_per_tensor without a static scale
+  int32_t* ends = nullptr;           // dense: [1] = P
+  unsigned* tile_counter = nullptr;  // the GEMMs' dynamic schedule (kTileCounterBytes)
 };
 Fp8MlpBuffers carve_fp8_mlp(const Fp8MlpShapes& s, bool dense, WorkspaceCarver& ws);
 

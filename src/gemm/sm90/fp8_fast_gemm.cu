@@ -1,8 +1,8 @@
 // The SM90 FP8 grouped GEMM's fast-accumulation form, plan `fp8_sm90 128x256` (docs/gemm.md
 // "FP8 fast accumulation"): the bf16 engine of grouped_gemm.cuh (128 x 256 tiles, TMA into
-// 128-byte-swizzled stages, wgmma from two consumer warpgroups, a persistent static walk of the
-// device-side tile schedule) on e4m3 operands, BK = 128 e4m3 (one swizzle atom, as the bf16
-// kernels' 64), the whole k summed in the wgmma accumulators and each output scaled once in
+// 128-byte-swizzled stages, wgmma from two consumer warpgroups, a persistent static or dynamic
+// walk of the device-side tile schedule) on e4m3 operands, BK = 128 e4m3 (one swizzle atom, as the
+// bf16 kernels' 64), the whole k summed in the wgmma accumulators and each output scaled once in
 // the epilogue: a_scale(row) * b_scale(b row) (per channel: the token's and the weight row's;
 // per tensor: one each). So per-tensor and per-channel scales only (constant along k; block
 // scales change every 128 k) and a bf16 c.
@@ -178,6 +178,9 @@ void launch_grouped_gemm_sm90_fp8_fast(const GroupedGemmFP8Problem& prob, cudaSt
   const Fp8ScaleIndex si = fp8_scale_index(prob.scales, silu ? 2 * prob.n : prob.n, prob.k);
   const Fp8OutputScales scales{prob.a_scale, prob.b_scale, si.a_row,
                                si.b_group,   si.b_row,     prob.c_amax};
+  // The plan's schedule: dynamic claims from the zeroed counter, else the static walk.
+  unsigned* counter = prob.plan.schedule == GemmSchedule::kDynamic ? prob.tile_counter : nullptr;
+  p.tile_counter = sm90_tile_counter(counter, stream, op, &p.dynamic_waves);
   static_assert(sizeof(SharedStorage<Cfg, E4M3>) <= 227 * 1024, "SM90 shared memory per block");
   constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<Cfg, E4M3>));
   const bool per_channel = prob.scales == Fp8Scales::kPerChannel;

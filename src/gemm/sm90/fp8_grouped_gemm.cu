@@ -30,7 +30,9 @@
 //   (CUTLASS's "fast accumulation") gave e4m3 outputs ~3% off one ulp at k = 7552.
 // - Persistent grid over a device-side tile schedule of the masked counts or contiguous
 //   ends (schedule.cuh; no host sync; empty groups have no tiles): group-major, then
-//   n-tile, m-tile fastest.
+//   n-tile, m-tile fastest. Walked statically, or (plan `dynamic`, a tile counter given)
+//   claimed in id order, so a group's m-tiles that read one b tile run side by side and
+//   b streams from DRAM about once (docs/gemm.md "FP8 SM90").
 // - a is (max_m, k, G) masked, (P, k, 1) contiguous: rows past the slab / buffer are
 //   zero-filled by TMA, rows past the group's count are loaded (their output rows are never
 //   stored: wgmma rows are independent). b is (b rows, k, G): rows past the end and k past
@@ -93,6 +95,7 @@ struct Fp8Storage {
   alignas(1024) E4M3 a[cute::cosize_v<Cfg::SmemLayoutA>];
   alignas(1024) E4M3 b[cute::cosize_v<Cfg::SmemLayoutB>];
   typename Cfg::Pipeline::SharedStorage pipeline;
+  TileChannel channel;                  // tile ids, producer -> consumers (schedule.cuh)
   int tile_start[Cfg::MAX_GROUPS + 1];  // tiles before group g; [G] = total
 };
 static_assert(sizeof(Fp8Storage) <= 227 * 1024, "shared memory");
@@ -112,6 +115,10 @@ struct Fp8Params {
   int silu;               // for locate_tile: b_row1 = n + n0, 64 output columns per tile
   int k_blocks, n_tiles;  // n_tiles: ceil(n / 128), silu ceil(n / 64)
   int tile_bound;         // the host's upper bound of tiles
+  // nullptr: the static walk; else a zeroed counter the producer claims tile ids from
+  // (the dynamic schedule, schedule.cuh next_tile_id), dynamic_waves as the bf16 kernels'.
+  unsigned* tile_counter;
+  int dynamic_waves;
 };
 
 // The b rows of accumulator column col (0..127) of tile t: box 0 holds columns 0..63 (b rows
@@ -181,6 +188,7 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   // Tile schedule from the device counts / ends (no host sync): schedule.cuh.
   build_tile_schedule<Cfg::THREADS, BM>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
 
+  if (threadIdx.x == 0) channel_init(ss.channel, 8);  // both consumer warpgroups read every id
   const auto pp = pipeline_params<Pipeline>(warp_group, Cfg::BASE_TX_BYTES, Cfg::CONSUMER_THREADS);
   Pipeline pipeline(ss.pipeline, pp, Shape<_1, _1, _1>{});
   __syncthreads();  // barriers and the schedule are visible to all
@@ -192,7 +200,15 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
       PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-      for (int id = blockIdx.x; id < total; id += gridDim.x) {
+      // Tile ids: the static walk, or claimed from the counter kClaimAhead stages before a
+      // tile's last load (next_tile_id), each handed to the consumers before its loads.
+      const int stride = static_cast<int>(gridDim.x);
+      const int base = dynamic_base(total, stride, p.tile_counter, p.dynamic_waves);
+      const int claim_kb = claim_stage(k_blocks);
+      int j = 0;
+      for (int id = blockIdx.x, next = 0; id < total; id = next) {
+        channel_put(ss.channel, j++, id);
+        if (k_blocks == 0) next = next_tile_id(id, stride, p.tile_counter, base);
         const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
         // a rows of the tile: up to 48 valid rows in 16-row boxes, else one or two 64-row
         // boxes (a decode tile of a few rows loads 16 a rows per stage, not 128). Rows of the
@@ -225,8 +241,10 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
                                     t.a_row + i * Cfg::A_BOX, t.a_l, kEvictNormal);
           }
           ++write;
+          if (kb == claim_kb) next = next_tile_id(id, stride, p.tile_counter, base);
         }
       }
+      channel_put(ss.channel, j, total);
       pipeline.producer_tail(write);
     }
   } else {
@@ -269,7 +287,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     AmaxObserver amax;  // this thread's max |c| (bf16 c with c_amax)
 
     PipelineState read;
-    for (int id = blockIdx.x; id < total; id += gridDim.x) {
+    int j = 0;
+    for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id);
       // No valid row in this half (its a box was not even loaded): only keep in step.
       const bool skip = wg_row0 >= t.rows;
@@ -490,6 +509,9 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& prob, cudaStream_
   p.k_blocks = static_cast<int>((prob.k + Cfg::BK - 1) / Cfg::BK);
   p.n_tiles = static_cast<int>(n_tiles);
   p.tile_bound = static_cast<int>(tiles);
+  // The plan's schedule: dynamic claims from the zeroed counter, else the static walk.
+  unsigned* counter = prob.plan.schedule == GemmSchedule::kDynamic ? prob.tile_counter : nullptr;
+  p.tile_counter = sm90_tile_counter(counter, stream, op, &p.dynamic_waves);
   const int smem = static_cast<int>(sizeof(Fp8Storage));
   // Both promote every 128 k; block scales there, per-channel / per-tensor ones once at the end.
   const bool block_scales = prob.scales == Fp8Scales::kBlock;
