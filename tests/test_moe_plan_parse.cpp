@@ -84,6 +84,34 @@ TEST(PlanParse, EveryCandidateOfTheSeedModelsRoundTrips) {
   EXPECT_GT(layers, 500u);
 }
 
+// The same for FP8 weights in each scheme (the layers and their shared experts): the FP8
+// GEMMs' tile shapes in both schedules.
+TEST(PlanParse, EveryFp8CandidateRoundTrips) {
+  const detail::GemmDevice h200(detail::h200_props());
+  std::set<std::string> seen;
+  for (const Model& m : kModels) {
+    for (int64_t T : kCounts) {
+      for (QuantScheme q :
+           {QuantScheme::kFp8Block128, QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+        detail::LayerProblem p;
+        p.s = {DType::kBF16, T, m.H, m.E, m.F, m.K};
+        p.s.quant = q;
+        p.S = m.S;
+        p.shared_quant = m.S > 0 ? q : QuantScheme::kNone;
+        for (const LayerPlan& plan : detail::layer_plan_candidates(p, h200)) {
+          SCOPED_TRACE(std::string(m.name) + " T=" + std::to_string(T));
+          expect_round_trip(plan, &seen);
+          if (plan.routed == RoutedPath::kSorted) expect_mlp_round_trip(plan.experts, &seen);
+          if (plan.has_shared) expect_mlp_round_trip(plan.shared, &seen);
+        }
+      }
+    }
+  }
+  for (const char* plan : {"fp8_sm90 128x128", "fp8_sm90 128x128 dynamic", "fp8_sm90 128x256",
+                           "fp8_sm90 128x256 dynamic"})
+    EXPECT_EQ(seen.count(plan), 1u) << plan;
+}
+
 TEST(PlanParse, HandWrittenForms) {
   GemmPlan g;
   ASSERT_TRUE(parse_plan("decode_splitk 32x128 split4", &g));
