@@ -443,6 +443,12 @@ TEST(GemmValidation, Fp8RejectsEachBadInput) {
   bad([](auto& x) { x.c.dtype = DType::kF32; }, "c");
   bad([](auto& x) { x.c = view(DType::kBF16, {2, 5, 136}); }, "c");
   bad([](auto& x) { x.a.data = g_buf + 8; }, "a");
+  // The optional workspace: given, it must be big enough and 256-byte aligned.
+  const size_t ws = grouped_gemm_fp8_workspace_size(good_fp8());
+  EXPECT_EQ(ws, detail::kTileCounterBytes);
+  bad([&](auto& x) { x.workspace = {g_buf, ws - 1}; }, "workspace");
+  bad([&](auto& x) { x.workspace = {nullptr, ws}; }, "workspace");
+  bad([&](auto& x) { x.workspace = {g_buf + 16, ws}; }, "workspace");
 }
 
 // A valid contiguous FP8 GEMM (P = 40 rows, E = 2, N = 24, Kd = 256) of `scales`, its views
