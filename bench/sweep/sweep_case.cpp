@@ -201,7 +201,7 @@ void draw_knobs(SweepCase& c, Rng& rng, int64_t round) {
   } else if (f == "no_workspace") {
     c.workspace = false;
   } else if (f == "fp8_plan") {
-    k.fp8_plan = cycle(2);
+    k.fp8_plan = cycle(4);  // two tile shapes x two schedules (modulo the case's candidates)
   } else if (f == "mlp_plan") {
     k.mlp_plan = cycle(1 << 12);
   } else if (f == "routed_path") {

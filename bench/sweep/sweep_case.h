@@ -95,7 +95,7 @@ struct SweepCase {
   int levels = 0;          // > 0: integer logits from [0, levels): exact ties
   // GEMMs.
   bool silu = false;
-  bool workspace = true;  // moe_grouped_gemm: pass the optional workspace
+  bool workspace = true;  // moe_grouped_gemm(_fp8): pass the optional workspace
   // Engine inputs (docs/moe.md, "Engine inputs"). ep_ranks >= 2 (fused_moe_experts,
   // indexed_expert_mlp; the layers without grouped routing): ids (the layers: gating
   // logits) over E * ep_ranks global experts and an expert_map holding this rank's E; ids64:

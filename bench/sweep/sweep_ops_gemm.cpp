@@ -162,11 +162,14 @@ void run_grouped_gemm_fp8(Context& ctx, const SweepCase& c, Outcome& o) {
   args.activation = c.silu ? Activation::kSiluAndMul : Activation::kNone;
   args.c = out.view();
   args.c_scale = c_scale.view();
+  // The optional workspace (its dynamic schedule), as moe_grouped_gemm's cases.
+  if (c.workspace) args.workspace = ctx.workspace(grouped_gemm_fp8_workspace_size(args));
   GemmPlan plan;
   if (c.knobs.fp8_plan >= 0) {
     args.plan = forced_plan(c.knobs.fp8_plan, grouped_gemm_fp8_plan_candidates(args), &plan);
   }
-  run_twice(ctx, {{&out}, {}, [&](cudaStream_t st) { moe_grouped_gemm_fp8(args, st); }}, o);
+  run_twice(ctx, {{&out}, args.workspace, [&](cudaStream_t st) { moe_grouped_gemm_fp8(args, st); }},
+            o);
   scan_output(ctx, o, "c", out, &pr.valid);
   check_reference(
       ctx, o, c, out, pr, DType::kFP8E4M3,

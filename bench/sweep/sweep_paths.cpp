@@ -122,6 +122,8 @@ std::string path_taken(const SweepCase& c) {
       p.activation = c.silu ? Activation::kSiluAndMul : Activation::kNone;
       static float c_scale;  // an e4m3 c's scale (stand-in)
       p.c_scale = c.out == DType::kFP8E4M3 ? &c_scale : nullptr;
+      static unsigned counter;  // the workspace's tile counter (stand-in)
+      p.tile_counter = c.workspace ? &counter : nullptr;
       if ((c.masked ? p.max_m : p.m) <= 0 || p.n == 0 || p.num_groups == 0) return "no launch";
       const detail::GemmDevice device = detail::current_gemm_device();
       GemmPlan storage;
