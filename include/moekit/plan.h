@@ -8,7 +8,7 @@
 // properties. plan_*(args) returns the plan an op would run, without running it;
 // *_plan_candidates(args) lists the candidate plans (the planner's pick among them): every
 // GEMM plan that runs; for MLP and layer plans, each part's alternatives with the other
-// parts as planned (not their product; an FP8 MLP's two GEMMs, with 2-6 candidates each, as
+// parts as planned (not their product; an FP8 MLP's two GEMMs, with 1-4 candidates each, as
 // every pair); stream-K at one CTA per SM only. An op runs the
 // plan its args name (args.plan), else the planner's; a named plan that cannot run the
 // arguments throws moekit::Error saying why.

@@ -98,7 +98,7 @@ MlpPlan plan_fp8_mlp(const Fp8MlpShapes& s, const GemmDevice& device) {
 
 std::vector<MlpPlan> fp8_mlp_plan_candidates(const Fp8MlpShapes& s, const GemmDevice& device) {
   // Every pair of the two GEMMs' candidates, not each varied beside the other's plan as the
-  // bf16 MLPs: 2-6 each (tile shapes and schedules), few enough to time every pair.
+  // bf16 MLPs: 1-4 each (tile shapes and schedules), few enough to time every pair.
   std::vector<MlpPlan> out;
   for (const GemmPlan& up : gemm_fp8_plan_candidates(fp8_gate_up_problem(s), device)) {
     for (const GemmPlan& down : gemm_fp8_plan_candidates(fp8_down_problem(s), device)) {
