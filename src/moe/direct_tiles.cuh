@@ -34,11 +34,17 @@
 #include <cstdint>
 
 #include "core/dtype.cuh"
+#include "core/pdl.cuh"
+#include "mlp/pdl_roles.h"
 #include "moe/direct_routes.cuh"
 
 namespace moekit::detail {
 namespace direct {
 namespace {  // NOLINT: internal linkage in each kernel unit, as direct_routes.cuh
+
+using gemm::pdl_roles::kPdlFirst;   // NOLINT
+using gemm::pdl_roles::kPdlNone;    // NOLINT
+using gemm::pdl_roles::kPdlSecond;  // NOLINT
 
 // Scales of weights that have none (bf16 / f16).
 struct NoScales {
@@ -54,7 +60,7 @@ struct NoScales {
 // NoScales). out holds TOut; Out is its declared pointee, TOut or void (the bf16 / f16 kernels
 // take a void* and cast at the store, as they did before the share: the same machine code).
 template <class T, class Weights, class Scales, class Ids, bool kGateUp, int MT, int U, class TOut,
-          class Out, class... ScaleArgs>
+          class Out, int kPdl, class... ScaleArgs>
 __global__ void __launch_bounds__(BlockThreads<Weights>::value,
                                   2 * kThreads / BlockThreads<Weights>::value)
     direct_gemv_kernel(const T* __restrict__ in, const typename Weights::Elem* __restrict__ w,
@@ -71,6 +77,12 @@ __global__ void __launch_bounds__(BlockThreads<Weights>::value,
   constexpr int kInLoads = kPerLoad / 8;  // 16-byte loads of route input per weight load
   constexpr int kMmas = kPerLoad / 4;     // k16 mmas per weight load of two rows
 
+  // PDL (kPdl, core/pdl.cuh): a gate/up kernel (kPdlFirst) waits before it reads topk_ids,
+  // which the routing kernel before it may write. A down kernel (kPdlSecond) runs after such a
+  // gate/up kernel, which waited for topk_ids before it let down launch: down decodes its routes
+  // and sends the head of its first item's weight rows to L2 while gate/up ends, and waits only
+  // before it reads act (gate/up's output). Both then let the next kernel launch.
+  if constexpr (kPdl == kPdlFirst) pdl_wait();
   decode_experts<Ids, NT>(Ids{topk_ids}, R, E, sm);
   const int64_t num_items = static_cast<int64_t>(sm.num_active) * tiles;
 
@@ -79,8 +91,24 @@ __global__ void __launch_bounds__(BlockThreads<Weights>::value,
   const int kc = static_cast<int>(kdim / kPerLoad);  // 16-byte chunks per weight row
   const int nsteps = (kc + 3) / 4;                   // a warp step covers 4 chunks
   const int64_t rows_per_expert = kGateUp ? 2 * n_out : n_out;
-  scales.begin(kdim, rows_per_expert);
   constexpr int kTileCols = kGateUp ? 16 : 16 * MT;
+  if constexpr (kPdl == kPdlSecond) {
+    if (blockIdx.x < num_items) {  // block-uniform
+      const int slot = static_cast<int>(blockIdx.x / tiles);
+      const int64_t row =
+          (blockIdx.x - static_cast<int64_t>(slot) * tiles) * kTileCols + threadIdx.x;
+      const int e = expert_of_slot(slot, E, sm);
+      // The k the block's warps load first (NW warps, U steps of 64 k each).
+      const int64_t first_k = static_cast<int64_t>(NW) * U * 4 * kPerLoad;
+      const int64_t head = kdim < first_k ? kdim : first_k;
+      if (threadIdx.x < kTileCols && row < n_out)
+        gemm::bulk_prefetch_l2(w + (static_cast<int64_t>(e) * rows_per_expert + row) * kdim,
+                               static_cast<int>(head * sizeof(typename Weights::Elem)));
+    }
+    pdl_wait();
+  }
+  if constexpr (kPdl != kPdlNone) pdl_trigger();
+  scales.begin(kdim, rows_per_expert);
 
   int cached_expert = -1, m = 0;
   for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x) {

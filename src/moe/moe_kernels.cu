@@ -44,7 +44,7 @@ struct HalfWeights {
 template <class T, bool kGateUp, int MT, int U>
 constexpr auto direct_half_kernel =
     direct_gemv_kernel<T, HalfWeights<T>, NoScales, RouteIds, kGateUp, MT, U,
-                       std::conditional_t<kGateUp, T, float>, void>;
+                       std::conditional_t<kGateUp, T, float>, void, kPdlNone>;
 
 constexpr int kGateUpMT = 2, kGateUpU = 4;  // 32 weight rows per tile, 4 steps in flight
 constexpr int kDownMT = 4, kDownU = 2;      // 64 weight rows per tile, 2 steps in flight

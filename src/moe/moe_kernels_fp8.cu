@@ -22,6 +22,7 @@
 #include "core/check.h"
 #include "core/device.h"
 #include "core/dtype.cuh"
+#include "core/pdl.cuh"
 #include "moe/direct_routes.cuh"
 #include "moe/direct_tiles.cuh"
 #include "moe/moe_internal.h"
@@ -136,7 +137,8 @@ struct Fp8Scales {
 template <class T, bool kGateUp, bool kBlock, class TOut, int MT, int U>
 constexpr auto direct_fp8_kernel =
     direct::direct_gemv_kernel<T, E4m3Weights<T>, Fp8Scales<kGateUp, kBlock>, IdsOrDense, kGateUp,
-                               MT, U, TOut, TOut, const float*, bool>;
+                               MT, U, TOut, TOut, kGateUp ? direct::kPdlFirst : direct::kPdlSecond,
+                               const float*, bool>;
 
 // Tiles and steps in flight (warp steps of 64 k loaded before any is used): gate/up 16
 // columns (16 gate + 16 up rows), 3 steps; down 64 rows, 2 steps: 12 and 16 weight loads of
@@ -174,9 +176,9 @@ void launch_fp8(const MoEShapes& s, QuantScheme scheme, const Fp8Stage& st, cuda
     const auto go = [&](auto kernel, auto* out) {
       constexpr int threads = E4m3Weights<scalar_t>::kBlockThreads;
       const int64_t grid = persistent_grid(kernel, slots * tiles, threads);
-      kernel<<<static_cast<unsigned>(grid), threads, 0, stream>>>(
-          static_cast<const scalar_t*>(st.in), static_cast<const uint8_t*>(st.w), st.scale,
-          per_channel, st.topk_ids, out, static_cast<int>(R), topk, E, n_out, kdim, tiles);
+      launch_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(threads), 0, stream,
+                 static_cast<const scalar_t*>(st.in), static_cast<const uint8_t*>(st.w), st.scale,
+                 per_channel, st.topk_ids, out, static_cast<int>(R), topk, E, n_out, kdim, tiles);
     };
     if constexpr (kGateUp) {
       scalar_t* out = static_cast<scalar_t*>(st.out);
