@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/host_dtype.h"
+#include "core/pdl.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"
@@ -453,14 +454,119 @@ TEST(MoEFp8Gpu, FusedMoeMatchesReference) {
   }
 }
 
+bool same_bytes(const HostTensor& a, const HostTensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+// Sets detail::pdl_override() for a scope (1 on, 2 off).
+class ScopedPdl {
+ public:
+  explicit ScopedPdl(int v) : prev_(detail::pdl_override()) { detail::pdl_override() = v; }
+  ~ScopedPdl() { detail::pdl_override() = prev_; }
+
+ private:
+  int prev_;
+};
+
+// The FP8 direct kernels launch with PDL (docs/moe.md "FP8 direct kernels"; down decodes its
+// routes and prefetches weights before its wait): fused_moe_shared_expert with FP8 routed and
+// shared weights at decode, kRounds calls in one stream over one workspace (each call's routing
+// overwrites the ids, activations and down rows the previous call's kernels read), captured as
+// a graph with PDL on and off. Replayed back to back, every round's output equals the round run
+// alone, bit for bit.
+TEST(MoEFp8Gpu, DirectLayerChainWithPdlMatchesPlainBitForBit) {
+  MOEKIT_REQUIRE_GPU();
+  constexpr int kRounds = 3;
+  // A long gate/up (k = H) before a short down (k = F) on a grid of few blocks: down's blocks
+  // start beside gate/up's, so a read of act before down's wait would see the last round's.
+  const int64_t H = 4096, E = 16, F = 128, S = 384;
+  uint64_t seed = 4400;
+  for (int64_t T : {1, 17, 64}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    std::mt19937_64 rng(++seed);
+    const Fp8Weights rw(rng, QuantScheme::kFp8Block128, E, H, F);
+    const Fp8Weights sw(rng, QuantScheme::kFp8PerChannel, 0, H, S);
+    DeviceTensor wgu(rw.wgu), wd(rw.wd), sgu(rw.sgu), sd(rw.sd);
+    DeviceTensor swgu(sw.wgu), swd(sw.wd), ssgu(sw.sgu), ssd(sw.sd);
+    const HostTensor bias = moetest::normal(rng, DType::kF32, {E}, 0.1);
+    DeviceTensor db(bias);
+    std::vector<DeviceTensor> dx, dl, dout;
+    std::vector<FusedMoESharedExpertArgs> args(kRounds);
+    for (int r = 0; r < kRounds; ++r) {
+      dx.emplace_back(moetest::normal(rng, DType::kBF16, {T, H}, 1.0));
+      dl.emplace_back(moetest::normal(rng, DType::kF32, {T, E}, 1.0));
+      dout.emplace_back(DType::kBF16, std::vector<int64_t>{T, H}, kPoison);
+    }
+    for (int r = 0; r < kRounds; ++r) {
+      FusedMoESharedExpertArgs& a = args[r];
+      a.moe.hidden_states = dx[r].view();
+      a.moe.gating_output = dl[r].view();
+      a.moe.correction_bias = db.view();
+      a.moe.params.top_k = 4;
+      a.moe.params.renormalize = true;
+      a.moe.params.scoring_func = ScoringFunc::kSigmoid;
+      a.moe.params.num_expert_group = 4;
+      a.moe.params.topk_group = 2;
+      a.moe.w_gate_up = wgu.view();
+      a.moe.w_down = wd.view();
+      a.moe.quant = quant_of(QuantScheme::kFp8Block128, sgu, sd);
+      a.moe.output = dout[r].view();
+      a.shared_w_gate_up = swgu.view();
+      a.shared_w_down = swd.view();
+      a.shared_quant = quant_of(QuantScheme::kFp8PerChannel, ssgu, ssd);
+    }
+    ASSERT_EQ(plan_fused_moe_shared_expert(args[0]).routed, RoutedPath::kDirect);
+    DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(args[0]));
+    for (FusedMoESharedExpertArgs& a : args) a.moe.workspace = ws.get();
+    cudaStream_t stream;
+    MOEKIT_CUDA_OK(cudaStreamCreate(&stream));
+    const auto enqueue = [&] {
+      for (const FusedMoESharedExpertArgs& a : args) fused_moe_shared_expert(a, stream);
+    };
+    std::vector<HostTensor> want;
+    {
+      ScopedPdl off(2);
+      for (const FusedMoESharedExpertArgs& a : args) {  // each round alone
+        fused_moe_shared_expert(a, stream);
+        MOEKIT_CUDA_OK(cudaStreamSynchronize(stream));
+      }
+    }
+    for (int r = 0; r < kRounds; ++r) {
+      want.push_back(dout[r].download());
+      const auto* bits = static_cast<const uint16_t*>(want[r].data());
+      int64_t poisoned = 0;
+      for (int64_t i = 0; i < T * H; ++i) poisoned += bits[i] == 0xFFFF;
+      EXPECT_EQ(poisoned, 0) << "round " << r << " left poisoned outputs";
+    }
+    const auto capture = [&](int pdl, cudaGraph_t& g, cudaGraphExec_t& exec) {
+      ScopedPdl knob(pdl);
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      enqueue();
+      ASSERT_EQ(cudaStreamEndCapture(stream, &g), cudaSuccess);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+    };
+    for (int pdl : {2, 1}) {
+      SCOPED_TRACE(pdl == 1 ? "PDL on" : "PDL off");
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      capture(pdl, g, exec);
+      for (int r = 0; r < kRounds; ++r)
+        MOEKIT_CUDA_OK(cudaMemset(dout[r].data(), kPoison, want[r].nbytes()));
+      for (int rep = 0; rep < 3; ++rep) MOEKIT_CUDA_OK(cudaGraphLaunch(exec, stream));
+      MOEKIT_CUDA_OK(cudaStreamSynchronize(stream));
+      for (int r = 0; r < kRounds; ++r)
+        EXPECT_TRUE(same_bytes(dout[r].download(), want[r])) << "round " << r;
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(g);
+    }
+    MOEKIT_CUDA_OK(cudaStreamDestroy(stream));
+  }
+}
+
 // ---- FP8 weights with the engine inputs (docs/moe.md "With activations, biases and the
 // engine inputs") ----
 
 using enginetest::Map;
-
-bool same_bytes(const HostTensor& a, const HostTensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
 
 // An expert map with i64 (or i32) global ids, and the router weight on the input (top-1):
 // against the reference, and bit for bit against the op on the inputs an engine would
