@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "core/host_dtype.h"
-#include "core/pdl.h"
 #include "moekit/moe.h"
 #include "moekit/reference.h"
 #include "reference/accuracy.h"
@@ -29,6 +28,7 @@ namespace {
 using moetest::Ids;
 using testing::DeviceTensor;
 using testing::DeviceWorkspace;
+using testing::ScopedPdl;
 
 constexpr QuantScheme kSchemes[] = {QuantScheme::kFp8PerTensor, QuantScheme::kFp8PerChannel,
                                     QuantScheme::kFp8Block128};
@@ -457,16 +457,6 @@ TEST(MoEFp8Gpu, FusedMoeMatchesReference) {
 bool same_bytes(const HostTensor& a, const HostTensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
-
-// Sets detail::pdl_override() for a scope (1 on, 2 off).
-class ScopedPdl {
- public:
-  explicit ScopedPdl(int v) : prev_(detail::pdl_override()) { detail::pdl_override() = v; }
-  ~ScopedPdl() { detail::pdl_override() = prev_; }
-
- private:
-  int prev_;
-};
 
 // The FP8 direct kernels launch with PDL (docs/moe.md "FP8 direct kernels"; down decodes its
 // routes and prefetches weights before its wait): fused_moe_shared_expert with FP8 routed and

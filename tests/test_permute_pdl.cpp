@@ -24,23 +24,15 @@
 namespace moekit {
 namespace {
 
-// Sets pdl_override() for a scope.
-class PdlOverride {
- public:
-  explicit PdlOverride(int v) : prev_(detail::pdl_override()) { detail::pdl_override() = v; }
-  ~PdlOverride() { detail::pdl_override() = prev_; }
-
- private:
-  int prev_;
-};
+using testing::ScopedPdl;
 
 TEST(Pdl, OverrideAndEnvironment) {
   {
-    PdlOverride on(1);
+    ScopedPdl on(1);
     EXPECT_TRUE(detail::pdl_enabled());
   }
   {
-    PdlOverride off(2);
+    ScopedPdl off(2);
     EXPECT_FALSE(detail::pdl_enabled());
   }
   // Default: on unless MOEKIT_PDL=0.
@@ -246,11 +238,11 @@ void check_chain(const ChainShape& shape, uint64_t seed) {
     MOEKIT_CUDA_OK(cudaStreamSynchronize(s));
     Graph plain, pdl;
     {
-      PdlOverride off(2);
+      ScopedPdl off(2);
       capture(ch, s, plain);
     }
     {
-      PdlOverride on(1);
+      ScopedPdl on(1);
       capture(ch, s, pdl);
     }
     EXPECT_EQ(programmatic_edges(plain.graph), 0u);
@@ -270,7 +262,7 @@ void check_chain(const ChainShape& shape, uint64_t seed) {
       expect_same(ch.snapshot(), want, "PDL graph");
       // Eager launches with PDL on (stream serialization instead of graph edges).
       {
-        PdlOverride on(1);
+        ScopedPdl on(1);
         ch.enqueue(s);
       }
       MOEKIT_CUDA_OK(cudaStreamSynchronize(s));

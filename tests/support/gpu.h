@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/pdl.h"
 #include "reference/host_tensor.h"
 
 namespace moekit::testing {
@@ -58,6 +59,18 @@ class DeviceWorkspace {
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// detail::pdl_override() (1 on, 2 off) for one scope.
+class ScopedPdl {
+ public:
+  explicit ScopedPdl(int v) : prev_(detail::pdl_override()) { detail::pdl_override() = v; }
+  ~ScopedPdl() { detail::pdl_override() = prev_; }
+  ScopedPdl(const ScopedPdl&) = delete;
+  ScopedPdl& operator=(const ScopedPdl&) = delete;
+
+ private:
+  int prev_;
 };
 
 }  // namespace moekit::testing
