@@ -59,6 +59,7 @@ struct NoScales {
 // scales{scale_args...}`: the scales' kernel arguments, between w and topk_ids (none for
 // NoScales). out holds TOut; Out is its declared pointee, TOut or void (the bf16 / f16 kernels
 // take a void* and cast at the store, as they did before the share: the same machine code).
+// kPdl: the kernel's PDL role (mlp/pdl_roles.h; below), kPdlNone for a plain launch.
 template <class T, class Weights, class Scales, class Ids, bool kGateUp, int MT, int U, class TOut,
           class Out, int kPdl, class... ScaleArgs>
 __global__ void __launch_bounds__(BlockThreads<Weights>::value,
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(BlockThreads<Weights>::value,
   // which the routing kernel before it may write. A down kernel (kPdlSecond) runs after such a
   // gate/up kernel, which waited for topk_ids before it let down launch: down decodes its routes
   // and sends the head of its first item's weight rows to L2 while gate/up ends, and waits only
-  // before it reads act (gate/up's output). Both then let the next kernel launch.
+  // before it reads act (gate/up's output). Both trigger once their routes are decoded.
   if constexpr (kPdl == kPdlFirst) pdl_wait();
   decode_experts<Ids, NT>(Ids{topk_ids}, R, E, sm);
   const int64_t num_items = static_cast<int64_t>(sm.num_active) * tiles;
