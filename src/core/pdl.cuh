@@ -16,6 +16,10 @@
 //    An L2 prefetch (cp.async.bulk.prefetch.L2) of inputs may come before it: it
 //    brings no data into the SM, and the L2 is coherent, so the loads after the wait
 //    still see the previous grid's writes.
+//    An input complete before the previous kernel passed its own wait may be read
+//    before it too: the previous kernel's CTAs trigger only after their wait, so this
+//    kernel starts after that input's producer ended (the FP8 direct down kernel reads
+//    topk_ids so, after the gate/up kernel that waited for them; moe/direct_tiles.cuh).
 //  * pdl_trigger() after the CTA's main global loads, before its stores. It only
 //    lets the next kernel be scheduled early (that kernel still waits for this one
 //    to complete); a CTA that exits without it counts as triggered.
