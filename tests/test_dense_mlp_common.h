@@ -140,9 +140,7 @@ inline HostTensor run_plan(MlpDevice& d, const MlpPlan& plan, cudaStream_t strea
 }
 
 // The PDL switch (0 default, 1 on, 2 off) for one scope.
-struct PdlKnob : ScopedKnob {
-  explicit PdlKnob(int value) : ScopedKnob(detail::pdl_override(), value) {}
-};
+using testing::ScopedPdl;
 
 // The path's plan against the reference on each case, PDL on and off (fresh device copies
 // with poisoned output and workspace each time). The path has to run these shapes on an
@@ -155,7 +153,7 @@ inline void expect_path_matches_reference(MlpPath path, const std::vector<MlpCas
     const HostTensor ref = in.reference(c);
     for (int pdl : {1, 2}) {
       SCOPED_TRACE(pdl == 1 ? "PDL on" : "PDL off");
-      PdlKnob knob(pdl);
+      ScopedPdl knob(pdl);
       MlpDevice d(c, in);
       MlpPlan plan;
       ASSERT_TRUE(plan_on_path(path, d.args, &plan)) << "the path must run this shape";
@@ -210,7 +208,7 @@ void expect_f32_output_matches(std::initializer_list<MlpCase> cases, uint64_t se
 inline void expect_deterministic_and_close_to_gemm(MlpPath path, const MlpCase& c, uint64_t seed) {
   const MlpInputs in(c, seed);
   MlpDevice d(c, in);
-  PdlKnob knob(2);
+  ScopedPdl knob(2);
   MlpPlan plan, gemms;
   ASSERT_TRUE(plan_on_path(path, d.args, &plan));
   ASSERT_TRUE(plan_on_path(MlpPath::kTwoGemms, d.args, &gemms));
@@ -228,7 +226,7 @@ inline void expect_deterministic_and_close_to_gemm(MlpPath path, const MlpCase& 
 inline void expect_graph_replays_match(MlpPath path, const MlpCase& c, uint64_t seed) {
   const MlpInputs in(c, seed);
   const HostTensor ref = in.reference(c);
-  PdlKnob knob(1);
+  ScopedPdl knob(1);
   MlpDevice d(c, in);
   MlpPlan plan;
   ASSERT_TRUE(plan_on_path(path, d.args, &plan));

@@ -61,7 +61,7 @@ class DeviceWorkspace {
   size_t bytes_ = 0;
 };
 
-// detail::pdl_override() (1 on, 2 off) for one scope.
+// detail::pdl_override() (0 default, 1 on, 2 off) for one scope.
 class ScopedPdl {
  public:
   explicit ScopedPdl(int v) : prev_(detail::pdl_override()) { detail::pdl_override() = v; }
