@@ -53,9 +53,13 @@ __device__ __forceinline__ void e4m3x16_to_pairs<__nv_bfloat16>(const uint4& v,
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      // bytes 2h, 2h+1 into the high byte of each 16-bit half
-      const uint32_t t = __byte_perm(words[i], 0u, h == 0 ? 0x1404u : 0x3424u);
-      const uint32_t bits = (t & 0x80008000u) | ((t & 0x7F007F00u) >> 4);
+      // Bytes 2h, 2h+1 into the low byte of each 16-bit half, each with its sign replicated
+      // over the half's high byte (prmt's sign mode): shifted left by 4, a half holds the
+      // magnitude at bits 4..10 and the sign at 15, and the mask clears the sign's other
+      // copies at 11..14 (four instructions with the multiply, not five).
+      uint32_t t;
+      asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(words[i]), "r"(h == 0 ? 0x9180u : 0xB3A2u));
+      const uint32_t bits = (t << 4) & 0x87F087F0u;
       __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&bits);
       b = __hmul2(b, two120);
       out[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
