@@ -469,8 +469,8 @@ TEST(MoEFp8Gpu, DirectLayerChainWithPdlMatchesPlainBitForBit) {
   constexpr int kRounds = 3;
   // A long gate/up (k = H) before a short down (k = F) on a grid of few blocks: down's blocks
   // can start beside gate/up's, where a read of act before down's wait would see the last
-  // round's. (At H = 512 a build whose down skipped its wait still passed; that this size
-  // exposes it is yet to be shown on a GPU: docs/JOURNAL.md, 2026-12-06.)
+  // round's. (At H = 512 a build whose down skipped its wait still passed; at this size it
+  // fails, as it should: H100, docs/JOURNAL.md, 2026-12-06.)
   const int64_t H = 4096, E = 16, F = 128, S = 384;
   uint64_t seed = 4400;
   for (int64_t T : {1, 17, 64}) {
