@@ -979,14 +979,14 @@ TEST(GemmPlannerRules, Fp8CoversEveryLayoutAndScaleMode) {
         const GemmPlan plan = detail::plan_gemm_fp8(f, h200);
         EXPECT_EQ(plan.kernel, GemmKernel::kFp8Sm90) << what;
         EXPECT_EQ(detail::gemm_fp8_plan_rejection(plan, f, h200), "") << what;
-        // Per-tensor and per-channel scales with a bf16 c also take the fast form, the
-        // planner's pick on contiguous groups of >= 256 rows (here 512).
-        const bool fast = s != Fp8Scales::kBlock;
-        EXPECT_EQ(plan.tile_n, fast && contiguous ? 256 : 128) << what;
+        // A bf16 c takes 128 x 256 tiles on contiguous groups of >= 256 rows (here 512),
+        // with block scales from 80.
+        EXPECT_EQ(plan.tile_n, contiguous ? 256 : 128) << what;
+        // Block scales run 128 x 256 too (promoted in 64-column chunks): a candidate.
         const std::vector<GemmPlan> cands = detail::gemm_fp8_plan_candidates(f, h200);
-        ASSERT_EQ(cands.size(), fast ? 2u : 1u) << what;
+        ASSERT_EQ(cands.size(), 2u) << what;
         EXPECT_EQ(cands[0], plan) << what;
-        if (fast) EXPECT_EQ(cands[1].tile_n, contiguous ? 128 : 256) << what;
+        EXPECT_EQ(cands[1].tile_n, plan.tile_n == 256 ? 128 : 256) << what;
         const GemmPlan base{GemmKernel::kFp8Sm90, 128, 128, 1, GemmSchedule::kStatic};
         EXPECT_TRUE(detail::gemm_fp8_plan_candidates(f, a100).empty()) << what;
         EXPECT_EQ(detail::plan_gemm_fp8(f, a100), base) << what;
@@ -1022,15 +1022,20 @@ TEST(GemmPlannerRules, Fp8ScheduleIsDynamicWithACounterPastOneWave) {
   f.n = 2048;
   f.k = 7168;
   f.activation = Activation::kSiluAndMul;
-  EXPECT_EQ(to_string(detail::plan_gemm_fp8(f, h200)), "fp8_sm90 128x128");
+  EXPECT_EQ(to_string(detail::plan_gemm_fp8(f, h200)), "fp8_sm90 128x256");
   f.tile_counter = &counter;
   const GemmPlan plan = detail::plan_gemm_fp8(f, h200);
-  EXPECT_EQ(to_string(plan), "fp8_sm90 128x128 dynamic");
+  EXPECT_EQ(to_string(plan), "fp8_sm90 128x256 dynamic");
   EXPECT_EQ(detail::gemm_fp8_plan_rejection(plan, f, h200), "");
   const std::vector<GemmPlan> cands = detail::gemm_fp8_plan_candidates(f, h200);
-  ASSERT_EQ(cands.size(), 2u);  // block scales: 128 x 128 only, in both schedules
+  ASSERT_EQ(cands.size(), 4u);  // block scales: 128 x 128 and 128 x 256, in both schedules
   EXPECT_EQ(cands[0], plan);
-  EXPECT_EQ(to_string(cands[1]), "fp8_sm90 128x128");
+  EXPECT_EQ(to_string(cands[1]), "fp8_sm90 128x128 dynamic");
+  EXPECT_EQ(to_string(cands[2]), "fp8_sm90 128x128");
+  EXPECT_EQ(to_string(cands[3]), "fp8_sm90 128x256");
+  // Fewer than 80 rows a group on average (64): 128 x 128.
+  f.m = 256 * 64;
+  EXPECT_EQ(to_string(detail::plan_gemm_fp8(f, h200)), "fp8_sm90 128x128 dynamic");
   // One wave (1 group of 128 rows, n = 1024 silu: 16 tiles): static.
   f.num_groups = 1;
   f.m = 128;

@@ -359,9 +359,23 @@ TEST(GemmPlanner, Fp8FastAccumulationTakesConstantScalesAndABf16C) {
   EXPECT_EQ(detail::gemm_fp8_plan_candidates(p, h200).size(), 1u);
   EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, h200)), "fp8_sm90 128x128");
   p.k = 2048;
+  // Block scales: 128 x 256 promotes every 128 k (any k), the planner's pick from 80 rows a
+  // group. With silu_and_mul each 128-row b box must be one scale block: n % 128 == 0.
   p.scales = Fp8Scales::kBlock;
-  EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, h200),
-            "fp8_sm90 128x256 sums the whole k: per-tensor or per-channel scales only");
+  p.k = detail::kFp8FastMaxK + 128;
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, p, h200), "");
+  EXPECT_EQ(detail::gemm_fp8_plan_candidates(p, h200).size(), 2u);
+  EXPECT_EQ(detail::plan_gemm_fp8(p, h200), fast);
+  {
+    detail::GroupedGemmFP8Problem silu = p;
+    silu.activation = Activation::kSiluAndMul;
+    silu.n = 192;
+    EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, silu, h200),
+              "fp8_sm90 128x256 with block scales and silu_and_mul needs n % 128 == 0");
+    silu.n = 256;
+    EXPECT_EQ(detail::gemm_fp8_plan_rejection(fast, silu, h200), "");
+  }
+  p.k = 2048;
   p.scales = Fp8Scales::kPerChannel;
   static const float scale = 1.f;
   p.c_scale = &scale;
@@ -390,8 +404,9 @@ TEST(GemmPlanner, Fp8PlansTheSm90KernelWhereItTakesTheProblem) {
   p.n = 4096;
   p.k = 7168;
   EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, h200)), "fp8_sm90 128x128");
-  ASSERT_EQ(detail::gemm_fp8_plan_candidates(p, h200).size(), 1u);
+  ASSERT_EQ(detail::gemm_fp8_plan_candidates(p, h200).size(), 2u);  // and 128 x 256
   EXPECT_EQ(detail::gemm_fp8_plan_candidates(p, h200)[0], sm90);
+  EXPECT_EQ(to_string(detail::gemm_fp8_plan_candidates(p, h200)[1]), "fp8_sm90 128x256");
   // Off sm_90 the same plan, refused with the reason; no candidate.
   EXPECT_EQ(to_string(detail::plan_gemm_fp8(p, GemmDevice())), "fp8_sm90 128x128");
   EXPECT_EQ(detail::gemm_fp8_plan_rejection(sm90, p, GemmDevice()),

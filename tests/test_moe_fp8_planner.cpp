@@ -74,9 +74,11 @@ TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
       EXPECT_EQ(plan.routed, RoutedPath::kDirect);
     } else {
       EXPECT_EQ(plan.routed, RoutedPath::kSorted);
-      // Per-tensor / per-channel scales on >= 256 rows an expert: the 256-wide tiles.
+      // Per-tensor / per-channel scales on >= 256 rows an expert, block scales on >= 80:
+      // the 256-wide tiles.
       MlpPlan want = fp8_gemms;
-      if (c.p.s.quant != QuantScheme::kFp8Block128 && c.p.s.T * c.p.s.K >= 256 * c.p.s.E)
+      const bool block = c.p.s.quant == QuantScheme::kFp8Block128;
+      if (c.p.s.T * c.p.s.K >= (block ? 80 : 256) * c.p.s.E)
         want.gate_up.tile_n = want.down.tile_n = 256;
       // More tiles than SMs and the layer's workspace holds a counter: the dynamic schedule.
       want.gate_up.schedule = want.down.schedule = GemmSchedule::kDynamic;

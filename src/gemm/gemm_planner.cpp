@@ -285,14 +285,16 @@ GemmPlan with_fp8_schedule(GemmPlan plan, const GroupedGemmFP8Problem& p, const 
 }  // namespace
 
 GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
-  // The SM90 FP8 kernel (docs/gemm.md "FP8 SM90"): 128 x 256 tiles with whole-k sums where
-  // they run (per-tensor / per-channel scales, a bf16 c) on contiguous groups of >= 256 rows
-  // on average (H200, Qwen3-30B FP8 at 4,096 tokens: 0.81x / 0.85x of 128 x 128 per channel
-  // / per tensor, the operand traffic of 256-wide tiles); else 128 x 128. Where neither can
-  // run (off sm_90, past its limits, k > kFp8FastMaxK for 128 x 256) gemm_fp8_plan_rejection
-  // says why.
+  // The SM90 FP8 kernel (docs/gemm.md "FP8 SM90"): 128 x 256 tiles where they run (a bf16
+  // c) on contiguous groups of >= 256 rows on average with whole-k sums (per-tensor /
+  // per-channel scales; H200, Qwen3-30B FP8 at 4,096 tokens: 0.81x / 0.85x of 128 x 128 per
+  // channel / per tensor), of >= 80 with block scales promoted in 64-column chunks (H100,
+  // the block layers at T = 4096: 0.90x-0.91x): the operand traffic of 256-wide tiles; else
+  // 128 x 128. Where neither can run (off sm_90, past its limits, k > kFp8FastMaxK for
+  // whole-k sums) gemm_fp8_plan_rejection says why.
   const GemmPlan fast = with_fp8_schedule(make(GemmKernel::kFp8Sm90, 128, 256), p, d);
-  if (p.contiguous && p.k > 0 && fp8_rows_per_group(p) >= kFp8FastMinRows &&
+  const int64_t wide_rows = p.scales == Fp8Scales::kBlock ? kFp8BlockWideMinRows : kFp8FastMinRows;
+  if (p.contiguous && p.k > 0 && fp8_rows_per_group(p) >= wide_rows &&
       gemm_fp8_plan_rejection(fast, p, d).empty()) {
     return fast;
   }
@@ -316,11 +318,15 @@ std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Pr
       if (p.k > 0 && !sm90_fp8_supports(p)) {
         return "fp8_sm90 needs at most 1024 groups and 32-bit extents";
       }
-      // 128 x 256: the fast-accumulation form (whole-k sums scaled once in the epilogue).
+      // 128 x 256: the fast-accumulation form (whole-k sums scaled once in the epilogue);
+      // with block scales, sums promoted every 128 k in 64-column chunks.
       if (same_gemm_tiles(plan, 128, 256)) {
-        if (p.scales == Fp8Scales::kBlock)
-          return "fp8_sm90 128x256 sums the whole k: per-tensor or per-channel scales only";
         if (p.c_scale != nullptr) return "fp8_sm90 128x256 writes a bf16 c only (no c_scale)";
+        if (p.scales == Fp8Scales::kBlock) {
+          if (p.activation == Activation::kSiluAndMul && p.n % 128 != 0)
+            return "fp8_sm90 128x256 with block scales and silu_and_mul needs n % 128 == 0";
+          return {};
+        }
         if (p.k > kFp8FastMaxK) {
           return "fp8_sm90 128x256 sums the whole k in the wgmma accumulator: k <= " +
                  std::to_string(kFp8FastMaxK) + " only";

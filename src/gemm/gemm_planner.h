@@ -44,6 +44,9 @@ std::string gemm_plan_rejection(const GemmPlan& plan, const GroupedGemmProblem& 
 
 // fp8_sm90 128x256 from this many rows a contiguous group on average (plan_gemm_fp8).
 constexpr int64_t kFp8FastMinRows = 256;
+// With block scales (promoted in 64-column chunks), from this many: H100, the FP8 block
+// layers at T = 4096 (Kimi-K2's 85 rows a group the fewest) 0.90x-0.91x of 128 x 128.
+constexpr int64_t kFp8BlockWideMinRows = 80;
 // fp8_sm90 128x256 up to this k: it sums the whole k in the fp8 wgmma's accumulator, which
 // keeps ~13 mantissa bits, so its error grows with k; at k = 7168 1.2% of a silu_and_mul
 // GEMM's elements fell outside the bf16 tolerance (H100, test_gemm's contig_long_k7168).

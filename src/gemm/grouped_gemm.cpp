@@ -133,6 +133,8 @@ void run_grouped_gemm_fp8(const GroupedGemmFP8Problem& p, cudaStream_t stream) {
   // k == 0 reads no operand and no scale: the empty sums' value, whatever the plan.
   if (p.k == 0) {
     launch_fp8_empty_sums(p, stream);
+  } else if (p.plan.tile_n == 256 && p.scales == Fp8Scales::kBlock) {
+    launch_grouped_gemm_sm90_fp8_block256(p, stream);
   } else if (p.plan.tile_n == 256) {
     launch_grouped_gemm_sm90_fp8_fast(p, stream);
   } else {

@@ -87,6 +87,10 @@ void launch_grouped_gemm_sm90_fp8(const GroupedGemmFP8Problem& problem, cudaStre
 // Its fast-accumulation form, plan fp8_sm90 128x256 (fp8_fast_gemm.cu): per-tensor or
 // per-channel scales, bf16 c, within sm90_fp8_supports' limits.
 void launch_grouped_gemm_sm90_fp8_fast(const GroupedGemmFP8Problem& problem, cudaStream_t stream);
+// Plan fp8_sm90 128x256 with block scales (fp8_block256_gemm.cu): bf16 c, silu_and_mul with
+// n % 128 == 0, within sm90_fp8_supports' limits.
+void launch_grouped_gemm_sm90_fp8_block256(const GroupedGemmFP8Problem& problem,
+                                           cudaStream_t stream);
 // k == 0: every valid row of c is the empty sum's value, act(0) = 0 (bf16, or e4m3 of
 // 0 / c_scale), in any scale mode and activation; reads no operand and no scale.
 void launch_fp8_empty_sums(const GroupedGemmFP8Problem& problem, cudaStream_t stream);
