@@ -20,7 +20,7 @@
 #include "core/kernel_launch.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90/fp8_amax.cuh"
-#include "gemm/sm90/fp8_rows.cuh"
+#include "gemm/sm90/fp8_wide_params.cuh"
 #include "gemm/sm90/grouped_gemm.cuh"
 
 namespace moekit::detail::gemm::sm90 {
@@ -198,21 +198,12 @@ void launch_grouped_gemm_sm90_fp8_block256(const GroupedGemmFP8Problem& prob, cu
                 ": fp8_sm90 128x256 with block scales takes a bf16 c (and with silu_and_mul "
                 "n % 128 == 0)");
   }
-  GroupedGemmProblem g;
-  g.a = prob.a;
-  g.b = prob.b;
-  g.c = prob.c;
-  g.n = prob.n;
-  g.k = prob.k;
-  g.activation = prob.activation;
   Params<Cfg, E4M3> p;
-  const int64_t tiles = make_params<Cfg, E4M3>(g, gemm::fp8_rows(prob), op, p);
+  const int64_t tiles = wide_fp8_params<Cfg>(prob, op, stream, p);
   if (tiles <= 0) return;
   const BlockScales scales{prob.a_scale, prob.b_scale,
                            fp8_scale_index(prob.scales, silu ? 2 * prob.n : prob.n, prob.k),
                            prob.c_amax};
-  unsigned* counter = prob.plan.schedule == GemmSchedule::kDynamic ? prob.tile_counter : nullptr;
-  p.tile_counter = sm90_tile_counter(counter, stream, op, &p.dynamic_waves);
   static_assert(sizeof(SharedStorage<Cfg, E4M3>) <= 227 * 1024, "SM90 shared memory per block");
   constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<Cfg, E4M3>));
   raise_smem_limit<sm90_fp8_block256_kernel>(kSmem);  // a refusal fails the launch

@@ -23,7 +23,7 @@
 #include "core/kernel_launch.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90/fp8_amax.cuh"
-#include "gemm/sm90/fp8_rows.cuh"
+#include "gemm/sm90/fp8_wide_params.cuh"
 #include "gemm/sm90/grouped_gemm.cuh"
 
 namespace moekit::detail::gemm::sm90 {
@@ -162,25 +162,13 @@ void launch_grouped_gemm_sm90_fp8_fast(const GroupedGemmFP8Problem& prob, cudaSt
     throw Error(std::string("moekit::") + op +
                 ": fp8_sm90 128x256 takes per-tensor or per-channel scales and a bf16 c");
   }
-  // The bf16 engine's parameters (make_params reads a, b, c, n, k, the activation and the
-  // plan's swap_tails, which stays off).
-  GroupedGemmProblem g;
-  g.a = prob.a;
-  g.b = prob.b;
-  g.c = prob.c;
-  g.n = prob.n;
-  g.k = prob.k;
-  g.activation = prob.activation;
   Params<Cfg, E4M3> p;
-  const int64_t tiles = make_params<Cfg, E4M3>(g, gemm::fp8_rows(prob), op, p);
+  const int64_t tiles = wide_fp8_params<Cfg>(prob, op, stream, p);
   if (tiles <= 0) return;
   const bool silu = prob.activation == Activation::kSiluAndMul;
   const Fp8ScaleIndex si = fp8_scale_index(prob.scales, silu ? 2 * prob.n : prob.n, prob.k);
   const Fp8OutputScales scales{prob.a_scale, prob.b_scale, si.a_row,
                                si.b_group,   si.b_row,     prob.c_amax};
-  // The plan's schedule: dynamic claims from the zeroed counter, else the static walk.
-  unsigned* counter = prob.plan.schedule == GemmSchedule::kDynamic ? prob.tile_counter : nullptr;
-  p.tile_counter = sm90_tile_counter(counter, stream, op, &p.dynamic_waves);
   static_assert(sizeof(SharedStorage<Cfg, E4M3>) <= 227 * 1024, "SM90 shared memory per block");
   constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<Cfg, E4M3>));
   const bool per_channel = prob.scales == Fp8Scales::kPerChannel;
