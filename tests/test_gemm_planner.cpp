@@ -319,8 +319,9 @@ TEST(GemmPlanner, KZeroAndManyGroupsFallBackToTheDecodeTiles) {
   EXPECT_EQ(detail::gemm_plan_rejection(plan, p, h200), "");
 }
 
-// fp8_sm90 128x256 (fp8_fast_gemm.cu): whole-k sums scaled once, so per-tensor and
-// per-channel scales with a bf16 c only; a candidate beside the planner's 128 x 128 there.
+// fp8_sm90 128x256: whole-k sums scaled once for per-tensor and per-channel scales
+// (fp8_fast_gemm.cu, k <= kFp8FastMaxK), block scales promoted every 128 k
+// (fp8_block256_gemm.cu, any k; with silu_and_mul n % 128 == 0); a bf16 c only.
 TEST(GemmPlanner, Fp8FastAccumulationTakesConstantScalesAndABf16C) {
   const GemmDevice h200(detail::h200_props());
   const GemmPlan fast{GemmKernel::kFp8Sm90, 128, 256, 1, GemmSchedule::kStatic};

@@ -5,7 +5,8 @@
 // bf16 kernels' 64), the whole k summed in the wgmma accumulators and each output scaled once in
 // the epilogue: a_scale(row) * b_scale(b row) (per channel: the token's and the weight row's;
 // per tensor: one each). So per-tensor and per-channel scales only (constant along k; block
-// scales change every 128 k) and a bf16 c.
+// scales change every 128 k: the same tiles with block scales are fp8_block256_gemm.cu) and a
+// bf16 c.
 //
 // Why a second FP8 kernel: the 128 x 128 kernel (fp8_grouped_gemm.cu) promotes a fresh
 // accumulator every 128 k, which holds a second 64 x 128 f32 fragment per warpgroup and
