@@ -87,17 +87,8 @@ __global__ void __launch_bounds__(BlockCfg::THREADS, 1)
   auto& ss = *reinterpret_cast<SharedStorage<Cfg, E4M3>*>(smem_raw);
   const int warp_group = threadIdx.x / 128;
 
-  build_tile_schedule<Cfg::THREADS, BM, false>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
-  auto pipeline = start_pipeline<Cfg>(ss, warp_group);
-  const int total = ss.tile_start[p.rows.num_groups];
-  const int k_tiles = (p.k + Cfg::BK - 1) / Cfg::BK;
-  const Walk walk = tile_walk<Cfg>();
-
-  if (warp_group == 0) {
-    cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
-    if (threadIdx.x == 0) produce_tiles<Cfg>(p, ss, pipeline, total, k_tiles, walk);
-  } else {
-    cutlass::arch::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
+  auto [pipeline, total, k_tiles, walk] = start_tile_loop<Cfg>(p, ss, warp_group);
+  if (warp_group != 0) {
     typename Cfg::PipelineState read;
     const int ctid = threadIdx.x - 128;
     ChunkMma mma;

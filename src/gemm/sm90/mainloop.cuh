@@ -3,6 +3,8 @@
 // consumer warpgroup's wgmmas (a stage's batch also the FP8 kernel's).
 #pragma once
 
+#include <cutlass/arch/reg_reconfig.h>
+
 #include <cute/tensor.hpp>
 
 #include "gemm/common/tma_ptx.cuh"
@@ -178,6 +180,38 @@ __device__ __forceinline__ void produce_tiles(const Params& p, Shared& ss, Pipel
   }
   channel_put(ss.channel, j, total);
   pipeline.producer_tail(write);  // do not exit while consumers still read smem
+}
+
+// What an unpaired persistent kernel's consumers work with: the stage pipeline, the block's
+// tile count, a tile's k stages and the block's tile walk.
+template <class Cfg>
+struct TileLoop {
+  typename Cfg::Pipeline pipeline;
+  int total;
+  int k_tiles;
+  Walk walk;
+};
+
+// The start the unpaired FP8 kernels on the bf16 engine share (fp8_fast_gemm.cu,
+// fp8_block256_gemm.cu): the tile schedule, the pipeline and, on warpgroup 0, the whole
+// producer (thread 0 issues every load; the warpgroup gives its registers to the
+// consumers). Returns when warpgroup 0 is done; the consumers get their registers first.
+template <class Cfg, class Params, class Shared>
+__device__ __forceinline__ TileLoop<Cfg> start_tile_loop(const Params& p, Shared& ss,
+                                                         int warp_group) {
+  static_assert(Cfg::PAIR == kPairNone, "paired kernels start as grouped_gemm.cuh's");
+  build_tile_schedule<Cfg::THREADS, Cfg::BM, false>(p.rows, p.n_tiles, p.tile_bound, ss.tile_start);
+  TileLoop<Cfg> loop{start_pipeline<Cfg>(ss, warp_group), ss.tile_start[p.rows.num_groups],
+                     (p.k + Cfg::BK - 1) / Cfg::BK, tile_walk<Cfg>()};
+  if (warp_group == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<Cfg::PRODUCER_REGS>();
+    if (threadIdx.x == 0) {
+      produce_tiles<Cfg>(p, ss, loop.pipeline, loop.total, loop.k_tiles, loop.walk);
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Cfg::CONSUMER_REGS>();
+  }
+  return loop;
 }
 
 // Paired configs (2-CTA clusters): CUTLASS's PipelineTmaAsync then counts one release per
