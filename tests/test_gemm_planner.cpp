@@ -396,6 +396,59 @@ TEST(GemmPlanner, Fp8FastAccumulationTakesConstantScalesAndABf16C) {
   EXPECT_EQ(parsed, fast);
 }
 
+// Masked block-scaled groups of <= 128 rows (max_m) at k >= 2048 take 128 x 256 tiles where
+// their waves (twice the work a tile) are at most 10% longer than 128 x 128's: the page's FP8
+// GEMM rows, as measured on the H200 (gemm_planner.h kFp8BlockWideMaskedMinK).
+TEST(GemmPlanner, Fp8MaskedBlockRowsTakeWideTilesWhereTheyWon) {
+  const GemmDevice h200(detail::h200_props());
+  struct Row {
+    const char* name;
+    int64_t groups, max_m, n, k;
+    int tile_n;
+  };
+  const Row rows[] = {
+      {"ds-v3-e8-up-masked", 8, 128, 4096, 7168, 256},  // 1 wave of 128 tiles against 2
+      {"ds-v3-e8-down-masked", 8, 128, 7168, 2048, 256},
+      {"ds-v3-dec-b64-up", 32, 64, 4096, 7168, 256},
+      {"ds-v3-dec-b64-down", 32, 64, 7168, 2048, 256},
+      {"kimi-k2-dec-b64-up", 48, 64, 4096, 7168, 256},
+      {"kimi-k2-dec-b64-down", 48, 64, 7168, 2048, 256},     // 2 x 11 waves against 21
+      {"qwen3-235b-dec-b64-up", 16, 64, 3072, 4096, 128},    // 2 x 2 waves against 3
+      {"qwen3-235b-dec-b64-down", 16, 64, 4096, 1536, 128},  // k < 2048
+      {"ds-v3-dec-b256-up", 32, 256, 4096, 7168, 128},       // max_m > 128: not measured
+  };
+  for (const Row& r : rows) {
+    detail::GroupedGemmFP8Problem p;
+    p.num_groups = r.groups;
+    p.max_m = r.max_m;
+    p.n = r.n;
+    p.k = r.k;
+    const GemmPlan plan = detail::plan_gemm_fp8(p, h200);
+    EXPECT_EQ(plan.tile_n, r.tile_n) << r.name << ": " << to_string(plan);
+    EXPECT_EQ(detail::gemm_fp8_plan_rejection(plan, p, h200), "") << r.name;
+    EXPECT_EQ(detail::gemm_fp8_plan_candidates(p, h200)[0], plan) << r.name;
+    // Per-channel and per-tensor scales keep 128 x 128 on masked rows.
+    p.scales = Fp8Scales::kPerChannel;
+    EXPECT_EQ(detail::plan_gemm_fp8(p, h200).tile_n, 128) << r.name;
+  }
+  // One wave of 128 x 256 tiles: the static schedule, as every one-wave FP8 plan.
+  detail::GroupedGemmFP8Problem e8;
+  e8.num_groups = 8;
+  e8.max_m = 128;
+  e8.n = 4096;
+  e8.k = 7168;
+  static unsigned counter = 0;
+  e8.tile_counter = &counter;
+  EXPECT_EQ(to_string(detail::plan_gemm_fp8(e8, h200)), "fp8_sm90 128x256");
+  e8.n = 7168;
+  e8.k = 2048;
+  EXPECT_EQ(to_string(detail::plan_gemm_fp8(e8, h200)), "fp8_sm90 128x256 dynamic");
+  // silu_and_mul with n % 128 != 0 cannot take the wide block tile: 128 x 128.
+  e8.activation = Activation::kSiluAndMul;
+  e8.n = 7168 + 64;
+  EXPECT_EQ(detail::plan_gemm_fp8(e8, h200).tile_n, 128);
+}
+
 TEST(GemmPlanner, Fp8PlansTheSm90KernelWhereItTakesTheProblem) {
   const GemmDevice h200(detail::h200_props());
   const GemmPlan sm90{GemmKernel::kFp8Sm90, 128, 128, 1, GemmSchedule::kStatic};

@@ -282,6 +282,22 @@ GemmPlan with_fp8_schedule(GemmPlan plan, const GroupedGemmFP8Problem& p, const 
   return plan;
 }
 
+// Masked block-scaled groups where 128 x 256 tiles won on the H200 (kFp8BlockWideMaskedMinK):
+// few rows a group, k long enough, and waves of 128 x 256 tiles (each twice a 128 x 128
+// tile's work) at most 10% longer than 128 x 128's, which is about what the wider tile saves
+// (Kimi-K2's down GEMM: 11 waves against 21, 0.90x; Qwen3-235B's gate/up at 3,072 columns
+// and 16 groups: 2 waves against 3, 1.16x).
+bool fp8_masked_block_wide(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
+  if (p.contiguous || p.scales != Fp8Scales::kBlock || p.k < kFp8BlockWideMaskedMinK ||
+      p.max_m > kFp8BlockWideMaskedMaxRows) {
+    return false;
+  }
+  const int sms = rule_sms(d);
+  const int64_t waves_wide = 2 * cdiv(fp8_tiles_upper(p, 256), sms);
+  const int64_t waves_narrow = cdiv(fp8_tiles_upper(p, 128), sms);
+  return 10 * waves_wide <= 11 * waves_narrow;
+}
+
 }  // namespace
 
 GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
@@ -290,14 +306,14 @@ GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
   // per-channel scales; H200, Qwen3-30B FP8 at 4,096 tokens: 0.81x / 0.85x of 128 x 128 per
   // channel / per tensor), of >= 80 with block scales promoted in 64-column chunks (H100,
   // the block layers at T = 4096: 0.90x-0.91x): the operand traffic of 256-wide tiles; else
-  // 128 x 128. Where neither can run (off sm_90, past its limits, k > kFp8FastMaxK for
+  // 128 x 128; masked block-scaled groups of few rows at long k (fp8_masked_block_wide) on
+  // 128 x 256 too. Where neither can run (off sm_90, past its limits, k > kFp8FastMaxK for
   // whole-k sums) gemm_fp8_plan_rejection says why.
   const GemmPlan fast = with_fp8_schedule(make(GemmKernel::kFp8Sm90, 128, 256), p, d);
   const int64_t wide_rows = p.scales == Fp8Scales::kBlock ? kFp8BlockWideMinRows : kFp8FastMinRows;
-  if (p.contiguous && p.k > 0 && fp8_rows_per_group(p) >= wide_rows &&
-      gemm_fp8_plan_rejection(fast, p, d).empty()) {
-    return fast;
-  }
+  const bool wide =
+      p.contiguous ? p.k > 0 && fp8_rows_per_group(p) >= wide_rows : fp8_masked_block_wide(p, d);
+  if (wide && gemm_fp8_plan_rejection(fast, p, d).empty()) return fast;
   return with_fp8_schedule(make(GemmKernel::kFp8Sm90, 128, 128), p, d);
 }
 

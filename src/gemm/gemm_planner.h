@@ -47,6 +47,12 @@ constexpr int64_t kFp8FastMinRows = 256;
 // With block scales (promoted in 64-column chunks), from this many: H100, the FP8 block
 // layers at T = 4096 (Kimi-K2's 85 rows a group the fewest) 0.90x-0.91x of 128 x 128.
 constexpr int64_t kFp8BlockWideMinRows = 80;
+// Masked block-scaled groups of at most kFp8BlockWideMaskedMaxRows rows (max_m) take
+// fp8_sm90 128x256 from this k where its waves are not much longer (plan_gemm_fp8; H200, the
+// page's ds-v3-e8, ds-v3-dec-b64 and kimi-k2-dec-b64 rows at k = 2048 and 7168: 0.88x-0.96x
+// of 128 x 128; qwen3-235b-dec-b64-down at k = 1536: 1.03x-1.06x).
+constexpr int64_t kFp8BlockWideMaskedMinK = 2048;
+constexpr int64_t kFp8BlockWideMaskedMaxRows = 128;  // the measured rows' max_m: 64 and 128
 // fp8_sm90 128x256 up to this k: it sums the whole k in the fp8 wgmma's accumulator, which
 // keeps ~13 mantissa bits, so its error grows with k; at k = 7168 1.2% of a silu_and_mul
 // GEMM's elements fell outside the bf16 tolerance (H100, test_gemm's contig_long_k7168).
