@@ -15,8 +15,6 @@
 // is read from shared memory four times (once per chunk) instead of once.
 #include <cuda_bf16.h>
 
-#include <algorithm>
-
 #include "core/kernel_launch.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90/fp8_amax.cuh"
@@ -195,11 +193,7 @@ void launch_grouped_gemm_sm90_fp8_block256(const GroupedGemmFP8Problem& prob, cu
   const BlockScales scales{prob.a_scale, prob.b_scale,
                            fp8_scale_index(prob.scales, silu ? 2 * prob.n : prob.n, prob.k),
                            prob.c_amax};
-  static_assert(sizeof(SharedStorage<Cfg, E4M3>) <= 227 * 1024, "SM90 shared memory per block");
-  constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<Cfg, E4M3>));
-  raise_smem_limit<sm90_fp8_block256_kernel>(kSmem);  // a refusal fails the launch
-  const int64_t grid = std::min<int64_t>(tiles, device_props().sms);
-  sm90_fp8_block256_kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, kSmem, stream>>>(p, scales);
+  launch_wide_fp8<Cfg, sm90_fp8_block256_kernel>(tiles, p, scales, stream);
 }
 
 }  // namespace moekit::detail

@@ -19,8 +19,6 @@
 // a candidate the tuning tables may pick.
 #include <cuda_bf16.h>
 
-#include <algorithm>
-
 #include "core/kernel_launch.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/sm90/fp8_amax.cuh"
@@ -161,19 +159,11 @@ void launch_grouped_gemm_sm90_fp8_fast(const GroupedGemmFP8Problem& prob, cudaSt
   const Fp8ScaleIndex si = fp8_scale_index(prob.scales, silu ? 2 * prob.n : prob.n, prob.k);
   const Fp8OutputScales scales{prob.a_scale, prob.b_scale, si.a_row,
                                si.b_group,   si.b_row,     prob.c_amax};
-  static_assert(sizeof(SharedStorage<Cfg, E4M3>) <= 227 * 1024, "SM90 shared memory per block");
-  constexpr int kSmem = static_cast<int>(sizeof(SharedStorage<Cfg, E4M3>));
-  const bool per_channel = prob.scales == Fp8Scales::kPerChannel;
-  auto kernel = per_channel ? sm90_fp8_fast_kernel<Cfg, true> : sm90_fp8_fast_kernel<Cfg, false>;
-  // A refusal fails the launch (check_launch).
-  if (per_channel) {
-    raise_smem_limit<sm90_fp8_fast_kernel<Cfg, true>>(kSmem);
+  if (prob.scales == Fp8Scales::kPerChannel) {
+    launch_wide_fp8<Cfg, sm90_fp8_fast_kernel<Cfg, true>>(tiles, p, scales, stream);
   } else {
-    raise_smem_limit<sm90_fp8_fast_kernel<Cfg, false>>(kSmem);
+    launch_wide_fp8<Cfg, sm90_fp8_fast_kernel<Cfg, false>>(tiles, p, scales, stream);
   }
-  const int64_t sms = device_props().sms;
-  const int64_t grid = std::min<int64_t>(tiles, sms);
-  kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, kSmem, stream>>>(p, scales);
 }
 
 }  // namespace moekit::detail
