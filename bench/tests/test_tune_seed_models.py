@@ -17,6 +17,10 @@ SCRIPT = os.path.join(ROOT, "scripts", "tune-seed-models")
 STUB = textwrap.dedent("""\
     #!/usr/bin/env bash
     echo "$*" >>"$STUB_CALLS"
+    if [ "$1" = --verify ]; then
+      echo "moekit-tune: $2: 1 entries of stub verified at 2 counts, ${STUB_VERIFY_FAILED:-0} failed"
+      exit $(( ${STUB_VERIFY_FAILED:-0} > 0 ))
+    fi
     out="" partial="" model=""
     while [ $# -gt 0 ]; do
       case "$1" in
@@ -46,8 +50,8 @@ class TuneSeedModels(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def run_script(self, *args):
-        env = dict(os.environ, STUB_CALLS=self.calls)
+    def run_script(self, *args, verify_failed=0):
+        env = dict(os.environ, STUB_CALLS=self.calls, STUB_VERIFY_FAILED=str(verify_failed))
         p = subprocess.run([SCRIPT, "--bin", self.bin, *args], capture_output=True, text=True,
                            env=env, timeout=60)
         return p.returncode, p.stdout + p.stderr
@@ -101,6 +105,28 @@ class TuneSeedModels(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(second, "bench-glm45.json")))
         # glm45's pictures came with the pack: no bench run for it.
         self.assertFalse(os.path.exists(os.path.join(second, "bench-glm45.log")))
+
+    def test_verify_checks_each_table_it_writes(self):
+        out = os.path.join(self.tmp.name, "tune")
+        os.makedirs(out)
+        with open(os.path.join(out, "glm45.table"), "w") as f:
+            f.write("# an earlier call's table\n")
+        rc, log = self.run_script("--verify", "--models", "glm45,qwen3-30b", out)
+        self.assertEqual(rc, 0, log)
+        calls = self.stub_calls()
+        # glm45's table existed: neither tuned nor verified again.
+        self.assertEqual(len(calls), 2, calls)
+        self.assertIn("--model qwen3-30b ", calls[0])
+        self.assertEqual(calls[1], "--verify " + os.path.join(out, "qwen3-30b.table"))
+        self.assertIn("verify " + os.path.join(out, "qwen3-30b.table") + " rc=0", log)
+        with open(os.path.join(out, "qwen3-30b.table.verify.log")) as f:
+            self.assertIn("0 failed", f.read())
+        # A failed check sets the exit status; the next layer is still tuned.
+        rc, log = self.run_script("--verify", "--models", "qwen3-235b,glm45-ep8", out,
+                                  verify_failed=1)
+        self.assertEqual(rc, 1, log)
+        self.assertIn("qwen3-235b.table rc=1", log)
+        self.assertIn("--model glm45-ep8 ", self.stub_calls()[-2])
 
     def test_ep8_layers_have_no_pictures_run(self):
         out = os.path.join(self.tmp.name, "tune")
