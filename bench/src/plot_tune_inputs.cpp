@@ -54,27 +54,31 @@ TunedLayer read_tuned_layer(const std::string& text, const std::string& name) {
     fail(name, 1,
          "not a moekit-tune partial file (its first line starts '" +
              std::string(tune::kPartialHeaderPrefix) + "')");
-  // OP DTYPE E= H= F= K= ROUTING (words) S= experts= seed=
+  // OP DTYPE (words: "bf16", or "bf16 fp8_per_tensor" for FP8 weights) E= H= F= K=
+  // ROUTING (words) S= experts= seed=
   layer.shape = line.substr(std::string(tune::kPartialHeaderPrefix).size());
   std::vector<std::string> w;
   std::stringstream words(layer.shape);
   for (std::string word; words >> word;) w.push_back(word);
-  size_t s = 6;
+  size_t e = 1;  // the E= word, after the dtype's words
+  while (e < w.size() && value_of(w[e], "E").empty()) ++e;
+  size_t s = e + 4;  // the S= word, after the routing's words
   while (s < w.size() && value_of(w[s], "S").empty()) ++s;
-  if (w.size() != s + 3 || s == 6 || value_of(w[2], "E").empty() || value_of(w[3], "H").empty() ||
-      value_of(w[4], "F").empty() || value_of(w[5], "K").empty() ||
+  if (e == 1 || w.size() != s + 3 || s == e + 4 || value_of(w[e + 1], "H").empty() ||
+      value_of(w[e + 2], "F").empty() || value_of(w[e + 3], "K").empty() ||
       value_of(w[s + 1], "experts").empty())
     fail(name, 1,
          "expected 'OP DTYPE E=.. H=.. F=.. K=.. ROUTING S=.. experts=.. seed=..' after the "
          "prefix, got '" +
              layer.shape + "'");
   layer.op = w[0];
-  layer.dtype = w[1];
+  for (size_t i = 1; i < e; ++i) layer.dtype += (i > 1 ? " " : "") + w[i];
   std::string routing;
-  for (size_t i = 6; i < s; ++i) routing += (i > 6 ? " " : "") + w[i];
-  layer.key = layer.op + "|" + layer.dtype + "|" + value_of(w[2], "E") + "|" + value_of(w[3], "H") +
-              "|" + value_of(w[4], "F") + "|" + value_of(w[5], "K") + "|" + routing + "|" +
-              value_of(w[s], "S") + "|" + value_of(w[s + 1], "experts");
+  for (size_t i = e + 4; i < s; ++i) routing += (i > e + 4 ? " " : "") + w[i];
+  layer.key = layer.op + "|" + layer.dtype + "|" + value_of(w[e], "E") + "|" +
+              value_of(w[e + 1], "H") + "|" + value_of(w[e + 2], "F") + "|" +
+              value_of(w[e + 3], "K") + "|" + routing + "|" + value_of(w[s], "S") + "|" +
+              value_of(w[s + 1], "experts");
   for (int n = 2; std::getline(in, line); ++n) {
     const size_t first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos || line[first] == '#') continue;  // a step's screening note
@@ -153,9 +157,11 @@ BenchSeries read_bench_series(const TunePlotInputs& in, const TunedLayer& layer)
   s.op = !in.op.empty()                          ? in.op
          : layer.op == "fused_moe_shared_expert" ? "FusedMoESharedExpertFwd"
                                                  : "FusedMoEFwd";
+  // A record's dtype is the activations' ("bf16"); an FP8 layer's dtype field adds its scheme.
+  const std::string act_dtype = layer.dtype.substr(0, layer.dtype.find(' '));
   std::set<std::string> workloads;
   for (const Record& r : run.records)
-    if (r.op == s.op && r.dtype == layer.dtype && r.tokens > 0) workloads.insert(r.base_workload);
+    if (r.op == s.op && r.dtype == act_dtype && r.tokens > 0) workloads.insert(r.base_workload);
   std::string there;
   for (const std::string& w : workloads) there += (there.empty() ? "" : ", ") + w;
   if (!in.workload.empty()) {
@@ -173,7 +179,7 @@ BenchSeries read_bench_series(const TunePlotInputs& in, const TunedLayer& layer)
                                   : "records of several workloads (" + there + "): name one"));
   }
   for (const Record& r : run.records) {
-    if (r.op != s.op || r.dtype != layer.dtype || r.base_workload != s.workload || r.tokens <= 0)
+    if (r.op != s.op || r.dtype != act_dtype || r.base_workload != s.workload || r.tokens <= 0)
       continue;
     BenchPoint p;
     p.tokens = r.tokens;

@@ -147,6 +147,31 @@ TEST(PlotTune, DrawsTunedDefaultAlternativeAndRooflinePerRouting) {
   EXPECT_EQ(svg.find("nan"), std::string::npos);
 }
 
+// An FP8 layer's dtype is two words in the partial file and the table ("bf16 fp8_per_tensor":
+// activations, then the weights' scheme); its bench records carry the activations' dtype.
+TEST(PlotTune, Fp8LayerMatchesItsTableAndBenchRecords) {
+  Synthetic s(std::random_device{}());
+  const std::string fp8_header =
+      "# moekit-tune partial: fused_moe bf16 fp8_per_tensor E=128 H=2048 F=768 K=8 softmax S=0 "
+      "experts=all seed=1";
+  s.partial.replace(0, kHeader.size(), fp8_header);
+  TunePlotInputs in = inputs(s);
+  std::string fp8_line = table_line("16,64,256", kA);
+  fp8_line.replace(fp8_line.find("| bf16 |"), 8, "| bf16 fp8_per_tensor |");
+  in.table_text = kTableHeader + "\n" + fp8_line + "\n" + table_line("1-4", kDefault) + "\n";
+  const std::string svg = render_tune_svg(in);
+  // The bf16 layer's entry (same E, H, F) is another layer's: not counted.
+  EXPECT_NE(svg.find("1 entries of this layer, serving 3 of 6 counts"), std::string::npos);
+  EXPECT_EQ(count(svg, ": tuned "), 6u);
+  EXPECT_NE(svg.find("T=64: best alternative cublas-mlp 168.0 us"), std::string::npos);
+  EXPECT_EQ(count(svg, "class=\"series\" data-series=\"roofline\""), 1u);
+  // A dtype word where E= belongs, or none at all, is refused.
+  in.partial_text =
+      "# moekit-tune partial: fused_moe E=128 H=2048 F=768 K=8 softmax S=0 "
+      "experts=all seed=1\n";
+  EXPECT_NE(error_of(in).find("expected 'OP DTYPE E=.."), std::string::npos) << error_of(in);
+}
+
 TEST(PlotTune, WithoutTableDrawsTheFastestAccurateCandidate) {
   const Synthetic s(std::random_device{}());
   TunePlotInputs in = inputs(s);
