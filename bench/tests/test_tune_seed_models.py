@@ -179,6 +179,40 @@ class TuneSeedModels(unittest.TestCase):
         self.assertEqual(self.stub_calls(), [])
         self.assertTrue(os.path.exists(pack))
 
+    def with_nvidia_smi(self, name):
+        """A stand-in nvidia-smi naming GPU `name`, first on PATH."""
+        smi_dir = os.path.join(self.tmp.name, "smi")
+        os.makedirs(smi_dir, exist_ok=True)
+        smi = os.path.join(smi_dir, "nvidia-smi")
+        with open(smi, "w") as f:
+            f.write("#!/usr/bin/env bash\necho '%s'\n" % name)
+        os.chmod(smi, 0o755)
+        return dict(PATH=smi_dir + os.pathsep + os.environ["PATH"])
+
+    def test_from_auto_resumes_from_the_gpus_committed_results(self):
+        for name, gpu in (("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200")):
+            out = os.path.join(self.tmp.name, "t-" + gpu)
+            env = dict(os.environ, STUB_CALLS=self.calls, **self.with_nvidia_smi(name))
+            p = subprocess.run([SCRIPT, "--bin", self.bin, "--from", "auto", "--models",
+                                "qwen3-30b", out], capture_output=True, text=True, env=env,
+                               timeout=60)
+            log = p.stdout + p.stderr
+            self.assertEqual(p.returncode, 0, log)
+            self.assertIn("--from auto: %s, results/%s/tune" % (name, gpu), log)
+            # The committed table is copied in and kept: the layer is not tuned again.
+            with open(os.path.join(ROOT, "results", gpu, "tune", "qwen3-30b.table")) as f:
+                committed = f.read()
+            with open(os.path.join(out, "qwen3-30b.table")) as f:
+                self.assertEqual(f.read(), committed)
+            self.assertIn("qwen3-30b.table exists, skipped", log)
+        self.assertEqual(self.stub_calls(), [])
+        env = dict(os.environ, STUB_CALLS=self.calls, **self.with_nvidia_smi("NVIDIA A100"))
+        p = subprocess.run([SCRIPT, "--bin", self.bin, "--from", "auto",
+                            os.path.join(self.tmp.name, "t")], capture_output=True, text=True,
+                           env=env, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("no committed results for GPU 'NVIDIA A100'", p.stderr)
+
     def test_rejects_an_unknown_layer(self):
         rc, log = self.run_script("--models", "ds-v4", os.path.join(self.tmp.name, "t"))
         self.assertEqual(rc, 2, log)
