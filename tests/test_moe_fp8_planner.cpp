@@ -1,8 +1,8 @@
 // CPU tests of the layer planner with FP8 weights (docs/moe.md "Quantized weights"): the
-// direct path wherever it can run (also past 16 routes per expert, where bf16 sorts), past it
-// the sorted path's two FP8 GEMMs (fp8_sm90; refused off sm_90 devices), the shared expert's
-// FP8 plan (direct, split 1 / 1, T <= 64 and 2*S*H < 2^31; the FP8 GEMMs past it), the
-// plan-log key.
+// direct path wherever it can run (T <= 128, T*K <= 1024; also past 16 routes per expert,
+// where bf16 sorts), past it the sorted path's two FP8 GEMMs (fp8_sm90; refused off sm_90
+// devices), the shared expert's FP8 plan (direct, split 1 / 1, T <= 64 and 2*S*H < 2^31; the
+// FP8 GEMMs past it), the plan-log key.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -59,6 +59,13 @@ TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
        false},
       // bf16 sorts here (512 routes > 16 per expert of 8); FP8 has only the direct path.
       {"few experts T=64", fp8_problem(64, 256, 8, 128, 8), true},
+      // Past 64 tokens: the direct path to T = 128 and T*K <= 1024 (kFp8DirectMaxTokens).
+      {"qwen3.5-35b per channel T=128",
+       fp8_problem(128, 4096, 257, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel), true},
+      {"qwen3.5-35b per channel T=129",
+       fp8_problem(129, 4096, 257, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel),
+       false},
+      {"ds-v3 T=96 top-8", fp8_problem(96, 7168, 256, 2048, 8, 2048), true},
   };
   MlpPlan fp8_gemms;
   fp8_gemms.path = MlpPath::kTwoGemms;

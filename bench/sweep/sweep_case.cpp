@@ -126,7 +126,7 @@ bool parse_dtype(const std::string& s, DType* d) {
 // stays at the GEMMs' 1024.
 constexpr int64_t kTopKMaxExperts = 1024, kMaxTopK = 16, kPermuteMaxExperts = 1024;
 constexpr int64_t kGemmMaxExperts = 1024, kDirectMaxExperts = 4096;
-constexpr int64_t kDirectMaxTokens = 64, kDirectMaxRoutes = 1024;
+constexpr int64_t kDirectMaxTokens = 64, kFp8DirectMaxTokens = 128, kDirectMaxRoutes = 1024;
 constexpr int64_t kMaxTokens = 65536, kMaxWidthUnits = 1024;  // widths up to 8 * 1024
 // f32 outputs are held to the f32 limit (1e-5 on rel_l2 and on the share of elements
 // outside 1e-5 + 1e-5*|ref|). The f32 accumulation errors of the kernel and of the f32 GPU
@@ -136,7 +136,8 @@ constexpr int64_t kF32OutMaxReduction = 1024;
 
 // The direct path runs silu_and_mul without biases only (docs/moe.md, "Activations").
 bool direct_eligible(const SweepCase& c) {
-  return !general_mlp(c) && c.T <= kDirectMaxTokens && c.T * c.K <= kDirectMaxRoutes &&
+  const int64_t max_tokens = c.quant != QuantScheme::kNone ? kFp8DirectMaxTokens : kDirectMaxTokens;
+  return !general_mlp(c) && c.T <= max_tokens && c.T * c.K <= kDirectMaxRoutes &&
          c.E <= kDirectMaxExperts && 2 * c.N * c.H < (int64_t{1} << 31);
 }
 // Whether indexed_expert_mlp / the layers take the direct path (src/moe/fused_moe.cpp).

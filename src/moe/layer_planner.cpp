@@ -73,7 +73,7 @@ std::string direct_path_rejection(const MoEShapes& s) {
     return std::string("activation ") + activation_name(s.mlp.act) +
            (s.mlp.gate_up_bias || s.mlp.down_bias ? " with biases" : "") +
            " (the direct kernels run silu_and_mul without biases)";
-  if (s.T > kDirectMaxTokens) return "T = " + str(s.T) + " > " + str(kDirectMaxTokens);
+  if (s.T > direct_max_tokens(s)) return "T = " + str(s.T) + " > " + str(direct_max_tokens(s));
   if (s.T * s.K > kDirectMaxRoutes)
     return "T*top_k = " + str(s.T * s.K) + " > " + str(kDirectMaxRoutes);
   if (s.E > kDirectMaxExperts) return "E = " + str(s.E) + " > " + str(kDirectMaxExperts);
