@@ -66,6 +66,11 @@ TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
        fp8_problem(129, 4096, 257, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel),
        false},
       {"ds-v3 T=96 top-8", fp8_problem(96, 7168, 256, 2048, 8, 2048), true},
+      // Past 64 tokens only with <= 8 routes an expert: Mixtral-8x7B's shape at T = 65 sorts.
+      {"8 experts top-2 T=64", fp8_problem(64, 4096, 8, 14336, 2), true},
+      {"8 experts top-2 T=65", fp8_problem(65, 4096, 8, 14336, 2), false},
+      {"128 experts T=128 top-8", fp8_problem(128, 2048, 128, 768, 8), true},
+      {"127 experts T=128 top-8", fp8_problem(128, 2048, 127, 768, 8), false},
   };
   MlpPlan fp8_gemms;
   fp8_gemms.path = MlpPath::kTwoGemms;

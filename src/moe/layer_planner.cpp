@@ -18,8 +18,12 @@ namespace {
 constexpr int64_t kDirectMaxRoutesPerExpert = 4;
 constexpr int64_t kDirectRuleMaxTokens = 32;
 
-// FP8 weights take the direct path (the FP8 direct kernels) wherever it can run; past it the
-// sorted path's FP8 GEMMs (fp8_mlp.h).
+// FP8 weights take the direct path (the FP8 direct kernels) wherever it can run to T = 64;
+// past 64 tokens (to kFp8DirectMaxTokens) only with <= 8 routes an expert on average, one
+// 8-route chunk, so that each weight tile is streamed about once; else the sorted path's FP8
+// GEMMs (fp8_mlp.h).
+constexpr int64_t kFp8DirectMaxRoutesPerExpert = 8;
+
 bool takes_direct(const LayerProblem& p) {
   switch (p.op) {
     case RoutedOp::kSortedOnly:
@@ -28,8 +32,10 @@ bool takes_direct(const LayerProblem& p) {
       return direct_path_eligible(p.s);
     case RoutedOp::kLayer:
       return direct_path_eligible(p.s) &&
-             (quantized(p.s.quant) || (p.s.T <= kDirectRuleMaxTokens &&
-                                       p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E));
+             (quantized(p.s.quant) ? p.s.T <= kDirectMaxTokens ||
+                                         p.s.T * p.s.K <= kFp8DirectMaxRoutesPerExpert * p.s.E
+                                   : (p.s.T <= kDirectRuleMaxTokens &&
+                                      p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E));
   }
   return false;
 }
