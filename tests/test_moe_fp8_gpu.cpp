@@ -1,6 +1,6 @@
 // GPU tests of the FP8 direct kernels (docs/moe.md "FP8 direct kernels") against the CPU
 // references on the dequantized weights: every scheme, bf16 and f16 activations, odd shapes,
-// T = 0, 1 and up to the direct path's 64, -1 / out-of-range ids and empty experts, e4m3
+// T = 0, 1 and up to the direct path's 128, -1 / out-of-range ids and empty experts, e4m3
 // subnormals, scales of extreme magnitude (2^-40 .. 2^40); the engine inputs (expert maps,
 // i64 ids, apply_router_weight_on_input) on the FP8 path; poisoned outputs, NaN-free results. The
 // decode kernels do not quantize activations, so the dtype's own tolerance applies (the reference's
@@ -199,7 +199,7 @@ HostTensor reference_indexed(QuantScheme scheme, const HostTensor& x, const Fp8W
   return ref;
 }
 
-// indexed_expert_mlp (the direct path: T <= 64) against the reference.
+// indexed_expert_mlp (the direct path: T <= 128, T*K <= 1024) against the reference.
 void check_indexed(QuantScheme scheme, const Case& c, uint64_t seed) {
   const std::string what = name(scheme, c);
   SCOPED_TRACE(what);
@@ -233,6 +233,25 @@ TEST(MoEFp8Gpu, IndexedExpertMlpMatchesReference) {
       check_indexed(s, Case{DType::kBF16, 1, 7168, 16, 256, 8, Ids::kDistinct}, ++seed);
       check_indexed(s, Case{DType::kBF16, 32, 7168, 16, 256, 8, Ids::kMixed}, ++seed);
     }
+  }
+}
+
+// Past 64 tokens FP8 weights keep the direct path up to T = 128 and T*K <= 1024
+// (kFp8DirectMaxTokens): the routes' limit exactly, an odd expert count past 256 with F = 128
+// (the decoding PR's qwen3.5-35b shape, narrowed), every route to one expert (128 routes:
+// 16 chunks of 8), -1 / out-of-range ids.
+TEST(MoEFp8Gpu, IndexedExpertMlpPast64Tokens) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 4096;
+  for (QuantScheme s : kSchemes) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    const int64_t H = block ? 256 : 112, F = block ? 128 : 80;
+    for (const Case& c : {Case{DType::kBF16, 65, H, 11, F, 8, Ids::kDistinct},
+                          Case{DType::kBF16, 100, H, 257, 128, 8, Ids::kMixed},
+                          Case{DType::kF16, 128, H, 33, F, 8, Ids::kDuplicates},
+                          Case{DType::kBF16, 128, H, 9, F, 1, Ids::kOneExpert},
+                          Case{DType::kBF16, 127, H, 17, F, 8, Ids::kMinusOne}})
+      check_indexed(s, c, ++seed);
   }
 }
 

@@ -1,8 +1,8 @@
 // CPU tests of the layer planner with FP8 weights (docs/moe.md "Quantized weights"): the
-// direct path wherever it can run (also past 16 routes per expert, where bf16 sorts), past it
-// the sorted path's two FP8 GEMMs (fp8_sm90; refused off sm_90 devices), the shared expert's
-// FP8 plan (direct, split 1 / 1, T <= 64 and 2*S*H < 2^31; the FP8 GEMMs past it), the
-// plan-log key.
+// direct path wherever it can run (T <= 128, T*K <= 1024; also past 16 routes per expert,
+// where bf16 sorts), past it the sorted path's two FP8 GEMMs (fp8_sm90; refused off sm_90
+// devices), the shared expert's FP8 plan (direct, split 1 / 1, T <= 64 and 2*S*H < 2^31; the
+// FP8 GEMMs past it), the plan-log key.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -59,6 +59,29 @@ TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
        false},
       // bf16 sorts here (512 routes > 16 per expert of 8); FP8 has only the direct path.
       {"few experts T=64", fp8_problem(64, 256, 8, 128, 8), true},
+      // Past 64 tokens (to T = 128, T*K <= 1024): the direct path for per-channel and
+      // per-tensor scales with F <= 768 and <= 8 routes an expert (the H200 A/B's winners).
+      {"qwen3.5-35b per channel T=128",
+       fp8_problem(128, 4096, 257, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel), true},
+      {"qwen3.5-35b per channel T=129",
+       fp8_problem(129, 4096, 257, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel),
+       false},
+      {"qwen3-30b per tensor T=96 top-8",
+       fp8_problem(96, 2048, 128, 768, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerTensor), true},
+      {"128 experts per channel T=128 top-8",
+       fp8_problem(128, 2048, 128, 768, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel), true},
+      {"127 experts per channel T=128 top-8",
+       fp8_problem(128, 2048, 127, 768, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel),
+       false},
+      {"F = 896 per channel T=96",
+       fp8_problem(96, 2048, 128, 896, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel), false},
+      // Block scales sort past 64 (DeepSeek-V3's layer lost 1.13x-1.41x on the direct path).
+      {"ds-v3 T=65 top-8", fp8_problem(65, 7168, 256, 2048, 8, 2048), false},
+      {"qwen3-30b blocks T=96", fp8_problem(96, 2048, 128, 768, 8), false},
+      // Mixtral-8x7B's shape: 8 experts at top-2 sort from T = 65.
+      {"8 experts top-2 T=64", fp8_problem(64, 4096, 8, 14336, 2), true},
+      {"8 experts top-2 T=65",
+       fp8_problem(65, 4096, 8, 14336, 2, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel), false},
   };
   MlpPlan fp8_gemms;
   fp8_gemms.path = MlpPath::kTwoGemms;
@@ -83,12 +106,16 @@ TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
       // More tiles than SMs and the layer's workspace holds a counter: the dynamic schedule.
       want.gate_up.schedule = want.down.schedule = GemmSchedule::kDynamic;
       EXPECT_EQ(plan.experts, want) << to_string(plan.experts);
-      // Off sm_90 the FP8 GEMMs cannot run: refused, saying why.
+      // Off sm_90 the FP8 GEMMs cannot run: the routed direct kernels where they can (T <= 128,
+      // T*K <= 1024; a shared expert's dense form to T = 64), else refused, saying why.
       const LayerPlan off = detail::plan_layer(c.p, a100);
-      EXPECT_TRUE(contains(detail::layer_plan_rejection(off, c.p, a100),
-                           "the FP8 expert MLP: the FP8 gate_up GEMM: fp8_sm90 needs an sm_90 "
-                           "device"))
-          << detail::layer_plan_rejection(off, c.p, a100);
+      const std::string why = detail::layer_plan_rejection(off, c.p, a100);
+      const bool direct_runs = c.p.s.T <= 128 && c.p.s.T * c.p.s.K <= 1024;
+      if (direct_runs) EXPECT_EQ(off.routed, RoutedPath::kDirect);
+      if (direct_runs && (c.p.S == 0 || c.p.s.T <= 64))
+        EXPECT_EQ(why, "");
+      else
+        EXPECT_TRUE(contains(why, "fp8_sm90 needs an sm_90 device")) << why;
     }
     int sorted = 0;
     for (const LayerPlan& cand : detail::layer_plan_candidates(c.p, h200)) {

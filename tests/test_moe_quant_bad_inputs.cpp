@@ -183,7 +183,7 @@ TEST(QuantBadInputs, IndexedExpertMlp) {
       "indexed_expert_mlp", fp8_experts_valid,
       [](const IndexedExpertMLPArgs& a) { indexed_expert_mlp(a, nullptr); }, rows);
   FusedMoEExpertsArgs past = fp8_experts_valid();
-  fp8_experts(past, QuantScheme::kFp8Block128, 65, kH, kF);
+  fp8_experts(past, QuantScheme::kFp8Block128, 129, kH, kF);
   expect_fp8_gemms_or_refusal([&] { indexed_expert_mlp_workspace_size(past); });
 }
 
@@ -291,11 +291,11 @@ TEST(QuantBadInputs, FusedMoeSharedExpert) {
   run_table<FusedMoESharedExpertArgs>(
       "fused_moe_shared_expert", fp8_layer_valid,
       [](const FusedMoESharedExpertArgs& a) { fused_moe_shared_expert(a, nullptr); }, rows);
-  // Past T = 64: both FP8 parts on the FP8 GEMMs; the shared expert alone in FP8 too.
+  // Past T = 128: both FP8 parts on the FP8 GEMMs; the shared expert alone in FP8 too.
   FusedMoESharedExpertArgs a = fp8_layer_valid();
-  a.moe.hidden_states = fake(kBF, {65, kH});
-  a.moe.gating_output = fake(kF32, {65, kE});
-  a.moe.output = fake(kBF, {65, kH});
+  a.moe.hidden_states = fake(kBF, {129, kH});
+  a.moe.gating_output = fake(kF32, {129, kE});
+  a.moe.output = fake(kBF, {129, kH});
   expect_fp8_gemms_or_refusal([&] { fused_moe_shared_expert_workspace_size(a); });
   a.moe.w_gate_up.dtype = kBF;
   a.moe.w_down.dtype = kBF;

@@ -126,7 +126,7 @@ bool parse_dtype(const std::string& s, DType* d) {
 // stays at the GEMMs' 1024.
 constexpr int64_t kTopKMaxExperts = 1024, kMaxTopK = 16, kPermuteMaxExperts = 1024;
 constexpr int64_t kGemmMaxExperts = 1024, kDirectMaxExperts = 4096;
-constexpr int64_t kDirectMaxTokens = 64, kDirectMaxRoutes = 1024;
+constexpr int64_t kDirectMaxTokens = 64, kFp8DirectMaxTokens = 128, kDirectMaxRoutes = 1024;
 constexpr int64_t kMaxTokens = 65536, kMaxWidthUnits = 1024;  // widths up to 8 * 1024
 // f32 outputs are held to the f32 limit (1e-5 on rel_l2 and on the share of elements
 // outside 1e-5 + 1e-5*|ref|). The f32 accumulation errors of the kernel and of the f32 GPU
@@ -136,7 +136,8 @@ constexpr int64_t kF32OutMaxReduction = 1024;
 
 // The direct path runs silu_and_mul without biases only (docs/moe.md, "Activations").
 bool direct_eligible(const SweepCase& c) {
-  return !general_mlp(c) && c.T <= kDirectMaxTokens && c.T * c.K <= kDirectMaxRoutes &&
+  const int64_t max_tokens = c.quant != QuantScheme::kNone ? kFp8DirectMaxTokens : kDirectMaxTokens;
+  return !general_mlp(c) && c.T <= max_tokens && c.T * c.K <= kDirectMaxRoutes &&
          c.E <= kDirectMaxExperts && 2 * c.N * c.H < (int64_t{1} << 31);
 }
 // Whether indexed_expert_mlp / the layers take the direct path (src/moe/fused_moe.cpp).
@@ -145,6 +146,11 @@ bool indexed_direct(const SweepCase& c) {
 }
 bool layer_direct(const SweepCase& c) {
   if (c.knobs.routed_path != 0) return c.knobs.routed_path == 1 && direct_eligible(c);
+  // FP8 weights past 64 tokens: per-tensor / per-channel scales, F <= 768, T*K <= 8E
+  // (src/moe/layer_planner.cpp fp8_layer_takes_direct).
+  if (c.quant != QuantScheme::kNone && c.T > kDirectMaxTokens)
+    return direct_eligible(c) && c.quant != QuantScheme::kFp8Block128 && c.N <= 768 &&
+           c.T * c.K <= 8 * c.E;
   return direct_eligible(c) && c.T * c.K <= 16 * c.E;
 }
 

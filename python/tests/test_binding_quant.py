@@ -75,8 +75,8 @@ def test_bad_quantization_gives_the_cpp_message(kw, arg, expected):
 
 
 def test_fp8_past_the_decode_kernels_needs_sm90():
-    """Past T = 64 FP8 weights run the FP8 GEMMs: sized on an sm_90 device, else refused."""
-    args, q = experts(T=65)
+    """Past T = 128 FP8 weights run the FP8 GEMMs: sized on an sm_90 device, else refused."""
+    args, q = experts(T=129)
     try:
         assert raw.indexed_expert_mlp_workspace_size(*args, **q) > 0
     except moekit.MoekitError as e:

@@ -2,8 +2,9 @@
 an sm_90 GPU: every scheme through indexed_expert_mlp, fused_moe_shared_expert and
 shared_expert_mlp against a float32 reference on the dequantized weights (the FP8 direct kernels
 do not quantize activations: bf16's tolerance); with the engine inputs (expert_map, int64
-ids, apply_router_weight_on_input); past 64 tokens the FP8 GEMMs against a reference that
-quantizes the activations as they do (fp8 tolerance); torch.compile's fake implementations.
+ids, apply_router_weight_on_input); past the direct kernels (routed: 128 tokens) the FP8 GEMMs
+against a reference that quantizes the activations as they do (fp8 tolerance); torch.compile's
+fake implementations.
 Skipped, saying why, without such a GPU."""
 
 import math
@@ -194,12 +195,13 @@ def quant_act(a, scheme):
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_indexed_expert_mlp_fp8_past_the_decode_kernels(scheme):
-    """T = 65 and 300: the sorted path's FP8 GEMMs, activations quantized by the scheme."""
+    """T = 129 and 300 (the routed FP8 direct kernels take T <= 128): the sorted path's FP8
+    GEMMs, activations quantized by the scheme."""
     g = torch.Generator(device=DEVICE).manual_seed(8)
     E, H, F, K = 9, 256, 128, 4
     q13, s13, d13 = quantized(E, 2 * F, H, scheme, g)
     q2, s2, d2 = quantized(E, H, F, scheme, g)
-    for T in (65, 300):
+    for T in (129, 300):
         x = torch.randn((T, H), generator=g, device=DEVICE).to(bf16)
         w = torch.rand((T, K), generator=g, device=DEVICE)
         ids = torch.randint(-1, E, (T, K), generator=g, device=DEVICE).to(i32)

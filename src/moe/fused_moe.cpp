@@ -213,7 +213,7 @@ void check_path_experts(const detail::ArgCheck& c, const detail::MoEShapes& s, b
          limit + " on the sorted path, which this call takes because " +
              detail::direct_path_rejection(s) + " (the direct path takes up to " +
              detail::str(detail::kDirectMaxExperts) +
-             " experts at T <= " + detail::str(detail::kDirectMaxTokens) +
+             " experts at T <= " + detail::str(detail::direct_max_tokens(s)) +
              ", T*top_k <= " + detail::str(detail::kDirectMaxRoutes) + " and 2*F*H < 2^31)",
          w_gate_up.describe());
 }
@@ -230,7 +230,8 @@ LayerPlan layer_plan(const detail::ArgCheck& c, const LayerPlan* given,
   const detail::GemmDevice device = detail::current_gemm_device();
   static const std::string fp8_paths =
       "FP8 weights on a path that runs them (the FP8 direct kernels: T <= " +
-      detail::str(detail::kDirectMaxTokens) +
+      detail::str(detail::kFp8DirectMaxTokens) +
+      " (shared: " + detail::str(detail::kDirectMaxTokens) + ")" +
       ", T*top_k <= " + detail::str(detail::kDirectMaxRoutes) +
       ", E <= " + detail::str(detail::kDirectMaxExperts) +
       ", 2*F*H < 2^31 (shared: 2*S*H); else the FP8 GEMMs on an sm_90 device)";

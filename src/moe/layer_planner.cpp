@@ -18,8 +18,23 @@ namespace {
 constexpr int64_t kDirectMaxRoutesPerExpert = 4;
 constexpr int64_t kDirectRuleMaxTokens = 32;
 
-// FP8 weights take the direct path (the FP8 direct kernels) wherever it can run; past it the
-// sorted path's FP8 GEMMs (fp8_mlp.h).
+// FP8 weights take the direct path (the FP8 direct kernels) wherever it can run to T = 64.
+// Past 64 tokens (to kFp8DirectMaxTokens) only where it won the H200 A/B (results/h200/ab.md,
+// 2026-12-07: 0.56x-0.93x of the sorted FP8 GEMMs at T = 72-128 on six layers with F = 128-768):
+// per-tensor / per-channel scales, F <= 768 (the sorted path's down GEMM has few k steps a
+// tile, so its tiles' fixed costs dominate) and <= 8 routes an expert on average (one 8-route
+// chunk, each weight tile streamed about once). DeepSeek-V3's block-scaled layer (F = 2048)
+// ran 1.13x-1.41x slower there on the direct path. Else the sorted path's FP8 GEMMs
+// (fp8_mlp.h).
+constexpr int64_t kFp8DirectMaxRoutesPerExpert = 8;
+constexpr int64_t kFp8DirectMaxF = 768;
+
+bool fp8_layer_takes_direct(const MoEShapes& s) {
+  if (s.T <= kDirectMaxTokens) return true;
+  return s.quant != QuantScheme::kFp8Block128 && s.F <= kFp8DirectMaxF &&
+         s.T * s.K <= kFp8DirectMaxRoutesPerExpert * s.E;
+}
+
 bool takes_direct(const LayerProblem& p) {
   switch (p.op) {
     case RoutedOp::kSortedOnly:
@@ -28,8 +43,9 @@ bool takes_direct(const LayerProblem& p) {
       return direct_path_eligible(p.s);
     case RoutedOp::kLayer:
       return direct_path_eligible(p.s) &&
-             (quantized(p.s.quant) || (p.s.T <= kDirectRuleMaxTokens &&
-                                       p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E));
+             (quantized(p.s.quant) ? fp8_layer_takes_direct(p.s)
+                                   : (p.s.T <= kDirectRuleMaxTokens &&
+                                      p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E));
   }
   return false;
 }
@@ -73,7 +89,7 @@ std::string direct_path_rejection(const MoEShapes& s) {
     return std::string("activation ") + activation_name(s.mlp.act) +
            (s.mlp.gate_up_bias || s.mlp.down_bias ? " with biases" : "") +
            " (the direct kernels run silu_and_mul without biases)";
-  if (s.T > kDirectMaxTokens) return "T = " + str(s.T) + " > " + str(kDirectMaxTokens);
+  if (s.T > direct_max_tokens(s)) return "T = " + str(s.T) + " > " + str(direct_max_tokens(s));
   if (s.T * s.K > kDirectMaxRoutes)
     return "T*top_k = " + str(s.T * s.K) + " > " + str(kDirectMaxRoutes);
   if (s.E > kDirectMaxExperts) return "E = " + str(s.E) + " > " + str(kDirectMaxExperts);
@@ -271,6 +287,13 @@ LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
     plan.routed = RoutedPath::kSorted;
     plan.experts = quantized(p.s.quant) ? plan_fp8_mlp(sorted_fp8_shapes(p.s), device)
                                         : plan_expert_mlp_gemms(planning_gemms(p.s), device);
+    // FP8 weights where the sorted path's FP8 GEMMs cannot run (they need sm_90): the direct
+    // kernels wherever they can, rather than a refusal.
+    if (quantized(p.s.quant) && p.op == RoutedOp::kLayer && direct_path_eligible(p.s) &&
+        !fp8_mlp_plan_rejection(plan.experts, sorted_fp8_shapes(p.s), device).empty()) {
+      plan.routed = RoutedPath::kDirect;
+      plan.experts = MlpPlan();
+    }
   }
   plan.has_shared = p.S > 0;
   if (plan.has_shared)

@@ -46,6 +46,16 @@ size_t carved_bytes(const MoEShapes& s, Carve&& carve) {
 constexpr int64_t kDirectMaxTokens = 64;
 constexpr int64_t kDirectMaxRoutes = 1024;
 constexpr int64_t kDirectMaxExperts = 4096;
+// FP8 weights' routed direct path runs to the routes' limit at top-8 (T*K <= 1024): past 64
+// tokens the sorted path's FP8 GEMMs, built for many rows an expert, took 1.4x-1.9x the
+// direct kernels' time per active expert on the decoding PR's layers (docs/PERF.md "FP8
+// layers of small F past the direct kernels"). The kernels have no limit of their own on T.
+constexpr int64_t kFp8DirectMaxTokens = 128;
+
+// The routed direct path's token limit for s's weights.
+inline int64_t direct_max_tokens(const MoEShapes& s) {
+  return quantized(s.quant) ? kFp8DirectMaxTokens : kDirectMaxTokens;
+}
 
 // The direct kernels address an expert's weight rows by 32-bit element offsets from a
 // tile's first row (direct::tile_rows): the largest, (F + 8) * H into the gate/up block,
@@ -55,7 +65,7 @@ inline bool direct_weight_offsets_fit(int64_t F, int64_t H) {
 }
 
 inline bool direct_path_eligible(const MoEShapes& s) {
-  return !s.mlp.general() && s.T <= kDirectMaxTokens && s.T * s.K <= kDirectMaxRoutes &&
+  return !s.mlp.general() && s.T <= direct_max_tokens(s) && s.T * s.K <= kDirectMaxRoutes &&
          s.E <= kDirectMaxExperts && direct_weight_offsets_fit(s.F, s.H);
 }
 
