@@ -128,6 +128,49 @@ class TuneSeedModels(unittest.TestCase):
         self.assertIn("qwen3-235b.table rc=1", log)
         self.assertIn("--model glm45-ep8 ", self.stub_calls()[-2])
 
+    def test_a_table_whose_partial_lacks_steps_is_tuned_again(self):
+        out = os.path.join(self.tmp.name, "tune")
+        os.makedirs(out)
+        counts = list(range(1, 17)) + [24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048,
+                                       4096]
+        plan = "sorted two_gemms{gate_up: sm90 128x128, down: sm90 128x128}"
+
+        def write_layer(name, dropped):
+            lines = ["# moekit-tune partial: " + name]
+            for t in counts:
+                for routing in ("uniform", "skewed"):
+                    if t not in dropped:
+                        lines.append("%d | %s | %s | 10.0 | accurate | default" % (t, routing, plan))
+            for suffix, text in ((".table.partial", "\n".join(lines) + "\n"),
+                                 (".table", "# a table\n")):
+                with open(os.path.join(out, name + suffix), "w") as f:
+                    f.write(text)
+            with open(os.path.join(out, "bench-%s.json" % name), "w") as f:
+                f.write('{"records": []}')
+
+        write_layer("qwen3-30b", dropped=(96, 128))  # the default moved at 96 and 128
+        write_layer("glm45", dropped=())
+        rc, log = self.run_script("--models", "qwen3-30b,glm45", out)
+        self.assertEqual(rc, 0, log)
+        self.assertIn("qwen3-30b.table.partial lacks 4 steps: tuned again", log)
+        self.assertIn("glm45.table exists, skipped", log)
+        calls = self.stub_calls()
+        self.assertEqual(len(calls), 1, calls)
+        self.assertIn("--model qwen3-30b ", calls[0])
+        self.assertIn("--partial " + os.path.join(out, "qwen3-30b.table.partial"), calls[0])
+        # The re-tuned layer's pictures run (the old default's) is gone, the other's kept.
+        self.assertFalse(os.path.exists(os.path.join(out, "bench-qwen3-30b.json")))
+        self.assertTrue(os.path.exists(os.path.join(out, "bench-glm45.json")))
+
+    def test_the_committed_fp8_tables_lacking_96_and_128_are_tuned_again(self):
+        for gpu, name in (("h100", "hunyuan3-e192-i192-fp8"),
+                          ("h200", "qwen3.5-397b-e513-i128-fp8")):
+            out = os.path.join(self.tmp.name, "t-" + gpu)
+            rc, log = self.run_script("--from", os.path.join(ROOT, "results", gpu, "tune"),
+                                      "--models", name, out)
+            self.assertEqual(rc, 0, log)
+            self.assertIn("%s.table.partial lacks 4 steps: tuned again" % name, log)
+
     def test_ep8_layers_have_no_pictures_run(self):
         out = os.path.join(self.tmp.name, "tune")
         rc, log = self.run_script("--models", "kimi-k2-ep8", "--pictures", out)
