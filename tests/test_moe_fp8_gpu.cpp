@@ -347,7 +347,7 @@ struct LayerInputs {
 };
 
 // fused_moe_shared_expert with FP8 routed and shared weights (the schemes of `routed` and
-// `shared`) on device copies of the inputs, against the reference; the direct path (T <= 64).
+// `shared`) on device copies of the inputs, against the reference; the direct path (asserted).
 // Without shared weights (sw == nullptr): fused_moe, the routed layer alone.
 void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& in,
                      const Fp8Weights& rw, const Fp8Weights* sw) {
@@ -480,6 +480,28 @@ TEST(MoEFp8Gpu, FusedMoeMatchesReference) {
         }
         check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr);
       }
+    }
+  }
+}
+
+// fused_moe past 64 tokens: per-channel and per-tensor routed weights with F <= 768 and
+// T*K <= 8E keep the direct path to T = 128 (docs/moe.md); 64 experts at top-4, T = 65, 97 and
+// 128 (the 8E limit exactly), every count's plan asserted direct, against the reference.
+TEST(MoEFp8Gpu, FusedMoeDirectPast64Tokens) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 4400;
+  const int64_t H = 256, E = 64, F = 128;
+  for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+    for (int64_t T : {65, 97, 128}) {
+      SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T));
+      std::mt19937_64 rng(++seed);
+      LayerInputs in;
+      in.x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+      in.logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
+      const Fp8Weights rw(rng, routed, E, H, F);
+      in.params.top_k = 4;
+      in.params.renormalize = true;
+      check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr);
     }
   }
 }
