@@ -335,6 +335,62 @@ TEST(MoEFp8SortedGpu, LayerWithSharedExpertMatchesTheQuantizingReference) {
   }
 }
 
+// Past 64 tokens the routed experts can stay on the FP8 direct kernels (per channel / per
+// tensor, F <= 768, T*K <= 8E: docs/moe.md) while the shared expert runs its FP8 GEMMs: the
+// layer against the reference with the routed activations as given and the shared ones
+// quantized; 64 experts at top-4, T = 65 and 128, a block-scaled shared expert.
+TEST(MoEFp8SortedGpu, LayerWithSharedGemmsBesideRoutedDirectKernels) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 32500;
+  const int64_t H = 256, E = 64, F = 128, S = 256;
+  const QuantScheme shared = QuantScheme::kFp8Block128;
+  for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+    for (int64_t T : {65, 128}) {
+      const std::string what = std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T);
+      SCOPED_TRACE(what);
+      std::mt19937_64 rng(++seed);
+      const HostTensor x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+      const HostTensor logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
+      const Fp8Set rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
+      const DeviceFp8 drw(rw, routed, false), dsw(sw, shared, false);
+      DeviceTensor dx(x), dl(logits), dout(DType::kBF16, {T, H});
+      FusedMoESharedExpertArgs a;
+      a.moe.hidden_states = dx.view();
+      a.moe.gating_output = dl.view();
+      a.moe.params.top_k = 4;
+      a.moe.params.renormalize = true;
+      a.moe.w_gate_up = drw.wgu.view();
+      a.moe.w_down = drw.wd.view();
+      a.moe.quant = drw.device();
+      a.moe.output = dout.view();
+      a.shared_w_gate_up = dsw.wgu.view();
+      a.shared_w_down = dsw.wd.view();
+      a.shared_quant = dsw.device();
+      const LayerPlan plan = plan_fused_moe_shared_expert(a);
+      ASSERT_EQ(plan.routed, RoutedPath::kDirect) << to_string(plan);
+      ASSERT_EQ(plan.shared.path, MlpPath::kTwoGemms) << to_string(plan);
+      DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(a));
+      a.moe.workspace = ws.get();
+      fused_moe_shared_expert(a, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      HostTensor ref(DType::kBF16, {T, H});
+      FusedMoESharedExpertArgs r = a;
+      r.moe.hidden_states = x.view();
+      r.moe.gating_output = logits.view();
+      r.moe.w_gate_up = rw.wgu.view();
+      r.moe.w_down = rw.wd.view();
+      r.moe.quant = drw.host(rw);
+      r.moe.output = ref.view();
+      r.moe.workspace = {};
+      r.shared_w_gate_up = sw.wgu.view();
+      r.shared_w_down = sw.wd.view();
+      r.shared_quant = dsw.host(sw);
+      reference::fused_moe_shared_expert(r, Fp8Activations::kAsGiven, Fp8Activations::kQuantized);
+      expect_fp8_close(dout.download(), ref, what);
+    }
+  }
+}
+
 // shared_expert_mlp past T = 64 (one group of T rows), bf16 and f16 outputs, static scales.
 TEST(MoEFp8SortedGpu, SharedExpertMlpPastTheDecodeKernel) {
   MOEKIT_REQUIRE_GPU();
