@@ -199,7 +199,7 @@ HostTensor reference_indexed(QuantScheme scheme, const HostTensor& x, const Fp8W
   return ref;
 }
 
-// indexed_expert_mlp (the direct path: T <= 128, T*K <= 1024) against the reference.
+// indexed_expert_mlp on the direct path (asserted) against the reference.
 void check_indexed(QuantScheme scheme, const Case& c, uint64_t seed) {
   const std::string what = name(scheme, c);
   SCOPED_TRACE(what);
@@ -236,21 +236,20 @@ TEST(MoEFp8Gpu, IndexedExpertMlpMatchesReference) {
   }
 }
 
-// Past 64 tokens FP8 weights keep the direct path up to T = 128 and T*K <= 1024
-// (kFp8DirectMaxTokens): the routes' limit exactly, an odd expert count past 256 with F = 128
-// (the decoding PR's qwen3.5-35b shape, narrowed), every route to one expert (128 routes:
-// 16 chunks of 8), -1 / out-of-range ids.
+// Past 64 tokens (to T = 128, T*K <= 1024) FP8 weights keep the direct path with per-channel or
+// per-tensor scales, F <= 768 and T*K <= 8E (docs/moe.md): 8E exactly, an odd expert count past
+// 256 with F = 128 (the decoding PR's qwen3.5-35b shape, narrowed), every route to one expert
+// (128 routes: 16 chunks of 8, at top-1 with 16 experts), duplicate and -1 ids.
 TEST(MoEFp8Gpu, IndexedExpertMlpPast64Tokens) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 4096;
-  for (QuantScheme s : kSchemes) {
-    const bool block = s == QuantScheme::kFp8Block128;
-    const int64_t H = block ? 256 : 112, F = block ? 128 : 80;
-    for (const Case& c : {Case{DType::kBF16, 65, H, 11, F, 8, Ids::kDistinct},
+  for (QuantScheme s : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+    const int64_t H = 112, F = 80;
+    for (const Case& c : {Case{DType::kBF16, 65, H, 65, F, 8, Ids::kDistinct},
                           Case{DType::kBF16, 100, H, 257, 128, 8, Ids::kMixed},
-                          Case{DType::kF16, 128, H, 33, F, 8, Ids::kDuplicates},
-                          Case{DType::kBF16, 128, H, 9, F, 1, Ids::kOneExpert},
-                          Case{DType::kBF16, 127, H, 17, F, 8, Ids::kMinusOne}})
+                          Case{DType::kF16, 128, H, 128, F, 8, Ids::kDuplicates},
+                          Case{DType::kBF16, 128, H, 16, F, 1, Ids::kOneExpert},
+                          Case{DType::kBF16, 127, H, 127, F, 8, Ids::kMinusOne}})
       check_indexed(s, c, ++seed);
   }
 }

@@ -78,6 +78,14 @@ TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
       // Block scales sort past 64 (DeepSeek-V3's layer lost 1.13x-1.41x on the direct path).
       {"ds-v3 T=65 top-8", fp8_problem(65, 7168, 256, 2048, 8, 2048), false},
       {"qwen3-30b blocks T=96", fp8_problem(96, 2048, 128, 768, 8), false},
+      // indexed_expert_mlp past 64 tokens: the same rule.
+      {"indexed qwen3.5-35b per channel T=128",
+       fp8_problem(128, 4096, 257, 128, 8, 0, RoutedOp::kIndexed, QuantScheme::kFp8PerChannel),
+       true},
+      {"indexed ds-v3 blocks T=96", fp8_problem(96, 7168, 256, 2048, 8, 0, RoutedOp::kIndexed),
+       false},
+      {"indexed 16 experts per tensor T=65",
+       fp8_problem(65, 4096, 16, 768, 4, 0, RoutedOp::kIndexed, QuantScheme::kFp8PerTensor), false},
       // Mixtral-8x7B's shape: 8 experts at top-2 sort from T = 65.
       {"8 experts top-2 T=64", fp8_problem(64, 4096, 8, 14336, 2), true},
       {"8 experts top-2 T=65",

@@ -140,17 +140,22 @@ bool direct_eligible(const SweepCase& c) {
   return !general_mlp(c) && c.T <= max_tokens && c.T * c.K <= kDirectMaxRoutes &&
          c.E <= kDirectMaxExperts && 2 * c.N * c.H < (int64_t{1} << 31);
 }
+// FP8 weights past 64 tokens take the direct path only with per-tensor / per-channel scales,
+// F <= 768 and T*K <= 8E (src/moe/layer_planner.cpp fp8_takes_direct).
+bool fp8_direct_past_64(const SweepCase& c) {
+  return c.quant != QuantScheme::kFp8Block128 && c.N <= 768 && c.T * c.K <= 8 * c.E;
+}
+bool past_64_fp8(const SweepCase& c) {
+  return c.quant != QuantScheme::kNone && c.T > kDirectMaxTokens;
+}
 // Whether indexed_expert_mlp / the layers take the direct path (src/moe/fused_moe.cpp).
 bool indexed_direct(const SweepCase& c) {
-  return c.knobs.routed_path != 2 && direct_eligible(c);
+  if (c.knobs.routed_path != 0) return c.knobs.routed_path == 1 && direct_eligible(c);
+  return direct_eligible(c) && (!past_64_fp8(c) || fp8_direct_past_64(c));
 }
 bool layer_direct(const SweepCase& c) {
   if (c.knobs.routed_path != 0) return c.knobs.routed_path == 1 && direct_eligible(c);
-  // FP8 weights past 64 tokens: per-tensor / per-channel scales, F <= 768, T*K <= 8E
-  // (src/moe/layer_planner.cpp fp8_layer_takes_direct).
-  if (c.quant != QuantScheme::kNone && c.T > kDirectMaxTokens)
-    return direct_eligible(c) && c.quant != QuantScheme::kFp8Block128 && c.N <= 768 &&
-           c.T * c.K <= 8 * c.E;
+  if (past_64_fp8(c)) return direct_eligible(c) && fp8_direct_past_64(c);
   return direct_eligible(c) && c.T * c.K <= 16 * c.E;
 }
 

@@ -18,7 +18,8 @@ namespace {
 constexpr int64_t kDirectMaxRoutesPerExpert = 4;
 constexpr int64_t kDirectRuleMaxTokens = 32;
 
-// FP8 weights take the direct path (the FP8 direct kernels) wherever it can run to T = 64.
+// FP8 weights take the direct path (the FP8 direct kernels) wherever it can run to T = 64
+// (indexed_expert_mlp and the layers alike).
 // Past 64 tokens (to kFp8DirectMaxTokens) only where it won the H200 A/B (results/h200/ab.md,
 // 2026-12-07: 0.56x-0.93x of the sorted FP8 GEMMs at T = 72-128 on six layers with F = 128-768):
 // per-tensor / per-channel scales, F <= 768 (the sorted path's down GEMM has few k steps a
@@ -29,7 +30,7 @@ constexpr int64_t kDirectRuleMaxTokens = 32;
 constexpr int64_t kFp8DirectMaxRoutesPerExpert = 8;
 constexpr int64_t kFp8DirectMaxF = 768;
 
-bool fp8_layer_takes_direct(const MoEShapes& s) {
+bool fp8_takes_direct(const MoEShapes& s) {
   if (s.T <= kDirectMaxTokens) return true;
   return s.quant != QuantScheme::kFp8Block128 && s.F <= kFp8DirectMaxF &&
          s.T * s.K <= kFp8DirectMaxRoutesPerExpert * s.E;
@@ -40,10 +41,10 @@ bool takes_direct(const LayerProblem& p) {
     case RoutedOp::kSortedOnly:
       return false;
     case RoutedOp::kIndexed:
-      return direct_path_eligible(p.s);
+      return direct_path_eligible(p.s) && (!quantized(p.s.quant) || fp8_takes_direct(p.s));
     case RoutedOp::kLayer:
       return direct_path_eligible(p.s) &&
-             (quantized(p.s.quant) ? fp8_layer_takes_direct(p.s)
+             (quantized(p.s.quant) ? fp8_takes_direct(p.s)
                                    : (p.s.T <= kDirectRuleMaxTokens &&
                                       p.s.T * p.s.K <= kDirectMaxRoutesPerExpert * p.s.E));
   }
@@ -289,7 +290,7 @@ LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
                                         : plan_expert_mlp_gemms(planning_gemms(p.s), device);
     // FP8 weights where the sorted path's FP8 GEMMs cannot run (they need sm_90): the direct
     // kernels wherever they can, rather than a refusal.
-    if (quantized(p.s.quant) && p.op == RoutedOp::kLayer && direct_path_eligible(p.s) &&
+    if (quantized(p.s.quant) && p.op != RoutedOp::kSortedOnly && direct_path_eligible(p.s) &&
         !fp8_mlp_plan_rejection(plan.experts, sorted_fp8_shapes(p.s), device).empty()) {
       plan.routed = RoutedPath::kDirect;
       plan.experts = MlpPlan();
