@@ -258,6 +258,44 @@ TEST(MoEFp8SortedGpu, RoutedExpertsMatchTheQuantizingReference) {
     check_sorted(QuantScheme::kFp8PerTensor, true, c, ++seed);
 }
 
+// A layer with FP8 routed (rw) and shared (sw) weights: the device args over the device copies
+// (top-4, renormalized; the caller sets the routing) and the host args of the reference over
+// the host tensors, into `ref`.
+struct Fp8LayerArgs {
+  const Fp8Set &rw, &sw;
+  const DeviceFp8 &drw, &dsw;
+  FusedMoESharedExpertArgs device(const TensorView& x, const TensorView& logits,
+                                  const TensorView& out) const {
+    FusedMoESharedExpertArgs a;
+    a.moe.hidden_states = x;
+    a.moe.gating_output = logits;
+    a.moe.params.top_k = 4;
+    a.moe.params.renormalize = true;
+    a.moe.w_gate_up = drw.wgu.view();
+    a.moe.w_down = drw.wd.view();
+    a.moe.quant = drw.device();
+    a.moe.output = out;
+    a.shared_w_gate_up = dsw.wgu.view();
+    a.shared_w_down = dsw.wd.view();
+    a.shared_quant = dsw.device();
+    return a;
+  }
+  FusedMoESharedExpertArgs host(FusedMoESharedExpertArgs r, const HostTensor& x,
+                                const HostTensor& logits, HostTensor& ref) const {
+    r.moe.hidden_states = x.view();
+    r.moe.gating_output = logits.view();
+    r.moe.w_gate_up = rw.wgu.view();
+    r.moe.w_down = rw.wd.view();
+    r.moe.quant = drw.host(rw);
+    r.moe.output = ref.view();
+    r.moe.workspace = {};
+    r.shared_w_gate_up = sw.wgu.view();
+    r.shared_w_down = sw.wd.view();
+    r.shared_quant = dsw.host(sw);
+    return r;
+  }
+};
+
 // The layer past the decode kernels: routed (sorted) and shared (one-group GEMMs) both FP8,
 // grouped sigmoid routing with a bias; T = 129 and 300; an f16 layer with a bf16-free output.
 // Then the routed layer alone (fused_moe) on the same inputs.
@@ -280,22 +318,12 @@ TEST(MoEFp8SortedGpu, LayerWithSharedExpertMatchesTheQuantizingReference) {
       const Fp8Set rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
       const DeviceFp8 drw(rw, routed, false), dsw(sw, shared, false);
       DeviceTensor dx(x), dl(logits), db(bias), dout(dt, {T, H});
-      FusedMoESharedExpertArgs a;
-      a.moe.hidden_states = dx.view();
-      a.moe.gating_output = dl.view();
+      const Fp8LayerArgs layer{rw, sw, drw, dsw};
+      FusedMoESharedExpertArgs a = layer.device(dx.view(), dl.view(), dout.view());
       a.moe.correction_bias = db.view();
-      a.moe.params.top_k = 4;
       a.moe.params.scoring_func = ScoringFunc::kSigmoid;
       a.moe.params.num_expert_group = 4;
       a.moe.params.topk_group = 2;
-      a.moe.params.renormalize = true;
-      a.moe.w_gate_up = drw.wgu.view();
-      a.moe.w_down = drw.wd.view();
-      a.moe.quant = drw.device();
-      a.moe.output = dout.view();
-      a.shared_w_gate_up = dsw.wgu.view();
-      a.shared_w_down = dsw.wd.view();
-      a.shared_quant = dsw.device();
       const LayerPlan plan = plan_fused_moe_shared_expert(a);
       ASSERT_EQ(plan.routed, RoutedPath::kSorted) << to_string(plan);
       ASSERT_EQ(plan.shared.path, MlpPath::kTwoGemms) << to_string(plan);
@@ -304,17 +332,8 @@ TEST(MoEFp8SortedGpu, LayerWithSharedExpertMatchesTheQuantizingReference) {
       fused_moe_shared_expert(a, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       HostTensor ref(dt, {T, H});
-      FusedMoESharedExpertArgs r = a;
-      r.moe.hidden_states = x.view();
-      r.moe.gating_output = logits.view();
+      FusedMoESharedExpertArgs r = layer.host(a, x, logits, ref);
       r.moe.correction_bias = bias.view();
-      r.moe.w_gate_up = rw.wgu.view();
-      r.moe.w_down = rw.wd.view();
-      r.moe.quant = drw.host(rw);
-      r.moe.output = ref.view();
-      r.shared_w_gate_up = sw.wgu.view();
-      r.shared_w_down = sw.wd.view();
-      r.shared_quant = dsw.host(sw);
       reference::fused_moe_shared_expert(r, Fp8Activations::kQuantized, Fp8Activations::kQuantized);
       expect_fp8_close(dout.download(), ref, what);
 
@@ -354,18 +373,8 @@ TEST(MoEFp8SortedGpu, LayerWithSharedGemmsBesideRoutedDirectKernels) {
       const Fp8Set rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
       const DeviceFp8 drw(rw, routed, false), dsw(sw, shared, false);
       DeviceTensor dx(x), dl(logits), dout(DType::kBF16, {T, H});
-      FusedMoESharedExpertArgs a;
-      a.moe.hidden_states = dx.view();
-      a.moe.gating_output = dl.view();
-      a.moe.params.top_k = 4;
-      a.moe.params.renormalize = true;
-      a.moe.w_gate_up = drw.wgu.view();
-      a.moe.w_down = drw.wd.view();
-      a.moe.quant = drw.device();
-      a.moe.output = dout.view();
-      a.shared_w_gate_up = dsw.wgu.view();
-      a.shared_w_down = dsw.wd.view();
-      a.shared_quant = dsw.device();
+      const Fp8LayerArgs layer{rw, sw, drw, dsw};
+      FusedMoESharedExpertArgs a = layer.device(dx.view(), dl.view(), dout.view());
       const LayerPlan plan = plan_fused_moe_shared_expert(a);
       ASSERT_EQ(plan.routed, RoutedPath::kDirect) << to_string(plan);
       ASSERT_EQ(plan.shared.path, MlpPath::kTwoGemms) << to_string(plan);
@@ -374,17 +383,7 @@ TEST(MoEFp8SortedGpu, LayerWithSharedGemmsBesideRoutedDirectKernels) {
       fused_moe_shared_expert(a, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       HostTensor ref(DType::kBF16, {T, H});
-      FusedMoESharedExpertArgs r = a;
-      r.moe.hidden_states = x.view();
-      r.moe.gating_output = logits.view();
-      r.moe.w_gate_up = rw.wgu.view();
-      r.moe.w_down = rw.wd.view();
-      r.moe.quant = drw.host(rw);
-      r.moe.output = ref.view();
-      r.moe.workspace = {};
-      r.shared_w_gate_up = sw.wgu.view();
-      r.shared_w_down = sw.wd.view();
-      r.shared_quant = dsw.host(sw);
+      const FusedMoESharedExpertArgs r = layer.host(a, x, logits, ref);
       reference::fused_moe_shared_expert(r, Fp8Activations::kAsGiven, Fp8Activations::kQuantized);
       expect_fp8_close(dout.download(), ref, what);
     }
