@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "moe/fp8_mlp.h"
 #include "moe/layer_planner.h"
 #include "moekit/plan.h"
 
@@ -274,6 +275,48 @@ TEST(Fp8LayerPlanner, StaticActivationScalesKeepTheGateUpGemmOff128x256) {
         EXPECT_TRUE(contains(detail::layer_plan_rejection(dynamic, p, h200), "no c_scale"));
     }
   }
+}
+
+// The weight-only FP8 sorted plan (bf16 rows, decode_persistent's e4m3 tiles): a candidate of
+// the per-channel / per-tensor bf16 layers, and refused, saying why, with block scales, f16
+// rows and k % 16 != 0; the dense FP8 MLPs (the shared expert) never take it.
+TEST(Fp8LayerPlanner, WeightOnlyPlanIsACandidateWhereItRunsAndRefusedElsewhere) {
+  const detail::DeviceProps h200 = detail::h200_props();
+  LayerPlan weight_only;
+  ASSERT_TRUE(parse_plan(
+      "sorted two_gemms{gate_up: decode_persistent 32x128, down: decode_persistent 32x128}",
+      &weight_only));
+  const auto listed = [&](const LayerProblem& p, const detail::DeviceProps& d) {
+    for (const LayerPlan& c : detail::layer_plan_candidates(p, d))
+      if (c == weight_only) return true;
+    return false;
+  };
+  for (QuantScheme q : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+    for (RoutedOp op : {RoutedOp::kLayer, RoutedOp::kSortedOnly}) {
+      const LayerProblem p = fp8_problem(256, 4096, 257, 128, 8, 0, op, q);
+      EXPECT_EQ(detail::layer_plan_rejection(weight_only, p, h200), "") << quant_scheme_name(q);
+      EXPECT_TRUE(listed(p, h200)) << quant_scheme_name(q);
+    }
+  }
+  const LayerProblem block = fp8_problem(256, 4096, 257, 128, 8);
+  EXPECT_TRUE(contains(detail::layer_plan_rejection(weight_only, block, h200), "128 x 128 blocks"));
+  EXPECT_FALSE(listed(block, h200));
+  LayerProblem f16 =
+      fp8_problem(256, 4096, 257, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel);
+  f16.s.dtype = DType::kF16;
+  EXPECT_TRUE(contains(detail::layer_plan_rejection(weight_only, f16, h200), "bf16 rows"));
+  const LayerProblem odd_k =
+      fp8_problem(256, 4096, 257, 136, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel);
+  EXPECT_TRUE(contains(detail::layer_plan_rejection(weight_only, odd_k, h200), "k % 16 == 0"));
+  // The shared expert's dense FP8 MLP past its direct kernel: the FP8 GEMMs only.
+  const LayerProblem shared =
+      fp8_problem(256, 4096, 257, 128, 8, 1024, RoutedOp::kLayer, QuantScheme::kFp8PerChannel);
+  for (const LayerPlan& c : detail::layer_plan_candidates(shared, h200))
+    EXPECT_FALSE(detail::fp8_weight_only(c.shared)) << to_string(c);
+  LayerPlan shared_weight_only = detail::plan_layer(shared, h200);
+  shared_weight_only.shared = weight_only.experts;
+  EXPECT_TRUE(
+      contains(detail::layer_plan_rejection(shared_weight_only, shared, h200), "sorted path only"));
 }
 
 TEST(Fp8LayerPlanner, ShapeKeyNamesTheScheme) {

@@ -187,7 +187,9 @@ Fp8MlpShapes dense_fp8_shapes(const MoEShapes& s, int64_t S, QuantScheme quant) 
 }
 
 Fp8MlpShapes sorted_fp8_shapes(const MoEShapes& s) {
-  return fp8_mlp_shapes(s, sorted_rows(s), s.E, s.F, s.quant, kSortedAlignment);
+  Fp8MlpShapes f = fp8_mlp_shapes(s, sorted_rows(s), s.E, s.F, s.quant, kSortedAlignment);
+  f.weight_only_ok = true;
+  return f;
 }
 
 MlpPlan plan_fp8_dense_mlp(const MoEShapes& s, int64_t S, QuantScheme quant,
