@@ -160,10 +160,14 @@ struct Fp8WeightTiles {
     }
   }
 
-  // The b rows' scales on the sums, then the 16-bit epilogue (silu_and_mul, bf16 c).
-  __device__ __forceinline__ static void store(const GemmParams& p, const TileCoord& t,
-                                               float (&acc)[Cfg::MF][Cfg::NF][4], int, int wn,
-                                               int lane) {
+  // The scales of the lane's b rows (fragment nf, column 2c + j): loaded when the tile
+  // starts, so that their latency hides under its mainloop (a down GEMM of k = 128 has one
+  // stage a tile).
+  struct Epilogue {
+    float scale[Cfg::NF][2];
+  };
+  __device__ __forceinline__ static void begin(const GemmParams& p, const TileCoord& t, int wn,
+                                               int lane, Epilogue& e) {
     const float* scale = p.b_scale + t.group * p.b_scale_group;
 #pragma unroll
     for (int nf = 0; nf < Cfg::NF; ++nf) {
@@ -171,11 +175,23 @@ struct Fp8WeightTiles {
       for (int j = 0; j < 2; ++j) {
         int64_t col, b_row;
         tile_b_row<Cfg>(p, t.n_tile, wn * Cfg::WN + nf * 8 + (lane & 3) * 2 + j, col, b_row);
-        const float sc = col < p.n ? scale[b_row * p.b_scale_row] : 0.f;
+        e.scale[nf][j] = col < p.n ? __ldg(scale + b_row * p.b_scale_row) : 0.f;
+      }
+    }
+  }
+
+  // The b rows' scales on the sums, then the 16-bit epilogue (silu_and_mul, bf16 c).
+  __device__ __forceinline__ static void store(const GemmParams& p, const TileCoord& t,
+                                               float (&acc)[Cfg::MF][Cfg::NF][4], int, int wn,
+                                               int lane, const Epilogue& e) {
+#pragma unroll
+    for (int nf = 0; nf < Cfg::NF; ++nf) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
 #pragma unroll
         for (int mf = 0; mf < Cfg::MF; ++mf) {
-          acc[mf][nf][j] *= sc;
-          acc[mf][nf][j + 2] *= sc;
+          acc[mf][nf][j] *= e.scale[nf][j];
+          acc[mf][nf][j + 2] *= e.scale[nf][j];
         }
       }
     }

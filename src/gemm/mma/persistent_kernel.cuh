@@ -51,6 +51,9 @@ struct Mma16Tiles {
                                                Loader& loader) {
     setup_loader<Cfg, In>(p, t, loader);
   }
+  struct Epilogue {};  // nothing read ahead for the epilogue
+  __device__ __forceinline__ static void begin(const GemmParams&, const TileCoord&, int, int,
+                                               Epilogue&) {}
   __device__ __forceinline__ static void mma(uint32_t s_a, uint32_t s_b,
                                              float (&acc)[Cfg::MF][Cfg::NF][4], int wm, int wn,
                                              int lane, int valid_mf) {
@@ -58,7 +61,7 @@ struct Mma16Tiles {
   }
   __device__ __forceinline__ static void store(const GemmParams& p, const TileCoord& t,
                                                float (&acc)[Cfg::MF][Cfg::NF][4], int wm, int wn,
-                                               int lane) {
+                                               int lane, const Epilogue&) {
     store_tile<Cfg, Out>(acc, static_cast<Out*>(p.c), p.n, t.row0, t.rows, t.n_tile, p.silu != 0,
                          wm, wn, lane);
   }
@@ -177,6 +180,7 @@ __global__ void __launch_bounds__(Tiles::Cfg::THREADS, Tiles::Cfg::MIN_BLOCKS)
   };
 
   float acc[Cfg::MF][Cfg::NF][4];
+  typename Tiles::Epilogue epilogue;
   TileCoord t{};
   int valid_mf = 0;
 #pragma unroll
@@ -190,6 +194,8 @@ __global__ void __launch_bounds__(Tiles::Cfg::THREADS, Tiles::Cfg::MIN_BLOCKS)
       t = locate<Cfg>(tab, groups, p.n_tiles, start + static_cast<int>(s / kt_count) * stride);
       valid_mf = valid_fragments<Cfg>(t.rows, wm);
       zero_accumulators<Cfg>(acc);
+      // Before the wait below: what the epilogue reads loads under the tile's mainloop.
+      Tiles::begin(p, t, wn, lane, epilogue);
     }
     cp_async_wait<Cfg::STAGES - 2>();
     __syncthreads();  // slice s visible; every warp is done with the stage refilled below
@@ -199,7 +205,7 @@ __global__ void __launch_bounds__(Tiles::Cfg::THREADS, Tiles::Cfg::MIN_BLOCKS)
     const int stage = static_cast<int>(s % Cfg::STAGES);
     Tiles::mma(s_a0 + stage * Tiles::A_STAGE_BYTES, s_b0 + stage * Tiles::B_STAGE_BYTES, acc, wm,
                wn, lane, valid_mf);
-    if (kt == kt_count - 1) Tiles::store(p, t, acc, wm, wn, lane);
+    if (kt == kt_count - 1) Tiles::store(p, t, acc, wm, wn, lane, epilogue);
   }
   cp_async_wait<0>();
 }
