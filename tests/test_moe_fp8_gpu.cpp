@@ -346,10 +346,12 @@ struct LayerInputs {
 };
 
 // fused_moe_shared_expert with FP8 routed and shared weights (the schemes of `routed` and
-// `shared`) on device copies of the inputs, against the reference; the direct path (asserted).
-// Without shared weights (sw == nullptr): fused_moe, the routed layer alone.
+// `shared`) on device copies of the inputs, against the reference; the direct path (asserted),
+// or the plan `forced` names. Without shared weights (sw == nullptr): fused_moe, the routed
+// layer alone.
 void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& in,
-                     const Fp8Weights& rw, const Fp8Weights* sw) {
+                     const Fp8Weights& rw, const Fp8Weights* sw,
+                     const LayerPlan* forced = nullptr) {
   const int64_t T = in.x.shape()[0], H = in.x.shape()[1];
   DeviceTensor dx(in.x), dl(in.logits), dwgu(rw.wgu), dwd(rw.wd), dsgu(rw.sgu), dsd(rw.sd), swgu,
       swd, ssgu, ssd, db, dmap;
@@ -378,7 +380,8 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
     a.shared_w_down = swd.view();
     a.shared_quant = quant_of(shared, ssgu, ssd);
   }
-  if (T > 0) {
+  a.moe.plan = forced;
+  if (T > 0 && forced == nullptr) {
     ASSERT_EQ(sw != nullptr ? plan_fused_moe_shared_expert(a).routed : plan_fused_moe(a.moe).routed,
               RoutedPath::kDirect);
   }
@@ -685,6 +688,81 @@ TEST(MoEFp8Gpu, LayerWithAMapAndRouterWeightOnInput) {
       in.apply = apply;
       const Fp8Weights rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
       check_fp8_layer(routed, shared, in, rw, &sw);
+    }
+  }
+}
+
+// The weight-only FP8 sorted plan (bf16 rows, e4m3 weights unpacked in decode_persistent's
+// tiles): per-channel and per-tensor weights, T = 0, 1, odd counts and past the direct path,
+// odd H and F (multiples of 16), skewed routing (all tokens on a few experts, most experts
+// empty), an expert map (-1 ids of non-local experts), gate/up scales of 2^+-30 (down scales of
+// 2^-+60: outputs ~1); against the reference, NaN-free, bit-identical reruns. The plan is one of
+// the layer's candidates.
+TEST(MoEFp8Gpu, FusedMoeWeightOnlySortedPlan) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 9500;
+  LayerPlan plan;
+  ASSERT_TRUE(parse_plan(
+      "sorted two_gemms{gate_up: decode_persistent 32x128, down: decode_persistent 32x128}",
+      &plan));
+  struct WeightOnlyCase {
+    int64_t T, H, E, F;
+    int K;
+    double scale_base;
+    bool skewed, map;
+  };
+  const WeightOnlyCase cases[] = {
+      {0, 256, 16, 128, 4, 1.0, false, false},      {1, 256, 16, 128, 4, 1.0, false, false},
+      {17, 272, 16, 80, 4, 1.0, false, false},      {200, 256, 32, 128, 8, 1.0, false, false},
+      {77, 256, 16, 128, 4, 1.0, true, false},      {45, 256, 16, 128, 2, 1.0, false, true},
+      {33, 256, 16, 128, 4, 0x1p-30, false, false}, {33, 256, 16, 128, 4, 0x1p30, false, false},
+  };
+  // The down scale that brings the output back to ~1 (where the bf16 tolerance's absolute
+  // part is meant to apply): act ~ gate_up^2 for huge scales (silu(g) ~ g), ~ gate_up^2 / 2
+  // for tiny ones.
+  const auto down_base = [](double gate_up) { return 1.0 / (gate_up * gate_up); };
+  for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+    for (const WeightOnlyCase& c : cases) {
+      SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(c.T) +
+                   " H=" + std::to_string(c.H) + " E=" + std::to_string(c.E) +
+                   " F=" + std::to_string(c.F) + (c.skewed ? " skewed" : "") +
+                   (c.map ? " map" : "") + " scale " + std::to_string(c.scale_base));
+      std::mt19937_64 rng(++seed);
+      LayerInputs in;
+      const int64_t E_logits = c.map ? 3 * c.E : c.E;
+      in.x = moetest::normal(rng, DType::kBF16, {c.T, c.H}, 1.0);
+      in.logits = moetest::normal(rng, DType::kF32, {c.T, E_logits}, 1.0);
+      if (c.skewed) {  // experts 0..3 far ahead: every route on 4 of the 16 experts
+        for (int64_t t = 0; t < c.T; ++t)
+          for (int64_t e = 0; e < 4; ++e) in.logits.set(t * E_logits + e, 20.0 + e);
+      }
+      HostTensor map;
+      if (c.map) {
+        map = enginetest::make_map(rng, E_logits, c.E, 2, Map::kShuffled);
+        in.map = &map;
+      }
+      in.params.top_k = c.K;
+      in.params.renormalize = true;
+      const Fp8Weights rw(rng, routed, c.E, c.H, c.F, c.scale_base, down_base(c.scale_base));
+      if (c.T > 0) {
+        DeviceTensor dx(in.x), dl(in.logits), dwgu(rw.wgu), dwd(rw.wd), dsgu(rw.sgu), dsd(rw.sd);
+        FusedMoEArgs a;
+        a.hidden_states = dx.view();
+        a.gating_output = dl.view();
+        a.params = in.params;
+        a.w_gate_up = dwgu.view();
+        a.w_down = dwd.view();
+        a.quant = quant_of(routed, dsgu, dsd);
+        DeviceTensor dmap;
+        if (c.map) {
+          dmap = DeviceTensor(map);
+          a.expert_map = dmap.view();
+        }
+        bool listed = false;
+        for (const LayerPlan& p : fused_moe_plan_candidates(a)) listed = listed || p == plan;
+        EXPECT_TRUE(listed) << to_string(plan) << " is not a candidate";
+      }
+      check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr, &plan);
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "moe/fp8_mlp.h"
 #include "moe/layer_planner.h"
 #include "moekit/plan.h"
 
@@ -101,8 +102,16 @@ TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
     SCOPED_TRACE(c.name);
     const LayerPlan plan = detail::plan_layer(c.p, h200);
     EXPECT_EQ(detail::layer_plan_rejection(plan, c.p, h200), "");
+    // Sorted with per-tensor / per-channel scales, F <= 128, <= 16 routes an expert: the
+    // weight-only GEMMs, which need no sm_90 (the decode tiles).
+    const bool weight_only = !c.direct && c.p.s.quant != QuantScheme::kFp8Block128 &&
+                             c.p.s.F <= 128 && c.p.s.T * c.p.s.K <= 16 * c.p.s.E;
     if (c.direct) {
       EXPECT_EQ(plan.routed, RoutedPath::kDirect);
+    } else if (weight_only) {
+      EXPECT_EQ(plan.routed, RoutedPath::kSorted);
+      EXPECT_EQ(plan.experts, detail::fp8_weight_only_plan()) << to_string(plan.experts);
+      EXPECT_EQ(detail::layer_plan_rejection(detail::plan_layer(c.p, a100), c.p, a100), "");
     } else {
       EXPECT_EQ(plan.routed, RoutedPath::kSorted);
       // Per-tensor / per-channel scales on >= 256 rows an expert, block scales on >= 80:
@@ -274,6 +283,87 @@ TEST(Fp8LayerPlanner, StaticActivationScalesKeepTheGateUpGemmOff128x256) {
         EXPECT_TRUE(contains(detail::layer_plan_rejection(dynamic, p, h200), "no c_scale"));
     }
   }
+}
+
+// The weight-only FP8 sorted plan (bf16 rows, decode_persistent's e4m3 tiles): a candidate of
+// the per-channel / per-tensor bf16 layers, and refused, saying why, with block scales, f16
+// rows and k % 16 != 0; the dense FP8 MLPs (the shared expert) never take it.
+TEST(Fp8LayerPlanner, WeightOnlyPlanIsACandidateWhereItRunsAndRefusedElsewhere) {
+  const detail::DeviceProps h200 = detail::h200_props();
+  LayerPlan weight_only;
+  ASSERT_TRUE(parse_plan(
+      "sorted two_gemms{gate_up: decode_persistent 32x128, down: decode_persistent 32x128}",
+      &weight_only));
+  const auto listed = [&](const LayerProblem& p, const detail::DeviceProps& d) {
+    for (const LayerPlan& c : detail::layer_plan_candidates(p, d))
+      if (c == weight_only) return true;
+    return false;
+  };
+  for (QuantScheme q : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+    for (RoutedOp op : {RoutedOp::kLayer, RoutedOp::kSortedOnly}) {
+      const LayerProblem p = fp8_problem(256, 4096, 257, 128, 8, 0, op, q);
+      EXPECT_EQ(detail::layer_plan_rejection(weight_only, p, h200), "") << quant_scheme_name(q);
+      EXPECT_TRUE(listed(p, h200)) << quant_scheme_name(q);
+    }
+  }
+  const LayerProblem block = fp8_problem(256, 4096, 257, 128, 8);
+  EXPECT_TRUE(contains(detail::layer_plan_rejection(weight_only, block, h200), "128 x 128 blocks"));
+  EXPECT_FALSE(listed(block, h200));
+  LayerProblem f16 =
+      fp8_problem(256, 4096, 257, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel);
+  f16.s.dtype = DType::kF16;
+  EXPECT_TRUE(contains(detail::layer_plan_rejection(weight_only, f16, h200), "bf16 rows"));
+  const LayerProblem odd_k =
+      fp8_problem(256, 4096, 257, 136, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel);
+  EXPECT_TRUE(contains(detail::layer_plan_rejection(weight_only, odd_k, h200), "k % 16 == 0"));
+  // The shared expert's dense FP8 MLP past its direct kernel: the FP8 GEMMs only.
+  const LayerProblem shared =
+      fp8_problem(256, 4096, 257, 128, 8, 1024, RoutedOp::kLayer, QuantScheme::kFp8PerChannel);
+  for (const LayerPlan& c : detail::layer_plan_candidates(shared, h200))
+    EXPECT_FALSE(detail::fp8_weight_only(c.shared)) << to_string(c);
+  LayerPlan shared_weight_only = detail::plan_layer(shared, h200);
+  shared_weight_only.shared = weight_only.experts;
+  EXPECT_TRUE(
+      contains(detail::layer_plan_rejection(shared_weight_only, shared, h200), "sorted path only"));
+}
+
+// The planner's rule: per-channel / per-tensor FP8 layers with F <= 128 past the direct path
+// and T*K <= 16E take the weight-only plan (fused_moe and fused_moe_experts alike); block
+// scales, larger F and more routes an expert the FP8 GEMMs.
+TEST(Fp8LayerPlanner, SmallFLayersPastTheDirectPathTakeTheWeightOnlyPlan) {
+  const detail::DeviceProps h200 = detail::h200_props();
+  const QuantScheme channel = QuantScheme::kFp8PerChannel, tensor = QuantScheme::kFp8PerTensor;
+  struct Case {
+    const char* name;
+    LayerProblem p;
+    bool weight_only;
+  };
+  const Case cases[] = {
+      {"qwen3.5-35b-e257-i128 T=192",
+       fp8_problem(192, 4096, 257, 128, 8, 0, RoutedOp::kLayer, channel), true},
+      {"qwen3.5-35b-e257-i128 T=514 (16 E)",
+       fp8_problem(514, 4096, 257, 128, 8, 0, RoutedOp::kLayer, channel), true},
+      {"qwen3.5-35b-e257-i128 T=515",
+       fp8_problem(515, 4096, 257, 128, 8, 0, RoutedOp::kLayer, channel), false},
+      {"qwen3.5-397b-e513-i128 T=1024",
+       fp8_problem(1024, 4096, 513, 128, 8, 0, RoutedOp::kLayer, channel), true},
+      {"per tensor F=64 experts op T=8",
+       fp8_problem(8, 1024, 16, 64, 4, 0, RoutedOp::kSortedOnly, tensor), true},
+      {"F=192", fp8_problem(192, 4096, 192, 192, 8, 0, RoutedOp::kLayer, tensor), false},
+      {"block F=128", fp8_problem(192, 4096, 257, 128, 8), false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const LayerPlan plan = detail::plan_layer(c.p, h200);
+    ASSERT_EQ(plan.routed, RoutedPath::kSorted);
+    EXPECT_EQ(detail::fp8_weight_only(plan.experts), c.weight_only) << to_string(plan);
+    EXPECT_EQ(detail::layer_plan_rejection(plan, c.p, h200), "");
+  }
+  // Within the direct path's reach the direct kernels stay (T = 128, 1024 routes <= 8E).
+  EXPECT_EQ(
+      detail::plan_layer(fp8_problem(128, 4096, 257, 128, 8, 0, RoutedOp::kLayer, channel), h200)
+          .routed,
+      RoutedPath::kDirect);
 }
 
 TEST(Fp8LayerPlanner, ShapeKeyNamesTheScheme) {

@@ -452,8 +452,11 @@ class RoutedCase : public PlannedCase<LayerPlan> {
     const auto q = [](bool yes) {
       return yes ? Fp8Activations::kQuantized : Fp8Activations::kAsGiven;
     };
-    return {q(p->routed == RoutedPath::kSorted),
-            q(shared() && p->has_shared && p->shared.path == MlpPath::kTwoGemms)};
+    // The sorted path quantizes its rows on the FP8 GEMMs, not on the weight-only GEMMs
+    // (decode_persistent with e4m3 weights: bf16 rows).
+    return {
+        q(p->routed == RoutedPath::kSorted && p->experts.gate_up.kernel == GemmKernel::kFp8Sm90),
+        q(shared() && p->has_shared && p->shared.path == MlpPath::kTwoGemms)};
   }
 
   // The plain GPU reference of this op on copy c (token mask optional).

@@ -33,6 +33,8 @@ usage: moekit-bench [options]
                         candidates), interleaved with the default plan, each checked
   --candidate I         run candidate I of each row's plan candidates instead of the
                         planner's plan (rows with fewer candidates are skipped)
+  --plan TEXT           run the candidate whose one-line form (moekit/plan.h) is TEXT
+                        instead of the planner's plan (rows without it are skipped)
   --extra-alternatives FILE  merge externally measured times (records with op, workload,
                         dtype and alternatives {name: ms}) into the table
   --json FILE           machine-readable results, and their picture next to them
@@ -118,6 +120,8 @@ Options parse_options(const std::vector<std::string>& args) {
       if (c < 0 || c > 1e6 || c != std::floor(c))
         throw std::invalid_argument("--candidate: expected an index I >= 0");
       o.candidate = static_cast<int>(c);
+    } else if (a == "--plan") {
+      o.plan = val();
     } else if (a == "--extra-alternatives") {
       o.extra_alternatives_path = val();
     } else if (a == "--json") {
@@ -138,8 +142,10 @@ Options parse_options(const std::vector<std::string>& args) {
       throw std::invalid_argument("unknown option '" + args[i] + "' (see --help)");
     }
   }
-  if (o.candidates && o.candidate >= 0)
-    throw std::invalid_argument("--candidates and --candidate I exclude each other");
+  if (o.candidates && (o.candidate >= 0 || !o.plan.empty()))
+    throw std::invalid_argument("--candidates excludes --candidate I and --plan");
+  if (o.candidate >= 0 && !o.plan.empty())
+    throw std::invalid_argument("--candidate I and --plan exclude each other");
   return o;
 }
 

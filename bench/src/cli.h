@@ -27,6 +27,7 @@ struct Options {
   std::string alt_skip;     // ... and of names not to run
   bool candidates = false;  // also time every plan candidate of each row (*_plan_candidates)
   int candidate = -1;       // >= 0: run only candidate I of each row (args.plan) as moekit
+  std::string plan;         // non-empty: run the candidate with this one-line form (--plan)
   bool list = false;        // print the selected rows and exit (no GPU needed)
   bool help = false;
   std::string ceilings_cache;  // file; empty: $MOEKIT_BENCH_CACHE or ~/.cache/moekit

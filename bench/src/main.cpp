@@ -244,7 +244,7 @@ int run(const Options& opt, const std::string& cmdline) {
           c->set_copies(plan.copies);
           rr.timing = plan.describe();
           std::vector<Impl> impls;
-          impls.push_back(Impl{"moekit", [&c, forced = opt.candidate](int k, cudaStream_t s) {
+          impls.push_back(Impl{"moekit", [&c, forced = rr.forced_candidate](int k, cudaStream_t s) {
                                  c->force_candidate(forced);  // --candidates forces others
                                  c->run_ours(k, s);
                                }});

@@ -8,7 +8,19 @@ namespace moekit::bench {
 
 bool choose_plan(Case& c, const Options& opt, RowResult& rr) {
   try {
-    if (opt.candidate >= 0) {
+    if (!opt.plan.empty()) {
+      const std::vector<std::string> plans = c.plan_candidates();
+      const auto it = std::find(plans.begin(), plans.end(), opt.plan);
+      if (it == plans.end()) {
+        rr.status = "no candidate \"" + opt.plan + "\" (--plan; the row has " +
+                    std::to_string(plans.size()) + ")";
+        return false;
+      }
+      const int i = static_cast<int>(it - plans.begin());
+      c.force_candidate(i);
+      rr.forced_candidate = i;
+      rr.notes.push_back("plan forced: " + opt.plan);
+    } else if (opt.candidate >= 0) {
       const size_t n = c.plan_candidates().size();
       if (static_cast<size_t>(opt.candidate) >= n) {
         rr.status = n == 0 ? std::string("no plan candidates (--candidate)")
@@ -26,7 +38,7 @@ bool choose_plan(Case& c, const Options& opt, RowResult& rr) {
     // A planner that refuses the arguments: the op itself will say so when it runs.
     rr.plan = "-";
     rr.notes.push_back(std::string("plan: ") + e.what());
-    if (opt.candidate >= 0) {
+    if (opt.candidate >= 0 || !opt.plan.empty()) {
       rr.status = std::string("error: plan: ") + e.what();
       return false;
     }

@@ -13,6 +13,12 @@
 namespace moekit::sweep {
 namespace {
 
+// Whether a layer plan's routed experts run the FP8 GEMMs, which quantize their rows (the
+// weight-only GEMMs, decode_persistent with e4m3 weights, keep them bf16).
+bool sorted_on_fp8_gemms(const LayerPlan& plan) {
+  return plan.routed == RoutedPath::kSorted && plan.experts.gate_up.kernel == GemmKernel::kFp8Sm90;
+}
+
 // The sorted path keeps each route's expert output in the op's dtype (bf16 on the FP8 GEMM
 // path) before the weighted sum (docs/moe.md): both references round them likewise there
 // (exact routes left a few elements of small outputs past the bf16 bound where the routes
@@ -134,8 +140,7 @@ void run_routed_experts(Context& ctx, const SweepCase& c, Outcome& o) {
     args.plan = &forced;
   const LayerPlan& run_plan = args.plan ? forced : planned;
   o.path = c.T == 0 ? "none" : to_string(run_plan);
-  const reference::Fp8Activations acts =
-      reference_acts(c.quant, run_plan.routed == RoutedPath::kSorted);
+  const reference::Fp8Activations acts = reference_acts(c.quant, sorted_on_fp8_gemms(run_plan));
   args.workspace = ctx.workspace(indexed ? indexed_expert_mlp_workspace_size(args)
                                          : fused_moe_experts_workspace_size(args));
   run_twice(
@@ -240,8 +245,7 @@ void run_layer(Context& ctx, const SweepCase& c, Outcome& o) {
     m.plan = &forced;
   const LayerPlan& run_plan = m.plan ? forced : planned;
   o.path = c.T == 0 ? "none" : to_string(run_plan);
-  const reference::Fp8Activations acts =
-      reference_acts(c.quant, run_plan.routed == RoutedPath::kSorted);
+  const reference::Fp8Activations acts = reference_acts(c.quant, sorted_on_fp8_gemms(run_plan));
   const reference::Fp8Activations shared_acts = reference_acts(
       c.shared_quant, run_plan.has_shared && run_plan.shared.path == MlpPath::kTwoGemms);
   m.workspace = ctx.workspace(layer ? fused_moe_workspace_size(m)

@@ -162,17 +162,20 @@ class TuneSeedModels(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(out, "bench-qwen3-30b.json")))
         self.assertTrue(os.path.exists(os.path.join(out, "bench-glm45.json")))
 
-    def test_the_committed_fp8_partials_are_tuned_again_where_they_lack_96_and_128(self):
-        # Both counts were dropped from the FP8 partial files (2026-12-07); the H100's were
-        # measured again since, the H200's not yet.
-        for gpu, name, lacking in (("h100", "hunyuan3-e192-i192-fp8", False),
-                                   ("h200", "qwen3.5-397b-e513-i128-fp8", True)):
-            out = os.path.join(self.tmp.name, "t-" + gpu)
+    def test_the_committed_fp8_partials_are_tuned_again_where_they_lack_steps(self):
+        # Counts whose default plan changed were dropped from the FP8 partial files: 96 and 128
+        # (the direct path, 2026-12-07; the H100's measured again since, the H200's not yet),
+        # and 192-512 (E = 257) / 192-1024 (E = 513) on the F = 128 layers (the weight-only
+        # GEMMs): 2 steps (uniform, skewed) a count.
+        for gpu, name, lacking in (("h100", "hunyuan3-e192-i192-fp8", 0),
+                                   ("h100", "qwen3.5-35b-e257-i128-fp8", 8),
+                                   ("h200", "qwen3.5-397b-e513-i128-fp8", 14)):
+            out = os.path.join(self.tmp.name, "t-%s-%s" % (gpu, name))
             rc, log = self.run_script("--from", os.path.join(ROOT, "results", gpu, "tune"),
                                       "--models", name, out)
             self.assertEqual(rc, 0, log)
             if lacking:
-                self.assertIn("%s.table.partial lacks 4 steps: tuned again" % name, log)
+                self.assertIn("%s.table.partial lacks %d steps: tuned again" % (name, lacking), log)
             else:
                 self.assertNotIn("lacks", log)
                 self.assertIn(name + ".table", log)

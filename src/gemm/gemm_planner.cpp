@@ -136,6 +136,8 @@ int64_t average_rows_per_group(const GroupedGemmProblem& p) {
 }
 
 GemmPlan plan_gemm(const GroupedGemmProblem& p, const GemmDevice& d) {
+  // Weight-only FP8: the one kernel that takes e4m3 weights with bf16 rows.
+  if (p.b_scale != nullptr) return make(GemmKernel::kDecodePersistent, 32, 128);
   const int64_t groups = groups_of(p);
   const int64_t rows_per_group = average_rows_per_group(p);
   const int sms = rule_sms(d);
@@ -182,10 +184,33 @@ GemmPlan plan_gemm(const GroupedGemmProblem& p, const GemmDevice& d) {
   return make(GemmKernel::kDecode, 32, 128);
 }
 
+namespace {
+
+// Why the weight-only FP8 tiles cannot run p under `plan` (empty: they can, as far as this
+// goes; decode_persistent's own limits follow).
+std::string fp8_weights_rejection(const GemmPlan& plan, const GroupedGemmProblem& p) {
+  if (plan.kernel != GemmKernel::kDecodePersistent)
+    return "e4m3 weights with bf16 rows run on decode_persistent only";
+  if (p.in_dtype != DType::kBF16 || p.out_dtype != DType::kBF16)
+    return "e4m3 weights take bf16 rows and write bf16";
+  if (p.b_scales == Fp8Scales::kBlock)
+    return "e4m3 weights with bf16 rows take per-channel or per-tensor scales, not 128 x 128 "
+           "blocks";
+  if (p.k % 16 != 0)
+    return "e4m3 weights with bf16 rows need k % 16 == 0, not " + std::to_string(p.k);
+  return {};
+}
+
+}  // namespace
+
 std::string gemm_plan_rejection(const GemmPlan& plan, const GroupedGemmProblem& p,
                                 const GemmDevice& d) {
   if (p.in_dtype != DType::kBF16 && p.in_dtype != DType::kF16) {
     return "the grouped GEMM takes bf16 or f16 inputs";
+  }
+  if (p.b_scale != nullptr) {
+    const std::string why = fp8_weights_rejection(plan, p);
+    if (!why.empty()) return why;
   }
   if (plan.split != 1 && plan.kernel != GemmKernel::kDecodeSplitK) {
     return to_string(plan.kernel) + " does not split k";

@@ -56,6 +56,11 @@ void run_grouped_gemm(const GroupedGemmProblem& p, cudaStream_t stream, const ch
   if (!grouped_gemm_launches(p)) return;
   const std::string why = gemm_plan_rejection(p.plan, p, current_gemm_device());
   if (!why.empty()) reject(op, p.plan, why);
+  if (p.b_scale != nullptr) {
+    launch_grouped_gemm_fp8_weights(p, stream);
+    check_launch(op);
+    return;
+  }
   const bool bf16 = p.in_dtype == DType::kBF16;
   switch (p.plan.kernel) {
     case GemmKernel::kSm90:

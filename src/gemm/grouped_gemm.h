@@ -46,6 +46,11 @@ struct GroupedGemmProblem {
   // Device scratch of kTileCounterBytes for the SM90 kernels' dynamic schedule (zeroed
   // on the stream by the launch that uses it); nullptr: static schedules only.
   unsigned* tile_counter = nullptr;
+  // Weight-only FP8 (non-null b_scale): b is e4m3, row j of group g scaled by b_scale as
+  // fp8_scale_index(b_scales, b rows, k) places it (per channel or per tensor); a and c bf16,
+  // k % 16 == 0; decode_persistent only (docs/gemm.md "Weight-only FP8 decode tiles").
+  const float* b_scale = nullptr;
+  Fp8Scales b_scales = Fp8Scales::kPerChannel;
   // What runs (gemm_planner.h: plan_gemm, or a forced plan that gemm_plan_rejection
   // accepts): run_grouped_gemm launches exactly this.
   GemmPlan plan;

@@ -13,6 +13,8 @@ namespace moekit::detail {
 // kDecodeStreamNarrow, kDecodePersistent.
 void launch_grouped_gemm_bf16(const GroupedGemmProblem& problem, cudaStream_t stream);
 void launch_grouped_gemm_f16(const GroupedGemmProblem& problem, cudaStream_t stream);
+// kDecodePersistent with e4m3 b (problem.b_scale; gemm/mma/fp8_weight_tiles.cuh).
+void launch_grouped_gemm_fp8_weights(const GroupedGemmProblem& problem, cudaStream_t stream);
 // kSm90 (TMA + wgmma; k > 0) at plan.tile_n 256, and the 192- / 224-wide units it calls.
 void launch_grouped_gemm_sm90_bf16(const GroupedGemmProblem& problem, cudaStream_t stream);
 void launch_grouped_gemm_sm90_f16(const GroupedGemmProblem& problem, cudaStream_t stream);

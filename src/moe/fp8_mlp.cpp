@@ -2,6 +2,8 @@
 // the launch sequence.
 #include "moe/fp8_mlp.h"
 
+#include <utility>
+
 #include "core/check.h"
 #include "gemm/grouped_gemm.h"  // kTileCounterBytes
 #include "gemm/grouped_gemm_fp8.h"
@@ -88,6 +90,42 @@ GroupedGemmFP8Problem fp8_down_problem(const Fp8MlpShapes& s) {
   return problem(s, s.H, s.F);
 }
 
+std::pair<GroupedGemmProblem, GroupedGemmProblem> fp8_weight_only_problems(const Fp8MlpShapes& s) {
+  GroupedGemmProblem up;
+  up.in_dtype = s.dtype;
+  up.out_dtype = s.dtype;
+  up.num_groups = static_cast<int>(s.E);
+  up.n = s.F;
+  up.k = s.H;
+  up.activation = Activation::kSiluAndMul;
+  up.rows = GemmRows::kContiguous;
+  up.alignment = s.alignment;
+  up.m = s.P;
+  up.routed_counts = true;
+  up.b_scale = stand_in();
+  up.b_scales = fp8_gemm_scales(s.scheme);
+  GroupedGemmProblem down = up;
+  down.n = s.H;
+  down.k = s.F;
+  down.activation = Activation::kNone;
+  return {up, down};
+}
+
+MlpPlan fp8_weight_only_plan() {
+  MlpPlan m;
+  m.path = MlpPath::kTwoGemms;
+  m.gate_up.kernel = GemmKernel::kDecodePersistent;
+  m.gate_up.tile_m = 32;
+  m.gate_up.tile_n = 128;
+  m.down = m.gate_up;
+  return m;
+}
+
+bool fp8_weight_only(const MlpPlan& plan) {
+  return plan.path == MlpPath::kTwoGemms && plan.gate_up.kernel == GemmKernel::kDecodePersistent &&
+         plan.down.kernel == GemmKernel::kDecodePersistent;
+}
+
 MlpPlan plan_fp8_mlp(const Fp8MlpShapes& s, const GemmDevice& device) {
   MlpPlan m;
   m.path = MlpPath::kTwoGemms;
@@ -109,6 +147,9 @@ std::vector<MlpPlan> fp8_mlp_plan_candidates(const Fp8MlpShapes& s, const GemmDe
       out.push_back(m);
     }
   }
+  // Last (the others keep their indices): the weight-only FP8 GEMMs on the bf16 rows.
+  if (fp8_mlp_plan_rejection(fp8_weight_only_plan(), s, device).empty())
+    out.push_back(fp8_weight_only_plan());
   return out;
 }
 
@@ -116,6 +157,16 @@ std::string fp8_mlp_plan_rejection(const MlpPlan& plan, const Fp8MlpShapes& s,
                                    const GemmDevice& device) {
   if (plan.path != MlpPath::kTwoGemms)
     return "FP8 weights run two FP8 GEMMs (two_gemms), not " + to_string(plan);
+  if (fp8_weight_only(plan)) {
+    if (!s.weight_only_ok)
+      return "weight-only FP8 GEMMs (" + to_string(plan) +
+             ") run in the fused layers' sorted path only";
+    const auto [up, down] = fp8_weight_only_problems(s);
+    std::string why = gemm_plan_rejection(plan.gate_up, up, device);
+    if (!why.empty()) return "the weight-only FP8 gate_up GEMM: " + why;
+    why = gemm_plan_rejection(plan.down, down, device);
+    return why.empty() ? why : "the weight-only FP8 down GEMM: " + why;
+  }
   std::string why = gemm_fp8_plan_rejection(plan.gate_up, fp8_gate_up_problem(s), device);
   if (!why.empty()) return "the FP8 gate_up GEMM: " + why;
   why = gemm_fp8_plan_rejection(plan.down, fp8_down_problem(s), device);
@@ -225,6 +276,24 @@ void run_fp8_mlp(const Fp8MlpRun& run, cudaStream_t stream) {
   down.tile_counter = r.b.tile_counter;
   down.plan = r.plan.down;
   run_grouped_gemm_fp8(down, stream);
+}
+
+void run_fp8_weight_only_mlp(const Fp8MlpRun& r, const void* in, cudaStream_t stream) {
+  auto [up, down] = fp8_weight_only_problems(r.s);
+  up.a = in;
+  up.b = r.w_gate_up;
+  up.b_scale = r.scales.gate_up;
+  up.c = r.b.act;
+  up.layout_metadata = r.layout_metadata;
+  up.plan = r.plan.gate_up;
+  down.a = r.b.act;
+  down.b = r.w_down;
+  down.b_scale = r.scales.down;
+  down.c = r.out;
+  down.layout_metadata = r.layout_metadata;
+  down.plan = r.plan.down;
+  run_grouped_gemm(up, stream, "fused_moe");
+  run_grouped_gemm(down, stream, "fused_moe");
 }
 
 }  // namespace moekit::detail

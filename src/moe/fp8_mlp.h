@@ -17,10 +17,12 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/workspace.h"
 #include "gemm/gemm_planner.h"
+#include "gemm/grouped_gemm.h"
 #include "moe/weight_quant.h"
 #include "moekit/plan.h"
 #include "permute/quantize_fp8.h"
@@ -34,6 +36,9 @@ struct Fp8MlpShapes {
   int alignment = 1;  // the groups' contiguous(alignment) layout
   QuantScheme scheme = QuantScheme::kFp8Block128;
   bool static_act = false;  // fp8_per_tensor with a_down_scale (planning: the e4m3 epilogue)
+  // The fused layers' sorted path, whose callers can give bf16 input rows: weight-only plans
+  // may run (run_fp8_weight_only_mlp).
+  bool weight_only_ok = false;
 };
 
 Fp8ActScales fp8_act_scales(QuantScheme scheme);
@@ -44,6 +49,13 @@ int64_t fp8_act_scale_count(QuantScheme scheme, int64_t rows, int64_t cols, bool
 // The two GEMM problems (for planning: pointers stand-ins where the planner looks at them).
 GroupedGemmFP8Problem fp8_gate_up_problem(const Fp8MlpShapes& s);
 GroupedGemmFP8Problem fp8_down_problem(const Fp8MlpShapes& s);
+// Weight-only FP8 (docs/moe.md "Quantized weights"): the rows stay bf16 (no activation
+// quantization) and both GEMMs read the e4m3 weights on decode_persistent's weight-only tiles
+// (per-channel or per-tensor scales, bf16 layers). The plan, whether a plan is one (both GEMMs
+// on decode_persistent), and its two GEMM problems (pointers stand-ins: planning).
+MlpPlan fp8_weight_only_plan();
+bool fp8_weight_only(const MlpPlan& plan);
+std::pair<GroupedGemmProblem, GroupedGemmProblem> fp8_weight_only_problems(const Fp8MlpShapes& s);
 // kTwoGemms with the FP8 GEMM planner's plan for each.
 MlpPlan plan_fp8_mlp(const Fp8MlpShapes& s, const GemmDevice& device);
 std::vector<MlpPlan> fp8_mlp_plan_candidates(const Fp8MlpShapes& s, const GemmDevice& device);
@@ -78,6 +90,8 @@ struct Fp8MlpRun {
   void* out = nullptr;  // bf16 [P, H]; rows outside the groups untouched
 };
 void run_fp8_mlp(const Fp8MlpRun& r, cudaStream_t stream);
+// A weight-only plan's run: `in` the bf16 input rows [P, H] (r.q_in unused), act in r.b.act.
+void run_fp8_weight_only_mlp(const Fp8MlpRun& r, const void* in, cudaStream_t stream);
 
 // Which rows of a [rows, cols] buffer hold data: all (ends == nullptr), or those in the E
 // groups of a contiguous(alignment) layout with inclusive ends `ends` (device).

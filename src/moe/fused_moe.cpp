@@ -97,11 +97,21 @@ void combine_rows(CombineProblem comb, DType rows_dtype, const void* rows, int64
 }
 
 // The sorted path with FP8 weights: the FP8 pre-permute (rows quantized by the scheme), the
-// FP8 MLP (fp8_mlp.h) into bf16 rows over the permuted input, the combine.
+// FP8 MLP (fp8_mlp.h) into bf16 rows over the permuted input, the combine; or, with a
+// weight-only plan, the bf16 pre-permute and the weight-only GEMMs.
 void run_sorted_fp8(const RoutedExperts& p, const RoutedBuffers& b, CombineProblem comb,
                     cudaStream_t stream) {
   const MoEShapes& s = p.s;
   const Fp8MlpShapes fs = sorted_fp8_shapes(s);
+  if (fp8_weight_only(p.experts)) {
+    // The bf16 pre-permute; the weight-only GEMMs on its rows, the expert output over them.
+    moe_pre_permute(pre_permute_args(s, p.hidden, p.topk_ids, b), stream);
+    run_fp8_weight_only_mlp({fs, p.experts, nullptr, b.layout_metadata, p.w_gate_up, p.w_down,
+                             p.scales, b.fp8, b.permuted},
+                            b.permuted, stream);
+    combine_rows(comb, DType::kBF16, b.permuted, fs.P, b.inverse, stream);
+    return;
+  }
   PrePermuteFp8Launch l;
   l.routes.hidden = p.hidden;
   l.routes.ids = p.topk_ids;

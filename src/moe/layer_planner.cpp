@@ -36,6 +36,31 @@ bool fp8_takes_direct(const MoEShapes& s) {
          s.T * s.K <= kFp8DirectMaxRoutesPerExpert * s.E;
 }
 
+// FP8 weights past the direct path with per-channel / per-tensor scales, F <= 128 and <= 16
+// routes an expert on average: the weight-only GEMMs (bf16 rows, decode_persistent's e4m3
+// tiles; fp8_mlp.h). H100 A/B (results/h100/ab.md, 2026-12-07): 0.60x-0.76x of the FP8 GEMMs'
+// time on the decoding PR's F = 128 layers (E = 257 at T = 192-512, E = 513 at T = 192-1024),
+// whose FP8 down GEMM runs one 128-k step a 128 x 128 tile; past 16 routes an expert 1.07x-1.6x.
+// At F = 192-512 the weight-only tiles (43%-65% of the read rate) lost or tied there (1.2x on
+// hunyuan3's F = 192).
+constexpr int64_t kFp8WeightOnlyMaxF = 128;
+constexpr int64_t kFp8WeightOnlyMaxRoutesPerExpert = 16;
+
+bool fp8_takes_weight_only(const MoEShapes& s) {
+  return s.quant != QuantScheme::kFp8Block128 && s.F <= kFp8WeightOnlyMaxF &&
+         s.T * s.K <= kFp8WeightOnlyMaxRoutesPerExpert * s.E;
+}
+
+// The sorted path's expert MLP with FP8 weights: the weight-only GEMMs by the rule above where
+// they can run, else the FP8 GEMMs.
+MlpPlan plan_sorted_fp8(const MoEShapes& s, const GemmDevice& device) {
+  const Fp8MlpShapes fs = sorted_fp8_shapes(s);
+  if (fp8_takes_weight_only(s) &&
+      fp8_mlp_plan_rejection(fp8_weight_only_plan(), fs, device).empty())
+    return fp8_weight_only_plan();
+  return plan_fp8_mlp(fs, device);
+}
+
 bool takes_direct(const LayerProblem& p) {
   switch (p.op) {
     case RoutedOp::kSortedOnly:
@@ -187,7 +212,9 @@ Fp8MlpShapes dense_fp8_shapes(const MoEShapes& s, int64_t S, QuantScheme quant) 
 }
 
 Fp8MlpShapes sorted_fp8_shapes(const MoEShapes& s) {
-  return fp8_mlp_shapes(s, sorted_rows(s), s.E, s.F, s.quant, kSortedAlignment);
+  Fp8MlpShapes f = fp8_mlp_shapes(s, sorted_rows(s), s.E, s.F, s.quant, kSortedAlignment);
+  f.weight_only_ok = true;
+  return f;
 }
 
 MlpPlan plan_fp8_dense_mlp(const MoEShapes& s, int64_t S, QuantScheme quant,
@@ -286,7 +313,7 @@ LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
     plan.routed = RoutedPath::kDirect;
   } else {
     plan.routed = RoutedPath::kSorted;
-    plan.experts = quantized(p.s.quant) ? plan_fp8_mlp(sorted_fp8_shapes(p.s), device)
+    plan.experts = quantized(p.s.quant) ? plan_sorted_fp8(p.s, device)
                                         : plan_expert_mlp_gemms(planning_gemms(p.s), device);
     // FP8 weights where the sorted path's FP8 GEMMs cannot run (they need sm_90): the direct
     // kernels wherever they can, rather than a refusal.

@@ -6,9 +6,7 @@
 // (the same 16 k) of route g's input, and feeds them to four mma.m16n8k16. U steps are loaded
 // before any is used (16*U B of weights per row per lane in flight).
 //
-// e4m3 -> bf16, exact: a byte s.eeee.mmm placed as the bf16 bits s.0000eeee.mmm0000 is the
-// e4m3 value times 2^-120 (normal and subnormal alike: bf16's exponent bias is 120 more),
-// then one bf16x2 multiply by 2^120 restores it. e4m3 -> f16: the hardware's exact
+// e4m3 -> bf16: core/e4m3_unpack.cuh (exact). e4m3 -> f16: the hardware's exact
 // cvt.rn.f16x2.e4m3x2. Scales: per tensor (one per expert matrix) and per channel (one per
 // weight row) multiply the f32 sum once; 128 x 128 blocks multiply each step's partial sum
 // (a step's 64 k and a tile's rows lie in one block: H and F are multiples of 128).
@@ -22,6 +20,7 @@
 #include "core/check.h"
 #include "core/device.h"
 #include "core/dtype.cuh"
+#include "core/e4m3_unpack.cuh"
 #include "core/pdl.cuh"
 #include "moe/direct_routes.cuh"
 #include "moe/direct_tiles.cuh"
@@ -48,22 +47,10 @@ template <>
 __device__ __forceinline__ void e4m3x16_to_pairs<__nv_bfloat16>(const uint4& v,
                                                                 uint32_t (&out)[8]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-  const __nv_bfloat162 two120 = __floats2bfloat162_rn(0x1p120f, 0x1p120f);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      // Bytes 2h, 2h+1 into the low byte of each 16-bit half, each with its sign replicated
-      // over the half's high byte (prmt's sign mode): shifted left by 4, a half holds the
-      // magnitude at bits 4..10 and the sign at 15, and the mask clears the sign's other
-      // copies at 11..14 (four instructions with the multiply, not five).
-      uint32_t t;
-      asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(words[i]), "r"(h == 0 ? 0x9180u : 0xB3A2u));
-      const uint32_t bits = (t << 4) & 0x87F087F0u;
-      __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162*>(&bits);
-      b = __hmul2(b, two120);
-      out[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
-    }
+    out[2 * i] = e4m3x2_to_bf16x2<0>(words[i]);
+    out[2 * i + 1] = e4m3x2_to_bf16x2<1>(words[i]);
   }
 }
 

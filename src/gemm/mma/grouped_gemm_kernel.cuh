@@ -25,32 +25,42 @@ struct GemmParams {
   int n_tiles;
   int silu;           // Activation::kSiluAndMul: b has 2n rows per group
   int b_evict_first;  // b (weight) loads marked L2 evict-first (gemm_b_evict_first)
+  // e4m3 b (fp8_weight_tiles.cuh): b row j of group g is scaled by
+  // b_scale[g * b_scale_group + j * b_scale_row] (per channel: 2n or n, 1; per tensor: 1, 0).
+  const float* b_scale;
+  int64_t b_scale_group;
+  int64_t b_scale_row;
 };
+
+// Tile b row r (0..BN) of n-tile n_tile: its output column `col` and its row in the group's b
+// (silu: per warp column block of WN b rows, WN/2 gate rows then the matching up rows, so
+// one thread's fragments nf and nf + NF/2 hold the gate and up sums of the same outputs).
+template <class Cfg>
+__device__ __forceinline__ void tile_b_row(const GemmParams& p, int n_tile, int r, int64_t& col,
+                                           int64_t& b_row) {
+  if (p.silu == 0) {
+    col = static_cast<int64_t>(n_tile) * Cfg::BN + r;
+    b_row = col;
+    return;
+  }
+  const int w = r / Cfg::WN, rr = r % Cfg::WN, half = Cfg::WN / 2;
+  col = static_cast<int64_t>(n_tile) * (Cfg::BN / 2) + w * half + (rr < half ? rr : rr - half);
+  b_row = rr < half ? col : p.n + col;
+}
 
 // Points the loader of thread threadIdx.x at tile t's a rows and b rows (null: a row
 // past the group or a column past n, zero-filled).
 template <class Cfg, class In>
 __device__ __forceinline__ void setup_loader(const GemmParams& p, const TileCoord& t,
                                              TileLoader<Cfg>& loader) {
-  const bool silu = p.silu != 0;
   const int64_t k_bytes = p.k * static_cast<int64_t>(sizeof(In));
   setup_loader_a(loader, p.a, k_bytes, t, p.b_evict_first != 0);
-  const int64_t b_group_rows = silu ? 2 * p.n : p.n;
+  const int64_t b_group_rows = p.silu ? 2 * p.n : p.n;
   const char* b_group = static_cast<const char*>(p.b) + t.group * b_group_rows * k_bytes;
 #pragma unroll
   for (int i = 0; i < Cfg::B_ITERS; ++i) {
-    const int r = loader.row_base + i * Cfg::ROW_STEP;
     int64_t col, b_row;
-    if (!silu) {
-      col = static_cast<int64_t>(t.n_tile) * Cfg::BN + r;
-      b_row = col;
-    } else {
-      // Per warp column block of WN b rows: WN/2 gate rows, then the matching up rows.
-      const int w = r / Cfg::WN, rr = r % Cfg::WN, half = Cfg::WN / 2;
-      col =
-          static_cast<int64_t>(t.n_tile) * (Cfg::BN / 2) + w * half + (rr < half ? rr : rr - half);
-      b_row = rr < half ? col : p.n + col;
-    }
+    tile_b_row<Cfg>(p, t.n_tile, loader.row_base + i * Cfg::ROW_STEP, col, b_row);
     loader.b_row[i] = col < p.n ? b_group + b_row * k_bytes : nullptr;
   }
 }

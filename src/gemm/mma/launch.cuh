@@ -88,9 +88,11 @@ void launch_16bit(const GroupedGemmProblem& prob, cudaStream_t stream) {
       // k > 0 and at most kPersistentMaxGroups groups (gemm_plan_rejection checked).
       const int sms = device_props().sms > 0 ? device_props().sms : 132;
       if (f32_out) {
-        launch_grouped_gemm_persistent<DecodeStreamConfig, In, float, Mma>(p, sms, stream, op);
+        launch_grouped_gemm_persistent<Mma16Tiles<DecodeStreamConfig, In, float, Mma>>(p, sms,
+                                                                                       stream, op);
       } else {
-        launch_grouped_gemm_persistent<DecodeStreamConfig, In, In, Mma>(p, sms, stream, op);
+        launch_grouped_gemm_persistent<Mma16Tiles<DecodeStreamConfig, In, In, Mma>>(p, sms, stream,
+                                                                                    op);
       }
       break;
     }

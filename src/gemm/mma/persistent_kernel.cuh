@@ -33,9 +33,43 @@ struct PersistentGroupTable {
   int tile_start[kPersistentMaxGroups + 1];  // first tile id of each group; [G] = total
 };
 
-template <class Cfg>
+// What the persistent kernel runs a tile with (Tiles): the 16-bit tiles below, or e4m3 b
+// (fp8_weight_tiles.cuh). Cfg (the tile and warp shape, the stages), the stage layout, the
+// loader, one stage's mma and the epilogue.
+template <class Cfg_, class In, class Out, class Mma>
+struct Mma16Tiles {
+  using Cfg = Cfg_;
+  using Loader = TileLoader<Cfg>;
+  static constexpr int A_STAGE_BYTES = Cfg::A_STAGE_BYTES;
+  static constexpr int B_STAGE_BYTES = Cfg::B_STAGE_BYTES;
+  static constexpr int SMEM_BYTES = Cfg::SMEM_BYTES;
+
+  __device__ __forceinline__ static int k_slices(const GemmParams& p) {
+    return gemm::k_slices<Cfg, In>(p);
+  }
+  __device__ __forceinline__ static void setup(const GemmParams& p, const TileCoord& t,
+                                               Loader& loader) {
+    setup_loader<Cfg, In>(p, t, loader);
+  }
+  struct Epilogue {};  // nothing read ahead for the epilogue
+  __device__ __forceinline__ static void begin(const GemmParams&, const TileCoord&, int, int,
+                                               Epilogue&) {}
+  __device__ __forceinline__ static void mma(uint32_t s_a, uint32_t s_b,
+                                             float (&acc)[Cfg::MF][Cfg::NF][4], int wm, int wn,
+                                             int lane, int valid_mf) {
+    warp_mma_tile<Cfg, Mma>(s_a, s_b, acc, wm, wn, lane, valid_mf);
+  }
+  __device__ __forceinline__ static void store(const GemmParams& p, const TileCoord& t,
+                                               float (&acc)[Cfg::MF][Cfg::NF][4], int wm, int wn,
+                                               int lane, const Epilogue&) {
+    store_tile<Cfg, Out>(acc, static_cast<Out*>(p.c), p.n, t.row0, t.rows, t.n_tile, p.silu != 0,
+                         wm, wn, lane);
+  }
+};
+
+template <class Tiles>
 constexpr int persistent_smem_bytes() {
-  return Cfg::SMEM_BYTES + static_cast<int>(sizeof(PersistentGroupTable));
+  return Tiles::SMEM_BYTES + static_cast<int>(sizeof(PersistentGroupTable));
 }
 
 // Block-wide: fills the table for p.rows (tiles per group = ceil(count / BM) * n_tiles)
@@ -112,39 +146,41 @@ __device__ __forceinline__ TileCoord locate(const PersistentGroupTable& tab, int
   return t;
 }
 
-template <class Cfg, class In, class Out, class Mma>
-__global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
+template <class Tiles>
+__global__ void __launch_bounds__(Tiles::Cfg::THREADS, Tiles::Cfg::MIN_BLOCKS)
     grouped_gemm_persistent_kernel(const __grid_constant__ GemmParams p) {
+  using Cfg = typename Tiles::Cfg;
   extern __shared__ __align__(128) uint8_t smem[];
-  auto& tab = *reinterpret_cast<PersistentGroupTable*>(smem + Cfg::SMEM_BYTES);
+  auto& tab = *reinterpret_cast<PersistentGroupTable*>(smem + Tiles::SMEM_BYTES);
   const int total = build_group_table<Cfg>(p, tab);
   const int start = static_cast<int>(blockIdx.x), stride = static_cast<int>(gridDim.x);
   if (start >= total) return;
   const int my_tiles = (total - start + stride - 1) / stride;
-  const int kt_count = k_slices<Cfg, In>(p);  // >= 1: the host sends k == 0 elsewhere
+  const int kt_count = Tiles::k_slices(p);  // >= 1: the host sends k == 0 elsewhere
   const int64_t slices = static_cast<int64_t>(my_tiles) * kt_count;  // may pass 2^31
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int wm = warp / Cfg::WARPS_N, wn = warp % Cfg::WARPS_N;
   const int groups = p.rows.num_groups;
   const uint32_t s_a0 = smem_addr(smem);
-  const uint32_t s_b0 = s_a0 + Cfg::STAGES * Cfg::A_STAGE_BYTES;
+  const uint32_t s_b0 = s_a0 + Cfg::STAGES * Tiles::A_STAGE_BYTES;
 
   // The load side runs STAGES - 1 slices ahead of the compute side, possibly a tile ahead.
-  TileLoader<Cfg> loader;
+  typename Tiles::Loader loader;
   int load_tile = -1;
   // Tile ids stay below total <= INT_MAX, so start + i * stride fits an int.
   const auto load = [&](int stage, int64_t s) {
     const int i = static_cast<int>(s / kt_count);
     if (i != load_tile) {
       load_tile = i;
-      setup_loader<Cfg, In>(p, locate<Cfg>(tab, groups, p.n_tiles, start + i * stride), loader);
+      Tiles::setup(p, locate<Cfg>(tab, groups, p.n_tiles, start + i * stride), loader);
     }
-    loader.load(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
+    loader.load(s_a0 + stage * Tiles::A_STAGE_BYTES, s_b0 + stage * Tiles::B_STAGE_BYTES,
                 static_cast<int>(s - static_cast<int64_t>(i) * kt_count));
   };
 
   float acc[Cfg::MF][Cfg::NF][4];
+  typename Tiles::Epilogue epilogue;
   TileCoord t{};
   int valid_mf = 0;
 #pragma unroll
@@ -158,6 +194,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
       t = locate<Cfg>(tab, groups, p.n_tiles, start + static_cast<int>(s / kt_count) * stride);
       valid_mf = valid_fragments<Cfg>(t.rows, wm);
       zero_accumulators<Cfg>(acc);
+      // Before the wait below: what the epilogue reads loads under the tile's mainloop.
+      Tiles::begin(p, t, wn, lane, epilogue);
     }
     cp_async_wait<Cfg::STAGES - 2>();
     __syncthreads();  // slice s visible; every warp is done with the stage refilled below
@@ -165,25 +203,23 @@ __global__ void __launch_bounds__(Cfg::THREADS, Cfg::MIN_BLOCKS)
     if (next < slices) load(static_cast<int>(next % Cfg::STAGES), next);
     cp_async_commit();
     const int stage = static_cast<int>(s % Cfg::STAGES);
-    warp_mma_tile<Cfg, Mma>(s_a0 + stage * Cfg::A_STAGE_BYTES, s_b0 + stage * Cfg::B_STAGE_BYTES,
-                            acc, wm, wn, lane, valid_mf);
-    if (kt == kt_count - 1) {
-      store_tile<Cfg, Out>(acc, static_cast<Out*>(p.c), p.n, t.row0, t.rows, t.n_tile, p.silu != 0,
-                           wm, wn, lane);
-    }
+    Tiles::mma(s_a0 + stage * Tiles::A_STAGE_BYTES, s_b0 + stage * Tiles::B_STAGE_BYTES, acc, wm,
+               wn, lane, valid_mf);
+    if (kt == kt_count - 1) Tiles::store(p, t, acc, wm, wn, lane, epilogue);
   }
   cp_async_wait<0>();
 }
 
-// Launches min(2 CTAs per SM, the tile bound) persistent CTAs. k > 0 and
+// Launches min(MIN_BLOCKS CTAs per SM, the tile bound) persistent CTAs. k > 0 and
 // num_groups <= kPersistentMaxGroups (the caller checks).
-template <class Cfg, class In, class Out, class Mma>
+template <class Tiles>
 void launch_grouped_gemm_persistent(GemmParams p, int sms, cudaStream_t stream, const char* op) {
+  using Cfg = typename Tiles::Cfg;
   const int64_t tiles = launch_tile_bound<Cfg>(p, op);
   if (tiles <= 0) return;
   const int64_t grid = std::min<int64_t>(tiles, static_cast<int64_t>(sms) * Cfg::MIN_BLOCKS);
-  constexpr auto kernel = grouped_gemm_persistent_kernel<Cfg, In, Out, Mma>;
-  constexpr int smem = persistent_smem_bytes<Cfg>();
+  constexpr auto kernel = grouped_gemm_persistent_kernel<Tiles>;
+  constexpr int smem = persistent_smem_bytes<Tiles>();
   raise_smem_limit<kernel>(smem);  // a refusal fails the launch (check_launch)
   kernel<<<static_cast<unsigned>(grid), Cfg::THREADS, smem, stream>>>(p);
 }
