@@ -347,8 +347,8 @@ struct LayerInputs {
 
 // fused_moe_shared_expert with FP8 routed and shared weights (the schemes of `routed` and
 // `shared`) on device copies of the inputs, against the reference; the direct path (asserted),
-// or the plan `forced` names. Without shared weights (sw == nullptr): fused_moe, the routed
-// layer alone.
+// or the routed plan `forced` names (with the planner's plan of the shared expert). Without
+// shared weights (sw == nullptr): fused_moe, the routed layer alone.
 void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& in,
                      const Fp8Weights& rw, const Fp8Weights* sw,
                      const LayerPlan* forced = nullptr) {
@@ -380,7 +380,17 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
     a.shared_w_down = swd.view();
     a.shared_quant = quant_of(shared, ssgu, ssd);
   }
-  a.moe.plan = forced;
+  // A forced routed plan with a shared expert: the planner's shared part beside it.
+  LayerPlan plan;
+  if (forced != nullptr) {
+    plan = *forced;
+    if (sw != nullptr) {
+      const LayerPlan planned = plan_fused_moe_shared_expert(a);
+      plan.has_shared = planned.has_shared;
+      plan.shared = planned.shared;
+    }
+    a.moe.plan = &plan;
+  }
   if (T > 0 && forced == nullptr) {
     ASSERT_EQ(sw != nullptr ? plan_fused_moe_shared_expert(a).routed : plan_fused_moe(a.moe).routed,
               RoutedPath::kDirect);
@@ -696,7 +706,8 @@ TEST(MoEFp8Gpu, LayerWithAMapAndRouterWeightOnInput) {
 // tiles): per-channel and per-tensor weights, T = 0, 1, odd counts and past the direct path,
 // odd H and F (multiples of 16), skewed routing (all tokens on a few experts, most experts
 // empty), an expert map (-1 ids of non-local experts), gate/up scales of 2^+-30 (down scales of
-// 2^-+60: outputs ~1); against the reference, NaN-free, bit-identical reruns. The plan is one of
+// 2^-+60: outputs ~1), beside a FP8 shared expert; against the reference, NaN-free,
+// bit-identical reruns. The plan is one of
 // the layer's candidates.
 TEST(MoEFp8Gpu, FusedMoeWeightOnlySortedPlan) {
   MOEKIT_REQUIRE_GPU();
@@ -763,6 +774,12 @@ TEST(MoEFp8Gpu, FusedMoeWeightOnlySortedPlan) {
         EXPECT_TRUE(listed) << to_string(plan) << " is not a candidate";
       }
       check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr, &plan);
+      // fused_moe_shared_expert: a block-scaled shared expert's output (T <= 64: its direct
+      // kernel, no activation quantized) added in the combine.
+      if (c.H % 128 == 0 && (c.T == 1 || c.T == 45)) {
+        const Fp8Weights sw(rng, QuantScheme::kFp8Block128, 0, c.H, 256);
+        check_fp8_layer(routed, QuantScheme::kFp8Block128, in, rw, &sw, &plan);
+      }
     }
   }
 }
