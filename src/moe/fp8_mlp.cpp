@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "gemm/grouped_gemm.h"  // kTileCounterBytes
 #include "gemm/grouped_gemm_fp8.h"
+#include "moe/moe_internal.h"  // ExpertMlpGemms, expert_mlp_problems
 
 namespace moekit::detail {
 namespace {
@@ -90,25 +91,34 @@ GroupedGemmFP8Problem fp8_down_problem(const Fp8MlpShapes& s) {
   return problem(s, s.H, s.F);
 }
 
-std::pair<GroupedGemmProblem, GroupedGemmProblem> fp8_weight_only_problems(const Fp8MlpShapes& s) {
-  GroupedGemmProblem up;
-  up.in_dtype = s.dtype;
-  up.out_dtype = s.dtype;
-  up.num_groups = static_cast<int>(s.E);
-  up.n = s.F;
-  up.k = s.H;
-  up.activation = Activation::kSiluAndMul;
-  up.rows = GemmRows::kContiguous;
-  up.alignment = s.alignment;
-  up.m = s.P;
-  up.routed_counts = true;
-  up.b_scale = stand_in();
-  up.b_scales = fp8_gemm_scales(s.scheme);
-  GroupedGemmProblem down = up;
-  down.n = s.H;
-  down.k = s.F;
-  down.activation = Activation::kNone;
+namespace {
+
+// The expert MLP's two GEMM problems (expert_mlp_problems: bf16 rows in, act, out) over e4m3
+// weights with their scales; g's pointers may be planning stand-ins. No tile counter: the
+// weight-only tiles run a static schedule.
+std::pair<GroupedGemmProblem, GroupedGemmProblem> weight_only_problems(const Fp8MlpShapes& s,
+                                                                       ExpertMlpGemms g,
+                                                                       const float* up_scale,
+                                                                       const float* down_scale) {
+  g.dtype = s.dtype;
+  g.P = s.P;
+  g.E = s.E;
+  g.H = s.H;
+  g.F = s.F;
+  g.alignment = s.alignment;
+  g.routed_counts = true;
+  auto [up, down] = expert_mlp_problems(g);
+  up.tile_counter = down.tile_counter = nullptr;
+  up.b_scale = up_scale;
+  down.b_scale = down_scale;
+  up.b_scales = down.b_scales = fp8_gemm_scales(s.scheme);
   return {up, down};
+}
+
+}  // namespace
+
+std::pair<GroupedGemmProblem, GroupedGemmProblem> fp8_weight_only_problems(const Fp8MlpShapes& s) {
+  return weight_only_problems(s, ExpertMlpGemms{}, stand_in(), stand_in());
 }
 
 MlpPlan fp8_weight_only_plan() {
@@ -279,18 +289,15 @@ void run_fp8_mlp(const Fp8MlpRun& run, cudaStream_t stream) {
 }
 
 void run_fp8_weight_only_mlp(const Fp8MlpRun& r, const void* in, cudaStream_t stream) {
-  auto [up, down] = fp8_weight_only_problems(r.s);
-  up.a = in;
-  up.b = r.w_gate_up;
-  up.b_scale = r.scales.gate_up;
-  up.c = r.b.act;
-  up.layout_metadata = r.layout_metadata;
+  ExpertMlpGemms g;
+  g.in = in;
+  g.layout_metadata = r.layout_metadata;
+  g.w_gate_up = r.w_gate_up;
+  g.w_down = r.w_down;
+  g.act = r.b.act;
+  g.out = r.out;
+  auto [up, down] = weight_only_problems(r.s, g, r.scales.gate_up, r.scales.down);
   up.plan = r.plan.gate_up;
-  down.a = r.b.act;
-  down.b = r.w_down;
-  down.b_scale = r.scales.down;
-  down.c = r.out;
-  down.layout_metadata = r.layout_metadata;
   down.plan = r.plan.down;
   run_grouped_gemm(up, stream, "fused_moe");
   run_grouped_gemm(down, stream, "fused_moe");
