@@ -712,10 +712,14 @@ TEST(MoEFp8Gpu, LayerWithAMapAndRouterWeightOnInput) {
 TEST(MoEFp8Gpu, FusedMoeWeightOnlySortedPlan) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 9500;
-  LayerPlan plan;
+  // The planner's tiles (32 x 128) and the wide ones (32 x 256), both GEMMs.
+  LayerPlan plans[2];
   ASSERT_TRUE(parse_plan(
       "sorted two_gemms{gate_up: decode_persistent 32x128, down: decode_persistent 32x128}",
-      &plan));
+      &plans[0]));
+  ASSERT_TRUE(parse_plan(
+      "sorted two_gemms{gate_up: decode_persistent 32x256, down: decode_persistent 32x256}",
+      &plans[1]));
   struct WeightOnlyCase {
     int64_t T, H, E, F;
     int K;
@@ -769,16 +773,21 @@ TEST(MoEFp8Gpu, FusedMoeWeightOnlySortedPlan) {
           dmap = DeviceTensor(map);
           a.expert_map = dmap.view();
         }
-        bool listed = false;
-        for (const LayerPlan& p : fused_moe_plan_candidates(a)) listed = listed || p == plan;
-        EXPECT_TRUE(listed) << to_string(plan) << " is not a candidate";
+        for (const LayerPlan& plan : plans) {
+          bool listed = false;
+          for (const LayerPlan& p : fused_moe_plan_candidates(a)) listed = listed || p == plan;
+          EXPECT_TRUE(listed) << to_string(plan) << " is not a candidate";
+        }
       }
-      check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr, &plan);
+      for (const LayerPlan& plan : plans) {
+        SCOPED_TRACE(to_string(plan));
+        check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr, &plan);
+      }
       // fused_moe_shared_expert: a block-scaled shared expert's output (T <= 64: its direct
       // kernel, no activation quantized) added in the combine.
       if (c.H % 128 == 0 && (c.T == 1 || c.T == 45)) {
         const Fp8Weights sw(rng, QuantScheme::kFp8Block128, 0, c.H, 256);
-        check_fp8_layer(routed, QuantScheme::kFp8Block128, in, rw, &sw, &plan);
+        check_fp8_layer(routed, QuantScheme::kFp8Block128, in, rw, &sw, &plans[0]);
       }
     }
   }

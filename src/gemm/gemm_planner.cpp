@@ -239,6 +239,8 @@ std::string gemm_plan_rejection(const GemmPlan& plan, const GroupedGemmProblem& 
       if (groups_of(p) > kGemmPersistentMaxGroups) {
         return "decode_persistent's group table holds at most 1024 groups";
       }
+      // e4m3 weights: 32 x 256 tiles too (twice the weight bytes a tile).
+      if (p.b_scale != nullptr && same_gemm_tiles(plan, 32, 256)) return {};
       return expect_tiles(plan, 32, 128);
     case GemmKernel::kSm90: {
       const bool width =
@@ -260,9 +262,9 @@ std::string gemm_plan_rejection(const GemmPlan& plan, const GroupedGemmProblem& 
 
 std::vector<GemmPlan> gemm_plan_candidates(const GroupedGemmProblem& p, const GemmDevice& d) {
   std::vector<GemmPlan> all = {
-      make(GemmKernel::kDecode, 32, 128), make(GemmKernel::kDecodeStream, 32, 128),
+      make(GemmKernel::kDecode, 32, 128),           make(GemmKernel::kDecodeStream, 32, 128),
       make(GemmKernel::kDecodeStreamDeep, 32, 128), make(GemmKernel::kDecodeStreamNarrow, 32, 64),
-      make(GemmKernel::kDecodePersistent, 32, 128)};
+      make(GemmKernel::kDecodePersistent, 32, 128), make(GemmKernel::kDecodePersistent, 32, 256)};
   for (int s = 2; s <= kMaxSplitK; ++s) all.push_back(make(GemmKernel::kDecodeSplitK, 32, 128, s));
   for (GemmSchedule schedule : {GemmSchedule::kStatic, GemmSchedule::kDynamic}) {
     for (int tile_n : {256, 224, 192}) {

@@ -157,9 +157,16 @@ std::vector<MlpPlan> fp8_mlp_plan_candidates(const Fp8MlpShapes& s, const GemmDe
       out.push_back(m);
     }
   }
-  // Last (the others keep their indices): the weight-only FP8 GEMMs on the bf16 rows.
-  if (fp8_mlp_plan_rejection(fp8_weight_only_plan(), s, device).empty())
-    out.push_back(fp8_weight_only_plan());
+  // Last (the others keep their indices): the weight-only FP8 GEMMs on the bf16 rows, each
+  // GEMM on 32 x 128 or 32 x 256 tiles (the planner's first).
+  for (int up_n : {128, 256}) {
+    for (int down_n : {128, 256}) {
+      MlpPlan m = fp8_weight_only_plan();
+      m.gate_up.tile_n = up_n;
+      m.down.tile_n = down_n;
+      if (fp8_mlp_plan_rejection(m, s, device).empty()) out.push_back(m);
+    }
+  }
   return out;
 }
 

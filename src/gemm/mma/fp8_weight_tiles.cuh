@@ -29,22 +29,32 @@
 
 namespace moekit::detail::gemm {
 
-// 32 x 128 tiles, 256 bytes of a's k (128 k) a stage, 3 stages, 4 warps side by side, 2 CTAs
-// an SM. TileConfig's b stage (BN * BK_BYTES) is the 16-bit one: Fp8WeightTiles sizes its own.
+// 256 bytes of a's k (128 k) a stage, 4 warps side by side, 2 CTAs an SM. TileConfig's b stage
+// (BN * BK_BYTES) is the 16-bit one: Fp8WeightTiles sizes its own.
+// 32 x 128 tiles, 3 stages (72 KB).
 using Fp8WeightConfig = TileConfig<32, 128, 256, 3, 1, 4, 2>;
+// 32 x 256 tiles, 2 stages (80 KB): a tile's fixed work (group search, loader setup,
+// epilogue) over twice the weight bytes, as the bf16 tile's 32 KB of b a stage.
+using Fp8WeightWideConfig = TileConfig<32, 256, 256, 2, 1, 4, 2>;
 
 // Copies one stage: a's 16-byte chunks (16 a stage row, 8 elements) and b's (8 a row, 16
 // elements). Rows past the group or columns past n (null) and chunks past k are zero-filled.
+template <class Cfg_>
 struct Fp8WeightLoader {
-  using Cfg = Fp8WeightConfig;
+  using Cfg = Cfg_;
   static constexpr int A_CHUNKS = Cfg::BK_BYTES / 16;      // 16
   static constexpr int B_CHUNKS = Cfg::BK_BYTES / 2 / 16;  // 8
   static constexpr int A_STEP = Cfg::THREADS / A_CHUNKS;   // 8 rows
   static constexpr int B_STEP = Cfg::THREADS / B_CHUNKS;   // 16 rows
   static constexpr int A_ITERS = Cfg::BM / A_STEP;         // 4
-  static constexpr int B_ITERS = Cfg::BN / B_STEP;         // 8
+  static constexpr int B_ITERS = Cfg::BN / B_STEP;         // 8 (16 at BN 256)
   const char* a_row[A_ITERS];
-  const char* b_row[B_ITERS];
+  // b's rows are found again at each stage from the tile (tile_b_row): B_ITERS pointers held
+  // over the mainloop would cost 2 * B_ITERS registers (the 32 x 256 tiles spilled).
+  const char* b_group;  // the tile's group's b
+  int64_t n;            // GemmParams' n and silu, for tile_b_row
+  int silu;
+  int n_tile;
   const char* fallback;  // a valid address for zero-fill copies (nothing is read)
   int64_t a_k_bytes, b_k_bytes;
   int a_chunk, a_row_base, b_chunk, b_row_base;
@@ -65,12 +75,15 @@ struct Fp8WeightLoader {
 #pragma unroll
     for (int i = 0; i < B_ITERS; ++i) {
       const int row = b_row_base + i * B_STEP;
-      const bool ok = b_ok && b_row[i] != nullptr;
+      int64_t col, b_row;
+      tile_b_row<Cfg>(*this, n_tile, row, col, b_row);
+      const bool ok = b_ok && col < n;
+      const char* src = ok ? b_group + b_row * b_k_bytes + b_ofs : fallback;
       const uint32_t dst = s_b + swizzle_offset<Cfg::BK_BYTES / 2>(row, b_chunk);
       if (b_hint) {
-        cp_async_16_hint(dst, ok ? b_row[i] + b_ofs : fallback, ok, b_policy);
+        cp_async_16_hint(dst, src, ok, b_policy);
       } else {
-        cp_async_16(dst, ok ? b_row[i] + b_ofs : fallback, ok);
+        cp_async_16(dst, src, ok);
       }
     }
   }
@@ -81,13 +94,15 @@ struct Fp8WeightLoader {
   }
 };
 
+template <class Cfg_>
 struct Fp8WeightTiles {
-  using Cfg = Fp8WeightConfig;
-  using Loader = Fp8WeightLoader;
+  using Cfg = Cfg_;
+  using Loader = Fp8WeightLoader<Cfg>;
   static constexpr int A_STAGE_BYTES = Cfg::BM * Cfg::BK_BYTES;
   static constexpr int B_STAGE_BYTES = Cfg::BN * Cfg::BK_BYTES / 2;
   static constexpr int SMEM_BYTES = Cfg::STAGES * (A_STAGE_BYTES + B_STAGE_BYTES);
-  static_assert(Cfg::WARPS_M == 1 && Cfg::NF == 4, "one ldmatrix.x4 holds a warp's b of a k step");
+  static_assert(Cfg::WARPS_M == 1 && Cfg::NF % 4 == 0,
+                "an ldmatrix.x4 holds four n fragments of a k step");
 
   __device__ __forceinline__ static int k_slices(const GemmParams& p) {
     return static_cast<int>((p.k + Cfg::BK_BYTES / 2 - 1) / (Cfg::BK_BYTES / 2));
@@ -113,13 +128,10 @@ struct Fp8WeightTiles {
           r < t.rows ? static_cast<const char*>(p.a) + (t.row0 + r) * l.a_k_bytes : nullptr;
     }
     const int64_t b_group_rows = p.silu ? 2 * p.n : p.n;
-    const char* b_group = static_cast<const char*>(p.b) + t.group * b_group_rows * p.k;
-#pragma unroll
-    for (int i = 0; i < Loader::B_ITERS; ++i) {
-      int64_t col, b_row;
-      tile_b_row<Cfg>(p, t.n_tile, l.b_row_base + i * Loader::B_STEP, col, b_row);
-      l.b_row[i] = col < p.n ? b_group + b_row * p.k : nullptr;
-    }
+    l.b_group = static_cast<const char*>(p.b) + t.group * b_group_rows * p.k;
+    l.n = p.n;
+    l.silu = p.silu;
+    l.n_tile = t.n_tile;
   }
 
   // acc[mf][nf] += a(rows mf*16 ..) . b(rows wn*32 + nf*8 ..)^T over one stage's 8 k steps.
@@ -127,17 +139,21 @@ struct Fp8WeightTiles {
                                              float (&acc)[Cfg::MF][Cfg::NF][4], int, int wn,
                                              int lane, int valid_mf) {
     const int g = lane >> 2, c = lane & 3;
-    // Matrix j (lanes 8j..8j+7 give its rows) = n fragment j: b rows wn*32 + 8j + 0..7.
+    // Matrix j of load q (lanes 8j..8j+7 give its rows) = n fragment 4q + j: b rows
+    // wn*WN + 32q + 8j + 0..7.
     const int b_row = wn * Cfg::WN + (lane >> 3) * 8 + (lane & 7);
 #pragma unroll
     for (int ks = 0; ks < Cfg::KSTEPS; ++ks) {
-      uint32_t words[4];
-      ldmatrix_x4(words, s_b + swizzle_offset<Cfg::BK_BYTES / 2>(b_row, ks));
       uint32_t bf[Cfg::NF][2];
 #pragma unroll
-      for (int nf = 0; nf < Cfg::NF; ++nf) {
-        bf[nf][0] = e4m3x2_to_bf16x2<0>(words[nf]);
-        bf[nf][1] = e4m3x2_to_bf16x2<1>(words[nf]);
+      for (int q = 0; q < Cfg::NF / 4; ++q) {
+        uint32_t words[4];
+        ldmatrix_x4(words, s_b + swizzle_offset<Cfg::BK_BYTES / 2>(b_row + 32 * q, ks));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          bf[4 * q + j][0] = e4m3x2_to_bf16x2<0>(words[j]);
+          bf[4 * q + j][1] = e4m3x2_to_bf16x2<1>(words[j]);
+        }
       }
       // Bytes 8c .. 8c+7 of the k step's 32 (k 4c .. 4c+3): chunk 2ks + c/2, half c % 2.
       const int chunk = 2 * ks + (c >> 1), half = (c & 1) * 8;

@@ -1,5 +1,6 @@
-// The weight-only FP8 instantiation of the persistent decode GEMM (fp8_weight_tiles.cuh): bf16
-// rows, e4m3 weights with per-channel or per-tensor scales, bf16 c.
+// The weight-only FP8 instantiations of the persistent decode GEMM (fp8_weight_tiles.cuh): bf16
+// rows, e4m3 weights with per-channel or per-tensor scales, bf16 c; 32 x 128 or 32 x 256 tiles
+// (plan.tile_n).
 #include "core/device.h"
 #include "gemm/grouped_gemm_fp8.h"
 #include "gemm/launch.h"
@@ -27,7 +28,13 @@ void launch_grouped_gemm_fp8_weights(const GroupedGemmProblem& problem, cudaStre
   p.b_scale_group = index.b_group;
   p.b_scale_row = index.b_row;
   const int sms = device_props().sms > 0 ? device_props().sms : 132;
-  gemm::launch_grouped_gemm_persistent<gemm::Fp8WeightTiles>(p, sms, stream, "moe_grouped_gemm");
+  if (problem.plan.tile_n == 256) {
+    gemm::launch_grouped_gemm_persistent<gemm::Fp8WeightTiles<gemm::Fp8WeightWideConfig>>(
+        p, sms, stream, "moe_grouped_gemm");
+  } else {
+    gemm::launch_grouped_gemm_persistent<gemm::Fp8WeightTiles<gemm::Fp8WeightConfig>>(
+        p, sms, stream, "moe_grouped_gemm");
+  }
 }
 
 }  // namespace moekit::detail

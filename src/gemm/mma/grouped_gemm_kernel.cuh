@@ -35,8 +35,9 @@ struct GemmParams {
 // Tile b row r (0..BN) of n-tile n_tile: its output column `col` and its row in the group's b
 // (silu: per warp column block of WN b rows, WN/2 gate rows then the matching up rows, so
 // one thread's fragments nf and nf + NF/2 hold the gate and up sums of the same outputs).
-template <class Cfg>
-__device__ __forceinline__ void tile_b_row(const GemmParams& p, int n_tile, int r, int64_t& col,
+// P: GemmParams, or anything with its `silu` and `n`.
+template <class Cfg, class P>
+__device__ __forceinline__ void tile_b_row(const P& p, int n_tile, int r, int64_t& col,
                                            int64_t& b_row) {
   if (p.silu == 0) {
     col = static_cast<int64_t>(n_tile) * Cfg::BN + r;
