@@ -712,7 +712,7 @@ TEST(MoEFp8Gpu, LayerWithAMapAndRouterWeightOnInput) {
 TEST(MoEFp8Gpu, FusedMoeWeightOnlySortedPlan) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 9500;
-  // The planner's tiles (32 x 128) and the wide ones (32 x 256), both GEMMs.
+  // The narrow tiles (32 x 128) and the planner's (32 x 256), both GEMMs.
   LayerPlan plans[2];
   ASSERT_TRUE(parse_plan(
       "sorted two_gemms{gate_up: decode_persistent 32x128, down: decode_persistent 32x128}",

@@ -61,9 +61,19 @@ TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
       // bf16 sorts here (512 routes > 16 per expert of 8); FP8 has only the direct path.
       {"few experts T=64", fp8_problem(64, 256, 8, 128, 8), true},
       // Past 64 tokens (to T = 128, T*K <= 1024): the direct path for per-channel and
-      // per-tensor scales with F <= 768 and <= 8 routes an expert (the H200 A/B's winners).
+      // per-tensor scales with F <= 768 and <= 8 routes an expert (the H200 A/B's winners),
+      // except at F <= 128 from 2 routes an expert (the weight-only GEMMs won there).
       {"qwen3.5-35b per channel T=128",
-       fp8_problem(128, 4096, 257, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel), true},
+       fp8_problem(128, 4096, 257, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel),
+       false},
+      {"F = 128 per channel T=96 (2 routes an expert)",
+       fp8_problem(96, 4096, 384, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel), false},
+      {"F = 128 per channel T=95 (1.98 routes an expert)",
+       fp8_problem(95, 4096, 384, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel), true},
+      {"qwen3.5-397b per channel T=96 (1.5 routes an expert)",
+       fp8_problem(96, 4096, 513, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel), true},
+      {"f = 128 per tensor T=64 (8 routes an expert)",
+       fp8_problem(64, 4096, 64, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerTensor), true},
       {"qwen3.5-35b per channel T=129",
        fp8_problem(129, 4096, 257, 128, 8, 0, RoutedOp::kLayer, QuantScheme::kFp8PerChannel),
        false},
@@ -82,6 +92,9 @@ TEST(Fp8LayerPlanner, TheIssueRowsTakeTheDecodeKernelsOrARefusal) {
       // indexed_expert_mlp past 64 tokens: the same rule.
       {"indexed qwen3.5-35b per channel T=128",
        fp8_problem(128, 4096, 257, 128, 8, 0, RoutedOp::kIndexed, QuantScheme::kFp8PerChannel),
+       false},
+      {"indexed qwen3-30b per channel T=128",
+       fp8_problem(128, 2048, 128, 768, 8, 0, RoutedOp::kIndexed, QuantScheme::kFp8PerChannel),
        true},
       {"indexed ds-v3 blocks T=96", fp8_problem(96, 7168, 256, 2048, 8, 0, RoutedOp::kIndexed),
        false},
@@ -292,7 +305,7 @@ TEST(Fp8LayerPlanner, WeightOnlyPlanIsACandidateWhereItRunsAndRefusedElsewhere) 
   const detail::DeviceProps h200 = detail::h200_props();
   LayerPlan weight_only;
   ASSERT_TRUE(parse_plan(
-      "sorted two_gemms{gate_up: decode_persistent 32x128, down: decode_persistent 32x128}",
+      "sorted two_gemms{gate_up: decode_persistent 32x256, down: decode_persistent 32x256}",
       &weight_only));
   const auto listed = [&](const LayerProblem& p, const detail::DeviceProps& d) {
     for (const LayerPlan& c : detail::layer_plan_candidates(p, d))
@@ -359,11 +372,22 @@ TEST(Fp8LayerPlanner, SmallFLayersPastTheDirectPathTakeTheWeightOnlyPlan) {
     EXPECT_EQ(detail::fp8_weight_only(plan.experts), c.weight_only) << to_string(plan);
     EXPECT_EQ(detail::layer_plan_rejection(plan, c.p, h200), "");
   }
-  // Within the direct path's reach the direct kernels stay (T = 128, 1024 routes <= 8E).
+  // Within the direct path's reach (to T = 128, <= 8 routes an expert) the weight-only GEMMs
+  // from 2 routes an expert, the direct kernels below.
+  for (int64_t T : {96, 128}) {
+    const LayerProblem p = fp8_problem(T, 4096, 257, 128, 8, 0, RoutedOp::kLayer, channel);
+    const LayerPlan plan = detail::plan_layer(p, h200);
+    EXPECT_EQ(plan.routed, RoutedPath::kSorted) << T;
+    EXPECT_TRUE(detail::fp8_weight_only(plan.experts)) << to_string(plan);
+  }
   EXPECT_EQ(
-      detail::plan_layer(fp8_problem(128, 4096, 257, 128, 8, 0, RoutedOp::kLayer, channel), h200)
+      detail::plan_layer(fp8_problem(96, 4096, 513, 128, 8, 0, RoutedOp::kLayer, channel), h200)
           .routed,
       RoutedPath::kDirect);
+  // f16 rows (the weight-only tiles are bf16 only): the direct kernels stay.
+  LayerProblem f16 = fp8_problem(128, 4096, 257, 128, 8, 0, RoutedOp::kLayer, channel);
+  f16.s.dtype = DType::kF16;
+  EXPECT_EQ(detail::plan_layer(f16, h200).routed, RoutedPath::kDirect);
 }
 
 TEST(Fp8LayerPlanner, ShapeKeyNamesTheScheme) {

@@ -38,27 +38,41 @@ bool fp8_takes_direct(const MoEShapes& s) {
 
 // FP8 weights past the direct path with per-channel / per-tensor scales, F <= 128 and <= 16
 // routes an expert on average: the weight-only GEMMs (bf16 rows, decode_persistent's e4m3
-// tiles; fp8_mlp.h). H100 A/B (results/h100/ab.md, 2026-12-07): 0.60x-0.76x of the FP8 GEMMs'
-// time on the decoding PR's F = 128 layers (E = 257 at T = 192-512, E = 513 at T = 192-1024),
-// whose FP8 down GEMM runs one 128-k step a 128 x 128 tile; past 16 routes an expert 1.07x-1.6x.
-// At F = 192-512 the weight-only tiles (43%-65% of the read rate) lost or tied there (1.2x on
-// hunyuan3's F = 192).
+// tiles, 32 x 256; fp8_mlp.h). H100 A/Bs (results/h100/ab.md, 2026-12-07): on 32 x 128 tiles
+// 0.60x-0.76x of the FP8 GEMMs' time on the decoding PR's F = 128 layers (E = 257 at
+// T = 192-512, E = 513 at T = 192-1024), whose FP8 down GEMM runs one 128-k step a 128 x 128
+// tile, and 32 x 256 tiles 0.75x-0.81x of 32 x 128 there; past 16 routes an expert 1.08x-1.5x
+// (E = 257 at T = 1024-2048; E = 513 at T = 4096), though E = 513 at T = 2048 (32) won 0.96x.
+// At F = 192 (hunyuan3: 1.30x-1.37x, 1.5 tiles of 256 a gate/up row pair) and F = 384-512
+// (0.93x-1.44x, one count won) they lost or tied.
 constexpr int64_t kFp8WeightOnlyMaxF = 128;
 constexpr int64_t kFp8WeightOnlyMaxRoutesPerExpert = 16;
+// Between 64 and 128 tokens the same GEMMs beat the FP8 direct kernels from ~2 routes an
+// expert (H100, same A/B: E = 257, F = 128 at T = 96 / 128, 3.0 / 4.0 routes, 0.90x / 0.81x
+// of direct; E = 513 at T = 96, 1.5 routes, 0.99x).
+constexpr int64_t kFp8WeightOnlyOverDirectMinRoutes = 2;
 
 bool fp8_takes_weight_only(const MoEShapes& s) {
   return s.quant != QuantScheme::kFp8Block128 && s.F <= kFp8WeightOnlyMaxF &&
          s.T * s.K <= kFp8WeightOnlyMaxRoutesPerExpert * s.E;
 }
 
+bool fp8_weight_only_runs(const MoEShapes& s, const GemmDevice& device) {
+  return fp8_takes_weight_only(s) &&
+         fp8_mlp_plan_rejection(fp8_weight_only_plan(), sorted_fp8_shapes(s), device).empty();
+}
+
 // The sorted path's expert MLP with FP8 weights: the weight-only GEMMs by the rule above where
 // they can run, else the FP8 GEMMs.
 MlpPlan plan_sorted_fp8(const MoEShapes& s, const GemmDevice& device) {
-  const Fp8MlpShapes fs = sorted_fp8_shapes(s);
-  if (fp8_takes_weight_only(s) &&
-      fp8_mlp_plan_rejection(fp8_weight_only_plan(), fs, device).empty())
-    return fp8_weight_only_plan();
-  return plan_fp8_mlp(fs, device);
+  if (fp8_weight_only_runs(s, device)) return fp8_weight_only_plan();
+  return plan_fp8_mlp(sorted_fp8_shapes(s), device);
+}
+
+// Past 64 tokens the weight-only GEMMs where they beat the direct kernels (above).
+bool fp8_weight_only_beats_direct(const MoEShapes& s, const GemmDevice& device) {
+  return quantized(s.quant) && s.T > kDirectMaxTokens &&
+         s.T * s.K >= kFp8WeightOnlyOverDirectMinRoutes * s.E && fp8_weight_only_runs(s, device);
 }
 
 bool takes_direct(const LayerProblem& p) {
@@ -309,7 +323,7 @@ void carve_shared_fp8(const MoEShapes& s, int64_t S, QuantScheme quant, DType ou
 LayerPlan plan_layer(const LayerProblem& p, const GemmDevice& device,
                      const DirectCapacity& shared_capacity) {
   LayerPlan plan;
-  if (takes_direct(p)) {
+  if (takes_direct(p) && !fp8_weight_only_beats_direct(p.s, device)) {
     plan.routed = RoutedPath::kDirect;
   } else {
     plan.routed = RoutedPath::kSorted;
