@@ -238,15 +238,16 @@ TEST(MoEFp8Gpu, IndexedExpertMlpMatchesReference) {
 
 // Past 64 tokens (to T = 128, T*K <= 1024) FP8 weights keep the direct path with per-channel or
 // per-tensor scales, F <= 768 and T*K <= 8E (docs/moe.md): 8E exactly, an odd expert count past
-// 256 with F = 128 (the decoding PR's qwen3.5-35b shape, narrowed), every route to one expert
-// (128 routes: 16 chunks of 8, at top-1 with 16 experts), duplicate and -1 ids.
+// 256 (the decoding PR's qwen3.5-35b shape, narrowed), every route to one expert (128 routes: 16
+// chunks of 8, at top-1 with 16 experts), duplicate and -1 ids. F = 144: at F <= 128 bf16 layers
+// from 2 routes an expert take the weight-only GEMMs instead (fp8_weight_only_beats_direct).
 TEST(MoEFp8Gpu, IndexedExpertMlpPast64Tokens) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 4096;
   for (QuantScheme s : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
-    const int64_t H = 112, F = 80;
+    const int64_t H = 112, F = 144;
     for (const Case& c : {Case{DType::kBF16, 65, H, 65, F, 8, Ids::kDistinct},
-                          Case{DType::kBF16, 100, H, 257, 128, 8, Ids::kMixed},
+                          Case{DType::kBF16, 100, H, 257, F, 8, Ids::kMixed},
                           Case{DType::kF16, 128, H, 128, F, 8, Ids::kDuplicates},
                           Case{DType::kBF16, 128, H, 16, F, 1, Ids::kOneExpert},
                           Case{DType::kBF16, 127, H, 127, F, 8, Ids::kMinusOne}})
@@ -498,11 +499,12 @@ TEST(MoEFp8Gpu, FusedMoeMatchesReference) {
 
 // fused_moe past 64 tokens: per-channel and per-tensor routed weights with F <= 768 and
 // T*K <= 8E keep the direct path to T = 128 (docs/moe.md); 64 experts at top-4, T = 65, 97 and
-// 128 (the 8E limit exactly), every count's plan asserted direct, against the reference.
+// 128 (the 8E limit exactly), every count's plan asserted direct, against the reference. F = 144
+// (past the weight-only GEMMs' F <= 128, which take such counts at F <= 128).
 TEST(MoEFp8Gpu, FusedMoeDirectPast64Tokens) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 4400;
-  const int64_t H = 256, E = 64, F = 128;
+  const int64_t H = 256, E = 64, F = 144;
   for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
     for (int64_t T : {65, 97, 128}) {
       SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T));

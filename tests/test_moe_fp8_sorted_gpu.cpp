@@ -370,11 +370,12 @@ TEST(MoEFp8SortedGpu, LayerWithSharedExpertMatchesTheQuantizingReference) {
 // Past 64 tokens the routed experts can stay on the FP8 direct kernels (per channel / per
 // tensor, F <= 768, T*K <= 8E: docs/moe.md) while the shared expert runs its FP8 GEMMs: the
 // layer against the reference with the routed activations as given and the shared ones
-// quantized; 64 experts at top-4, T = 65 and 128, a block-scaled shared expert.
+// quantized; 64 experts at top-4, T = 65 and 128, a block-scaled shared expert. F = 144: at
+// F <= 128 such counts take the weight-only GEMMs (fp8_weight_only_beats_direct).
 TEST(MoEFp8SortedGpu, LayerWithSharedGemmsBesideRoutedDirectKernels) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 32500;
-  const int64_t H = 256, E = 64, F = 128, S = 256;
+  const int64_t H = 256, E = 64, F = 144, S = 256;
   const QuantScheme shared = QuantScheme::kFp8Block128;
   for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
     for (int64_t T : {65, 128}) {
