@@ -148,7 +148,7 @@ std::string name(QuantScheme s, const Case& c) {
 // indexed_expert_mlp with FP8 weights on device copies of host inputs (map optional).
 HostTensor run_fp8_indexed(QuantScheme scheme, const HostTensor& x, const Fp8Weights& w,
                            const HostTensor& tw, const HostTensor& ids, const HostTensor* map,
-                           bool apply) {
+                           bool apply, RoutedPath expected = RoutedPath::kDirect) {
   const int64_t T = x.shape()[0], H = x.shape()[1];
   DeviceTensor dx(x), dwgu(w.wgu), dwd(w.wd), dsgu(w.sgu), dsd(w.sd), dtw(tw), dids(ids);
   DeviceTensor dout(x.dtype(), {T, H}), dmap;  // poisoned
@@ -163,7 +163,7 @@ HostTensor run_fp8_indexed(QuantScheme scheme, const HostTensor& x, const Fp8Wei
   a.output = dout.view();
   if (map) a.expert_map = dmap.view();
   a.apply_router_weight_on_input = apply;
-  EXPECT_EQ(plan_indexed_expert_mlp(a).routed, RoutedPath::kDirect);
+  EXPECT_EQ(plan_indexed_expert_mlp(a).routed, expected) << to_string(plan_indexed_expert_mlp(a));
   const size_t bytes = indexed_expert_mlp_workspace_size(a);
   if (T == 0) EXPECT_EQ(bytes, 0u);  // nothing to launch
   DeviceWorkspace ws(bytes);
@@ -199,8 +199,9 @@ HostTensor reference_indexed(QuantScheme scheme, const HostTensor& x, const Fp8W
   return ref;
 }
 
-// indexed_expert_mlp on the direct path (asserted) against the reference.
-void check_indexed(QuantScheme scheme, const Case& c, uint64_t seed) {
+// indexed_expert_mlp on the planner's path (asserted: `expected`) against the reference.
+void check_indexed(QuantScheme scheme, const Case& c, uint64_t seed,
+                   RoutedPath expected = RoutedPath::kDirect) {
   const std::string what = name(scheme, c);
   SCOPED_TRACE(what);
   std::mt19937_64 rng(seed);
@@ -209,7 +210,7 @@ void check_indexed(QuantScheme scheme, const Case& c, uint64_t seed) {
                      c.subnormal);
   const HostTensor tw = moetest::make_topk_weights(rng, c.T, c.K);
   const HostTensor ids = moetest::make_ids(rng, c.T, c.K, c.E, c.ids);
-  const HostTensor got = run_fp8_indexed(scheme, x, w, tw, ids, nullptr, false);
+  const HostTensor got = run_fp8_indexed(scheme, x, w, tw, ids, nullptr, false, expected);
   expect_close(got, reference_indexed(scheme, x, w, tw, ids, nullptr, false), c.dt, what);
 }
 
@@ -252,6 +253,23 @@ TEST(MoEFp8Gpu, IndexedExpertMlpPast64Tokens) {
                           Case{DType::kBF16, 128, H, 16, F, 1, Ids::kOneExpert},
                           Case{DType::kBF16, 127, H, 127, F, 8, Ids::kMinusOne}})
       check_indexed(s, c, ++seed);
+  }
+}
+
+// The same counts at F <= 128 with bf16 activations (the shapes the test above had before
+// F = 144): the planner takes the weight-only GEMMs from 2 routes an expert
+// (fp8_weight_only_beats_direct; bf16 activations as given, as the direct kernels), against
+// the reference: an odd expert count past 256, every route to one expert, -1 ids.
+TEST(MoEFp8Gpu, IndexedExpertMlpPast64TokensSmallFTakesWeightOnly) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 4160;
+  for (QuantScheme s : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+    const int64_t H = 112, F = 80;
+    for (const Case& c : {Case{DType::kBF16, 65, H, 65, F, 8, Ids::kDistinct},
+                          Case{DType::kBF16, 100, H, 257, 128, 8, Ids::kMixed},
+                          Case{DType::kBF16, 128, H, 16, F, 1, Ids::kOneExpert},
+                          Case{DType::kBF16, 127, H, 127, F, 8, Ids::kMinusOne}})
+      check_indexed(s, c, ++seed, RoutedPath::kSorted);
   }
 }
 
@@ -347,12 +365,13 @@ struct LayerInputs {
 };
 
 // fused_moe_shared_expert with FP8 routed and shared weights (the schemes of `routed` and
-// `shared`) on device copies of the inputs, against the reference; the direct path (asserted),
-// or the routed plan `forced` names (with the planner's plan of the shared expert). Without
-// shared weights (sw == nullptr): fused_moe, the routed layer alone.
+// `shared`) on device copies of the inputs, against the reference; the planner's path
+// (asserted: `expected`, the direct path unless named), or the routed plan `forced` names (with the
+// planner's plan of the shared expert). Without shared weights (sw == nullptr): fused_moe, the
+// routed layer alone.
 void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& in,
-                     const Fp8Weights& rw, const Fp8Weights* sw,
-                     const LayerPlan* forced = nullptr) {
+                     const Fp8Weights& rw, const Fp8Weights* sw, const LayerPlan* forced = nullptr,
+                     RoutedPath expected = RoutedPath::kDirect) {
   const int64_t T = in.x.shape()[0], H = in.x.shape()[1];
   DeviceTensor dx(in.x), dl(in.logits), dwgu(rw.wgu), dwd(rw.wd), dsgu(rw.sgu), dsd(rw.sd), swgu,
       swd, ssgu, ssd, db, dmap;
@@ -394,7 +413,7 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
   }
   if (T > 0 && forced == nullptr) {
     ASSERT_EQ(sw != nullptr ? plan_fused_moe_shared_expert(a).routed : plan_fused_moe(a.moe).routed,
-              RoutedPath::kDirect);
+              expected);
   }
   DeviceWorkspace ws(sw != nullptr ? fused_moe_shared_expert_workspace_size(a)
                                    : fused_moe_workspace_size(a.moe));
@@ -516,6 +535,27 @@ TEST(MoEFp8Gpu, FusedMoeDirectPast64Tokens) {
       in.params.top_k = 4;
       in.params.renormalize = true;
       check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr);
+    }
+  }
+}
+
+// The same layer at F = 128 (its shape before F = 144): past 64 tokens, from 2 routes an expert,
+// the planner takes the weight-only GEMMs (bf16 activations as given); against the reference.
+TEST(MoEFp8Gpu, FusedMoePast64TokensSmallFTakesWeightOnly) {
+  MOEKIT_REQUIRE_GPU();
+  uint64_t seed = 4450;
+  const int64_t H = 256, E = 64, F = 128;
+  for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+    for (int64_t T : {65, 97, 128}) {
+      SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T));
+      std::mt19937_64 rng(++seed);
+      LayerInputs in;
+      in.x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+      in.logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
+      const Fp8Weights rw(rng, routed, E, H, F);
+      in.params.top_k = 4;
+      in.params.renormalize = true;
+      check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr, nullptr, RoutedPath::kSorted);
     }
   }
 }

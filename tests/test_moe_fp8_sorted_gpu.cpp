@@ -370,36 +370,41 @@ TEST(MoEFp8SortedGpu, LayerWithSharedExpertMatchesTheQuantizingReference) {
 // Past 64 tokens the routed experts can stay on the FP8 direct kernels (per channel / per
 // tensor, F <= 768, T*K <= 8E: docs/moe.md) while the shared expert runs its FP8 GEMMs: the
 // layer against the reference with the routed activations as given and the shared ones
-// quantized; 64 experts at top-4, T = 65 and 128, a block-scaled shared expert. F = 144: at
-// F <= 128 such counts take the weight-only GEMMs (fp8_weight_only_beats_direct).
+// quantized; 64 experts at top-4, T = 65 and 128, a block-scaled shared expert. F = 144 keeps
+// the direct kernels; F = 128 (from 2 routes an expert) takes the weight-only GEMMs
+// (fp8_weight_only_beats_direct), its activations as given too.
 TEST(MoEFp8SortedGpu, LayerWithSharedGemmsBesideRoutedDirectKernels) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 32500;
-  const int64_t H = 256, E = 64, F = 144, S = 256;
+  const int64_t H = 256, E = 64, S = 256;
   const QuantScheme shared = QuantScheme::kFp8Block128;
-  for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
-    for (int64_t T : {65, 128}) {
-      const std::string what = std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T);
-      SCOPED_TRACE(what);
-      std::mt19937_64 rng(++seed);
-      const HostTensor x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
-      const HostTensor logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
-      const Fp8Set rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
-      const DeviceFp8 drw(rw, routed, false), dsw(sw, shared, false);
-      DeviceTensor dx(x), dl(logits), dout(DType::kBF16, {T, H});
-      const Fp8LayerArgs layer{rw, sw, drw, dsw};
-      FusedMoESharedExpertArgs a = layer.device(dx.view(), dl.view(), dout.view());
-      const LayerPlan plan = plan_fused_moe_shared_expert(a);
-      ASSERT_EQ(plan.routed, RoutedPath::kDirect) << to_string(plan);
-      ASSERT_EQ(plan.shared.path, MlpPath::kTwoGemms) << to_string(plan);
-      DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(a));
-      a.moe.workspace = ws.get();
-      fused_moe_shared_expert(a, nullptr);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      HostTensor ref(DType::kBF16, {T, H});
-      const FusedMoESharedExpertArgs r = layer.host(a, x, logits, ref);
-      reference::fused_moe_shared_expert(r, Fp8Activations::kAsGiven, Fp8Activations::kQuantized);
-      expect_fp8_close(dout.download(), ref, what);
+  for (const auto& [F, path] :
+       {std::pair<int64_t, RoutedPath>{144, RoutedPath::kDirect}, {128, RoutedPath::kSorted}}) {
+    for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
+      for (int64_t T : {65, 128}) {
+        const std::string what = std::string(quant_scheme_name(routed)) +
+                                 " F=" + std::to_string(F) + " T=" + std::to_string(T);
+        SCOPED_TRACE(what);
+        std::mt19937_64 rng(++seed);
+        const HostTensor x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+        const HostTensor logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
+        const Fp8Set rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
+        const DeviceFp8 drw(rw, routed, false), dsw(sw, shared, false);
+        DeviceTensor dx(x), dl(logits), dout(DType::kBF16, {T, H});
+        const Fp8LayerArgs layer{rw, sw, drw, dsw};
+        FusedMoESharedExpertArgs a = layer.device(dx.view(), dl.view(), dout.view());
+        const LayerPlan plan = plan_fused_moe_shared_expert(a);
+        ASSERT_EQ(plan.routed, path) << to_string(plan);
+        ASSERT_EQ(plan.shared.path, MlpPath::kTwoGemms) << to_string(plan);
+        DeviceWorkspace ws(fused_moe_shared_expert_workspace_size(a));
+        a.moe.workspace = ws.get();
+        fused_moe_shared_expert(a, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        HostTensor ref(DType::kBF16, {T, H});
+        const FusedMoESharedExpertArgs r = layer.host(a, x, logits, ref);
+        reference::fused_moe_shared_expert(r, Fp8Activations::kAsGiven, Fp8Activations::kQuantized);
+        expect_fp8_close(dout.download(), ref, what);
+      }
     }
   }
 }
