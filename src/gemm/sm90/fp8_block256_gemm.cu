@@ -49,10 +49,11 @@ struct BlockScales {
   uint32_t* c_amax;  // max |c| (f32 bits) gathered here (fp8_amax.cuh); or nullptr
 };
 
-// Chunk C of stage `stage` into blk (fresh), waited for: the caller promotes it.
+// Issues chunk C of stage `stage` into blk (fresh) as one wgmma batch, not waited for: the
+// caller waits (warpgroup_wait) and promotes it while the next chunk's batch runs.
 template <int C, class FragA, class Acc>
-__device__ __forceinline__ void chunk_into(ChunkMma& mma, FragA& tCrA, E4M3* smem_b, int ctid,
-                                           Acc& blk, int stage) {
+__device__ __forceinline__ void issue_chunk(ChunkMma& mma, FragA& tCrA, E4M3* smem_b, int ctid,
+                                            Acc& blk, int stage) {
   using namespace cute;
   auto thr = mma.get_thread_slice(ctid);
   Tensor sB =
@@ -60,8 +61,13 @@ __device__ __forceinline__ void chunk_into(ChunkMma& mma, FragA& tCrA, E4M3* sme
   Tensor tCrB = thr.make_fragment_B(thr.partition_B(sB));  // (MMA, 1, MMA_K, STAGES)
   mma.accumulate_ = GMMA::ScaleOut::Zero;
   issue_stage_wgmmas(mma, tCrA, tCrB, blk, stage);
-  warpgroup_wait<0>();
-  warpgroup_fence_operand(blk);
+}
+
+// Waits until at most N wgmma batches are in flight; blk (the oldest's) is then complete.
+template <int N, class Acc>
+__device__ __forceinline__ void wait_chunk(Acc& blk) {
+  cute::warpgroup_wait<N>();
+  cute::warpgroup_fence_operand(blk);
 }
 
 // acc's elements of chunk C (i = e + 2 h + 4 j with column 8 j + 2 q + e: chunk C holds
@@ -99,8 +105,9 @@ __global__ void __launch_bounds__(BlockCfg::THREADS, 1)
     auto tile_thr = tile_mma.get_thread_slice(ctid);
     Tensor acc = partition_fragment_C(tile_mma, make_shape(Int<BM>{}, Int<BN>{}));
     Tensor tCcC = tile_thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<BN>{})));
-    Tensor blk = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<kChunk>{}));
-    static_assert(decltype(size(blk))::value == kChunk / 2, "a chunk's fragment: 32 values");
+    Tensor blk0 = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<kChunk>{}));
+    Tensor blk1 = partition_fragment_C(mma, make_shape(Int<BM>{}, Int<kChunk>{}));
+    static_assert(decltype(size(blk0))::value == kChunk / 2, "a chunk's fragment: 32 values");
     const int wg = warp_group - 1;
     const int q = threadIdx.x & 3;
     check_accumulator_layout(tCcC, wg, q);
@@ -108,7 +115,7 @@ __global__ void __launch_bounds__(BlockCfg::THREADS, 1)
     // 8 (i >> 2) + 2 q + (i & 1) of its chunk (traps if CuTe's layout ever differs).
     Tensor tCcB = thr.partition_C(make_identity_tensor(make_shape(Int<BM>{}, Int<kChunk>{})));
     CUTE_UNROLL
-    for (int i = 0; i < decltype(size(blk))::value; ++i) {
+    for (int i = 0; i < decltype(size(blk0))::value; ++i) {
       if (get<0>(tCcB(i)) != get<0>(tCcC(i)) || get<1>(tCcB(i)) != get<1>(tCcC(i))) __trap();
     }
     const int row0 = 64 * wg + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
@@ -152,16 +159,21 @@ __global__ void __launch_bounds__(BlockCfg::THREADS, 1)
         if (kb + 1 < k_tiles) load_scales(kb + 1, next);
         pipeline.consumer_wait(read);
         const int stage = read.index();
-        chunk_into<0>(mma, tCrA, ss.b, ctid, blk, stage);
-        promote<0>(acc, blk, s);
-        chunk_into<1>(mma, tCrA, ss.b, ctid, blk, stage);
-        promote<1>(acc, blk, s);
-        chunk_into<2>(mma, tCrA, ss.b, ctid, blk, stage);
-        promote<2>(acc, blk, s);
-        chunk_into<3>(mma, tCrA, ss.b, ctid, blk, stage);
+        // Two chunk fragments in turn: chunk c + 1's wgmmas run while chunk c is promoted.
+        issue_chunk<0>(mma, tCrA, ss.b, ctid, blk0, stage);
+        issue_chunk<1>(mma, tCrA, ss.b, ctid, blk1, stage);
+        wait_chunk<1>(blk0);
+        promote<0>(acc, blk0, s);
+        issue_chunk<2>(mma, tCrA, ss.b, ctid, blk0, stage);
+        wait_chunk<1>(blk1);
+        promote<1>(acc, blk1, s);
+        issue_chunk<3>(mma, tCrA, ss.b, ctid, blk1, stage);
+        wait_chunk<1>(blk0);
+        promote<2>(acc, blk0, s);
+        wait_chunk<0>(blk1);
         pipeline.consumer_release(read);  // the stage's last wgmma has completed
         ++read;
-        promote<3>(acc, blk, s);
+        promote<3>(acc, blk1, s);
       }
       store_accumulators<BN, Cfg::B_BOX>(acc, tCcC, t, c, p.n, p.silu != 0, q, AccumulatorValue{},
                                          amax);
