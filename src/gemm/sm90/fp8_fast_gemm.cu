@@ -89,6 +89,27 @@ __device__ __forceinline__ ScaledAccumulator<Cfg::B_BOX, kPerChannel> scaled_acc
   return v;
 }
 
+// Per channel, warpgroup 0's threads 0..11 (it runs every tile), before the tile's mainloop:
+// the lines of the tile's b scales (two boxes of up to 128 floats) and its rows' a scales into
+// L1, so the epilogue's per-value loads (ScaledAccumulator) hit L1 instead of each waiting
+// on the L2 after the last wgmma.
+template <class Cfg>
+__device__ __forceinline__ void prefetch_channel_scales(const Fp8OutputScales& s, const Tile& t,
+                                                        int n, bool silu, int ctid) {
+  if (ctid >= 12) return;
+  if (ctid < 8) {  // b: 4 lines of 32 floats a box
+    const int box = ctid >> 2, part = ctid & 3;
+    const int cols = box == 0 || silu ? n - t.n0 : n - t.n0 - Cfg::B_BOX;
+    if (32 * part < cols) {
+      const int64_t row = (box == 0 ? t.b_row0 : t.b_row1) + 32 * part;
+      prefetch_l1(s.b_scale + static_cast<int64_t>(t.group) * s.b_group + row * s.b_row);
+    }
+  } else {  // a: 4 lines of 32 rows
+    const int part = ctid - 8;
+    if (32 * part < t.rows) prefetch_l1(s.a_scale + (t.c_row + 32 * part) * s.a_row);
+  }
+}
+
 template <class Cfg, bool kPerChannel>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     sm90_fp8_fast_kernel(const __grid_constant__ Params<Cfg, E4M3> p,
@@ -128,6 +149,9 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     int j = 0;
     for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
+      if constexpr (kPerChannel) {
+        if (wg == 0) prefetch_channel_scales<Cfg>(scales, t, p.n, p.silu != 0, ctid);
+      }
       if (!consume_tile<1>(mma, tCrA, tCrB, acc, pipeline, read, k_tiles, 64 * wg >= t.rows, wg))
         continue;
       store_accumulators<BN, Cfg::B_BOX>(
