@@ -69,6 +69,7 @@ struct DecodeSmem {
   int chunk_start[kDirectMaxRoutes + 1];  // count_chunks: the 8-route chunks before each slot
   int num_active;                         // distinct valid experts
   int num_chunks;                         // 8-route chunks of all of them
+  int any_long;                           // count_chunks: some expert has > 8 routes
   int expert;
 };
 
@@ -156,46 +157,53 @@ __device__ void count_chunks(int R, int E, DecodeSmem& sm) {
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int n = sm.num_active;
   for (int i = t; i < n; i += NT) sm.chunk_start[i] = 0;
+  if (t == 0) sm.any_long = 0;
   __syncthreads();
   for (int r = t; r < R; r += NT) {  // routes per slot
     const int id = sm.ids[r];
     if (id >= 0 && id < E) {
       const int w = id >> 5;
-      atomicAdd(&sm.chunk_start[sm.word_prefix[w] + __popc(sm.bits[w] & ((1u << (id & 31)) - 1u))],
-                1);
+      const int before = atomicAdd(
+          &sm.chunk_start[sm.word_prefix[w] + __popc(sm.bits[w] & ((1u << (id & 31)) - 1u))], 1);
+      if (before == 8) sm.any_long = 1;  // its ninth route
     }
   }
   __syncthreads();
-  // Thread t scans slots [S t, S t + S): chunks, then their exclusive prefix.
-  constexpr int S = static_cast<int>(kDirectMaxRoutes) / NT;
-  static_assert(S * NT == kDirectMaxRoutes, "whole segments");
-  int chunks[S], sum = 0;
+  if (sm.any_long == 0) {  // block-uniform: one chunk a slot (the common case), no scan
+    for (int i = t; i <= n; i += NT) sm.chunk_start[i] = i;
+    if (t == 0) sm.num_chunks = n;
+  } else {
+    // Thread t scans slots [S t, S t + S): chunks, then their exclusive prefix.
+    constexpr int S = static_cast<int>(kDirectMaxRoutes) / NT;
+    static_assert(S * NT == kDirectMaxRoutes, "whole segments");
+    int chunks[S], sum = 0;
 #pragma unroll
-  for (int j = 0; j < S; ++j) {
-    const int slot = t * S + j;
-    chunks[j] = slot < n ? (sm.chunk_start[slot] + 7) / 8 : 0;
-    sum += chunks[j];
-  }
-  int incl = sum;
+    for (int j = 0; j < S; ++j) {
+      const int slot = t * S + j;
+      chunks[j] = slot < n ? (sm.chunk_start[slot] + 7) / 8 : 0;
+      sum += chunks[j];
+    }
+    int incl = sum;
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) sm.warp_tmp[warp] = incl;
-  __syncthreads();
-  int before, total;
-  sum_warp_counts<NT>(sm, warp, before, total);
-  int start = before + incl - sum;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    if (lane == 31) sm.warp_tmp[warp] = incl;
+    __syncthreads();
+    int before, total;
+    sum_warp_counts<NT>(sm, warp, before, total);
+    int start = before + incl - sum;
 #pragma unroll
-  for (int j = 0; j < S; ++j) {
-    const int slot = t * S + j;
-    if (slot < n) sm.chunk_start[slot] = start;  // only this thread read it
-    start += chunks[j];
-  }
-  if (t == 0) {
-    sm.chunk_start[n] = total;
-    sm.num_chunks = total;
+    for (int j = 0; j < S; ++j) {
+      const int slot = t * S + j;
+      if (slot < n) sm.chunk_start[slot] = start;  // only this thread read it
+      start += chunks[j];
+    }
+    if (t == 0) {
+      sm.chunk_start[n] = total;
+      sm.num_chunks = total;
+    }
   }
   __syncthreads();
 }
@@ -210,6 +218,9 @@ struct ItemPlace {
 __device__ __forceinline__ ItemPlace locate_item(int64_t item, int64_t tiles,
                                                  const DecodeSmem& sm) {
   const int v = static_cast<int>(item / tiles);  // chunk_start[slot] <= v < chunk_start[slot + 1]
+  if (sm.num_chunks == sm.num_active) {  // one chunk a slot (block-uniform): slot v, no search
+    return ItemPlace{v, 0, static_cast<int>(item - static_cast<int64_t>(v) * tiles)};
+  }
   int lo = 0, hi = sm.num_active - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
