@@ -153,13 +153,13 @@ __device__ int expert_of_slot(int slot, int E, DecodeSmem& sm) {
 // After decode_experts: sm.chunk_start[s] = the chunks of the active slots before slot s
 // (s <= num_active), sm.num_chunks = their total.
 template <int NT = kThreads>
-__device__ void count_chunks(int R, int E, DecodeSmem& sm) {
+__device__ __noinline__ void count_chunks(int R, int E, DecodeSmem& sm) {
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int n = sm.num_active;
   for (int i = t; i < n; i += NT) sm.chunk_start[i] = 0;
   if (t == 0) sm.any_long = 0;
   __syncthreads();
-  for (int r = t; r < R; r += NT) {  // routes per slot
+  for (int r = R > 8 ? t : R; r < R; r += NT) {  // routes per slot (R <= 8: none is long)
     const int id = sm.ids[r];
     if (id >= 0 && id < E) {
       const int w = id >> 5;
