@@ -150,16 +150,22 @@ __device__ int expert_of_slot(int slot, int E, DecodeSmem& sm) {
 // expert's chunks in turn read them from DRAM again: by then the grid's other blocks had
 // streamed more than the L2 holds.)
 
-// After decode_experts: sm.chunk_start[s] = the chunks of the active slots before slot s
-// (s <= num_active), sm.num_chunks = their total.
+// After decode_experts: sm.num_chunks, the chunks of all active slots; where that exceeds the
+// slots (some expert has more than 8 routes), sm.chunk_start[s] = the chunks of the active
+// slots before slot s (s <= num_active), which locate_item reads only then.
 template <int NT = kThreads>
 __device__ __noinline__ void count_chunks(int R, int E, DecodeSmem& sm) {
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int n = sm.num_active;
+  if (R <= 8) {  // no expert has more than 8 routes: one chunk a slot, nothing to count
+    if (t == 0) sm.num_chunks = n;
+    __syncthreads();
+    return;
+  }
   for (int i = t; i < n; i += NT) sm.chunk_start[i] = 0;
   if (t == 0) sm.any_long = 0;
   __syncthreads();
-  for (int r = R > 8 ? t : R; r < R; r += NT) {  // routes per slot (R <= 8: none is long)
+  for (int r = t; r < R; r += NT) {  // routes per slot
     const int id = sm.ids[r];
     if (id >= 0 && id < E) {
       const int w = id >> 5;
@@ -170,7 +176,6 @@ __device__ __noinline__ void count_chunks(int R, int E, DecodeSmem& sm) {
   }
   __syncthreads();
   if (sm.any_long == 0) {  // block-uniform: one chunk a slot (the common case), no scan
-    for (int i = t; i <= n; i += NT) sm.chunk_start[i] = i;
     if (t == 0) sm.num_chunks = n;
   } else {
     // Thread t scans slots [S t, S t + S): chunks, then their exclusive prefix.
