@@ -66,7 +66,10 @@ struct DecodeSmem {
   unsigned bits[kMaxWords];      // presence bitmap of valid expert ids
   int word_prefix[kMaxWords];    // exclusive prefix of the words' popcounts
   int warp_tmp[kWarps];
-  int num_active;  // distinct valid experts
+  int chunk_start[kDirectMaxRoutes + 1];  // count_chunks: the 8-route chunks before each slot
+  int num_active;                         // distinct valid experts
+  int num_chunks;                         // 8-route chunks of all of them
+  int any_long;                           // count_chunks: some expert has > 8 routes
   int expert;
 };
 
@@ -139,6 +142,104 @@ __device__ int expert_of_slot(int slot, int E, DecodeSmem& sm) {
   return sm.expert;
 }
 
+// ---- 8-route chunks ----
+// The kernel's mma takes 8 routes at a time, so an expert with m routes runs ceil(m / 8) chunks,
+// each a pass over the expert's weights. A work item is one chunk of one tile, and the chunks
+// of a tile are neighbouring items: neighbouring blocks run them at about the same time, so
+// the weights come from DRAM once and from the L2 for the other chunks. (One block taking an
+// expert's chunks in turn read them from DRAM again: by then the grid's other blocks had
+// streamed more than the L2 holds.)
+
+// After decode_experts: sm.num_chunks, the chunks of all active slots; where that exceeds the
+// slots (some expert has more than 8 routes), sm.chunk_start[s] = the chunks of the active
+// slots before slot s (s <= num_active), which locate_item reads only then.
+template <int NT = kThreads>
+__device__ __noinline__ void count_chunks(int R, int E, DecodeSmem& sm) {
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int n = sm.num_active;
+  if (R <= 8) {  // no expert has more than 8 routes: one chunk a slot, nothing to count
+    if (t == 0) sm.num_chunks = n;
+    __syncthreads();
+    return;
+  }
+  for (int i = t; i < n; i += NT) sm.chunk_start[i] = 0;
+  if (t == 0) sm.any_long = 0;
+  __syncthreads();
+  for (int r = t; r < R; r += NT) {  // routes per slot
+    const int id = sm.ids[r];
+    if (id >= 0 && id < E) {
+      const int w = id >> 5;
+      const int before = atomicAdd(
+          &sm.chunk_start[sm.word_prefix[w] + __popc(sm.bits[w] & ((1u << (id & 31)) - 1u))], 1);
+      if (before == 8) sm.any_long = 1;  // its ninth route
+    }
+  }
+  __syncthreads();
+  if (sm.any_long == 0) {  // block-uniform: one chunk a slot (the common case), no scan
+    if (t == 0) sm.num_chunks = n;
+  } else {
+    // Thread t scans slots [S t, S t + S): chunks, then their exclusive prefix.
+    constexpr int S = static_cast<int>(kDirectMaxRoutes) / NT;
+    static_assert(S * NT == kDirectMaxRoutes, "whole segments");
+    int chunks[S], sum = 0;
+#pragma unroll
+    for (int j = 0; j < S; ++j) {
+      const int slot = t * S + j;
+      chunks[j] = slot < n ? (sm.chunk_start[slot] + 7) / 8 : 0;
+      sum += chunks[j];
+    }
+    int incl = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    if (lane == 31) sm.warp_tmp[warp] = incl;
+    __syncthreads();
+    int before, total;
+    sum_warp_counts<NT>(sm, warp, before, total);
+    int start = before + incl - sum;
+#pragma unroll
+    for (int j = 0; j < S; ++j) {
+      const int slot = t * S + j;
+      if (slot < n) sm.chunk_start[slot] = start;  // only this thread read it
+      start += chunks[j];
+    }
+    if (t == 0) {
+      sm.chunk_start[n] = total;
+      sm.num_chunks = total;
+    }
+  }
+  __syncthreads();
+}
+
+// Work item `item` of `tiles` a chunk: its active slot, tile and chunk (items of slot s:
+// [chunk_start[s] * tiles, chunk_start[s + 1] * tiles), tile-major, chunks within a tile).
+struct ItemPlace {
+  int slot;
+  int chunk;
+  int tile;  // < n_out / 16
+};
+__device__ __forceinline__ ItemPlace locate_item(int64_t item, int64_t tiles,
+                                                 const DecodeSmem& sm) {
+  const int v = static_cast<int>(item / tiles);  // chunk_start[slot] <= v < chunk_start[slot + 1]
+  if (sm.num_chunks == sm.num_active) {  // one chunk a slot (block-uniform): slot v, no search
+    return ItemPlace{v, 0, static_cast<int>(item - static_cast<int64_t>(v) * tiles)};
+  }
+  int lo = 0, hi = sm.num_active - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (sm.chunk_start[mid] <= v)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int first = sm.chunk_start[lo], n = sm.chunk_start[lo + 1] - first;
+  const int local = static_cast<int>(item - static_cast<int64_t>(first) * tiles);
+  const int tile = local / n;
+  return ItemPlace{lo, local - tile * n, tile};
+}
+
 // Collects the flat indices of the routes to expert e (ascending) into sm.routes.
 template <int NT = kThreads>
 __device__ int collect_routes(int e, int R, DecodeSmem& sm) {
@@ -187,6 +288,13 @@ __device__ __forceinline__ void tile_rows(int64_t col0, int64_t n_out, int64_t k
 int num_sms() {
   const int sms = device_props().sms;
   return sms > 0 ? sms : 132;
+}
+
+// The most work items a direct kernel has: the 8-route chunks (count_chunks) of at most `slots`
+// active experts over R routes (ceil(m / 8) <= 1 + m / 8 a slot; one route at least a chunk),
+// times the tiles.
+inline int64_t max_direct_items(int64_t slots, int64_t R, int64_t tiles) {
+  return std::min<int64_t>(R, slots + R / 8) * tiles;
 }
 
 template <class Kernel>

@@ -4,8 +4,9 @@
 // not a device function under two kernels: a function inlined into a kernel is optimized on
 // its own first, and the kernels' machine code would differ from this single-level form.)
 //
-// Work item = (active expert slot, tile of output columns); blocks walk the items
-// round-robin (persistent grid), so experts without routes cost nothing.
+// Work item = (active expert slot, tile of output columns, chunk of 8 of the expert's routes:
+// count_chunks); blocks walk the items round-robin (persistent grid), so experts without
+// routes cost nothing, and the chunks of a tile run side by side on neighbouring blocks.
 // A block's warps (8, or Weights::kBlockThreads / 32) split the reduction dimension; a warp step
 // covers four 16-byte chunks of a weight row (Weights::kPerLoad k each). Lane (g = lane/4, q =
 // lane%4) loads chunk q of weight rows g and g+8 of each m-tile and route g's input at the same k,
@@ -85,7 +86,8 @@ __global__ void __launch_bounds__(BlockThreads<Weights>::value,
   // before it reads act (gate/up's output). Both trigger once their routes are decoded.
   if constexpr (kPdl == kPdlFirst) pdl_wait();
   decode_experts<Ids, NT>(Ids{topk_ids}, R, E, sm);
-  const int64_t num_items = static_cast<int64_t>(sm.num_active) * tiles;
+  count_chunks<NT>(R, E, sm);
+  const int64_t num_items = static_cast<int64_t>(sm.num_chunks) * tiles;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, q = lane & 3;
@@ -95,10 +97,9 @@ __global__ void __launch_bounds__(BlockThreads<Weights>::value,
   constexpr int kTileCols = kGateUp ? 16 : 16 * MT;
   if constexpr (kPdl == kPdlSecond) {
     if (blockIdx.x < num_items) {  // block-uniform
-      const int slot = static_cast<int>(blockIdx.x / tiles);
-      const int64_t row =
-          (blockIdx.x - static_cast<int64_t>(slot) * tiles) * kTileCols + threadIdx.x;
-      const int e = expert_of_slot(slot, E, sm);
+      const ItemPlace at = locate_item(blockIdx.x, tiles, sm);
+      const int64_t row = static_cast<int64_t>(at.tile) * kTileCols + threadIdx.x;
+      const int e = expert_of_slot(at.slot, E, sm);
       // The k the block's warps load first (NW warps, U steps of 64 k each).
       const int64_t first_k = static_cast<int64_t>(NW) * U * 4 * kPerLoad;
       const int64_t head = kdim < first_k ? kdim : first_k;
@@ -113,14 +114,13 @@ __global__ void __launch_bounds__(BlockThreads<Weights>::value,
 
   int cached_expert = -1, m = 0;
   for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x) {
-    const int slot = static_cast<int>(item / tiles);
-    const int64_t tile = item - static_cast<int64_t>(slot) * tiles;
-    const int e = expert_of_slot(slot, E, sm);
+    const ItemPlace at = locate_item(item, tiles, sm);
+    const int e = expert_of_slot(at.slot, E, sm);
     if (e != cached_expert) {  // block-uniform
       m = collect_routes<NT>(e, R, sm);
       cached_expert = e;
     }
-    const int64_t n0 = tile * kTileCols;
+    const int64_t n0 = static_cast<int64_t>(at.tile) * kTileCols;
 
     // This lane's weight rows (tile_rows), rows past n_out masked.
     const int64_t col0 = n0 + g;
@@ -131,7 +131,8 @@ __global__ void __launch_bounds__(BlockThreads<Weights>::value,
     tile_rows<kGateUp, MT>(col0, n_out, kdim, woff, wmask);
     scales.begin_tile(e, n0, n_out);
 
-    for (int c0 = 0; c0 < m; c0 += 8) {
+    {
+      const int c0 = 8 * at.chunk;  // this item's routes: [c0, c0 + nr) of the expert's m
       const int nr = min(8, m - c0);
       const T* xrow = nullptr;
       if (g < nr) {
@@ -165,6 +166,16 @@ __global__ void __launch_bounds__(BlockThreads<Weights>::value,
                            : make_uint4(0u, 0u, 0u, 0u);
           }
         }
+        // Block scales of the U steps, loaded with the weights (their latency off the mma chain).
+        constexpr int kScaleRows = Scales::kPerStep ? (kGateUp ? 2 : 1) : 1;
+        float sc[U][kScaleRows];
+        if constexpr (Scales::kPerStep) {
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+#pragma unroll
+            for (int i = 0; i < kScaleRows; ++i) sc[u][i] = scales.step(i, s0 + u * NW, nsteps);
+          }
+        }
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           uint32_t xw[kPerLoad / 2];
@@ -184,9 +195,9 @@ __global__ void __launch_bounds__(BlockThreads<Weights>::value,
               mma_16816<T>(Scales::kPerStep ? part : acc[mt], a0[2 * p], a1[2 * p], a0[2 * p + 1],
                            a1[2 * p + 1], xw[2 * p], xw[2 * p + 1]);
             if constexpr (Scales::kPerStep) {
-              const float sc = scales.step(mt, s0 + u * NW, nsteps);
+              const float scale = sc[u][kGateUp ? mt : 0];
 #pragma unroll
-              for (int i = 0; i < 4; ++i) acc[mt][i] = fmaf(part[i], sc, acc[mt][i]);
+              for (int i = 0; i < 4; ++i) acc[mt][i] = fmaf(part[i], scale, acc[mt][i]);
             }
           }
         }

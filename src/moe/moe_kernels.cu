@@ -62,7 +62,7 @@ void launch_direct(const MoEShapes& s, const void* in, const void* w, const int3
   MOEKIT_DISPATCH_HALF(s.dtype, op, [&] {
     auto kernel = kGateUp ? direct_half_kernel<scalar_t, true, kGateUpMT, kGateUpU>
                           : direct_half_kernel<scalar_t, false, kDownMT, kDownU>;
-    const int64_t grid = persistent_grid(kernel, slots * tiles);
+    const int64_t grid = persistent_grid(kernel, direct::max_direct_items(slots, R, tiles));
     kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(
         static_cast<const scalar_t*>(in), static_cast<const scalar_t*>(w), topk_ids, out,
         static_cast<int>(R), static_cast<int>(s.K), static_cast<int>(s.E), n_out, kdim, tiles);

@@ -166,7 +166,8 @@ void launch_fp8(const MoEShapes& s, QuantScheme scheme, const Fp8Stage& st, cuda
   MOEKIT_DISPATCH_HALF(s.dtype, op, [&] {
     const auto go = [&](auto kernel, auto* out) {
       constexpr int threads = E4m3Weights<scalar_t>::kBlockThreads;
-      const int64_t grid = persistent_grid(kernel, slots * tiles, threads);
+      const int64_t grid =
+          persistent_grid(kernel, direct::max_direct_items(slots, R, tiles), threads);
       launch_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(threads), 0, stream,
                  static_cast<const scalar_t*>(st.in), static_cast<const uint8_t*>(st.w), st.scale,
                  per_channel, st.topk_ids, out, static_cast<int>(R), topk, E, n_out, kdim, tiles);
