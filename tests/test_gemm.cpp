@@ -1014,6 +1014,49 @@ TEST(GemmPlannerRules, Fp8CoversEveryLayoutAndScaleMode) {
 // fp8_sm90's schedule: dynamic where a tile counter is given and the tiles take more than
 // one wave (the m-tiles that read one weight tile then start together), else static; a
 // dynamic plan without a counter is refused; the candidates hold both schedules.
+// An e4m3 c quantized per row in groups of 128 by the gate/up epilogue (c_group_scales): the
+// planner and the candidates take 128 x 256 alone; every other tile, scale mode, activation,
+// n or output form is refused with the reason.
+TEST(GemmPlannerRules, Fp8GroupQuantizedOutputRunsOn128x256Only) {
+  const detail::GemmDevice h200(detail::h200_props());
+  detail::GroupedGemmFP8Problem f;
+  f.contiguous = true;
+  f.num_groups = 8;
+  f.m = 64;  // few rows a group: without group scales the planner takes 128 x 128
+  f.n = 2048;
+  f.k = 7168;
+  f.scales = Fp8Scales::kBlock;
+  f.activation = Activation::kSiluAndMul;
+  float scales = 0.f;
+  f.c_group_scales = &scales;
+  const GemmPlan plan = detail::plan_gemm_fp8(f, h200);
+  EXPECT_EQ(plan.tile_n, 256);
+  EXPECT_EQ(detail::gemm_fp8_plan_rejection(plan, f, h200), "");
+  for (const GemmPlan& c : detail::gemm_fp8_plan_candidates(f, h200)) EXPECT_EQ(c.tile_n, 256);
+  const GemmPlan narrow{GemmKernel::kFp8Sm90, 128, 128, 1, GemmSchedule::kStatic};
+  EXPECT_NE(detail::gemm_fp8_plan_rejection(narrow, f, h200).find("only fp8_sm90 128x256"),
+            std::string::npos);
+  const auto refused = [&](detail::GroupedGemmFP8Problem g) {
+    return detail::gemm_fp8_plan_rejection(plan, g, h200).find("c_group_scales") !=
+           std::string::npos;
+  };
+  detail::GroupedGemmFP8Problem g = f;
+  g.activation = Activation::kNone;
+  EXPECT_TRUE(refused(g));
+  g = f;
+  g.scales = Fp8Scales::kPerChannel;
+  EXPECT_TRUE(refused(g));
+  g = f;
+  g.n = 2048 + 64;
+  EXPECT_TRUE(refused(g));
+  g = f;
+  g.c_scale = &scales;
+  EXPECT_TRUE(refused(g));
+  g = f;
+  g.k = 0;
+  EXPECT_TRUE(refused(g));
+}
+
 TEST(GemmPlannerRules, Fp8ScheduleIsDynamicWithACounterPastOneWave) {
   const detail::GemmDevice h200(detail::h200_props());
   unsigned counter = 0;

@@ -1016,9 +1016,60 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act,
           << "bytes written outside every expert's rows";
       first = std::move(out);
     }
+    if (fp8_out || planner) continue;
+    // Block scales with silu_and_mul on 128 x 256 tiles: the e4m3 c quantized per row in
+    // groups of 128 by the epilogue (c_group_scales, the FP8 MLP's block-scaled act), against
+    // this plan's bf16 c (`first`): each group's scale is max |c| / 448 of the group (f32
+    // values, so within the bf16 rounding of the max), each value c within one e4m3 rounding
+    // (2^-4 relative, 2^-10 of the scale below e4m3's normal range) plus c's bf16 rounding;
+    // rows outside every expert untouched; deterministic.
+    if (scales == Fp8Scales::kBlock && silu && n % 128 == 0 && cs.k > 0 &&
+        plans[pi].tile_m == 128 && plans[pi].tile_n == 256) {
+      bool launches = false;
+      detail::GroupedGemmFP8Problem prob = detail::fp8_problem_of(da, &launches);
+      prob.plan = plans[pi];
+      const int64_t groups = n / 128;
+      HostTensor q_first, s_first;
+      for (int rep = 0; rep < 2; ++rep) {
+        DeviceTensor q_d(DType::kFP8E4M3, c_shape, 0xFF),
+            s_d(DType::kF32, rows_shape({groups}), 0xFF);
+        prob.c = q_d.data();
+        prob.c_group_scales = static_cast<float*>(s_d.data());
+        if (launches) detail::run_grouped_gemm_fp8(prob, nullptr);
+        ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
+        HostTensor q_h = q_d.download(), s_h = s_d.download();
+        if (rep == 1) {
+          EXPECT_EQ(std::memcmp(q_h.data(), q_first.data(), q_h.nbytes()), 0) << "not deterministic";
+          EXPECT_EQ(std::memcmp(s_h.data(), s_first.data(), s_h.nbytes()), 0) << "not deterministic";
+          break;
+        }
+        EXPECT_EQ(poison_bytes_touched(q_h, row_valid, static_cast<size_t>(n)), 0);
+        EXPECT_EQ(poison_bytes_touched(s_h, row_valid, static_cast<size_t>(groups) * 4), 0);
+        int64_t bad_scales = 0, bad_values = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          if (!row_valid[r]) continue;
+          for (int64_t g = 0; g < groups; ++g) {
+            double amax = 0.0;
+            for (int64_t j = 0; j < 128; ++j)
+              amax = std::max(amax, std::fabs(first.at(r * n + 128 * g + j)));
+            const double want = std::max(amax, 1e-10) / 448.0, got = s_h.at(r * groups + g);
+            if (!(std::fabs(got - want) <= 1e-2 * want)) ++bad_scales;
+            for (int64_t j = 0; j < 128; ++j) {
+              const double v = first.at(r * n + 128 * g + j);
+              const double deq = q_h.at(r * n + 128 * g + j) * got;
+              if (!(std::fabs(deq - v) <= std::fabs(v) * (0.0625 + 0.008) + got * 0x1p-10))
+                ++bad_values;
+            }
+          }
+        }
+        EXPECT_EQ(bad_scales, 0) << "group scales off max |c| / 448";
+        EXPECT_EQ(bad_values, 0) << "e4m3 values off c by more than one rounding";
+        q_first = std::move(q_h);
+        s_first = std::move(s_h);
+      }
+    }
     // A bf16 c's max |c| gathered by the epilogue (c_amax, the FP8 MLP's per-tensor scale):
     // bit for bit the max over the valid rows' stored values (NaN ignored, as the amax pass).
-    if (fp8_out || planner) continue;
     bool launches = false;
     detail::GroupedGemmFP8Problem prob = detail::fp8_problem_of(da, &launches);
     DeviceTensor c_d(c_dtype, c_shape, 0xFF), amax_d(DType::kI32, {1}, 0x00);

@@ -338,8 +338,10 @@ GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
   // whole-k sums) gemm_fp8_plan_rejection says why.
   const GemmPlan fast = with_fp8_schedule(make(GemmKernel::kFp8Sm90, 128, 256), p, d);
   const int64_t wide_rows = p.scales == Fp8Scales::kBlock ? kFp8BlockWideMinRows : kFp8FastMinRows;
-  const bool wide =
-      p.contiguous ? p.k > 0 && fp8_rows_per_group(p) >= wide_rows : fp8_masked_block_wide(p, d);
+  // An e4m3 c with group scales (c_group_scales) is 128 x 256's alone.
+  const bool wide = p.c_group_scales != nullptr ||
+                    (p.contiguous ? p.k > 0 && fp8_rows_per_group(p) >= wide_rows
+                                  : fp8_masked_block_wide(p, d));
   if (wide && gemm_fp8_plan_rejection(fast, p, d).empty()) return fast;
   return with_fp8_schedule(make(GemmKernel::kFp8Sm90, 128, 128), p, d);
 }
@@ -352,6 +354,15 @@ std::string gemm_fp8_plan_rejection(const GemmPlan& plan, const GroupedGemmFP8Pr
     if (plan.kernel != GemmKernel::kFp8Sm90)
       return to_string(plan.kernel) + " has a static schedule only";
     if (!p.tile_counter) return "a dynamic schedule needs the workspace's tile counter";
+  }
+  if (p.c_group_scales != nullptr) {
+    if (p.activation != Activation::kSiluAndMul || p.c_scale != nullptr || p.c_amax != nullptr ||
+        p.scales != Fp8Scales::kBlock || p.n % 128 != 0) {
+      return "an e4m3 c quantized in groups of 128 (c_group_scales) needs silu_and_mul, block "
+             "scales, n % 128 == 0 and no c_scale / c_amax";
+    }
+    if (p.k == 0 || plan.kernel != GemmKernel::kFp8Sm90 || !same_gemm_tiles(plan, 128, 256))
+      return "only fp8_sm90 128x256 (k > 0) quantizes its output in groups of 128 (c_group_scales)";
   }
   switch (plan.kernel) {
     case GemmKernel::kFp8Sm90:

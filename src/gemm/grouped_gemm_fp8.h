@@ -44,6 +44,11 @@ struct GroupedGemmFP8Problem {
   // bf16 c: atomicMax of the f32 bits of max |c| over the values written (NaN ignored) into
   // *c_amax, which the caller zeroes (the FP8 MLP's per-tensor activation scale). nullptr: none.
   uint32_t* c_amax = nullptr;
+  // silu_and_mul only: c is e4m3, each row quantized in groups of 128 output columns with a
+  // dynamic scale (quantize_fp8.h's kGroup128 formula: max(|v|, floor) / 448, c = e4m3(v /
+  // scale)) written here, device [rows, n / 128] (the down GEMM's block-scaled a). nullptr:
+  // none. Only fp8_sm90 128x256 with block scales writes it (gemm_fp8_plan_rejection).
+  float* c_group_scales = nullptr;
   const int32_t* layout_metadata = nullptr;  // device [G]: masked counts or contiguous ends
   bool contiguous = false;                   // else masked
   int alignment = 1;                         // contiguous

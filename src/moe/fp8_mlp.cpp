@@ -248,20 +248,26 @@ void run_fp8_mlp(const Fp8MlpRun& run, cudaStream_t stream) {
   // pass over act.
   const bool act_amax = per_tensor && !s.static_act;
   if (act_amax) launch_fill_i32(reinterpret_cast<int32_t*>(r.b.amax), 0, stream);
+  // Block scales on the 128 x 256 gate/up tiles: each tile's output columns are one group of
+  // 128, so its epilogue quantizes act for the down GEMM itself (no bf16 act, no pass).
+  const bool group_out = s.scheme == QuantScheme::kFp8Block128 && !s.static_act && s.H > 0 &&
+                         r.plan.gate_up.kernel == GemmKernel::kFp8Sm90 &&
+                         r.plan.gate_up.tile_m == 128 && r.plan.gate_up.tile_n == 256;
   GroupedGemmFP8Problem up = fp8_gate_up_problem(s);
   up.a = r.q_in;
   up.a_scale = r.scales.a_gate_up != nullptr ? r.scales.a_gate_up : r.b.in_scales;
   up.b = r.w_gate_up;
   up.b_scale = r.scales.gate_up;
   up.layout_metadata = ends;
-  up.c = s.static_act ? r.b.q_act : r.b.act;
+  up.c = s.static_act || group_out ? r.b.q_act : r.b.act;
   up.c_scale = s.static_act ? r.scales.a_down : nullptr;
+  up.c_group_scales = group_out ? r.b.act_scales : nullptr;
   up.c_amax = act_amax ? r.b.amax : nullptr;
   up.tile_counter = r.b.tile_counter;
   up.plan = r.plan.gate_up;
   run_grouped_gemm_fp8(up, stream);
-  const float* act_scale = r.scales.a_down;
-  if (!s.static_act) {
+  const float* act_scale = group_out ? r.b.act_scales : r.scales.a_down;
+  if (!s.static_act && !group_out) {
     QuantizeFp8Launch q;
     q.x = r.b.act;
     q.dtype = DType::kBF16;

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/dtype.cuh"
+#include "core/fp8_scale.h"
 #include "mlp/row_groups.cuh"
 #include "moe/fp8_mlp.h"
 
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // scale = max(amax, 1e-10) / 448 (quantize_fp8.h's formula).
 __global__ void tensor_scale_kernel(const uint32_t* amax, float* scale) {
-  *scale = __fdiv_rn(fmaxf(__uint_as_float(*amax), kFp8ScaleFloor), kFp8Max);
+  *scale = fp8_dynamic_scale(__uint_as_float(*amax));
 }
 
 template <class TOut>

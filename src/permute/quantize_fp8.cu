@@ -43,11 +43,6 @@ __device__ __forceinline__ float amax8(const float (&v)[8]) {
   return m;
 }
 
-// scale = max(amax, floor) / 448, rounded to nearest (the reference's formula).
-__device__ __forceinline__ float scale_of(float amax) {
-  return __fdiv_rn(fmaxf(amax, kFp8ScaleFloor), kFp8Max);
-}
-
 // e4m3(v / scale) for 8 values, packed little-endian (column c in the lowest byte).
 __device__ __forceinline__ uint2 quantize8(const float (&v)[8], float scale) {
   uint32_t w[2] = {0u, 0u};
@@ -100,7 +95,7 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_fp8_kernel(const Quant
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    row_scale = scale_of(m);
+    row_scale = fp8_dynamic_scale(m);
     for (int j = 0; j < fanout; ++j) {
       const int64_t d = dest_row(p, r, j);
       if (d >= 0 && lane == 0) p.scales[d] = row_scale;
@@ -118,7 +113,7 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_fp8_kernel(const Quant
       float m = amax8(v);
 #pragma unroll
       for (int o = 8; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      scale = scale_of(m);
+      scale = fp8_dynamic_scale(m);
     }
     const uint2 qv = quantize8(v, scale);
     const bool group_head =

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "core/fp8_scale.h"
 #include "moekit/tensor.h"
 #include "permute/permute_kernels.h"
 
@@ -28,9 +29,6 @@ enum class Fp8ActScales : uint8_t {
   kPerToken,   // one scale per row: scales [rows] (Fp8Scales::kPerChannel's a_scale)
   kPerTensor,  // the given scale (Fp8Scales::kPerTensor's a_scale [1]); no scales written
 };
-
-constexpr float kFp8Max = 448.f;          // largest finite e4m3
-constexpr float kFp8ScaleFloor = 1e-10f;  // amax floor: an all-zero group gets a finite scale
 
 // Rows of x [src_rows, k] (bf16 or f16) -> q (e4m3) and scales. Source row r goes to the
 // output rows dest[r * fanout + j] (j < fanout; skipped where < 0): quantized once, stored

@@ -12,6 +12,7 @@
 #include <cute/tensor.hpp>
 
 #include "core/dtype.cuh"
+#include "core/fp8_scale.h"
 #include "gemm/mma/epilogue.cuh"
 #include "gemm/sm90/schedule.cuh"
 
@@ -176,6 +177,68 @@ __device__ __forceinline__ void store_accumulators(const Acc& acc, const Coords&
         Int<B_BOX / 32>{});
   } else {
     epi([&](int i) { return value_of(acc, i); }, Int<GROUPS>{});
+  }
+}
+
+// store_accumulators' silu_and_mul form for an e4m3 c quantized per row in groups of 128
+// output columns (GroupedGemmFP8Problem::c_group_scales): B_BOX = 128, so a tile's output
+// columns are one whole group and its scale needs no other tile. Each row's scale is
+// fp8_dynamic_scale of max |silu(gate) * up| over the group (the quad's four lanes hold the
+// row's 128 values, 32 each), the values stored as e4m3(v * (1 / scale)) and the scale at
+// scales[row * n / 128 + n0 / 128]: quantize_fp8.h's formula on the f32 values (the unfused
+// path rounds them to bf16 first). Rows >= t.rows are not written; n % 128 == 0. The values
+// overwrite acc's gate half (its last use): a second array of them would spill.
+template <int BN, int B_BOX, class Acc, class Coords>
+__device__ __forceinline__ void store_silu_group_quantized(Acc& acc, const Coords& tCcC,
+                                                           const Tile& t, __nv_fp8_e4m3* c,
+                                                           int64_t n, int q, float* scales) {
+  using namespace cute;
+  constexpr int ACC = decltype(size(acc))::value;
+  constexpr int GROUPS = B_BOX / 32;  // 4-block groups of a row's output columns
+  static_assert(B_BOX == 128 && BN == 2 * B_BOX && ACC / 2 == 16 * GROUPS, "one 128-group a tile");
+  CUTE_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const int r = get<0>(tCcC(2 * h)), col0 = get<1>(tCcC(2 * h));
+    // Element i = 16 J + 4 j + 2 h + e: column col0 + 32 J + 8 j + e of row r (col0 = 2 q;
+    // checked relative to element 2 h, as in store_accumulators, so the checks fold), its up
+    // value B_BOX columns on at element i + ACC / 2.
+    float m = 0.f;
+    CUTE_UNROLL
+    for (int J = 0; J < GROUPS; ++J) {
+      CUTE_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        CUTE_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          const int i = 16 * J + 4 * j + 2 * h + e;
+          if (get<0>(tCcC(i)) != r || get<1>(tCcC(i)) != col0 + 32 * J + 8 * j + e ||
+              get<0>(tCcC(i + ACC / 2)) != r ||
+              get<1>(tCcC(i + ACC / 2)) != get<1>(tCcC(i)) + B_BOX) {
+            __trap();
+          }
+          acc(i) = detail::silu(acc(i)) * acc(i + ACC / 2);
+          m = fmaxf(m, fabsf(acc(i)));
+        }
+      }
+    }
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    const float scale = fp8_dynamic_scale(m);
+    // v * (1 / scale), not v / scale: a division a value cost the epilogue ~3% of the GEMM
+    // (H100); e4m3's rounding of the two differs only within an f32 ulp of its midpoints.
+    const float inv = __frcp_rn(scale);
+    const bool ok = r < t.rows;
+    __nv_fp8_e4m3* row = c + (t.c_row + r) * n + t.n0;
+    CUTE_UNROLL
+    for (int J = 0; J < GROUPS; ++J) {
+      float vx[4], vy[4];
+      CUTE_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        vx[j] = acc(16 * J + 4 * j + 2 * h) * inv;
+        vy[j] = acc(16 * J + 4 * j + 2 * h + 1) * inv;
+      }
+      store_4_blocks<__nv_fp8_e4m3>(row + 32 * J, vx, vy, q, ok);
+    }
+    if (ok && q == 0) scales[(t.c_row + r) * (n / 128) + t.n0 / 128] = scale;
   }
 }
 

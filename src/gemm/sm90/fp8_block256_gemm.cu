@@ -47,6 +47,7 @@ struct BlockScales {
   const float* b_scale;  // [G, ceil(b rows / 128), KB]
   Fp8ScaleIndex si;
   uint32_t* c_amax;  // max |c| (f32 bits) gathered here (fp8_amax.cuh); or nullptr
+  float* c_group_scales;  // kGroupOut: the e4m3 c's scales, [rows, n / 128]
 };
 
 // Issues chunk C of stage `stage` into blk (fresh) as one wgmma batch, not waited for: the
@@ -80,6 +81,9 @@ __device__ __forceinline__ void promote(Acc& acc, const Blk& blk, const float (&
   }
 }
 
+// kGroupOut: silu_and_mul into an e4m3 c quantized per row in groups of 128 (the tile's output
+// columns), the down GEMM's a, with no bf16 pass between (store_silu_group_quantized).
+template <bool kGroupOut>
 __global__ void __launch_bounds__(BlockCfg::THREADS, 1)
     sm90_fp8_block256_kernel(const __grid_constant__ Params<BlockCfg, E4M3> p,
                              const __grid_constant__ BlockScales scales) {
@@ -120,7 +124,6 @@ __global__ void __launch_bounds__(BlockCfg::THREADS, 1)
     }
     const int row0 = 64 * wg + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
     const Fp8ScaleIndex& si = scales.si;
-    auto* c = static_cast<__nv_bfloat16*>(p.c);
     AmaxObserver amax;
     int j = 0;
     for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
@@ -175,8 +178,14 @@ __global__ void __launch_bounds__(BlockCfg::THREADS, 1)
         ++read;
         promote<3>(acc, blk1, s);
       }
-      store_accumulators<BN, Cfg::B_BOX>(acc, tCcC, t, c, p.n, p.silu != 0, q, AccumulatorValue{},
-                                         amax);
+      if constexpr (kGroupOut) {
+        store_silu_group_quantized<BN, Cfg::B_BOX>(acc, tCcC, t,
+                                                   static_cast<__nv_fp8_e4m3*>(p.c), p.n, q,
+                                                   scales.c_group_scales);
+      } else {
+        store_accumulators<BN, Cfg::B_BOX>(acc, tCcC, t, static_cast<__nv_bfloat16*>(p.c), p.n,
+                                           p.silu != 0, q, AccumulatorValue{}, amax);
+      }
     }
     if (scales.c_amax != nullptr) publish_amax(amax.m, scales.c_amax);
   }
@@ -193,19 +202,24 @@ void launch_grouped_gemm_sm90_fp8_block256(const GroupedGemmFP8Problem& prob, cu
   using Cfg = BlockCfg;
   const char* op = "moe_grouped_gemm_fp8";
   const bool silu = prob.activation == Activation::kSiluAndMul;
+  const bool group_out = prob.c_group_scales != nullptr;
   if (!sm90_fp8_supports(prob) || prob.scales != Fp8Scales::kBlock || prob.c_scale != nullptr ||
-      (silu && prob.n % Cfg::B_BOX != 0)) {
+      (silu && prob.n % Cfg::B_BOX != 0) || (group_out && (!silu || prob.c_amax != nullptr))) {
     throw Error(std::string("moekit::") + op +
-                ": fp8_sm90 128x256 with block scales takes a bf16 c (and with silu_and_mul "
-                "n % 128 == 0)");
+                ": fp8_sm90 128x256 with block scales takes a bf16 c, or an e4m3 c with its "
+                "group scales after silu_and_mul (and with silu_and_mul n % 128 == 0)");
   }
   Params<Cfg, E4M3> p;
   const int64_t tiles = wide_fp8_params<Cfg>(prob, op, stream, p);
   if (tiles <= 0) return;
   const BlockScales scales{prob.a_scale, prob.b_scale,
                            fp8_scale_index(prob.scales, silu ? 2 * prob.n : prob.n, prob.k),
-                           prob.c_amax};
-  launch_wide_fp8<Cfg, sm90_fp8_block256_kernel>(tiles, p, scales, stream);
+                           prob.c_amax, prob.c_group_scales};
+  if (group_out) {
+    launch_wide_fp8<Cfg, sm90_fp8_block256_kernel<true>>(tiles, p, scales, stream);
+  } else {
+    launch_wide_fp8<Cfg, sm90_fp8_block256_kernel<false>>(tiles, p, scales, stream);
+  }
 }
 
 }  // namespace moekit::detail
