@@ -1039,8 +1039,10 @@ void run_fp8_mode_case(const Fp8ModeCase& cs, Fp8Scales scales, Activation act,
         ASSERT_EQ(sync_or_die(current_test()), cudaSuccess);
         HostTensor q_h = q_d.download(), s_h = s_d.download();
         if (rep == 1) {
-          EXPECT_EQ(std::memcmp(q_h.data(), q_first.data(), q_h.nbytes()), 0) << "not deterministic";
-          EXPECT_EQ(std::memcmp(s_h.data(), s_first.data(), s_h.nbytes()), 0) << "not deterministic";
+          EXPECT_EQ(std::memcmp(q_h.data(), q_first.data(), q_h.nbytes()), 0)
+              << "not deterministic";
+          EXPECT_EQ(std::memcmp(s_h.data(), s_first.data(), s_h.nbytes()), 0)
+              << "not deterministic";
           break;
         }
         EXPECT_EQ(poison_bytes_touched(q_h, row_valid, static_cast<size_t>(n)), 0);

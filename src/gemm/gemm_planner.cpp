@@ -339,9 +339,9 @@ GemmPlan plan_gemm_fp8(const GroupedGemmFP8Problem& p, const GemmDevice& d) {
   const GemmPlan fast = with_fp8_schedule(make(GemmKernel::kFp8Sm90, 128, 256), p, d);
   const int64_t wide_rows = p.scales == Fp8Scales::kBlock ? kFp8BlockWideMinRows : kFp8FastMinRows;
   // An e4m3 c with group scales (c_group_scales) is 128 x 256's alone.
-  const bool wide = p.c_group_scales != nullptr ||
-                    (p.contiguous ? p.k > 0 && fp8_rows_per_group(p) >= wide_rows
-                                  : fp8_masked_block_wide(p, d));
+  const bool wide =
+      p.c_group_scales != nullptr ||
+      (p.contiguous ? p.k > 0 && fp8_rows_per_group(p) >= wide_rows : fp8_masked_block_wide(p, d));
   if (wide && gemm_fp8_plan_rejection(fast, p, d).empty()) return fast;
   return with_fp8_schedule(make(GemmKernel::kFp8Sm90, 128, 128), p, d);
 }

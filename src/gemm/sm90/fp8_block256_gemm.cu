@@ -46,7 +46,7 @@ struct BlockScales {
   const float* a_scale;  // [rows, KB]
   const float* b_scale;  // [G, ceil(b rows / 128), KB]
   Fp8ScaleIndex si;
-  uint32_t* c_amax;  // max |c| (f32 bits) gathered here (fp8_amax.cuh); or nullptr
+  uint32_t* c_amax;       // max |c| (f32 bits) gathered here (fp8_amax.cuh); or nullptr
   float* c_group_scales;  // kGroupOut: the e4m3 c's scales, [rows, n / 128]
 };
 
@@ -179,9 +179,8 @@ __global__ void __launch_bounds__(BlockCfg::THREADS, 1)
         promote<3>(acc, blk1, s);
       }
       if constexpr (kGroupOut) {
-        store_silu_group_quantized<BN, Cfg::B_BOX>(acc, tCcC, t,
-                                                   static_cast<__nv_fp8_e4m3*>(p.c), p.n, q,
-                                                   scales.c_group_scales);
+        store_silu_group_quantized<BN, Cfg::B_BOX>(acc, tCcC, t, static_cast<__nv_fp8_e4m3*>(p.c),
+                                                   p.n, q, scales.c_group_scales);
       } else {
         store_accumulators<BN, Cfg::B_BOX>(acc, tCcC, t, static_cast<__nv_bfloat16*>(p.c), p.n,
                                            p.silu != 0, q, AccumulatorValue{}, amax);
