@@ -95,13 +95,32 @@ __device__ __forceinline__ void sum_warp_counts(const DecodeSmem& sm, int warp, 
   }
 }
 
+// Block-wide exclusive prefix sum of each thread's `value` in thread order (returned) and the
+// block's `total`: a warp scan, then the warps' sums through sm.warp_tmp. Out of line: inlined
+// into the direct kernels it made ptxas spill (up to 100 bytes) in their FP8 instances.
+template <int NT = kThreads>
+__device__ __noinline__ int block_exclusive_scan(int value, DecodeSmem& sm, int& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int incl = value;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) sm.warp_tmp[warp] = incl;
+  __syncthreads();
+  int before;
+  sum_warp_counts<NT>(sm, warp, before, total);
+  return before + incl - value;
+}
+
 // Loads the ids, marks the experts present and counts them. Active experts are
 // numbered ("slots") in ascending id order.
 // `ids(r)` is route r's expert id (RouteIds: topk_ids[r]).
 template <class Ids, int NT = kThreads>
 __device__ void decode_experts(const Ids& ids, int R, int E, DecodeSmem& sm) {
   const int words = (E + 31) / 32;
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int t = threadIdx.x;
   for (int i = t; i < words; i += NT) sm.bits[i] = 0u;
   __syncthreads();
   for (int r = t; r < R; r += NT) {
@@ -110,18 +129,9 @@ __device__ void decode_experts(const Ids& ids, int R, int E, DecodeSmem& sm) {
     if (id >= 0 && id < E) atomicOr(&sm.bits[id >> 5], 1u << (id & 31));  // OR: order-free
   }
   __syncthreads();
-  const int c = t < words ? __popc(sm.bits[t]) : 0;
-  int incl = c;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) sm.warp_tmp[warp] = incl;
-  __syncthreads();
-  int before, total;
-  sum_warp_counts<NT>(sm, warp, before, total);
-  if (t < words) sm.word_prefix[t] = before + incl - c;
+  int total;
+  const int prefix = block_exclusive_scan<NT>(t < words ? __popc(sm.bits[t]) : 0, sm, total);
+  if (t < words) sm.word_prefix[t] = prefix;
   if (t == 0) sm.num_active = total;
   __syncthreads();
 }
@@ -155,7 +165,7 @@ __device__ int expert_of_slot(int slot, int E, DecodeSmem& sm) {
 // slots before slot s (s <= num_active), which locate_item reads only then.
 template <int NT = kThreads>
 __device__ __noinline__ void count_chunks(int R, int E, DecodeSmem& sm) {
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int t = threadIdx.x;
   const int n = sm.num_active;
   if (R <= 8) {  // no expert has more than 8 routes: one chunk a slot, nothing to count
     if (t == 0) sm.num_chunks = n;
@@ -188,17 +198,8 @@ __device__ __noinline__ void count_chunks(int R, int E, DecodeSmem& sm) {
       chunks[j] = slot < n ? (sm.chunk_start[slot] + 7) / 8 : 0;
       sum += chunks[j];
     }
-    int incl = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += v;
-    }
-    if (lane == 31) sm.warp_tmp[warp] = incl;
-    __syncthreads();
-    int before, total;
-    sum_warp_counts<NT>(sm, warp, before, total);
-    int start = before + incl - sum;
+    int total;
+    int start = block_exclusive_scan<NT>(sum, sm, total);
 #pragma unroll
     for (int j = 0; j < S; ++j) {
       const int slot = t * S + j;
