@@ -516,14 +516,11 @@ TEST(MoEFp8Gpu, FusedMoeMatchesReference) {
   }
 }
 
-// fused_moe past 64 tokens: per-channel and per-tensor routed weights with F <= 768 and
-// T*K <= 8E keep the direct path to T = 128 (docs/moe.md); 64 experts at top-4, T = 65, 97 and
-// 128 (the 8E limit exactly), every count's plan asserted direct, against the reference. F = 144
-// (past the weight-only GEMMs' F <= 128, which take such counts at F <= 128).
-TEST(MoEFp8Gpu, FusedMoeDirectPast64Tokens) {
-  MOEKIT_REQUIRE_GPU();
-  uint64_t seed = 4400;
-  const int64_t H = 256, E = 64, F = 144;
+// fused_moe past 64 tokens, per-channel and per-tensor routed weights: 64 experts at top-4,
+// T = 65, 97 and 128 (the 8E limit exactly), every count's plan asserted `expected`, against
+// the reference.
+void check_fp8_layers_past_64_tokens(uint64_t seed, int64_t F, RoutedPath expected) {
+  const int64_t H = 256, E = 64;
   for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
     for (int64_t T : {65, 97, 128}) {
       SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T));
@@ -534,30 +531,23 @@ TEST(MoEFp8Gpu, FusedMoeDirectPast64Tokens) {
       const Fp8Weights rw(rng, routed, E, H, F);
       in.params.top_k = 4;
       in.params.renormalize = true;
-      check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr);
+      check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr, nullptr, expected);
     }
   }
 }
 
+// With F <= 768 and T*K <= 8E the direct path runs to T = 128 (docs/moe.md); F = 144, past the
+// weight-only GEMMs' F <= 128, which take such counts at F <= 128.
+TEST(MoEFp8Gpu, FusedMoeDirectPast64Tokens) {
+  MOEKIT_REQUIRE_GPU();
+  check_fp8_layers_past_64_tokens(4400, 144, RoutedPath::kDirect);
+}
+
 // The same layer at F = 128 (its shape before F = 144): past 64 tokens, from 2 routes an expert,
-// the planner takes the weight-only GEMMs (bf16 activations as given); against the reference.
+// the planner takes the weight-only GEMMs (bf16 activations as given).
 TEST(MoEFp8Gpu, FusedMoePast64TokensSmallFTakesWeightOnly) {
   MOEKIT_REQUIRE_GPU();
-  uint64_t seed = 4450;
-  const int64_t H = 256, E = 64, F = 128;
-  for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
-    for (int64_t T : {65, 97, 128}) {
-      SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T));
-      std::mt19937_64 rng(++seed);
-      LayerInputs in;
-      in.x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
-      in.logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
-      const Fp8Weights rw(rng, routed, E, H, F);
-      in.params.top_k = 4;
-      in.params.renormalize = true;
-      check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr, nullptr, RoutedPath::kSorted);
-    }
-  }
+  check_fp8_layers_past_64_tokens(4450, 128, RoutedPath::kSorted);
 }
 
 bool same_bytes(const HostTensor& a, const HostTensor& b) {
