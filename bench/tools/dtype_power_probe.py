@@ -11,9 +11,12 @@ over --rounds rounds:
   f16            the same values in f16
   f16-bf16vals   the bf16 values cast to f16 (f16 with bf16's 7 mantissa bits)
   bf16-zeros     all zeros (nothing toggles)
+  fp8-tensor     the bf16 values in e4m3 with one scale a tensor (torch._scaled_mm), bf16 out
+  fp8-row        the same with one scale a row of a and a row of b (the FP8 layers' ceiling:
+                 issue 31's SOL takes FP8 FLOPs at a short run's rate)
 Also prints the mean SM clock and power over each variant when pynvml is present.
 
-    python3 bench/tools/dtype_power_probe.py [--secs 2] [--rounds 2]
+    python3 bench/tools/dtype_power_probe.py [--secs 2] [--rounds 2] [--variants fp8-tensor,fp8-row]
 """
 import argparse
 import time
@@ -37,6 +40,13 @@ def sample():
     return clock, power
 
 
+def fp8_rows(x, per_row):
+    """e4m3 values and fp32 scales (one a row, or one a tensor) of a bf16 matrix."""
+    amax = x.abs().amax(dim=1, keepdim=True) if per_row else x.abs().amax().reshape(1, 1)
+    scale = (amax.float() / 448.0).clamp(min=1e-12)
+    return (x.float() / scale).to(torch.float8_e4m3fn), scale
+
+
 def make(variant, m, n, k):
     g = torch.Generator(device="cuda").manual_seed(1)
     a = torch.randn(m, k, device="cuda", generator=g)
@@ -47,15 +57,30 @@ def make(variant, m, n, k):
         return a.half(), b.half()
     if variant == "f16-bf16vals":
         return a.bfloat16().half(), b.bfloat16().half()
+    if variant.startswith("fp8-"):
+        per_row = variant == "fp8-row"
+        qa, sa = fp8_rows(a.bfloat16(), per_row)
+        qb, sb = fp8_rows(b.bfloat16(), per_row)
+        return qa, qb, sa, sb.t()
     if variant == "bf16-zeros":
         return torch.zeros_like(a, dtype=torch.bfloat16), torch.zeros_like(b, dtype=torch.bfloat16)
     raise ValueError(variant)
 
 
+def gemm_of(variant, m, n, k):
+    """One GEMM call of the variant on its inputs."""
+    ops = make(variant, m, n, k)
+    if len(ops) == 4:
+        qa, qb, sa, sb = ops
+        return lambda: torch._scaled_mm(qa, qb.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+    a, b = ops
+    return lambda: a @ b.t()
+
+
 def run(variant, m, n, k, secs):
-    a, b = make(variant, m, n, k)
+    gemm = gemm_of(variant, m, n, k)
     for _ in range(3):
-        (a @ b.t())
+        gemm()
     torch.cuda.synchronize()
     flops = 2.0 * m * n * k
     t0 = time.time()
@@ -65,7 +90,7 @@ def run(variant, m, n, k, secs):
         ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         ev0.record()
         for _ in range(10):
-            (a @ b.t())
+            gemm()
         ev1.record()
         ev1.synchronize()
         now = time.time() - t0
@@ -87,9 +112,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--secs", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--variants", default="bf16,f16,f16-bf16vals,bf16-zeros")
     args = ap.parse_args()
     shapes = [(8192, 8192, 8192), (4096, 4096, 7168), (32768, 3072, 4096)]
-    variants = ["bf16", "f16", "f16-bf16vals", "bf16-zeros"]
+    variants = args.variants.split(",")
     print(f"{'shape':>18} {'variant':>13} {'round':>5} {'ms':>8} {'TFLOP/s':>8} {'SM MHz':>7} {'W':>6}")
     for m, n, k in shapes:
         for r in range(args.rounds):
