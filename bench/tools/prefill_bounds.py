@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Upper bounds on the SOL column of issue 32's prefill layer rows.
+"""Upper bounds on the SOL column of prefill layer rows (issues 31 and 32).
 
 The bench's SOL column is ideal / measured, ideal = max(FLOPs / F, bytes / B) with F the
-short-run bf16 rate (~800 TFLOP/s). Under the H200's power cap a GEMM sustains less (the bf16
-power probe: ~670 TFLOP/s), and a layer with a shared expert runs two parts of opposite kind:
+short-run rate (bf16 ~800 TFLOP/s, FP8 ~1465). Under the H200's power cap a GEMM sustains less
+(the bf16 power probe: ~670 TFLOP/s), and a layer with a shared expert runs two parts of
+opposite kind:
 the routed experts stream their weights (bytes), the shared expert's dense GEMMs compute.
 For each row this prints what the SOL column could at most read if every kernel ran at 100%
 of the measured read bandwidth and of the sustained bf16 rate, the passes around the GEMMs
@@ -13,7 +14,9 @@ of the measured read bandwidth and of the sustained bf16 rate, the passes around
     the other (the plan moekit runs: the shared MLP's GEMMs, then the routed chain).
 75% of the ideal time is out of reach on a row whose bound is under 0.75.
 
-usage: prefill_bounds.py RESULTS.json [RESULTS.json ...] [--sustained-tflops 670]
+usage: prefill_bounds.py RESULTS.json [...] [--sustained-tflops 670] [--fp8-tflops R]
+FP8-weight rows (fp8.json's) take --fp8-tflops, by default the run's short-run FP8 ceiling (the
+sustained rate is lower: bench/tools/dtype_power_probe.py --variants fp8-tensor measures it).
 Shapes come from the records' workloads (bench/workloads/*.json and the seed page's file).
 """
 
@@ -27,9 +30,9 @@ WORKLOAD_FILES = [
     os.path.join(ROOT, "..", "shared", "workloads", "seed1.json"),
     os.path.join(ROOT, "bench", "workloads", "seed1.json"),
     os.path.join(ROOT, "bench", "workloads", "prefill.json"),
+    os.path.join(ROOT, "bench", "workloads", "fp8.json"),
 ]
 LAYER_OPS = ("FusedMoEFwd", "FusedMoEExpertsFwd", "FusedMoESharedExpertFwd")
-MIN_ROWS_PER_EXPERT = 64  # issue 32: rows with 64 or more routed rows an expert
 
 
 def load_shapes():
@@ -56,11 +59,11 @@ def load_shapes():
     return shapes
 
 
-def bounds(rec, s, bw, flops_rate):
+def bounds(rec, s, bw, flops_rate, weight_bytes):
     """(overlap, serial) lower bounds on the row's time in ms."""
     T, F, H, S = s["T"], s["F"], s["H"], s["S"]
     shared_flops = 6.0 * T * S * H
-    shared_bytes = 3.0 * S * H * 2
+    shared_bytes = 3.0 * S * H * weight_bytes
     routed_flops = rec["flops"] - shared_flops
     routed_bytes = rec["bytes"] - shared_bytes
     ms = lambda b, f: 1e3 * max(b / bw, f / flops_rate)
@@ -72,7 +75,11 @@ def bounds(rec, s, bw, flops_rate):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="+")
-    ap.add_argument("--sustained-tflops", type=float, default=670.0)
+    ap.add_argument("--sustained-tflops", type=float, default=670.0, help="bf16")
+    ap.add_argument("--fp8-tflops", type=float, default=None, help="default: the run's ceiling")
+    ap.add_argument(
+        "--min-rows", type=float, default=64, help="routed rows an active expert (issue 32: 64)"
+    )
     args = ap.parse_args()
     shapes = load_shapes()
     print(
@@ -91,9 +98,13 @@ def main():
             if rec.get("status") != "ok" or rec.get("tokens") is not None:
                 continue
             per_expert = rec["routed_rows"] / rec["active_experts"]
-            if per_expert < MIN_ROWS_PER_EXPERT:
+            if per_expert < args.min_rows:
                 continue
-            overlap, serial = bounds(rec, shapes[key], bw, args.sustained_tflops * 1e12)
+            fp8 = "fp8" in rec["workload"]
+            rate = args.sustained_tflops
+            if fp8:
+                rate = args.fp8_tflops or doc["ceilings"]["fp8_tflops"]
+            overlap, serial = bounds(rec, shapes[key], bw, rate * 1e12, 1.0 if fp8 else 2.0)
             ideal = rec["ideal_ms"]
             print(
                 f"| {rec['op']} {rec['workload']} | {per_expert:.0f} | "
