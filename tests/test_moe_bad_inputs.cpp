@@ -534,6 +534,29 @@ std::vector<Row<GroupedGemmFP8Args>> fp8_rows() {
          a.a = fake(kFP8, {1025, 64, 256});
        },
        "a", "at most 1024 experts (dim 0)", "fp8e4m3[1025, 64, 256]"},
+      {"experts",
+       [](auto& a) {
+         a.layout = PermutedLayout::contiguous(1);
+         a.a = fake(kFP8, {64, 256});
+         a.b = fake(kFP8, {1025, 128, 256});
+       },
+       "b", "at most 1024 experts (dim 0)", "fp8e4m3[1025, 128, 256]"},
+      {"32-bit",
+       [](auto& a) {
+         a.layout = PermutedLayout::contiguous(1);
+         a.a = fake(kFP8, {kBig, 256});
+       },
+       "a", "at most 2^31-1 rows (dim 0)", "fp8e4m3[2147483648, 256]"},
+      {"32-bit",
+       [](auto& a) {
+         a.a = fake(kFP8, {8, int64_t{1} << 28, 256});
+       },
+       "a", "at most 2^31-1 rows in all (E*max_m)", "fp8e4m3[8, 268435456, 256]"},
+      {"32-bit",
+       [](auto& a) {
+         a.b = fake(kFP8, {2, kBig, 256});
+       },
+       "b", "at most 2^31-1 rows per expert (dim 1)", "fp8e4m3[2, 2147483648, 256]"},
       {"null", [](auto& a) { a.b_scale.data = nullptr; }, "b_scale", "a non-null data pointer",
        "nullptr"},
       {"misaligned", [](auto& a) { a.b = shifted(a.b, 8); }, "b", "data aligned to 16 bytes",

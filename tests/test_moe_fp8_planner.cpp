@@ -390,6 +390,17 @@ TEST(Fp8LayerPlanner, SmallFLayersPastTheDirectPathTakeTheWeightOnlyPlan) {
   EXPECT_EQ(detail::plan_layer(f16, h200).routed, RoutedPath::kDirect);
 }
 
+// The sorted path's FP8 MLP checks its down GEMM's plan as its gate/up's (an sm_90 device, so
+// that the gate/up plan passes): a tile fp8_sm90 does not run is refused, naming that GEMM.
+TEST(Fp8LayerPlanner, Fp8DownGemmPlanIsCheckedToo) {
+  const detail::DeviceProps h200 = detail::h200_props();
+  LayerPlan plan;
+  ASSERT_TRUE(
+      parse_plan("sorted two_gemms{gate_up: fp8_sm90 128x128, down: fp8_sm90 128x64}", &plan));
+  EXPECT_EQ(detail::layer_plan_rejection(plan, fp8_problem(256, 4096, 64, 1024, 8), h200),
+            "the FP8 expert MLP: the FP8 down GEMM: fp8_sm90 runs 128x128 tiles");
+}
+
 TEST(Fp8LayerPlanner, ShapeKeyNamesTheScheme) {
   EXPECT_EQ(detail::shape_key(fp8_problem(1, 7168, 256, 2048, 8).s, 2048),
             "bf16 T=1 H=7168 E=256 F=2048 K=8 S=2048 w=fp8_block128");

@@ -69,6 +69,13 @@ FusedMoEExpertsArgs fp8_experts_valid() {
   return a;
 }
 
+// bf16 weights without a scheme and without scales (a row then gives one scale back).
+void unquantized(FusedMoEExpertsArgs& a) {
+  a.w_gate_up.dtype = kBF;
+  a.w_down.dtype = kBF;
+  a.quant = WeightQuant{};
+}
+
 std::vector<Row<FusedMoEExpertsArgs>> quant_rows() {
   return {
       {"dtype", [](auto& a) { a.quant = WeightQuant{}; }, "w_gate_up",
@@ -78,6 +85,13 @@ std::vector<Row<FusedMoEExpertsArgs>> quant_rows() {
        "fp8e4m3 weights (quant.scheme fp8_block128)", "bf16[8, 256, 256]"},
       {"dtype", [](auto& a) { a.w_down.dtype = kBF; }, "w_down",
        "fp8e4m3 weights (quant.scheme fp8_block128)", "bf16[8, 256, 128]"},
+      {"weight shape",
+       [](auto& a) {
+         a.w_down = fake(kFP8, {kE, kH, 64});
+       },
+       "w_down", "shape [8, 256, 128]", "fp8e4m3[8, 256, 64]"},
+      {"misaligned", [](auto& a) { a.w_gate_up = shifted(a.w_gate_up, 8); }, "w_gate_up",
+       "data aligned to 16 bytes", "pointer 0x"},
       {"block", [](auto& a) { fp8_experts(a, QuantScheme::kFp8Block128, kT, 192, kF); },
        "w_gate_up",
        "H (the last dim) a multiple of 128 (fp8_block128: whole 128 x 128 scale blocks)",
@@ -118,6 +132,15 @@ std::vector<Row<FusedMoEExpertsArgs>> quant_rows() {
       {"activation scale", [](auto& a) { a.quant.a_gate_up_scale = fake(kF32, {1}); },
        "quant.a_gate_up_scale", "static activation scales go with fp8_per_tensor only",
        "f32[1] with quant.scheme fp8_block128"},
+      {"activation scale", [](auto& a) { a.quant.a_down_scale = fake(kF32, {1}); },
+       "quant.a_down_scale", "static activation scales go with fp8_per_tensor only",
+       "f32[1] with quant.scheme fp8_block128"},
+      {"activation scale",
+       [](auto& a) {
+         a.quant = quant_for(QuantScheme::kFp8PerTensor, kE, kH, kF);
+         a.quant.a_gate_up_scale = fake(kF32, {2});
+       },
+       "quant.a_gate_up_scale", "shape [1]", "f32[2]"},
       {"activation scale",
        [](auto& a) {
          a.quant = quant_for(QuantScheme::kFp8PerTensor, kE, kH, kF);
@@ -133,6 +156,27 @@ std::vector<Row<FusedMoEExpertsArgs>> quant_rows() {
        },
        "quant.w_gate_up_scale", "no tensor without a FP8 scheme (quant.scheme none)",
        "f32[8, 2, 2] with quant.scheme none"},
+      {"scale without scheme",
+       [](auto& a) {
+         unquantized(a);
+         a.quant.w_down_scale = fake(kF32, {8, 2, 1});
+       },
+       "quant.w_down_scale", "no tensor without a FP8 scheme (quant.scheme none)",
+       "f32[8, 2, 1] with quant.scheme none"},
+      {"scale without scheme",
+       [](auto& a) {
+         unquantized(a);
+         a.quant.a_gate_up_scale = fake(kF32, {1});
+       },
+       "quant.a_gate_up_scale", "no tensor without a FP8 scheme (quant.scheme none)",
+       "f32[1] with quant.scheme none"},
+      {"scale without scheme",
+       [](auto& a) {
+         unquantized(a);
+         a.quant.a_down_scale = fake(kF32, {1});
+       },
+       "quant.a_down_scale", "no tensor without a FP8 scheme (quant.scheme none)",
+       "f32[1] with quant.scheme none"},
       {"null", [](auto& a) { a.quant.w_gate_up_scale.data = nullptr; }, "quant.w_gate_up_scale",
        "a non-null data pointer", "nullptr"},
       {"overlap", [](auto& a) { a.output = at(a.output, a.quant.w_down_scale.data); }, "output",
@@ -187,12 +231,33 @@ TEST(QuantBadInputs, IndexedExpertMlp) {
   expect_fp8_gemms_or_refusal([&] { indexed_expert_mlp_workspace_size(past); });
 }
 
+// A sorted plan whose weight-only FP8 GEMMs (per-channel / per-tensor weights on bf16 rows)
+// have a down tile decode_persistent does not run: checked as the gate/up GEMM's.
+const LayerPlan* weight_only_bad_down_plan() {
+  static LayerPlan plan = [] {
+    LayerPlan p;
+    p.routed = RoutedPath::kSorted;
+    p.experts.gate_up = {GemmKernel::kDecodePersistent, 32, 256};
+    p.experts.down = {GemmKernel::kDecodePersistent, 32, 64};
+    return p;
+  }();
+  return &plan;
+}
+
 TEST(QuantBadInputs, FusedMoeExpertsRunsTheFp8Gemms) {
   run_table<FusedMoEExpertsArgs>(
       "fused_moe_experts", fp8_experts_valid,
       [](const FusedMoEExpertsArgs& a) { fused_moe_experts(a, nullptr); },
       {{"plan", [](auto& a) { a.plan = sorted_chain_plan(); }, "plan",
-        "a plan that can run these arguments", "FP8 weights run two FP8 GEMMs (two_gemms)"}});
+        "a plan that can run these arguments", "FP8 weights run two FP8 GEMMs (two_gemms)"},
+       {"plan",
+        [](auto& a) {
+          a.quant = quant_for(QuantScheme::kFp8PerChannel, kE, kH, kF);
+          a.plan = weight_only_bad_down_plan();
+        },
+        "plan", "a plan that can run these arguments",
+        "(the FP8 expert MLP: the weight-only FP8 down GEMM: decode_persistent runs 32x128 "
+        "tiles)"}});
   expect_fp8_gemms_or_refusal([] { plan_fused_moe_experts(fp8_experts_valid()); });
   const auto candidates = fused_moe_experts_plan_candidates(fp8_experts_valid());
   EXPECT_EQ(candidates.empty(), !detail::device_props().sm90());
@@ -227,6 +292,13 @@ TEST(QuantBadInputs, ExpertMlpRunsTheFp8Gemms) {
   const auto valid = [] { return fp8_expert_mlp_valid(QuantScheme::kFp8PerChannel); };
   static MlpPlan chain;
   chain.path = MlpPath::kChain;
+  // The FP8 GEMMs' plans: fp8_sm90 neither splits k nor swaps tail tiles (refused before the
+  // device is asked whether it runs fp8_sm90 at all).
+  static MlpPlan split, swap;
+  split.gate_up = {GemmKernel::kFp8Sm90, 128, 128, /*split=*/2};
+  split.down = {GemmKernel::kFp8Sm90, 128, 128};
+  swap.gate_up = {GemmKernel::kFp8Sm90, 128, 256, 1, GemmSchedule::kStatic, /*swap_tails=*/true};
+  swap.down = split.down;
   run_table<ExpertMLPArgs>(
       "moe_expert_mlp", valid, [](const ExpertMLPArgs& a) { moe_expert_mlp(a, nullptr); },
       {{"dtype",
@@ -244,7 +316,11 @@ TEST(QuantBadInputs, ExpertMlpRunsTheFp8Gemms) {
         },
         "quant.w_down_scale", "shape [8, 256]", "f32[8, 128]"},
        {"plan", [](auto& a) { a.plan = &chain; }, "plan", "a plan that can run these arguments",
-        "FP8 weights run two FP8 GEMMs (two_gemms), not chain"}});
+        "FP8 weights run two FP8 GEMMs (two_gemms), not chain"},
+       {"plan", [](auto& a) { a.plan = &split; }, "plan", "a plan that can run these arguments",
+        "(the FP8 gate_up GEMM: fp8_sm90 does not split k)"},
+       {"plan", [](auto& a) { a.plan = &swap; }, "plan", "a plan that can run these arguments",
+        "(the FP8 gate_up GEMM: swap_tails runs on the bf16 / f16 SM90 kernels only)"}});
   expect_fp8_gemms_or_refusal([&] { plan_expert_mlp(valid()); });
 }
 
