@@ -78,6 +78,8 @@ void unquantized(FusedMoEExpertsArgs& a) {
 
 std::vector<Row<FusedMoEExpertsArgs>> quant_rows() {
   return {
+      {"scheme", [](auto& a) { a.quant.scheme = static_cast<QuantScheme>(9); }, "quant.scheme",
+       "a QuantScheme: kNone, kFp8PerTensor, kFp8PerChannel or kFp8Block128", "value 9"},
       {"dtype", [](auto& a) { a.quant = WeightQuant{}; }, "w_gate_up",
        "bf16 / f16 weights (e4m3 weights need a FP8 scheme in quant.scheme)",
        "fp8e4m3[8, 256, 256] with quant.scheme none"},
@@ -349,6 +351,8 @@ TEST(QuantBadInputs, FusedMoeSharedExpert) {
        "shared_quant.w_down_scale", "shape [256]", "f32[8, 256]"},
       {"dtype", [](auto& a) { a.shared_quant = WeightQuant{}; }, "shared_w_gate_up",
        "e4m3 weights need a FP8 scheme", "with quant.scheme none"},
+      {"scheme", [](auto& a) { a.shared_quant.scheme = static_cast<QuantScheme>(4); },
+       "shared_quant.scheme", "a QuantScheme: kNone", "value 4"},
       {"scheme without weights",
        [](auto& a) {
          a.shared_w_gate_up = TensorView{};
@@ -612,6 +616,13 @@ TEST(QuantBadInputs, WeightScaleShapesFollowTheTable) {
   EXPECT_EQ(weight_scale_shape(QuantScheme::kFp8PerChannel, 0, 256, 384, false), (V{256}));
   EXPECT_EQ(weight_scale_shape(QuantScheme::kFp8Block128, 4, 256, 384), (V{4, 2, 3}));
   EXPECT_EQ(weight_scale_shape(QuantScheme::kFp8Block128, 0, 257, 129, false), (V{3, 2}));
+  try {
+    weight_scale_shape(static_cast<QuantScheme>(4), 4, 256, 384);
+    ADD_FAILURE() << "no error for an unknown scheme";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown QuantScheme (value 4)"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Valid FP8 calls of every scheme pass every check and stop at the launch target.

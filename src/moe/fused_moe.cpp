@@ -539,6 +539,7 @@ SharedShape check_shared(const detail::ArgCheck& c, const detail::MoEShapes& s,
                    std::string("scheme ") + quant_scheme_name(a.shared_quant.scheme));
     return sh;
   }
+  detail::check_quant_scheme(c, "shared_quant.scheme", a.shared_quant.scheme);
   detail::MoEShapes shared = s;
   shared.mlp = detail::MlpActivation();
   shared.mlp.act = s.mlp.act;

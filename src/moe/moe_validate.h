@@ -42,6 +42,14 @@ inline void check_activation(const ArgCheck& c, MoEShapes& s, Activation act) {
   s.mlp.act = act;
 }
 
+// A weight set's scheme (`name`: its WeightQuant field): a named QuantScheme, not a value cast
+// from another integer, which every FP8 check would take for a scheme with scales of [E].
+inline void check_quant_scheme(const ArgCheck& c, const char* name, QuantScheme scheme) {
+  MOEKIT_REQUIRE(c, is_quant_scheme(scheme), name,
+                 "a QuantScheme: kNone, kFp8PerTensor, kFp8PerChannel or kFp8Block128",
+                 "value " + std::to_string(static_cast<int>(scheme)));
+}
+
 // A weight's dtype under the scheme s.quant (set by the caller from its WeightQuant): that of
 // `dtype_ref` (the hidden states) without one, e4m3 with one; each mismatch named.
 inline void check_weight_dtype(const ArgCheck& c, const MoEShapes& s, const char* name,
@@ -220,6 +228,7 @@ MoEShapes check_mlp_inputs(const ArgCheck& c, const Args& a, const char* x_name,
                            const TensorView& x, bool experts) {
   MoEShapes s = check_hidden(c, x_name, x);
   check_activation(c, s, a.activation);
+  check_quant_scheme(c, "quant.scheme", a.quant.scheme);
   s.quant = a.quant.scheme;
   s.static_act = static_act_of(a.quant);
   check_gate_up(c, s, "w_gate_up", a.w_gate_up, x_name, x, experts);

@@ -24,6 +24,15 @@ const char* quant_scheme_name(QuantScheme scheme) {
   return "unknown";
 }
 
+namespace detail {
+bool is_quant_scheme(QuantScheme q) {
+  for (QuantScheme s : kSchemes) {
+    if (q == s) return true;
+  }
+  return false;
+}
+}  // namespace detail
+
 bool parse_quant_scheme(const std::string& text, QuantScheme* out) {
   for (QuantScheme s : kSchemes) {
     if (text == quant_scheme_name(s)) {
@@ -36,6 +45,10 @@ bool parse_quant_scheme(const std::string& text, QuantScheme* out) {
 
 std::vector<int64_t> weight_scale_shape(QuantScheme scheme, int64_t E, int64_t rows, int64_t cols,
                                         bool experts) {
+  if (!detail::is_quant_scheme(scheme)) {
+    throw Error("moekit::weight_scale_shape: unknown QuantScheme (value " +
+                std::to_string(static_cast<int>(scheme)) + ")");
+  }
   const auto blocks = [](int64_t n) { return (n + 127) / 128; };
   std::vector<int64_t> shape;
   switch (scheme) {

@@ -18,6 +18,9 @@ inline bool quantized(QuantScheme q) {
   return q != QuantScheme::kNone;
 }
 
+// One of QuantScheme's named values (a value cast from an integer may be none of them).
+bool is_quant_scheme(QuantScheme q);
+
 // The scales of one weight set on the device, as the FP8 kernels read them: gate_up over
 // [2F, H] matrices, down over [H, F], one per expert; the optional static activation scales
 // (fp8_per_tensor; the FP8 GEMM paths, fp8_mlp.h).
