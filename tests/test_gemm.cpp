@@ -1,5 +1,6 @@
 // CPU tests of the grouped GEMMs: references on hand-computed cases, validation
 // errors for each kind of bad input, and the planner's rules.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -231,12 +232,17 @@ TensorView view(DType dt, std::initializer_list<int64_t> shape, size_t offset = 
   return make_view(g_buf + offset, dt, shape);
 }
 
-void expect_arg_error(const std::function<void()>& fn, const std::string& arg) {
+// fn throws an Error naming argument `arg` and, when given, saying `also` (the check meant, where
+// another check of the same argument could fire first).
+void expect_arg_error(const std::function<void()>& fn, const std::string& arg,
+                      const std::string& also = "") {
   try {
     fn();
     ADD_FAILURE() << "no error; expected one naming '" << arg << "'";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("argument '" + arg + "'"), std::string::npos) << e.what();
+    const std::string what = e.what();
+    EXPECT_NE(what.find("argument '" + arg + "'"), std::string::npos) << what;
+    if (!also.empty()) EXPECT_NE(what.find(also), std::string::npos) << what;
   }
 }
 
@@ -341,12 +347,11 @@ TEST(GemmValidation, RejectsEachBadInput) {
         x.b = view(DType::kBF16, {2, 20, 16});
       },
       "b");  // N % 8
-  bad(
-      good_contiguous(),
-      [](auto& x) {
-        x.b = view(DType::kBF16, {1025, 24, 16});
-      },
-      "b");
+  {
+    GroupedGemmArgs x = good_contiguous();
+    x.b = view(DType::kBF16, {1025, 24, 16});
+    expect_arg_error([&] { moe_grouped_gemm(x, nullptr); }, "b", "at most 1024 experts");
+  }
   bad(
       good_contiguous(),
       [](auto& x) {
@@ -410,18 +415,27 @@ TEST(GemmValidation, RejectsEachBadInput) {
       "layout.kind");
 }
 
+// A valid masked FP8 GEMM (E = 2, max_m = 4, N = 136, Kd = 144), its views disjoint in g_buf
+// (so that no check of c is met by the overlap check instead).
 GroupedGemmFP8Args good_fp8() {
   GroupedGemmFP8Args a;
   a.a = view(DType::kFP8E4M3, {2, 4, 144});
-  a.a_scale = view(DType::kF32, {2, 4, 2});
-  a.b = view(DType::kFP8E4M3, {2, 136, 144});
-  a.b_scale = view(DType::kF32, {2, 2, 2});
-  a.layout_metadata = view(DType::kI32, {2});
-  a.c = view(DType::kBF16, {2, 4, 136});
+  a.a_scale = view(DType::kF32, {2, 4, 2}, 1280);
+  a.b = view(DType::kFP8E4M3, {2, 136, 144}, 1536);
+  a.b_scale = view(DType::kF32, {2, 2, 2}, 40960);
+  a.layout_metadata = view(DType::kI32, {2}, 41216);
+  a.c = view(DType::kBF16, {2, 4, 136}, 41472);
   return a;
 }
 
 TEST(GemmValidation, Fp8RejectsEachBadInput) {
+  // good_fp8() passes every check: without a GPU it stops at the launch target.
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    expect_arg_error([] { moe_grouped_gemm_fp8(good_fp8(), nullptr); }, "stream",
+                     "expected a CUDA device to launch on");
+  }
   using M = std::function<void(GroupedGemmFP8Args&)>;
   auto bad = [](const M& mutate, const std::string& arg) {
     GroupedGemmFP8Args args = good_fp8();
@@ -430,7 +444,11 @@ TEST(GemmValidation, Fp8RejectsEachBadInput) {
   };
   bad([](auto& x) { x.a.dtype = DType::kBF16; }, "a");
   bad([](auto& x) { x.a = view(DType::kFP8E4M3, {2, 4, 136}); }, "a");  // Kd % 16
-  bad([](auto& x) { x.a = view(DType::kFP8E4M3, {1025, 4, 144}); }, "a");
+  {
+    GroupedGemmFP8Args x = good_fp8();
+    x.a = view(DType::kFP8E4M3, {1025, 4, 144});
+    expect_arg_error([&] { moe_grouped_gemm_fp8(x, nullptr); }, "a", "at most 1024 experts");
+  }
   bad([](auto& x) { x.b = view(DType::kFP8E4M3, {2, 136, 128}); }, "b");  // Kd mismatch
   bad([](auto& x) { x.b = view(DType::kFP8E4M3, {3, 136, 144}); }, "b");  // E mismatch
   bad([](auto& x) { x.b = view(DType::kFP8E4M3, {2, 132, 144}); }, "b");  // N % 8
@@ -514,12 +532,11 @@ TEST(GemmValidation, Fp8ContiguousRejectsEachBadInput) {
           x.b = view(DType::kFP8E4M3, {2, 20, 256}, 12288);
         },
         "b");  // N % 8
-    bad(
-        s,
-        [](auto& x) {
-          x.b = view(DType::kFP8E4M3, {1025, 8, 16}, 12288);
-        },
-        "b");
+    {
+      GroupedGemmFP8Args x = good_fp8_contiguous(s);
+      x.b = view(DType::kFP8E4M3, {1025, 8, 256}, 12288);  // Kd as a's: the expert count alone
+      expect_arg_error([&] { moe_grouped_gemm_fp8(x, nullptr); }, "b", "at most 1024 experts");
+    }
     bad(
         s, [](auto& x) { x.a_scale.dtype = DType::kBF16; }, "a_scale");
     bad(
