@@ -246,28 +246,39 @@ void expect_arg_error(const std::function<void()>& fn, const std::string& arg,
   }
 }
 
+// Valid GEMMs, their views disjoint in g_buf (so that no check of c is met by the overlap
+// check instead).
 GroupedGemmArgs good_contiguous() {
   GroupedGemmArgs a;
   a.a = view(DType::kBF16, {10, 16});
-  a.b = view(DType::kBF16, {2, 24, 16});
-  a.layout_metadata = view(DType::kI32, {2});
+  a.b = view(DType::kBF16, {2, 24, 16}, 512);
+  a.layout_metadata = view(DType::kI32, {2}, 2304);
   a.layout = PermutedLayout::contiguous(1);
-  a.c = view(DType::kBF16, {10, 24});
+  a.c = view(DType::kBF16, {10, 24}, 2560);
   return a;
 }
 
 GroupedGemmArgs good_masked() {
   GroupedGemmArgs a;
   a.a = view(DType::kF16, {2, 5, 16});
-  a.b = view(DType::kF16, {2, 32, 16});
-  a.layout_metadata = view(DType::kI32, {2});
+  a.b = view(DType::kF16, {2, 32, 16}, 512);
+  a.layout_metadata = view(DType::kI32, {2}, 2816);
   a.layout = PermutedLayout::masked(5);
   a.activation = Activation::kSiluAndMul;
-  a.c = view(DType::kF32, {2, 5, 16});
+  a.c = view(DType::kF32, {2, 5, 16}, 3072);
   return a;
 }
 
 TEST(GemmValidation, RejectsEachBadInput) {
+  // The good args pass every check: without a GPU they stop at the launch target.
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    for (auto make : {good_contiguous, good_masked}) {
+      expect_arg_error([&] { moe_grouped_gemm(make(), nullptr); }, "stream",
+                       "expected a CUDA device to launch on");
+    }
+  }
   using M = std::function<void(GroupedGemmArgs&)>;
   auto bad = [](GroupedGemmArgs args, const M& mutate, const std::string& arg) {
     mutate(args);
