@@ -1,5 +1,6 @@
 // CPU tests of the MoE ops: references on hand-computed cases, validation errors,
 // workspace sizes.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -183,20 +184,35 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MoERefTest, ::testing::Values(DType::kBF16, DTy
 
 // ---- validation ----
 //
-// Views over one aligned host buffer: validation never reads the data, and every
-// case below fails before anything is launched.
+// Views over one aligned host buffer, each at its own offset (so that no case is met by the
+// overlap check instead of the check it names): validation never reads the data, and every
+// case below fails before anything is launched. The workspace lies past the views, so a
+// big one overlaps none of them.
 
-void* fake_ptr() {
-  static std::vector<uint8_t> buf(4096 + 256);
-  return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(buf.data()) + 255) / 256 * 256);
+struct FakeMemory {
+  alignas(256) uint8_t views[size_t{4} << 20];
+  alignas(256) uint8_t workspace[256];
+};
+FakeMemory g_mem;
+
+// `bytes` of the views buffer, 256-byte aligned, past the last ones given; it wraps
+// around, far past what one call's views take.
+void* fake_ptr(size_t bytes) {
+  static size_t next = 0;
+  bytes = (bytes + 255) / 256 * 256;
+  if (next + bytes > sizeof g_mem.views) next = 0;
+  void* p = g_mem.views + next;
+  next += bytes;
+  return p;
 }
 
 TensorView v(DType dt, std::initializer_list<int64_t> shape) {
-  return make_view(fake_ptr(), dt, shape);
+  const TensorView t = make_view(nullptr, dt, shape);
+  return make_view(fake_ptr(t.nbytes()), dt, shape);
 }
 
 Workspace big_ws() {
-  return Workspace{fake_ptr(), size_t{1} << 40};
+  return Workspace{g_mem.workspace, size_t{1} << 40};
 }
 
 void expect_arg_error(const std::function<void()>& fn, const std::string& arg,
@@ -209,6 +225,35 @@ void expect_arg_error(const std::function<void()>& fn, const std::string& arg,
     EXPECT_NE(what.find("argument '" + arg + "'"), std::string::npos) << what;
     if (!also.empty()) EXPECT_NE(what.find(also), std::string::npos) << what;
   }
+}
+
+// fn throws an Error of `op` naming argument `arg` and saying `what` (the check meant, where
+// another check of the same argument could fire first).
+void expect_op_error(const std::function<void()>& fn, const std::string& op, const std::string& arg,
+                     const std::string& what) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one naming '" << arg << "'";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("moekit::" + op + ": argument '" + arg + "': ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  }
+}
+
+// Without a CUDA device a valid call passes every check and stops at the launch target
+// (with one, the fake pointers would be launched on).
+bool no_cuda_device() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return true;
+  }
+  return n == 0;
+}
+
+void expect_valid(const std::function<void()>& fn) {
+  expect_arg_error(fn, "stream", "expected a CUDA device to launch on");
 }
 
 constexpr DType kBF = DType::kBF16;
@@ -231,99 +276,104 @@ TEST(MoEValidation, FusedMoEExperts) {
   struct Case {
     Mut mut;
     const char* arg;
+    const char* what;  // a fragment of the message: the check meant
   };
   const std::vector<Case> cases = {
       {[](auto& a) {
          a.hidden_states = v(DType::kF32, {T, H});
        },
-       "hidden_states"},
-      {[](auto& a) { a.hidden_states = TensorView{}; }, "hidden_states"},
+       "hidden_states", "expected dtype bf16 or f16"},
+      {[](auto& a) { a.hidden_states = TensorView{}; }, "hidden_states", "got an undefined tensor"},
       {[](auto& a) {
          a.hidden_states = make_view(nullptr, kBF, {T, H});
        },
-       "hidden_states"},
+       "hidden_states", "a non-null data pointer"},
       {[](auto& a) {
-         a.hidden_states =
-             make_view(static_cast<char*>(fake_ptr()) + 2, kBF, {T, H});  // not 16-B aligned
+         a.hidden_states = make_view(static_cast<char*>(fake_ptr(T * H * 2)) + 2, kBF,
+                                     {T, H});  // not 16-B aligned
        },
-       "hidden_states"},
+       "hidden_states", "data aligned to 16 bytes"},
       {[](auto& a) {
          a.hidden_states = v(kBF, {T, 12});
          a.output = v(kBF, {T, 12});
        },
-       "hidden_states"},
+       "hidden_states", "a positive multiple of 8"},
       {[](auto& a) {
          a.w_gate_up = v(DType::kF16, {E, 2 * F, H});
        },
-       "w_gate_up"},
+       "w_gate_up", "expected dtype bf16 (that of 'hidden_states')"},
       {[](auto& a) {
          a.w_gate_up = v(kBF, {E, 2 * F, H + 8});
        },
-       "w_gate_up"},
+       "w_gate_up", "expected shape [*, *, 16]"},
       {[](auto& a) {
          a.w_gate_up = v(kBF, {E, 2 * F + 2, H});
        },
-       "w_gate_up"},
+       "w_gate_up", "2*F gate+up rows with F a positive multiple of 8"},
       {[](auto& a) {
          a.w_gate_up = v(kBF, {2 * F, H});
        },
-       "w_gate_up"},
+       "w_gate_up", "expected shape [*, *, 16]"},
       {[](auto& a) {
          a.w_down = v(kBF, {E + 1, H, F});
        },
-       "w_down"},
+       "w_down", "expected shape [4, 16, 8]"},
       {[](auto& a) {
          a.w_down = v(kBF, {E, F, H});
        },
-       "w_down"},
+       "w_down", "expected shape [4, 16, 8]"},
       {[](auto& a) {
          a.w_down = v(DType::kF16, {E, H, F});
        },
-       "w_down"},
+       "w_down", "expected dtype bf16 (that of 'hidden_states')"},
       {[](auto& a) {
          a.topk_ids = v(DType::kF32, {T, K});
        },
-       "topk_ids"},
+       "topk_ids", "expected dtype i32 or i64"},
       {[](auto& a) {
          a.topk_ids = v(DType::kI32, {T + 1, K});
        },
-       "topk_ids"},
+       "topk_ids", "expected shape [4, *]"},
       {[](auto& a) {
          a.topk_ids = v(DType::kI32, {T, 0});
        },
-       "topk_ids"},
+       "topk_ids", "top_k (dim 1) >= 1"},
       {[](auto& a) {
          a.topk_weights = v(DType::kF32, {T, K + 1});
        },
-       "topk_weights"},
+       "topk_weights", "expected shape [4, 2]"},
       {[](auto& a) {
          a.topk_weights = v(kBF, {T, K});
        },
-       "topk_weights"},
+       "topk_weights", "expected dtype f32"},
       {[](auto& a) {
          a.output = v(DType::kF16, {T, H});
        },
-       "output"},
+       "output", "expected dtype bf16 (that of 'hidden_states')"},
       {[](auto& a) {
          a.output = v(kBF, {T, H + 8});
        },
-       "output"},
+       "output", "expected shape [4, 16]"},
       {[](auto& a) {
          a.output = v(DType::kF32, {T, H});
        },
-       "output"},
-      {[](auto& a) { a.workspace = Workspace{}; }, "workspace"},
+       "output", "expected dtype bf16 or f16"},
+      {[](auto& a) { a.workspace = Workspace{}; }, "workspace", "got no workspace"},
       {[](auto& a) {
-         a.workspace = Workspace{fake_ptr(), 16};
+         a.workspace = Workspace{g_mem.workspace, 16};
        },
-       "workspace"},
+       "workspace", "got 16 bytes"},
   };
+  if (no_cuda_device()) {
+    expect_valid([] { fused_moe_experts(valid_experts(), nullptr); });
+    expect_valid([] { indexed_expert_mlp(valid_experts(), nullptr); });
+  }
   for (const Case& c : cases) {
     FusedMoEExpertsArgs a = valid_experts();
     c.mut(a);
     SCOPED_TRACE(c.arg);
-    expect_arg_error([&] { fused_moe_experts(a, nullptr); }, c.arg);
-    expect_arg_error([&] { indexed_expert_mlp(a, nullptr); }, c.arg);
+    expect_op_error([&] { fused_moe_experts(a, nullptr); }, "fused_moe_experts", c.arg, c.what);
+    expect_op_error([&] { indexed_expert_mlp(a, nullptr); }, "indexed_expert_mlp", c.arg, c.what);
   }
   // The sorted path takes at most 1024 experts (the direct path of indexed_expert_mlp more).
   FusedMoEExpertsArgs many = valid_experts();
@@ -356,54 +406,63 @@ TEST(MoEValidation, ExpertMLP) {
     return a;
   };
   using Mut = std::function<void(ExpertMLPArgs&)>;
-  const std::vector<std::pair<Mut, const char*>> cases = {
+  struct Case {
+    Mut mut;
+    const char* arg;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
       {[](auto& a) {
          a.expert_input = v(DType::kI32, {P, H});
        },
-       "expert_input"},
+       "expert_input", "expected dtype bf16 or f16"},
       {[](auto& a) {
          a.expert_input = v(kBF, {P, H, 1});
        },
-       "expert_input"},
-      {[](auto& a) { a.layout_metadata = v(DType::kI32, {E + 1}); }, "layout_metadata"},
-      {[](auto& a) { a.layout_metadata = v(DType::kF32, {E}); }, "layout_metadata"},
-      {[](auto& a) { a.layout = PermutedLayout::masked(4); }, "layout"},
-      {[](auto& a) { a.layout = PermutedLayout::contiguous(0); }, "layout"},
+       "expert_input", "expected shape [*, *]"},
+      {[](auto& a) { a.layout_metadata = v(DType::kI32, {E + 1}); }, "layout_metadata",
+       "expected shape [4]"},
+      {[](auto& a) { a.layout_metadata = v(DType::kF32, {E}); }, "layout_metadata",
+       "expected dtype i32"},
+      {[](auto& a) { a.layout = PermutedLayout::masked(4); }, "layout",
+       "a contiguous(alignment) layout"},
+      {[](auto& a) { a.layout = PermutedLayout::contiguous(0); }, "layout", "alignment >= 1"},
       {[](auto& a) {
          a.w_gate_up = v(kBF, {E, 2 * F, 8});
        },
-       "w_gate_up"},
+       "w_gate_up", "expected shape [*, *, 16]"},
       {[](auto& a) {
          a.w_gate_up = v(kBF, {0, 2 * F, H});
        },
-       "w_gate_up"},
+       "w_gate_up", "at least one expert"},
       {[](auto& a) {
          a.w_gate_up = v(kBF, {E, 12, H});
        },
-       "w_gate_up"},  // F = 6
+       "w_gate_up", "F a positive multiple of 8"},  // F = 6
       {[](auto& a) {
          a.w_down = v(kBF, {E, H, F + 8});
        },
-       "w_down"},
+       "w_down", "expected shape [4, 16, 8]"},
       {[](auto& a) {
          a.expert_output = v(kBF, {P - 1, H});
        },
-       "expert_output"},
+       "expert_output", "expected shape [12, 16]"},
       {[](auto& a) {
          a.expert_output = v(DType::kF16, {P, H});
        },
-       "expert_output"},
-      {[](auto& a) { a.workspace = Workspace{}; }, "workspace"},
+       "expert_output", "expected dtype bf16 (that of 'expert_input')"},
+      {[](auto& a) { a.workspace = Workspace{}; }, "workspace", "got no workspace"},
       {[](auto& a) {
-         a.workspace = Workspace{static_cast<char*>(fake_ptr()) + 16, size_t{1} << 40};
+         a.workspace = Workspace{g_mem.workspace + 16, size_t{1} << 40};
        },
-       "workspace"},
+       "workspace", "data aligned to 256 bytes"},
   };
+  if (no_cuda_device()) expect_valid([&] { moe_expert_mlp(valid(), nullptr); });
   for (const auto& c : cases) {
     ExpertMLPArgs a = valid();
-    c.first(a);
-    SCOPED_TRACE(c.second);
-    expect_arg_error([&] { moe_expert_mlp(a, nullptr); }, c.second, "moekit::moe_expert_mlp");
+    c.mut(a);
+    SCOPED_TRACE(c.arg);
+    expect_op_error([&] { moe_expert_mlp(a, nullptr); }, "moe_expert_mlp", c.arg, c.what);
   }
 }
 
@@ -419,96 +478,119 @@ FusedMoEArgs valid_layer() {
   return a;
 }
 
+FusedMoESharedExpertArgs valid_shared_layer() {
+  FusedMoESharedExpertArgs s;
+  s.moe = valid_layer();
+  s.shared_w_gate_up = v(kBF, {2 * S, H});
+  s.shared_w_down = v(kBF, {H, S});
+  return s;
+}
+
 TEST(MoEValidation, FusedMoEAndSharedExpert) {
   using Mut = std::function<void(FusedMoEArgs&)>;
-  const std::vector<std::pair<Mut, const char*>> cases = {
+  struct Case {
+    Mut mut;
+    const char* arg;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
       {[](auto& a) {
          a.gating_output = v(DType::kF32, {T, E + 1});
        },
-       "gating_output"},
+       "gating_output", "expected shape [4, 4]"},
       {[](auto& a) {
          a.gating_output = v(DType::kI32, {T, E});
        },
-       "gating_output"},
-      {[](auto& a) { a.gating_output = TensorView{}; }, "gating_output"},
-      {[](auto& a) { a.correction_bias = v(DType::kF32, {E + 1}); }, "correction_bias"},
-      {[](auto& a) { a.correction_bias = v(kBF, {E}); }, "correction_bias"},
-      {[](auto& a) { a.params.top_k = 0; }, "top_k"},
-      {[](auto& a) { a.params.top_k = E + 1; }, "top_k"},
+       "gating_output", "dtype bf16 or f16 or f32"},
+      {[](auto& a) { a.gating_output = TensorView{}; }, "gating_output", "got an undefined tensor"},
+      {[](auto& a) { a.correction_bias = v(DType::kF32, {E + 1}); }, "correction_bias",
+       "expected shape [4]"},
+      {[](auto& a) { a.correction_bias = v(kBF, {E}); }, "correction_bias", "expected dtype f32"},
+      {[](auto& a) { a.params.top_k = 0; }, "top_k", "1 to min(16, num_experts=4), got 0"},
+      {[](auto& a) { a.params.top_k = E + 1; }, "top_k", "1 to min(16, num_experts=4), got 5"},
       // Routing parameters are checked under the layer op's name, before any launch.
       {[](auto& a) {
          a.params.num_expert_group = 3;
          a.params.topk_group = 1;
        },
-       "num_expert_group"},
+       "num_expert_group", "0 or a positive divisor of num_experts=4"},
       {[](auto& a) {
          a.params.num_expert_group = 2;
          a.params.topk_group = 3;
        },
-       "topk_group"},
-      {[](auto& a) { a.params.routed_scaling_factor = NAN; }, "routed_scaling_factor"},
+       "topk_group", "1 to num_expert_group=2"},
+      {[](auto& a) { a.params.routed_scaling_factor = NAN; }, "routed_scaling_factor",
+       "a finite value"},
       {[](auto& a) {
          a.hidden_states = v(kBF, {T + 1, H});
        },
-       "gating_output"},
+       "gating_output", "expected shape [5, 4]"},
       {[](auto& a) {
          a.w_down = v(kBF, {E, H, 2 * F});
        },
-       "w_down"},
+       "w_down", "expected shape [4, 16, 8]"},
       {[](auto& a) {
          a.output = v(kBF, {T - 1, H});
        },
-       "output"},
+       "output", "expected shape [4, 16]"},
       {[](auto& a) {
-         a.workspace = Workspace{fake_ptr(), 255};
+         a.workspace = Workspace{g_mem.workspace, 255};
        },
-       "workspace"},
+       "workspace", "got 255 bytes"},
   };
+  if (no_cuda_device()) {
+    expect_valid([] { fused_moe(valid_layer(), nullptr); });
+    expect_valid([] { fused_moe_shared_expert(valid_shared_layer(), nullptr); });
+  }
   for (const auto& c : cases) {
     FusedMoEArgs a = valid_layer();
-    c.first(a);
-    SCOPED_TRACE(c.second);
-    expect_arg_error([&] { fused_moe(a, nullptr); }, c.second, "moekit::fused_moe");
+    c.mut(a);
+    SCOPED_TRACE(c.arg);
+    expect_op_error([&] { fused_moe(a, nullptr); }, "fused_moe", c.arg, c.what);
     FusedMoESharedExpertArgs s;
     s.moe = a;
     s.shared_w_gate_up = v(kBF, {2 * S, H});
     s.shared_w_down = v(kBF, {H, S});
-    expect_arg_error([&] { fused_moe_shared_expert(s, nullptr); }, c.second,
-                     "moekit::fused_moe_shared_expert");
+    expect_op_error([&] { fused_moe_shared_expert(s, nullptr); }, "fused_moe_shared_expert", c.arg,
+                    c.what);
   }
   using SMut = std::function<void(FusedMoESharedExpertArgs&)>;
-  const std::vector<std::pair<SMut, const char*>> shared_cases = {
+  struct SCase {
+    SMut mut;
+    const char* arg;
+    const char* what;
+  };
+  const std::vector<SCase> shared_cases = {
       {[](auto& a) {
          a.shared_w_gate_up = v(kBF, {2 * S, H + 8});
        },
-       "shared_w_gate_up"},
+       "shared_w_gate_up", "expected shape [*, 16]"},
       {[](auto& a) {
          a.shared_w_gate_up = v(kBF, {2 * S + 4, H});
        },
-       "shared_w_gate_up"},
-      {[](auto& a) { a.shared_w_gate_up = TensorView{}; }, "shared_w_gate_up"},
-      {[](auto& a) { a.shared_w_down = TensorView{}; }, "shared_w_down"},
+       "shared_w_gate_up", "2*S gate+up rows with S a positive multiple of 8"},
+      {[](auto& a) { a.shared_w_gate_up = TensorView{}; }, "shared_w_gate_up",
+       "got an undefined tensor"},
+      {[](auto& a) { a.shared_w_down = TensorView{}; }, "shared_w_down", "got an undefined tensor"},
       {[](auto& a) {
          a.shared_w_gate_up = v(DType::kF16, {2 * S, H});
        },
-       "shared_w_gate_up"},
+       "shared_w_gate_up", "expected dtype bf16 (that of 'hidden_states')"},
       {[](auto& a) {
          a.shared_w_down = v(kBF, {H, S + 8});
        },
-       "shared_w_down"},
+       "shared_w_down", "expected shape [16, 16]"},
       {[](auto& a) {
          a.shared_w_down = v(kBF, {H + 8, S});
        },
-       "shared_w_down"},
+       "shared_w_down", "expected shape [16, 16]"},
   };
   for (const auto& c : shared_cases) {
-    FusedMoESharedExpertArgs s;
-    s.moe = valid_layer();
-    s.shared_w_gate_up = v(kBF, {2 * S, H});
-    s.shared_w_down = v(kBF, {H, S});
-    c.first(s);
-    SCOPED_TRACE(c.second);
-    expect_arg_error([&] { fused_moe_shared_expert(s, nullptr); }, c.second);
+    FusedMoESharedExpertArgs s = valid_shared_layer();
+    c.mut(s);
+    SCOPED_TRACE(c.arg);
+    expect_op_error([&] { fused_moe_shared_expert(s, nullptr); }, "fused_moe_shared_expert", c.arg,
+                    c.what);
   }
 }
 
@@ -523,38 +605,44 @@ TEST(MoEValidation, SharedExpertMLP) {
     return a;
   };
   using Mut = std::function<void(SharedExpertMLPArgs&)>;
-  const std::vector<std::pair<Mut, const char*>> cases = {
+  struct Case {
+    Mut mut;
+    const char* arg;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
       {[](auto& a) {
          a.hidden_states = v(DType::kF32, {T, H});
        },
-       "hidden_states"},
+       "hidden_states", "expected dtype bf16 or f16"},
       {[](auto& a) {
          a.w_gate_up = v(kBF, {E, 2 * S, H});
        },
-       "w_gate_up"},
+       "w_gate_up", "expected shape [*, 16]"},
       {[](auto& a) {
          a.w_gate_up = v(kBF, {2 * S + 2, H});
        },
-       "w_gate_up"},
+       "w_gate_up", "S a positive multiple of 8"},
       {[](auto& a) {
          a.w_down = v(kBF, {H, S - 8});
        },
-       "w_down"},
+       "w_down", "expected shape [16, 16]"},
       {[](auto& a) {
          a.output = v(kBF, {T, H - 8});
        },
-       "output"},
+       "output", "expected shape [4, 16]"},
       {[](auto& a) {
          a.output = v(DType::kF16, {T, H});
        },
-       "output"},
-      {[](auto& a) { a.workspace = Workspace{}; }, "workspace"},
+       "output", "expected dtype bf16 (that of 'hidden_states')"},
+      {[](auto& a) { a.workspace = Workspace{}; }, "workspace", "got no workspace"},
   };
+  if (no_cuda_device()) expect_valid([&] { shared_expert_mlp(valid(), nullptr); });
   for (const auto& c : cases) {
     SharedExpertMLPArgs a = valid();
-    c.first(a);
-    SCOPED_TRACE(c.second);
-    expect_arg_error([&] { shared_expert_mlp(a, nullptr); }, c.second, "moekit::shared_expert_mlp");
+    c.mut(a);
+    SCOPED_TRACE(c.arg);
+    expect_op_error([&] { shared_expert_mlp(a, nullptr); }, "shared_expert_mlp", c.arg, c.what);
   }
 }
 
