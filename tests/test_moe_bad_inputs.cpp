@@ -1079,20 +1079,21 @@ std::vector<Row<Args>> activation_rows(Activation Args::*act, TensorView Args::*
   };
 }
 
+// mlp_valid with swiglu_oai and a down bias (the general path).
+ExpertMLPArgs mlp_oai_valid() {
+  ExpertMLPArgs a = mlp_valid();
+  a.activation = Activation::kSwigluOai;
+  a.down_bias = fake(kF32, {8, 64});
+  return a;
+}
+
 TEST(BadInputs, ActivationsAndBiasesMoeExpertMlp) {
   using A = ExpertMLPArgs;
   auto rows = activation_rows<A>(&A::activation, &A::gate_up_bias, &A::down_bias, &A::w_gate_up);
   rows.push_back({"overlap", [](A& a) { a.expert_output = at(a.expert_output, a.down_bias.data); },
                   "expert_output", "memory disjoint from 'down_bias'", "sharing"});
   run_table<A>(
-      "moe_expert_mlp",
-      [] {
-        A a = mlp_valid();
-        a.activation = Activation::kSwigluOai;
-        a.down_bias = fake(kF32, {8, 64});
-        return a;
-      },
-      [](const A& a) { moe_expert_mlp(a, nullptr); }, rows);
+      "moe_expert_mlp", mlp_oai_valid, [](const A& a) { moe_expert_mlp(a, nullptr); }, rows);
 }
 
 TEST(BadInputs, ActivationsAndBiasesFusedMoeExperts) {
@@ -1223,6 +1224,18 @@ TEST(BadInputs, ForcedPlansRefuseActivationsTheyCannotRun) {
       [](const SharedExpertMLPArgs& a) { shared_expert_mlp(a, nullptr); },
       {{"plan", [](auto&) {}, "plan", "a plan that can run these arguments",
         "the dense MLP kernels run silu_and_mul without biases, not gelu_tanh_and_mul"}});
+
+  // Without their plans the arguments are valid: the plan is the one thing refused.
+  if (!cuda_device_present()) {
+    e.plan = nullptr;
+    expect_no_device("indexed_expert_mlp", [&] { indexed_expert_mlp(e, nullptr); });
+    l.plan = nullptr;
+    expect_no_device("fused_moe", [&] { fused_moe(l, nullptr); });
+    m.plan = nullptr;
+    expect_no_device("moe_expert_mlp", [&] { moe_expert_mlp(m, nullptr); });
+    d.plan = nullptr;
+    expect_no_device("shared_expert_mlp", [&] { shared_expert_mlp(d, nullptr); });
+  }
 
   // The grouped GEMM's epilogue runs kNone and kSiluAndMul only.
   GroupedGemmArgs g = gemm_valid();
@@ -1433,6 +1446,7 @@ TEST(BadInputs, ValidCallWithoutAGpuStopsBeforeAnyLaunch) {
   expect_no_device("fused_moe_shared_expert",
                    [] { fused_moe_shared_expert(shared_layer_valid(), nullptr); });
   expect_no_device("shared_expert_mlp", [] { shared_expert_mlp(shared_valid(), nullptr); });
+  expect_no_device("moe_expert_mlp", [] { moe_expert_mlp(mlp_oai_valid(), nullptr); });
   // A grouped GEMM of P*K = 2^32 (the SM90 config's shapes) says the same, and prints
   // nothing (no TMA descriptor is built).
   GroupedGemmArgs g = gemm_valid();
