@@ -640,7 +640,36 @@ TEST(QuantBadInputs, ValidFp8CallsStopAtTheLaunchTarget) {
     l.shared_quant = quant_for(s, 1, kH, kF, /*experts=*/false);
     expect_no_device("fused_moe", [&] { fused_moe(l.moe, nullptr); });
     expect_no_device("fused_moe_shared_expert", [&] { fused_moe_shared_expert(l, nullptr); });
+    expect_no_device("shared_expert_mlp", [&] { shared_expert_mlp(fp8_dense_valid(s), nullptr); });
   }
+}
+
+// Valid FP8 calls that run the FP8 GEMMs: without a GPU they pass every argument check and
+// are refused for want of an sm_90 device (the path they plan needs one). (moe_expert_mlp plans
+// after its memory checks; fused_moe_experts before them, and its arguments are those of
+// indexed_expert_mlp above, which get to the launch target.)
+TEST(QuantBadInputs, ValidFp8GemmCallsStopAtTheSm90Check) {
+  if (cuda_device_present()) GTEST_SKIP() << "a CUDA device is present: valid calls would launch";
+  const auto expect_sm90_refusal = [](const char* op, const std::function<void()>& call) {
+    try {
+      call();
+      ADD_FAILURE() << op << ": no error";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(
+          msg.rfind(
+              std::string("moekit::") + op + ": argument 'w_gate_up': expected FP8 weights on ", 0),
+          0u)
+          << msg;
+      EXPECT_NE(msg.find("fp8_sm90 needs an sm_90 device"), std::string::npos) << msg;
+    }
+  };
+  for (QuantScheme s : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8Block128}) {
+    SCOPED_TRACE(quant_scheme_name(s));
+    expect_sm90_refusal("moe_expert_mlp",
+                        [&] { moe_expert_mlp(fp8_expert_mlp_valid(s), nullptr); });
+  }
+  expect_sm90_refusal("fused_moe_experts", [] { fused_moe_experts(fp8_experts_valid(), nullptr); });
 }
 
 }  // namespace
