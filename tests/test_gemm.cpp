@@ -509,6 +509,15 @@ GroupedGemmFP8Args good_fp8_contiguous(Fp8Scales scales, int64_t rows = 40) {
 
 // Every contiguous / scale-mode / activation rejection names its argument.
 TEST(GemmValidation, Fp8ContiguousRejectsEachBadInput) {
+  // good_fp8_contiguous(s) passes every check: without a GPU it stops at the launch target.
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor}) {
+      expect_arg_error([&] { moe_grouped_gemm_fp8(good_fp8_contiguous(s), nullptr); }, "stream",
+                       "expected a CUDA device to launch on");
+    }
+  }
   using M = std::function<void(GroupedGemmFP8Args&)>;
   auto bad = [](Fp8Scales scales, const M& mutate, const std::string& arg) {
     GroupedGemmFP8Args args = good_fp8_contiguous(scales);
@@ -975,10 +984,25 @@ TEST(GemmPlannerRules, Fp8PlansTheSm90KernelWhereItApplies) {
   f.n = 4096;
   f.k = 7168;
   f.plan = GemmPlan{GemmKernel::kFp8Sm90, 128, 128, 1, GemmSchedule::kStatic};
-  EXPECT_THROW(detail::run_grouped_gemm_fp8(f, nullptr), Error);
+  const auto refusal = [&] {
+    try {
+      detail::run_grouped_gemm_fp8(f, nullptr);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // 1025 groups: past the SM90 kernel (off sm_90 the device is refused first, whatever f).
+  const bool sm90 = detail::current_gemm_device().props.sm90();
+  EXPECT_NE(refusal().find(sm90 ? "fp8_sm90 needs at most 1024 groups"
+                                : "fp8_sm90 needs an sm_90 device"),
+            std::string::npos)
+      << refusal();
   f.num_groups = 8;
   f.plan.kernel = GemmKernel::kDecode;
-  EXPECT_THROW(detail::run_grouped_gemm_fp8(f, nullptr), Error);
+  EXPECT_NE(refusal().find("cannot run these arguments: decode runs bf16 / f16 inputs only"),
+            std::string::npos)
+      << refusal();
 }
 
 // Contiguous rows, per-channel / per-tensor scales and silu_and_mul: the SM90 kernel takes
