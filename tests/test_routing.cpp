@@ -1,5 +1,6 @@
 // FusedTopKFwd: CPU reference vs hand-computed cases, validation errors, and
 // (with a Hopper GPU) the kernel vs the reference on fresh random inputs.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -143,6 +144,24 @@ TEST(FusedTopKTrigger, Rule) {
   EXPECT_TRUE(fused_topk_early_trigger(1004, 132, 8));    // the first >= 95% of 1056
   EXPECT_FALSE(fused_topk_early_trigger(1003, 132, 8));
   EXPECT_TRUE(fused_topk_early_trigger(16384, 132, 12));  // several waves
+}
+
+// args() passes every check: without a GPU it stops at the launch target (with one, it would
+// launch on host memory).
+TEST_F(FusedTopKValidation, ValidArgsStopAtTheLaunchTarget) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) GTEST_SKIP() << "a CUDA device is present";
+  cudaGetLastError();
+  try {
+    fused_topk(args(), nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("moekit::fused_topk: argument 'stream': expected a CUDA "
+                                          "device to launch on",
+                                          0),
+              0u)
+        << e.what();
+  }
 }
 
 TEST_F(FusedTopKValidation, RejectsBadDtypes) {
