@@ -1,6 +1,7 @@
 // MoEPermuteAlignFwd, MoEPrePermuteFwd, MoEPostPermuteFwd: CPU references vs
 // hand-computed cases, validation errors, and (with a Hopper GPU) the kernels vs
 // the references on fresh random inputs and edge shapes, with poisoned outputs.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,6 +44,36 @@ void expect_error(F&& call, const std::string& arg) {
     EXPECT_NE(std::string(e.what()).find("'" + arg + "'"), std::string::npos) << e.what();
   }
 }
+
+// Without a GPU a valid call of `op` passes every check and stops at the launch target
+// (with one, `call` is not made: it would launch on host memory).
+template <class F>
+void expect_valid_without_gpu(const char* op, F&& call) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return;
+  cudaGetLastError();
+  try {
+    call();
+    ADD_FAILURE() << op << ": no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(std::string("moekit::") + op +
+                                              ": argument 'stream': expected a CUDA device to "
+                                              "launch on",
+                                          0),
+              0u)
+        << e.what();
+  }
+}
+
+// A host buffer of `bytes` (a fake workspace), 256-byte aligned.
+struct HostWorkspace {
+  explicit HostWorkspace(size_t bytes) : buf(bytes + 256) {}
+  Workspace get() {
+    const auto p = (reinterpret_cast<uintptr_t>(buf.data()) + 255) / 256 * 256;
+    return Workspace{reinterpret_cast<void*>(p), buf.size() - 256};
+  }
+  std::vector<uint8_t> buf;
+};
 
 // ---------------------------------------------------------------- CPU: references
 
@@ -235,6 +266,7 @@ TEST(PermuteAlignValidation, RejectsBadInput) {
   auto bad = [&](PermuteAlignArgs a, const char* arg) {
     expect_error([&] { moe_permute_align(a, nullptr); }, arg);
   };
+  expect_valid_without_gpu("moe_permute_align", [&] { moe_permute_align(args(), nullptr); });
   PermuteAlignArgs a = args();
   a.topk_ids.dtype = DType::kF32;
   bad(a, "topk_ids");
@@ -279,6 +311,9 @@ TEST(PermuteAlignValidation, RejectsBadInput) {
   bad(a, "workspace");
   a.workspace = Workspace{reinterpret_cast<void*>(256), 16};  // too small
   bad(a, "workspace");
+  HostWorkspace align_ws(permute_align_workspace_size(a));  // with one, valid
+  a.workspace = align_ws.get();
+  expect_valid_without_gpu("moe_permute_align", [&] { moe_permute_align(a, nullptr); });
   EXPECT_EQ(permute_align_workspace_size(args()), 0u);
 
   // 2147483000 routes: below the i32 position limits, above the chunk-arithmetic one;
@@ -309,6 +344,7 @@ TEST(PrePermuteValidation, RejectsBadInput) {
   auto bad = [&](PrePermuteArgs a, const char* arg) {
     expect_error([&] { moe_pre_permute(a, nullptr); }, arg);
   };
+  expect_valid_without_gpu("moe_pre_permute", [&] { moe_pre_permute(args(), nullptr); });
   PrePermuteArgs a = args();
   a.hidden_states.dtype = DType::kI32;
   bad(a, "hidden_states");
@@ -368,6 +404,9 @@ TEST(PrePermuteValidation, RejectsBadInput) {
   a.inverse_indices = make_view(big_inv.data(), DType::kI32, {bigT});
   EXPECT_GT(pre_permute_workspace_size(a), 0u);
   bad(a, "workspace");
+  HostWorkspace pre_ws(pre_permute_workspace_size(a));  // with one, valid
+  a.workspace = pre_ws.get();
+  expect_valid_without_gpu("moe_pre_permute", [&] { moe_pre_permute(a, nullptr); });
 }
 
 TEST(PostPermuteValidation, RejectsBadInput) {
@@ -387,6 +426,7 @@ TEST(PostPermuteValidation, RejectsBadInput) {
   auto bad = [&](PostPermuteArgs a, const char* arg) {
     expect_error([&] { moe_post_permute(a, nullptr); }, arg);
   };
+  expect_valid_without_gpu("moe_post_permute", [&] { moe_post_permute(args(), nullptr); });
   PostPermuteArgs a = args();
   a.expert_output.dtype = DType::kFP8E4M3;
   bad(a, "expert_output");
