@@ -17,10 +17,15 @@ import moekit
 
 raw = moekit.raw
 PTR = 1 << 20  # a fake, well-aligned device address: only ever seen by validation
-WS = 1 << 24
+WS = 1 << 24  # the workspace at PTR + WS, WS bytes
+_slot = [0]
 
 
-def t(dtype, *shape, ptr=PTR):
+def t(dtype, *shape, ptr=None):
+    """A tensor tuple at `ptr`, by default at a fresh fake address (d() below): the only
+    overlap is one a test makes on purpose."""
+    if ptr is None:
+        return d(dtype, *shape)
     return (ptr, moekit.DTYPES[dtype], shape)
 
 
@@ -125,111 +130,139 @@ def _ws(size_fn, *args):
     return (PTR + WS if n else 0), n
 
 
-# Each case: op, the argument it breaks, and a call that breaks it.
+# Each case: op, the argument it breaks, a call that breaks it (its tensors each at their own
+# fake address: t()), and the start of the message's "expected ..." (the check meant).
 BAD_CALLS = [
     ("fused_topk", "topk_weights",
-     lambda: raw.fused_topk(t("f32", 4, 8), None, t("f32", 4, 3), t("i32", 4, 2), 2)),
+     lambda: raw.fused_topk(t("f32", 4, 8), None, t("f32", 4, 3), t("i32", 4, 2), 2),
+     "expected shape [4, 2]"),
     ("fused_topk", "correction_bias",
-     lambda: raw.fused_topk(t("f32", 4, 8), t("bf16", 8), t("f32", 4, 2), t("i32", 4, 2), 2)),
+     lambda: raw.fused_topk(t("f32", 4, 8), t("bf16", 8), t("f32", 4, 2), t("i32", 4, 2), 2),
+     "expected dtype f32"),
     ("fused_topk", "gating_output",
-     lambda: raw.fused_topk(t("f32", 4, 8, 2), None, t("f32", 4, 2), t("i32", 4, 2), 2)),
+     lambda: raw.fused_topk(t("f32", 4, 8, 2), None, t("f32", 4, 2), t("i32", 4, 2), 2),
+     "expected shape [*, *]"),
     ("fused_topk", "top_k",
-     lambda: raw.fused_topk(t("f32", 4, 8), None, t("f32", 4, 9), t("i32", 4, 9), 9)),
+     lambda: raw.fused_topk(t("f32", 4, 8), None, t("f32", 4, 9), t("i32", 4, 9), 9),
+     "expected 1 to min(16, num_experts=8)"),
     ("fused_topk", "scoring_func",
-     lambda: raw.fused_topk(t("f32", 4, 8), None, t("f32", 4, 2), t("i32", 4, 2), 2, True, "tanh")),
+     lambda: raw.fused_topk(t("f32", 4, 8), None, t("f32", 4, 2), t("i32", 4, 2), 2, True, "tanh"),
+     "expected 'softmax' or 'sigmoid'"),
     ("moe_permute_align", "block_size",
      lambda: raw.moe_permute_align(t("i32", 4, 2), 8, 48, t("i32", 8 + 8 * 47), t("i32", 9),
-                                   t("i32", 1), None, PTR + WS, WS)),
+                                   t("i32", 1), None, PTR + WS, WS),
+     "expected a power of two from 16 to 256"),
     ("moe_permute_align", "sorted_token_ids",
      lambda: raw.moe_permute_align(t("i32", 4, 2), 8, 16, t("i32", 8), t("i32", 8),
-                                   t("i32", 1), None, PTR + WS, WS)),
+                                   t("i32", 1), None, PTR + WS, WS),
+     "expected shape [128]"),
     ("moe_permute_align", "expert_map",
      lambda: raw.moe_permute_align(t("i64", 4, 2), 8, 16, t("i32", 8 + 8 * 15), t("i32", 8),
-                                   t("i32", 1), t("i64", 32), PTR + WS, WS)),
+                                   t("i32", 1), t("i64", 32), PTR + WS, WS),
+     "expected dtype i32"),
     ("moe_pre_permute", "permuted",
      lambda: raw.moe_pre_permute(t("bf16", 4, 64), t("i32", 4, 2), 4, 8, t("bf16", 8, 64),
-                                 t("i32", 4), t("i32", 8), PTR + WS, WS)),
+                                 t("i32", 4), t("i32", 8), PTR + WS, WS),
+     "expected shape [36, 64]"),
     ("moe_post_permute", "inverse_indices",
      lambda: raw.moe_post_permute(t("bf16", 8, 64), t("f32", 4, 2), t("i32", 7),
-                                  t("bf16", 4, 64))),
+                                  t("bf16", 4, 64)),
+     "expected shape [8]"),
     ("moe_post_permute", "out",
      lambda: raw.moe_post_permute(t("bf16", 8, 64), t("f32", 4, 2), t("i32", 8),
-                                  t("f16", 4, 64))),
+                                  t("f16", 4, 64)),
+     "expected dtype bf16 or f32"),
     ("moe_grouped_gemm", "a",
      lambda: raw.moe_grouped_gemm(t("bf16", 32, 128), t("bf16", 4, 64, 256), t("i32", 4),
-                                  False, 1, 0, "none", t("bf16", 32, 64))),
+                                  False, 1, 0, "none", t("bf16", 32, 64)),
+     "expected Kd = 256 columns (b's dim 2)"),
     ("moe_grouped_gemm", "activation",
      lambda: raw.moe_grouped_gemm(t("bf16", 32, 256), t("bf16", 4, 64, 256), t("i32", 4),
-                                  False, 1, 0, "gelu", t("bf16", 32, 64))),
+                                  False, 1, 0, "gelu", t("bf16", 32, 64)),
+     "expected 'none' or 'silu_and_mul'"),
     ("moe_grouped_gemm", "c",
      lambda: raw.moe_grouped_gemm(t("bf16", 4, 16, 256), t("bf16", 4, 128, 256), t("i32", 4),
-                                  True, 1, 16, "silu_and_mul", t("bf16", 4, 16, 128))),
+                                  True, 1, 16, "silu_and_mul", t("bf16", 4, 16, 128)),
+     "expected shape [4, 16, 64]"),
     ("moe_grouped_gemm", "workspace",
      lambda: raw.moe_grouped_gemm(t("bf16", 32, 256), t("bf16", 4, 64, 256), t("i32", 4),
-                                  False, 1, 0, "none", t("bf16", 32, 64), 0, PTR + WS, 8)),
+                                  False, 1, 0, "none", t("bf16", 32, 64), 0, PTR + WS, 8),
+     "expected at least 256 bytes"),
     ("moe_grouped_gemm_fp8", "a_scale",
      lambda: raw.moe_grouped_gemm_fp8(t("fp8e4m3", 2, 64, 256), t("f32", 2, 64, 3),
                                       t("fp8e4m3", 2, 128, 256), t("f32", 2, 1, 2), t("i32", 2),
-                                      t("bf16", 2, 64, 128))),
+                                      t("bf16", 2, 64, 128)),
+     "expected shape [2, 64, 2]"),
     ("moe_grouped_gemm_fp8", "b",
      lambda: raw.moe_grouped_gemm_fp8(t("fp8e4m3", 2, 64, 256), t("f32", 2, 64, 2),
                                       t("bf16", 2, 128, 256), t("f32", 2, 1, 2), t("i32", 2),
-                                      t("bf16", 2, 64, 128))),
+                                      t("bf16", 2, 64, 128)),
+     "expected dtype fp8e4m3"),
     ("moe_expert_mlp", "expert_output",
      lambda: raw.moe_expert_mlp(t("bf16", 32, 128), t("i32", 4), 1, t("bf16", 4, 128, 128),
                                 t("bf16", 4, 128, 64), t("bf16", 31, 128), "silu", None, None,
-                                PTR + WS, WS)),
+                                PTR + WS, WS),
+     "expected shape [32, 128]"),
     ("fused_moe_experts", "topk_weights",
      lambda: raw.fused_moe_experts(t("bf16", 4, 128), t("bf16", 8, 128, 128),
                                    t("bf16", 8, 128, 64), t("bf16", 4, 2), t("i32", 4, 2),
-                                   t("bf16", 4, 128), "silu", None, None, None, False, PTR + WS, WS)),
+                                   t("bf16", 4, 128), "silu", None, None, None, False, PTR + WS, WS),
+     "expected dtype f32"),
     ("fused_moe_experts", "apply_router_weight_on_input",
      lambda: raw.fused_moe_experts(t("bf16", 4, 128), t("bf16", 8, 128, 128),
                                    t("bf16", 8, 128, 64), t("f32", 4, 2), t("i64", 4, 2),
-                                   t("bf16", 4, 128), "silu", None, None, t("i32", 32), True, PTR + WS, WS)),
+                                   t("bf16", 4, 128), "silu", None, None, t("i32", 32), True, PTR + WS, WS),
+     "expected top_k 1 (the input row is scaled by its one route's weight)"),
     ("indexed_expert_mlp", "w_down",
      lambda: raw.indexed_expert_mlp(t("bf16", 4, 128), t("bf16", 8, 128, 128),
                                     t("bf16", 8, 128, 32), t("f32", 4, 2), t("i32", 4, 2),
-                                    t("bf16", 4, 128), "silu", None, None, None, False, PTR + WS, WS)),
+                                    t("bf16", 4, 128), "silu", None, None, None, False, PTR + WS, WS),
+     "expected shape [8, 128, 64]"),
     ("fused_moe", "gating_output",
      lambda: raw.fused_moe(t("bf16", 4, 128), t("f32", 5, 8), None, t("bf16", 8, 128, 128),
                            t("bf16", 8, 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-                           1.0, "silu", None, None, None, False, PTR + WS, WS)),
+                           1.0, "silu", None, None, None, False, PTR + WS, WS),
+     "expected shape [4, 8]"),
     ("fused_moe", "w_gate_up",
      lambda: raw.fused_moe(t("bf16", 4, 128), t("f32", 4, 8), None, t("f16", 8, 128, 128),
                            t("bf16", 8, 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-                           1.0, "silu", None, None, None, False, PTR + WS, WS)),
+                           1.0, "silu", None, None, None, False, PTR + WS, WS),
+     "expected dtype bf16 (that of 'hidden_states')"),
     ("fused_moe_shared_expert", "shared_w_down",
      lambda: raw.fused_moe_shared_expert(
          t("bf16", 4, 128), t("f32", 4, 8), None, t("bf16", 8, 128, 128), t("bf16", 8, 128, 64),
          t("bf16", 256, 128), t("bf16", 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-         1.0, "silu", None, None, None, None, None, False, PTR + WS, WS)),
+         1.0, "silu", None, None, None, None, None, False, PTR + WS, WS),
+     "expected shape [128, 128]"),
     ("fused_moe", "gating_output",
      lambda: raw.fused_moe(t("bf16", 4, 128), t("f32", 4, 8), None, t("bf16", 8, 128, 128),
                            t("bf16", 8, 128, 64), t("bf16", 4, 128), 2, True, "softmax", 0, 0,
-                           1.0, "silu", None, None, t("i32", 16), False, PTR + WS, WS)),
+                           1.0, "silu", None, None, t("i32", 16), False, PTR + WS, WS),
+     "expected one column per global expert (expert_map has 16 entries)"),
     ("shared_expert_mlp", "w_gate_up",
      lambda: raw.shared_expert_mlp(t("bf16", 4, 128), t("bf16", 256, 64), t("bf16", 128, 128),
-                                   t("bf16", 4, 128), "silu", None, None, PTR + WS, WS)),
+                                   t("bf16", 4, 128), "silu", None, None, PTR + WS, WS),
+     "expected shape [*, 128]"),
     ("fused_moe_experts", "activation",
      lambda: raw.fused_moe_experts(t("bf16", 4, 128), t("bf16", 8, 128, 128),
                                    t("bf16", 8, 128, 64), t("f32", 4, 2), t("i32", 4, 2),
-                                   t("bf16", 4, 128), "swiglu", None, None, None, False, PTR + WS, WS)),
+                                   t("bf16", 4, 128), "swiglu", None, None, None, False, PTR + WS, WS),
+     "expected 'silu', 'gelu', 'gelu_tanh', 'relu2' or 'swigluoai'"),
     ("shared_expert_mlp", "down_bias",
      lambda: raw.shared_expert_mlp(t("bf16", 4, 128), t("bf16", 128, 128), t("bf16", 128, 64),
                                    t("bf16", 4, 128), "swigluoai", None, t("f16", 128), PTR + WS,
-                                   WS)),
+                                   WS),
+     "expected dtype f32 or bf16"),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("op,arg,call", BAD_CALLS, ids=[f"{o}-{a}" for o, a, _ in BAD_CALLS])
-def test_rejects_bad_input_with_the_cpp_message(op, arg, call):
+@pytest.mark.parametrize("op,arg,call,expected", BAD_CALLS,
+                         ids=[f"{o}-{a}" for o, a, _, _ in BAD_CALLS])  # fmt: skip
+def test_rejects_bad_input_with_the_cpp_message(op, arg, call, expected):
     with pytest.raises(moekit.MoekitError) as info:
         call()
     msg = str(info.value)
-    assert msg.startswith(f"moekit::{op}: argument '"), msg
-    assert f"'{arg}'" in msg or f"'params.{arg}'" in msg, msg
-    assert "expected" in msg and "got" in msg, msg
+    assert msg.startswith(f"moekit::{op}: argument '{arg}': {expected}, got "), msg
 
 
 def test_workspace_size_queries_take_shapes_only():
@@ -270,7 +303,8 @@ def test_activations_by_name_and_their_workspace():
 
 @pytest.mark.skipif(raw.device_count() > 0, reason="a CUDA device is present (would launch)")
 def test_valid_call_without_a_gpu_raises_a_cuda_error():
-    with pytest.raises(moekit.MoekitError, match=r"moekit::fused_topk"):
+    with pytest.raises(moekit.MoekitError, match="moekit::fused_topk: argument 'stream': "
+                       "expected a CUDA device to launch on"):  # fmt: skip
         raw.fused_topk(t("f32", 4, 8), None, t("f32", 4, 2, ptr=PTR + 4096),
                        t("i32", 4, 2, ptr=PTR + 8192), 2)  # fmt: skip
 
@@ -279,9 +313,6 @@ def test_valid_call_without_a_gpu_raises_a_cuda_error():
 #
 # Each tensor gets its own fake address (slot k at (k + 1) * 2^40), so the only overlap
 # is the one a row makes on purpose. The messages are the C++ ones, exactly.
-
-_slot = [0]
-
 
 def d(dtype, *shape):
     """A tensor tuple at a fresh fake device address."""
@@ -441,6 +472,22 @@ def test_workspace_size_queries_refuse_bad_shapes():
             "2^48, got bf16[4611686018427387904, 64]")):  # fmt: skip
         q(1 << 62)
     assert q(4) > 0
+
+
+@pytest.mark.skipif(raw.device_count() > 0, reason="a CUDA device is present (would launch)")
+@pytest.mark.parametrize("op,call", [
+    ("fused_topk", _topk()),
+    ("fused_moe_experts", _experts("fused_moe_experts")),
+    ("indexed_expert_mlp", _experts("indexed_expert_mlp")),
+    ("fused_moe", _layer()),
+    ("fused_moe_shared_expert", _layer("fused_moe_shared_expert")),
+])  # fmt: skip
+def test_table_valid_arguments_stop_at_the_launch_target(op, call):
+    """The valid arguments the table's rows break pass every check: without a GPU the call
+    stops at the launch target."""
+    with pytest.raises(moekit.MoekitError, match=re.escape(
+            f"moekit::{op}: argument 'stream': expected a CUDA device to launch on")):  # fmt: skip
+        call()
 
 
 @pytest.mark.skipif(raw.device_count() > 0, reason="a CUDA device is present (would launch)")

@@ -11,7 +11,7 @@ import moekit
 raw = moekit.raw
 
 PTR = 1 << 20  # a fake, well-aligned device address: only ever seen by validation
-WS = 1 << 24
+WS = 1 << 24  # the workspace at PTR + WS, WS bytes
 QUANT = ("weight_quant", "w_gate_up_scale", "w_down_scale", "a_gate_up_scale", "a_down_scale")
 # The positional activation fields (activation, gate_up_bias, down_bias) and engine fields
 # (expert_map, apply_router_weight_on_input) at their defaults.
@@ -22,7 +22,15 @@ ENGINE = (None, False)
 FP8_GEMM_KEYWORDS = ("masked", "alignment", "scales", "activation", "c_scale")
 
 
-def t(dtype, *shape, ptr=PTR):
+_slot = [0]
+
+
+def t(dtype, *shape, ptr=None):
+    """A tensor tuple at `ptr`, by default at a fresh fake address (slot k at (k + 1) * 2^40,
+    away from the workspace): the only overlap is one a test makes on purpose."""
+    if ptr is None:
+        _slot[0] += 1
+        ptr = _slot[0] << 40
     return (ptr, moekit.DTYPES[dtype], shape)
 
 
@@ -56,6 +64,19 @@ def test_fp8_workspace_query_and_defaults():
         raw.indexed_expert_mlp_workspace_size(*args)
 
 
+@pytest.mark.skipif(raw.device_count() > 0, reason="a CUDA device is present (would launch)")
+def test_valid_fp8_calls_stop_at_the_launch_target():
+    """The valid arguments the rejections below break pass every C++ check: without a GPU
+    the call stops at the launch target."""
+    stop = "argument 'stream': expected a CUDA device to launch on"
+    args, q = experts()
+    with pytest.raises(moekit.MoekitError, match="moekit::indexed_expert_mlp: " + stop):
+        raw.indexed_expert_mlp(*args, PTR + WS, WS, **q)
+    base, shared_q = shared_layer()
+    with pytest.raises(moekit.MoekitError, match="moekit::fused_moe_shared_expert: " + stop):
+        raw.fused_moe_shared_expert(*base, PTR + WS, WS, **shared_q)
+
+
 @pytest.mark.parametrize("kw,arg,expected", [
     (dict(weight_quant="fp8"), "weight_quant",
      "expected 'none', 'fp8_per_tensor', 'fp8_per_channel' or 'fp8_block128', got 'fp8'"),
@@ -83,20 +104,26 @@ def test_fp8_past_the_decode_kernels_needs_sm90():
         assert "fp8_sm90 needs an sm_90 device" in str(e), str(e)
 
 
-def test_shared_expert_quantization():
-    x, out = t("bf16", 4, 256), t("bf16", 4, 256)
-    base = (x, t("f32", 4, 8), None, t("bf16", 8, 256, 256), t("bf16", 8, 256, 128),
-            t("fp8e4m3", 256, 256), t("fp8e4m3", 256, 128), out, 2, True, "softmax", 0, 0,
+def shared_layer():
+    """fused_moe_shared_expert's arguments: bf16 routed experts (E = 8, H = 256, F = 128), a
+    fp8_per_channel shared expert (S = 128); and the shared expert's quantization keywords."""
+    base = (t("bf16", 4, 256), t("f32", 4, 8), None, t("bf16", 8, 256, 256),
+            t("bf16", 8, 256, 128), t("fp8e4m3", 256, 256), t("fp8e4m3", 256, 128),
+            t("bf16", 4, 256), 2, True, "softmax", 0, 0,
             1.0) + ACT + (None, None) + ENGINE  # fmt: skip
-    n = raw.fused_moe_shared_expert_workspace_size(
-        *base, shared_weight_quant="fp8_per_channel", shared_w_gate_up_scale=t("f32", 256),
-        shared_w_down_scale=t("f32", 256))  # fmt: skip
+    q = dict(shared_weight_quant="fp8_per_channel", shared_w_gate_up_scale=t("f32", 256),
+             shared_w_down_scale=t("f32", 256))  # fmt: skip
+    return base, q
+
+
+def test_shared_expert_quantization():
+    base, q = shared_layer()
+    n = raw.fused_moe_shared_expert_workspace_size(*base, **q)
     assert n > 0
     with pytest.raises(moekit.MoekitError, match="argument 'shared_quant.w_gate_up_scale': "
                        "expected shape \\[256\\], got f32\\[8, 256\\]"):  # fmt: skip
-        raw.fused_moe_shared_expert(
-            *base, PTR + WS, WS, shared_weight_quant="fp8_per_channel",
-            shared_w_gate_up_scale=t("f32", 8, 256), shared_w_down_scale=t("f32", 256))
+        raw.fused_moe_shared_expert(*base, PTR + WS, WS,
+                                    **dict(q, shared_w_gate_up_scale=t("f32", 8, 256)))
 
 
 @pytest.mark.parametrize("act,arg,got", [
@@ -166,11 +193,12 @@ def test_fp8_gemm_modes_pass_validation(masked, scales, silu, c):
 @pytest.mark.parametrize("case", [
     (dict(scales="row"), "scales", "'block', 'per_channel' or 'per_tensor', got 'row'"),
     (dict(activation="silu"), "activation", "'none' or 'silu_and_mul', got 'silu'"),
-    (dict(c_scale=None, c="fp8e4m3"), "c_scale", ""),
+    (dict(c_scale=None, c="fp8e4m3"), "c_scale", "got an undefined tensor"),
     (dict(c_scale=t("f32", 1, ptr=8 * PTR)), "c_scale", "undefined with a bf16 c"),
     (dict(silu=True, N=96), "b", "N a multiple of 64 (silu_and_mul with block scales)"),
-    (dict(masked=False, scales="per_channel", a_scale=t("f32", 100, 2)), "a_scale", ""),
-    (dict(scales="per_tensor", b_scale=t("f32", 2, 128)), "b_scale", ""),
+    (dict(masked=False, scales="per_channel", a_scale=t("f32", 100, 2)), "a_scale",
+     "shape [100], got f32[100, 2]"),
+    (dict(scales="per_tensor", b_scale=t("f32", 2, 128)), "b_scale", "shape [2], got f32[2, 128]"),
 ], ids=["scales", "activation", "no c_scale", "c_scale with bf16", "silu block N",
         "per-channel a_scale", "per-tensor b_scale"])  # fmt: skip
 def test_fp8_gemm_keywords_are_checked(case):
