@@ -5,7 +5,8 @@ Routes each row's tokens as the bench draws them (N(0,1) logits; softmax, or sig
 N(0, 0.1^2) correction bias and DeepSeek-V3's group selection), with this script's own
 random draws: the counts follow the bench's distribution, not its exact values. Then counts
 the rows the tiles multiply: an expert's rows in 128-row m-tiles, each tile's last warpgroup
-skipped when it has no row (64-row granularity), a tail of <= 16 rows swapped (16). The
+skipped when it has no row (64-row granularity), a tail of <= 32 rows swapped (wgmma N =
+16 or 32: swap_tile.cuh). The
 waste column is multiplied rows / routed rows - 1: what tiles sized to each expert's row
 count could save of the GEMMs' tensor work at most.
 
@@ -50,7 +51,7 @@ def multiplied_rows(r):
     full, tail = divmod(r, 128)
     if tail == 0:
         return 128 * full
-    return 128 * full + (16 if tail <= 16 else 64 if tail <= 64 else 128)
+    return 128 * full + (16 if tail <= 16 else 32 if tail <= 32 else 64 if tail <= 64 else 128)
 
 
 def main():
