@@ -82,7 +82,9 @@ struct GroupedGemmFP8Args {
   TensorView c;  // out bf16 (or fp8e4m3, below), masked [E, max_m, N] or contiguous [P, N]
   // With an fp8e4m3 c (e.g. the down GEMM's a operand, per-tensor scale): its given scale,
   // [1] f32: c = e4m3(value / c_scale), rounded to nearest even, saturated at +-448 (the value
-  // rounded once). Undefined with a bf16 c.
+  // rounded once). Undefined with a bf16 c. A positive normal float (>= 2^-126): the kernels
+  // multiply by its reciprocal, which overflows under 2^-128, where a zero value then
+  // stores NaN instead of 0.
   TensorView c_scale;
   PermutedLayout layout = PermutedLayout::masked(0);
   Fp8Scales scales = Fp8Scales::kBlock;

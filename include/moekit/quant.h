@@ -11,7 +11,8 @@
 // The weight an op uses is dequant(w)[n, k] = float(w[n, k]) * scale(n, k): scale(n, k) is
 // the matrix's one scale (per tensor), row n's (per channel) or block (n/128, k/128)'s.
 // a_gate_up_scale / a_down_scale: optional [1] f32 static activation scales (kFp8PerTensor
-// only; undefined = dynamic). Which activations a path quantizes, and how: docs/moe.md.
+// only; undefined = dynamic), positive normal floats (a_down_scale is the gate/up GEMM's
+// c_scale: moekit/gemm.h says why). Which activations a path quantizes, and how: docs/moe.md.
 #pragma once
 
 #include <cstdint>
