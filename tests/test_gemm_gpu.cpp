@@ -1133,6 +1133,10 @@ std::vector<Fp8ModeCase> fp8_mode_cases() {
   v.back().b_mag = 1e4;
   contig("contig_scales_mixed", 4, {17, 90}, 2, 128, 256)->a_mag = 1e-6;
   v.back().b_mag = 1e4;
+  // Huge a scales beside tiny b scales (2^20 / 2^-20: rows of huge activations quantized
+  // against tiny weight scales), outputs ~1; the masked case below, the reverse.
+  contig("contig_scales_2p20_2m20", 4, {17, 90}, 2, 128, 256)->a_mag = 0x1p20;
+  v.back().b_mag = 0x1p-20;
   // The masked layout in every mode (counts past max_m and negative are clamped).
   Fp8ModeCase m;
   m.name = "masked_edges";
@@ -1141,6 +1145,19 @@ std::vector<Fp8ModeCase> fp8_mode_cases() {
   m.max_m = 72;
   m.n = 200;
   m.k = 400;
+  v.push_back(m);
+  m.name = "masked_scales_2m20_2p20";
+  m.a_mag = 0x1p-20;
+  m.b_mag = 0x1p20;
+  v.push_back(m);
+  // Every masked group empty, in every mode (the block-scaled form: fp8_masked_cases).
+  m = Fp8ModeCase{};
+  m.name = "masked_all_empty_every_mode";
+  m.contiguous = false;
+  m.counts = {0, 0, 0};
+  m.max_m = 32;
+  m.n = 128;
+  m.k = 256;
   v.push_back(m);
   return v;
 }
@@ -1270,8 +1287,10 @@ TEST(GemmGpu, Fp8EveryLayoutScaleModeAndActivationMatchesReference) {
 TEST(GemmGpu, Fp8OutputWithAGivenScaleMatchesReference) {
   MOEKIT_REQUIRE_GPU();
   for (const Fp8ModeCase& c : fp8_mode_cases()) {
-    if (c.name != "contig_a16_mixed" && c.name != "contig_odd_nk" && c.name != "contig_p1" &&
-        c.name != "contig_scales_mixed" && c.name != "masked_edges") {
+    if (c.name != "contig_a16_mixed" && c.name != "contig_odd_nk" && c.name != "contig_p0" &&
+        c.name != "contig_p1" && c.name != "contig_scales_mixed" &&
+        c.name != "contig_scales_2p20_2m20" && c.name != "masked_edges" &&
+        c.name != "masked_scales_2m20_2p20" && c.name != "masked_all_empty_every_mode") {
       continue;
     }
     for (Fp8Scales s : {Fp8Scales::kBlock, Fp8Scales::kPerChannel, Fp8Scales::kPerTensor})

@@ -1,7 +1,8 @@
 // GPU tests of the FP8 direct kernels (docs/moe.md "FP8 direct kernels") against the CPU
 // references on the dequantized weights: every scheme, bf16 and f16 activations, odd shapes,
 // T = 0, 1 and up to the direct path's 128, -1 / out-of-range ids and empty experts, e4m3
-// subnormals, scales of extreme magnitude (2^-40 .. 2^40); the engine inputs (expert maps,
+// subnormals, scales of extreme magnitude (2^-40 .. 2^40), static per-tensor activation scales
+// (which these kernels do not read); the engine inputs (expert maps,
 // i64 ids, apply_router_weight_on_input) on the FP8 path; poisoned outputs, NaN-free results. The
 // decode kernels do not quantize activations, so the dtype's own tolerance applies (the reference's
 // weights are exactly the kernel's).
@@ -88,6 +89,16 @@ HostTensor scales(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64
 
 struct Fp8Weights {
   HostTensor wgu, wd, sgu, sd;
+  // Optional static per-tensor activation scales ([1] f32 each; dtype kUndefined: none). The
+  // FP8 direct kernels and the weight-only GEMMs do not read them (docs/moe.md).
+  HostTensor agu, adn;
+  void set_static_scales(double gate_up, double down) {
+    agu = HostTensor(DType::kF32, {1});
+    adn = HostTensor(DType::kF32, {1});
+    agu.set(0, gate_up);
+    adn.set(0, down);
+  }
+  bool has_static_scales() const { return agu.dtype() != DType::kUndefined; }
   // count 0: a dense MLP (no E axis). gate_up_base / down_base: the scale bases (extreme
   // magnitudes test the dequantization's range).
   Fp8Weights(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64_t H, int64_t F,
@@ -121,6 +132,22 @@ WeightQuant host_quant_of(QuantScheme scheme, const HostTensor& sgu, const HostT
   return q;
 }
 
+// w's static activation scales (when set) into q: device copies in agu / adn (the caller's,
+// alive while q is used), or w's host tensors (agu == nullptr).
+void add_static_scales(WeightQuant& q, const Fp8Weights& w, DeviceTensor* agu = nullptr,
+                       DeviceTensor* adn = nullptr) {
+  if (!w.has_static_scales()) return;
+  if (agu == nullptr) {
+    q.a_gate_up_scale = w.agu.view();
+    q.a_down_scale = w.adn.view();
+    return;
+  }
+  *agu = DeviceTensor(w.agu);
+  *adn = DeviceTensor(w.adn);
+  q.a_gate_up_scale = agu->view();
+  q.a_down_scale = adn->view();
+}
+
 void expect_close(const HostTensor& out, const HostTensor& ref, DType dt, const std::string& what) {
   const Tolerance tol = tolerance_for(dt);
   const Accuracy acc = compare(out.view(), ref.view(), tol);
@@ -135,6 +162,9 @@ struct Case {
   double gate_up_base = 1.0, down_base = 1.0;
   int spread = 0;
   bool subnormal = false;  // subnormal e4m3 codes only (scale bases ~2^13 make up for them)
+  // Static per-tensor activation scales of 2^-20 (gate/up) and 2^20 (down), which would
+  // saturate or flush every activation if read; kFp8PerTensor only.
+  bool static_scales = false;
 };
 
 std::string name(QuantScheme s, const Case& c) {
@@ -142,7 +172,8 @@ std::string name(QuantScheme s, const Case& c) {
          " H=" + std::to_string(c.H) + " E=" + std::to_string(c.E) + " F=" + std::to_string(c.F) +
          " K=" + std::to_string(c.K) + " ids=" + moetest::ids_name(c.ids) +
          " scales=" + std::to_string(c.gate_up_base) + "/" + std::to_string(c.down_base) + "x2^+-" +
-         std::to_string(c.spread) + (c.subnormal ? " subnormal codes" : "");
+         std::to_string(c.spread) + (c.subnormal ? " subnormal codes" : "") +
+         (c.static_scales ? " static scales" : "");
 }
 
 // indexed_expert_mlp with FP8 weights on device copies of host inputs (map optional).
@@ -151,13 +182,14 @@ HostTensor run_fp8_indexed(QuantScheme scheme, const HostTensor& x, const Fp8Wei
                            bool apply, RoutedPath expected = RoutedPath::kDirect) {
   const int64_t T = x.shape()[0], H = x.shape()[1];
   DeviceTensor dx(x), dwgu(w.wgu), dwd(w.wd), dsgu(w.sgu), dsd(w.sd), dtw(tw), dids(ids);
-  DeviceTensor dout(x.dtype(), {T, H}), dmap;  // poisoned
+  DeviceTensor dout(x.dtype(), {T, H}), dmap, dagu, dadn;  // poisoned
   if (map) dmap = DeviceTensor(*map);
   IndexedExpertMLPArgs a;
   a.hidden_states = dx.view();
   a.w_gate_up = dwgu.view();
   a.w_down = dwd.view();
   a.quant = quant_of(scheme, dsgu, dsd);
+  add_static_scales(a.quant, w, &dagu, &dadn);
   a.topk_weights = dtw.view();
   a.topk_ids = dids.view();
   a.output = dout.view();
@@ -190,6 +222,7 @@ HostTensor reference_indexed(QuantScheme scheme, const HostTensor& x, const Fp8W
   h.w_gate_up = w.wgu.view();
   h.w_down = w.wd.view();
   h.quant = host_quant_of(scheme, w.sgu, w.sd);
+  add_static_scales(h.quant, w);
   h.topk_weights = tw.view();
   h.topk_ids = ids.view();
   if (map) h.expert_map = map->view();
@@ -206,8 +239,8 @@ void check_indexed(QuantScheme scheme, const Case& c, uint64_t seed,
   SCOPED_TRACE(what);
   std::mt19937_64 rng(seed);
   const HostTensor x = moetest::normal(rng, c.dt, {c.T, c.H}, 1.0);
-  const Fp8Weights w(rng, scheme, c.E, c.H, c.F, c.gate_up_base, c.down_base, c.spread,
-                     c.subnormal);
+  Fp8Weights w(rng, scheme, c.E, c.H, c.F, c.gate_up_base, c.down_base, c.spread, c.subnormal);
+  if (c.static_scales) w.set_static_scales(std::ldexp(1.0, -20), std::ldexp(1.0, 20));
   const HostTensor tw = moetest::make_topk_weights(rng, c.T, c.K);
   const HostTensor ids = moetest::make_ids(rng, c.T, c.K, c.E, c.ids);
   const HostTensor got = run_fp8_indexed(scheme, x, w, tw, ids, nullptr, false, expected);
@@ -289,6 +322,16 @@ TEST(MoEFp8Gpu, ExtremeScalesStayFiniteAndMatch) {
         check_indexed(s, Case{DType::kBF16, 9, H, 6, F, 2, Ids::kMixed, 1.0, 1.0, 20}, ++seed);
     }
   }
+  // Per tensor with static activation scales of extreme magnitude (2^-20 / 2^20), which the
+  // direct kernels do not read: T = 1 and 9 (empty experts), with extreme weight scales too.
+  const int64_t H = 64, F = 96;
+  for (const auto& [T, gu, dn] : {std::tuple<int64_t, double, double>{1, 1.0, 1.0},
+                                  {9, std::ldexp(1.0, -40), std::ldexp(1.0, 40)},
+                                  {9, std::ldexp(1.0, 20), std::ldexp(1.0, -30)}}) {
+    Case c{DType::kBF16, T, H, 6, F, 2, Ids::kMixed, gu, dn, 0};
+    c.static_scales = true;
+    check_indexed(QuantScheme::kFp8PerTensor, c, ++seed);
+  }
 }
 
 // Every weight a subnormal e4m3 code: the exact e4m3 -> bf16 trick and the f16 conversion
@@ -311,45 +354,65 @@ TEST(MoEFp8Gpu, EmptyBatchesLaunchNothing) {
   MOEKIT_REQUIRE_GPU();
   for (QuantScheme s : kSchemes)
     check_indexed(s, Case{DType::kBF16, 0, 128, 4, 128, 2, Ids::kDistinct}, 5);
+  Case with_static{DType::kBF16, 0, 128, 4, 128, 2, Ids::kDistinct};
+  with_static.static_scales = true;
+  check_indexed(QuantScheme::kFp8PerTensor, with_static, 6);
 }
 
-// shared_expert_mlp with FP8 weights (the dense form of the decode kernel).
+// shared_expert_mlp with FP8 weights (the dense form of the decode kernel, plan asserted):
+// T = 0 to 64, odd widths (per tensor / per channel); then bf16 with extreme scales and
+// compensating down scales (activations ~2^-41 and ~2^40, outputs ~1), per tensor with
+// static activation scales of 2^-20 / 2^20 (not read).
 TEST(MoEFp8Gpu, SharedExpertMlpMatchesReference) {
   MOEKIT_REQUIRE_GPU();
+  const auto run = [](QuantScheme s, int64_t T, DType dt, double gate_up_base, double down_base,
+                      bool stat, uint64_t seed) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    const int64_t H = block ? 512 : 112, S = block ? 384 : 48;
+    SCOPED_TRACE(std::string(quant_scheme_name(s)) + " " + dtype_name(dt) +
+                 " T=" + std::to_string(T) + " scales " + std::to_string(gate_up_base) + "/" +
+                 std::to_string(down_base) + (stat ? " static scales" : ""));
+    std::mt19937_64 rng(seed);
+    const HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
+    Fp8Weights w(rng, s, 0, H, S, gate_up_base, down_base);
+    if (stat) w.set_static_scales(std::ldexp(1.0, -20), std::ldexp(1.0, 20));
+    DeviceTensor dx(x), dwgu(w.wgu), dwd(w.wd), dsgu(w.sgu), dsd(w.sd), dagu, dadn;
+    DeviceTensor dout(dt, {T, H});  // poisoned
+    SharedExpertMLPArgs a;
+    a.hidden_states = dx.view();
+    a.w_gate_up = dwgu.view();
+    a.w_down = dwd.view();
+    a.quant = quant_of(s, dsgu, dsd);
+    add_static_scales(a.quant, w, &dagu, &dadn);
+    a.output = dout.view();
+    EXPECT_EQ(plan_shared_expert_mlp(a).path, MlpPath::kDirect)
+        << to_string(plan_shared_expert_mlp(a));
+    DeviceWorkspace ws(shared_expert_mlp_workspace_size(a));
+    a.workspace = ws.get();
+    shared_expert_mlp(a, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    HostTensor ref(dt, {T, H});
+    SharedExpertMLPArgs h = a;
+    h.hidden_states = x.view();
+    h.w_gate_up = w.wgu.view();
+    h.w_down = w.wd.view();
+    h.quant = host_quant_of(s, w.sgu, w.sd);
+    add_static_scales(h.quant, w);
+    h.output = ref.view();
+    reference::shared_expert_mlp(h);
+    expect_close(dout.download(), ref, dt, "shared_expert_mlp");
+  };
   uint64_t seed = 77;
   for (QuantScheme s : kSchemes) {
-    const bool block = s == QuantScheme::kFp8Block128;
     for (int64_t T : {0, 1, 2, 31, 64}) {
-      const int64_t H = block ? 512 : 112, S = block ? 384 : 48;
-      for (DType dt : {DType::kBF16, DType::kF16}) {
-        SCOPED_TRACE(std::string(quant_scheme_name(s)) + " " + dtype_name(dt) +
-                     " T=" + std::to_string(T));
-        std::mt19937_64 rng(++seed);
-        const HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
-        const Fp8Weights w(rng, s, 0, H, S);
-        DeviceTensor dx(x), dwgu(w.wgu), dwd(w.wd), dsgu(w.sgu), dsd(w.sd);
-        DeviceTensor dout(dt, {T, H});
-        SharedExpertMLPArgs a;
-        a.hidden_states = dx.view();
-        a.w_gate_up = dwgu.view();
-        a.w_down = dwd.view();
-        a.quant = quant_of(s, dsgu, dsd);
-        a.output = dout.view();
-        DeviceWorkspace ws(shared_expert_mlp_workspace_size(a));
-        a.workspace = ws.get();
-        shared_expert_mlp(a, nullptr);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        HostTensor ref(dt, {T, H});
-        SharedExpertMLPArgs h = a;
-        h.hidden_states = x.view();
-        h.w_gate_up = w.wgu.view();
-        h.w_down = w.wd.view();
-        h.quant = host_quant_of(s, w.sgu, w.sd);
-        h.output = ref.view();
-        reference::shared_expert_mlp(h);
-        expect_close(dout.download(), ref, dt, "shared_expert_mlp");
-      }
+      for (DType dt : {DType::kBF16, DType::kF16}) run(s, T, dt, 1.0, 1.0, false, ++seed);
     }
+  }
+  seed = 7700;
+  for (QuantScheme s : kSchemes) {
+    const bool per_tensor = s == QuantScheme::kFp8PerTensor;
+    run(s, 9, DType::kBF16, std::ldexp(1.0, -20), std::ldexp(1.0, 40), per_tensor, ++seed);
+    run(s, 33, DType::kBF16, std::ldexp(1.0, 20), std::ldexp(1.0, -40), per_tensor, ++seed);
   }
 }
 
@@ -374,7 +437,7 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
                      RoutedPath expected = RoutedPath::kDirect) {
   const int64_t T = in.x.shape()[0], H = in.x.shape()[1];
   DeviceTensor dx(in.x), dl(in.logits), dwgu(rw.wgu), dwd(rw.wd), dsgu(rw.sgu), dsd(rw.sd), swgu,
-      swd, ssgu, ssd, db, dmap;
+      swd, ssgu, ssd, db, dmap, dagu, dadn, sagu, sadn;
   if (sw != nullptr) {
     swgu = DeviceTensor(sw->wgu);
     swd = DeviceTensor(sw->wd);
@@ -392,6 +455,7 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
   a.moe.w_gate_up = dwgu.view();
   a.moe.w_down = dwd.view();
   a.moe.quant = quant_of(routed, dsgu, dsd);
+  add_static_scales(a.moe.quant, rw, &dagu, &dadn);
   a.moe.output = dout.view();
   if (in.map) a.moe.expert_map = dmap.view();
   a.moe.apply_router_weight_on_input = in.apply;
@@ -399,6 +463,7 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
     a.shared_w_gate_up = swgu.view();
     a.shared_w_down = swd.view();
     a.shared_quant = quant_of(shared, ssgu, ssd);
+    add_static_scales(a.shared_quant, *sw, &sagu, &sadn);
   }
   // A forced routed plan with a shared expert: the planner's shared part beside it.
   LayerPlan plan;
@@ -432,6 +497,7 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
   h.moe.w_gate_up = rw.wgu.view();
   h.moe.w_down = rw.wd.view();
   h.moe.quant = host_quant_of(routed, rw.sgu, rw.sd);
+  add_static_scales(h.moe.quant, rw);
   h.moe.output = ref.view();
   h.moe.expert_map = in.map ? in.map->view() : TensorView{};
   h.moe.workspace = {};
@@ -439,6 +505,7 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
     h.shared_w_gate_up = sw->wgu.view();
     h.shared_w_down = sw->wd.view();
     h.shared_quant = host_quant_of(shared, sw->sgu, sw->sd);
+    add_static_scales(h.shared_quant, *sw);
     reference::fused_moe_shared_expert(h);
   } else {
     reference::fused_moe(h.moe);
@@ -458,31 +525,42 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
 }
 
 // fused_moe_shared_expert: routed experts and the shared expert both FP8 (different schemes),
-// grouped sigmoid routing with a bias (DeepSeek-V3's), T up to 64.
+// grouped sigmoid routing with a bias (DeepSeek-V3's), T up to 64; then both per tensor with
+// static activation scales of 2^-20 / 2^20 (which the direct kernels do not read).
 TEST(MoEFp8Gpu, FusedMoeSharedExpertMatchesReference) {
   MOEKIT_REQUIRE_GPU();
-  uint64_t seed = 4242;
   const int64_t H = 256, E = 16, F = 128, S = 256;
-  for (QuantScheme routed : kSchemes) {
-    for (int64_t T : {0, 1, 17, 64}) {
-      SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(T));
-      const QuantScheme shared = routed == QuantScheme::kFp8Block128 ? QuantScheme::kFp8PerChannel
-                                                                     : QuantScheme::kFp8Block128;
-      std::mt19937_64 rng(++seed);
-      LayerInputs in;
-      in.x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
-      in.logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
-      const HostTensor bias = moetest::normal(rng, DType::kF32, {E}, 0.1);
-      in.bias = &bias;
-      const Fp8Weights rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
-      in.params.top_k = 4;
-      in.params.scoring_func = ScoringFunc::kSigmoid;
-      in.params.num_expert_group = 4;
-      in.params.topk_group = 2;
-      in.params.renormalize = true;
-      check_fp8_layer(routed, shared, in, rw, &sw);
+  const auto run = [&](QuantScheme routed, QuantScheme shared, int64_t T, bool stat,
+                       uint64_t seed) {
+    SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " + shared " + quant_scheme_name(shared) +
+                 " T=" + std::to_string(T) + (stat ? " static scales" : ""));
+    std::mt19937_64 rng(seed);
+    LayerInputs in;
+    in.x = moetest::normal(rng, DType::kBF16, {T, H}, 1.0);
+    in.logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
+    const HostTensor bias = moetest::normal(rng, DType::kF32, {E}, 0.1);
+    in.bias = &bias;
+    Fp8Weights rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
+    if (stat) {
+      rw.set_static_scales(std::ldexp(1.0, -20), std::ldexp(1.0, 20));
+      sw.set_static_scales(std::ldexp(1.0, -20), std::ldexp(1.0, 20));
     }
+    in.params.top_k = 4;
+    in.params.scoring_func = ScoringFunc::kSigmoid;
+    in.params.num_expert_group = 4;
+    in.params.topk_group = 2;
+    in.params.renormalize = true;
+    check_fp8_layer(routed, shared, in, rw, &sw);
+  };
+  uint64_t seed = 4242;
+  for (QuantScheme routed : kSchemes) {
+    const QuantScheme shared = routed == QuantScheme::kFp8Block128 ? QuantScheme::kFp8PerChannel
+                                                                   : QuantScheme::kFp8Block128;
+    for (int64_t T : {0, 1, 17, 64}) run(routed, shared, T, false, ++seed);
   }
+  seed = 4280;
+  for (int64_t T : {0, 1, 64})
+    run(QuantScheme::kFp8PerTensor, QuantScheme::kFp8PerTensor, T, true, ++seed);
 }
 
 // fused_moe (no shared expert) with FP8 routed weights on the direct path: softmax and
@@ -738,9 +816,9 @@ TEST(MoEFp8Gpu, LayerWithAMapAndRouterWeightOnInput) {
 // tiles): per-channel and per-tensor weights, T = 0, 1, odd counts and past the direct path,
 // odd H and F (multiples of 16), skewed routing (all tokens on a few experts, most experts
 // empty), an expert map (-1 ids of non-local experts), gate/up scales of 2^+-30 (down scales of
-// 2^-+60: outputs ~1), beside a FP8 shared expert; against the reference, NaN-free,
-// bit-identical reruns. The plan is one of
-// the layer's candidates.
+// 2^-+60: outputs ~1), static per-tensor activation scales (not read), beside a FP8 shared
+// expert; against the reference, NaN-free, bit-identical reruns. The plan is one of the layer's
+// candidates.
 TEST(MoEFp8Gpu, FusedMoeWeightOnlySortedPlan) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 9500;
@@ -757,12 +835,14 @@ TEST(MoEFp8Gpu, FusedMoeWeightOnlySortedPlan) {
     int K;
     double scale_base;
     bool skewed, map;
+    bool stat = false;  // static per-tensor activation scales (not read), per tensor only
   };
   const WeightOnlyCase cases[] = {
-      {0, 256, 16, 128, 4, 1.0, false, false},      {1, 256, 16, 128, 4, 1.0, false, false},
-      {17, 272, 16, 80, 4, 1.0, false, false},      {200, 256, 32, 128, 8, 1.0, false, false},
-      {77, 256, 16, 128, 4, 1.0, true, false},      {45, 256, 16, 128, 2, 1.0, false, true},
-      {33, 256, 16, 128, 4, 0x1p-30, false, false}, {33, 256, 16, 128, 4, 0x1p30, false, false},
+      {0, 256, 16, 128, 4, 1.0, false, false},       {1, 256, 16, 128, 4, 1.0, false, false},
+      {17, 272, 16, 80, 4, 1.0, false, false},       {200, 256, 32, 128, 8, 1.0, false, false},
+      {77, 256, 16, 128, 4, 1.0, true, false},       {45, 256, 16, 128, 2, 1.0, false, true},
+      {33, 256, 16, 128, 4, 0x1p-30, false, false},  {33, 256, 16, 128, 4, 0x1p30, false, false},
+      {77, 256, 16, 128, 4, 1.0, true, false, true},
   };
   // The down scale that brings the output back to ~1 (where the bf16 tolerance's absolute
   // part is meant to apply): act ~ gate_up^2 for huge scales (silu(g) ~ g), ~ gate_up^2 / 2
@@ -770,10 +850,11 @@ TEST(MoEFp8Gpu, FusedMoeWeightOnlySortedPlan) {
   const auto down_base = [](double gate_up) { return 1.0 / (gate_up * gate_up); };
   for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
     for (const WeightOnlyCase& c : cases) {
-      SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(c.T) +
-                   " H=" + std::to_string(c.H) + " E=" + std::to_string(c.E) +
-                   " F=" + std::to_string(c.F) + (c.skewed ? " skewed" : "") +
-                   (c.map ? " map" : "") + " scale " + std::to_string(c.scale_base));
+      if (c.stat && routed != QuantScheme::kFp8PerTensor) continue;
+      SCOPED_TRACE(std::string(quant_scheme_name(routed)) + " T=" + std::to_string(c.T) + " H=" +
+                   std::to_string(c.H) + " E=" + std::to_string(c.E) + " F=" + std::to_string(c.F) +
+                   (c.skewed ? " skewed" : "") + (c.map ? " map" : "") + " scale " +
+                   std::to_string(c.scale_base) + (c.stat ? " static scales" : ""));
       std::mt19937_64 rng(++seed);
       LayerInputs in;
       const int64_t E_logits = c.map ? 3 * c.E : c.E;
@@ -790,9 +871,11 @@ TEST(MoEFp8Gpu, FusedMoeWeightOnlySortedPlan) {
       }
       in.params.top_k = c.K;
       in.params.renormalize = true;
-      const Fp8Weights rw(rng, routed, c.E, c.H, c.F, c.scale_base, down_base(c.scale_base));
+      Fp8Weights rw(rng, routed, c.E, c.H, c.F, c.scale_base, down_base(c.scale_base));
+      if (c.stat) rw.set_static_scales(std::ldexp(1.0, -20), std::ldexp(1.0, 20));
       if (c.T > 0) {
-        DeviceTensor dx(in.x), dl(in.logits), dwgu(rw.wgu), dwd(rw.wd), dsgu(rw.sgu), dsd(rw.sd);
+        DeviceTensor dx(in.x), dl(in.logits), dwgu(rw.wgu), dwd(rw.wd), dsgu(rw.sgu), dsd(rw.sd),
+            dagu, dadn;
         FusedMoEArgs a;
         a.hidden_states = dx.view();
         a.gating_output = dl.view();
@@ -800,6 +883,7 @@ TEST(MoEFp8Gpu, FusedMoeWeightOnlySortedPlan) {
         a.w_gate_up = dwgu.view();
         a.w_down = dwd.view();
         a.quant = quant_of(routed, dsgu, dsd);
+        add_static_scales(a.quant, rw, &dagu, &dadn);
         DeviceTensor dmap;
         if (c.map) {
           dmap = DeviceTensor(map);

@@ -2,9 +2,11 @@
 // sorted path (FP8 pre-permute, the contiguous FP8 GEMMs with silu_and_mul, the activation
 // quantized, the combine), moe_expert_mlp on ragged layouts and the dense shared expert on one
 // group, in every scheme (per tensor with static scales too), bf16 and f16, T = 129 and 300
-// (the routed FP8 direct kernels take T <= 128; the dense shared expert's, T <= 64: 65),
-// -1 / out-of-range ids, empty experts and one expert, an expert map with i64 ids and the
-// router weight on the input. Against the CPU references quantizing
+// (the routed FP8 direct kernels take T <= 128; the dense shared expert's, T <= 64: 65), and
+// fused_moe_experts (sorted at any T) at T = 0 and 1, -1 / out-of-range ids, empty experts and
+// one expert, an expert map with i64 ids and the router weight on the input, the 128 x 128
+// and 128 x 256 tiles, widths off the tiles, scales of extreme magnitude (2^-30 .. 2^30, with
+// compensating data). Against the CPU references quantizing
 // the activations as the kernels do (Fp8Activations::kQuantized), at the fp8 tolerance (the
 // GPU reference too, as the bench checks these rows); poisoned outputs, NaN-free results,
 // padding rows untouched.
@@ -39,14 +41,16 @@ constexpr QuantScheme kSchemes[] = {QuantScheme::kFp8PerTensor, QuantScheme::kFp
                                     QuantScheme::kFp8Block128};
 
 // e4m3 weights ~ N(0, 1) codes and scales of `scheme` around 1 / sqrt(cols) (count 0: no E
-// axis), the dequantized weights ~ N(0, 1 / cols).
+// axis), the dequantized weights ~ N(0, 1 / cols); gate_up_mag / down_mag multiply each
+// matrix's scales (extreme magnitudes).
 struct Fp8Set {
   HostTensor wgu, wd, sgu, sd;
-  Fp8Set(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64_t H, int64_t F) {
+  Fp8Set(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64_t H, int64_t F,
+         double gate_up_mag = 1.0, double down_mag = 1.0) {
     wgu = codes(rng, count, 2 * F, H);
     wd = codes(rng, count, H, F);
-    sgu = scales(rng, scheme, count, 2 * F, H);
-    sd = scales(rng, scheme, count, H, F);
+    sgu = scales(rng, scheme, count, 2 * F, H, gate_up_mag);
+    sd = scales(rng, scheme, count, H, F, down_mag);
   }
   static std::vector<int64_t> shape(int64_t count, std::vector<int64_t> dims) {
     if (count > 0) dims.insert(dims.begin(), count);
@@ -60,31 +64,32 @@ struct Fp8Set {
     return w;
   }
   static HostTensor scales(std::mt19937_64& rng, QuantScheme scheme, int64_t count, int64_t rows,
-                           int64_t cols) {
+                           int64_t cols, double mag) {
     std::vector<int64_t> dims;
     if (scheme == QuantScheme::kFp8PerTensor && count == 0) dims = {1};
     if (scheme == QuantScheme::kFp8PerChannel) dims = {rows};
     if (scheme == QuantScheme::kFp8Block128) dims = {(rows + 127) / 128, (cols + 127) / 128};
     HostTensor s(DType::kF32, shape(count, dims));
     std::uniform_real_distribution<double> u(0.5, 1.5);
-    for (int64_t i = 0; i < s.numel(); ++i) s.set(i, u(rng) / std::sqrt(double(cols)));
+    for (int64_t i = 0; i < s.numel(); ++i) s.set(i, mag * u(rng) / std::sqrt(double(cols)));
     return s;
   }
 };
 
 // Device copies of a weight set and its WeightQuant (static per-tensor activation scales
-// when `static_scales`: around the activations' amax / 448).
+// when `static_scales`: around the activations' amax / 448, for gate/up inputs ~ N(0, x_mag^2)
+// and F-wide activations of magnitude act_mag).
 struct DeviceFp8 {
   DeviceTensor wgu, wd, sgu, sd, agu, adn;
   HostTensor hagu, hadn;
   QuantScheme scheme;
   bool static_scales;
-  DeviceFp8(const Fp8Set& w, QuantScheme s, bool stat)
+  DeviceFp8(const Fp8Set& w, QuantScheme s, bool stat, double x_mag = 1.0, double act_mag = 1.0)
       : wgu(w.wgu), wd(w.wd), sgu(w.sgu), sd(w.sd), scheme(s), static_scales(stat) {
     hagu = HostTensor(DType::kF32, {1});
     hadn = HostTensor(DType::kF32, {1});
-    hagu.set(0, 4.0 / 448.0);
-    hadn.set(0, 3.0 / 448.0);
+    hagu.set(0, 4.0 * x_mag / 448.0);
+    hadn.set(0, 3.0 * act_mag / 448.0);
     agu = DeviceTensor(hagu);
     adn = DeviceTensor(hadn);
   }
@@ -140,14 +145,25 @@ struct SortedCase {
   // Widths off the 128 tiles (H = 144, F = 80: per-tensor and per-channel only, block scales
   // take whole 128 x 128 blocks); 0: H = 256, F = 128.
   int64_t H = 0, F = 0;
+  // Extreme magnitudes with compensating data: x ~ N(0, 2^(2 x_exp)), the gate/up and down
+  // weight scales times 2^gate_up_exp and 2^down_exp (the static activation scales follow x
+  // and the F-wide activation, ~ 2^(2 (x_exp + gate_up_exp))); 0: as drawn.
+  int x_exp = 0, gate_up_exp = 0, down_exp = 0;
+  // >= 256 rows an expert (>= 80 with block scales): the planner's fp8_sm90 128x256 tiles
+  // (asserted; gate/up 128x128 with a static a_down_scale, an e4m3 c with a c_scale).
+  bool wide = false;
 };
 
 std::string name(QuantScheme s, bool stat, const SortedCase& c) {
+  const bool extreme = c.x_exp != 0 || c.gate_up_exp != 0 || c.down_exp != 0;
+  const std::string mags = " x 2^" + std::to_string(c.x_exp) + " scales 2^" +
+                           std::to_string(c.gate_up_exp) + " / 2^" + std::to_string(c.down_exp);
   return std::string(quant_scheme_name(s)) + (stat ? " static" : "") + " " + dtype_name(c.dt) +
          (c.H ? " H=" + std::to_string(c.H) + " F=" + std::to_string(c.F) : std::string()) +
          " T=" + std::to_string(c.T) + " E=" + std::to_string(c.E) + " K=" + std::to_string(c.K) +
          " ids=" + moetest::ids_name(c.ids) + (c.indexed ? " indexed" : " fused_moe_experts") +
-         (c.engine ? " map+i64" : "") + (c.apply ? " apply" : "");
+         (c.engine ? " map+i64" : "") + (c.apply ? " apply" : "") +
+         (extreme ? mags : std::string()) + (c.wide ? " wide" : "");
 }
 
 // The routed-experts ops on the sorted path against the quantizing reference (the FP8 GEMMs),
@@ -157,8 +173,9 @@ void check_sorted(QuantScheme scheme, bool stat, const SortedCase& c, uint64_t s
   SCOPED_TRACE(what);
   const int64_t H = c.H ? c.H : 256, F = c.F ? c.F : 128;
   std::mt19937_64 rng(seed);
-  const HostTensor x = moetest::normal(rng, c.dt, {c.T, H}, 1.0);
-  const Fp8Set w(rng, scheme, c.E, H, F);
+  const HostTensor x = moetest::normal(rng, c.dt, {c.T, H}, std::ldexp(1.0, c.x_exp));
+  const Fp8Set w(rng, scheme, c.E, H, F, std::ldexp(1.0, c.gate_up_exp),
+                 std::ldexp(1.0, c.down_exp));
   const HostTensor tw = moetest::make_topk_weights(rng, c.T, c.K);
   const int64_t E_ids = c.engine ? 3 * c.E : c.E;
   const HostTensor ids32 = moetest::make_ids(rng, c.T, c.K, E_ids, c.ids);
@@ -174,7 +191,9 @@ void check_sorted(QuantScheme scheme, bool stat, const SortedCase& c, uint64_t s
     ids = HostTensor(DType::kI64, ids32.shape());
     for (int64_t i = 0; i < ids32.numel(); ++i) ids.as<int64_t>()[i] = ids32.as<int32_t>()[i];
   }
-  const DeviceFp8 dw(w, scheme, stat);
+  // The static scales: x's magnitude, and the F-wide activation's (gate/up outputs squared).
+  const DeviceFp8 dw(w, scheme, stat, std::ldexp(1.0, c.x_exp),
+                     std::ldexp(1.0, 2 * (c.x_exp + c.gate_up_exp)));
   DeviceTensor dx(x), dtw(tw), dids(ids), dmap(map), dout(c.dt, {c.T, H});  // poisoned
   FusedMoEExpertsArgs a;
   a.hidden_states = dx.view();
@@ -192,6 +211,11 @@ void check_sorted(QuantScheme scheme, bool stat, const SortedCase& c, uint64_t s
   // Few routes an expert at F <= 128 (per channel / per tensor, bf16): the weight-only GEMMs,
   // which quantize no rows (the reference as given, the dtype's tolerance); else the FP8 GEMMs.
   const bool weight_only = plan.experts.gate_up.kernel == GemmKernel::kDecodePersistent;
+  if (c.wide) {
+    ASSERT_EQ(plan.experts.down.kernel, GemmKernel::kFp8Sm90) << to_string(plan);
+    EXPECT_EQ(plan.experts.down.tile_n, 256) << to_string(plan);
+    EXPECT_EQ(plan.experts.gate_up.tile_n, stat ? 128 : 256) << to_string(plan);
+  }
   const Fp8Activations acts = weight_only ? Fp8Activations::kAsGiven : Fp8Activations::kQuantized;
   const auto expect_near = [&](const HostTensor& got, const HostTensor& want,
                                const std::string& label) {
@@ -254,10 +278,31 @@ TEST(MoEFp8SortedGpu, RoutedExpertsMatchTheQuantizingReference) {
       {h, 129, 8, 1, Ids::kMinusOne, true, /*engine=*/true, /*apply=*/true},
       {b, 70, 5, 1, Ids::kDistinct, false, /*engine=*/false, /*apply=*/true},
   };
+  // fused_moe_experts at T = 0 and 1 (f16: the FP8 GEMMs in every scheme, where bf16
+  // per-tensor / per-channel layers take the weight-only GEMMs); >= 256 rows an expert (the
+  // 128 x 256 tiles in every scheme, empty experts and -1 ids); extreme scales with
+  // compensating data (bf16: x of 2^+-20 overflows or flushes in f16): huge x and down scales
+  // with tiny gate/up scales (F-wide activations ~2^-20), and the reverse (~2^20), on 128 x 128
+  // and 128 x 256 tiles (block scales: the act quantized in the gate/up epilogue).
+  SortedCase edges[] = {
+      {h, 0, 6, 2, Ids::kDistinct, false},     {h, 1, 6, 2, Ids::kDistinct, false},
+      {b, 520, 4, 2, Ids::kMinusOne, true},    {b, 300, 9, 4, Ids::kMixed, false},
+      {b, 520, 4, 2, Ids::kFewExperts, false},
+  };
+  edges[2].wide = edges[4].wide = true;
+  edges[3].x_exp = 20;
+  edges[3].gate_up_exp = -30;
+  edges[3].down_exp = 20;
+  edges[4].x_exp = -20;
+  edges[4].gate_up_exp = 30;
+  edges[4].down_exp = -20;
   for (QuantScheme s : kSchemes) {
     for (const SortedCase& c : cases) check_sorted(s, false, c, ++seed);
+    for (const SortedCase& c : edges) check_sorted(s, false, c, ++seed);
   }
-  // Widths off the tiles (n and k tails of both FP8 GEMMs), row-wise schemes.
+  // Widths off the tiles (n and k tails of both FP8 GEMMs), row-wise schemes; block scales on
+  // odd counts of whole blocks (H = 384: a 128 x 256 down tile half past n, 3 k blocks of
+  // gate/up).
   SortedCase odd{b, 150, 8, 4, Ids::kMixed, false};
   odd.H = 144;
   odd.F = 80;
@@ -267,7 +312,16 @@ TEST(MoEFp8SortedGpu, RoutedExpertsMatchTheQuantizingReference) {
     check_sorted(s, false, odd, ++seed);
     odd.indexed = false;
   }
-  for (const SortedCase& c : {cases[0], cases[1], cases[2]})
+  SortedCase odd_blocks{b, 200, 8, 4, Ids::kMixed, true};
+  odd_blocks.H = 384;
+  odd_blocks.F = 128;
+  odd_blocks.wide = true;
+  check_sorted(QuantScheme::kFp8Block128, false, odd_blocks, ++seed);
+  // Static per-tensor activation scales: on the FP8 GEMMs, at T = 0 and 1, on 128 x 256 down
+  // tiles, of extreme magnitude (2^-27 .. 2^13 here); and on the weight-only GEMMs (T = 5,
+  // bf16), which do not read them.
+  for (const SortedCase& c :
+       {cases[0], cases[1], cases[2], cases[5], edges[0], edges[1], edges[2], edges[3], edges[4]})
     check_sorted(QuantScheme::kFp8PerTensor, true, c, ++seed);
 }
 
@@ -409,22 +463,43 @@ TEST(MoEFp8SortedGpu, LayerWithSharedGemmsBesideRoutedDirectKernels) {
   }
 }
 
-// shared_expert_mlp past T = 64 (one group of T rows), bf16 and f16 outputs, static scales.
+// shared_expert_mlp past T = 64 (one group of T rows), bf16 and f16 outputs, static scales;
+// widths off the tiles (per tensor / per channel: H = 144, S = 80; blocks: S = 128), and
+// extreme scales with compensating data as in the routed test above (bf16): huge x and down
+// scales with tiny gate/up scales (static scales of 2^13 and 2^-27 per tensor), and the
+// reverse on 300 rows (fp8_sm90 128x256 in every scheme).
 TEST(MoEFp8SortedGpu, SharedExpertMlpPastTheDecodeKernel) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 33000;
+  struct DenseCase {
+    int64_t T;
+    DType dt;
+    bool stat;
+    bool odd = false;
+    int x_exp = 0, gate_up_exp = 0, down_exp = 0;
+  };
   for (QuantScheme s : kSchemes) {
-    for (const auto& [T, dt, stat] : {std::tuple<int64_t, DType, bool>{65, DType::kBF16, false},
-                                      {300, DType::kF16, false},
-                                      {129, DType::kBF16, s == QuantScheme::kFp8PerTensor}}) {
-      const int64_t H = 384, S = 256;
-      const std::string what = std::string(quant_scheme_name(s)) + (stat ? " static " : " ") +
-                               dtype_name(dt) + " T=" + std::to_string(T);
+    const bool per_tensor = s == QuantScheme::kFp8PerTensor;
+    const bool block = s == QuantScheme::kFp8Block128;
+    for (const DenseCase& c : {DenseCase{65, DType::kBF16, false},
+                               {300, DType::kF16, false},
+                               {129, DType::kBF16, per_tensor},
+                               {97, DType::kBF16, per_tensor, true, 20, -30, 20},
+                               {300, DType::kBF16, false, false, -20, 30, -20}}) {
+      const int64_t T = c.T, H = c.odd && !block ? 144 : 384;
+      const int64_t S = !c.odd ? 256 : block ? 128 : 80;
+      const DType dt = c.dt;
+      const std::string what = std::string(quant_scheme_name(s)) + (c.stat ? " static " : " ") +
+                               dtype_name(dt) + " T=" + std::to_string(T) +
+                               " H=" + std::to_string(H) + " S=" + std::to_string(S) + " x 2^" +
+                               std::to_string(c.x_exp) + " scales 2^" +
+                               std::to_string(c.gate_up_exp) + " / 2^" + std::to_string(c.down_exp);
       SCOPED_TRACE(what);
       std::mt19937_64 rng(++seed);
-      const HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
-      const Fp8Set w(rng, s, 0, H, S);
-      const DeviceFp8 dw(w, s, stat);
+      const HostTensor x = moetest::normal(rng, dt, {T, H}, std::ldexp(1.0, c.x_exp));
+      const Fp8Set w(rng, s, 0, H, S, std::ldexp(1.0, c.gate_up_exp), std::ldexp(1.0, c.down_exp));
+      const DeviceFp8 dw(w, s, c.stat, std::ldexp(1.0, c.x_exp),
+                         std::ldexp(1.0, 2 * (c.x_exp + c.gate_up_exp)));
       DeviceTensor dx(x), dout(dt, {T, H});
       SharedExpertMLPArgs a;
       a.hidden_states = dx.view();
@@ -569,80 +644,119 @@ TEST(MoEFp8SortedGpu, SharedExpertPastThe32BitOffsetsRunsTheFp8Gemms) {
 }
 
 // moe_expert_mlp with FP8 weights: ragged counts with empty experts on alignments 1 and 8
-// (padding rows NaN in the input, untouched in the output), in place, every scheme.
+// (padding rows NaN in the input, untouched in the output), in place, every scheme. Then every
+// expert empty (only NaN padding rows), one row in all, and the first counts on widths off the
+// tiles (per tensor / per channel: H = 144, F = 80; blocks: H = 384) and over 256 rows an
+// expert (fp8_sm90 128x256, asserted), with extreme scales and compensating data as in the
+// routed test above (the odd widths with static per-tensor scales).
 TEST(MoEFp8SortedGpu, ExpertMlpOnRaggedLayouts) {
   MOEKIT_REQUIRE_GPU();
-  uint64_t seed = 34000;
-  const int64_t H = 256, F = 128, E = 6;
-  for (QuantScheme s : kSchemes) {
-    for (int alignment : {1, 8}) {
-      for (bool in_place : {false, true}) {
-        const std::string what = std::string(quant_scheme_name(s)) +
-                                 " alignment=" + std::to_string(alignment) +
-                                 (in_place ? " in place" : "");
-        SCOPED_TRACE(what);
-        std::mt19937_64 rng(++seed);
-        const int64_t counts[E] = {37, 0, 129, 1, 0, 70};  // empty and one-row experts
-        const moetest::RaggedRows rows =
-            moetest::ragged_rows(E, alignment, [&](int64_t e) { return counts[e]; });
-        HostTensor x = moetest::normal(rng, DType::kBF16, {rows.P, H}, 1.0);
-        // Padding rows hold NaN: never read (their quantization is skipped), never mixed in.
-        for (int64_t r = 0; r < rows.P; ++r) {
-          if (r < static_cast<int64_t>(rows.expert_of_row.size()) && rows.expert_of_row[r] >= 0)
-            continue;
-          for (int64_t c = 0; c < H; ++c) x.set(r * H + c, std::nan(""));
-        }
-        const Fp8Set w(rng, s, E, H, F);
-        const DeviceFp8 dw(w, s, false);
-        DeviceTensor dx(x), dmeta(rows.meta), dout(DType::kBF16, {rows.P, H});
-        ExpertMLPArgs a;
-        a.expert_input = dx.view();
-        a.layout_metadata = dmeta.view();
-        a.layout = PermutedLayout::contiguous(alignment);
-        a.w_gate_up = dw.wgu.view();
-        a.w_down = dw.wd.view();
-        a.quant = dw.device();
-        a.expert_output = in_place ? dx.view() : dout.view();
-        DeviceWorkspace ws(expert_mlp_workspace_size(a));
-        a.workspace = ws.get();
-        HostTensor ref = in_place ? x : dout.download();  // padding rows: as they were
-        moe_expert_mlp(a, nullptr);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const HostTensor got = in_place ? dx.download() : dout.download();
-        ExpertMLPArgs h = a;
-        h.expert_input = x.view();
-        h.layout_metadata = rows.meta.view();
-        h.w_gate_up = w.wgu.view();
-        h.w_down = w.wd.view();
-        h.quant = dw.host(w);
-        h.expert_output = ref.view();
-        reference::moe_expert_mlp(h, Fp8Activations::kQuantized);
-        // Rows in the groups match the reference; padding rows are untouched (poison, or the
-        // input in place).
-        std::vector<int64_t> data_rows;
-        for (int64_t r = 0; r < rows.P; ++r) {
-          const bool data =
-              r < static_cast<int64_t>(rows.expert_of_row.size()) && rows.expert_of_row[r] >= 0;
-          if (data) {
-            data_rows.push_back(r);
-          } else {
-            EXPECT_EQ(std::memcmp(static_cast<const char*>(got.data()) + r * H * 2,
-                                  static_cast<const char*>(ref.data()) + r * H * 2, H * 2),
-                      0)
-                << "padding row " << r << " written";
-          }
-        }
-        const int64_t n = static_cast<int64_t>(data_rows.size());
-        HostTensor g(DType::kBF16, {n, H}), rf(DType::kBF16, {n, H});
-        for (int64_t i = 0; i < n; ++i) {
-          std::memcpy(static_cast<char*>(g.data()) + i * H * 2,
-                      static_cast<const char*>(got.data()) + data_rows[i] * H * 2, H * 2);
-          std::memcpy(static_cast<char*>(rf.data()) + i * H * 2,
-                      static_cast<const char*>(ref.data()) + data_rows[i] * H * 2, H * 2);
-        }
-        expect_fp8_close(g, rf, what);
+  constexpr int64_t E = 6;
+  struct RaggedCase {
+    int alignment;
+    bool in_place;
+    std::vector<int64_t> counts;  // rows per expert
+    bool odd = false;             // the widths off the tiles
+    bool stat = false;            // static per-tensor activation scales
+    int x_exp = 0, gate_up_exp = 0, down_exp = 0;
+    bool wide = false;  // >= 256 rows an expert: fp8_sm90 128x256 for both GEMMs
+  };
+  const auto run = [&](QuantScheme s, const RaggedCase& c, uint64_t seed) {
+    const bool block = s == QuantScheme::kFp8Block128;
+    const bool stat = c.stat && s == QuantScheme::kFp8PerTensor;
+    const int64_t H = !c.odd ? 256 : block ? 384 : 144, F = c.odd && !block ? 80 : 128;
+    std::string counts;
+    for (int64_t n : c.counts) counts += (counts.empty() ? "" : ",") + std::to_string(n);
+    const std::string what = std::string(quant_scheme_name(s)) + (stat ? " static" : "") +
+                             " alignment=" + std::to_string(c.alignment) +
+                             (c.in_place ? " in place" : "") + " counts {" + counts +
+                             "} H=" + std::to_string(H) + " F=" + std::to_string(F) + " x 2^" +
+                             std::to_string(c.x_exp) + " scales 2^" +
+                             std::to_string(c.gate_up_exp) + " / 2^" + std::to_string(c.down_exp);
+    SCOPED_TRACE(what);
+    std::mt19937_64 rng(seed);
+    const moetest::RaggedRows rows =
+        moetest::ragged_rows(E, c.alignment, [&](int64_t e) { return c.counts[e]; });
+    HostTensor x = moetest::normal(rng, DType::kBF16, {rows.P, H}, std::ldexp(1.0, c.x_exp));
+    // Padding rows hold NaN: never read (their quantization is skipped), never mixed in.
+    for (int64_t r = 0; r < rows.P; ++r) {
+      if (r < static_cast<int64_t>(rows.expert_of_row.size()) && rows.expert_of_row[r] >= 0)
+        continue;
+      for (int64_t col = 0; col < H; ++col) x.set(r * H + col, std::nan(""));
+    }
+    const Fp8Set w(rng, s, E, H, F, std::ldexp(1.0, c.gate_up_exp), std::ldexp(1.0, c.down_exp));
+    const DeviceFp8 dw(w, s, stat, std::ldexp(1.0, c.x_exp),
+                       std::ldexp(1.0, 2 * (c.x_exp + c.gate_up_exp)));
+    DeviceTensor dx(x), dmeta(rows.meta), dout(DType::kBF16, {rows.P, H});
+    ExpertMLPArgs a;
+    a.expert_input = dx.view();
+    a.layout_metadata = dmeta.view();
+    a.layout = PermutedLayout::contiguous(c.alignment);
+    a.w_gate_up = dw.wgu.view();
+    a.w_down = dw.wd.view();
+    a.quant = dw.device();
+    a.expert_output = c.in_place ? dx.view() : dout.view();
+    if (c.wide) {
+      const MlpPlan plan = plan_expert_mlp(a);
+      EXPECT_EQ(plan.gate_up.kernel, GemmKernel::kFp8Sm90) << to_string(plan);
+      EXPECT_EQ(plan.gate_up.tile_n, stat ? 128 : 256) << to_string(plan);
+      EXPECT_EQ(plan.down.tile_n, 256) << to_string(plan);
+    }
+    DeviceWorkspace ws(expert_mlp_workspace_size(a));
+    a.workspace = ws.get();
+    HostTensor ref = c.in_place ? x : dout.download();  // padding rows: as they were
+    moe_expert_mlp(a, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const HostTensor got = c.in_place ? dx.download() : dout.download();
+    ExpertMLPArgs h = a;
+    h.expert_input = x.view();
+    h.layout_metadata = rows.meta.view();
+    h.w_gate_up = w.wgu.view();
+    h.w_down = w.wd.view();
+    h.quant = dw.host(w);
+    h.expert_output = ref.view();
+    reference::moe_expert_mlp(h, Fp8Activations::kQuantized);
+    // Rows in the groups match the reference; padding rows are untouched (poison, or the
+    // input in place).
+    std::vector<int64_t> data_rows;
+    for (int64_t r = 0; r < rows.P; ++r) {
+      const bool data =
+          r < static_cast<int64_t>(rows.expert_of_row.size()) && rows.expert_of_row[r] >= 0;
+      if (data) {
+        data_rows.push_back(r);
+      } else {
+        EXPECT_EQ(std::memcmp(static_cast<const char*>(got.data()) + r * H * 2,
+                              static_cast<const char*>(ref.data()) + r * H * 2, H * 2),
+                  0)
+            << "padding row " << r << " written";
       }
     }
+    const int64_t n = static_cast<int64_t>(data_rows.size());
+    HostTensor g(DType::kBF16, {n, H}), rf(DType::kBF16, {n, H});
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(static_cast<char*>(g.data()) + i * H * 2,
+                  static_cast<const char*>(got.data()) + data_rows[i] * H * 2, H * 2);
+      std::memcpy(static_cast<char*>(rf.data()) + i * H * 2,
+                  static_cast<const char*>(ref.data()) + data_rows[i] * H * 2, H * 2);
+    }
+    expect_fp8_close(g, rf, what);
+  };
+  const std::vector<int64_t> ragged = {37, 0, 129, 1, 0, 70};  // empty and one-row experts
+  uint64_t seed = 34000;
+  for (QuantScheme s : kSchemes) {
+    for (int alignment : {1, 8}) {
+      for (bool in_place : {false, true}) run(s, RaggedCase{alignment, in_place, ragged}, ++seed);
+    }
+  }
+  RaggedCase edges[] = {
+      {8, false, {0, 0, 0, 0, 0, 0}},
+      {1, true, {0, 0, 1, 0, 0, 0}},
+      {1, false, ragged, true, true, 20, -30, 20},
+      {1, false, {600, 0, 300, 1, 0, 900}, false, false, -20, 30, -20, true},
+  };
+  seed = 34500;
+  for (QuantScheme s : kSchemes) {
+    for (const RaggedCase& c : edges) run(s, c, ++seed);
   }
 }
 
