@@ -176,10 +176,19 @@ std::string name(QuantScheme s, const Case& c) {
          (c.static_scales ? " static scales" : "");
 }
 
+// The weight-only GEMMs' plan: the sorted path with decode_persistent on e4m3 weights for
+// both GEMMs (fp8_weight_only_plan).
+bool is_weight_only(const LayerPlan& p) {
+  return p.routed == RoutedPath::kSorted && p.experts.path == MlpPath::kTwoGemms &&
+         p.experts.gate_up.kernel == GemmKernel::kDecodePersistent &&
+         p.experts.down.kernel == GemmKernel::kDecodePersistent;
+}
+
 // indexed_expert_mlp with FP8 weights on device copies of host inputs (map optional).
 HostTensor run_fp8_indexed(QuantScheme scheme, const HostTensor& x, const Fp8Weights& w,
                            const HostTensor& tw, const HostTensor& ids, const HostTensor* map,
-                           bool apply, RoutedPath expected = RoutedPath::kDirect) {
+                           bool apply, RoutedPath expected = RoutedPath::kDirect,
+                           bool weight_only = false) {
   const int64_t T = x.shape()[0], H = x.shape()[1];
   DeviceTensor dx(x), dwgu(w.wgu), dwd(w.wd), dsgu(w.sgu), dsd(w.sd), dtw(tw), dids(ids);
   DeviceTensor dout(x.dtype(), {T, H}), dmap, dagu, dadn;  // poisoned
@@ -196,6 +205,9 @@ HostTensor run_fp8_indexed(QuantScheme scheme, const HostTensor& x, const Fp8Wei
   if (map) a.expert_map = dmap.view();
   a.apply_router_weight_on_input = apply;
   EXPECT_EQ(plan_indexed_expert_mlp(a).routed, expected) << to_string(plan_indexed_expert_mlp(a));
+  if (weight_only)
+    EXPECT_TRUE(is_weight_only(plan_indexed_expert_mlp(a)))
+        << to_string(plan_indexed_expert_mlp(a));
   const size_t bytes = indexed_expert_mlp_workspace_size(a);
   if (T == 0) EXPECT_EQ(bytes, 0u);  // nothing to launch
   DeviceWorkspace ws(bytes);
@@ -232,9 +244,10 @@ HostTensor reference_indexed(QuantScheme scheme, const HostTensor& x, const Fp8W
   return ref;
 }
 
-// indexed_expert_mlp on the planner's path (asserted: `expected`) against the reference.
+// indexed_expert_mlp on the planner's path (asserted: `expected`; `weight_only`: the weight-only
+// GEMMs' plan) against the reference.
 void check_indexed(QuantScheme scheme, const Case& c, uint64_t seed,
-                   RoutedPath expected = RoutedPath::kDirect) {
+                   RoutedPath expected = RoutedPath::kDirect, bool weight_only = false) {
   const std::string what = name(scheme, c);
   SCOPED_TRACE(what);
   std::mt19937_64 rng(seed);
@@ -243,7 +256,8 @@ void check_indexed(QuantScheme scheme, const Case& c, uint64_t seed,
   if (c.static_scales) w.set_static_scales(std::ldexp(1.0, -20), std::ldexp(1.0, 20));
   const HostTensor tw = moetest::make_topk_weights(rng, c.T, c.K);
   const HostTensor ids = moetest::make_ids(rng, c.T, c.K, c.E, c.ids);
-  const HostTensor got = run_fp8_indexed(scheme, x, w, tw, ids, nullptr, false, expected);
+  const HostTensor got =
+      run_fp8_indexed(scheme, x, w, tw, ids, nullptr, false, expected, weight_only);
   expect_close(got, reference_indexed(scheme, x, w, tw, ids, nullptr, false), c.dt, what);
 }
 
@@ -302,7 +316,7 @@ TEST(MoEFp8Gpu, IndexedExpertMlpPast64TokensSmallFTakesWeightOnly) {
                           Case{DType::kBF16, 100, H, 257, 128, 8, Ids::kMixed},
                           Case{DType::kBF16, 128, H, 16, F, 1, Ids::kOneExpert},
                           Case{DType::kBF16, 127, H, 127, F, 8, Ids::kMinusOne}})
-      check_indexed(s, c, ++seed, RoutedPath::kSorted);
+      check_indexed(s, c, ++seed, RoutedPath::kSorted, /*weight_only=*/true);
   }
 }
 
@@ -434,7 +448,7 @@ struct LayerInputs {
 // routed layer alone.
 void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& in,
                      const Fp8Weights& rw, const Fp8Weights* sw, const LayerPlan* forced = nullptr,
-                     RoutedPath expected = RoutedPath::kDirect) {
+                     RoutedPath expected = RoutedPath::kDirect, bool weight_only = false) {
   const int64_t T = in.x.shape()[0], H = in.x.shape()[1];
   DeviceTensor dx(in.x), dl(in.logits), dwgu(rw.wgu), dwd(rw.wd), dsgu(rw.sgu), dsd(rw.sd), swgu,
       swd, ssgu, ssd, db, dmap, dagu, dadn, sagu, sadn;
@@ -477,8 +491,10 @@ void check_fp8_layer(QuantScheme routed, QuantScheme shared, const LayerInputs& 
     a.moe.plan = &plan;
   }
   if (T > 0 && forced == nullptr) {
-    ASSERT_EQ(sw != nullptr ? plan_fused_moe_shared_expert(a).routed : plan_fused_moe(a.moe).routed,
-              expected);
+    const LayerPlan planned =
+        sw != nullptr ? plan_fused_moe_shared_expert(a) : plan_fused_moe(a.moe);
+    ASSERT_EQ(planned.routed, expected) << to_string(planned);
+    if (weight_only) ASSERT_TRUE(is_weight_only(planned)) << to_string(planned);
   }
   DeviceWorkspace ws(sw != nullptr ? fused_moe_shared_expert_workspace_size(a)
                                    : fused_moe_workspace_size(a.moe));
@@ -597,7 +613,8 @@ TEST(MoEFp8Gpu, FusedMoeMatchesReference) {
 // fused_moe past 64 tokens, per-channel and per-tensor routed weights: 64 experts at top-4,
 // T = 65, 97 and 128 (the 8E limit exactly), every count's plan asserted `expected`, against
 // the reference.
-void check_fp8_layers_past_64_tokens(uint64_t seed, int64_t F, RoutedPath expected) {
+void check_fp8_layers_past_64_tokens(uint64_t seed, int64_t F, RoutedPath expected,
+                                     bool weight_only = false) {
   const int64_t H = 256, E = 64;
   for (QuantScheme routed : {QuantScheme::kFp8PerChannel, QuantScheme::kFp8PerTensor}) {
     for (int64_t T : {65, 97, 128}) {
@@ -609,7 +626,7 @@ void check_fp8_layers_past_64_tokens(uint64_t seed, int64_t F, RoutedPath expect
       const Fp8Weights rw(rng, routed, E, H, F);
       in.params.top_k = 4;
       in.params.renormalize = true;
-      check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr, nullptr, expected);
+      check_fp8_layer(routed, QuantScheme::kNone, in, rw, nullptr, nullptr, expected, weight_only);
     }
   }
 }
@@ -625,7 +642,7 @@ TEST(MoEFp8Gpu, FusedMoeDirectPast64Tokens) {
 // the planner takes the weight-only GEMMs (bf16 activations as given).
 TEST(MoEFp8Gpu, FusedMoePast64TokensSmallFTakesWeightOnly) {
   MOEKIT_REQUIRE_GPU();
-  check_fp8_layers_past_64_tokens(4450, 128, RoutedPath::kSorted);
+  check_fp8_layers_past_64_tokens(4450, 128, RoutedPath::kSorted, /*weight_only=*/true);
 }
 
 bool same_bytes(const HostTensor& a, const HostTensor& b) {
