@@ -1121,6 +1121,10 @@ std::vector<Fp8ModeCase> fp8_mode_cases() {
   contig("contig_one_expert_all_rows", 4, {0, 300, 0}, 3, 256, 1024);
   // Many experts, more tiles than SMs (the persistent walk across tiles).
   contig("contig_many_experts", 8, random_counts(40, 0, 100), 0, 512, 256);
+  // More 128 x 256 tiles than SMs too (~250: each block runs several, so whatever a kernel
+  // keeps in shared memory across tiles, e.g. a tile's staged scales, is reused), groups of
+  // up to two m-tiles.
+  contig("contig_many_wide_tiles", 1, random_counts(48, 0, 200), 0, 1024, 128);
   // Long k (56 k blocks, DeepSeek-V3's hidden size).
   contig("contig_long_k7168", 1, {3, 70}, 0, 256, 7168);
   // The longest k of fp8_sm90 128x256's whole-k sums (kFp8FastMaxK), >= 256 rows a group on
