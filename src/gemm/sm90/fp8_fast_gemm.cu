@@ -40,75 +40,75 @@ struct Fp8OutputScales {
   uint32_t* c_amax;  // max |c| (f32 bits) gathered here (fp8_amax.cuh); or nullptr
 };
 
-// acc(i) * a_scale(its row) * b_scale(its b row): the value store_accumulators stores. wgmma
-// D layout (checked by check_accumulator_layout and store_accumulators): element
-// i = e + 2 h + 4 j is row 64 wg + 16 (warp % 4) + lane / 4 + 8 h, column 8 j + 2 q + e;
-// columns < B_BOX come from b box 0 (b rows from b_row0), the rest from box 1 (b_row1; with
-// silu the up rows of the same output columns). Rows past the tile's count and columns
-// past n scale by 0 (their outputs are never stored; their scales may lie past the tensors).
-// Per tensor one b scale; per channel the b row's, at a constant offset from this thread's
-// base per element (so no per-element address arithmetic holds registers).
-template <int B_BOX, bool kPerChannel>
-struct ScaledAccumulator {
-  float sa[2];         // this thread's two rows' a scales
-  const float* sb[2];  // box 0's and box 1's b scales of this thread's first column (per
-                       // tensor: sb[0] is the group's one scale)
-  // Per box, its columns (from this thread's first, 2 q) that are output columns < n: box 1
-  // starts at output column n0 + B_BOX without silu, at n0 with it (the up half).
-  int cols_left[2];
+// The kernel's shared memory: the engine's, then per consumer warpgroup its tile's b scales
+// (per channel), staged there once a tile so the epilogue waits on no global load.
+template <class Cfg>
+struct FastSharedStorage {
+  SharedStorage<Cfg, E4M3> engine;
+  float b_scales[2][Cfg::BN];  // [warpgroup][box * B_BOX + column in box]
+};
 
-  template <class Acc>
-  __device__ __forceinline__ float operator()(const Acc& acc, int i) const {
-    const int c = 8 * (i >> 2) + (i & 1);  // column - 2 q
-    const int box = c < B_BOX ? 0 : 1;     // folds: i is a constant after unrolling
-    const int in_box = c - box * B_BOX;
-    float s;
-    if constexpr (kPerChannel) {
-      s = in_box < cols_left[box] ? __ldg(sb[box] + in_box) : 0.f;
-    } else {
-      s = in_box < cols_left[box] ? __ldg(sb[0]) : 0.f;
-    }
-    return acc(i) * (sa[(i >> 1) & 1] * s);
-  }
+// The scales of one tile a consumer thread loads before the tile's mainloop, so their
+// latency hides behind its wgmmas (loaded after it, the per-channel epilogue waited ~6 us a
+// tile on them: docs/PERF.md "Qwen3-30B FP8 at T = 4096"): its two rows' a scales and, per
+// channel, box 0's and box 1's b scale of column `x` (this thread's index in its warpgroup),
+// per tensor the group's one b scale. 0 for rows past the tile's count and columns past n
+// (their outputs are never stored; their scales may lie past the tensors).
+struct TileScales {
+  float sa[2];
+  float sb[2];
 };
 
 template <class Cfg, bool kPerChannel>
-__device__ __forceinline__ ScaledAccumulator<Cfg::B_BOX, kPerChannel> scaled_accumulator(
-    const Fp8OutputScales& s, const Tile& t, int n, bool silu, int wg, int q) {
-  ScaledAccumulator<Cfg::B_BOX, kPerChannel> v;
+__device__ __forceinline__ TileScales load_tile_scales(const Fp8OutputScales& s, const Tile& t,
+                                                       int n, bool silu, int wg) {
+  static_assert(Cfg::B_BOX == 128, "one column a box for each of a warpgroup's 128 threads");
+  TileScales v;
   const int row0 = 64 * wg + 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
   for (int h = 0; h < 2; ++h) {
     const int r = row0 + 8 * h;
     v.sa[h] = r < t.rows ? __ldg(s.a_scale + (t.c_row + r) * s.a_row) : 0.f;
   }
   const float* group = s.b_scale + static_cast<int64_t>(t.group) * s.b_group;
-  v.sb[0] = group + static_cast<int64_t>(t.b_row0 + 2 * q) * s.b_row;
-  v.sb[1] = group + static_cast<int64_t>(t.b_row1 + 2 * q) * s.b_row;
-  v.cols_left[0] = n - t.n0 - 2 * q;
-  v.cols_left[1] = silu ? v.cols_left[0] : v.cols_left[0] - Cfg::B_BOX;
+  if constexpr (kPerChannel) {
+    const int x = threadIdx.x % 128;
+    const int cols0 = n - t.n0, cols1 = silu ? cols0 : cols0 - Cfg::B_BOX;
+    v.sb[0] = x < cols0 ? __ldg(group + static_cast<int64_t>(t.b_row0 + x) * s.b_row) : 0.f;
+    v.sb[1] = x < cols1 ? __ldg(group + static_cast<int64_t>(t.b_row1 + x) * s.b_row) : 0.f;
+  } else {
+    v.sb[0] = __ldg(group);
+    v.sb[1] = 0.f;
+  }
   return v;
 }
 
-// Per channel, warpgroup 0's threads 0..11 (it runs every tile), before the tile's mainloop:
-// the lines of the tile's b scales (two boxes of up to 128 floats) and its rows' a scales into
-// L1, so the epilogue's per-value loads (ScaledAccumulator) hit L1 instead of each waiting
-// on the L2 after the last wgmma.
-template <class Cfg>
-__device__ __forceinline__ void prefetch_channel_scales(const Fp8OutputScales& s, const Tile& t,
-                                                        int n, bool silu, int ctid) {
-  if (ctid >= 12) return;
-  if (ctid < 8) {  // b: 4 lines of 32 floats a box
-    const int box = ctid >> 2, part = ctid & 3;
-    const int cols = box == 0 || silu ? n - t.n0 : n - t.n0 - Cfg::B_BOX;
-    if (32 * part < cols) {
-      const int64_t row = (box == 0 ? t.b_row0 : t.b_row1) + 32 * part;
-      prefetch_l1(s.b_scale + static_cast<int64_t>(t.group) * s.b_group + row * s.b_row);
+// acc(i) * a_scale(its row) * b_scale(its b row): the value store_accumulators stores. wgmma
+// D layout (checked by check_accumulator_layout and store_accumulators): element
+// i = e + 2 h + 4 j is row 64 wg + 16 (warp % 4) + lane / 4 + 8 h, column 8 j + 2 q + e;
+// columns < B_BOX come from b box 0 (b rows from b_row0), the rest from box 1 (b_row1; with
+// silu the up rows of the same output columns). Per channel the b scale is the warpgroup's
+// staged one (zero past n); per tensor the group's, zero past n.
+template <int B_BOX, bool kPerChannel>
+struct ScaledAccumulator {
+  float sa[2];       // this thread's two rows' a scales
+  const float* sb;   // per channel: the staged scales of this thread's first column (2 q)
+  float sb_tensor;   // per tensor: the group's scale
+  int cols_left[2];  // per tensor: per box, its columns from 2 q that are output columns < n
+
+  template <class Acc>
+  __device__ __forceinline__ float operator()(const Acc& acc, int i) const {
+    const int c = 8 * (i >> 2) + (i & 1);  // column - 2 q (folds: i is a constant)
+    const int box = c < B_BOX ? 0 : 1;
+    const int in_box = c - box * B_BOX;
+    float s;
+    if constexpr (kPerChannel) {
+      s = sb[box * B_BOX + in_box];
+    } else {
+      s = in_box < cols_left[box] ? sb_tensor : 0.f;
     }
-  } else {  // a: 4 lines of 32 rows
-    const int part = ctid - 8;
-    if (32 * part < t.rows) prefetch_l1(s.a_scale + (t.c_row + 32 * part) * s.a_row);
+    return acc(i) * (sa[(i >> 1) & 1] * s);
   }
-}
+};
 
 template <class Cfg, bool kPerChannel>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
   using namespace cute;
   constexpr int BM = Cfg::BM, BN = Cfg::BN;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  auto& ss = *reinterpret_cast<SharedStorage<Cfg, E4M3>*>(smem_raw);
+  auto& fs = *reinterpret_cast<FastSharedStorage<Cfg>*>(smem_raw);
+  auto& ss = fs.engine;
   const int warp_group = threadIdx.x / 128;
 
   auto [pipeline, total, k_tiles, walk] = start_tile_loop<Cfg>(p, ss, warp_group);
@@ -145,18 +146,34 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
     for (int i = 0; i < decltype(size(acc))::value; ++i)
       if (get<1>(tCcC(i)) != 8 * (i >> 2) + 2 * q + (i & 1)) __trap();
     auto* c = static_cast<__nv_bfloat16*>(p.c);
+    const bool silu = p.silu != 0;
+    float* staged = fs.b_scales[wg];
     AmaxObserver amax;
     int j = 0;
     for (int id = channel_get(ss.channel, j++); id < total; id = channel_get(ss.channel, j++)) {
       const Tile t = locate_tile<Cfg>(p, ss.tile_start, id, walk.rank);
+      const bool skip = 64 * wg >= t.rows;  // the whole warpgroup alike
+      TileScales ts{};
+      if (!skip) ts = load_tile_scales<Cfg, kPerChannel>(scales, t, p.n, silu, wg);
+      if (!consume_tile<1>(mma, tCrA, tCrB, acc, pipeline, read, k_tiles, skip, wg)) continue;
+      ScaledAccumulator<Cfg::B_BOX, kPerChannel> value;
+      value.sa[0] = ts.sa[0];
+      value.sa[1] = ts.sa[1];
       if constexpr (kPerChannel) {
-        if (wg == 0) prefetch_channel_scales<Cfg>(scales, t, p.n, p.silu != 0, ctid);
+        // Barrier 2 + wg (this warpgroup's 128 threads; CUTLASS offsets the id past its
+        // reserved ones): every thread is past the last tile's epilogue before the stores,
+        // and every store lands before the epilogue reads.
+        cutlass::arch::NamedBarrier::sync(128, 2 + wg);
+        staged[threadIdx.x % 128] = ts.sb[0];
+        staged[Cfg::B_BOX + threadIdx.x % 128] = ts.sb[1];
+        cutlass::arch::NamedBarrier::sync(128, 2 + wg);
+        value.sb = staged + 2 * q;
+      } else {
+        value.sb_tensor = ts.sb[0];
+        value.cols_left[0] = p.n - t.n0 - 2 * q;
+        value.cols_left[1] = silu ? value.cols_left[0] : value.cols_left[0] - Cfg::B_BOX;
       }
-      if (!consume_tile<1>(mma, tCrA, tCrB, acc, pipeline, read, k_tiles, 64 * wg >= t.rows, wg))
-        continue;
-      store_accumulators<BN, Cfg::B_BOX>(
-          acc, tCcC, t, c, p.n, p.silu != 0, q,
-          scaled_accumulator<Cfg, kPerChannel>(scales, t, p.n, p.silu != 0, wg, q), amax);
+      store_accumulators<BN, Cfg::B_BOX>(acc, tCcC, t, c, p.n, silu, q, value, amax);
     }
     if (scales.c_amax != nullptr) publish_amax(amax.m, scales.c_amax);
   }
@@ -184,9 +201,11 @@ void launch_grouped_gemm_sm90_fp8_fast(const GroupedGemmFP8Problem& prob, cudaSt
   const Fp8OutputScales scales{prob.a_scale, prob.b_scale, si.a_row,
                                si.b_group,   si.b_row,     prob.c_amax};
   if (prob.scales == Fp8Scales::kPerChannel) {
-    launch_wide_fp8<Cfg, sm90_fp8_fast_kernel<Cfg, true>>(tiles, p, scales, stream);
+    launch_wide_fp8<Cfg, sm90_fp8_fast_kernel<Cfg, true>, FastSharedStorage<Cfg>>(tiles, p, scales,
+                                                                                  stream);
   } else {
-    launch_wide_fp8<Cfg, sm90_fp8_fast_kernel<Cfg, false>>(tiles, p, scales, stream);
+    launch_wide_fp8<Cfg, sm90_fp8_fast_kernel<Cfg, false>, FastSharedStorage<Cfg>>(tiles, p, scales,
+                                                                                   stream);
   }
 }
 

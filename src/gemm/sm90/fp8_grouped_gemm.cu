@@ -97,6 +97,9 @@ struct Fp8Storage {
   typename Cfg::Pipeline::SharedStorage pipeline;
   TileChannel channel;                  // tile ids, producer -> consumers (schedule.cuh)
   int tile_start[Cfg::MAX_GROUPS + 1];  // tiles before group g; [G] = total
+  // Per consumer warpgroup, its tile's column scales (per channel / per tensor: b scale times
+  // the output factor, 0 past n), staged once a tile so the epilogue waits on no load.
+  float col_scales[2][Cfg::BN];
 };
 static_assert(sizeof(Fp8Storage) <= 227 * 1024, "shared memory");
 
@@ -336,26 +339,37 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
         }
         store_fp8_tile(p, acc, tCcC, t, q, amax);
       } else {
+        // The scales are loaded before the mainloop (their latency behind its wgmmas): this
+        // thread's two rows' a scales, and column `tid % 128`'s scale, which the
+        // warpgroup stages in shared memory for every thread's epilogue.
+        static_assert(Cfg::BN == 128, "one column a thread of the warpgroup");
+        float sa[2];
+        CUTE_UNROLL
+        for (int h = 0; h < 2; ++h) sa[h] = sa_ptr[h] ? __ldg(sa_ptr[h]) : 0.f;
+        const int x = tid % 128;
+        const float sx = column_in_range(p, t, x)
+                             ? __ldg(sb_group + static_cast<int64_t>(b_row_of(t, x)) * si.b_row) *
+                                   out_f[x >= Cfg::B_BOX]
+                             : 0.f;
         CUTE_NO_UNROLL
         for (int kb = 0; kb < k_blocks; ++kb) {
           stage_into(mma, tCrA, tCrB, blk, pipeline, read);
           CUTE_UNROLL
           for (int i = 0; i < ACC; ++i) acc(i) += blk(i);
         }
+        // Barrier 2 + wg (this warpgroup's 128 threads; CUTLASS offsets the id past its
+        // reserved ones): every thread is past the last tile's epilogue before the store,
+        // and every store lands before the reads.
+        float* staged = ss.col_scales[wg];
+        cutlass::arch::NamedBarrier::sync(128, 2 + wg);
+        staged[x] = sx;
+        cutlass::arch::NamedBarrier::sync(128, 2 + wg);
         // One scale per (row, b row) after the whole k.
-        float sa[2];
-        CUTE_UNROLL
-        for (int h = 0; h < 2; ++h) sa[h] = sa_ptr[h] ? __ldg(sa_ptr[h]) : 0.f;
         CUTE_UNROLL
         for (int j = 0; j < ACC / 4; ++j) {
           CUTE_UNROLL
           for (int e = 0; e < 2; ++e) {
-            const int col = 8 * j + 2 * q + e;
-            const float sb =
-                column_in_range(p, t, col)
-                    ? __ldg(sb_group + static_cast<int64_t>(b_row_of(t, col)) * si.b_row) *
-                          out_f[col >= Cfg::B_BOX]
-                    : 0.f;
+            const float sb = staged[8 * j + 2 * q + e];
             CUTE_UNROLL
             for (int h = 0; h < 2; ++h) acc(4 * j + 2 * h + e) *= sa[h] * sb;
           }
