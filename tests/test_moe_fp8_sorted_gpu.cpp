@@ -166,6 +166,18 @@ std::string name(QuantScheme s, bool stat, const SortedCase& c) {
          (extreme ? mags : std::string()) + (c.wide ? " wide" : "");
 }
 
+// An expert map placing this rank's `local` experts among `global` ids at random (-1: other
+// ranks' experts).
+HostTensor random_expert_map(std::mt19937_64& rng, int64_t global, int64_t local) {
+  HostTensor map(DType::kI32, {global});
+  std::vector<int32_t> perm(static_cast<size_t>(global));
+  for (int64_t i = 0; i < global; ++i) perm[i] = static_cast<int32_t>(i);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int64_t i = 0; i < global; ++i) map.as<int32_t>()[i] = -1;
+  for (int64_t l = 0; l < local; ++l) map.as<int32_t>()[perm[l]] = static_cast<int32_t>(l);
+  return map;
+}
+
 // The routed-experts ops on the sorted path against the quantizing reference (the FP8 GEMMs),
 // or the plain one where the plan is the weight-only GEMMs.
 void check_sorted(QuantScheme scheme, bool stat, const SortedCase& c, uint64_t seed) {
@@ -179,13 +191,7 @@ void check_sorted(QuantScheme scheme, bool stat, const SortedCase& c, uint64_t s
   const HostTensor tw = moetest::make_topk_weights(rng, c.T, c.K);
   const int64_t E_ids = c.engine ? 3 * c.E : c.E;
   const HostTensor ids32 = moetest::make_ids(rng, c.T, c.K, E_ids, c.ids);
-  // A map placing this rank's E experts among the 3E at random (-1: other ranks').
-  HostTensor map(DType::kI32, {E_ids});
-  std::vector<int32_t> perm(static_cast<size_t>(E_ids));
-  for (int64_t i = 0; i < E_ids; ++i) perm[i] = static_cast<int32_t>(i);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  for (int64_t i = 0; i < E_ids; ++i) map.as<int32_t>()[i] = -1;
-  for (int64_t l = 0; l < c.E; ++l) map.as<int32_t>()[perm[l]] = static_cast<int32_t>(l);
+  const HostTensor map = random_expert_map(rng, E_ids, c.E);
   HostTensor ids = ids32;
   if (c.engine) {
     ids = HostTensor(DType::kI64, ids32.shape());
@@ -364,8 +370,8 @@ struct Fp8LayerArgs {
 };
 
 // The layer past the decode kernels: routed (sorted) and shared (one-group GEMMs) both FP8,
-// grouped sigmoid routing with a bias; T = 129 and 300; an f16 layer with a bf16-free output.
-// Then the routed layer alone (fused_moe) on the same inputs.
+// grouped sigmoid routing with a bias; T = 129 and 300; an f16 layer with a bf16-free output
+// and an expert map (T = 300). Then the routed layer alone (fused_moe) on the same inputs.
 TEST(MoEFp8SortedGpu, LayerWithSharedExpertMatchesTheQuantizingReference) {
   MOEKIT_REQUIRE_GPU();
   uint64_t seed = 32000;
@@ -376,18 +382,24 @@ TEST(MoEFp8SortedGpu, LayerWithSharedExpertMatchesTheQuantizingReference) {
                                                                      : QuantScheme::kFp8Block128;
       const std::string what = std::string(quant_scheme_name(routed)) + " + shared " +
                                quant_scheme_name(shared) + " " + dtype_name(dt) +
-                               " T=" + std::to_string(T);
+                               " T=" + std::to_string(T) + (T == 300 ? " map" : "");
       SCOPED_TRACE(what);
       std::mt19937_64 rng(++seed);
+      // T = 300: this rank's E experts among 3E routed ones (an expert map; the routes to
+      // other ranks' experts are -1 ids past the routing).
+      const bool with_map = T == 300;
+      const int64_t E_ids = with_map ? 3 * E : E;
       const HostTensor x = moetest::normal(rng, dt, {T, H}, 1.0);
-      const HostTensor logits = moetest::normal(rng, DType::kF32, {T, E}, 1.0);
-      const HostTensor bias = moetest::normal(rng, DType::kF32, {E}, 0.1);
+      const HostTensor logits = moetest::normal(rng, DType::kF32, {T, E_ids}, 1.0);
+      const HostTensor bias = moetest::normal(rng, DType::kF32, {E_ids}, 0.1);
+      const HostTensor map = random_expert_map(rng, E_ids, E);
       const Fp8Set rw(rng, routed, E, H, F), sw(rng, shared, 0, H, S);
       const DeviceFp8 drw(rw, routed, false), dsw(sw, shared, false);
-      DeviceTensor dx(x), dl(logits), db(bias), dout(dt, {T, H});
+      DeviceTensor dx(x), dl(logits), db(bias), dmap(map), dout(dt, {T, H});
       const Fp8LayerArgs layer{rw, sw, drw, dsw};
       FusedMoESharedExpertArgs a = layer.device(dx.view(), dl.view(), dout.view());
       a.moe.correction_bias = db.view();
+      if (with_map) a.moe.expert_map = dmap.view();
       a.moe.params.scoring_func = ScoringFunc::kSigmoid;
       a.moe.params.num_expert_group = 4;
       a.moe.params.topk_group = 2;
@@ -401,6 +413,7 @@ TEST(MoEFp8SortedGpu, LayerWithSharedExpertMatchesTheQuantizingReference) {
       HostTensor ref(dt, {T, H});
       FusedMoESharedExpertArgs r = layer.host(a, x, logits, ref);
       r.moe.correction_bias = bias.view();
+      r.moe.expert_map = with_map ? map.view() : TensorView{};
       reference::fused_moe_shared_expert(r, Fp8Activations::kQuantized, Fp8Activations::kQuantized);
       expect_fp8_close(dout.download(), ref, what);
 
