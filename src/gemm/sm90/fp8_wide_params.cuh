@@ -36,9 +36,8 @@ int64_t wide_fp8_params(const GroupedGemmFP8Problem& prob, const char* op, cudaS
 }
 
 // Launches `Kernel` (one of the two 128 x 256 FP8 kernels) over `tiles` tiles: a persistent
-// grid of at most one block an SM with the engine's shared storage (a refused smem limit
-// fails the launch, check_launch).
-// `Shared`: the kernel's shared storage (the engine's, or a struct that holds it first).
+// grid of at most one block an SM with `Shared` as its shared memory (the engine's storage, or
+// a struct that holds it first; a refused smem limit fails the launch, check_launch).
 template <class Cfg, auto Kernel, class Shared = SharedStorage<Cfg, cutlass::float_e4m3_t>,
           class Scales>
 void launch_wide_fp8(int64_t tiles, const Params<Cfg, cutlass::float_e4m3_t>& p,
